@@ -1,0 +1,7 @@
+"""lakewarden: a table-management control plane for Apache Iceberg tables.
+
+The core package holds everything the three services share; `services/` holds
+the thin processes (api, worker, scheduler) that run it.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,206 @@
+"""SQLAlchemy models: the control plane's whole state.
+
+The schema itself is owned by Alembic (`migrations/`); a test checks the two agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Task states in which a task still holds its (table, kind) slot.
+OPEN_STATES = ("pending", "planning", "planned", "running")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
+
+
+class ManagedTable(Base):
+    """An Iceberg table lakewarden looks after, with its current policy."""
+
+    __tablename__ = "managed_tables"
+    __table_args__ = (UniqueConstraint("catalog", "namespace", "name"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    catalog: Mapped[str] = mapped_column(String(255))
+    namespace: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    policy: Mapped[dict[str, Any]]
+    policy_version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    # The catalog's metadata pointer last ingested; the poller compares against it.
+    metadata_location: Mapped[str | None] = mapped_column(Text)
+    current_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class PolicyVersion(Base):
+    """Every policy a table has had, so a change can be traced and undone."""
+
+    __tablename__ = "policy_versions"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    policy: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class TimelineEvent(Base):
+    """One commit (snapshot) of a managed table. Unique per (table, snapshot)."""
+
+    __tablename__ = "timeline_events"
+    __table_args__ = (UniqueConstraint("table_id", "snapshot_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
+    )
+    snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    parent_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    sequence_number: Mapped[int | None] = mapped_column(BigInteger)
+    operation: Mapped[str | None] = mapped_column(String(32))
+    summary: Mapped[dict[str, Any]]
+    metadata_location: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # notify | webhook | poll | register
+    committed_at: Mapped[datetime | None]
+    received_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # What policy evaluation made of this event: "task:<id>", "no-action", ...
+    decision: Mapped[str | None] = mapped_column(String(32))
+    decision_detail: Mapped[dict[str, Any] | None]
+
+
+class Task(Base):
+    """One maintenance action on one table, from birth to a terminal state."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        # At most one open task per (table, kind): the idempotency key of task creation.
+        Index(
+            "uq_tasks_open_table_kind",
+            "table_id",
+            "kind",
+            unique=True,
+            postgresql_where=text("state IN ('pending', 'planning', 'planned', 'running')"),
+        ),
+        # The claimable rows, for the workers' SKIP LOCKED claim.
+        Index(
+            "ix_tasks_claimable",
+            "priority",
+            "id",
+            postgresql_where=text("state IN ('pending', 'planned')"),
+        ),
+        Index("ix_tasks_state", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # Why it exists: the event or request that made it and the numbers that crossed.
+    trigger: Mapped[dict[str, Any]]
+    plan: Mapped[dict[str, Any] | None]
+    result: Mapped[dict[str, Any] | None]
+    reason: Mapped[str | None] = mapped_column(Text)  # skip/failure/cancel reason
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default=text("3"))
+    not_before: Mapped[datetime] = mapped_column(server_default=func.now())
+    holder: Mapped[str | None] = mapped_column(String(255))
+    heartbeat_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class TaskTransition(Base):
+    """The full state history of a task: every guarded transition appends a row."""
+
+    __tablename__ = "task_transitions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str | None] = mapped_column(Text)
+    leader_epoch: Mapped[int | None] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class JobRun(Base):
+    """One attempt at executing a planned task on Spark."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (UniqueConstraint("task_id", "attempt"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # running | succeeded | failed | cancelled
+    scheduler_id: Mapped[str] = mapped_column(String(255))
+    leader_epoch: Mapped[int] = mapped_column(BigInteger)
+    spark_app_id: Mapped[str | None] = mapped_column(String(255))
+    spark_job_group: Mapped[str | None] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    finished_at: Mapped[datetime | None]
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    metrics: Mapped[dict[str, Any] | None]  # files/bytes rewritten, files added, ...
+    committed_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    error: Mapped[str | None] = mapped_column(Text)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+
+
+class LeaderLease(Base):
+    """The scheduler's lease. `epoch` is the fencing token; it grows on every takeover."""
+
+    __tablename__ = "leader_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime]
+    renewed_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class ProcessHeartbeat(Base):
+    """Every running api, worker and scheduler process, and what it holds."""
+
+    __tablename__ = "process_heartbeats"
+
+    process_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))  # api | worker | scheduler
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    last_seen: Mapped[datetime] = mapped_column(server_default=func.now())
+    current_task_id: Mapped[int | None] = mapped_column(BigInteger)

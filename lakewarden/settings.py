@@ -1,0 +1,85 @@
+"""One settings class for every service, read from `LAKEWARDEN_*` variables."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".lakewarden"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAKEWARDEN_", extra="ignore")
+
+    # --- state -----------------------------------------------------------------
+    # Control-plane database. Unset: an embedded Postgres is started in data_dir.
+    database_url: str | None = None
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    embedded_pg_port: int = 54329
+
+    # --- Iceberg catalog ---------------------------------------------------------
+    catalog_name: str = "lake"
+    # "jdbc" (default: the Iceberg JDBC catalog in the control-plane database)
+    # or "rest" (an Iceberg REST catalog at catalog_uri).
+    catalog_type: str = "jdbc"
+    # JDBC catalog database; defaults to the control-plane database.
+    catalog_database_url: str | None = None
+    catalog_uri: str | None = None  # REST catalog URI
+    warehouse: str | None = None  # default: file://<data_dir>/warehouse
+
+    # --- Spark -------------------------------------------------------------------
+    spark_master: str = "local[2]"
+    spark_jars: str | None = None  # comma-separated explicit jar paths
+    spark_packages: str | None = None  # Maven coordinates, when Maven is reachable
+    spark_driver_memory: str = "2g"
+    spark_conf: dict[str, str] = Field(default_factory=dict)  # extra spark.* settings (JSON)
+
+    # --- API ---------------------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    listen_for_commits: bool = True  # LISTEN on the catalog's commit trigger
+    poll_interval_s: float = 30.0  # polling fallback for missed commits
+
+    # --- worker ------------------------------------------------------------------
+    worker_poll_interval_s: float = 1.0
+    heartbeat_interval_s: float = 5.0
+    stale_after_s: float = 30.0  # a holder silent this long loses its work
+
+    # --- scheduler -----------------------------------------------------------------
+    lease_ttl_s: float = 15.0
+    lease_renew_interval_s: float = 5.0
+    scheduler_poll_interval_s: float = 1.0
+    max_concurrent_jobs: int = 1
+    retry_base_s: float = 10.0
+    retry_cap_s: float = 600.0
+
+    log_level: str = "INFO"
+
+    @field_validator("database_url", "catalog_database_url")
+    @classmethod
+    def _normalise_db_url(cls, v: str | None) -> str | None:
+        # Accept the plain libpq scheme; SQLAlchemy needs the driver spelled out.
+        if v is None or v == "":
+            return None
+        for prefix in ("postgres://", "postgresql://"):
+            if v.startswith(prefix):
+                return "postgresql+psycopg://" + v[len(prefix) :]
+        if not v.startswith("postgresql+psycopg://"):
+            raise ValueError("database URL must be a postgresql:// URL")
+        return v
+
+    @property
+    def warehouse_uri(self) -> str:
+        if self.warehouse:
+            return self.warehouse
+        return (self.data_dir / "warehouse").resolve().as_uri()
+
+
+@functools.cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Spark: where jars come from, the warm session, and the job entrypoints."""

@@ -1,0 +1,61 @@
+"""The warm Spark session with the Iceberg catalog wired to lakewarden's catalog."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from lakewarden.catalog import catalog_db_url, jdbc_params
+from lakewarden.settings import Settings
+from lakewarden.spark.jars import resolve_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
+    """Every Spark setting lakewarden needs, as plain data (tested without a JVM)."""
+    cat = f"spark.sql.catalog.{settings.catalog_name}"
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": "lakewarden",
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.extensions":
+            "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        cat: "org.apache.iceberg.spark.SparkCatalog",
+        f"{cat}.warehouse": settings.warehouse_uri,
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if settings.catalog_type == "rest":
+        conf[f"{cat}.type"] = "rest"
+        conf[f"{cat}.uri"] = settings.catalog_uri or ""
+    else:
+        jdbc = jdbc_params(catalog_db_url(settings, control_plane_url))
+        conf[f"{cat}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+        conf[f"{cat}.uri"] = jdbc.url
+        conf[f"{cat}.jdbc.schema-version"] = "V1"
+        if jdbc.user:
+            conf[f"{cat}.jdbc.user"] = jdbc.user
+        if jdbc.password:
+            conf[f"{cat}.jdbc.password"] = jdbc.password
+    jars = resolve_jars(settings)
+    if jars.jars:
+        conf["spark.jars"] = ",".join(jars.jars)
+    if jars.packages:
+        conf["spark.jars.packages"] = ",".join(jars.packages)
+    conf.update(settings.spark_conf)
+    return conf
+
+
+def build_session(settings: Settings, control_plane_url: str, app_name: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PIN_THREAD", "true")  # job groups follow Python threads
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, control_plane_url).items():
+        builder = builder.config(key, value)
+    spark = builder.appName(app_name).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,171 @@
+"""Task repository: creation, the one guarded `transition()`, claims and reads.
+
+Functions take a session and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.orm import Session
+
+from lakewarden.db.models import Task, TaskTransition
+from lakewarden.leader import Fence, check_fence
+from lakewarden.tasks.states import ALLOWED, can_transition
+
+
+class TransitionRejected(RuntimeError):
+    """The task was not in a state the transition may start from (someone else moved it)."""
+
+
+def create_task(
+    session: Session,
+    *,
+    table_id: int,
+    kind: str,
+    trigger: dict[str, Any],
+    actor: str,
+    priority: int = 0,
+    max_attempts: int = 3,
+) -> int | None:
+    """Create an open task unless (table, kind) already has one. Returns the new id or None."""
+    new_id = session.execute(
+        text(
+            """
+            INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts)
+            VALUES (:table_id, :kind, 'pending', :priority, CAST(:trigger AS jsonb), :max_attempts)
+            ON CONFLICT (table_id, kind)
+                WHERE state IN ('pending', 'planning', 'planned', 'running')
+            DO NOTHING
+            RETURNING id
+            """
+        ),
+        {
+            "table_id": table_id,
+            "kind": kind,
+            "priority": priority,
+            "trigger": _json(trigger),
+            "max_attempts": max_attempts,
+        },
+    ).scalar()
+    if new_id is not None:
+        session.add(
+            TaskTransition(
+                task_id=new_id, from_state=None, to_state="pending", actor=actor,
+                reason=trigger.get("reason"),
+            )
+        )
+        session.flush()
+    return new_id
+
+
+def open_task(session: Session, table_id: int, kind: str) -> Task | None:
+    return session.scalars(
+        select(Task).where(
+            Task.table_id == table_id,
+            Task.kind == kind,
+            Task.state.in_(("pending", "planning", "planned", "running")),
+        )
+    ).one_or_none()
+
+
+def transition(
+    session: Session,
+    task_id: int,
+    to: str,
+    *,
+    actor: str,
+    expected: tuple[str, ...] | None = None,
+    reason: str | None = None,
+    fence: Fence | None = None,
+    holder: str | None = None,
+    **fields: Any,
+) -> Task:
+    """Move a task to `to`, only from `expected` states (default: every allowed source).
+
+    Guarded in SQL: the row is locked, its state checked against the allowed
+    transitions, `holder` (when given) must still hold it, and a leader's
+    `fence` must still be current. Appends the transition to the history.
+    """
+    if fence is not None:
+        check_fence(session, fence)
+    task = session.scalars(select(Task).where(Task.id == task_id).with_for_update()).one_or_none()
+    if task is None:
+        raise TransitionRejected(f"task {task_id} does not exist")
+    allowed_from = expected or tuple(s for s, dsts in ALLOWED.items() if to in dsts)
+    if task.state not in allowed_from or not can_transition(task.state, to):
+        raise TransitionRejected(f"task {task_id} is {task.state}, cannot move to {to}")
+    if holder is not None and task.holder != holder:
+        raise TransitionRejected(f"task {task_id} is held by {task.holder}, not {holder}")
+    src = task.state
+    session.execute(
+        update(Task)
+        .where(Task.id == task_id, Task.state == src)
+        .values(state=to, updated_at=func.now(), **fields)
+    )
+    session.add(
+        TaskTransition(
+            task_id=task_id, from_state=src, to_state=to, actor=actor, reason=reason,
+            leader_epoch=fence.epoch if fence else None,
+        )
+    )
+    session.flush()
+    session.refresh(task)
+    return task
+
+
+_CLAIM = text(
+    """
+    WITH next AS (
+        SELECT id, state FROM tasks
+        WHERE state = 'pending' AND not_before <= now()
+        ORDER BY priority DESC, id
+        FOR UPDATE SKIP LOCKED
+        LIMIT 1
+    ), claimed AS (
+        UPDATE tasks t SET state = 'planning', holder = :me, heartbeat_at = now(),
+                           updated_at = now()
+        FROM next WHERE t.id = next.id
+        RETURNING t.id
+    ), history AS (
+        INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
+        SELECT id, 'pending', 'planning', :me, 'claimed for planning' FROM claimed
+    )
+    SELECT id FROM claimed
+    """
+)
+
+
+def claim_for_planning(session: Session, worker_id: str) -> Task | None:
+    """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED)."""
+    task_id = session.execute(_CLAIM, {"me": worker_id}).scalar()
+    if task_id is None:
+        return None
+    return session.get(Task, task_id, populate_existing=True)
+
+
+def heartbeat(session: Session, task_id: int, holder: str) -> bool:
+    """Refresh the holder's claim; False when the task is no longer ours."""
+    result = session.execute(
+        update(Task)
+        .where(Task.id == task_id, Task.holder == holder, Task.state.in_(("planning", "running")))
+        .values(heartbeat_at=func.now())
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def history(session: Session, task_id: int) -> list[TaskTransition]:
+    return list(
+        session.scalars(
+            select(TaskTransition)
+            .where(TaskTransition.task_id == task_id)
+            .order_by(TaskTransition.id)
+        )
+    )
+
+
+def _json(value: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(value, default=str)

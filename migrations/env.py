@@ -1,0 +1,34 @@
+"""Alembic environment: the URL comes from lakewarden's settings (or the caller)."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from lakewarden.db.models import Base
+from lakewarden.db.session import resolve_database_url
+from lakewarden.settings import get_settings
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        context.configure(connection=connection, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    url = config.get_main_option("sqlalchemy.url") or resolve_database_url(get_settings())
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        context.configure(connection=conn, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; run `lakewarden migrate`")
+run_migrations_online()
