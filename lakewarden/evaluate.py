@@ -73,8 +73,11 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         ev.decision_detail = {"reason": f"evaluated together with newer event {newest.id}"}
     policy = parse_policy(row.policy)
     verdict = compaction_verdict(policy.compaction, newest.summary)
-    detail: dict[str, Any] = {"kind": "compaction", "reason": verdict.reason,
-                              "metrics": verdict.metrics}
+    detail: dict[str, Any] = {
+        "kind": "compaction",
+        "reason": verdict.reason,
+        "metrics": verdict.metrics,
+    }
     if not verdict.needed:
         newest.decision = "disabled" if not policy.compaction.enabled else "no-action"
     else:

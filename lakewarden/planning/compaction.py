@@ -93,8 +93,8 @@ def plan_compaction(
             f"({small_total} small of {len(files)} data files in {len(groups)} partitions)",
         )
     rewritten = sum(p["small_files"] for p in partitions)
-    files_after = len(files) - rewritten + sum(
-        math.ceil(p["small_bytes"] / target) for p in partitions
+    files_after = (
+        len(files) - rewritten + sum(math.ceil(p["small_bytes"] / target) for p in partitions)
     )
     plan = {
         "action": "rewrite_data_files",

@@ -20,8 +20,7 @@ def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         "spark.master": settings.spark_master,
         "spark.app.name": "lakewarden",
         "spark.driver.memory": settings.spark_driver_memory,
-        "spark.sql.extensions":
-            "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         cat: "org.apache.iceberg.spark.SparkCatalog",
         f"{cat}.warehouse": settings.warehouse_uri,
         "spark.sql.shuffle.partitions": "4",

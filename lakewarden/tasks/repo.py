@@ -52,7 +52,10 @@ def create_task(
     if new_id is not None:
         session.add(
             TaskTransition(
-                task_id=new_id, from_state=None, to_state="pending", actor=actor,
+                task_id=new_id,
+                from_state=None,
+                to_state="pending",
+                actor=actor,
                 reason=trigger.get("reason"),
             )
         )
@@ -79,13 +82,13 @@ def transition(
     expected: tuple[str, ...] | None = None,
     reason: str | None = None,
     fence: Fence | None = None,
-    holder: str | None = None,
+    held_by: str | None = None,
     **fields: Any,
 ) -> Task:
     """Move a task to `to`, only from `expected` states (default: every allowed source).
 
     Guarded in SQL: the row is locked, its state checked against the allowed
-    transitions, `holder` (when given) must still hold it, and a leader's
+    transitions, `held_by` (when given) must still hold it, and a leader's
     `fence` must still be current. Appends the transition to the history.
     """
     if fence is not None:
@@ -96,8 +99,8 @@ def transition(
     allowed_from = expected or tuple(s for s, dsts in ALLOWED.items() if to in dsts)
     if task.state not in allowed_from or not can_transition(task.state, to):
         raise TransitionRejected(f"task {task_id} is {task.state}, cannot move to {to}")
-    if holder is not None and task.holder != holder:
-        raise TransitionRejected(f"task {task_id} is held by {task.holder}, not {holder}")
+    if held_by is not None and task.holder != held_by:
+        raise TransitionRejected(f"task {task_id} is held by {task.holder}, not {held_by}")
     src = task.state
     session.execute(
         update(Task)
@@ -106,7 +109,11 @@ def transition(
     )
     session.add(
         TaskTransition(
-            task_id=task_id, from_state=src, to_state=to, actor=actor, reason=reason,
+            task_id=task_id,
+            from_state=src,
+            to_state=to,
+            actor=actor,
+            reason=reason,
             leader_epoch=fence.epoch if fence else None,
         )
     )

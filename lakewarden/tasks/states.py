@@ -1,11 +1,11 @@
 """The task state machine, as data. Every change goes through `repo.transition`.
 
-    pending ──claim──► planning ──► planned ──dispatch──► running ──► succeeded
-       ▲                 │  │                    │           │
-       └──(stale/retry)──┘  └──► skipped         │           ├──► failed (attempts spent)
-       ▲                                         │           │
-       └────────────────(retry after backoff)────┴───────────┘
-    any open state ──► cancelled
+pending ──claim──► planning ──► planned ──dispatch──► running ──► succeeded
+   ▲                 │  │                    │           │
+   └──(stale/retry)──┘  └──► skipped         │           ├──► failed (attempts spent)
+   ▲                                         │           │
+   └────────────────(retry after backoff)────┴───────────┘
+any open state ──► cancelled
 """
 
 from __future__ import annotations

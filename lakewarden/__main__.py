@@ -1,0 +1,3 @@
+from lakewarden.cli import main
+
+main()

@@ -1,0 +1,297 @@
+"""`lakewarden demo`: the whole path on a real table, nothing configured.
+
+Embedded Postgres, local Spark, the api, worker and scheduler as real
+processes. Spark writes many small commits; lakewarden hears them, creates,
+plans and runs a compaction on its own; the demo reads the table back with
+pyiceberg before and after and prints what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lakewarden.catalog import TableRef
+from lakewarden.runtime import Runtime, make_runtime, migrate
+from lakewarden.verify import fingerprint
+
+DEMO = TableRef("demo", "clicks")
+REGIONS = ("emea", "amer", "apac", "latam")
+ROWS_PER_COMMIT = 2000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Services:
+    """The three lakewarden processes, started as the user would start them."""
+
+    def __init__(self, rt: Runtime, port: int) -> None:
+        self.log_dir = rt.settings.data_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **os.environ,
+            "LAKEWARDEN_DATABASE_URL": rt.db_url,
+            "LAKEWARDEN_DATA_DIR": str(rt.settings.data_dir),
+            "LAKEWARDEN_WAREHOUSE": rt.settings.warehouse_uri,
+            "LAKEWARDEN_POLL_INTERVAL_S": "5",
+        }
+        self.port = port
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> None:
+        for role, extra in (("api", ["--port", str(self.port)]), ("worker", []), ("scheduler", [])):
+            log = open(self.log_dir / f"demo-{role}.log", "wb")  # noqa: SIM115
+            self.procs[role] = subprocess.Popen(
+                [sys.executable, "-m", "lakewarden", role, *extra],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def check_alive(self) -> None:
+        for role, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{role} exited with {proc.returncode}; see {self.log(role)}")
+
+    def log(self, role: str) -> Path:
+        return self.log_dir / f"demo-{role}.log"
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _say(as_json: bool, msg: str) -> None:
+    if not as_json:
+        print(msg, flush=True)
+
+
+def _wait(predicate, timeout_s: float, what: str, services: Services) -> Any:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        services.check_alive()
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def _query_ms(spark, name: str) -> float:  # type: ignore[no-untyped-def]
+    sql = f"SELECT region, count(*), sum(amount) FROM {name} GROUP BY region"
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        spark.sql(sql).collect()
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 1)
+
+
+def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float = 600) -> int:
+    started = time.monotonic()
+    rt = make_runtime("demo")
+    migrate(rt)
+    s = rt.settings
+    _say(as_json, f"lakewarden demo: control plane at {rt.db_url}, warehouse {s.warehouse_uri}")
+    services = Services(rt, _free_port())
+    api = httpx.Client(base_url=f"http://127.0.0.1:{services.port}", timeout=30)
+    from lakewarden.spark.session import build_session
+
+    try:
+        services.start()
+        _say(as_json, "started api, worker and scheduler; starting the demo writer (Spark)...")
+        spark = build_session(s, rt.db_url, "lakewarden-demo-writer")
+        name = DEMO.spark_name(s.catalog_name)
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{s.catalog_name}`.`{DEMO.namespace}`")
+        _wait(lambda: _ready(api), 120, "the API to be ready", services)
+        api.delete(f"/api/v1/tables/{DEMO.namespace}/{DEMO.name}")  # a previous run's
+        spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+        spark.sql(
+            f"CREATE TABLE {name} (id BIGINT, region STRING, amount DOUBLE, ts TIMESTAMP) "
+            "USING iceberg PARTITIONED BY (region) TBLPROPERTIES ("
+            "'write.distribution-mode'='none', 'write.spark.fanout.enabled'='true')"
+        )
+        # Compaction fires when the table holds `target_files` files more than it needs.
+        policy = {
+            "compaction": {
+                "min_small_files": target_files,
+                "target_file_size_bytes": 128 * 1024 * 1024,
+            }
+        }
+        r = api.post(
+            "/api/v1/tables",
+            json={"namespace": DEMO.namespace, "name": DEMO.name, "policy": policy},
+        )
+        r.raise_for_status()
+        _say(
+            as_json,
+            f"registered {DEMO.dotted}; writing small commits until it holds "
+            f"{target_files + 1} data files...",
+        )
+        commits, files, t_write = 0, 0, time.monotonic()
+        while files <= target_files:
+            first = commits * ROWS_PER_COMMIT
+            (
+                spark.range(first, first + ROWS_PER_COMMIT, numPartitions=4)
+                .selectExpr(
+                    "id",
+                    f"element_at(array{REGIONS!r}, cast(id % 4 + 1 as int)) AS region",
+                    "abs(hash(id)) % 10000 / 100.0 AS amount",
+                    "timestamp_seconds(1700000000 + id) AS ts",
+                )
+                .writeTo(name)
+                .append()
+            )
+            commits += 1
+            snap = spark.sql(
+                f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1"
+            ).collect()[0]["summary"]
+            files = int(snap["total-data-files"])
+        write_s = time.monotonic() - t_write
+        table = rt.catalog.load_table((DEMO.namespace, DEMO.name))
+        before = fingerprint(table)
+        query_before = _query_ms(spark, name)
+        _say(
+            as_json,
+            f"wrote {commits} commits in {write_s:.1f}s: {before.data_files} data files, "
+            f"{before.rows} rows; waiting for lakewarden to compact...",
+        )
+
+        def finished() -> dict[str, Any] | None:
+            page = api.get("/api/v1/tasks", params={"table": DEMO.dotted}).json()["items"]
+            done = [
+                t
+                for t in page
+                if t["state"] in ("succeeded", "failed", "skipped") and t["kind"] == "compaction"
+            ]
+            # Done once no task is still open and one has ended after our last commit.
+            if done and not any(
+                t["state"] not in ("succeeded", "failed", "skipped", "cancelled") for t in page
+            ):
+                return done[0]
+            return None
+
+        t_wait = time.monotonic()
+        task = _wait(finished, timeout_s, "the compaction task", services)
+        wait_s = time.monotonic() - t_wait
+        detail = api.get(f"/api/v1/tasks/{task['id']}").json()
+        after = fingerprint(table)
+        spark.sql(f"REFRESH TABLE {name}")
+        query_after = _query_ms(spark, name)
+        spark.stop()
+    finally:
+        services.stop()
+        api.close()
+    report = _report(
+        before,
+        after,
+        detail,
+        commits,
+        write_s,
+        wait_s,
+        query_before,
+        query_after,
+        time.monotonic() - started,
+    )
+    if as_json:
+        print(json.dumps(report, default=str))
+    else:
+        _print_report(report)
+    ok = (
+        detail["state"] == "succeeded"
+        and after.rows == before.rows
+        and after.checksum == before.checksum
+        and after.data_files < before.data_files
+    )
+    return 0 if ok else 1
+
+
+def _ready(api: httpx.Client) -> bool:
+    try:
+        return api.get("/readyz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _report(before, after, detail, commits, write_s, wait_s, q_before, q_after, total_s):  # type: ignore[no-untyped-def]
+    t0 = detail["history"][0]["at"] if detail["history"] else None
+    from datetime import datetime
+
+    def offset(at: str) -> float:
+        return round((datetime.fromisoformat(at) - datetime.fromisoformat(t0)).total_seconds(), 2)
+
+    run = detail["runs"][-1] if detail["runs"] else {}
+    return {
+        "table": DEMO.dotted,
+        "commits": commits,
+        "files_before": before.data_files,
+        "files_after": after.data_files,
+        "rows_before": before.rows,
+        "rows_after": after.rows,
+        "checksum_before": before.checksum,
+        "checksum_after": after.checksum,
+        "query_ms_before": q_before,
+        "query_ms_after": q_after,
+        "task_id": detail["id"],
+        "task_state": detail["state"],
+        "task_trigger": detail["trigger"].get("reason"),
+        "task_plan": (detail["plan"] or {}).get("expected_files_after"),
+        "spark_app_id": run.get("spark_app_id"),
+        "job_ms": run.get("duration_ms"),
+        "job_metrics": run.get("metrics"),
+        "timeline": [
+            {
+                "t_s": offset(h["at"]),
+                "from": h["from_state"],
+                "to": h["to_state"],
+                "actor": h["actor"].split("-")[0],
+                "reason": h["reason"],
+            }
+            for h in detail["history"]
+        ],
+        "write_s": round(write_s, 1),
+        "wait_for_compaction_s": round(wait_s, 1),
+        "total_s": round(total_s, 1),
+    }
+
+
+def _print_report(r: dict[str, Any]) -> None:
+    same = "identical" if r["checksum_before"] == r["checksum_after"] else "DIFFERENT"
+    print()
+    print(f"  table {r['table']}           before      after")
+    print(f"  data files             {r['files_before']:>8}   {r['files_after']:>8}")
+    print(
+        f"  rows                   {r['rows_before']:>8}   {r['rows_after']:>8}   ({same} checksum)"
+    )
+    print(f"  group-by query (ms)    {r['query_ms_before']:>8}   {r['query_ms_after']:>8}")
+    print()
+    print(f"  task {r['task_id']}: {r['task_state']}; why: {r['task_trigger']}")
+    print(f"  Spark {r['spark_app_id']}: {r['job_metrics']} in {r['job_ms']} ms")
+    print("  timeline:")
+    for h in r["timeline"]:
+        print(
+            f"    +{h['t_s']:>6.2f}s  {h['from'] or '-':>9} -> {h['to']:<10} {h['actor']:<9} "
+            f"{h['reason'] or ''}"
+        )
+    print(
+        f"\n  writing {r['write_s']}s, waiting for compaction {r['wait_for_compaction_s']}s, "
+        f"total {r['total_s']}s"
+    )

@@ -1,0 +1,61 @@
+"""The polling fallback: catch commits no notification reported, on any catalog."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import create_engine, select, text
+
+from lakewarden.catalog import TableRef
+from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import transaction
+from lakewarden.events.refresh import refresh_table
+from lakewarden.events.trigger import install_commit_trigger
+from lakewarden.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def _jdbc_catalog_pointers(rt: Runtime) -> dict[tuple[str, str], str] | None:
+    """Every table's metadata pointer in one query (JDBC catalog only)."""
+    if rt.settings.catalog_type != "jdbc":
+        return None
+    engine = rt.engine
+    if rt.settings.catalog_database_url and rt.settings.catalog_database_url != rt.db_url:
+        engine = create_engine(rt.settings.catalog_database_url)
+    with engine.begin() as conn:
+        if engine is rt.engine:
+            install_commit_trigger(conn)  # the catalog table may have appeared since start
+        if not conn.execute(text("SELECT to_regclass('iceberg_tables') IS NOT NULL")).scalar():
+            return {}
+        rows = conn.execute(
+            text(
+                "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables "
+                "WHERE catalog_name = :c"
+            ),
+            {"c": rt.settings.catalog_name},
+        )
+        return {(r[0], r[1]): r[2] for r in rows}
+
+
+def poll_once(rt: Runtime) -> int:
+    """Refresh every managed table whose metadata pointer moved; returns how many did."""
+    with transaction(rt.engine) as session:
+        managed = session.execute(
+            select(ManagedTable.namespace, ManagedTable.name, ManagedTable.metadata_location).where(
+                ManagedTable.catalog == rt.settings.catalog_name
+            )
+        ).all()
+    pointers = _jdbc_catalog_pointers(rt)
+    refreshed = 0
+    for namespace, name, known_location in managed:
+        if pointers is not None and pointers.get((namespace, name)) == known_location:
+            continue
+        try:
+            result = refresh_table(rt, TableRef(namespace, name), source="poll")
+        except Exception:
+            log.exception("poll of %s.%s failed", namespace, name)
+            continue
+        if result and result.new_event_ids:
+            refreshed += 1
+    return refreshed

@@ -1,0 +1,59 @@
+"""Process heartbeats: every api, worker and scheduler says it is alive, and what it holds."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from sqlalchemy import text
+
+from lakewarden.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+_UPSERT = text(
+    """
+    INSERT INTO process_heartbeats (process_id, role, hostname, pid, current_task_id)
+    VALUES (:id, :role, :host, :pid, :task)
+    ON CONFLICT (process_id) DO UPDATE SET last_seen = now(), current_task_id = :task
+    """
+)
+
+
+def beat(rt: Runtime, current_task_id: int | None = None) -> None:
+    with rt.engine.begin() as conn:
+        conn.execute(
+            _UPSERT,
+            {
+                "id": rt.process_id,
+                "role": rt.role,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "task": current_task_id,
+            },
+        )
+
+
+def forget(rt: Runtime) -> None:
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text("DELETE FROM process_heartbeats WHERE process_id = :id"), {"id": rt.process_id}
+        )
+
+
+class Ticker(threading.Thread):
+    """Run `fn` every `interval` seconds until stopped; errors are logged, not fatal."""
+
+    def __init__(self, name: str, interval: float, fn, stop: threading.Event) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(name=name, daemon=True)
+        self.interval, self.fn, self.stop = interval, fn, stop
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.fn()
+            except Exception:
+                log.exception("%s failed", self.name)
+            self.stop.wait(self.interval)

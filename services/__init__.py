@@ -1,0 +1,1 @@
+"""The three thin processes. Each imports the shared core in `lakewarden`."""

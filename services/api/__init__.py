@@ -1,0 +1,1 @@
+"""API server: stateless; ingests commit events, evaluates policies, serves the REST API."""

@@ -1,0 +1,57 @@
+"""Request dependencies: the runtime, one transaction per request, parsed table names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Request
+from sqlalchemy.orm import Session
+
+from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import session_factory
+from lakewarden.runtime import Runtime
+from lakewarden.tables import get_table
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_session(rt: RuntimeDep) -> Iterator[Session]:
+    """The route owns the transaction: committed when the handler returns, else rolled back."""
+    with session_factory(rt.engine)() as session, session.begin():
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def table_ref(
+    namespace: Annotated[str, Path(max_length=128)], name: Annotated[str, Path(max_length=128)]
+) -> TableRef:
+    try:
+        return TableRef(namespace, name)
+    except InvalidIdentifier as exc:
+        raise HTTPException(422, str(exc)) from exc
+
+
+RefDep = Annotated[TableRef, Depends(table_ref)]
+
+
+def managed_table(ref: RefDep, rt: RuntimeDep, session: SessionDep) -> ManagedTable:
+    row = get_table(session, rt.settings.catalog_name, ref)
+    if row is None:
+        raise HTTPException(
+            404,
+            f"table {ref.dotted} is not managed by lakewarden; "
+            "register it with POST /api/v1/tables",
+        )
+    return row
+
+
+TableDep = Annotated[ManagedTable, Depends(managed_table)]

@@ -1,0 +1,45 @@
+"""Liveness, readiness, and who leads the scheduler."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from lakewarden.leader import leader_status
+from lakewarden.runtime import schema_is_current
+from services.api.deps import RuntimeDep, SessionDep
+from services.api.schemas import LeaderOut
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is up (no dependencies checked)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(rt: RuntimeDep) -> JSONResponse:
+    """Ready to serve: the database answers and its schema is at the migrations' head."""
+    try:
+        with rt.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        current = schema_is_current(rt.engine)
+    except Exception as exc:
+        return JSONResponse({"status": "unavailable", "reason": f"database: {exc}"}, 503)
+    if not current:
+        return JSONResponse(
+            {"status": "unavailable", "reason": "schema not at head: run `lakewarden migrate`"}, 503
+        )
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/api/v1/scheduler/leader", response_model=LeaderOut, tags=["scheduler"])
+def scheduler_leader(session: SessionDep) -> LeaderOut:
+    """The scheduler holding the lease, its epoch (fencing token) and last renewal."""
+    status = leader_status(session)
+    if status is None:
+        return LeaderOut(holder=None, epoch=None, live=False)
+    return LeaderOut(**status.__dict__)

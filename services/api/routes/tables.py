@@ -1,0 +1,93 @@
+"""Managed tables: register, list, read, change policy, unregister, list commit events."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from pyiceberg.exceptions import NoSuchTableError
+from sqlalchemy import select
+
+from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.events.refresh import ingest_commits
+from lakewarden.policy import Policy
+from lakewarden.tables import add_table, get_table, set_policy
+from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.schemas import EventOut, Page, TableIn, TableOut
+
+router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
+
+Limit = Annotated[int, Query(ge=1, le=500, description="page size")]
+Cursor = Annotated[int | None, Query(ge=0, description="next_cursor of the previous page")]
+
+
+@router.post("", status_code=201, response_model=TableOut)
+def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> ManagedTable:
+    """Start managing an existing Iceberg table with a policy (defaults fill the gaps)."""
+    try:
+        ref = TableRef(body.namespace, body.name)
+    except InvalidIdentifier as exc:
+        raise HTTPException(422, str(exc)) from exc
+    if get_table(session, rt.settings.catalog_name, ref) is not None:
+        raise HTTPException(409, f"table {ref.dotted} is already managed")
+    try:
+        table = rt.catalog.load_table((ref.namespace, ref.name))
+    except NoSuchTableError as exc:
+        raise HTTPException(
+            404, f"catalog {rt.settings.catalog_name!r} has no table {ref.dotted}"
+        ) from exc
+    row = add_table(session, rt.settings.catalog_name, ref, body.policy.model_dump())
+    # The current snapshot is the baseline, evaluated at once: the table may already need work.
+    ingest_commits(session, rt, row, table, source="register", max_walk=1)
+    return row
+
+
+@router.get("", response_model=Page[TableOut])
+def list_tables(session: SessionDep, limit: Limit = 50, cursor: Cursor = None) -> Page[TableOut]:
+    q = select(ManagedTable).order_by(ManagedTable.id).limit(limit + 1)
+    if cursor is not None:
+        q = q.where(ManagedTable.id > cursor)
+    rows = list(session.scalars(q))
+    return _page(rows, limit, TableOut)
+
+
+@router.get("/{namespace}/{name}", response_model=TableOut)
+def read_table(row: TableDep) -> ManagedTable:
+    return row
+
+
+@router.put("/{namespace}/{name}/policy", response_model=TableOut)
+def replace_policy(policy: Policy, row: TableDep, session: SessionDep) -> ManagedTable:
+    """Replace the table's policy; the previous one is kept as a version."""
+    return set_policy(session, row, policy.model_dump())
+
+
+@router.delete("/{namespace}/{name}", status_code=204)
+def unregister_table(row: TableDep, session: SessionDep) -> Response:
+    """Stop managing the table (its tasks and events go with it; the table is untouched)."""
+    session.delete(row)
+    return Response(status_code=204)
+
+
+@router.get("/{namespace}/{name}/events", response_model=Page[EventOut])
+def list_events(
+    row: TableDep, session: SessionDep, limit: Limit = 50, cursor: Cursor = None
+) -> Page[EventOut]:
+    """The table's commits, newest first, each with what policy evaluation decided."""
+    q = (
+        select(TimelineEvent)
+        .where(TimelineEvent.table_id == row.id)
+        .order_by(TimelineEvent.id.desc())
+        .limit(limit + 1)
+    )
+    if cursor is not None:
+        q = q.where(TimelineEvent.id < cursor)
+    return _page(list(session.scalars(q)), limit, EventOut)
+
+
+def _page(rows: list, limit: int, model: type) -> Page:  # type: ignore[type-arg]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [model.model_validate(r, from_attributes=True) for r in rows]
+    return Page(items=items, next_cursor=rows[-1].id if more else None)

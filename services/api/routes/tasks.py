@@ -1,0 +1,133 @@
+"""Tasks: list, inspect (with history and runs), trigger by hand, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.policy import parse_policy
+from lakewarden.tables import get_table
+from lakewarden.tasks import repo
+from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
+from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.schemas import Page, RunOut, TaskDetail, TaskIn, TaskOut, TransitionOut
+
+router = APIRouter(prefix="/api/v1", tags=["tasks"])
+
+
+def _out(task: Task, row: ManagedTable) -> TaskOut:
+    data = {c: getattr(task, c) for c in TaskOut.model_fields if c != "table"}
+    return TaskOut(table=f"{row.namespace}.{row.name}", **data)
+
+
+def _detail(session: Session, task: Task) -> TaskDetail:
+    row = session.get(ManagedTable, task.table_id)
+    assert row is not None
+    runs = session.scalars(select(JobRun).where(JobRun.task_id == task.id).order_by(JobRun.attempt))
+    return TaskDetail(
+        **_out(task, row).model_dump(),
+        history=[
+            TransitionOut.model_validate(t, from_attributes=True)
+            for t in repo.history(session, task.id)
+        ],
+        runs=[RunOut.model_validate(r, from_attributes=True) for r in runs],
+    )
+
+
+@router.get("/tasks", response_model=Page[TaskOut])
+def list_tasks(
+    rt: RuntimeDep,
+    session: SessionDep,
+    table: Annotated[str | None, Query(description="namespace.name")] = None,
+    state: Annotated[str | None, Query(description=f"one of {', '.join(ALL_STATES)}")] = None,
+    kind: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[int | None, Query(ge=0)] = None,
+) -> Page[TaskOut]:
+    """Tasks, newest first."""
+    q = select(Task, ManagedTable).join(ManagedTable, ManagedTable.id == Task.table_id)
+    if table is not None:
+        try:
+            ref = TableRef.parse(table)
+        except InvalidIdentifier as exc:
+            raise HTTPException(422, str(exc)) from exc
+        row = get_table(session, rt.settings.catalog_name, ref)
+        if row is None:
+            raise HTTPException(404, f"table {ref.dotted} is not managed by lakewarden")
+        q = q.where(Task.table_id == row.id)
+    if state is not None:
+        if state not in ALL_STATES:
+            raise HTTPException(422, f"unknown state {state!r}: use one of {', '.join(ALL_STATES)}")
+        q = q.where(Task.state == state)
+    if kind is not None:
+        q = q.where(Task.kind == kind)
+    if cursor is not None:
+        q = q.where(Task.id < cursor)
+    rows = session.execute(q.order_by(Task.id.desc()).limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(items=[_out(t, r) for t, r in rows], next_cursor=rows[-1][0].id if more else None)
+
+
+@router.get("/tasks/{task_id}", response_model=TaskDetail)
+def read_task(task_id: int, session: SessionDep) -> TaskDetail:
+    """A task with why it exists, its plan, result, every transition and every run."""
+    task = session.get(Task, task_id)
+    if task is None:
+        raise HTTPException(404, f"task {task_id} does not exist")
+    return _detail(session, task)
+
+
+@router.post("/tables/{namespace}/{name}/tasks", status_code=201, response_model=TaskDetail)
+def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
+    """Ask for a task now, whatever the thresholds say; the worker still plans it."""
+    policy = parse_policy(row.policy).for_kind(body.kind)
+    task_id = repo.create_task(
+        session,
+        table_id=row.id,
+        kind=body.kind,
+        actor=f"api:{rt.process_id}",
+        priority=policy.priority,
+        max_attempts=policy.max_attempts,
+        trigger={
+            "source": "manual",
+            "reason": "requested through the API",
+            "policy_version": row.policy_version,
+        },
+    )
+    if task_id is None:
+        existing = repo.open_task(session, row.id, body.kind)
+        raise HTTPException(
+            409,
+            f"table {row.namespace}.{row.name} already has an open {body.kind} task"
+            + (f" ({existing.id}, {existing.state})" if existing else ""),
+        )
+    task = session.get(Task, task_id)
+    assert task is not None
+    return _detail(session, task)
+
+
+@router.post("/tasks/{task_id}/cancel", response_model=TaskDetail)
+def cancel_task(task_id: int, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
+    """Cancel a task in any open state; a running Spark job is cancelled by the scheduler."""
+    try:
+        task = repo.transition(
+            session,
+            task_id,
+            "cancelled",
+            actor=f"api:{rt.process_id}",
+            reason="cancelled through the API",
+        )
+    except repo.TransitionRejected as exc:
+        task_row = session.get(Task, task_id)
+        if task_row is None:
+            raise HTTPException(404, f"task {task_id} does not exist") from exc
+        if task_row.state in TERMINAL_STATES:
+            raise HTTPException(409, f"task {task_id} already ended ({task_row.state})") from exc
+        raise HTTPException(409, str(exc)) from exc
+    return _detail(session, task)

@@ -1,0 +1,135 @@
+"""Request and response bodies. Requests forbid unknown fields: a typo is a 422, not a no-op."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lakewarden.policy import KINDS, Policy
+
+T = TypeVar("T")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TableIn(_Request):
+    namespace: str = Field(min_length=1, max_length=128, examples=["sales"])
+    name: str = Field(min_length=1, max_length=128, examples=["orders"])
+    policy: Policy = Field(default_factory=Policy)
+
+
+class TaskIn(_Request):
+    kind: Literal[KINDS] = "compaction"  # type: ignore[valid-type]
+
+
+class EventIn(_Request):
+    """A commit notification pushed by an engine or catalog.
+
+    Only the table is required; lakewarden reads the commit itself from the
+    catalog, so a notification can be neither forged nor half-filled.
+    """
+
+    namespace: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128)
+    snapshot_id: int | None = Field(default=None, description="the committed snapshot, if known")
+
+
+class TableOut(BaseModel):
+    id: int
+    catalog: str
+    namespace: str
+    name: str
+    policy: dict[str, Any]
+    policy_version: int
+    current_snapshot_id: int | None
+    metadata_location: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class EventOut(BaseModel):
+    id: int
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    sequence_number: int | None
+    operation: str | None
+    summary: dict[str, Any]
+    source: str
+    committed_at: datetime | None
+    received_at: datetime
+    decision: str | None
+    decision_detail: dict[str, Any] | None
+
+
+class TransitionOut(BaseModel):
+    from_state: str | None
+    to_state: str
+    actor: str
+    reason: str | None
+    leader_epoch: int | None
+    at: datetime
+
+
+class RunOut(BaseModel):
+    attempt: int
+    state: str
+    scheduler_id: str
+    leader_epoch: int
+    spark_app_id: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    duration_ms: int | None
+    metrics: dict[str, Any] | None
+    committed_snapshot_id: int | None
+    error: str | None
+    log_tail: str | None
+
+
+class TaskOut(BaseModel):
+    id: int
+    table: str
+    kind: str
+    state: str
+    priority: int
+    trigger: dict[str, Any]
+    plan: dict[str, Any] | None
+    result: dict[str, Any] | None
+    reason: str | None
+    attempt: int
+    max_attempts: int
+    not_before: datetime
+    holder: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskDetail(TaskOut):
+    history: list[TransitionOut]
+    runs: list[RunOut]
+
+
+class EventAccepted(BaseModel):
+    table: str
+    new_events: int
+    current_snapshot_id: int | None
+    event: EventOut | None
+
+
+class LeaderOut(BaseModel):
+    holder: str | None
+    epoch: int | None
+    acquired_at: datetime | None = None
+    renewed_at: datetime | None = None
+    expires_at: datetime | None = None
+    live: bool
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    next_cursor: int | None = Field(
+        description="pass as `cursor` for the next page; null on the last page"
+    )

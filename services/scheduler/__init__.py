@@ -1,0 +1,1 @@
+"""Scheduler: one leader (lease + epoch) dispatches planned tasks to Spark, tracks, retries."""

@@ -1,0 +1,264 @@
+"""The scheduler process: stand by, or lead: dispatch planned tasks to a warm Spark session.
+
+Threads: APScheduler runs the lease renewal and the leader's sweeps; the main
+loop dispatches; a pool runs Spark jobs (each in its own Spark job group, so
+it can be cancelled). Every write that depends on leading carries the fence.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import select, text
+
+from lakewarden import process
+from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.leader import SCHEDULER_LEASE, Fence, FencedOut, acquire_or_renew, resign
+from lakewarden.runtime import Runtime
+from lakewarden.spark.job import PlanRejected, run_compaction
+from lakewarden.tables import ref_of
+from lakewarden.tasks import repo
+from services.scheduler.runs import abandon_orphans, finish_run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+_NEXT_PLANNED = text(
+    """
+    SELECT t.id FROM tasks t
+    WHERE t.state = 'planned' AND t.not_before <= now()
+      AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.table_id = t.table_id AND r.state = 'running')
+    ORDER BY t.priority DESC, t.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+    """
+)
+
+
+class Scheduler:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.stop = threading.Event()
+        self.fence: Fence | None = None
+        self._valid_until = 0.0  # monotonic deadline of our last successful renewal
+        self.pool = ThreadPoolExecutor(
+            max_workers=rt.settings.max_concurrent_jobs, thread_name_prefix="job"
+        )
+        self.inflight: dict[int, tuple[Future[Any], str]] = {}
+        self._spark: SparkSession | None = None
+        self._spark_lock = threading.Lock()
+        self.sweeper = BackgroundScheduler(daemon=True)
+
+    # --- leadership -------------------------------------------------------------
+    def renew(self) -> None:
+        ttl = self.rt.settings.lease_ttl_s
+        started = time.monotonic()
+        with self.rt.engine.begin() as conn:
+            fence = acquire_or_renew(conn, SCHEDULER_LEASE, self.rt.process_id, ttl)
+        if fence is not None:
+            if self.fence is None or fence.epoch != self.fence.epoch:
+                log.info("%s leads the scheduler (epoch %d)", self.rt.process_id, fence.epoch)
+            # Our own idea of validity ends a margin before the database's.
+            self._valid_until = started + ttl * 0.8
+        elif self.fence is not None:
+            log.warning("%s lost scheduler leadership", self.rt.process_id)
+        self.fence = fence
+        process.beat(self.rt)
+        if fence is not None and self.inflight:
+            with transaction(self.rt.engine) as s:
+                for task_id in list(self.inflight):
+                    repo.heartbeat(s, task_id, self.rt.process_id)
+
+    def leading(self) -> Fence | None:
+        if self.fence is not None and time.monotonic() < self._valid_until:
+            return self.fence
+        return None
+
+    def sweep(self) -> None:
+        fence = self.leading()
+        if fence is None:
+            return
+        returned = abandon_orphans(
+            self.rt, fence, self.rt.settings.stale_after_s, set(self.inflight)
+        )
+        if returned:
+            log.info("returned %d orphaned task(s) to pending", returned)
+
+    # --- Spark -----------------------------------------------------------------
+    def spark(self) -> SparkSession:
+        with self._spark_lock:
+            if self._spark is None:
+                from lakewarden.spark.session import build_session
+
+                self._spark = build_session(
+                    self.rt.settings, self.rt.db_url, "lakewarden-scheduler"
+                )
+            return self._spark
+
+    # --- dispatch --------------------------------------------------------------
+    def dispatch_once(self) -> bool:
+        fence = self.leading()
+        if fence is None or len(self.inflight) >= self.rt.settings.max_concurrent_jobs:
+            return False
+        try:
+            with transaction(self.rt.engine) as s:
+                task_id = s.execute(_NEXT_PLANNED).scalar()
+                if task_id is None:
+                    return False
+                task = s.get(Task, task_id)
+                assert task is not None
+                attempt = task.attempt + 1
+                repo.transition(
+                    s,
+                    task_id,
+                    "running",
+                    actor=self.rt.process_id,
+                    expected=("planned",),
+                    fence=fence,
+                    reason=f"dispatched to Spark, attempt {attempt}/{task.max_attempts}",
+                    attempt=attempt,
+                    holder=self.rt.process_id,
+                )
+                row = s.get(ManagedTable, task.table_id)
+                assert row is not None
+                group = f"lakewarden-task-{task_id}-{attempt}"
+                s.add(
+                    JobRun(
+                        task_id=task_id,
+                        attempt=attempt,
+                        state="running",
+                        scheduler_id=self.rt.process_id,
+                        leader_epoch=fence.epoch,
+                        spark_job_group=group,
+                    )
+                )
+                plan, kind, ref = dict(task.plan or {}), task.kind, ref_of(row)
+        except FencedOut as exc:
+            log.warning("dispatch refused: %s", exc)
+            return False
+        log.info("task %d: running %s on %s (attempt %d)", task_id, kind, ref.dotted, attempt)
+        future = self.pool.submit(self._run_job, fence, task_id, attempt, kind, ref, plan, group)
+        self.inflight[task_id] = (future, group)
+        future.add_done_callback(lambda _f, tid=task_id: self.inflight.pop(tid, None))
+        return True
+
+    def _run_job(
+        self,
+        fence: Fence,
+        task_id: int,
+        attempt: int,
+        kind: str,
+        ref: Any,
+        plan: dict[str, Any],
+        group: str,
+    ) -> str:
+        try:
+            spark = self.spark()
+            with transaction(self.rt.engine) as s:
+                s.execute(
+                    JobRun.__table__.update()  # type: ignore[attr-defined]
+                    .where(JobRun.task_id == task_id, JobRun.attempt == attempt)
+                    .values(spark_app_id=spark.sparkContext.applicationId)
+                )
+            spark.sparkContext.setJobGroup(group, f"lakewarden task {task_id}", True)
+            if kind != "compaction":
+                raise PlanRejected(f"no Spark job for task kind {kind!r}")
+            result = run_compaction(spark, self.rt.settings.catalog_name, ref, plan)
+        except PlanRejected as exc:
+            return finish_run(self.rt, fence, task_id, attempt, error=exc, retryable=False)
+        except Exception as exc:
+            log.exception("task %d attempt %d failed", task_id, attempt)
+            if self._spark is not None and self._spark.sparkContext._jsc is None:
+                self._spark = None  # the JVM went away; build a new session next time
+            return finish_run(self.rt, fence, task_id, attempt, error=exc)
+        state = finish_run(
+            self.rt,
+            fence,
+            task_id,
+            attempt,
+            metrics=result.metrics,
+            committed_snapshot_id=result.committed_snapshot_id,
+        )
+        log.info("task %d: %s %s", task_id, state, result.metrics)
+        return state
+
+    def cancel_requested_jobs(self) -> None:
+        if not self.inflight or self._spark is None:
+            return
+        with transaction(self.rt.engine) as s:
+            cancelled = set(
+                s.scalars(
+                    select(Task.id).where(
+                        Task.id.in_(list(self.inflight)), Task.state == "cancelled"
+                    )
+                )
+            )
+        for task_id in cancelled:
+            entry = self.inflight.get(task_id)
+            if entry is not None:
+                log.info("task %d cancelled: cancelling Spark job group %s", task_id, entry[1])
+                self._spark.sparkContext.cancelJobGroup(entry[1])
+
+    # --- main loop -----------------------------------------------------------
+    def serve(self) -> None:
+        s = self.rt.settings
+        self.sweeper.add_job(
+            self.renew,
+            "interval",
+            seconds=s.lease_renew_interval_s,
+            id="lease",
+            max_instances=1,
+            coalesce=True,
+        )
+        self.sweeper.add_job(
+            self.sweep,
+            "interval",
+            seconds=max(5.0, s.stale_after_s / 3),
+            id="reaper",
+            max_instances=1,
+            coalesce=True,
+        )
+        self.renew()
+        self.sweeper.start()
+        # Warm the Spark session in the background, so the first job (or a failover) is fast.
+        threading.Thread(target=self._warm, name="spark-warmup", daemon=True).start()
+        log.info("scheduler %s started", self.rt.process_id)
+        while not self.stop.is_set():
+            try:
+                self.cancel_requested_jobs()
+                while self.dispatch_once():
+                    pass
+            except Exception:
+                log.exception("scheduler loop error")
+            self.stop.wait(s.scheduler_poll_interval_s)
+        self.shutdown()
+
+    def _warm(self) -> None:
+        try:
+            self.spark()
+        except Exception:
+            log.exception("could not start Spark; jobs will fail until it can")
+
+    def shutdown(self) -> None:
+        self.sweeper.shutdown(wait=False)
+        self.pool.shutdown(wait=True, cancel_futures=False)
+        if self.fence is not None:
+            with self.rt.engine.begin() as conn:
+                resign(conn, self.fence)
+        process.forget(self.rt)
+
+
+def main(rt: Runtime) -> None:
+    scheduler = Scheduler(rt)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: scheduler.stop.set())
+    scheduler.serve()

@@ -1,0 +1,165 @@
+"""Job-run bookkeeping and the task outcome of a finished run, all fenced."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from lakewarden.db.models import JobRun, Task
+from lakewarden.db.session import transaction
+from lakewarden.leader import Fence, FencedOut
+from lakewarden.runtime import Runtime
+from lakewarden.tasks import repo
+from services.scheduler.backoff import retry_delay_s
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_CHARS = 4000
+
+
+def finish_run(
+    rt: Runtime,
+    fence: Fence,
+    task_id: int,
+    attempt: int,
+    *,
+    metrics: dict[str, Any] | None = None,
+    committed_snapshot_id: int | None = None,
+    error: BaseException | None = None,
+    retryable: bool = True,
+) -> str:
+    """Record the run and move the task on. Returns the task's new state (or why not)."""
+    text_error = f"{type(error).__name__}: {error}" if error else None
+    try:
+        with transaction(rt.engine) as s:
+            run = s.scalars(
+                select(JobRun)
+                .where(JobRun.task_id == task_id, JobRun.attempt == attempt)
+                .with_for_update()
+            ).one_or_none()
+            task = s.get(Task, task_id)
+            if task is None:
+                return "gone"  # table unregistered while the job ran
+            cancelled = task.state == "cancelled"
+            if run is not None:
+                run.state = "cancelled" if cancelled else ("failed" if error else "succeeded")
+                run.finished_at = func.now()  # type: ignore[assignment]
+                run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
+                run.metrics = metrics
+                run.committed_snapshot_id = committed_snapshot_id
+                if text_error:
+                    run.error = text_error.splitlines()[0][:1000]
+                    run.log_tail = text_error[-LOG_TAIL_CHARS:]
+            if cancelled:
+                return "cancelled"
+            if error is None:
+                result = {**(metrics or {}), "committed_snapshot_id": committed_snapshot_id}
+                repo.transition(
+                    s,
+                    task_id,
+                    "succeeded",
+                    actor=rt.process_id,
+                    expected=("running",),
+                    fence=fence,
+                    reason="job committed"
+                    if committed_snapshot_id
+                    else "job finished with nothing to commit",
+                    result=result,
+                )
+                return "succeeded"
+            assert text_error is not None
+            if not retryable or attempt >= task.max_attempts:
+                why = "not retryable" if not retryable else f"attempt {attempt}/{task.max_attempts}"
+                repo.transition(
+                    s,
+                    task_id,
+                    "failed",
+                    actor=rt.process_id,
+                    expected=("running",),
+                    fence=fence,
+                    reason=f"{why}: {text_error.splitlines()[0][:1000]}",
+                )
+                return "failed"
+            delay = retry_delay_s(attempt, rt.settings.retry_base_s, rt.settings.retry_cap_s)
+            repo.transition(
+                s,
+                task_id,
+                "pending",
+                actor=rt.process_id,
+                expected=("running",),
+                fence=fence,
+                reason=f"attempt {attempt}/{task.max_attempts} failed, re-planning in "
+                f"{delay:.0f}s: {text_error.splitlines()[0][:500]}",
+                not_before=datetime.now(UTC) + timedelta(seconds=delay),
+                holder=None,
+                plan=None,
+            )
+            return "pending"
+    except FencedOut as exc:
+        log.warning("task %d: result not recorded, %s", task_id, exc)
+        return "fenced"
+    except repo.TransitionRejected as exc:
+        log.warning("task %d: %s", task_id, exc)
+        return "rejected"
+
+
+def abandon_orphans(rt: Runtime, fence: Fence, stale_after_s: float, inflight: set[int]) -> int:
+    """Return work whose holder went silent: planners (stale heartbeat) and jobs of other leaders.
+
+    A running task this leader does not hold was dispatched by a previous
+    leader; it is re-planned from the table's real state, so a job that did
+    commit before its leader died leaves nothing for the new plan to redo.
+    """
+    returned = 0
+    with transaction(rt.engine) as s:
+        stale = s.scalars(
+            select(Task.id).where(
+                Task.state == "planning",
+                Task.heartbeat_at < func.now() - timedelta(seconds=stale_after_s),
+            )
+        ).all()
+        orphaned = s.scalars(
+            select(Task.id).where(Task.state == "running", Task.holder != fence.holder)
+        ).all()
+    for task_id in stale:
+        returned += _return_to_pending(rt, fence, task_id, "planning", "planner went silent")
+    for task_id in orphaned:
+        if task_id in inflight:
+            continue
+        with transaction(rt.engine) as s:
+            s.execute(
+                update(JobRun)
+                .where(JobRun.task_id == task_id, JobRun.state == "running")
+                .values(
+                    state="abandoned",
+                    finished_at=func.now(),
+                    error=f"scheduler leadership moved to {fence.holder} (epoch {fence.epoch})",
+                )
+            )
+        returned += _return_to_pending(
+            rt, fence, task_id, "running", "its scheduler lost leadership mid-run; re-planning"
+        )
+    return returned
+
+
+def _return_to_pending(rt: Runtime, fence: Fence, task_id: int, src: str, reason: str) -> int:
+    try:
+        with transaction(rt.engine) as s:
+            repo.transition(
+                s,
+                task_id,
+                "pending",
+                actor=rt.process_id,
+                expected=(src,),
+                fence=fence,
+                reason=reason,
+                holder=None,
+                plan=None,
+            )
+        return 1
+    except (repo.TransitionRejected, FencedOut) as exc:
+        log.info("task %d not returned: %s", task_id, exc)
+        return 0

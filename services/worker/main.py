@@ -1,0 +1,115 @@
+"""The worker loop: claim → heartbeat → plan → planned | skipped, one task at a time."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+from datetime import UTC, datetime, timedelta
+
+from pyiceberg.exceptions import NoSuchTableError
+
+from lakewarden import process
+from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import transaction
+from lakewarden.policy import parse_policy
+from lakewarden.process import Ticker
+from lakewarden.runtime import Runtime
+from lakewarden.tables import ref_of
+from lakewarden.tasks import repo
+from services.worker.planner import plan_task
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.stop = threading.Event()
+        self.current_task: int | None = None
+
+    def _beat(self) -> None:
+        process.beat(self.rt, self.current_task)
+        if self.current_task is not None:
+            with transaction(self.rt.engine) as s:
+                repo.heartbeat(s, self.current_task, self.rt.process_id)
+
+    def run_once(self) -> bool:
+        """Plan one task if any is claimable. Returns whether one was claimed."""
+        with transaction(self.rt.engine) as s:
+            task = repo.claim_for_planning(s, self.rt.process_id)
+            if task is None:
+                return False
+            row = s.get(ManagedTable, task.table_id)
+            assert row is not None  # FK
+            ref, policy = ref_of(row), parse_policy(row.policy)
+        self.current_task = task.id
+        try:
+            table = self.rt.catalog.load_table((ref.namespace, ref.name))
+            outcome = plan_task(task.kind, policy, table)
+        except NoSuchTableError:
+            self._finish(task.id, "skipped", f"table {ref.dotted} no longer exists in the catalog")
+            return True
+        except Exception as exc:
+            log.exception("planning task %d failed", task.id)
+            self._planning_failed(task.id, task.attempt, task.max_attempts, exc)
+            return True
+        finally:
+            self.current_task = None
+        if outcome.plan is None:
+            self._finish(task.id, "skipped", outcome.reason)
+        else:
+            self._finish(task.id, "planned", outcome.reason, plan=outcome.plan)
+        log.info("task %d (%s %s): %s", task.id, task.kind, ref.dotted, outcome.reason)
+        return True
+
+    def _finish(self, task_id: int, to: str, reason: str, **fields: object) -> None:
+        try:
+            with transaction(self.rt.engine) as s:
+                repo.transition(
+                    s,
+                    task_id,
+                    to,
+                    actor=self.rt.process_id,
+                    expected=("planning",),
+                    held_by=self.rt.process_id,
+                    reason=reason,
+                    **fields,
+                )
+        except repo.TransitionRejected as exc:
+            # Cancelled or reaped while we planned: our plan is no longer wanted.
+            log.info("dropping plan for task %d: %s", task_id, exc)
+
+    def _planning_failed(
+        self, task_id: int, attempt: int, max_attempts: int, exc: Exception
+    ) -> None:
+        reason = f"planning failed: {type(exc).__name__}: {exc}"[:2000]
+        if attempt + 1 >= max_attempts:
+            self._finish(task_id, "failed", reason, attempt=attempt + 1)
+            return
+        delay = min(self.rt.settings.retry_cap_s, self.rt.settings.retry_base_s * 2**attempt)
+        not_before = datetime.now(UTC) + timedelta(seconds=delay * random.uniform(0.5, 1.0))
+        self._finish(
+            task_id, "pending", reason, attempt=attempt + 1, not_before=not_before, holder=None
+        )
+
+    def serve(self) -> None:
+        Ticker("heartbeat", self.rt.settings.heartbeat_interval_s, self._beat, self.stop).start()
+        log.info("worker %s started", self.rt.process_id)
+        while not self.stop.is_set():
+            try:
+                claimed = self.run_once()
+            except Exception:
+                log.exception("worker loop error")
+                claimed = False
+            if not claimed:
+                self.stop.wait(self.rt.settings.worker_poll_interval_s)
+        process.forget(self.rt)
+
+
+def main(rt: Runtime) -> None:
+    worker = Worker(rt)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: worker.stop.set())
+    worker.serve()
