@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     spark_packages: str | None = None  # Maven coordinates, when Maven is reachable
     spark_driver_memory: str = "2g"
     spark_conf: dict[str, str] = Field(default_factory=dict)  # extra spark.* settings (JSON)
+    # Where the offline jar assembly is built once and kept.
+    jars_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "lakewarden")
 
     # --- API ---------------------------------------------------------------------
     api_host: str = "127.0.0.1"

@@ -56,7 +56,7 @@ def resolve_jars(settings: Settings) -> JarSpec:
         if not any(p.startswith("org.postgresql:") for p in packages):
             packages.append(PG_JDBC_PACKAGE)
         return JarSpec(packages=packages, source="maven")
-    return JarSpec(jars=offline_assembly(settings.data_dir / "jars"), source="offline")
+    return JarSpec(jars=offline_assembly(settings.jars_cache_dir), source="offline")
 
 
 def offline_assembly(cache_dir: Path) -> list[str]:

@@ -105,7 +105,9 @@ def transition(
     session.execute(
         update(Task)
         .where(Task.id == task_id, Task.state == src)
-        .values(state=to, updated_at=func.now(), **fields)
+        # The task keeps the latest reason (why it was skipped, failed, retried...);
+        # the history keeps them all.
+        .values(state=to, updated_at=func.now(), **({"reason": reason} if reason else {}), **fields)
     )
     session.add(
         TaskTransition(

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs everything lakewarden needs on a fresh Debian machine, then runs the demo.
+#   bash scripts/setup.sh             install + `lakewarden demo`
+#   bash scripts/setup.sh --no-demo   install only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+run_demo=1
+[ "${1:-}" = "--no-demo" ] && run_demo=0
+
+# 1. Debian packages: Java for Spark, jarjar for the offline jar assembly, the JDBC driver.
+pkgs=()
+command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+[ -f /usr/share/java/jarjar.jar ] || pkgs+=(libjarjar-java)
+[ -f /usr/share/java/postgresql.jar ] || pkgs+=(libpostgresql-jdbc-java)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || pkgs+=(python3-venv)
+if [ ${#pkgs[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "==> apt-get install ${pkgs[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+
+# 2. The virtualenv and the package (editable, with the dev tools).
+if [ ! -x .venv/bin/python ]; then
+  echo "==> python3 -m venv .venv"
+  python3 -m venv .venv
+fi
+echo "==> pip install -e .[dev]"
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e ".[dev]"
+
+# 3. Spark jars. A Spark that reaches Maven can use LAKEWARDEN_SPARK_PACKAGES instead;
+#    here the Apache Iceberg runtime comes from PyPI wheels and is assembled once.
+if [ -z "${LAKEWARDEN_SPARK_PACKAGES:-}${LAKEWARDEN_SPARK_JARS:-}" ]; then
+  echo "==> offline Iceberg jars"
+  .venv/bin/pip install -q --no-deps "snowpark-connect-deps-iceberg==1.0.3" "snowpark-connect-deps-2==3.56.7"
+fi
+.venv/bin/lakewarden jars
+
+if [ "$run_demo" -eq 1 ]; then
+  echo "==> lakewarden demo"
+  .venv/bin/lakewarden demo
+fi

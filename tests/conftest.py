@@ -1,0 +1,84 @@
+"""Shared fixtures: a real Postgres (embedded, or TEST_DATABASE_URL), one fresh database per
+test copied from a migrated template, a Runtime on it, and pyiceberg-written tables."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+
+from lakewarden.runtime import Runtime, migrate
+from lakewarden.settings import Settings
+
+TEMPLATE = "lw_test_template"
+TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
+TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
+
+
+def _admin(url: str) -> psycopg.Connection:
+    u = make_url(url).set(drivername="postgresql", database="postgres")
+    return psycopg.connect(u.render_as_string(hide_password=False), autocommit=True)
+
+
+def _with_db(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        return Settings(database_url=url).database_url or url
+    from lakewarden.db.embedded import ensure_server
+
+    return ensure_server(TEST_PG_DIR, TEST_PG_PORT)
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A database migrated to head, with the catalog tables and commit trigger in place."""
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+    url = _with_db(server_url, TEMPLATE)
+    wh = tmp_path_factory.mktemp("template-warehouse")
+    rt = make_test_runtime(url, wh)
+    migrate(rt)
+    rt.engine.dispose()
+    rt.catalog.engine.dispose()  # type: ignore[attr-defined]
+    return url
+
+
+def make_test_runtime(url: str, tmp: Path, role: str = "test", **overrides: object) -> Runtime:
+    settings = Settings(
+        database_url=url,
+        data_dir=tmp,
+        warehouse=(tmp / "warehouse").as_uri(),
+        **overrides,  # type: ignore[arg-type]
+    )
+    engine = create_engine(settings.database_url or url, pool_size=5, max_overflow=10)
+    return Runtime(settings=settings, db_url=settings.database_url or url, engine=engine, role=role)
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    name = f"lw_test_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    yield _with_db(server_url, name)
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    runtime = make_test_runtime(db_url, tmp_path)
+    yield runtime
+    runtime.engine.dispose()

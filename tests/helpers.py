@@ -1,0 +1,47 @@
+"""Test helpers: Iceberg tables written by pyiceberg (no JVM), for tests that need files fast."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from lakewarden.runtime import Runtime
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("region", pa.string(), nullable=False),
+        pa.field("amount", pa.float64()),
+    ]
+)
+
+
+def make_table(rt: Runtime, namespace: str = "sales", name: str = "orders", partitioned=True):  # type: ignore[no-untyped-def]
+    """An Iceberg table in the test catalog, written by pyiceberg (no JVM)."""
+    from pyiceberg.transforms import IdentityTransform
+
+    rt.catalog.create_namespace_if_not_exists(namespace)
+    table = rt.catalog.create_table(f"{namespace}.{name}", schema=SCHEMA)
+    if partitioned:
+        with table.update_spec() as spec:
+            spec.add_field("region", IdentityTransform(), "region")
+    return rt.catalog.load_table(f"{namespace}.{name}")
+
+
+def append_batches(table, batches: int, rows: int = 10, start: int = 0, regions=("a", "b")):  # type: ignore[no-untyped-def]
+    """`batches` commits, each writing one small file per region."""
+    next_id = start
+    for _ in range(batches):
+        ids = list(range(next_id, next_id + rows))
+        next_id += rows
+        table.append(
+            pa.table(
+                {
+                    "id": ids,
+                    "region": [regions[i % len(regions)] for i in ids],
+                    "amount": [float(i) for i in ids],
+                },
+                schema=SCHEMA,
+            )
+        )
+        table = table.refresh()
+    return table

@@ -1,0 +1,167 @@
+"""The REST API on a real Postgres and a real Iceberg catalog: status codes that say what to fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from helpers import append_batches, make_table
+
+from lakewarden.runtime import Runtime
+from services.api.app import create_app
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+    assert client.get("/openapi.json").status_code == 200
+
+
+def test_register_unknown_table_is_404(client: TestClient) -> None:
+    r = client.post("/api/v1/tables", json={"namespace": "nope", "name": "missing"})
+    assert r.status_code == 404
+    assert "has no table nope.missing" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"namespace": "bad-ns", "name": "t"}, None),
+        ({"namespace": "ns", "name": "t; drop"}, None),
+        ({"namespace": "ns"}, "name"),
+        ({"namespace": "ns", "name": "t", "extra": 1}, "extra"),
+        (
+            {"namespace": "ns", "name": "t", "policy": {"compaction": {"min_small_files": 0}}},
+            "policy.compaction.min_small_files",
+        ),
+        (
+            {"namespace": "ns", "name": "t", "policy": {"compaction": {"target": 5}}},
+            "policy.compaction.target",
+        ),
+    ],
+)
+def test_malformed_registration_is_422_saying_what_to_fix(
+    client: TestClient, body: dict, field: str | None
+) -> None:
+    r = client.post("/api/v1/tables", json=body)
+    assert r.status_code == 422, r.text
+    payload = r.json()
+    if field is None:
+        assert "invalid table" in payload["detail"]
+    else:
+        assert field in [e["field"] for e in payload["errors"]]
+
+
+def test_register_read_update_delete(client: TestClient, rt: Runtime) -> None:
+    table = append_batches(make_table(rt), 2)
+    r = client.post(
+        "/api/v1/tables",
+        json={
+            "namespace": "sales",
+            "name": "orders",
+            "policy": {"compaction": {"min_small_files": 50}},
+        },
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["policy"]["compaction"]["min_small_files"] == 50
+    assert body["policy"]["compaction"]["target_file_size_bytes"] == 128 * 1024 * 1024
+    assert body["current_snapshot_id"] == table.current_snapshot().snapshot_id
+
+    assert (
+        client.post("/api/v1/tables", json={"namespace": "sales", "name": "orders"}).status_code
+        == 409
+    )
+    r = client.put(
+        "/api/v1/tables/sales/orders/policy", json={"compaction": {"min_small_files": 20}}
+    )
+    assert r.status_code == 200 and r.json()["policy_version"] == 2
+    assert (
+        client.put(
+            "/api/v1/tables/sales/orders/policy", json={"compaction": {"min_small_files": "many"}}
+        ).status_code
+        == 422
+    )
+
+    events = client.get("/api/v1/tables/sales/orders/events").json()["items"]
+    assert [e["source"] for e in events] == ["register"]  # history is not replayed
+    assert events[0]["decision"] == "no-action"
+
+    assert client.get("/api/v1/tables/sales/missing").status_code == 404
+    assert client.get("/api/v1/tables/bad-ns/x").status_code == 422
+    assert client.delete("/api/v1/tables/sales/orders").status_code == 204
+    assert client.get("/api/v1/tables/sales/orders").status_code == 404
+
+
+def test_list_endpoints_paginate(client: TestClient, rt: Runtime) -> None:
+    for i in range(5):
+        make_table(rt, "pg", f"t{i}", partitioned=False)
+        assert (
+            client.post("/api/v1/tables", json={"namespace": "pg", "name": f"t{i}"}).status_code
+            == 201
+        )
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        page = client.get("/api/v1/tables", params=params).json()
+        seen += [t["name"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [f"t{i}" for i in range(5)]
+    assert client.get("/api/v1/tables", params={"limit": 0}).status_code == 422
+
+
+def test_manual_task_then_cancel(client: TestClient, rt: Runtime) -> None:
+    make_table(rt)
+    client.post("/api/v1/tables", json={"namespace": "sales", "name": "orders"})
+    r = client.post("/api/v1/tables/sales/orders/tasks", json={"kind": "compaction"})
+    assert r.status_code == 201, r.text
+    task = r.json()
+    assert task["state"] == "pending" and task["trigger"]["source"] == "manual"
+    again = client.post("/api/v1/tables/sales/orders/tasks", json={"kind": "compaction"})
+    assert again.status_code == 409 and str(task["id"]) in again.json()["detail"]
+    assert (
+        client.post("/api/v1/tables/sales/orders/tasks", json={"kind": "vacuum"}).status_code == 422
+    )
+
+    listed = client.get("/api/v1/tasks", params={"table": "sales.orders", "state": "pending"})
+    assert [t["id"] for t in listed.json()["items"]] == [task["id"]]
+    assert client.get("/api/v1/tasks", params={"state": "bogus"}).status_code == 422
+    assert client.get("/api/v1/tasks", params={"table": "nodots"}).status_code == 422
+
+    r = client.post(f"/api/v1/tasks/{task['id']}/cancel")
+    assert r.status_code == 200
+    detail = r.json()
+    assert detail["state"] == "cancelled"
+    assert [(h["from_state"], h["to_state"]) for h in detail["history"]] == [
+        (None, "pending"),
+        ("pending", "cancelled"),
+    ]
+    assert client.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 409
+    assert client.get("/api/v1/tasks/999999").status_code == 404
+    assert client.post("/api/v1/tasks/999999/cancel").status_code == 404
+
+
+def test_leader_endpoint_without_and_with_a_leader(client: TestClient, rt: Runtime) -> None:
+    from lakewarden.leader import SCHEDULER_LEASE, acquire_or_renew
+
+    assert client.get("/api/v1/scheduler/leader").json() == {
+        "holder": None,
+        "epoch": None,
+        "acquired_at": None,
+        "renewed_at": None,
+        "expires_at": None,
+        "live": False,
+    }
+    with rt.engine.begin() as conn:
+        acquire_or_renew(conn, SCHEDULER_LEASE, "sched-a", 15)
+    body = client.get("/api/v1/scheduler/leader").json()
+    assert body["holder"] == "sched-a" and body["epoch"] == 1 and body["live"] is True

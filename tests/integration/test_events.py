@@ -1,0 +1,143 @@
+"""Commit events: idempotent ingest from every road, and what evaluation decides."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from helpers import append_batches, make_table
+from sqlalchemy import select
+
+from lakewarden.db.models import Task, TimelineEvent
+from lakewarden.db.session import transaction
+from lakewarden.events.listener import CommitListener
+from lakewarden.events.poller import poll_once
+from lakewarden.runtime import Runtime
+from services.api.app import create_app
+
+POLICY = {"compaction": {"min_small_files": 6, "min_input_files": 3}}
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _register(client: TestClient, policy: dict | None = None) -> None:
+    r = client.post(
+        "/api/v1/tables", json={"namespace": "sales", "name": "orders", "policy": policy or POLICY}
+    )
+    assert r.status_code == 201, r.text
+
+
+def _events(rt: Runtime) -> list[TimelineEvent]:
+    with transaction(rt.engine) as s:
+        return list(s.scalars(select(TimelineEvent).order_by(TimelineEvent.id)))
+
+
+def _tasks(rt: Runtime) -> list[Task]:
+    with transaction(rt.engine) as s:
+        return list(s.scalars(select(Task).order_by(Task.id)))
+
+
+def test_same_event_posted_twice_is_one_event_and_at_most_one_task(
+    client: TestClient, rt: Runtime
+) -> None:
+    table = make_table(rt)
+    _register(client)
+    table = append_batches(table, 4)  # 8 small files: 7 reducible >= 6
+    snap = table.current_snapshot().snapshot_id
+    first = client.post(
+        "/api/v1/events", json={"namespace": "sales", "name": "orders", "snapshot_id": snap}
+    )
+    second = client.post(
+        "/api/v1/events", json={"namespace": "sales", "name": "orders", "snapshot_id": snap}
+    )
+    assert first.status_code == second.status_code == 202
+    assert first.json()["new_events"] == 4 and second.json()["new_events"] == 0
+    assert first.json()["event"]["decision"] == "task-created"
+    events = _events(rt)
+    # The table was empty at registration (no snapshot, no baseline event).
+    assert len(events) == 4 and len({e.snapshot_id for e in events}) == 4
+    assert [e.decision for e in events] == ["superseded"] * 3 + ["task-created"]
+    tasks = _tasks(rt)
+    assert len(tasks) == 1
+    trigger = tasks[0].trigger
+    assert trigger["snapshot_id"] == snap and trigger["metrics"]["reducible_files"] == 7
+    assert "7 reducible files >= min_small_files 6" in trigger["reason"]
+    assert trigger["expected_gain"] == {"data_files_removed_estimate": 7}
+
+    # More commits while the task is open: recorded, no second task, and said why.
+    append_batches(table, 1, start=1000)
+    r = client.post("/api/v1/events", json={"namespace": "sales", "name": "orders"})
+    assert r.json()["event"]["decision"] == "task-open"
+    assert r.json()["event"]["decision_detail"]["task_id"] == tasks[0].id
+    assert len(_tasks(rt)) == 1
+
+
+def test_concurrent_duplicate_posts_make_one_event(client: TestClient, rt: Runtime) -> None:
+    table = make_table(rt)
+    _register(client)
+    append_batches(table, 4)
+    statuses: list[int] = []
+
+    def post() -> None:
+        statuses.append(
+            client.post("/api/v1/events", json={"namespace": "sales", "name": "orders"}).status_code
+        )
+
+    threads = [threading.Thread(target=post) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [202] * 6
+    assert len(_events(rt)) == 4
+    assert len(_tasks(rt)) == 1
+
+
+def test_event_errors(client: TestClient, rt: Runtime) -> None:
+    make_table(rt)
+    body = {"namespace": "sales", "name": "orders"}
+    assert client.post("/api/v1/events", json=body).status_code == 404  # not managed yet
+    _register(client)
+    r = client.post("/api/v1/events", json=body | {"snapshot_id": 12345})
+    assert r.status_code == 422 and "snapshot 12345 is not in the metadata" in r.json()["detail"]
+    assert client.post("/api/v1/events", json=body | {"name": "x-y"}).status_code == 422
+    assert client.post("/api/v1/events", json=body | {"snapshot_id": "abc"}).status_code == 422
+
+
+def test_notify_trigger_delivers_commits_to_the_listener(client: TestClient, rt: Runtime) -> None:
+    table = make_table(rt)
+    _register(client)
+    stop = threading.Event()
+    listener = CommitListener(rt, stop)
+    listener.start()
+    try:
+        assert listener.connected.wait(10)
+        append_batches(table, 2)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            sources = [e.source for e in _events(rt)]
+            if sources.count("notify") == 2:
+                break
+            time.sleep(0.1)
+        assert sources == ["notify", "notify"]
+    finally:
+        stop.set()
+        listener.join(5)
+
+
+def test_poller_catches_commits_nobody_reported(client: TestClient, rt: Runtime) -> None:
+    table = make_table(rt)
+    _register(client)
+    assert poll_once(rt) == 0  # nothing moved
+    append_batches(table, 4)
+    assert poll_once(rt) == 1
+    assert [e.source for e in _events(rt)] == ["poll"] * 4
+    assert poll_once(rt) == 0
+    assert len(_tasks(rt)) == 1

@@ -1,0 +1,174 @@
+"""Task lifecycle on Postgres: guarded transitions for every pair of states, SKIP LOCKED
+claims, planning by a real worker on a real table, and the reaper."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from helpers import append_batches, make_table
+from sqlalchemy import select, text
+
+from lakewarden.db.models import ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.leader import SCHEDULER_LEASE, FencedOut, acquire_or_renew
+from lakewarden.runtime import Runtime
+from lakewarden.tasks import repo
+from lakewarden.tasks.states import ALL_STATES, can_transition
+from services.scheduler.runs import abandon_orphans
+from services.worker.main import Worker
+
+
+def _table(rt: Runtime, name: str = "t", policy: dict | None = None) -> int:
+    with transaction(rt.engine) as s:
+        row = ManagedTable(catalog="lake", namespace="ns", name=name, policy=policy or {})
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def _task(rt: Runtime, table_id: int, kind: str = "compaction") -> int:
+    with transaction(rt.engine) as s:
+        task_id = repo.create_task(
+            s, table_id=table_id, kind=kind, trigger={"reason": "t"}, actor="test"
+        )
+    assert task_id is not None
+    return task_id
+
+
+def _force_state(rt: Runtime, task_id: int, state: str) -> None:
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = :s WHERE id = :i"), {"s": state, "i": task_id})
+
+
+def test_every_pair_of_states_is_guarded(rt: Runtime) -> None:
+    table_id = _table(rt)
+    for src, dst in itertools.product(ALL_STATES, ALL_STATES):
+        with rt.engine.begin() as conn:
+            conn.execute(text("DELETE FROM tasks"))
+        task_id = _task(rt, table_id)
+        _force_state(rt, task_id, src)
+        with transaction(rt.engine) as s:
+            if can_transition(src, dst):
+                task = repo.transition(s, task_id, dst, actor="test")
+                assert task.state == dst
+                assert repo.history(s, task_id)[-1].from_state == src
+            else:
+                with pytest.raises(repo.TransitionRejected):
+                    repo.transition(s, task_id, dst, actor="test")
+
+
+def test_one_open_task_per_table_and_kind(rt: Runtime) -> None:
+    table_id = _table(rt)
+    first = _task(rt, table_id)
+    with transaction(rt.engine) as s:
+        assert (
+            repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t") is None
+        )
+    _force_state(rt, first, "succeeded")
+    assert _task(rt, table_id) != first  # a closed task frees the slot
+
+
+def test_claims_skip_locked_rows_and_never_hand_out_a_task_twice(rt: Runtime) -> None:
+    ids = {_task(rt, _table(rt, f"t{i}")) for i in range(5)}
+    claimed: list[int] = []
+    sessions = []
+    from lakewarden.db.session import session_factory
+
+    # Five open transactions claim concurrently: each gets a different task.
+    for i in range(6):
+        s = session_factory(rt.engine)()
+        s.begin()
+        sessions.append(s)
+        task = repo.claim_for_planning(s, f"w{i}")
+        if task is not None:
+            claimed.append(task.id)
+    for s in sessions:
+        s.commit()
+        s.close()
+    assert sorted(claimed) == sorted(ids)
+
+
+def test_fenced_transition_refused_after_takeover(rt: Runtime) -> None:
+    task_id = _task(rt, _table(rt))
+    _force_state(rt, task_id, "planned")
+    with rt.engine.begin() as conn:
+        old = acquire_or_renew(conn, SCHEDULER_LEASE, "old", 15)
+        conn.execute(text("UPDATE leader_lease SET expires_at = now()"))
+        acquire_or_renew(conn, SCHEDULER_LEASE, "new", 15)
+    assert old is not None
+    with transaction(rt.engine) as s, pytest.raises(FencedOut):
+        repo.transition(s, task_id, "running", actor="old", fence=old)
+    with transaction(rt.engine) as s:
+        assert s.get(Task, task_id).state == "planned"  # type: ignore[union-attr]
+
+
+def _register_real_table(rt: Runtime, policy: dict) -> int:
+    with transaction(rt.engine) as s:
+        row = ManagedTable(
+            catalog=rt.settings.catalog_name, namespace="sales", name="orders", policy=policy
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def test_worker_plans_a_real_table(rt: Runtime) -> None:
+    append_batches(make_table(rt), 6)  # 6 commits x 2 regions = 12 small files
+    table_id = _register_real_table(
+        rt, {"compaction": {"min_small_files": 5, "min_input_files": 5}}
+    )
+    task_id = _task(rt, table_id)
+    assert Worker(rt).run_once()
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        assert task is not None and task.state == "planned"
+        plan = task.plan or {}
+        assert plan["files_before"] == 12 and plan["files_to_rewrite"] == 12
+        assert plan["expected_files_after"] == 2
+        assert sorted(p["partition"]["region"] for p in plan["partitions"]) == ["a", "b"]
+        assert [h.to_state for h in repo.history(s, task_id)] == ["pending", "planning", "planned"]
+    assert not Worker(rt).run_once()  # nothing left to claim
+
+
+def test_worker_skips_with_reason(rt: Runtime) -> None:
+    append_batches(make_table(rt), 2)  # 2 small files per region: below min_input_files
+    task_id = _task(rt, _register_real_table(rt, {}))
+    assert Worker(rt).run_once()
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        assert task is not None and task.state == "skipped"
+        assert "no partition has >= 5 files" in (task.reason or "")
+
+
+def test_worker_skips_a_table_gone_from_the_catalog(rt: Runtime) -> None:
+    task_id = _task(rt, _register_real_table(rt, {}))
+    assert Worker(rt).run_once()
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        assert task is not None and task.state == "skipped"
+        assert "no longer exists" in (task.reason or "")
+
+
+def test_reaper_returns_work_of_a_silent_planner_and_an_old_leader(rt: Runtime) -> None:
+    stale = _task(rt, _table(rt, "a"))
+    orphan = _task(rt, _table(rt, "b"))
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE tasks SET state = 'planning', holder = 'dead-worker', "
+                "heartbeat_at = now() - interval '1 hour' WHERE id = :i"
+            ),
+            {"i": stale},
+        )
+        conn.execute(
+            text("UPDATE tasks SET state = 'running', holder = 'old-leader' WHERE id = :i"),
+            {"i": orphan},
+        )
+        fence = acquire_or_renew(conn, SCHEDULER_LEASE, "new-leader", 15)
+    assert fence is not None
+    assert abandon_orphans(rt, fence, 30, inflight=set()) == 2
+    with transaction(rt.engine) as s:
+        tasks = {t.id: t for t in s.scalars(select(Task))}
+        assert tasks[stale].state == "pending" and tasks[orphan].state == "pending"
+        assert repo.history(s, orphan)[-1].leader_epoch == fence.epoch

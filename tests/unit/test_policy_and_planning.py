@@ -1,0 +1,125 @@
+"""Pure logic: policy validation, the commit-summary verdict, compaction planning."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from lakewarden.evaluate import compaction_verdict
+from lakewarden.planning.compaction import DataFile, plan_compaction
+from lakewarden.policy import CompactionPolicy, MiB, parse_policy
+
+
+def test_policy_defaults_fill_in() -> None:
+    p = parse_policy(None)
+    assert p.compaction.enabled
+    assert p.compaction.target_file_size_bytes == 128 * MiB
+    assert p.compaction.small_file_threshold_bytes == 96 * MiB
+
+
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        ({"compaction": {"target_file_size_bytes": 10}}, "target_file_size_bytes"),
+        ({"compaction": {"min_small_files": 1}}, "min_small_files"),
+        ({"compaction": {"small_file_ratio": 0}}, "small_file_ratio"),
+        ({"compaction": {"bogus": 1}}, "bogus"),
+        ({"compactoin": {}}, "compactoin"),
+        ({"compaction": {"min_input_files": 50, "min_small_files": 10}}, "min_input_files"),
+    ],
+)
+def test_policy_rejects_bad_values_naming_the_field(raw: dict, fragment: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse_policy(raw)
+    assert fragment in str(err.value)
+
+
+def _summary(files: int, size: int) -> dict[str, str]:
+    return {"total-data-files": str(files), "total-files-size": str(size)}
+
+
+def test_verdict_counts_reducible_files_against_target() -> None:
+    policy = CompactionPolicy(target_file_size_bytes=100 * MiB, min_small_files=10)
+    # 30 files holding 250 MiB need 3 files at 100 MiB: 27 reducible.
+    v = compaction_verdict(policy, _summary(30, 250 * MiB))
+    assert v.needed
+    assert v.metrics["reducible_files"] == 27
+    assert v.metrics["files_needed_at_target"] == 3
+    assert v.expected_gain == {"data_files_removed_estimate": 27}
+    assert "27 reducible files >= min_small_files 10" in v.reason
+
+
+def test_verdict_large_files_with_a_few_small_ones_do_not_trigger() -> None:
+    policy = CompactionPolicy(target_file_size_bytes=100 * MiB, min_small_files=10)
+    # 100 full files and 5 tiny ones: 101 needed, 4 reducible.
+    v = compaction_verdict(policy, _summary(105, 100 * 100 * MiB + 5 * MiB))
+    assert not v.needed
+    assert v.metrics["reducible_files"] == 4
+    assert "< min_small_files 10" in v.reason
+
+
+def test_verdict_respects_disabled_policy() -> None:
+    policy = CompactionPolicy(enabled=False)
+    v = compaction_verdict(policy, _summary(1000, 1000))
+    assert not v.needed and "disabled" in v.reason
+
+
+def test_verdict_on_empty_table() -> None:
+    v = compaction_verdict(CompactionPolicy(), {})
+    assert not v.needed and v.metrics["total_data_files"] == 0
+
+
+def _files(partition: str, n: int, size: int) -> list[DataFile]:
+    return [
+        DataFile(f"s3://b/{partition}/{i}.parquet", size, 10, 0, (("region", partition),))
+        for i in range(n)
+    ]
+
+
+def test_plan_picks_only_partitions_with_enough_small_files() -> None:
+    policy = CompactionPolicy(target_file_size_bytes=10_000, min_small_files=5, min_input_files=5)
+    files = _files("a", 20, 1000) + _files("b", 3, 1000) + _files("c", 4, 20_000)
+    outcome = plan_compaction(policy, 42, files)
+    assert outcome.plan is not None
+    plan = outcome.plan
+    assert [p["partition"] for p in plan["partitions"]] == [{"region": "a"}]
+    a = plan["partitions"][0]
+    assert a["small_files"] == 20 and a["small_bytes"] == 20_000
+    assert a["expected_files_after"] == 2  # 20,000 bytes at 10,000 per file
+    assert plan["files_before"] == 27
+    assert plan["expected_files_after"] == 27 - 20 + 2
+    assert plan["options"]["min-input-files"] == "5"
+    assert plan["options"]["min-file-size-bytes"] == "7500"
+    assert plan["snapshot_id"] == 42
+
+
+def test_plan_skips_with_reason_when_nothing_qualifies() -> None:
+    policy = CompactionPolicy(target_file_size_bytes=10_000, min_small_files=5, min_input_files=5)
+    outcome = plan_compaction(policy, 7, _files("a", 4, 1000) + _files("b", 10, 50_000))
+    assert outcome.plan is None
+    assert "no partition has >= 5 files under 7500 bytes" in outcome.reason
+    assert "4 small of 14 data files in 2 partitions" in outcome.reason
+
+
+def test_plan_skips_when_merging_would_not_reduce_files() -> None:
+    # 6 files of 7,400 bytes (small by ratio) merge into 5 at target 10,000: still one fewer.
+    policy = CompactionPolicy(target_file_size_bytes=10_000, min_small_files=5, min_input_files=5)
+    outcome = plan_compaction(policy, 7, _files("a", 6, 7400))
+    assert outcome.plan is not None
+    # 5 files of 9,999 bytes would need 5 files again: nothing gained, skipped.
+    outcome = plan_compaction(
+        CompactionPolicy(
+            target_file_size_bytes=10_000,
+            small_file_ratio=1.0,
+            min_small_files=5,
+            min_input_files=5,
+        ),
+        7,
+        _files("a", 5, 9999),
+    )
+    assert outcome.plan is None
+
+
+def test_plan_without_snapshot() -> None:
+    outcome = plan_compaction(CompactionPolicy(), None, [])
+    assert outcome.plan is None and "no snapshot" in outcome.reason

@@ -1,0 +1,75 @@
+"""The state machine as data, retry backoff, settings and Spark configuration."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from lakewarden.settings import Settings
+from lakewarden.spark.session import spark_conf
+from lakewarden.tasks.states import ALL_STATES, ALLOWED, TERMINAL_STATES, can_transition
+from services.scheduler.backoff import retry_delay_s
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    for s in TERMINAL_STATES:
+        assert ALLOWED[s] == frozenset()
+
+
+def test_every_open_state_can_be_cancelled_and_reaches_a_terminal_state() -> None:
+    for s in ALL_STATES:
+        if s not in TERMINAL_STATES:
+            assert can_transition(s, "cancelled")
+            assert ALLOWED[s] & set(TERMINAL_STATES)
+
+
+def test_no_transition_targets_an_unknown_state() -> None:
+    for targets in ALLOWED.values():
+        assert targets <= set(ALL_STATES)
+    assert not can_transition("pending", "running")  # must be planned first
+
+
+def test_backoff_grows_exponentially_with_jitter_and_cap() -> None:
+    rng = random.Random(7)
+    for attempt in range(1, 12):
+        d = retry_delay_s(attempt, 10, 600, rng)
+        ceiling = min(600, 10 * 2 ** (attempt - 1))
+        assert ceiling / 2 <= d <= ceiling
+
+
+def test_settings_normalise_and_refuse_database_urls() -> None:
+    s = Settings(database_url="postgresql://u@h:5432/db")
+    assert s.database_url == "postgresql+psycopg://u@h:5432/db"
+    with pytest.raises(ValidationError):
+        Settings(database_url="mysql://u@h/db")
+
+
+def test_spark_conf_wires_the_jdbc_catalog(tmp_path: Path) -> None:
+    jar = tmp_path / "x.jar"
+    jar.write_text("")
+    s = Settings(
+        data_dir=tmp_path,
+        spark_jars=str(jar),
+        catalog_name="lake",
+        spark_conf={"spark.executor.cores": "2"},
+    )
+    conf = spark_conf(s, "postgresql+psycopg://lw:pw@127.0.0.1:5432/lw")
+    assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
+    assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://127.0.0.1:5432/lw"
+    assert conf["spark.sql.catalog.lake.jdbc.password"] == "pw"
+    assert conf["spark.jars"] == str(jar)
+    assert conf["spark.executor.cores"] == "2"
+    assert conf["spark.sql.catalog.lake.warehouse"] == (tmp_path / "warehouse").resolve().as_uri()
+
+
+def test_spark_conf_with_maven_packages_adds_the_jdbc_driver(tmp_path: Path) -> None:
+    s = Settings(
+        data_dir=tmp_path, spark_packages="org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0"
+    )
+    conf = spark_conf(s, "postgresql+psycopg://lw@127.0.0.1/lw")
+    assert "org.postgresql:postgresql" in conf["spark.jars.packages"]
+    assert "spark.jars" not in conf
