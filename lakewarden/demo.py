@@ -84,7 +84,7 @@ def _say(as_json: bool, msg: str) -> None:
         print(msg, flush=True)
 
 
-def _wait(predicate, timeout_s: float, what: str, services: Services) -> Any:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout_s: float, what: str, services: Services) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         services.check_alive()
@@ -95,7 +95,7 @@ def _wait(predicate, timeout_s: float, what: str, services: Services) -> Any:  #
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def _query_ms(spark, name: str) -> float:  # type: ignore[no-untyped-def]
+def _query_ms(spark, name: str) -> float:
     sql = f"SELECT region, count(*), sum(amount) FROM {name} GROUP BY region"
     times = []
     for _ in range(3):
@@ -231,12 +231,13 @@ def _ready(api: httpx.Client) -> bool:
         return False
 
 
-def _report(before, after, detail, commits, write_s, wait_s, q_before, q_after, total_s):  # type: ignore[no-untyped-def]
-    t0 = detail["history"][0]["at"] if detail["history"] else None
+def _report(before, after, detail, commits, write_s, wait_s, q_before, q_after, total_s):
     from datetime import datetime
 
+    t0 = datetime.fromisoformat(detail["history"][0]["at"])
+
     def offset(at: str) -> float:
-        return round((datetime.fromisoformat(at) - datetime.fromisoformat(t0)).total_seconds(), 2)
+        return round((datetime.fromisoformat(at) - t0).total_seconds(), 2)
 
     run = detail["runs"][-1] if detail["runs"] else {}
     return {

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 from sqlalchemy import text
 
@@ -46,7 +47,9 @@ def forget(rt: Runtime) -> None:
 class Ticker(threading.Thread):
     """Run `fn` every `interval` seconds until stopped; errors are logged, not fatal."""
 
-    def __init__(self, name: str, interval: float, fn, stop: threading.Event) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self, name: str, interval: float, fn: Callable[[], object], stop: threading.Event
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.interval, self.fn, self.stop = interval, fn, stop
 

@@ -36,7 +36,7 @@ def set_policy(session: Session, row: ManagedTable, policy: dict[str, Any]) -> M
     """Replace the policy, keeping the old one as a version."""
     row.policy = policy
     row.policy_version = row.policy_version + 1
-    row.updated_at = func.now()  # type: ignore[assignment]
+    row.updated_at = func.now()
     session.add(PolicyVersion(table_id=row.id, version=row.policy_version, policy=policy))
     session.flush()
     session.refresh(row)

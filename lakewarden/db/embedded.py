@@ -39,10 +39,9 @@ def _bin(name: str) -> str:
     return str(_bin_dir() / name)
 
 
-def _run_as() -> dict[str, object]:
-    if os.geteuid() != 0:
-        return {}
-    return {"user": SYSTEM_USER}
+def _run_as() -> str | None:
+    """The system user the server runs as (postgres refuses root), or None: ourselves."""
+    return SYSTEM_USER if os.geteuid() == 0 else None
 
 
 def _prepare_root(pgdata: Path) -> None:
@@ -106,7 +105,7 @@ def _start(pgdata: Path, port: int) -> None:
             [_bin("initdb"), "-D", str(pgdata), "--auth=trust", "--encoding=utf8", "-U", DB_USER],
             check=True,
             capture_output=True,
-            **_run_as(),  # type: ignore[arg-type]
+            user=_run_as(),
         )
     log.info("starting embedded postgres on 127.0.0.1:%d", port)
     opts = f"-h 127.0.0.1 -p {port} -k {pgdata} -c max_connections=200 -c fsync=off"
@@ -126,7 +125,7 @@ def _start(pgdata: Path, port: int) -> None:
         ],
         capture_output=True,
         text=True,
-        **_run_as(),  # type: ignore[arg-type]
+        user=_run_as(),
     )
     if result.returncode != 0:
         tail = (
@@ -165,6 +164,6 @@ def stop_server(data_dir: Path) -> bool:
         [_bin("pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
         check=True,
         capture_output=True,
-        **_run_as(),  # type: ignore[arg-type]
+        user=_run_as(),
     )
     return True

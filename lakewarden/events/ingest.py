@@ -108,6 +108,6 @@ def sync_table(
             new_ids.append(event_id)
     row.metadata_location = table.metadata_location
     row.current_snapshot_id = current.snapshot_id if current else None
-    row.updated_at = func.now()  # type: ignore[assignment]
+    row.updated_at = func.now()
     session.flush()
     return Ingested(new_ids, row.current_snapshot_id)

@@ -7,6 +7,7 @@ it can be cancelled). Every write that depends on leading carries the fence.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -148,8 +149,11 @@ class Scheduler:
         log.info("task %d: running %s on %s (attempt %d)", task_id, kind, ref.dotted, attempt)
         future = self.pool.submit(self._run_job, fence, task_id, attempt, kind, ref, plan, group)
         self.inflight[task_id] = (future, group)
-        future.add_done_callback(lambda _f, tid=task_id: self.inflight.pop(tid, None))
+        future.add_done_callback(functools.partial(self._forget, task_id))
         return True
+
+    def _forget(self, task_id: int, _future: Future[Any]) -> None:
+        self.inflight.pop(task_id, None)
 
     def _run_job(
         self,

@@ -46,7 +46,7 @@ def finish_run(
             cancelled = task.state == "cancelled"
             if run is not None:
                 run.state = "cancelled" if cancelled else ("failed" if error else "succeeded")
-                run.finished_at = func.now()  # type: ignore[assignment]
+                run.finished_at = func.now()
                 run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
                 run.metrics = metrics
                 run.committed_snapshot_id = committed_snapshot_id

@@ -7,6 +7,7 @@ import random
 import signal
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
 
@@ -64,7 +65,7 @@ class Worker:
         log.info("task %d (%s %s): %s", task.id, task.kind, ref.dotted, outcome.reason)
         return True
 
-    def _finish(self, task_id: int, to: str, reason: str, **fields: object) -> None:
+    def _finish(self, task_id: int, to: str, reason: str, **fields: Any) -> None:
         try:
             with transaction(self.rt.engine) as s:
                 repo.transition(

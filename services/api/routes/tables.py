@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import BaseModel
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy import select
 
@@ -17,6 +18,7 @@ from services.api.deps import RuntimeDep, SessionDep, TableDep
 from services.api.schemas import EventOut, Page, TableIn, TableOut
 
 router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
+M = TypeVar("M", bound=BaseModel)
 
 Limit = Annotated[int, Query(ge=1, le=500, description="page size")]
 Cursor = Annotated[int | None, Query(ge=0, description="next_cursor of the previous page")]
@@ -86,8 +88,9 @@ def list_events(
     return _page(list(session.scalars(q)), limit, EventOut)
 
 
-def _page(rows: list, limit: int, model: type) -> Page:  # type: ignore[type-arg]
+def _page(rows: list[Any], limit: int, model: type[M]) -> Page[M]:
+    """One page of `limit` rows (one extra was fetched to know whether more follow)."""
     more = len(rows) > limit
     rows = rows[:limit]
     items = [model.model_validate(r, from_attributes=True) for r in rows]
-    return Page(items=items, next_cursor=rows[-1].id if more else None)
+    return Page[M](items=items, next_cursor=rows[-1].id if more else None)
