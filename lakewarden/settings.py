@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     lease_renew_interval_s: float = 5.0
     scheduler_poll_interval_s: float = 1.0
     max_concurrent_jobs: int = 1
+    # Start Spark when the scheduler starts (standbys too), so a job or failover finds it warm.
+    spark_warmup: bool = True
     retry_base_s: float = 10.0
     retry_cap_s: float = 600.0
 

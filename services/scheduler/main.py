@@ -233,8 +233,9 @@ class Scheduler:
         )
         self.renew()
         self.sweeper.start()
-        # Warm the Spark session in the background, so the first job (or a failover) is fast.
-        threading.Thread(target=self._warm, name="spark-warmup", daemon=True).start()
+        if s.spark_warmup:
+            # Warm the Spark session in the background: the first job (or a failover) is fast.
+            threading.Thread(target=self._warm, name="spark-warmup", daemon=True).start()
         log.info("scheduler %s started", self.rt.process_id)
         while not self.stop.is_set():
             try:
