@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import stat
 import subprocess
 import time
@@ -82,6 +83,21 @@ def _running_port(pgdata: Path) -> int | None:
     return int(lines[3])
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def ensure_server(data_dir: Path, port: int) -> str:
     """Start (or find) the embedded server; return a SQLAlchemy URL to its database."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -89,8 +105,10 @@ def ensure_server(data_dir: Path, port: int) -> str:
     with fasteners.InterProcessLock(str(data_dir / ".pg.lock")):
         running = _running_port(pgdata)
         if running is None:
-            _start(pgdata, port)
-            running = port
+            running = port if _port_free(port) else _any_free_port()
+            if running != port:
+                log.info("port %d is taken; the embedded postgres uses %d", port, running)
+            _start(pgdata, running)
         _ensure_database(running)
     return f"postgresql+psycopg://{DB_USER}@127.0.0.1:{running}/{DB_NAME}"
 
