@@ -204,3 +204,15 @@ class ProcessHeartbeat(Base):
     started_at: Mapped[datetime] = mapped_column(server_default=func.now())
     last_seen: Mapped[datetime] = mapped_column(server_default=func.now())
     current_task_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class NamespacePolicy(Base):
+    """Policy defaults every table of a namespace inherits (a table's own settings win)."""
+
+    __tablename__ = "namespace_policies"
+
+    catalog: Mapped[str] = mapped_column(String(255), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(255), primary_key=True)
+    policy: Mapped[dict[str, Any]]
+    version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -17,7 +17,7 @@ from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from services.api.routes import events, ops, tables, tasks
+from services.api.routes import events, namespaces, ops, tables, tasks
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = rt
-    for module in (ops, tables, tasks, events):
+    for module in (ops, tables, namespaces, tasks, events):
         app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)

@@ -26,6 +26,13 @@ class TaskIn(_Request):
     kind: Literal[KINDS] = "compaction"  # type: ignore[valid-type]
 
 
+class PolicyOut(BaseModel):
+    namespace: str
+    policy: dict[str, Any] = Field(description="the defaults tables of the namespace inherit")
+    version: int
+    updated_at: datetime | None
+
+
 class EventIn(_Request):
     """A commit notification pushed by an engine or catalog.
 
@@ -43,7 +50,8 @@ class TableOut(BaseModel):
     catalog: str
     namespace: str
     name: str
-    policy: dict[str, Any]
+    policy: dict[str, Any] = Field(description="effective: table settings over namespace defaults")
+    policy_overrides: dict[str, Any] = Field(description="what was set for this table itself")
     policy_version: int
     current_snapshot_id: int | None
     metadata_location: str | None

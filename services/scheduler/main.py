@@ -21,9 +21,10 @@ from sqlalchemy import select, text
 from lakewarden import process
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.kinds import get_kind
+from lakewarden.kinds.base import PlanRejected
 from lakewarden.leader import SCHEDULER_LEASE, Fence, FencedOut, acquire_or_renew, resign
 from lakewarden.runtime import Runtime
-from lakewarden.spark.job import PlanRejected, run_compaction
 from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
 from services.scheduler.runs import abandon_orphans, finish_run
@@ -174,9 +175,11 @@ class Scheduler:
                     .values(spark_app_id=spark.sparkContext.applicationId)
                 )
             spark.sparkContext.setJobGroup(group, f"lakewarden task {task_id}", True)
-            if kind != "compaction":
-                raise PlanRejected(f"no Spark job for task kind {kind!r}")
-            result = run_compaction(spark, self.rt.settings.catalog_name, ref, plan)
+            try:
+                runner = get_kind(kind).run
+            except KeyError as exc:
+                raise PlanRejected(str(exc)) from exc
+            result = runner(spark, self.rt.settings.catalog_name, ref, plan)
         except PlanRejected as exc:
             return finish_run(self.rt, fence, task_id, attempt, error=exc, retryable=False)
         except Exception as exc:

@@ -14,12 +14,11 @@ from pyiceberg.exceptions import NoSuchTableError
 from lakewarden import process
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
-from lakewarden.policy import parse_policy
+from lakewarden.kinds import get_kind
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from lakewarden.tables import ref_of
+from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
-from services.worker.planner import plan_task
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,12 @@ class Worker:
                 return False
             row = s.get(ManagedTable, task.table_id)
             assert row is not None  # FK
-            ref, policy = ref_of(row), parse_policy(row.policy)
+            ref, policy = ref_of(row), effective_policy_for(s, row)
         self.current_task = task.id
         try:
             table = self.rt.catalog.load_table((ref.namespace, ref.name))
-            outcome = plan_task(task.kind, policy, table)
+            kind = get_kind(task.kind)
+            outcome = kind.plan(kind.section(policy), table, datetime.now(UTC))
         except NoSuchTableError:
             self._finish(task.id, "skipped", f"table {ref.dotted} no longer exists in the catalog")
             return True

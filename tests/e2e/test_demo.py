@@ -61,7 +61,7 @@ def test_demo_compacts_a_real_table_from_commit_events(db_url: str, tmp_path: Pa
     with engine.connect() as conn:
         decision = conn.execute(
             text(
-                "SELECT source, decision, (decision_detail->>'task_id')::bigint "
+                "SELECT source, decision, (decision_detail->'compaction'->>'task_id')::bigint "
                 "FROM timeline_events WHERE decision = 'task-created'"
             )
         ).one()

@@ -165,3 +165,78 @@ def test_leader_endpoint_without_and_with_a_leader(client: TestClient, rt: Runti
         acquire_or_renew(conn, SCHEDULER_LEASE, "sched-a", 15)
     body = client.get("/api/v1/scheduler/leader").json()
     assert body["holder"] == "sched-a" and body["epoch"] == 1 and body["live"] is True
+
+
+def test_namespace_defaults_are_inherited_and_table_settings_win(
+    client: TestClient, rt: Runtime
+) -> None:
+    make_table(rt)
+    r = client.put(
+        "/api/v1/namespaces/sales/policy",
+        json={"compaction": {"min_small_files": 40, "priority": 5}},
+    )
+    assert r.status_code == 200 and r.json()["version"] == 1
+    r = client.post(
+        "/api/v1/tables",
+        json={"namespace": "sales", "name": "orders", "policy": {"compaction": {"priority": 9}}},
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["policy_overrides"] == {"compaction": {"priority": 9}}
+    assert body["policy"]["compaction"]["min_small_files"] == 40  # inherited
+    assert body["policy"]["compaction"]["priority"] == 9  # the table's own setting wins
+    client.put("/api/v1/namespaces/sales/policy", json={"compaction": {"min_small_files": 60}})
+    got = client.get("/api/v1/tables/sales/orders").json()["policy"]["compaction"]
+    assert got["min_small_files"] == 60 and got["priority"] == 9
+    assert client.get("/api/v1/namespaces/sales/policy").json()["version"] == 2
+    assert client.put("/api/v1/namespaces/bad-ns/policy", json={}).status_code == 422
+
+
+def test_policy_columns_must_exist_and_layouts_must_not_conflict(
+    client: TestClient, rt: Runtime
+) -> None:
+    make_table(rt)
+    r = client.post(
+        "/api/v1/tables",
+        json={
+            "namespace": "sales",
+            "name": "orders",
+            "policy": {"zorder": {"enabled": True, "columns": ["id", "nope"]}},
+        },
+    )
+    assert r.status_code == 422 and "nope" in r.json()["detail"]
+    r = client.post(
+        "/api/v1/tables",
+        json={
+            "namespace": "sales",
+            "name": "orders",
+            "policy": {"zorder": {"enabled": True, "columns": ["id"]}},
+        },
+    )
+    assert r.status_code == 422  # z-order needs two columns
+    r = client.post(
+        "/api/v1/tables",
+        json={
+            "namespace": "sales",
+            "name": "orders",
+            "policy": {"ttl": {"enabled": True, "column": "amount"}},
+        },
+    )
+    assert r.status_code == 422 and "retention_days" in r.text
+    assert (
+        client.post(
+            "/api/v1/tables",
+            json={
+                "namespace": "sales",
+                "name": "orders",
+                "policy": {"zorder": {"enabled": True, "columns": ["id", "amount"]}},
+            },
+        ).status_code
+        == 201
+    )
+    # Namespace defaults that would break a managed table's policy are refused.
+    r = client.put(
+        "/api/v1/namespaces/sales/policy", json={"clustering": {"enabled": True, "columns": ["id"]}}
+    )
+    assert r.status_code == 422 and "sales.orders" in r.json()["detail"]
+    assert client.get("/api/v1/namespaces/sales/policy").json()["policy"] == {}  # rolled back

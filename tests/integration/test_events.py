@@ -75,7 +75,7 @@ def test_same_event_posted_twice_is_one_event_and_at_most_one_task(
     append_batches(table, 1, start=1000)
     r = client.post("/api/v1/events", json={"namespace": "sales", "name": "orders"})
     assert r.json()["event"]["decision"] == "task-open"
-    assert r.json()["event"]["decision_detail"]["task_id"] == tasks[0].id
+    assert r.json()["event"]["decision_detail"]["compaction"]["task_id"] == tasks[0].id
     assert len(_tasks(rt)) == 1
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from lakewarden.evaluate import compaction_verdict
-from lakewarden.planning.compaction import DataFile, plan_compaction
+from lakewarden.kinds.base import EventFacts
+from lakewarden.kinds.compaction import event_verdict, plan_from_files
+from lakewarden.metadata import DataFile
 from lakewarden.policy import CompactionPolicy, MiB, parse_policy
 
 
@@ -34,14 +35,22 @@ def test_policy_rejects_bad_values_naming_the_field(raw: dict, fragment: str) ->
     assert fragment in str(err.value)
 
 
-def _summary(files: int, size: int) -> dict[str, str]:
-    return {"total-data-files": str(files), "total-files-size": str(size)}
+def _facts(files: int, size: int, records: int = 0, deletes: int = 0) -> EventFacts:
+    return EventFacts(
+        {
+            "total-data-files": str(files),
+            "total-files-size": str(size),
+            "total-records": str(records),
+            "total-position-deletes": str(deletes),
+        },
+        files_added_since_last_task=0,
+    )
 
 
 def test_verdict_counts_reducible_files_against_target() -> None:
     policy = CompactionPolicy(target_file_size_bytes=100 * MiB, min_small_files=10)
     # 30 files holding 250 MiB need 3 files at 100 MiB: 27 reducible.
-    v = compaction_verdict(policy, _summary(30, 250 * MiB))
+    v = event_verdict(policy, _facts(30, 250 * MiB))
     assert v.needed
     assert v.metrics["reducible_files"] == 27
     assert v.metrics["files_needed_at_target"] == 3
@@ -52,7 +61,7 @@ def test_verdict_counts_reducible_files_against_target() -> None:
 def test_verdict_large_files_with_a_few_small_ones_do_not_trigger() -> None:
     policy = CompactionPolicy(target_file_size_bytes=100 * MiB, min_small_files=10)
     # 100 full files and 5 tiny ones: 101 needed, 4 reducible.
-    v = compaction_verdict(policy, _summary(105, 100 * 100 * MiB + 5 * MiB))
+    v = event_verdict(policy, _facts(105, 100 * 100 * MiB + 5 * MiB))
     assert not v.needed
     assert v.metrics["reducible_files"] == 4
     assert "< min_small_files 10" in v.reason
@@ -60,12 +69,12 @@ def test_verdict_large_files_with_a_few_small_ones_do_not_trigger() -> None:
 
 def test_verdict_respects_disabled_policy() -> None:
     policy = CompactionPolicy(enabled=False)
-    v = compaction_verdict(policy, _summary(1000, 1000))
+    v = event_verdict(policy, _facts(1000, 1000))
     assert not v.needed and "disabled" in v.reason
 
 
 def test_verdict_on_empty_table() -> None:
-    v = compaction_verdict(CompactionPolicy(), {})
+    v = event_verdict(CompactionPolicy(), EventFacts({}, 0))
     assert not v.needed and v.metrics["total_data_files"] == 0
 
 
@@ -79,12 +88,12 @@ def _files(partition: str, n: int, size: int) -> list[DataFile]:
 def test_plan_picks_only_partitions_with_enough_small_files() -> None:
     policy = CompactionPolicy(target_file_size_bytes=10_000, min_small_files=5, min_input_files=5)
     files = _files("a", 20, 1000) + _files("b", 3, 1000) + _files("c", 4, 20_000)
-    outcome = plan_compaction(policy, 42, files)
+    outcome = plan_from_files(policy, 42, files)
     assert outcome.plan is not None
     plan = outcome.plan
     assert [p["partition"] for p in plan["partitions"]] == [{"region": "a"}]
     a = plan["partitions"][0]
-    assert a["small_files"] == 20 and a["small_bytes"] == 20_000
+    assert a["small_files"] == 20 and a["rewrite_bytes"] == 20_000
     assert a["expected_files_after"] == 2  # 20,000 bytes at 10,000 per file
     assert plan["files_before"] == 27
     assert plan["expected_files_after"] == 27 - 20 + 2
@@ -95,7 +104,7 @@ def test_plan_picks_only_partitions_with_enough_small_files() -> None:
 
 def test_plan_skips_with_reason_when_nothing_qualifies() -> None:
     policy = CompactionPolicy(target_file_size_bytes=10_000, min_small_files=5, min_input_files=5)
-    outcome = plan_compaction(policy, 7, _files("a", 4, 1000) + _files("b", 10, 50_000))
+    outcome = plan_from_files(policy, 7, _files("a", 4, 1000) + _files("b", 10, 50_000))
     assert outcome.plan is None
     assert "no partition has >= 5 files under 7500 bytes" in outcome.reason
     assert "4 small of 14 data files in 2 partitions" in outcome.reason
@@ -104,10 +113,10 @@ def test_plan_skips_with_reason_when_nothing_qualifies() -> None:
 def test_plan_skips_when_merging_would_not_reduce_files() -> None:
     # 6 files of 7,400 bytes (small by ratio) merge into 5 at target 10,000: still one fewer.
     policy = CompactionPolicy(target_file_size_bytes=10_000, min_small_files=5, min_input_files=5)
-    outcome = plan_compaction(policy, 7, _files("a", 6, 7400))
+    outcome = plan_from_files(policy, 7, _files("a", 6, 7400))
     assert outcome.plan is not None
     # 5 files of 9,999 bytes would need 5 files again: nothing gained, skipped.
-    outcome = plan_compaction(
+    outcome = plan_from_files(
         CompactionPolicy(
             target_file_size_bytes=10_000,
             small_file_ratio=1.0,
@@ -121,5 +130,30 @@ def test_plan_skips_when_merging_would_not_reduce_files() -> None:
 
 
 def test_plan_without_snapshot() -> None:
-    outcome = plan_compaction(CompactionPolicy(), None, [])
+    outcome = plan_from_files(CompactionPolicy(), None, [])
     assert outcome.plan is None and "no snapshot" in outcome.reason
+
+
+def test_verdict_fires_on_deleted_row_ratio() -> None:
+    policy = CompactionPolicy(min_small_files=1000, delete_ratio_threshold=0.2)
+    v = event_verdict(policy, _facts(3, 300 * MiB, records=1000, deletes=250))
+    assert v.needed and "deleted-row ratio 0.25 >= 0.2" in v.reason
+    assert v.expected_gain == {"delete_rows_purged_estimate": 250}
+
+
+def test_plan_rewrites_files_hollowed_out_by_deletes() -> None:
+    policy = CompactionPolicy(
+        target_file_size_bytes=10_000,
+        min_small_files=5,
+        min_input_files=5,
+        delete_ratio_threshold=0.3,
+    )
+    big = [
+        DataFile(f"p/{i}", 9000, 100, 0, (), deleted_records=d) for i, d in enumerate((50, 10, 0))
+    ]
+    outcome = plan_from_files(policy, 1, big, delete_files=2)
+    assert outcome.plan is not None
+    part = outcome.plan["partitions"][0]
+    assert part["files_with_deletes"] == 1 and part["small_files"] == 0
+    assert outcome.plan["rewrite_position_deletes"] is True
+    assert outcome.plan["options"]["delete-ratio-threshold"] == "0.3000"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lakewarden.catalog import InvalidIdentifier, TableRef, jdbc_params
-from lakewarden.spark.job import PlanRejected, compaction_sql
+from lakewarden.kinds.base import PlanRejected
+from lakewarden.kinds.compaction import compaction_sql
 
 PLAN = {
     "action": "rewrite_data_files",

@@ -15,6 +15,7 @@ from lakewarden.events.refresh import ingest_commits
 from lakewarden.policy import Policy
 from lakewarden.tables import add_table, get_table, set_policy
 from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.policies import check_policy, table_out
 from services.api.schemas import EventOut, Page, TableIn, TableOut
 
 router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
@@ -25,7 +26,7 @@ Cursor = Annotated[int | None, Query(ge=0, description="next_cursor of the previ
 
 
 @router.post("", status_code=201, response_model=TableOut)
-def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> ManagedTable:
+def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> TableOut:
     """Start managing an existing Iceberg table with a policy (defaults fill the gaps)."""
     try:
         ref = TableRef(body.namespace, body.name)
@@ -39,10 +40,12 @@ def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> Manage
         raise HTTPException(
             404, f"catalog {rt.settings.catalog_name!r} has no table {ref.dotted}"
         ) from exc
-    row = add_table(session, rt.settings.catalog_name, ref, body.policy.model_dump())
+    overrides = body.policy.model_dump(exclude_unset=True)
+    check_policy(session, rt.settings.catalog_name, ref.namespace, overrides, table)
+    row = add_table(session, rt.settings.catalog_name, ref, overrides)
     # The current snapshot is the baseline, evaluated at once: the table may already need work.
     ingest_commits(session, rt, row, table, source="register", max_walk=1)
-    return row
+    return table_out(session, row)
 
 
 @router.get("", response_model=Page[TableOut])
@@ -51,18 +54,28 @@ def list_tables(session: SessionDep, limit: Limit = 50, cursor: Cursor = None) -
     if cursor is not None:
         q = q.where(ManagedTable.id > cursor)
     rows = list(session.scalars(q))
-    return _page(rows, limit, TableOut)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(
+        items=[table_out(session, r) for r in rows], next_cursor=rows[-1].id if more else None
+    )
 
 
 @router.get("/{namespace}/{name}", response_model=TableOut)
-def read_table(row: TableDep) -> ManagedTable:
-    return row
+def read_table(row: TableDep, session: SessionDep) -> TableOut:
+    return table_out(session, row)
 
 
 @router.put("/{namespace}/{name}/policy", response_model=TableOut)
-def replace_policy(policy: Policy, row: TableDep, session: SessionDep) -> ManagedTable:
-    """Replace the table's policy; the previous one is kept as a version."""
-    return set_policy(session, row, policy.model_dump())
+def replace_policy(policy: Policy, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TableOut:
+    """Replace the table's own policy settings; the previous ones are kept as a version."""
+    overrides = policy.model_dump(exclude_unset=True)
+    try:
+        table = rt.catalog.load_table((row.namespace, row.name))
+    except NoSuchTableError:
+        table = None
+    check_policy(session, row.catalog, row.namespace, overrides, table)
+    return table_out(session, set_policy(session, row, overrides))
 
 
 @router.delete("/{namespace}/{name}", status_code=204)

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import JobRun, ManagedTable, Task
-from lakewarden.policy import parse_policy
-from lakewarden.tables import get_table
+from lakewarden.kinds import REGISTRY
+from lakewarden.tables import effective_policy_for, get_table
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
 from services.api.deps import RuntimeDep, SessionDep, TableDep
@@ -86,7 +86,9 @@ def read_task(task_id: int, session: SessionDep) -> TaskDetail:
 @router.post("/tables/{namespace}/{name}/tasks", status_code=201, response_model=TaskDetail)
 def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
     """Ask for a task now, whatever the thresholds say; the worker still plans it."""
-    policy = parse_policy(row.policy).for_kind(body.kind)
+    if body.kind not in REGISTRY:
+        raise HTTPException(422, f"task kind {body.kind!r} is not available yet")
+    policy = effective_policy_for(session, row).for_kind(body.kind)
     task_id = repo.create_task(
         session,
         table_id=row.id,

@@ -1,0 +1,73 @@
+"""What every maintenance kind provides, as plain functions collected in a `Kind`.
+
+- `event_verdict`: from a commit's snapshot summary alone (cheap, in the API), does the
+  table need this kind now? None for kinds driven only by sweeps.
+- `plan`: from the table's real metadata (pyiceberg, in a worker), the concrete job or
+  the reason there is nothing to do.
+- `run`: execute a plan with Iceberg's own Spark procedures (in the scheduler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table import Table
+
+from lakewarden.catalog import TableRef
+from lakewarden.policy import KindPolicy
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class Verdict:
+    needed: bool
+    reason: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    expected_gain: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EventFacts:
+    """What the API knows when a commit arrives, without listing files."""
+
+    summary: dict[str, Any]  # the newest snapshot's summary
+    # data files added by writers' commits since the last task of this kind was created
+    files_added_since_last_task: int
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    plan: dict[str, Any] | None  # None: nothing worth doing (the reason says why)
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobResult:
+    metrics: dict[str, Any]
+    committed_snapshot_id: int | None
+
+
+class PlanRejected(ValueError):
+    """A plan that is not safe to execute (never retried)."""
+
+
+EventVerdict = Callable[[Any, EventFacts], Verdict]
+Planner = Callable[[Any, Table, datetime], PlanOutcome]
+Runner = Callable[["SparkSession", str, TableRef, dict[str, Any]], JobResult]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    plan: Planner
+    run: Runner
+    event_verdict: EventVerdict | None = None
+    swept: bool = False  # also created by the leader's periodic sweep
+
+    def section(self, policy: Any) -> KindPolicy:
+        return policy.for_kind(self.name)

@@ -1,0 +1,203 @@
+"""Compaction: bin-pack small files towards the target size, per partition, and rewrite
+data files that delete files have hollowed out (v2 merge-on-read tables)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table import Table
+
+from lakewarden.catalog import TableRef
+from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
+from lakewarden.metadata import DataFile, Partition, jsonable, read_files
+from lakewarden.policy import CompactionPolicy
+from lakewarden.spark import sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+OPTIONS = frozenset(
+    {
+        "target-file-size-bytes",
+        "min-file-size-bytes",
+        "max-file-size-bytes",
+        "min-input-files",
+        "delete-ratio-threshold",
+        "partial-progress.enabled",
+        "partial-progress.max-commits",
+        "max-concurrent-file-group-rewrites",
+        "rewrite-all",
+    }
+)
+
+
+def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
+    """Files beyond what the table's bytes need at the target size are 'reducible'."""
+    summary = facts.summary
+    files = int(summary.get("total-data-files", 0) or 0)
+    size = int(summary.get("total-files-size", 0) or 0)
+    deletes = int(summary.get("total-position-deletes", 0) or 0) + int(
+        summary.get("total-equality-deletes", 0) or 0
+    )
+    records = int(summary.get("total-records", 0) or 0)
+    needed = max(1, math.ceil(size / policy.target_file_size_bytes)) if files else 0
+    reducible = files - needed
+    deleted_ratio = round(deletes / records, 4) if records else 0.0
+    metrics = {
+        "total_data_files": files,
+        "total_files_size": size,
+        "files_needed_at_target": needed,
+        "reducible_files": reducible,
+        "deleted_row_ratio": deleted_ratio,
+        "threshold_min_small_files": policy.min_small_files,
+        "threshold_delete_ratio": policy.delete_ratio_threshold,
+        "target_file_size_bytes": policy.target_file_size_bytes,
+    }
+    if not policy.enabled:
+        return Verdict(False, "compaction is disabled by policy", metrics)
+    if reducible >= policy.min_small_files:
+        return Verdict(
+            True,
+            f"{reducible} reducible files >= min_small_files {policy.min_small_files} "
+            f"({files} data files hold {size} bytes, {needed} would do at the target size)",
+            metrics,
+            {"data_files_removed_estimate": reducible},
+        )
+    if deleted_ratio >= policy.delete_ratio_threshold:
+        return Verdict(
+            True,
+            f"deleted-row ratio {deleted_ratio} >= {policy.delete_ratio_threshold} "
+            f"({deletes} deleted of {records} rows)",
+            metrics,
+            {"delete_rows_purged_estimate": deletes},
+        )
+    return Verdict(
+        False,
+        f"{reducible} reducible files < min_small_files {policy.min_small_files} and "
+        f"deleted-row ratio {deleted_ratio} < {policy.delete_ratio_threshold}",
+        metrics,
+    )
+
+
+def plan_from_files(
+    policy: CompactionPolicy, snapshot_id: int | None, files: list[DataFile], delete_files: int = 0
+) -> PlanOutcome:
+    """Pure planning over file descriptions (unit-tested without a table)."""
+    if snapshot_id is None:
+        return PlanOutcome(None, "table has no snapshot: nothing to compact")
+    threshold = policy.small_file_threshold_bytes
+    target = policy.target_file_size_bytes
+    groups: dict[tuple[int, Partition], list[DataFile]] = defaultdict(list)
+    for f in files:
+        groups[(f.spec_id, f.partition)].append(f)
+
+    partitions: list[dict[str, Any]] = []
+    for (spec_id, partition), group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        small = [f for f in group if f.size < threshold]
+        hollow = [
+            f
+            for f in group
+            if f.size >= threshold
+            and f.records
+            and f.deleted_records / f.records >= policy.delete_ratio_threshold
+        ]
+        rewrite = small if len(small) >= policy.min_input_files else []
+        rewrite_bytes = sum(f.size for f in rewrite) + sum(f.size for f in hollow)
+        after = math.ceil(rewrite_bytes / target) if rewrite_bytes else 0
+        if not hollow and (not rewrite or after >= len(rewrite)):
+            continue
+        partitions.append(
+            {
+                "spec_id": spec_id,
+                "partition": {k: jsonable(v) for k, v in partition},
+                "data_files": len(group),
+                "small_files": len(rewrite),
+                "files_with_deletes": len(hollow),
+                "rewrite_bytes": rewrite_bytes,
+                "records": sum(f.records for f in rewrite + hollow),
+                "expected_files_after": len(group) - len(rewrite) - len(hollow) + after,
+            }
+        )
+    small_total = sum(1 for f in files if f.size < threshold)
+    if not partitions:
+        return PlanOutcome(
+            None,
+            f"no partition has >= {policy.min_input_files} files under {threshold} bytes "
+            f"or a file with >= {policy.delete_ratio_threshold:.0%} rows deleted "
+            f"({small_total} small of {len(files)} data files in {len(groups)} partitions)",
+        )
+    rewritten = sum(p["small_files"] + p["files_with_deletes"] for p in partitions)
+    files_after = len(files) - sum(p["data_files"] - p["expected_files_after"] for p in partitions)
+    plan = {
+        "action": "rewrite_data_files",
+        "strategy": "binpack",
+        "snapshot_id": snapshot_id,
+        "options": {
+            "target-file-size-bytes": str(target),
+            "min-file-size-bytes": str(threshold),
+            "min-input-files": str(policy.min_input_files),
+            "delete-ratio-threshold": f"{policy.delete_ratio_threshold:.4f}",
+            # commit per file group: a conflict with a writer loses only that group
+            "partial-progress.enabled": "true",
+            "partial-progress.max-commits": "10",
+        },
+        "rewrite_position_deletes": delete_files > 0,
+        "partitions": partitions,
+        "files_before": len(files),
+        "files_to_rewrite": rewritten,
+        "bytes_to_rewrite": sum(p["rewrite_bytes"] for p in partitions),
+        "expected_files_after": files_after,
+    }
+    reason = (
+        f"rewrite {rewritten} data files in {len(partitions)} partition(s): "
+        f"{len(files)} -> ~{files_after} data files"
+    )
+    return PlanOutcome(plan, reason)
+
+
+def plan(policy: CompactionPolicy, table: Table, now: datetime) -> PlanOutcome:
+    files = read_files(table)
+    return plan_from_files(policy, files.snapshot_id, files.data, len(files.deletes))
+
+
+def compaction_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
+    """The CALL statement for a compaction plan (pure; tested without Spark)."""
+    if plan.get("action") != "rewrite_data_files" or plan.get("strategy") != "binpack":
+        raise PlanRejected(f"not a bin-pack plan: {plan.get('action')}/{plan.get('strategy')}")
+    opts = sql.option_map(plan.get("options", {}), OPTIONS)
+    return (
+        f"{sql.procedure(catalog, 'rewrite_data_files')}(table => {sql.table_arg(catalog, ref)}, "
+        f"strategy => 'binpack', options => {opts})"
+    )
+
+
+def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
+    row = spark.sql(compaction_sql(catalog, ref, plan)).collect()[0].asDict()
+    metrics = {
+        "rewritten_data_files": row.get("rewritten_data_files_count", 0),
+        "added_data_files": row.get("added_data_files_count", 0),
+        "rewritten_bytes": row.get("rewritten_bytes_count", 0),
+        "failed_data_files": row.get("failed_data_files_count", 0),
+        "removed_delete_files": row.get("removed_delete_files_count", 0),
+    }
+    if plan.get("rewrite_position_deletes"):
+        pos = (
+            spark.sql(
+                f"{sql.procedure(catalog, 'rewrite_position_delete_files')}"
+                f"(table => {sql.table_arg(catalog, ref)})"
+            )
+            .collect()[0]
+            .asDict()
+        )
+        metrics["rewritten_delete_files"] = pos.get("rewritten_delete_files_count", 0)
+        metrics["added_delete_files"] = pos.get("added_delete_files_count", 0)
+    committed = None
+    if metrics["rewritten_data_files"] or metrics.get("rewritten_delete_files"):
+        committed = sql.latest_snapshot(spark, catalog, ref, "replace")
+    return JobResult(metrics, committed)
+
+
+KIND = Kind(name="compaction", plan=plan, run=run, event_verdict=event_verdict)

@@ -1,0 +1,58 @@
+"""Safe pieces of Spark SQL. Nothing user-controlled is pasted into a statement:
+identifiers are validated, values are produced here from typed Python values."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from lakewarden.catalog import IDENTIFIER, TableRef
+from lakewarden.kinds.base import PlanRejected
+
+_SAFE_OPTION_VALUE = re.compile(r"^(\d{1,19}(\.\d{1,6})?|true|false)$")
+
+
+def table_arg(catalog: str, ref: TableRef) -> str:
+    """The `table => '…'` argument of an Iceberg procedure."""
+    if not IDENTIFIER.match(catalog):
+        raise PlanRejected(f"invalid catalog name {catalog!r}")
+    return f"'{ref.namespace}.{ref.name}'"
+
+
+def procedure(catalog: str, name: str) -> str:
+    if not IDENTIFIER.match(catalog) or not IDENTIFIER.match(name):
+        raise PlanRejected(f"invalid procedure {catalog}.{name}")
+    return f"CALL `{catalog}`.system.{name}"
+
+
+def column(name: str) -> str:
+    if not IDENTIFIER.match(name):
+        raise PlanRejected(f"invalid column name {name!r}")
+    return f"`{name}`"
+
+
+def option_map(options: dict[str, str], allowed: frozenset[str]) -> str:
+    parts = []
+    for key, value in sorted(options.items()):
+        if key not in allowed or not _SAFE_OPTION_VALUE.match(str(value)):
+            raise PlanRejected(f"option {key}={value!r} is not allowed")
+        parts.append(f"'{key}', '{value}'")
+    return f"map({', '.join(parts)})"
+
+
+def timestamp_literal(at: datetime) -> str:
+    """A UTC timestamp literal (the session runs in UTC)."""
+    if at.tzinfo is None:
+        raise PlanRejected("timestamps must be timezone-aware")
+    return f"TIMESTAMP '{at.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+
+
+def latest_snapshot(spark, catalog: str, ref: TableRef, operation: str) -> int | None:
+    """The newest snapshot with `operation` (our commit: writers do not make 'replace')."""
+    if operation not in ("replace", "delete", "overwrite"):
+        raise PlanRejected(f"unknown snapshot operation {operation!r}")
+    rows = spark.sql(
+        f"SELECT snapshot_id FROM {ref.spark_name(catalog)}.snapshots "
+        f"WHERE operation = '{operation}' ORDER BY committed_at DESC LIMIT 1"
+    ).collect()
+    return int(rows[0]["snapshot_id"]) if rows else None

@@ -1,0 +1,57 @@
+"""Policy checks that need more than the request body: the namespace defaults a table
+inherits and the table's schema (columns a policy names must exist)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import ValidationError
+from pyiceberg.table import Table
+from sqlalchemy.orm import Session
+
+from lakewarden.db.models import ManagedTable
+from lakewarden.policy import Policy, effective_policy
+from lakewarden.tables import effective_policy_for, namespace_defaults
+from services.api.schemas import TableOut
+
+
+def check_policy(
+    session: Session, catalog: str, namespace: str, overrides: dict[str, Any], table: Table | None
+) -> Policy:
+    """The effective policy for these overrides, or a 422 that says what to fix."""
+    ns = namespace_defaults(session, catalog, namespace)
+    try:
+        policy = effective_policy(overrides, ns.policy if ns else None)
+    except ValidationError as exc:
+        raise HTTPException(
+            422,
+            f"with the defaults of namespace {namespace!r}, the policy is invalid: "
+            + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()),
+        ) from exc
+    if table is not None:
+        names = {f.name for f in table.schema().fields}
+        missing = sorted(policy.columns_used() - names)
+        if missing:
+            raise HTTPException(
+                422,
+                f"the policy names columns the table does not have: {', '.join(missing)} "
+                f"(columns: {', '.join(sorted(names))})",
+            )
+    return policy
+
+
+def table_out(session: Session, row: ManagedTable) -> TableOut:
+    return TableOut(
+        id=row.id,
+        catalog=row.catalog,
+        namespace=row.namespace,
+        name=row.name,
+        policy=effective_policy_for(session, row).model_dump(),
+        policy_overrides=row.policy,
+        policy_version=row.policy_version,
+        current_snapshot_id=row.current_snapshot_id,
+        metadata_location=row.metadata_location,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

@@ -1,0 +1,65 @@
+"""Namespace policy defaults: every table of the namespace inherits them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path
+from pyiceberg.exceptions import NoSuchTableError
+from sqlalchemy import select
+
+from lakewarden.catalog import IDENTIFIER
+from lakewarden.db.models import ManagedTable
+from lakewarden.policy import Policy
+from lakewarden.tables import namespace_defaults, set_namespace_defaults
+from services.api.deps import RuntimeDep, SessionDep
+from services.api.policies import check_policy
+from services.api.schemas import PolicyOut
+
+router = APIRouter(prefix="/api/v1/namespaces", tags=["namespaces"])
+Namespace = Annotated[str, Path(max_length=128)]
+
+
+def _check_name(namespace: str) -> None:
+    if not IDENTIFIER.match(namespace):
+        raise HTTPException(422, f"invalid namespace {namespace!r}")
+
+
+@router.get("/{namespace}/policy", response_model=PolicyOut)
+def read_defaults(namespace: Namespace, rt: RuntimeDep, session: SessionDep) -> PolicyOut:
+    _check_name(namespace)
+    row = namespace_defaults(session, rt.settings.catalog_name, namespace)
+    if row is None:
+        return PolicyOut(namespace=namespace, policy={}, version=0, updated_at=None)
+    return PolicyOut(
+        namespace=namespace, policy=row.policy, version=row.version, updated_at=row.updated_at
+    )
+
+
+@router.put("/{namespace}/policy", response_model=PolicyOut)
+def replace_defaults(
+    namespace: Namespace, policy: Policy, rt: RuntimeDep, session: SessionDep
+) -> PolicyOut:
+    """Set the namespace's defaults. Refused (422) if a managed table of the namespace
+    would end up with an invalid policy."""
+    _check_name(namespace)
+    catalog = rt.settings.catalog_name
+    defaults = policy.model_dump(exclude_unset=True)
+    row = set_namespace_defaults(session, catalog, namespace, defaults)
+    tables = session.scalars(
+        select(ManagedTable).where(
+            ManagedTable.catalog == catalog, ManagedTable.namespace == namespace
+        )
+    )
+    for t in tables:
+        try:
+            iceberg = rt.catalog.load_table((t.namespace, t.name))
+        except NoSuchTableError:
+            iceberg = None
+        try:
+            check_policy(session, catalog, namespace, t.policy, iceberg)
+        except HTTPException as exc:
+            raise HTTPException(422, f"table {namespace}.{t.name}: {exc.detail}") from exc
+    return PolicyOut(
+        namespace=namespace, policy=row.policy, version=row.version, updated_at=row.updated_at
+    )
