@@ -17,7 +17,8 @@ from sqlalchemy.engine import make_url
 from lakewarden.runtime import Runtime, migrate
 from lakewarden.settings import Settings
 
-TEMPLATE = "lw_test_template"
+# Per pytest session, so that several sessions can share one server.
+TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
 
@@ -42,7 +43,7 @@ def server_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def template_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+def template_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A database migrated to head, with the catalog tables and commit trigger in place."""
     with _admin(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
@@ -53,7 +54,9 @@ def template_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> s
     migrate(rt)
     rt.engine.dispose()
     rt.catalog.engine.dispose()  # type: ignore[attr-defined]
-    return url
+    yield url
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
 
 
 def make_test_runtime(url: str, tmp: Path, role: str = "test", **overrides: object) -> Runtime:

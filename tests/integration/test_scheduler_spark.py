@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
-from conftest import _admin, _with_db, make_test_runtime
+from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
 from helpers import append_batches, make_table
 from sqlalchemy import select, text
 
@@ -23,10 +24,10 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(scope="module")
 def spark_rt(server_url: str, template_url: str, tmp_path_factory) -> Iterator[Runtime]:  # type: ignore[no-untyped-def]
     """One database and one warm Spark session for the module (a JVM per test is too slow)."""
-    name = "lw_test_spark"
+    name = f"lw_test_spark_{os.getpid()}"
     with _admin(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "lw_test_template"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
     rt = make_test_runtime(
         _with_db(server_url, name),
         tmp_path_factory.mktemp("spark"),
@@ -35,6 +36,8 @@ def spark_rt(server_url: str, template_url: str, tmp_path_factory) -> Iterator[R
     )
     yield rt
     rt.engine.dispose()
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
