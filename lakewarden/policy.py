@@ -27,6 +27,12 @@ class KindPolicy(_Strict):
     max_attempts: int = Field(default=3, ge=1, le=20, description="attempts before failing")
 
 
+class SweptPolicy(KindPolicy):
+    """A time-based kind: the scheduler's sweep creates a task every `interval_minutes`."""
+
+    interval_minutes: float = Field(default=60, ge=1)
+
+
 class CompactionPolicy(KindPolicy):
     """Bin-pack small files towards the target size.
 
@@ -91,7 +97,7 @@ class ZOrderPolicy(_LayoutPolicy):
     _min_columns = 2
 
 
-class TTLPolicy(KindPolicy):
+class TTLPolicy(SweptPolicy):
     """Expire rows whose event-time `column` is older than `retention_days`."""
 
     enabled: bool = False
@@ -102,7 +108,6 @@ class TTLPolicy(KindPolicy):
     level: Literal["auto", "partition", "row"] = "auto"
     # Hold (and alert) instead of running when a run would remove more than this fraction.
     max_fraction: float = Field(default=0.5, gt=0, le=1)
-    interval_minutes: float = Field(default=60, ge=1)
 
     @model_validator(mode="after")
     def _complete(self) -> TTLPolicy:
@@ -113,7 +118,7 @@ class TTLPolicy(KindPolicy):
         return self
 
 
-class CleanPolicy(KindPolicy):
+class CleanPolicy(SweptPolicy):
     """Expire snapshots, remove orphan files, rewrite manifests."""
 
     keep_last_snapshots: int = Field(default=5, ge=1)
@@ -123,7 +128,6 @@ class CleanPolicy(KindPolicy):
     orphan_min_age_hours: float = Field(default=72, ge=1)  # Iceberg's default: 3 days
     rewrite_manifests_min_count: int = Field(default=50, ge=2)
     manifest_min_avg_bytes: int = Field(default=8 * MiB, ge=1024)
-    interval_minutes: float = Field(default=60, ge=1)
 
 
 class Policy(_Strict):

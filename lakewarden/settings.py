@@ -59,6 +59,7 @@ class Settings(BaseSettings):
     max_concurrent_jobs: int = 1
     # Start Spark when the scheduler starts (standbys too), so a job or failover finds it warm.
     spark_warmup: bool = True
+    sweep_interval_s: float = 60.0  # how often the leader looks for due TTL/clean work
     retry_base_s: float = 10.0
     retry_cap_s: float = 600.0
 

@@ -26,7 +26,13 @@ def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # Timestamps in plans are UTC; so is every literal lakewarden builds.
+        "spark.sql.session.timeZone": "UTC",
     }
+    if settings.spark_master.startswith("local"):
+        # Stay on loopback: a local driver has no business on other interfaces.
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     if settings.catalog_type == "rest":
         conf[f"{cat}.type"] = "rest"
         conf[f"{cat}.uri"] = settings.catalog_uri or ""

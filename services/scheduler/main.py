@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -28,6 +29,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
 from services.scheduler.runs import abandon_orphans, finish_run
+from services.scheduler.sweeps import sweep_due_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,6 +96,11 @@ class Scheduler:
         )
         if returned:
             log.info("returned %d orphaned task(s) to pending", returned)
+
+    def sweep_time_based(self) -> None:
+        fence = self.leading()
+        if fence is not None:
+            sweep_due_tasks(self.rt, fence, datetime.now(UTC))
 
     # --- Spark -----------------------------------------------------------------
     def spark(self) -> SparkSession:
@@ -231,6 +238,14 @@ class Scheduler:
             "interval",
             seconds=max(5.0, s.stale_after_s / 3),
             id="reaper",
+            max_instances=1,
+            coalesce=True,
+        )
+        self.sweeper.add_job(
+            self.sweep_time_based,
+            "interval",
+            seconds=s.sweep_interval_s,
+            id="sweep",
             max_instances=1,
             coalesce=True,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -168,3 +169,76 @@ def test_failing_job_is_retried_with_backoff_then_fails_keeping_its_errors(
         assert [r.state for r in runs] == ["failed", "failed"]
         assert all(r.error and r.log_tail for r in runs)
         assert "attempt 2/2" in (task.reason or "")
+
+
+def _commit_with_retry(fn, attempts: int = 20) -> None:  # type: ignore[no-untyped-def]
+    """What a real writer does when a concurrent commit wins: refresh and try again."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for _ in range(attempts):
+        try:
+            fn()
+            return
+        except CommitFailedException:
+            time.sleep(0.05)
+    raise AssertionError("writer could not commit")
+
+
+def test_compaction_racing_a_writer_keeps_every_writer_commit(
+    scheduler: Scheduler, spark_rt: Runtime
+) -> None:
+    import pyarrow as pa
+    from helpers import SCHEMA
+    from pyiceberg.expressions import EqualTo
+
+    append_batches(make_table(spark_rt, name="raced"), 10, rows=50, regions=("a", "b", "c"))
+    task_id = _manage(
+        spark_rt, "raced", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
+    )
+    assert Worker(spark_rt).run_once()
+    assert scheduler.dispatch_once()
+    ((future, _group),) = scheduler.inflight.values()
+
+    # While the rewrite runs: appends, and a delete of rows in files being rewritten.
+    appended: list[int] = []
+    next_id = 10_000
+    writer = spark_rt.catalog.load_table("sales.raced")
+    deadline = time.monotonic() + 120
+    while (not future.done() or len(appended) < 5 * 20) and time.monotonic() < deadline:
+        scheduler.renew()  # the test stands in for the scheduler's lease-renewal thread
+        ids = list(range(next_id, next_id + 20))
+        batch = pa.table({"id": ids, "region": ["a"] * 20, "amount": [1.0] * 20}, schema=SCHEMA)
+
+        def append(batch=batch) -> None:  # type: ignore[no-untyped-def]
+            writer.refresh().append(batch)
+
+        _commit_with_retry(append)
+        appended += ids
+        next_id += 20
+        if len(appended) == 40:
+            _commit_with_retry(lambda: writer.refresh().delete(EqualTo("id", 7)))
+    outcome = future.result(timeout=300)
+
+    # A conflicting attempt is retried: re-planned from the table's state, run again.
+    for _ in range(3):
+        scheduler.renew()
+        if outcome != "pending":
+            break
+        with spark_rt.engine.begin() as conn:
+            conn.execute(text("UPDATE tasks SET not_before = now() WHERE id = :i"), {"i": task_id})
+        assert Worker(spark_rt).run_once()
+        outcome = _run_one(scheduler)
+    assert outcome == "succeeded"
+
+    ids = (
+        spark_rt.catalog.load_table("sales.raced")
+        .scan(selected_fields=("id",))
+        .to_arrow()["id"]
+        .to_pylist()
+    )
+    expected = (set(range(500)) - {7}) | set(appended)
+    assert sorted(ids) == sorted(expected)  # nothing lost, nothing duplicated, delete kept
+    with transaction(spark_rt.engine) as s:
+        runs = list(s.scalars(select(JobRun).where(JobRun.task_id == task_id)))
+        assert runs[-1].state == "succeeded"
+        assert all(r.state in ("succeeded", "failed") for r in runs)

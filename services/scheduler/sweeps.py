@@ -1,0 +1,81 @@
+"""The leader's periodic sweep: time-based kinds (TTL, clean) get a task once their
+interval has passed since the table's last task of that kind. Idempotent: a second
+sweep (or a second leader for a moment) finds the open task and creates nothing."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+
+from lakewarden.db.models import ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.kinds import REGISTRY
+from lakewarden.leader import Fence, check_fence
+from lakewarden.policy import SweptPolicy
+from lakewarden.runtime import Runtime
+from lakewarden.tables import effective_policy_for
+from lakewarden.tasks.repo import create_task
+
+log = logging.getLogger(__name__)
+
+
+def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
+    """Create the tasks that are due; returns their ids."""
+    swept = [k for k in REGISTRY.values() if k.swept]
+    if not swept:
+        return []
+    created: list[int] = []
+    with transaction(rt.engine) as s:
+        check_fence(s, fence)
+        last = {
+            (table_id, kind): at
+            for table_id, kind, at in s.execute(
+                select(Task.table_id, Task.kind, func.max(Task.created_at))
+                .where(Task.kind.in_([k.name for k in swept]))
+                .group_by(Task.table_id, Task.kind)
+            )
+        }
+        for row in s.scalars(
+            select(ManagedTable).where(ManagedTable.catalog == rt.settings.catalog_name)
+        ):
+            policy = effective_policy_for(s, row)
+            for kind in swept:
+                section = kind.section(policy)
+                if not section.enabled or not isinstance(section, SweptPolicy):
+                    continue
+                interval = timedelta(minutes=section.interval_minutes)
+                previous = last.get((row.id, kind.name))
+                if previous is not None and now - previous < interval:
+                    continue
+                reason = (
+                    f"{kind.name} sweep: no {kind.name} task yet"
+                    if previous is None
+                    else f"{kind.name} sweep: last {kind.name} task {_ago(now - previous)} ago, "
+                    f"interval {section.interval_minutes:g} min"
+                )
+                task_id = create_task(
+                    s,
+                    table_id=row.id,
+                    kind=kind.name,
+                    actor=fence.holder,
+                    priority=section.priority,
+                    max_attempts=section.max_attempts,
+                    trigger={
+                        "source": "sweep",
+                        "reason": reason,
+                        "leader_epoch": fence.epoch,
+                        "policy_version": row.policy_version,
+                    },
+                )
+                if task_id is not None:
+                    created.append(task_id)
+    if created:
+        log.info("sweep created %d task(s): %s", len(created), created)
+    return created
+
+
+def _ago(delta: timedelta) -> str:
+    minutes = delta.total_seconds() / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
