@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     retry_base_s: float = 10.0
     retry_cap_s: float = 600.0
 
+    # --- alerting --------------------------------------------------------------
+    alert_webhook_url: str | None = None  # generic JSON
+    alert_slack_url: str | None = None  # Slack-compatible incoming webhook
+    alert_alertmanager_url: str | None = None  # base URL; alerts go to /api/v2/alerts
+    alert_interval_s: float = 15.0
+    alert_backlog_age_s: float = 3600.0  # oldest waiting task older than this
+    alert_no_leader_s: float = 60.0  # no scheduler lease for longer than this
+    alert_slow_factor: float = 3.0  # a job running this many times its median
+    alert_slow_min_s: float = 300.0  # ...and at least this long
+
     log_level: str = "INFO"
 
     @field_validator("database_url", "catalog_database_url")

@@ -216,3 +216,38 @@ class NamespacePolicy(Base):
     policy: Mapped[dict[str, Any]]
     version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Alert(Base):
+    """A condition an operator must see. One row per (rule, key) while it fires; resolved
+    when the condition clears; delivered to every configured sink on each change."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (
+        Index(
+            "uq_alerts_open_rule_key",
+            "rule",
+            "key",
+            unique=True,
+            postgresql_where=text("state <> 'resolved'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    rule: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(255))
+    severity: Mapped[str] = mapped_column(String(16))  # critical | warning | info
+    state: Mapped[str] = mapped_column(String(16))  # firing | acknowledged | resolved
+    summary: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict[str, Any]]
+    runbook: Mapped[str | None] = mapped_column(Text)
+    first_seen: Mapped[datetime] = mapped_column(server_default=func.now())
+    last_seen: Mapped[datetime] = mapped_column(server_default=func.now())
+    resolved_at: Mapped[datetime | None]
+    acked_by: Mapped[str | None] = mapped_column(String(255))
+    acked_at: Mapped[datetime | None]
+    # Delivery: the state last delivered to the sinks, and the retry bookkeeping.
+    delivered_state: Mapped[str | None] = mapped_column(String(16))
+    delivery_attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    next_delivery_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    delivery_error: Mapped[str | None] = mapped_column(Text)

@@ -13,11 +13,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lakewarden import __version__, process
+from lakewarden.alerts.tick import alert_tick
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from services.api.routes import events, namespaces, ops, tables, tasks
+from services.api.routes import alerts, events, metrics, namespaces, ops, tables, tasks
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
             s = rt.settings
             Ticker("heartbeat", s.heartbeat_interval_s, lambda: process.beat(rt), stop).start()
             Ticker("poller", s.poll_interval_s, lambda: poll_once(rt), stop).start()
+            Ticker(
+                "alerts", s.alert_interval_s, lambda: alert_tick(rt, as_leader=False), stop
+            ).start()
             if s.listen_for_commits and s.catalog_type == "jdbc":
                 app.state.listener = CommitListener(rt, stop)
                 app.state.listener.start()
@@ -45,7 +49,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = rt
-    for module in (ops, tables, namespaces, tasks, events):
+    for module in (ops, tables, namespaces, tasks, events, alerts, metrics):
         app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)

@@ -20,6 +20,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import select, text
 
 from lakewarden import process
+from lakewarden.alerts.tick import alert_tick
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
@@ -96,6 +97,10 @@ class Scheduler:
         )
         if returned:
             log.info("returned %d orphaned task(s) to pending", returned)
+
+    def alerts(self) -> None:
+        if self.leading() is not None:
+            alert_tick(self.rt, as_leader=True)
 
     def sweep_time_based(self) -> None:
         fence = self.leading()
@@ -238,6 +243,14 @@ class Scheduler:
             "interval",
             seconds=max(5.0, s.stale_after_s / 3),
             id="reaper",
+            max_instances=1,
+            coalesce=True,
+        )
+        self.sweeper.add_job(
+            self.alerts,
+            "interval",
+            seconds=s.alert_interval_s,
+            id="alerts",
             max_instances=1,
             coalesce=True,
         )

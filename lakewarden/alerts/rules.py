@@ -1,0 +1,150 @@
+"""Alert rules. Each computes the set of conditions that hold now; the store opens,
+refreshes and resolves alerts to match. Every rule says what to do (its runbook)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from lakewarden.alerts.store import fire, resolve_absent
+from lakewarden.settings import Settings
+
+RUNBOOKS = {
+    "task_failed": "Read the task's runs (GET /api/v1/tasks/{id}): error and Spark log tail. "
+    "Fix the cause (permissions, schema, resources), then trigger the kind again "
+    "(POST /api/v1/tables/{ns}/{name}/tasks). Resolves when a later task of that kind succeeds.",
+    "ttl_held": "A TTL run would remove too much (or every row). Check the table's newest data "
+    "and the policy's retention_days / max_fraction; fix the policy or the writer. "
+    "Resolves when a later TTL task is not held.",
+    "backlog_stale": "Tasks wait longer than the window: check GET /api/v1/scheduler/leader, "
+    "that workers run (planning) and that Spark accepts jobs (running). Add workers or raise "
+    "max_concurrent_jobs if the backlog is real.",
+    "job_slow": "A job runs far longer than its history. Look at the Spark application "
+    "(spark_app_id in the task's run); cancel with POST /api/v1/tasks/{id}/cancel if it hangs.",
+    "no_leader": "No scheduler holds the lease: nothing is dispatched. Start a scheduler "
+    "(`lakewarden scheduler`) or check its logs and its database connection.",
+}
+
+
+def _apply(
+    session: Session, rule: str, severity: str, conditions: dict[str, tuple[str, dict[str, object]]]
+) -> None:
+    for key, (summary, details) in conditions.items():
+        fire(
+            session,
+            rule,
+            key,
+            severity=severity,
+            summary=summary,
+            details=details,
+            runbook=RUNBOOKS[rule],
+        )
+    resolve_absent(session, rule, set(conditions))
+
+
+def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> None:
+    """The rules the scheduler leader evaluates (it sees the task tables)."""
+    # The latest finished task of each (table, kind): failed for good, or a held TTL.
+    latest = session.execute(
+        text(
+            """
+            SELECT DISTINCT ON (t.table_id, t.kind)
+                   t.id, t.kind, t.state, t.reason, m.namespace || '.' || m.name
+            FROM tasks t JOIN managed_tables m ON m.id = t.table_id
+            WHERE t.state IN ('succeeded', 'failed', 'skipped')
+            ORDER BY t.table_id, t.kind, t.id DESC
+            """
+        )
+    ).all()
+    failed = {
+        f"{table}:{kind}": (
+            f"{kind} of {table} failed for good (task {tid}): {reason}",
+            {"task_id": tid, "table": table, "kind": kind},
+        )
+        for tid, kind, state, reason, table in latest
+        if state == "failed"
+    }
+    held = {
+        table: (f"TTL of {table} is held (task {tid}): {reason}", {"task_id": tid, "table": table})
+        for tid, kind, state, reason, table in latest
+        if kind == "ttl" and state == "skipped" and (reason or "").startswith("held:")
+    }
+    _apply(session, "task_failed", "critical", failed)
+    _apply(session, "ttl_held", "warning", held)
+
+    window = timedelta(seconds=settings.alert_backlog_age_s)
+    oldest = session.execute(
+        text(
+            "SELECT id, kind, created_at FROM tasks WHERE state IN ('pending', 'planned') "
+            "AND not_before <= now() ORDER BY created_at LIMIT 1"
+        )
+    ).one_or_none()
+    backlog = {}
+    if oldest is not None and now - oldest[2] > window:
+        age = int((now - oldest[2]).total_seconds())
+        backlog["queue"] = (
+            f"oldest waiting task {oldest[0]} ({oldest[1]}) has waited {age}s "
+            f"> {int(window.total_seconds())}s",
+            {"task_id": oldest[0], "age_s": age},
+        )
+    _apply(session, "backlog_stale", "warning", backlog)
+
+    slow = session.execute(
+        text(
+            """
+            WITH hist AS (
+                SELECT t.table_id, t.kind,
+                       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.duration_ms) AS p50
+                FROM job_runs r JOIN tasks t ON t.id = r.task_id
+                WHERE r.state = 'succeeded' GROUP BY t.table_id, t.kind
+            )
+            SELECT t.id, t.kind, extract(epoch FROM now() - r.started_at) * 1000, h.p50
+            FROM tasks t JOIN job_runs r ON r.task_id = t.id AND r.state = 'running'
+            JOIN hist h ON h.table_id = t.table_id AND h.kind = t.kind
+            WHERE t.state = 'running'
+            """
+        )
+    ).all()
+    slow_conditions = {
+        str(tid): (
+            f"task {tid} ({kind}) has run {ms / 1000:.0f}s, "
+            f"{ms / p50:.1f}x its median {p50 / 1000:.0f}s",
+            {"task_id": tid, "running_ms": int(ms), "median_ms": int(p50)},
+        )
+        for tid, kind, ms, p50 in slow
+        if ms > max(settings.alert_slow_min_s * 1000, settings.alert_slow_factor * p50)
+    }
+    _apply(session, "job_slow", "warning", slow_conditions)
+
+
+def evaluate_leader_rule(session: Session, settings: Settings) -> None:
+    """Evaluated by every API replica: a leader cannot report its own absence."""
+    row = session.execute(
+        text(
+            "SELECT holder, extract(epoch FROM now() - expires_at) FROM leader_lease "
+            "WHERE name = 'scheduler'"
+        )
+    ).one_or_none()
+    conditions = {}
+    if row is not None and row[1] > settings.alert_no_leader_s:
+        conditions["scheduler"] = (
+            f"no scheduler has held the lease for {int(row[1])}s (last: {row[0]})",
+            {"last_holder": row[0], "expired_s": int(row[1])},
+        )
+    elif row is None:
+        # Never had a leader: only an alert once work waits for one.
+        waiting = session.execute(
+            text(
+                "SELECT count(*) FROM tasks WHERE state IN ('pending', 'planned') "
+                "AND created_at < now() - make_interval(secs => :s)"
+            ),
+            {"s": settings.alert_no_leader_s},
+        ).scalar()
+        if waiting:
+            conditions["scheduler"] = (
+                f"no scheduler has ever held the lease and {waiting} task(s) wait",
+                {"last_holder": None, "waiting_tasks": waiting},
+            )
+    _apply(session, "no_leader", "critical", conditions)

@@ -1,0 +1,73 @@
+"""The alert store: one open alert per (rule, key); fire, resolve when clear, acknowledge."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.orm import Session
+
+from lakewarden.db.models import Alert
+
+
+def fire(
+    session: Session,
+    rule: str,
+    key: str,
+    *,
+    severity: str,
+    summary: str,
+    details: dict[str, Any],
+    runbook: str,
+) -> None:
+    """Open the alert, or refresh the open one (deduplicated by rule and key)."""
+    session.execute(
+        text(
+            """
+            INSERT INTO alerts (rule, key, severity, state, summary, details, runbook)
+            VALUES (:rule, :key, :severity, 'firing', :summary, CAST(:details AS jsonb), :runbook)
+            ON CONFLICT (rule, key) WHERE state <> 'resolved'
+            DO UPDATE SET last_seen = now(), summary = EXCLUDED.summary,
+                          details = EXCLUDED.details, severity = EXCLUDED.severity
+            """
+        ),
+        {
+            "rule": rule,
+            "key": key,
+            "severity": severity,
+            "summary": summary,
+            "details": json.dumps(details, default=str),
+            "runbook": runbook,
+        },
+    )
+
+
+def resolve_absent(session: Session, rule: str, active_keys: set[str]) -> int:
+    """Resolve the open alerts of `rule` whose condition no longer holds."""
+    q = update(Alert).where(Alert.rule == rule, Alert.state != "resolved")
+    if active_keys:
+        q = q.where(Alert.key.not_in(active_keys))
+    result = session.execute(
+        q.values(
+            state="resolved",
+            resolved_at=func.now(),
+            next_delivery_at=func.now(),
+            delivery_attempts=0,
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def acknowledge(session: Session, alert_id: int, by: str) -> Alert | None:
+    alert = session.scalars(
+        select(Alert).where(Alert.id == alert_id).with_for_update()
+    ).one_or_none()
+    if alert is None or alert.state != "firing":
+        return alert
+    alert.state = "acknowledged"
+    alert.acked_by = by
+    alert.acked_at = func.now()
+    session.flush()
+    session.refresh(alert)
+    return alert

@@ -1,0 +1,78 @@
+"""Alerts: list what fires, acknowledge it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+
+from lakewarden.alerts.store import acknowledge
+from lakewarden.db.models import Alert
+from services.api.deps import SessionDep
+from services.api.schemas import Page
+
+router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
+STATES = ("firing", "acknowledged", "resolved")
+
+
+class AlertOut(BaseModel):
+    id: int
+    rule: str
+    key: str
+    severity: str
+    state: str
+    summary: str
+    details: dict[str, Any]
+    runbook: str | None
+    first_seen: datetime
+    last_seen: datetime
+    resolved_at: datetime | None
+    acked_by: str | None
+    acked_at: datetime | None
+    delivered_state: str | None
+    delivery_attempts: int
+    delivery_error: str | None
+
+
+class AckIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(min_length=1, max_length=255, description="who takes it")
+
+
+@router.get("", response_model=Page[AlertOut])
+def list_alerts(
+    session: SessionDep,
+    state: Annotated[str | None, Query(description="firing | acknowledged | resolved")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[int | None, Query(ge=0)] = None,
+) -> Page[AlertOut]:
+    """Alerts, newest first; without `state`, the open ones (firing or acknowledged)."""
+    q = select(Alert).order_by(Alert.id.desc()).limit(limit + 1)
+    if state is None:
+        q = q.where(Alert.state != "resolved")
+    elif state not in STATES:
+        raise HTTPException(422, f"unknown state {state!r}: use one of {', '.join(STATES)}")
+    else:
+        q = q.where(Alert.state == state)
+    if cursor is not None:
+        q = q.where(Alert.id < cursor)
+    rows = list(session.scalars(q))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(
+        items=[AlertOut.model_validate(r, from_attributes=True) for r in rows],
+        next_cursor=rows[-1].id if more else None,
+    )
+
+
+@router.post("/{alert_id}/ack", response_model=AlertOut)
+def ack_alert(alert_id: int, body: AckIn, session: SessionDep) -> AlertOut:
+    alert = acknowledge(session, alert_id, body.by)
+    if alert is None:
+        raise HTTPException(404, f"alert {alert_id} does not exist")
+    if alert.state == "resolved":
+        raise HTTPException(409, f"alert {alert_id} is already resolved")
+    return AlertOut.model_validate(alert, from_attributes=True)
