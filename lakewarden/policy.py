@@ -25,6 +25,9 @@ class KindPolicy(_Strict):
     enabled: bool = True
     priority: int = Field(default=0, ge=-100, le=100, description="higher runs first")
     max_attempts: int = Field(default=3, ge=1, le=20, description="attempts before failing")
+    timeout_minutes: float = Field(
+        default=120, gt=0, description="a job running longer is cancelled"
+    )
 
 
 class SweptPolicy(KindPolicy):

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,8 @@ from lakewarden.kinds import get_kind
 from lakewarden.kinds.base import PlanRejected
 from lakewarden.leader import SCHEDULER_LEASE, Fence, FencedOut, acquire_or_renew, resign
 from lakewarden.runtime import Runtime
-from lakewarden.tables import ref_of
+from lakewarden.spark.commits import committing_as, find_commit
+from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from services.scheduler.runs import abandon_orphans, finish_run
 from services.scheduler.sweeps import sweep_due_tasks
@@ -49,6 +51,20 @@ _NEXT_PLANNED = text(
 )
 
 
+@dataclass
+class Inflight:
+    """A job this scheduler runs: its future, Spark job group and deadline."""
+
+    future: Future[Any]
+    group: str
+    timeout_s: float
+    deadline: float = 0.0
+    timed_out: bool = False
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.timeout_s
+
+
 class Scheduler:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -58,7 +74,7 @@ class Scheduler:
         self.pool = ThreadPoolExecutor(
             max_workers=rt.settings.max_concurrent_jobs, thread_name_prefix="job"
         )
-        self.inflight: dict[int, tuple[Future[Any], str]] = {}
+        self.inflight: dict[int, Inflight] = {}
         self._spark: SparkSession | None = None
         self._spark_lock = threading.Lock()
         self.sweeper = BackgroundScheduler(daemon=True)
@@ -156,12 +172,13 @@ class Scheduler:
                     )
                 )
                 plan, kind, ref = dict(task.plan or {}), task.kind, ref_of(row)
+                timeout_s = effective_policy_for(s, row).for_kind(kind).timeout_minutes * 60
         except FencedOut as exc:
             log.warning("dispatch refused: %s", exc)
             return False
         log.info("task %d: running %s on %s (attempt %d)", task_id, kind, ref.dotted, attempt)
         future = self.pool.submit(self._run_job, fence, task_id, attempt, kind, ref, plan, group)
-        self.inflight[task_id] = (future, group)
+        self.inflight[task_id] = Inflight(future, group, timeout_s)
         future.add_done_callback(functools.partial(self._forget, task_id))
         return True
 
@@ -186,19 +203,44 @@ class Scheduler:
                     .where(JobRun.task_id == task_id, JobRun.attempt == attempt)
                     .values(spark_app_id=spark.sparkContext.applicationId)
                 )
+            if attempt > 1:
+                # Never commit twice: an earlier attempt (perhaps under a deposed leader)
+                # may have committed before it lost track of the outcome.
+                table = self.rt.catalog.load_table((ref.namespace, ref.name))
+                earlier = find_commit(table, task_id)
+                if earlier is not None:
+                    return finish_run(
+                        self.rt,
+                        fence,
+                        task_id,
+                        attempt,
+                        metrics={"recovered_commit_of_attempt": earlier[1]},
+                        committed_snapshot_id=earlier[0],
+                    )
+            # This pool thread must see the session's SQL conf (catalogs) on the JVM side too.
+            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
+                spark._jsparkSession
+            )
             spark.sparkContext.setJobGroup(group, f"lakewarden task {task_id}", True)
             try:
                 runner = get_kind(kind).run
             except KeyError as exc:
                 raise PlanRejected(str(exc)) from exc
-            result = runner(spark, self.rt.settings.catalog_name, ref, plan)
+            with committing_as(task_id, attempt):
+                result = runner(spark, self.rt.settings.catalog_name, ref, plan)
         except PlanRejected as exc:
             return finish_run(self.rt, fence, task_id, attempt, error=exc, retryable=False)
         except Exception as exc:
+            entry = self.inflight.get(task_id)
+            error: BaseException = exc
+            if entry is not None and entry.timed_out:
+                error = TimeoutError(
+                    f"job exceeded its timeout of {entry.timeout_s:.0f}s and was cancelled"
+                )
             log.exception("task %d attempt %d failed", task_id, attempt)
             if self._spark is not None and self._spark.sparkContext._jsc is None:
                 self._spark = None  # the JVM went away; build a new session next time
-            return finish_run(self.rt, fence, task_id, attempt, error=exc)
+            return finish_run(self.rt, fence, task_id, attempt, error=error)
         state = finish_run(
             self.rt,
             fence,
@@ -211,6 +253,7 @@ class Scheduler:
         return state
 
     def cancel_requested_jobs(self) -> None:
+        """Cancel the Spark job groups of tasks cancelled through the API or past their timeout."""
         if not self.inflight or self._spark is None:
             return
         with transaction(self.rt.engine) as s:
@@ -221,11 +264,21 @@ class Scheduler:
                     )
                 )
             )
-        for task_id in cancelled:
-            entry = self.inflight.get(task_id)
-            if entry is not None:
-                log.info("task %d cancelled: cancelling Spark job group %s", task_id, entry[1])
-                self._spark.sparkContext.cancelJobGroup(entry[1])
+        now = time.monotonic()
+        for task_id, entry in list(self.inflight.items()):
+            if task_id in cancelled:
+                log.info("task %d cancelled: cancelling Spark job group %s", task_id, entry.group)
+            elif now > entry.deadline and not entry.timed_out:
+                entry.timed_out = True
+                log.warning(
+                    "task %d exceeded %.0fs: cancelling Spark job group %s",
+                    task_id,
+                    entry.timeout_s,
+                    entry.group,
+                )
+            else:
+                continue
+            self._spark.sparkContext.cancelJobGroup(entry.group)
 
     # --- main loop -----------------------------------------------------------
     def serve(self) -> None:

@@ -11,6 +11,7 @@ from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
 from helpers import append_batches, make_table
 from sqlalchemy import select, text
 
+from lakewarden.catalog import TableRef
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -84,7 +85,8 @@ def _manage(rt: Runtime, name: str, policy: dict) -> int:
 
 def _run_one(sched: Scheduler) -> str:
     assert sched.dispatch_once()
-    ((future, _group),) = sched.inflight.values()
+    (entry,) = sched.inflight.values()
+    future = entry.future
     return future.result(timeout=300)
 
 
@@ -197,7 +199,8 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
     )
     assert Worker(spark_rt).run_once()
     assert scheduler.dispatch_once()
-    ((future, _group),) = scheduler.inflight.values()
+    (entry,) = scheduler.inflight.values()
+    future = entry.future
 
     # While the rewrite runs: appends, and a delete of rows in files being rewritten.
     appended: list[int] = []
@@ -242,3 +245,93 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
         runs = list(s.scalars(select(JobRun).where(JobRun.task_id == task_id)))
         assert runs[-1].state == "succeeded"
         assert all(r.state in ("succeeded", "failed") for r in runs)
+
+
+def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
+    scheduler: Scheduler,
+    spark_rt: Runtime,
+    spark,  # type: ignore[no-untyped-def]
+) -> None:
+    from lakewarden.kinds import get_kind
+    from lakewarden.spark.commits import ATTEMPT_KEY, TASK_KEY, committing_as
+
+    append_batches(make_table(spark_rt, name="twice"), 6)
+    task_id = _manage(
+        spark_rt, "twice", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
+    )
+    assert Worker(spark_rt).run_once()
+    with transaction(spark_rt.engine) as s:
+        plan = s.get(Task, task_id).plan  # type: ignore[union-attr]
+    # Attempt 1 commits, then its scheduler dies before recording the outcome.
+    with committing_as(task_id, 1):
+        get_kind("compaction").run(spark, "lake", TableRef("sales", "twice"), plan)
+    table = spark_rt.catalog.load_table("sales.twice")
+    summary = table.current_snapshot().summary
+    assert summary[TASK_KEY] == str(task_id) and summary[ATTEMPT_KEY] == "1"
+    snapshots_after_first = len(table.snapshots())
+    with spark_rt.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE tasks SET state = 'planned', attempt = 1 WHERE id = :i"), {"i": task_id}
+        )
+    assert _run_one(scheduler) == "succeeded"  # attempt 2 finds attempt 1's commit
+    table = spark_rt.catalog.load_table("sales.twice")
+    assert len(table.snapshots()) == snapshots_after_first  # nothing committed again
+    with transaction(spark_rt.engine) as s:
+        task = s.get(Task, task_id)
+        assert task is not None and task.result is not None
+        assert task.result["recovered_commit_of_attempt"] == "1"
+        assert task.result["committed_snapshot_id"] == table.current_snapshot().snapshot_id
+
+
+def _hanging_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault injection: a kind whose Spark job hangs (a task sleeping in the executor)."""
+    from lakewarden import kinds
+    from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
+
+    def run(spark, catalog, ref, plan):  # type: ignore[no-untyped-def]
+        spark.sql("SELECT reflect('java.lang.Thread', 'sleep', bigint(600000))").collect()
+        return JobResult({}, None)
+
+    hang = Kind(name="compaction", plan=lambda *_: PlanOutcome({"hang": True}, "hang"), run=run)
+    monkeypatch.setitem(kinds.REGISTRY, "compaction", hang)
+
+
+def test_a_hanging_job_is_cancelled_at_its_timeout_and_retried(
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hanging_kind(monkeypatch)
+    append_batches(make_table(spark_rt, name="hangs"), 1)
+    task_id = _manage(spark_rt, "hangs", {"compaction": {"timeout_minutes": 0.05}})  # 3 s
+    assert Worker(spark_rt).run_once()
+    assert scheduler.dispatch_once()
+    (entry,) = scheduler.inflight.values()
+    started = time.monotonic()
+    while not entry.future.done() and time.monotonic() - started < 60:
+        scheduler.cancel_requested_jobs()
+        time.sleep(0.5)
+    assert entry.future.result(timeout=30) == "pending"  # cancelled, to be retried
+    assert time.monotonic() - started < 30
+    with transaction(spark_rt.engine) as s:
+        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
+        assert run.state == "failed" and "exceeded its timeout of 3s" in (run.error or "")
+
+
+def test_cancelling_a_running_task_cancels_its_spark_job(
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hanging_kind(monkeypatch)
+    append_batches(make_table(spark_rt, name="cancelme"), 1)
+    task_id = _manage(spark_rt, "cancelme", {})
+    assert Worker(spark_rt).run_once()
+    assert scheduler.dispatch_once()
+    (entry,) = scheduler.inflight.values()
+    time.sleep(2)  # the job is running in Spark
+    with transaction(spark_rt.engine) as s:
+        repo.transition(s, task_id, "cancelled", actor="api:test", reason="operator")
+    scheduler.cancel_requested_jobs()
+    assert entry.future.result(timeout=30) == "cancelled"
+    with transaction(spark_rt.engine) as s:
+        task = s.get(Task, task_id)
+        assert task is not None and task.state == "cancelled"
+        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
+        assert run.state == "cancelled"
