@@ -251,3 +251,19 @@ class Alert(Base):
     delivery_attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     next_delivery_at: Mapped[datetime] = mapped_column(server_default=func.now())
     delivery_error: Mapped[str | None] = mapped_column(Text)
+
+
+class TableBlocker(Base):
+    """A writer's request to keep maintenance off a table until `expires_at`
+    (streaming writers that must not race a rewrite). Expired blockers are ignored."""
+
+    __tablename__ = "table_blockers"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
+    )
+    holder: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime]

@@ -39,14 +39,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The next job to run, in this order: higher priority first; then the table that used
+# the least Spark time in the last hour (fair share: a table with endless work cannot
+# starve the rest, and idle capacity is still used); then the oldest task. Never a
+# table with a job already running, or one a writer has blocked.
 _NEXT_PLANNED = text(
     """
-    SELECT t.id FROM tasks t
+    SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
+           extract(epoch FROM now() - t.created_at) AS waited_s
+    FROM tasks t
+    LEFT JOIN (
+        SELECT k.table_id,
+               sum(coalesce(r.duration_ms, extract(epoch FROM now() - r.started_at) * 1000))
+                   AS used_ms
+        FROM job_runs r JOIN tasks k ON k.id = r.task_id
+        WHERE r.started_at > now() - interval '1 hour'
+        GROUP BY k.table_id
+    ) u ON u.table_id = t.table_id
     WHERE t.state = 'planned' AND t.not_before <= now()
       AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.table_id = t.table_id AND r.state = 'running')
-    ORDER BY t.priority DESC, t.id
+      AND NOT EXISTS (SELECT 1 FROM table_blockers b
+                      WHERE b.table_id = t.table_id AND b.expires_at > now())
+    ORDER BY t.priority DESC, used_ms ASC, t.id
     LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
     """
 )
 
@@ -141,9 +157,10 @@ class Scheduler:
             return False
         try:
             with transaction(self.rt.engine) as s:
-                task_id = s.execute(_NEXT_PLANNED).scalar()
-                if task_id is None:
+                pick = s.execute(_NEXT_PLANNED).one_or_none()
+                if pick is None:
                     return False
+                task_id, priority, used_ms, waited_s = pick
                 task = s.get(Task, task_id)
                 assert task is not None
                 attempt = task.attempt + 1
@@ -154,7 +171,9 @@ class Scheduler:
                     actor=self.rt.process_id,
                     expected=("planned",),
                     fence=fence,
-                    reason=f"dispatched to Spark, attempt {attempt}/{task.max_attempts}",
+                    reason=f"dispatched to Spark, attempt {attempt}/{task.max_attempts}: "
+                    f"priority {priority}, table used {used_ms / 1000:.0f}s of Spark in the "
+                    f"last hour, waited {waited_s:.0f}s",
                     attempt=attempt,
                     holder=self.rt.process_id,
                 )

@@ -1,0 +1,116 @@
+"""Which planned task the leader dispatches next: priority, fair share, blockers, exclusivity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from helpers import make_table
+from sqlalchemy import text
+
+from lakewarden.db.models import JobRun, ManagedTable
+from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
+from lakewarden.tasks import repo
+from services.api.app import create_app
+from services.scheduler.main import _NEXT_PLANNED
+
+
+def _planned(rt: Runtime, name: str, priority: int = 0, kind: str = "compaction") -> int:
+    with transaction(rt.engine) as s:
+        row = s.query(ManagedTable).filter_by(name=name).one_or_none()
+        if row is None:
+            row = ManagedTable(catalog="lake", namespace="ns", name=name, policy={})
+            s.add(row)
+            s.flush()
+        task_id = repo.create_task(
+            s, table_id=row.id, kind=kind, trigger={}, actor="t", priority=priority
+        )
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = 'planned' WHERE id = :i"), {"i": task_id})
+    assert task_id is not None
+    return task_id
+
+
+def _next(rt: Runtime) -> int | None:
+    with transaction(rt.engine) as s:
+        row = s.execute(_NEXT_PLANNED).one_or_none()
+        return row[0] if row else None
+
+
+def test_priority_first_then_fair_share_then_age(rt: Runtime) -> None:
+    hog = _planned(rt, "hog")
+    quiet = _planned(rt, "quiet")
+    assert _next(rt) == hog  # same priority, no usage: oldest first
+    # The hog table used Spark for 10 minutes in the last hour: the quiet table goes first.
+    with transaction(rt.engine) as s:
+        old = repo.create_task(
+            s,
+            table_id=s.query(ManagedTable).filter_by(name="hog").one().id,
+            kind="clean",
+            trigger={},
+            actor="t",
+        )
+        s.add(
+            JobRun(
+                task_id=old,
+                attempt=1,
+                state="succeeded",
+                scheduler_id="s",
+                leader_epoch=1,
+                duration_ms=600_000,
+            )
+        )
+    assert _next(rt) == quiet
+    urgent = _planned(rt, "hog", priority=10, kind="ttl")
+    assert _next(rt) == urgent  # priority beats fair share
+
+
+def test_blocked_and_busy_tables_are_skipped(rt: Runtime) -> None:
+    a = _planned(rt, "a")
+    b = _planned(rt, "b")
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO table_blockers (table_id, holder, expires_at) "
+                "SELECT table_id, 'flink', now() + interval '5 minutes' FROM tasks WHERE id = :i"
+            ),
+            {"i": a},
+        )
+    assert _next(rt) == b
+    _planned(rt, "b", kind="clean")
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = 'running' WHERE id = :i"), {"i": b})
+    assert _next(rt) is None  # a is blocked; b's table already runs a job
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE table_blockers SET expires_at = now() - interval '1 second'"))
+    assert _next(rt) == a  # an expired blocker no longer counts
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt, background=False)) as c:
+        yield c
+
+
+def test_blockers_api(client: TestClient, rt: Runtime) -> None:
+    make_table(rt)
+    client.post("/api/v1/tables", json={"namespace": "sales", "name": "orders"})
+    r = client.post(
+        "/api/v1/tables/sales/orders/blockers",
+        json={"holder": "flink-7", "reason": "checkpointing", "ttl_s": 300},
+    )
+    assert r.status_code == 201, r.text
+    blocker = r.json()
+    listed = client.get("/api/v1/tables/sales/orders/blockers").json()
+    assert [b["holder"] for b in listed] == ["flink-7"]
+    assert (
+        client.post(
+            "/api/v1/tables/sales/orders/blockers", json={"holder": "x", "ttl_s": -1}
+        ).status_code
+        == 422
+    )
+    assert client.delete(f"/api/v1/tables/sales/orders/blockers/{blocker['id']}").status_code == 204
+    assert client.get("/api/v1/tables/sales/orders/blockers").json() == []
+    assert client.delete("/api/v1/tables/sales/orders/blockers/999").status_code == 404
