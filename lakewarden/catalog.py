@@ -70,6 +70,8 @@ def load_catalog(settings: Settings, control_plane_url: str) -> Catalog:
         settings.catalog_name,
         uri=catalog_db_url(settings, control_plane_url),
         warehouse=settings.warehouse_uri,
+        # survive a database restart: check pooled connections before use
+        pool_pre_ping="true",
     )
 
 

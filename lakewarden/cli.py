@@ -59,7 +59,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
-    from lakewarden.db.embedded import stop_server
+    from lakewarden.db.embedded import restart_server, stop_server
     from lakewarden.db.session import resolve_database_url
 
     s = get_settings()
@@ -67,6 +67,8 @@ def _cmd_db(args: argparse.Namespace) -> int:
         print(resolve_database_url(s))
     elif args.action == "stop":
         print("stopped" if stop_server(s.data_dir) else "not running")
+    elif args.action == "restart":
+        print("restarted" if restart_server(s.data_dir) else "not running")
     return 0
 
 
@@ -94,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--files", type=int, default=300, help="small files to write first")
     demo.add_argument("--timeout", type=float, default=600, help="seconds to wait for the task")
     db = sub.add_parser("db", help="the embedded Postgres")
-    db.add_argument("action", choices=["url", "stop"])
+    db.add_argument("action", choices=["url", "stop", "restart"])
     sub.add_parser("jars", help="resolve (and build, if needed) the Spark jars")
     p.set_defaults()
     return p

@@ -185,3 +185,30 @@ def stop_server(data_dir: Path) -> bool:
         user=_run_as(),
     )
     return True
+
+
+def restart_server(data_dir: Path) -> bool:
+    """Restart a running embedded server in place (same port and options)."""
+    pgdata = data_dir / "pg"
+    if _running_port(pgdata) is None:
+        return False
+    subprocess.run(
+        # -l: the restarted server must not inherit our pipes (pg_ctl would never return)
+        [
+            _bin("pg_ctl"),
+            "-D",
+            str(pgdata),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(pgdata / "server.log"),
+            "restart",
+        ],
+        check=True,
+        capture_output=True,
+        user=_run_as(),
+    )
+    return True

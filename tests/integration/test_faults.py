@@ -164,3 +164,64 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
     deleted = sum(int(sn.summary.get("deleted-data-files", 0)) for sn in ours)  # type: ignore[union-attr]
     assert ours and deleted <= before.data_files
     rt.engine.dispose()
+
+
+def test_postgres_restart_under_load(tmp_path: Path) -> None:
+    """Restart the database while api, worker and scheduler run: they reconnect, and a
+    commit made after the restart is still heard, planned and compacted."""
+    import httpx
+
+    from lakewarden.db.embedded import _any_free_port, ensure_server, restart_server, stop_server
+    from lakewarden.runtime import migrate
+
+    pg_dir = tmp_path / "own-pg"
+    url = ensure_server(pg_dir, _any_free_port())  # its own server: the others keep theirs
+    fleet = Fleet(url, tmp_path)
+    fleet.env["LAKEWARDEN_POLL_INTERVAL_S"] = "2"
+    port = _any_free_port()
+    try:
+        rt = make_test_runtime(url, tmp_path)
+        migrate(rt)
+        table = append_batches(make_table(rt, name="restarted"), 2)
+        fleet.start("worker")
+        fleet.start("scheduler")
+        api_env = {**fleet.env, "LAKEWARDEN_API_PORT": str(port)}
+        fleet.env, saved = api_env, fleet.env
+        fleet.start("api")
+        fleet.env = saved
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+
+        def ready() -> bool:
+            try:
+                return client.get("/readyz").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait(ready, 60, "the API", fleet)
+        r = client.post(
+            "/api/v1/tables",
+            json={
+                "namespace": "sales",
+                "name": "restarted",
+                "policy": {"compaction": {"min_small_files": 6, "min_input_files": 5}},
+            },
+        )
+        assert r.status_code == 201, r.text
+
+        assert restart_server(pg_dir)
+        rt.engine.dispose()
+        append_batches(table, 6, start=1000)  # commits after the restart
+
+        def compacted() -> bool:
+            with rt.engine.connect() as conn:
+                return bool(
+                    conn.execute(text("SELECT 1 FROM tasks WHERE state = 'succeeded'")).scalar()
+                )
+
+        _wait(compacted, 180, "compaction after the restart", fleet)
+        after = fingerprint(rt.catalog.load_table("sales.restarted"))
+        assert after.rows == 80 and after.data_files == 2
+        rt.engine.dispose()
+    finally:
+        fleet.stop()
+        stop_server(pg_dir)
