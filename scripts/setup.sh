@@ -8,12 +8,14 @@ cd "$(dirname "$0")/.."
 run_demo=1
 [ "${1:-}" = "--no-demo" ] && run_demo=0
 
-# 1. Debian packages: Java for Spark, jarjar for the offline jar assembly, the JDBC driver.
+# 1. Debian packages: Java for Spark, jarjar for the offline jar assembly, the JDBC driver,
+#    faketime for the tests that give schedulers disagreeing clocks.
 pkgs=()
 command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
 [ -f /usr/share/java/jarjar.jar ] || pkgs+=(libjarjar-java)
 [ -f /usr/share/java/postgresql.jar ] || pkgs+=(libpostgresql-jdbc-java)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || pkgs+=(python3-venv)
+command -v faketime >/dev/null 2>&1 || pkgs+=(faketime)  # clock-skew fault tests
 if [ ${#pkgs[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "==> apt-get install ${pkgs[*]}"

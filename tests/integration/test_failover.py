@@ -16,8 +16,17 @@ from sqlalchemy import create_engine, text
 TTL_S = 3.0
 
 
-@pytest.fixture
-def schedulers(db_url: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+CLOCKS = {
+    "same clocks": (None, None),
+    # libfaketime shifts each process's wall and monotonic clocks: an hour apart.
+    "clocks an hour apart": ("+1h", "-1h"),
+}
+
+
+@pytest.fixture(params=list(CLOCKS), ids=list(CLOCKS))
+def schedulers(
+    request: pytest.FixtureRequest, db_url: str, tmp_path: Path
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {
         **os.environ,
         "LAKEWARDEN_DATABASE_URL": db_url,
@@ -27,14 +36,28 @@ def schedulers(db_url: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[by
         "LAKEWARDEN_SPARK_WARMUP": "false",  # leadership needs no JVM
     }
     logs = [open(tmp_path / f"scheduler-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
+    skews = CLOCKS[request.param]
+    libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))
+    if skews[0] and not libs:
+        pytest.skip("libfaketime is not installed (scripts/setup.sh installs faketime)")
+
+    def clock(skew: str | None) -> dict[str, str]:
+        # Preloaded into the scheduler process itself, so its pid is the one in its id.
+        # Wall clocks only: that is what disagrees between hosts (and threads keep waking).
+        return (
+            {"LD_PRELOAD": str(libs[0]), "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+            if skew
+            else {}
+        )
+
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "lakewarden", "scheduler"],
-            env=env,
+            env={**env, **clock(skew)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        for log in logs
+        for log, skew in zip(logs, skews, strict=True)
     ]
     yield procs
     for p in procs:
