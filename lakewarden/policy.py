@@ -127,10 +127,11 @@ class CleanPolicy(SweptPolicy):
     keep_last_snapshots: int = Field(default=5, ge=1)
     max_snapshot_age_hours: float = Field(default=120, gt=0)  # Iceberg's default: 5 days
     remove_orphans: bool = True
-    # Files younger than this are never treated as orphans (a writer may be mid-commit).
-    orphan_min_age_hours: float = Field(default=72, ge=1)  # Iceberg's default: 3 days
+    # Files younger than this are never treated as orphans (a writer may be mid-commit);
+    # Iceberg's procedure refuses less than 24 hours. Its default: 3 days.
+    orphan_min_age_hours: float = Field(default=72, ge=24)
+    # Rewrite manifests once the current snapshot has this many (each append adds one).
     rewrite_manifests_min_count: int = Field(default=50, ge=2)
-    manifest_min_avg_bytes: int = Field(default=8 * MiB, ge=1024)
 
 
 class Policy(_Strict):

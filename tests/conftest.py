@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from lakewarden.runtime import Runtime, migrate
@@ -85,3 +85,51 @@ def rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
     runtime = make_test_runtime(db_url, tmp_path)
     yield runtime
     runtime.engine.dispose()
+
+
+# --- Spark: one database, one warm session and a leading scheduler for all Spark tests ---
+
+
+@pytest.fixture(scope="session")
+def spark_rt(server_url: str, template_url: str, tmp_path_factory) -> Iterator[Runtime]:  # type: ignore[no-untyped-def]
+    """One database and one warm Spark session for the run (a JVM per test is too slow);
+    tests use their own table names."""
+    name = f"lw_test_spark_{os.getpid()}"
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    rt = make_test_runtime(
+        _with_db(server_url, name),
+        tmp_path_factory.mktemp("spark"),
+        role="scheduler",
+        retry_base_s=0.1,
+    )
+    yield rt
+    rt.engine.dispose()
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def spark(spark_rt: Runtime):  # type: ignore[no-untyped-def]
+    from lakewarden.spark.session import build_session
+
+    session = build_session(spark_rt.settings, spark_rt.db_url, "lakewarden-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def scheduler(spark_rt: Runtime, spark):  # type: ignore[no-untyped-def]
+    """A leading scheduler on the shared Spark session, with nothing managed yet."""
+    from services.scheduler.main import Scheduler
+
+    with spark_rt.engine.begin() as conn:
+        conn.execute(text("DELETE FROM managed_tables"))
+        conn.execute(text("DELETE FROM leader_lease"))
+    sched = Scheduler(spark_rt)
+    sched._spark = spark
+    sched.renew()
+    assert sched.leading() is not None
+    yield sched
+    sched.pool.shutdown(wait=True)

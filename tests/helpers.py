@@ -45,3 +45,34 @@ def append_batches(table, batches: int, rows: int = 10, start: int = 0, regions=
         )
         table = table.refresh()
     return table
+
+
+def manage(rt: Runtime, name: str, policy: dict, kind: str = "compaction") -> int:  # type: ignore[type-arg]
+    """Manage sales.<name> with `policy` and open a `kind` task on it (as a trigger would)."""
+    from lakewarden.db.models import ManagedTable
+    from lakewarden.db.session import transaction
+    from lakewarden.tasks import repo
+
+    with transaction(rt.engine) as s:
+        row = ManagedTable(
+            catalog=rt.settings.catalog_name, namespace="sales", name=name, policy=policy
+        )
+        s.add(row)
+        s.flush()
+        task_id = repo.create_task(
+            s,
+            table_id=row.id,
+            kind=kind,
+            trigger={"reason": "test"},
+            actor="test",
+            max_attempts=policy.get(kind, {}).get("max_attempts", 3),
+        )
+    assert task_id is not None
+    return task_id
+
+
+def run_one(scheduler) -> str:  # type: ignore[no-untyped-def]
+    """Dispatch the one planned task and wait for its job; returns the task's new state."""
+    assert scheduler.dispatch_once()
+    (entry,) = scheduler.inflight.values()
+    return entry.future.result(timeout=300)  # type: ignore[no-any-return]

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 
 import pytest
-from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
-from helpers import append_batches, make_table
+from helpers import append_batches, make_table, manage, run_one
 from sqlalchemy import select, text
 
 from lakewarden.catalog import TableRef
-from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
@@ -23,73 +20,6 @@ from services.worker.main import Worker
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="module")
-def spark_rt(server_url: str, template_url: str, tmp_path_factory) -> Iterator[Runtime]:  # type: ignore[no-untyped-def]
-    """One database and one warm Spark session for the module (a JVM per test is too slow)."""
-    name = f"lw_test_spark_{os.getpid()}"
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
-    rt = make_test_runtime(
-        _with_db(server_url, name),
-        tmp_path_factory.mktemp("spark"),
-        role="scheduler",
-        retry_base_s=0.1,
-    )
-    yield rt
-    rt.engine.dispose()
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="module")
-def spark(spark_rt: Runtime):  # type: ignore[no-untyped-def]
-    from lakewarden.spark.session import build_session
-
-    session = build_session(spark_rt.settings, spark_rt.db_url, "lakewarden-tests")
-    yield session
-    session.stop()
-
-
-@pytest.fixture
-def scheduler(spark_rt: Runtime, spark) -> Iterator[Scheduler]:  # type: ignore[no-untyped-def]
-    with spark_rt.engine.begin() as conn:
-        conn.execute(text("DELETE FROM managed_tables"))
-        conn.execute(text("DELETE FROM leader_lease"))
-    sched = Scheduler(spark_rt)
-    sched._spark = spark
-    sched.renew()
-    assert sched.leading() is not None
-    yield sched
-    sched.pool.shutdown(wait=True)
-
-
-def _manage(rt: Runtime, name: str, policy: dict) -> int:
-    with transaction(rt.engine) as s:
-        row = ManagedTable(
-            catalog=rt.settings.catalog_name, namespace="sales", name=name, policy=policy
-        )
-        s.add(row)
-        s.flush()
-        task_id = repo.create_task(
-            s,
-            table_id=row.id,
-            kind="compaction",
-            trigger={"reason": "test"},
-            actor="test",
-            max_attempts=policy.get("compaction", {}).get("max_attempts", 3),
-        )
-    assert task_id is not None
-    return task_id
-
-
-def _run_one(sched: Scheduler) -> str:
-    assert sched.dispatch_once()
-    (entry,) = sched.inflight.values()
-    future = entry.future
-    return future.result(timeout=300)
-
-
 def test_compaction_job_rewrites_small_files_and_keeps_every_row(
     scheduler: Scheduler, spark_rt: Runtime
 ) -> None:
@@ -98,11 +28,11 @@ def test_compaction_job_rewrites_small_files_and_keeps_every_row(
     )
     before = fingerprint(table)
     assert before.data_files == 30
-    task_id = _manage(
+    task_id = manage(
         spark_rt, "orders", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
     )
     assert Worker(spark_rt).run_once()
-    assert _run_one(scheduler) == "succeeded"
+    assert run_one(scheduler) == "succeeded"
 
     after = fingerprint(spark_rt.catalog.load_table("sales.orders"))
     assert after.data_files == 3  # one per partition
@@ -135,14 +65,14 @@ def test_failing_job_is_retried_with_backoff_then_fails_keeping_its_errors(
     spark,  # type: ignore[no-untyped-def]
 ) -> None:
     append_batches(make_table(spark_rt, name="doomed"), 6)
-    task_id = _manage(
+    task_id = manage(
         spark_rt,
         "doomed",
         {"compaction": {"min_small_files": 5, "min_input_files": 5, "max_attempts": 2}},
     )
     assert Worker(spark_rt).run_once()
     spark_rt.catalog.drop_table("sales.doomed")  # the job will fail: the table is gone
-    assert _run_one(scheduler) == "pending"
+    assert run_one(scheduler) == "pending"
     with transaction(spark_rt.engine) as s:
         task = s.get(Task, task_id)
         assert task is not None and task.attempt == 1 and task.plan is None
@@ -161,7 +91,7 @@ def test_failing_job_is_retried_with_backoff_then_fails_keeping_its_errors(
                 '"binpack", "options": {"min-input-files": "5"}}',
             },
         )
-    assert _run_one(scheduler) == "failed"
+    assert run_one(scheduler) == "failed"
     with transaction(spark_rt.engine) as s:
         task = s.get(Task, task_id)
         assert task is not None and task.state == "failed" and task.attempt == 2
@@ -194,7 +124,7 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
     from pyiceberg.expressions import EqualTo
 
     append_batches(make_table(spark_rt, name="raced"), 10, rows=50, regions=("a", "b", "c"))
-    task_id = _manage(
+    task_id = manage(
         spark_rt, "raced", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
     )
     assert Worker(spark_rt).run_once()
@@ -230,7 +160,7 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
         with spark_rt.engine.begin() as conn:
             conn.execute(text("UPDATE tasks SET not_before = now() WHERE id = :i"), {"i": task_id})
         assert Worker(spark_rt).run_once()
-        outcome = _run_one(scheduler)
+        outcome = run_one(scheduler)
     assert outcome == "succeeded"
 
     ids = (
@@ -256,7 +186,7 @@ def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
     from lakewarden.spark.commits import ATTEMPT_KEY, TASK_KEY, committing_as
 
     append_batches(make_table(spark_rt, name="twice"), 6)
-    task_id = _manage(
+    task_id = manage(
         spark_rt, "twice", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
     )
     assert Worker(spark_rt).run_once()
@@ -273,7 +203,7 @@ def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
         conn.execute(
             text("UPDATE tasks SET state = 'planned', attempt = 1 WHERE id = :i"), {"i": task_id}
         )
-    assert _run_one(scheduler) == "succeeded"  # attempt 2 finds attempt 1's commit
+    assert run_one(scheduler) == "succeeded"  # attempt 2 finds attempt 1's commit
     table = spark_rt.catalog.load_table("sales.twice")
     assert len(table.snapshots()) == snapshots_after_first  # nothing committed again
     with transaction(spark_rt.engine) as s:
@@ -301,7 +231,7 @@ def test_a_hanging_job_is_cancelled_at_its_timeout_and_retried(
 ) -> None:
     _hanging_kind(monkeypatch)
     append_batches(make_table(spark_rt, name="hangs"), 1)
-    task_id = _manage(spark_rt, "hangs", {"compaction": {"timeout_minutes": 0.05}})  # 3 s
+    task_id = manage(spark_rt, "hangs", {"compaction": {"timeout_minutes": 0.05}})  # 3 s
     assert Worker(spark_rt).run_once()
     assert scheduler.dispatch_once()
     (entry,) = scheduler.inflight.values()
@@ -321,7 +251,7 @@ def test_cancelling_a_running_task_cancels_its_spark_job(
 ) -> None:
     _hanging_kind(monkeypatch)
     append_batches(make_table(spark_rt, name="cancelme"), 1)
-    task_id = _manage(spark_rt, "cancelme", {})
+    task_id = manage(spark_rt, "cancelme", {})
     assert Worker(spark_rt).run_once()
     assert scheduler.dispatch_once()
     (entry,) = scheduler.inflight.values()
