@@ -75,6 +75,7 @@ class _LayoutPolicy(KindPolicy):
     min_changed_files: int = Field(default=20, ge=1)
     # Rewrite partitions where a point lookup must open more files than this on average.
     max_files_per_lookup: float = Field(default=2.0, ge=1.0)
+    target_file_size_bytes: int = Field(default=128 * MiB, ge=1024, le=16 * 1024 * MiB)
 
     @model_validator(mode="after")
     def _columns(self) -> _LayoutPolicy:

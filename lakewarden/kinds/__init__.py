@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from lakewarden.kinds import clean, compaction, ttl
+from lakewarden.kinds import clean, compaction, sorting, ttl
 from lakewarden.kinds.base import Kind
 
-REGISTRY: dict[str, Kind] = {k.name: k for k in (compaction.KIND, ttl.KIND, clean.KIND)}
+REGISTRY: dict[str, Kind] = {
+    k.name: k for k in (compaction.KIND, sorting.CLUSTERING, sorting.ZORDER, ttl.KIND, clean.KIND)
+}
 
 
 def get_kind(name: str) -> Kind:

@@ -15,7 +15,7 @@ from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, Plan
 from lakewarden.metadata import DataFile, Partition, jsonable, read_files
 from lakewarden.policy import CompactionPolicy
 from lakewarden.spark import sql
-from lakewarden.spark.commits import commit_properties
+from lakewarden.spark.actions import rewrite_data_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -176,33 +176,10 @@ def compaction_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
 
 
 def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
-    """Through Iceberg's Java action (not the SQL procedure): it takes snapshot properties,
-    so the commit carries the task id and attempt (see lakewarden.spark.commits)."""
+    """Through Iceberg's Java action (lakewarden.spark.actions): the commit carries the
+    task id and attempt."""
     compaction_sql(catalog, ref, plan)  # the same validation as the SQL form
-    jvm: Any = spark._jvm
-    jspark: Any = spark._jsparkSession
-    iceberg_catalog = jspark.sessionState().catalogManager().catalog(catalog).icebergCatalog()
-    table = iceberg_catalog.loadTable(
-        jvm.org.apache.iceberg.catalog.TableIdentifier.parse(ref.dotted)
-    )
-    action = (
-        jvm.org.apache.iceberg.spark.actions.SparkActions.get(jspark)
-        .rewriteDataFiles(table)
-        .binPack()
-    )
-    for key, value in plan.get("options", {}).items():
-        action = action.option(key, str(value))
-    properties = commit_properties()
-    for key, value in properties.items():
-        action = action.snapshotProperty(key, value)
-    result = action.execute()
-    metrics = {
-        "rewritten_data_files": result.rewrittenDataFilesCount(),
-        "added_data_files": result.addedDataFilesCount(),
-        "rewritten_bytes": result.rewrittenBytesCount(),
-        "failed_data_files": result.failedDataFilesCount(),
-        "removed_delete_files": result.removedDeleteFilesCount(),
-    }
+    metrics: dict[str, Any] = rewrite_data_files(spark, catalog, ref, plan.get("options", {}))
     if plan.get("rewrite_position_deletes"):
         pos = (
             spark.sql(

@@ -1,0 +1,54 @@
+"""Iceberg's Java `rewriteDataFiles` action, driven over py4j.
+
+Used instead of the SQL procedure because the action takes snapshot properties
+(the commit carries the task id and attempt: see lakewarden.spark.commits) and a
+typed filter expression (no SQL text to build for a partition filter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.catalog import TableRef
+from lakewarden.spark.commits import commit_properties
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def load_java_table(spark: SparkSession, catalog: str, ref: TableRef) -> Any:
+    jvm: Any = spark._jvm
+    jspark: Any = spark._jsparkSession
+    iceberg_catalog = jspark.sessionState().catalogManager().catalog(catalog).icebergCatalog()
+    return iceberg_catalog.loadTable(
+        jvm.org.apache.iceberg.catalog.TableIdentifier.parse(ref.dotted)
+    )
+
+
+def rewrite_data_files(
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    options: dict[str, str],
+    configure: Callable[[Any, Any, Any], Any] = lambda action, table, jvm: action.binPack(),
+) -> dict[str, int]:
+    """Run the action; `configure(action, java_table, jvm)` picks the strategy and filter."""
+    jvm: Any = spark._jvm
+    table = load_java_table(spark, catalog, ref)
+    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(
+        spark._jsparkSession
+    ).rewriteDataFiles(table)
+    action = configure(action, table, jvm)
+    for key, value in options.items():
+        action = action.option(key, str(value))
+    for key, value in commit_properties().items():
+        action = action.snapshotProperty(key, value)
+    result = action.execute()
+    return {
+        "rewritten_data_files": result.rewrittenDataFilesCount(),
+        "added_data_files": result.addedDataFilesCount(),
+        "rewritten_bytes": result.rewrittenBytesCount(),
+        "failed_data_files": result.failedDataFilesCount(),
+        "removed_delete_files": result.removedDeleteFilesCount(),
+    }
