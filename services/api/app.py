@@ -18,7 +18,17 @@ from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from services.api.routes import alerts, blockers, events, metrics, namespaces, ops, tables, tasks
+from services.api.routes import (
+    alerts,
+    blockers,
+    events,
+    health,
+    metrics,
+    namespaces,
+    ops,
+    tables,
+    tasks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +59,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = rt
-    for module in (ops, tables, namespaces, tasks, events, alerts, metrics, blockers):
+    for module in (ops, tables, namespaces, health, tasks, events, alerts, metrics, blockers):
         app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)
