@@ -135,7 +135,15 @@ class CleanPolicy(SweptPolicy):
     rewrite_manifests_min_count: int = Field(default=50, ge=2)
 
 
+class SLOPolicy(_Strict):
+    """The health the owner expects: below `min_score` for `window_minutes` raises an alert."""
+
+    min_score: int = Field(default=50, ge=0, le=100)
+    window_minutes: float = Field(default=60, gt=0)
+
+
 class Policy(_Strict):
+    slo: SLOPolicy = Field(default_factory=SLOPolicy)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
     clustering: ClusteringPolicy = Field(default_factory=ClusteringPolicy)
     zorder: ZOrderPolicy = Field(default_factory=ZOrderPolicy)

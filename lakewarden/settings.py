@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     alert_slack_url: str | None = None  # Slack-compatible incoming webhook
     alert_alertmanager_url: str | None = None  # base URL; alerts go to /api/v2/alerts
     alert_interval_s: float = 15.0
+    health_interval_s: float = 300.0  # how often the leader re-measures each table
     alert_backlog_age_s: float = 3600.0  # oldest waiting task older than this
     alert_no_leader_s: float = 60.0  # no scheduler lease for longer than this
     alert_slow_factor: float = 3.0  # a job running this many times its median

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.alerts.store import fire, resolve_absent
+from lakewarden.db.models import ManagedTable
 from lakewarden.settings import Settings
+from lakewarden.tables import effective_policy_for
 
 RUNBOOKS = {
     "task_failed": "Read the task's runs (GET /api/v1/tasks/{id}): error and Spark log tail. "
@@ -23,6 +25,10 @@ RUNBOOKS = {
     "max_concurrent_jobs if the backlog is real.",
     "job_slow": "A job runs far longer than its history. Look at the Spark application "
     "(spark_app_id in the task's run); cancel with POST /api/v1/tasks/{id}/cancel if it hangs.",
+    "table_unhealthy": "A table's health score has been below its SLO (policy slo.min_score) "
+    "for longer than slo.window_minutes. GET /api/v1/tables/{ns}/{name}/health says which "
+    "signals fire and /explain what would run; check for failed or held tasks, blockers, "
+    "or a disabled kind.",
     "no_leader": "No scheduler holds the lease: nothing is dispatched. Start a scheduler "
     "(`lakewarden scheduler`) or check its logs and its database connection.",
 }
@@ -117,6 +123,22 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
         if ms > max(settings.alert_slow_min_s * 1000, settings.alert_slow_factor * p50)
     }
     _apply(session, "job_slow", "warning", slow_conditions)
+
+    unhealthy: dict[str, tuple[str, dict[str, object]]] = {}
+    for row in session.scalars(
+        select(ManagedTable).where(ManagedTable.unhealthy_since.is_not(None))
+    ):
+        slo = effective_policy_for(session, row).slo
+        since = row.unhealthy_since
+        assert since is not None
+        if now - since > timedelta(minutes=slo.window_minutes):
+            table = f"{row.namespace}.{row.name}"
+            unhealthy[table] = (
+                f"{table} has scored {row.health_score} < SLO {slo.min_score} since "
+                f"{since.isoformat()}",
+                {"table": table, "score": row.health_score, "min_score": slo.min_score},
+            )
+    _apply(session, "table_unhealthy", "warning", unhealthy)
 
 
 def evaluate_leader_rule(session: Session, settings: Settings) -> None:

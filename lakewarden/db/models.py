@@ -56,6 +56,10 @@ class ManagedTable(Base):
     # The catalog's metadata pointer last ingested; the poller compares against it.
     metadata_location: Mapped[str | None] = mapped_column(Text)
     current_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Health as the leader last measured it, and since when it is below the SLO.
+    health_score: Mapped[int | None] = mapped_column(Integer)
+    health_measured_at: Mapped[datetime | None]
+    unhealthy_since: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 

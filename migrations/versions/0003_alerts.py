@@ -51,6 +51,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("uq_alerts_open_rule_key", table_name="alerts",
-                  postgresql_where=sa.text("state <> 'resolved'"))
+    op.drop_index(
+        "uq_alerts_open_rule_key",
+        table_name="alerts",
+        postgresql_where=sa.text("state <> 'resolved'"),
+    )
     op.drop_table("alerts")

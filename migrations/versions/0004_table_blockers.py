@@ -23,13 +23,17 @@ def upgrade() -> None:
         sa.Column("holder", sa.String(length=255), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
             nullable=False,
         ),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
-            ["table_id"], ["managed_tables.id"],
-            name=op.f("fk_table_blockers_table_id_managed_tables"), ondelete="CASCADE",
+            ["table_id"],
+            ["managed_tables.id"],
+            name=op.f("fk_table_blockers_table_id_managed_tables"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_table_blockers")),
     )

@@ -31,6 +31,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import committing_as, find_commit
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
+from services.scheduler.health_watch import measure_due_tables
 from services.scheduler.runs import abandon_orphans, finish_run
 from services.scheduler.sweeps import sweep_due_tasks
 
@@ -132,6 +133,7 @@ class Scheduler:
 
     def alerts(self) -> None:
         if self.leading() is not None:
+            measure_due_tables(self.rt, datetime.now(UTC))
             alert_tick(self.rt, as_leader=True)
 
     def sweep_time_based(self) -> None:

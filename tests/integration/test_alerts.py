@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -178,3 +178,46 @@ def test_alerts_api_and_metrics(rt: Runtime) -> None:
     assert 'lakewarden_tasks{kind="compaction",state="failed"} 1' in body
     assert 'lakewarden_alerts_open{rule="task_failed",severity="critical"} 1' in body
     assert "lakewarden_scheduler_leader 0" in body
+
+
+def test_table_unhealthy_beyond_its_slo_window(rt: Runtime) -> None:
+    from helpers import append_batches, make_table
+
+    from services.scheduler.health_watch import measure_due_tables
+
+    append_batches(make_table(rt), 6)  # 12 small files: 11 reducible
+    with transaction(rt.engine) as s:
+        s.add(
+            ManagedTable(
+                catalog="lake",
+                namespace="sales",
+                name="orders",
+                policy={"slo": {"min_score": 90, "window_minutes": 30}},
+            )
+        )
+    now = datetime.now(UTC)
+    assert measure_due_tables(rt, now) == 1
+    assert measure_due_tables(rt, now) == 0  # measured recently
+    with transaction(rt.engine) as s:
+        row = s.scalars(select(ManagedTable)).one()
+        assert row.health_score is not None and row.health_score < 90
+        assert row.unhealthy_since is not None
+    with transaction(rt.engine) as s:
+        evaluate_task_rules(s, rt.settings, now)
+    assert _open_alerts(rt) == []  # not yet beyond the window
+    with transaction(rt.engine) as s:
+        evaluate_task_rules(s, rt.settings, now + timedelta(minutes=31))
+    (alert,) = _open_alerts(rt)
+    assert alert.rule == "table_unhealthy" and "SLO 90" in alert.summary
+    # The owner lowers the bar: the next measurement clears it, the alert resolves.
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                'UPDATE managed_tables SET policy = \'{"slo": {"min_score": 10}}\', '
+                "health_measured_at = NULL"
+            )
+        )
+    measure_due_tables(rt, now)
+    with transaction(rt.engine) as s:
+        evaluate_task_rules(s, rt.settings, now + timedelta(minutes=31))
+    assert _open_alerts(rt) == []
