@@ -36,6 +36,15 @@ def files_added_since_last_task(session: Session, table_id: int, kind: str) -> i
     )
 
 
+def last_task_state(session: Session, table_id: int, kind: str) -> str | None:
+    return session.scalar(
+        select(Task.state)
+        .where(Task.table_id == table_id, Task.kind == kind)
+        .order_by(Task.id.desc())
+        .limit(1)
+    )
+
+
 def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], actor: str) -> None:
     """Evaluate the newest of the new events for every event-driven kind; older ones are
     superseded by it. The event records one decision per kind, with its reason."""
@@ -59,7 +68,11 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         if not section.enabled:
             detail[kind.name] = {"decision": "disabled", "reason": f"{kind.name} is disabled"}
             continue
-        facts = EventFacts(newest.summary, files_added_since_last_task(session, row.id, kind.name))
+        facts = EventFacts(
+            newest.summary,
+            files_added_since_last_task(session, row.id, kind.name),
+            last_task_state(session, row.id, kind.name),
+        )
         verdict = kind.event_verdict(section, facts)
         entry: dict[str, Any] = {"reason": verdict.reason, "metrics": verdict.metrics}
         if not verdict.needed:

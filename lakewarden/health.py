@@ -93,17 +93,20 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
     small = [f for f in data if f.size < comp.small_file_threshold_bytes]
     total_bytes = sum(f.size for f in data)
     records = sum(f.records for f in data)
-    needed = max(1, math.ceil(total_bytes / comp.target_file_size_bytes)) if data else 0
-    reducible = len(data) - needed
+    by_partition: dict[Any, list[DataFile]] = defaultdict(list)
+    for f in data:
+        by_partition[f.partition].append(f)
+    # Files merge only within a partition: count what each partition holds beyond its need.
+    reducible = sum(
+        len(group) - max(1, math.ceil(sum(f.size for f in group) / comp.target_file_size_bytes))
+        for group in by_partition.values()
+    )
     pos = [d for d in files.deletes if d.kind == "position"]
     eq = [d for d in files.deletes if d.kind == "equality"]
     pos_rows, eq_rows = sum(d.records for d in pos), sum(d.records for d in eq)
     deleted_ratio = round(sum(f.deleted_records for f in data) / records, 4) if records else 0.0
     ttl_type = _ttl_type(table, ttl_col) if ttl_col else ""
 
-    by_partition: dict[Any, list[DataFile]] = defaultdict(list)
-    for f in data:
-        by_partition[f.partition].append(f)
     partitions = []
     for part, group in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
         recs = sum(f.records for f in group)

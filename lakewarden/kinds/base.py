@@ -38,6 +38,8 @@ class EventFacts:
     summary: dict[str, Any]  # the newest snapshot's summary
     # data files added by writers' commits since the last task of this kind was created
     files_added_since_last_task: int
+    # how the last task of this kind ended (None: no task yet, or still open)
+    last_task_state: str | None = None
 
 
 @dataclass(frozen=True)

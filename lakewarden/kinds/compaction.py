@@ -59,6 +59,17 @@ def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
     }
     if not policy.enabled:
         return Verdict(False, "compaction is disabled by policy", metrics)
+    if facts.last_task_state == "skipped" and facts.files_added_since_last_task < (
+        policy.min_small_files
+    ):
+        # The totals cannot tell partitions apart: after a plan found nothing to merge
+        # (e.g. one small file per partition), wait for enough new files before asking again.
+        return Verdict(
+            False,
+            f"the last compaction found nothing to merge; {facts.files_added_since_last_task} "
+            f"files written since < min_small_files {policy.min_small_files}",
+            metrics,
+        )
     if reducible >= policy.min_small_files:
         return Verdict(
             True,

@@ -157,3 +157,12 @@ def test_plan_rewrites_files_hollowed_out_by_deletes() -> None:
     assert part["files_with_deletes"] == 1 and part["small_files"] == 0
     assert outcome.plan["rewrite_position_deletes"] is True
     assert outcome.plan["options"]["delete-ratio-threshold"] == "0.3000"
+
+
+def test_after_a_skipped_plan_the_verdict_waits_for_new_files() -> None:
+    policy = CompactionPolicy(target_file_size_bytes=100 * MiB, min_small_files=10)
+    summary = _facts(100, 100 * MiB).summary  # e.g. 100 partitions, one small file each
+    waiting = event_verdict(policy, EventFacts(summary, 3, last_task_state="skipped"))
+    assert not waiting.needed and "found nothing to merge" in waiting.reason
+    assert event_verdict(policy, EventFacts(summary, 10, last_task_state="skipped")).needed
+    assert event_verdict(policy, EventFacts(summary, 0, last_task_state="succeeded")).needed
