@@ -76,3 +76,16 @@ def run_one(scheduler) -> str:  # type: ignore[no-untyped-def]
     assert scheduler.dispatch_once()
     (entry,) = scheduler.inflight.values()
     return entry.future.result(timeout=300)  # type: ignore[no-any-return]
+
+
+def wait_for(fn, timeout: float, what: str, on_timeout=lambda: ""):  # type: ignore[no-untyped-def]
+    """Poll `fn` until it returns something truthy; fail with `what` (and context) if not."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{on_timeout()}")

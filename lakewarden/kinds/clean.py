@@ -112,13 +112,7 @@ def plan(policy: CleanPolicy, table: Table, now: datetime) -> PlanOutcome:
 
 
 def _when(action: dict[str, Any]) -> datetime:
-    try:
-        at = datetime.fromisoformat(str(action["older_than"]))
-    except (KeyError, ValueError) as exc:
-        raise PlanRejected(f"invalid older_than {action.get('older_than')!r}") from exc
-    if at.tzinfo is None:
-        raise PlanRejected("older_than must carry a time zone")
-    return at
+    return sql.aware_datetime(action.get("older_than"), "older_than")
 
 
 def clean_sql(catalog: str, ref: TableRef, action: dict[str, Any], *, dry_run: bool = False) -> str:

@@ -166,12 +166,7 @@ def delete_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
     column_type = plan.get("column_type")
     if column_type not in COLUMN_TYPES:
         raise PlanRejected(f"unsupported TTL column type {column_type!r}")
-    try:
-        cut = datetime.fromisoformat(str(plan["cutoff"]))
-    except (KeyError, ValueError) as exc:
-        raise PlanRejected(f"invalid cutoff {plan.get('cutoff')!r}") from exc
-    if cut.tzinfo is None:
-        raise PlanRejected("the cutoff must carry a time zone")
+    cut = sql.aware_datetime(plan.get("cutoff"), "cutoff")
     cut = cut.astimezone(UTC)
     if column_type == "date":
         literal = f"DATE '{date(cut.year, cut.month, cut.day).isoformat()}'"

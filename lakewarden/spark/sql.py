@@ -40,6 +40,17 @@ def option_map(options: dict[str, str], allowed: frozenset[str]) -> str:
     return f"map({', '.join(parts)})"
 
 
+def aware_datetime(value: object, what: str) -> datetime:
+    """Parse a timestamp a stored plan carries; it must be ISO 8601 with a time zone."""
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError as exc:
+        raise PlanRejected(f"invalid {what} {value!r}") from exc
+    if at.tzinfo is None:
+        raise PlanRejected(f"{what} must carry a time zone")
+    return at
+
+
 def timestamp_literal(at: datetime) -> str:
     """A UTC timestamp literal (the session runs in UTC)."""
     if at.tzinfo is None:

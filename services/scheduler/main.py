@@ -304,38 +304,16 @@ class Scheduler:
     # --- main loop -----------------------------------------------------------
     def serve(self) -> None:
         s = self.rt.settings
-        self.sweeper.add_job(
-            self.renew,
-            "interval",
-            seconds=s.lease_renew_interval_s,
-            id="lease",
-            max_instances=1,
-            coalesce=True,
+        periodic = (
+            (self.renew, s.lease_renew_interval_s, "lease"),
+            (self.sweep, max(5.0, s.stale_after_s / 3), "reaper"),
+            (self.alerts, s.alert_interval_s, "alerts"),
+            (self.sweep_time_based, s.sweep_interval_s, "sweep"),
         )
-        self.sweeper.add_job(
-            self.sweep,
-            "interval",
-            seconds=max(5.0, s.stale_after_s / 3),
-            id="reaper",
-            max_instances=1,
-            coalesce=True,
-        )
-        self.sweeper.add_job(
-            self.alerts,
-            "interval",
-            seconds=s.alert_interval_s,
-            id="alerts",
-            max_instances=1,
-            coalesce=True,
-        )
-        self.sweeper.add_job(
-            self.sweep_time_based,
-            "interval",
-            seconds=s.sweep_interval_s,
-            id="sweep",
-            max_instances=1,
-            coalesce=True,
-        )
+        for fn, seconds, job_id in periodic:
+            self.sweeper.add_job(
+                fn, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True
+            )
         self.renew()
         self.sweeper.start()
         if s.spark_warmup:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 from sqlalchemy import create_engine, text
 
 TTL_S = 3.0
@@ -79,21 +80,11 @@ def _lease(engine) -> tuple[str, int, bool] | None:  # type: ignore[no-untyped-d
     return (row[0], row[1], row[2]) if row else None
 
 
-def _wait(fn, timeout: float):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout}s")
-
-
 def test_kill_the_leader_and_the_standby_takes_over(
     schedulers: list[subprocess.Popen[bytes]], db_url: str
 ) -> None:
     engine = create_engine(db_url)
-    holder, epoch, _ = _wait(lambda: _lease(engine), 30)
+    holder, epoch, _ = wait_for(lambda: _lease(engine), 30, "a leader")
     # Both processes are up; exactly one holds the lease (its pid is in its id).
     leader = next(p for p in schedulers if f"-{p.pid}-" in holder)
     standby = next(p for p in schedulers if p is not leader)
@@ -102,8 +93,10 @@ def test_kill_the_leader_and_the_standby_takes_over(
 
     leader.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    new_holder, new_epoch, live = _wait(
-        lambda: (lease := _lease(engine)) and lease[0] != holder and lease, TTL_S + 10
+    new_holder, new_epoch, live = wait_for(
+        lambda: (lease := _lease(engine)) and lease[0] != holder and lease,
+        TTL_S + 10,
+        "the standby to take over",
     )
     failover_s = time.monotonic() - killed_at
     assert f"-{standby.pid}-" in new_holder and new_epoch == epoch + 1 and live

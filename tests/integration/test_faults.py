@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_test_runtime
-from helpers import append_batches, make_table
+from helpers import append_batches, make_table, wait_for
 from sqlalchemy import text
 
 from lakewarden.db.models import ManagedTable
@@ -79,13 +79,7 @@ def fleet(db_url: str, tmp_path: Path) -> Iterator[Fleet]:
 
 
 def _wait(fn, timeout: float, what: str, fleet: Fleet):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\n{fleet.logs()}")
+    return wait_for(fn, timeout, what, fleet.logs)
 
 
 def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> None:
