@@ -53,6 +53,16 @@ class CompactionPolicy(KindPolicy):
     # Delete-file compaction (v2 merge-on-read): rewrite data files whose deleted ratio
     # reaches this, and the position-delete files with them.
     delete_ratio_threshold: float = Field(default=0.2, gt=0, le=1)
+    # Tiered merging: 0 = plain bin-pack of every small file. n > 0 = n size tiers below the
+    # small-file threshold, each 4x the one below; the smallest tier holding min_input_files
+    # files is merged into files of the next tier's size, so large files are not rewritten
+    # again and again while small ones keep arriving.
+    tiers: int = Field(default=0, ge=0, le=4)
+
+    def tier_bounds(self) -> list[int]:
+        """Upper size bound of each tier, smallest first; the last is the small threshold."""
+        top = self.small_file_threshold_bytes
+        return [max(1, top // 4 ** (self.tiers - k)) for k in range(1, self.tiers + 1)]
 
     @property
     def small_file_threshold_bytes(self) -> int:

@@ -73,6 +73,7 @@ def manage(rt: Runtime, name: str, policy: dict, kind: str = "compaction") -> in
 
 def run_one(scheduler) -> str:  # type: ignore[no-untyped-def]
     """Dispatch the one planned task and wait for its job; returns the task's new state."""
+    scheduler.renew()  # stands in for the renewal thread: setup may have outlasted the lease
     assert scheduler.dispatch_once()
     (entry,) = scheduler.inflight.values()
     return entry.future.result(timeout=300)  # type: ignore[no-any-return]

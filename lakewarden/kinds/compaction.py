@@ -31,6 +31,7 @@ OPTIONS = frozenset(
         "partial-progress.max-commits",
         "max-concurrent-file-group-rewrites",
         "rewrite-all",
+        "remove-dangling-deletes",
     }
 )
 
@@ -100,23 +101,36 @@ def plan_from_files(
     """Pure planning over file descriptions (unit-tested without a table)."""
     if snapshot_id is None:
         return PlanOutcome(None, "table has no snapshot: nothing to compact")
-    threshold = policy.small_file_threshold_bytes
-    target = policy.target_file_size_bytes
     groups: dict[tuple[int, Partition], list[DataFile]] = defaultdict(list)
     for f in files:
         groups[(f.spec_id, f.partition)].append(f)
+    threshold = policy.small_file_threshold_bytes
+    target = policy.target_file_size_bytes
+    tier: dict[str, int] | None = None
+    if policy.tiers:
+        bounds = policy.tier_bounds()
+        for level, bound in enumerate(bounds):
+            if any(
+                sum(1 for f in g if f.size < bound) >= policy.min_input_files
+                for g in groups.values()
+            ):
+                # merge this tier into files the size of the next one (or the target)
+                output = bounds[level + 1] if level + 1 < len(bounds) else target
+                threshold, target = bound, output
+                tier = {"level": level, "files_below_bytes": bound, "output_file_bytes": output}
+                break
 
     partitions: list[dict[str, Any]] = []
     for (spec_id, partition), group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
         small = [f for f in group if f.size < threshold]
+        rewrite = small if len(small) >= policy.min_input_files else []
         hollow = [
             f
             for f in group
-            if f.size >= threshold
+            if f not in rewrite
             and f.records
             and f.deleted_records / f.records >= policy.delete_ratio_threshold
         ]
-        rewrite = small if len(small) >= policy.min_input_files else []
         rewrite_bytes = sum(f.size for f in rewrite) + sum(f.size for f in hollow)
         after = math.ceil(rewrite_bytes / target) if rewrite_bytes else 0
         if not hollow and (not rewrite or after >= len(rewrite)):
@@ -157,16 +171,29 @@ def plan_from_files(
             "partial-progress.max-commits": "10",
         },
         "rewrite_position_deletes": delete_files > 0,
+        "tier": tier,
         "partitions": partitions,
         "files_before": len(files),
         "files_to_rewrite": rewritten,
         "bytes_to_rewrite": sum(p["rewrite_bytes"] for p in partitions),
         "expected_files_after": files_after,
     }
+    if delete_files:
+        # delete files whose data files were all rewritten go with them
+        plan["options"]["remove-dangling-deletes"] = "true"
+    if tier is not None:
+        # A lower output size must not make Iceberg split the large files (it rewrites files
+        # above max-file-size-bytes): keep that bound where the real target puts it.
+        plan["options"]["max-file-size-bytes"] = str(int(policy.target_file_size_bytes * 1.8))
     reason = (
         f"rewrite {rewritten} data files in {len(partitions)} partition(s): "
         f"{len(files)} -> ~{files_after} data files"
     )
+    if tier is not None:
+        reason += (
+            f" (tier L{tier['level']}: files under {tier['files_below_bytes']} bytes "
+            f"into ~{tier['output_file_bytes']}-byte files)"
+        )
     return PlanOutcome(plan, reason)
 
 

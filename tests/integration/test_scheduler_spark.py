@@ -11,6 +11,7 @@ from sqlalchemy import select, text
 from lakewarden.catalog import TableRef
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
+from lakewarden.metadata import read_files
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
 from lakewarden.verify import fingerprint
@@ -265,3 +266,43 @@ def test_cancelling_a_running_task_cancels_its_spark_job(
         assert task is not None and task.state == "cancelled"
         run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
         assert run.state == "cancelled"
+
+
+def test_delete_file_compaction_on_a_merge_on_read_table(
+    scheduler: Scheduler,
+    spark_rt: Runtime,
+    spark,  # type: ignore[no-untyped-def]
+) -> None:
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.sales")
+    spark.sql(
+        "CREATE TABLE lake.sales.mor (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ("
+        "'format-version'='2', 'write.delete.mode'='merge-on-read')"
+    )
+    for start in (0, 500):
+        spark.range(start, start + 500).selectExpr("id", "cast(id AS STRING) AS v").coalesce(
+            1
+        ).writeTo("lake.sales.mor").append()
+    spark.sql("DELETE FROM lake.sales.mor WHERE id % 3 = 0")  # position deletes: 1/3 of rows
+    table = spark_rt.catalog.load_table("sales.mor")
+    before = fingerprint(table)
+    deletes_before = read_files(table).deletes
+    assert deletes_before and all(d.kind == "position" for d in deletes_before)
+
+    task_id = manage(
+        spark_rt, "mor", {"compaction": {"min_small_files": 1000, "delete_ratio_threshold": 0.2}}
+    )
+    assert Worker(spark_rt).run_once()
+    with transaction(spark_rt.engine) as s:
+        plan = s.get(Task, task_id).plan  # type: ignore[union-attr]
+    assert plan is not None and sum(p["files_with_deletes"] for p in plan["partitions"]) == 2
+    assert run_one(scheduler) == "succeeded"
+
+    table = spark_rt.catalog.load_table("sales.mor")
+    after = fingerprint(table)
+    assert (
+        (after.rows, after.checksum)
+        == (before.rows, before.checksum)
+        == (after.rows, before.checksum)
+    )
+    assert after.rows == 1000 - 334  # the deleted rows stay deleted
+    assert read_files(table).deletes == []  # no delete file left to apply at read time

@@ -166,3 +166,26 @@ def test_after_a_skipped_plan_the_verdict_waits_for_new_files() -> None:
     assert not waiting.needed and "found nothing to merge" in waiting.reason
     assert event_verdict(policy, EventFacts(summary, 10, last_task_state="skipped")).needed
     assert event_verdict(policy, EventFacts(summary, 0, last_task_state="succeeded")).needed
+
+
+def test_tiered_compaction_merges_the_smallest_tier_first_and_leaves_larger_files() -> None:
+    # threshold 750_000 with 2 tiers: L0 < 187_500 <= L1 < 750_000
+    policy = CompactionPolicy(
+        target_file_size_bytes=1_000_000, min_small_files=5, min_input_files=5, tiers=2
+    )
+    assert policy.tier_bounds() == [187_500, 750_000]
+    tiny = _files("a", 8, 10_000)  # L0
+    mid = _files("a", 6, 300_000)  # L1: small by the threshold, but not merged with L0 now
+    outcome = plan_from_files(policy, 1, tiny + mid)
+    assert outcome.plan is not None
+    plan = outcome.plan
+    assert plan["tier"] == {"level": 0, "files_below_bytes": 187_500, "output_file_bytes": 750_000}
+    assert plan["files_to_rewrite"] == 8  # only the tiny files
+    assert plan["options"]["min-file-size-bytes"] == "187500"
+    assert plan["options"]["target-file-size-bytes"] == "750000"
+    assert "tier L0" in outcome.reason
+    assert plan["options"]["max-file-size-bytes"] == "1800000"  # large files are not split
+    # With too few tiny files, the next tier is merged into target-size files.
+    outcome = plan_from_files(policy, 1, _files("a", 2, 10_000) + mid)
+    assert outcome.plan is not None and outcome.plan["tier"]["level"] == 1
+    assert outcome.plan["options"]["target-file-size-bytes"] == "1000000"
