@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +123,7 @@ def spark(spark_rt: Runtime):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def scheduler(spark_rt: Runtime, spark):  # type: ignore[no-untyped-def]
     """A leading scheduler on the shared Spark session, with nothing managed yet."""
+    from lakewarden.process import Ticker
     from services.scheduler.main import Scheduler
 
     with spark_rt.engine.begin() as conn:
@@ -131,5 +133,9 @@ def scheduler(spark_rt: Runtime, spark):  # type: ignore[no-untyped-def]
     sched._spark = spark
     sched.renew()
     assert sched.leading() is not None
+    # Renew in the background as the real process does: a cold first job can outlast the lease.
+    stop = threading.Event()
+    Ticker("lease", 1.0, sched.renew, stop).start()
     yield sched
+    stop.set()
     sched.pool.shutdown(wait=True)
