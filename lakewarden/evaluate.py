@@ -85,6 +85,7 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
                 actor=actor,
                 priority=section.priority,
                 max_attempts=section.max_attempts,
+                pool=section.pool,
                 trigger={
                     "source": "event",
                     "event_id": newest.id,

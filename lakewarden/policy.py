@@ -28,6 +28,8 @@ class KindPolicy(_Strict):
     timeout_minutes: float = Field(
         default=120, gt=0, description="a job running longer is cancelled"
     )
+    # Jobs of a pool share its concurrency limit (LAKEWARDEN_POOL_LIMITS), across schedulers.
+    pool: str = Field(default="default", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 
 class SweptPolicy(KindPolicy):

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     lease_renew_interval_s: float = 5.0
     scheduler_poll_interval_s: float = 1.0
     max_concurrent_jobs: int = 1
+    # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).
+    pool_limits: dict[str, int] = Field(default_factory=dict)
     # Start Spark when the scheduler starts (standbys too), so a job or failover finds it warm.
     spark_warmup: bool = True
     sweep_interval_s: float = 60.0  # how often the leader looks for due TTL/clean work

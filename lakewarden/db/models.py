@@ -131,6 +131,7 @@ class Task(Base):
     kind: Mapped[str] = mapped_column(String(32))
     state: Mapped[str] = mapped_column(String(16))
     priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    pool: Mapped[str] = mapped_column(String(64), server_default=text("'default'"))
     # Why it exists: the event or request that made it and the numbers that crossed.
     trigger: Mapped[dict[str, Any]]
     plan: Mapped[dict[str, Any] | None]

@@ -28,13 +28,15 @@ def create_task(
     actor: str,
     priority: int = 0,
     max_attempts: int = 3,
+    pool: str = "default",
 ) -> int | None:
     """Create an open task unless (table, kind) already has one. Returns the new id or None."""
     new_id = session.execute(
         text(
             """
-            INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts)
-            VALUES (:table_id, :kind, 'pending', :priority, CAST(:trigger AS jsonb), :max_attempts)
+            INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts, pool)
+            VALUES (:table_id, :kind, 'pending', :priority, CAST(:trigger AS jsonb),
+                    :max_attempts, :pool)
             ON CONFLICT (table_id, kind)
                 WHERE state IN ('pending', 'planning', 'planned', 'running')
             DO NOTHING
@@ -47,6 +49,7 @@ def create_task(
             "priority": priority,
             "trigger": _json(trigger),
             "max_attempts": max_attempts,
+            "pool": pool,
         },
     ).scalar()
     if new_id is not None:

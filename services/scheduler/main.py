@@ -8,6 +8,7 @@ it can be cancelled). Every write that depends on leading carries the fence.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import signal
 import threading
@@ -42,12 +43,16 @@ log = logging.getLogger(__name__)
 
 # The next job to run, in this order: higher priority first; then the table that used
 # the least Spark time in the last hour (fair share: a table with endless work cannot
-# starve the rest, and idle capacity is still used); then the oldest task. Never a
-# table with a job already running, or one a writer has blocked.
+# starve the rest, and idle capacity is still used); then the most expected gain per MB
+# rewritten (compaction plans: data files removed per MB); then the oldest task. Never a
+# table with a job already running, one a writer has blocked, or a full pool.
 _NEXT_PLANNED = text(
     """
     SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
-           extract(epoch FROM now() - t.created_at) AS waited_s
+           extract(epoch FROM now() - t.created_at) AS waited_s,
+           ((t.plan->>'files_before')::float - (t.plan->>'expected_files_after')::float)
+             / greatest(1.0, coalesce((t.plan->>'bytes_to_rewrite')::float, 0) / 1048576)
+             AS gain_per_mb
     FROM tasks t
     LEFT JOIN (
         SELECT k.table_id,
@@ -61,7 +66,9 @@ _NEXT_PLANNED = text(
       AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.table_id = t.table_id AND r.state = 'running')
       AND NOT EXISTS (SELECT 1 FROM table_blockers b
                       WHERE b.table_id = t.table_id AND b.expires_at > now())
-    ORDER BY t.priority DESC, used_ms ASC, t.id
+      AND (SELECT count(*) FROM tasks p WHERE p.state = 'running' AND p.pool = t.pool)
+          < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
+    ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
     """
@@ -159,10 +166,12 @@ class Scheduler:
             return False
         try:
             with transaction(self.rt.engine) as s:
-                pick = s.execute(_NEXT_PLANNED).one_or_none()
+                pick = s.execute(
+                    _NEXT_PLANNED, {"pool_limits": json.dumps(self.rt.settings.pool_limits)}
+                ).one_or_none()
                 if pick is None:
                     return False
-                task_id, priority, used_ms, waited_s = pick
+                task_id, priority, used_ms, waited_s, gain = pick
                 task = s.get(Task, task_id)
                 assert task is not None
                 attempt = task.attempt + 1
@@ -175,7 +184,8 @@ class Scheduler:
                     fence=fence,
                     reason=f"dispatched to Spark, attempt {attempt}/{task.max_attempts}: "
                     f"priority {priority}, table used {used_ms / 1000:.0f}s of Spark in the "
-                    f"last hour, waited {waited_s:.0f}s",
+                    f"last hour, waited {waited_s:.0f}s, pool {task.pool!r}"
+                    + (f", {gain:.1f} data files removed per MB" if gain is not None else ""),
                     attempt=attempt,
                     holder=self.rt.process_id,
                 )

@@ -62,6 +62,7 @@ def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
                     actor=fence.holder,
                     priority=section.priority,
                     max_attempts=section.max_attempts,
+                    pool=section.pool,
                     trigger={
                         "source": "sweep",
                         "reason": reason,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -33,9 +34,9 @@ def _planned(rt: Runtime, name: str, priority: int = 0, kind: str = "compaction"
     return task_id
 
 
-def _next(rt: Runtime) -> int | None:
+def _next(rt: Runtime, pool_limits: dict[str, int] | None = None) -> int | None:
     with transaction(rt.engine) as s:
-        row = s.execute(_NEXT_PLANNED).one_or_none()
+        row = s.execute(_NEXT_PLANNED, {"pool_limits": json.dumps(pool_limits or {})}).one_or_none()
         return row[0] if row else None
 
 
@@ -114,3 +115,33 @@ def test_blockers_api(client: TestClient, rt: Runtime) -> None:
     assert client.delete(f"/api/v1/tables/sales/orders/blockers/{blocker['id']}").status_code == 204
     assert client.get("/api/v1/tables/sales/orders/blockers").json() == []
     assert client.delete("/api/v1/tables/sales/orders/blockers/999").status_code == 404
+
+
+def test_gain_per_mb_and_pool_limits(rt: Runtime) -> None:
+    small_gain = _planned(rt, "x")
+    big_gain = _planned(rt, "y")
+    with rt.engine.begin() as conn:
+        for task_id, before, after, size in (
+            (small_gain, 10, 8, 100 << 20),
+            (big_gain, 500, 5, 10 << 20),
+        ):
+            conn.execute(
+                text("UPDATE tasks SET plan = CAST(:p AS jsonb), pool = 'etl' WHERE id = :i"),
+                {
+                    "i": task_id,
+                    "p": json.dumps(
+                        {
+                            "files_before": before,
+                            "expected_files_after": after,
+                            "bytes_to_rewrite": size,
+                        }
+                    ),
+                },
+            )
+    assert _next(rt) == big_gain  # 49.5 files removed per MB beats 0.02
+    # A pool at its limit dispatches nothing more, whatever the order says.
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = 'running' WHERE id = :i"), {"i": big_gain})
+    assert _next(rt, {"etl": 1}) is None
+    assert _next(rt, {"etl": 2}) == small_gain
+    assert _next(rt) == small_gain  # pools without a limit are unlimited

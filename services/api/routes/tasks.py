@@ -96,6 +96,7 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
         actor=f"api:{rt.process_id}",
         priority=policy.priority,
         max_attempts=policy.max_attempts,
+        pool=policy.pool,
         trigger={
             "source": "manual",
             "reason": "requested through the API",
