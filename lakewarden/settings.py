@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     alert_slow_factor: float = 3.0  # a job running this many times its median
     alert_slow_min_s: float = 300.0  # ...and at least this long
 
+    # Failpoint for fault tests: a worker sleeps this long after claiming, before planning.
+    fault_plan_delay_s: float = 0.0
+
     log_level: str = "INFO"
 
     @field_validator("database_url", "catalog_database_url")

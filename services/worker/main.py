@@ -45,6 +45,8 @@ class Worker:
             assert row is not None  # FK
             ref, policy = ref_of(row), effective_policy_for(s, row)
         self.current_task = task.id
+        if self.rt.settings.fault_plan_delay_s:
+            self.stop.wait(self.rt.settings.fault_plan_delay_s)  # failpoint: die mid-plan
         try:
             table = self.rt.catalog.load_table((ref.namespace, ref.name))
             kind = get_kind(task.kind)

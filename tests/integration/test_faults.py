@@ -219,3 +219,49 @@ def test_postgres_restart_under_load(tmp_path: Path) -> None:
     finally:
         fleet.stop()
         stop_server(pg_dir)
+
+
+def test_kill_a_worker_mid_plan(fleet: Fleet, db_url: str, tmp_path: Path) -> None:
+    """The planner dies holding a task: the leader's reaper returns it once its heartbeat
+    is stale, another worker plans it, and it ends exactly once."""
+    rt = make_test_runtime(db_url, tmp_path)
+    append_batches(make_table(rt, name="planned"), 2)  # too few small files: a skip
+    fleet.env["LAKEWARDEN_SPARK_WARMUP"] = "false"  # this test needs no Spark job
+    slow = fleet.env.copy()
+    fleet.env["LAKEWARDEN_FAULT_PLAN_DELAY_S"] = "600"
+    doomed = fleet.start("worker")
+    fleet.env = slow
+    with transaction(rt.engine) as s:
+        row = ManagedTable(catalog="lake", namespace="sales", name="planned", policy={})
+        s.add(row)
+        s.flush()
+        task_id = repo.create_task(s, table_id=row.id, kind="compaction", trigger={}, actor="test")
+
+    def task() -> tuple[str, str | None]:
+        with rt.engine.connect() as conn:
+            state, holder = conn.execute(
+                text("SELECT state, holder FROM tasks WHERE id = :i"), {"i": task_id}
+            ).one()
+            return str(state), holder
+
+    _wait(
+        lambda: task()[0] == "planning" and f"-{doomed.pid}-" in (task()[1] or ""),
+        60,
+        "the slow worker to claim the task",
+        fleet,
+    )
+    doomed.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    fleet.start("scheduler")
+    fleet.start("worker")
+    _wait(lambda: task()[0] == "skipped", 90, "the task to be re-planned", fleet)
+    print(
+        f"kill -9 of a worker mid-plan: task re-planned and ended after "
+        f"{time.monotonic() - killed_at:.1f}s"
+    )
+    with transaction(rt.engine) as s:
+        history = [(h.from_state, h.to_state, h.reason) for h in repo.history(s, task_id)]
+    assert ("planning", "pending", "planner went silent") in history
+    assert [h[1] for h in history].count("skipped") == 1
+    assert [h[1] for h in history] == ["pending", "planning", "pending", "planning", "skipped"]
+    rt.engine.dispose()
