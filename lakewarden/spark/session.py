@@ -64,3 +64,25 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
     spark = builder.appName(app_name).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def jvm_alive(spark: SparkSession) -> bool:
+    """Whether the session's JVM still answers (it can die: OOM killer, crash, kill -9)."""
+    try:
+        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()  # type: ignore[union-attr]
+    except Exception:
+        return False
+    return True
+
+
+def forget_dead_session() -> None:
+    """Drop PySpark's process-wide handles to a dead JVM, so the next build launches a new
+    one (PySpark keeps the gateway, context and session in class attributes)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SparkContext._active_spark_context = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None

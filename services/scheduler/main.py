@@ -159,6 +159,16 @@ class Scheduler:
                 )
             return self._spark
 
+    def _drop_spark_if_dead(self) -> None:
+        """After a failure: if the JVM died, the next job starts a new one."""
+        from lakewarden.spark.session import forget_dead_session, jvm_alive
+
+        with self._spark_lock:
+            if self._spark is not None and not jvm_alive(self._spark):
+                log.warning("the Spark JVM is gone; a new session starts with the next job")
+                forget_dead_session()
+                self._spark = None
+
     # --- dispatch --------------------------------------------------------------
     def dispatch_once(self) -> bool:
         fence = self.leading()
@@ -269,8 +279,7 @@ class Scheduler:
                     f"job exceeded its timeout of {entry.timeout_s:.0f}s and was cancelled"
                 )
             log.exception("task %d attempt %d failed", task_id, attempt)
-            if self._spark is not None and self._spark.sparkContext._jsc is None:
-                self._spark = None  # the JVM went away; build a new session next time
+            self._drop_spark_if_dead()
             return finish_run(self.rt, fence, task_id, attempt, error=error)
         state = finish_run(
             self.rt,

@@ -265,3 +265,58 @@ def test_kill_a_worker_mid_plan(fleet: Fleet, db_url: str, tmp_path: Path) -> No
     assert [h[1] for h in history].count("skipped") == 1
     assert [h[1] for h in history] == ["pending", "planning", "pending", "planning", "skipped"]
     rt.engine.dispose()
+
+
+def test_spark_jvm_crash_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> None:
+    """The scheduler's Spark JVM dies mid-job (OOM killer, crash): the attempt fails, the
+    scheduler starts a new JVM, and the retry compacts the table with every row intact."""
+    import psutil
+
+    rt = make_test_runtime(db_url, tmp_path)
+    table = append_batches(
+        make_table(rt, name="crashed"), 40, rows=100, regions=("a", "b", "c", "d")
+    )
+    before = fingerprint(table)
+    scheduler = fleet.start("scheduler")
+    fleet.start("worker")
+
+    def jvm() -> psutil.Process | None:
+        kids = psutil.Process(scheduler.pid).children(recursive=True)
+        return next((k for k in kids if k.name() == "java"), None)
+
+    _wait(jvm, 60, "the scheduler's Spark JVM", fleet)
+    time.sleep(12)  # warm
+    with transaction(rt.engine) as s:
+        row = ManagedTable(
+            catalog="lake",
+            namespace="sales",
+            name="crashed",
+            policy={"compaction": {"min_small_files": 5, "min_input_files": 5}},
+        )
+        s.add(row)
+        s.flush()
+        task_id = repo.create_task(s, table_id=row.id, kind="compaction", trigger={}, actor="test")
+
+    def state() -> str:
+        with rt.engine.connect() as conn:
+            return str(
+                conn.execute(text("SELECT state FROM tasks WHERE id = :i"), {"i": task_id}).scalar()
+            )
+
+    _wait(lambda: state() == "running", 120, "the job to start", fleet)
+    doomed = jvm()
+    assert doomed is not None
+    doomed.kill()
+    _wait(lambda: state() in ("succeeded", "failed"), 240, "the retry", fleet)
+    assert state() == "succeeded", fleet.logs()
+    assert scheduler.poll() is None  # the scheduler itself survived
+    with rt.engine.connect() as conn:
+        runs = conn.execute(
+            text("SELECT attempt, state FROM job_runs WHERE task_id = :i ORDER BY attempt"),
+            {"i": task_id},
+        ).all()
+    assert [r[1] for r in runs][-1] == "succeeded" and runs[0][1] == "failed", runs
+    after = fingerprint(rt.catalog.load_table("sales.crashed"))
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    assert after.data_files < before.data_files
+    rt.engine.dispose()
