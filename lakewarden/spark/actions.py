@@ -21,9 +21,11 @@ def load_java_table(spark: SparkSession, catalog: str, ref: TableRef) -> Any:
     jvm: Any = spark._jvm
     jspark: Any = spark._jsparkSession
     iceberg_catalog = jspark.sessionState().catalogManager().catalog(catalog).icebergCatalog()
-    return iceberg_catalog.loadTable(
+    table = iceberg_catalog.loadTable(
         jvm.org.apache.iceberg.catalog.TableIdentifier.parse(ref.dotted)
     )
+    table.refresh()  # the latest metadata, whatever a catalog cache holds
+    return table
 
 
 def rewrite_data_files(

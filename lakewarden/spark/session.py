@@ -22,6 +22,9 @@ def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         cat: "org.apache.iceberg.spark.SparkCatalog",
+        # Maintenance must plan against the table as it is now, not as a cached load from
+        # an earlier job (writers commit all the time).
+        f"{cat}.cache-enabled": "false",
         f"{cat}.warehouse": settings.warehouse_uri,
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",

@@ -73,3 +73,12 @@ def test_spark_conf_with_maven_packages_adds_the_jdbc_driver(tmp_path: Path) -> 
     conf = spark_conf(s, "postgresql+psycopg://lw@127.0.0.1/lw")
     assert "org.postgresql:postgresql" in conf["spark.jars.packages"]
     assert "spark.jars" not in conf
+
+
+def test_spark_sees_fresh_table_metadata(tmp_path: Path) -> None:
+    jar = tmp_path / "x.jar"
+    jar.write_text("")
+    conf = spark_conf(Settings(data_dir=tmp_path, spark_jars=str(jar)), "postgresql+psycopg://h/db")
+    # a cached table load from an earlier job would plan a rewrite on stale files
+    assert conf["spark.sql.catalog.lake.cache-enabled"] == "false"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
