@@ -56,7 +56,7 @@ def migrate(rt: Runtime) -> None:
         rt.catalog  # noqa: B018  pyiceberg's SqlCatalog creates iceberg_tables when missing
         if rt.settings.catalog_database_url in (None, rt.db_url):
             with rt.engine.begin() as conn:
-                install_commit_trigger(conn)
+                install_commit_trigger(conn, refresh=True)
 
 
 def alembic_config(db_url: str) -> Config:

@@ -33,11 +33,21 @@ FOR EACH ROW EXECUTE FUNCTION lakewarden_notify_commit()
 """
 
 
-def install_commit_trigger(conn: Connection) -> bool:
-    """Install (or refresh) the trigger; False when the catalog table does not exist."""
-    exists = conn.execute(text("SELECT to_regclass('iceberg_tables') IS NOT NULL")).scalar()
-    if not exists:
+def install_commit_trigger(conn: Connection, *, refresh: bool = False) -> bool:
+    """Install the trigger if missing (or `refresh` it, as `migrate` does); False when the
+    catalog table does not exist. Serialized: concurrent DDL on one function fails in
+    Postgres ("tuple concurrently updated"), and every API replica polls this."""
+    if not conn.execute(text("SELECT to_regclass('iceberg_tables') IS NOT NULL")).scalar():
         return False
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('lakewarden_commit_trigger'))"))
+    present = conn.execute(
+        text(
+            "SELECT 1 FROM pg_trigger WHERE tgname = 'lakewarden_commit_notify' "
+            "AND tgrelid = 'iceberg_tables'::regclass"
+        )
+    ).scalar()
+    if present and not refresh:
+        return True
     conn.execute(text(_FUNCTION))
     conn.execute(text(_TRIGGER))
     return True

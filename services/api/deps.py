@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Request
+from fastapi import Depends, HTTPException, Path, Query, Request
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import InvalidIdentifier, TableRef
@@ -13,6 +13,12 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import session_factory
 from lakewarden.runtime import Runtime
 from lakewarden.tables import get_table
+
+BIGINT_MAX = 2**63 - 1  # ids are Postgres bigints: a larger one is a 422, not a 500
+Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
+Cursor = Annotated[
+    int | None, Query(ge=0, le=BIGINT_MAX, description="next_cursor of the previous page")
+]
 
 
 def get_runtime(request: Request) -> Runtime:

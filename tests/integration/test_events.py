@@ -141,3 +141,25 @@ def test_poller_catches_commits_nobody_reported(client: TestClient, rt: Runtime)
     assert [e.source for e in _events(rt)] == ["poll"] * 4
     assert poll_once(rt) == 0
     assert len(_tasks(rt)) == 1
+
+
+def test_concurrent_trigger_installs_do_not_fail(rt: Runtime) -> None:
+    """Every API replica's poller checks the trigger; concurrent DDL on one function would
+    fail with 'tuple concurrently updated' unless serialized."""
+    from lakewarden.events.trigger import install_commit_trigger
+
+    errors: list[BaseException] = []
+
+    def install(refresh: bool) -> None:
+        try:
+            with rt.engine.begin() as conn:
+                install_commit_trigger(conn, refresh=refresh)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=install, args=(i % 2 == 0,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

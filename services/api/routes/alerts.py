@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from lakewarden.alerts.store import acknowledge
 from lakewarden.db.models import Alert
-from services.api.deps import SessionDep
+from services.api.deps import Cursor, Id, SessionDep
 from services.api.schemas import Page
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
@@ -47,7 +47,7 @@ def list_alerts(
     session: SessionDep,
     state: Annotated[str | None, Query(description="firing | acknowledged | resolved")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[int | None, Query(ge=0)] = None,
+    cursor: Cursor = None,
 ) -> Page[AlertOut]:
     """Alerts, newest first; without `state`, the open ones (firing or acknowledged)."""
     q = select(Alert).order_by(Alert.id.desc()).limit(limit + 1)
@@ -69,7 +69,7 @@ def list_alerts(
 
 
 @router.post("/{alert_id}/ack", response_model=AlertOut)
-def ack_alert(alert_id: int, body: AckIn, session: SessionDep) -> AlertOut:
+def ack_alert(alert_id: Id, body: AckIn, session: SessionDep) -> AlertOut:
     alert = acknowledge(session, alert_id, body.by)
     if alert is None:
         raise HTTPException(404, f"alert {alert_id} does not exist")

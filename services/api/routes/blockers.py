@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 
 from lakewarden.db.models import TableBlocker
-from services.api.deps import SessionDep, TableDep
+from services.api.deps import Id, SessionDep, TableDep
 
 router = APIRouter(prefix="/api/v1/tables", tags=["blockers"])
 
@@ -58,7 +58,7 @@ def list_blockers(row: TableDep, session: SessionDep) -> list[TableBlocker]:
 
 
 @router.delete("/{namespace}/{name}/blockers/{blocker_id}", status_code=204)
-def remove_blocker(blocker_id: int, row: TableDep, session: SessionDep) -> Response:
+def remove_blocker(blocker_id: Id, row: TableDep, session: SessionDep) -> Response:
     blocker = session.get(TableBlocker, blocker_id)
     if blocker is None or blocker.table_id != row.id:
         raise HTTPException(404, f"blocker {blocker_id} does not exist on this table")

@@ -14,7 +14,7 @@ from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.refresh import ingest_commits
 from lakewarden.policy import Policy
 from lakewarden.tables import add_table, get_table, set_policy
-from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.deps import Cursor, RuntimeDep, SessionDep, TableDep
 from services.api.policies import check_policy, table_out
 from services.api.schemas import EventOut, Page, TableIn, TableOut
 
@@ -22,7 +22,6 @@ router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
 M = TypeVar("M", bound=BaseModel)
 
 Limit = Annotated[int, Query(ge=1, le=500, description="page size")]
-Cursor = Annotated[int | None, Query(ge=0, description="next_cursor of the previous page")]
 
 
 @router.post("", status_code=201, response_model=TableOut)

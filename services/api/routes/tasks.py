@@ -14,7 +14,7 @@ from lakewarden.kinds import REGISTRY
 from lakewarden.tables import effective_policy_for, get_table
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
-from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.deps import Cursor, Id, RuntimeDep, SessionDep, TableDep
 from services.api.schemas import Page, RunOut, TaskDetail, TaskIn, TaskOut, TransitionOut
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
@@ -47,7 +47,7 @@ def list_tasks(
     state: Annotated[str | None, Query(description=f"one of {', '.join(ALL_STATES)}")] = None,
     kind: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[int | None, Query(ge=0)] = None,
+    cursor: Cursor = None,
 ) -> Page[TaskOut]:
     """Tasks, newest first."""
     q = select(Task, ManagedTable).join(ManagedTable, ManagedTable.id == Task.table_id)
@@ -75,7 +75,7 @@ def list_tasks(
 
 
 @router.get("/tasks/{task_id}", response_model=TaskDetail)
-def read_task(task_id: int, session: SessionDep) -> TaskDetail:
+def read_task(task_id: Id, session: SessionDep) -> TaskDetail:
     """A task with why it exists, its plan, result, every transition and every run."""
     task = session.get(Task, task_id)
     if task is None:
@@ -116,7 +116,7 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
 
 
 @router.post("/tasks/{task_id}/cancel", response_model=TaskDetail)
-def cancel_task(task_id: int, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
+def cancel_task(task_id: Id, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
     """Cancel a task in any open state; a running Spark job is cancelled by the scheduler."""
     try:
         task = repo.transition(
