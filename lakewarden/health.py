@@ -1,293 +1,230 @@
-"""Table health from Iceberg metadata alone (pyiceberg, no JVM): what the table looks
-like, a 0-100 score, and the signals whose thresholds fire.
+"""Table health from Iceberg metadata alone (pyiceberg, no JVM): what the table looks like,
+overall and per partition, a 0-100 score, and the signals whose thresholds fire.
 
-Score: 100 minus penalties, each capped:
-  small files    up to 40  (share of data files that are reducible at the target size)
-  deleted rows   up to 40  (equality deletes weigh twice position deletes; full at 20%)
-  layout         up to 10  (files per lookup over the policy's maximum, when enabled)
-  bloat          up to 10  (snapshots beyond 4 x keep_last; manifests over the rewrite count)
+What is measured (the current snapshot): data files, their sizes (min/p50/max) and how many
+are small (< compaction target x small_file_ratio); reducible files (per partition, files
+beyond ceil(bytes / target): what compaction can remove); live delete files (position and
+equality) and the share of rows they delete (`DataFile.deleted_records`); snapshots (count,
+ages, how many clean would expire); manifests (count, bytes); files per lookup on the
+clustering and Z-order columns; the oldest value of the TTL column and what is past retention.
+
+Score = 100 minus five penalties, each capped, rounded, never below 0:
+
+  small files  40 x min(1, reducible files / data files)
+  deletes      40 x min(1, (position-delete rows + 2 x equality-delete rows) / rows
+                            / compaction.delete_ratio_threshold)     (equality weighs double,
+                                                                       as in Amoro)
+  layout       10 x min(1, (files per lookup - max) / max), worst partition, for an enabled
+               clustering or zorder section (the larger of the two)
+  snapshots     5 x min(1, (snapshots - keep_last) / (4 x keep_last)), when clean would
+               expire some (beyond keep_last_snapshots and older than max_snapshot_age_hours)
+  manifests     5 when the current snapshot has >= clean.rewrite_manifests_min_count
+
+So a table of well-sized files with no deletes scores 100; one whose files could all be
+merged away scores at most 60; all deletes past the threshold as well: at most 20.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from pyiceberg.manifest import DataFileContent, ManifestContent
 from pyiceberg.table import Table
+from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
+from lakewarden.health_model import (
+    LiveDelete,
+    PartitionHealth,
+    TableHealth,
+    TTLColumn,
+    penalties,
+    ratio,
+    score,
+    signals,
+    size_stats,
+    ttl_summary,
+)
 from lakewarden.kinds.ttl import as_datetime
 from lakewarden.layout import files_per_lookup
-from lakewarden.metadata import DataFile, jsonable, read_files
+from lakewarden.metadata import DataFile, Partition, jsonable, read_files
 from lakewarden.policy import Policy
 
-
-@dataclass(frozen=True)
-class Signal:
-    kind: str
-    metric: str
-    value: float
-    threshold: float
-    reason: str
+_NO_DELETES = {"position": 0, "equality": 0, "position_rows": 0, "equality_rows": 0}
 
 
-@dataclass
-class PartitionHealth:
-    partition: dict[str, Any]
-    data_files: int
-    bytes: int
-    records: int
-    small_files: int
-    deleted_row_ratio: float
-    files_per_lookup: dict[str, float | None] = field(default_factory=dict)
-    oldest_ttl_value: str | None = None
+def build(
+    policy: Policy,
+    snapshot_id: int | None,
+    data: list[DataFile],
+    deletes: list[LiveDelete],
+    layout_columns: dict[str, list[str]],
+    ttl: TTLColumn | None,
+) -> TableHealth:
+    """Files and deletes summed up, per partition and overall (pure: unit-tested without a
+    table). Snapshots, manifests and the score are filled in by `measure`."""
+    comp = policy.compaction
+    small_at = comp.small_file_threshold_bytes
+    by_partition: dict[Partition, list[DataFile]] = defaultdict(list)
+    deletes_of: dict[Partition, dict[str, int]] = defaultdict(lambda: dict(_NO_DELETES))
+    for f in data:
+        by_partition[f.partition].append(f)
+    for d in deletes:
+        by_partition.setdefault(d.partition, [])  # e.g. global equality deletes
+        counts = deletes_of[d.partition]
+        counts[d.kind] += 1
+        counts[f"{d.kind}_rows"] += d.records
+
+    def bounds(f: DataFile) -> tuple[datetime, datetime] | None:
+        assert ttl is not None
+        if ttl.name not in f.bounds:
+            return None
+        lo, hi = f.bounds[ttl.name]
+        return as_datetime(lo, ttl.column_type), as_datetime(hi, ttl.column_type)
+
+    partitions = []
+    for part, group in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        size = sum(f.size for f in group)
+        recs = sum(f.records for f in group)
+        deleted = sum(f.deleted_records for f in group)
+        small = sum(1 for f in group if f.size < small_at)
+        needed = max(1, math.ceil(size / comp.target_file_size_bytes)) if group else 0
+        ph = PartitionHealth(
+            partition={k: jsonable(v) for k, v in part},
+            data_files=len(group),
+            bytes=size,
+            records=recs,
+            file_size=size_stats([f.size for f in group]),
+            small_files=small,
+            small_file_ratio=ratio(small, len(group)),
+            reducible_files=len(group) - needed,
+            delete_files=deletes_of.get(part, dict(_NO_DELETES)),
+            deleted_records=round(deleted, 1),
+            deleted_row_ratio=ratio(deleted, recs),
+            files_per_lookup={k: files_per_lookup(group, c) for k, c in layout_columns.items()},
+        )
+        if ttl is not None:
+            spans = [b for f in group if (b := bounds(f)) is not None]
+            if spans:
+                ph.oldest_ttl_value = min(lo for lo, _ in spans).isoformat()
+                if ttl.cutoff is not None:
+                    ph.past_retention = any(lo < ttl.cutoff for lo, _ in spans)
+        partitions.append(ph)
+
+    records = sum(f.records for f in data)
+    deleted = sum(f.deleted_records for f in data)
+    small = sum(p.small_files for p in partitions)
+    return TableHealth(
+        snapshot_id=snapshot_id,
+        measured_at="",
+        score=100,
+        data_files=len(data),
+        bytes=sum(f.size for f in data),
+        records=records,
+        file_size=size_stats([f.size for f in data]),
+        small_files=small,
+        small_file_ratio=ratio(small, len(data)),
+        small_file_threshold_bytes=small_at,
+        reducible_files=sum(p.reducible_files for p in partitions),
+        delete_files={k: sum(p.delete_files[k] for p in partitions) for k in _NO_DELETES},
+        deleted_records=round(deleted, 1),
+        deleted_row_ratio=ratio(deleted, records),
+        snapshots={"count": 0, "oldest_age_s": 0.0, "newest_age_s": 0.0, "expirable": 0},
+        manifests={"count": 0, "data": 0, "deletes": 0, "total_bytes": 0, "avg_bytes": 0.0},
+        layout={k: files_per_lookup(data, c) for k, c in layout_columns.items()},
+        layout_columns=layout_columns,
+        ttl=ttl_summary(ttl, [b for f in data if (b := bounds(f)) is not None], len(data))
+        if ttl is not None
+        else {"column": None},
+        partitions=partitions,
+        signals=[],
+    )
 
 
-@dataclass
-class TableHealth:
-    snapshot_id: int | None
-    measured_at: str
-    score: int
-    data_files: int
-    bytes: int
-    records: int
-    file_size: dict[str, int]
-    small_files: int
-    reducible_files: int
-    delete_files: dict[str, int]
-    deleted_row_ratio: float
-    snapshots: dict[str, float]
-    manifests: dict[str, float]
-    layout: dict[str, float | None]
-    ttl: dict[str, Any]
-    partitions: list[PartitionHealth]
-    signals: list[Signal]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+def _columns(table: Table, columns: list[str]) -> list[str]:
+    """The policy's columns the table still has (its schema may have changed since)."""
+    schema, out = table.schema(), []
+    for c in columns:
+        try:
+            schema.find_field(c)
+        except ValueError:
+            continue
+        out.append(c)
+    return out
 
 
-def _ttl_type(table: Table, column: str) -> str:
-    from pyiceberg.types import DateType
-
-    return "date" if isinstance(table.schema().find_field(column).field_type, DateType) else "ts"
+def _ttl_column(table: Table, policy: Policy, now: datetime) -> TTLColumn | None:
+    t = policy.ttl
+    if not t.column or not _columns(table, [t.column]):
+        return None
+    ftype = table.schema().find_field(t.column).field_type
+    if not isinstance(ftype, DateType | TimestampType | TimestamptzType):
+        return None
+    kind = "date" if isinstance(ftype, DateType) else "timestamp"
+    cutoff = None if t.retention_days is None else now - timedelta(days=t.retention_days)
+    if cutoff is not None and kind == "date":  # a date is a whole day: keep the cutoff day
+        cutoff = cutoff.replace(hour=0, minute=0, second=0, microsecond=0)
+    return TTLColumn(t.column, kind, cutoff)
 
 
 def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableHealth:
     now = now or datetime.now(UTC)
-    layout_cols = {
-        k: s.columns
-        for k, s in (("clustering", policy.clustering), ("zorder", policy.zorder))
-        if s.columns
+    layout_columns = {
+        kind: cols
+        for kind, section in (("clustering", policy.clustering), ("zorder", policy.zorder))
+        if (cols := _columns(table, section.columns))
     }
-    ttl_col = policy.ttl.column
-    columns = sorted(
-        {c for cols in layout_cols.values() for c in cols} | ({ttl_col} if ttl_col else set())
-    )
-    files = read_files(table, columns)
-    data = files.data
-    comp = policy.compaction
-    small = [f for f in data if f.size < comp.small_file_threshold_bytes]
-    total_bytes = sum(f.size for f in data)
-    records = sum(f.records for f in data)
-    by_partition: dict[Any, list[DataFile]] = defaultdict(list)
-    for f in data:
-        by_partition[f.partition].append(f)
-    # Files merge only within a partition: count what each partition holds beyond its need.
-    reducible = sum(
-        len(group) - max(1, math.ceil(sum(f.size for f in group) / comp.target_file_size_bytes))
-        for group in by_partition.values()
-    )
-    pos = [d for d in files.deletes if d.kind == "position"]
-    eq = [d for d in files.deletes if d.kind == "equality"]
-    pos_rows, eq_rows = sum(d.records for d in pos), sum(d.records for d in eq)
-    deleted_ratio = round(sum(f.deleted_records for f in data) / records, 4) if records else 0.0
-    ttl_type = _ttl_type(table, ttl_col) if ttl_col else ""
+    ttl = _ttl_column(table, policy, now)
+    wanted = {c for cols in layout_columns.values() for c in cols} | ({ttl.name} if ttl else set())
+    files = read_files(table, sorted(wanted))
 
-    partitions = []
-    for part, group in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
-        recs = sum(f.records for f in group)
-        ph = PartitionHealth(
-            partition={k: jsonable(v) for k, v in part},
-            data_files=len(group),
-            bytes=sum(f.size for f in group),
-            records=recs,
-            small_files=sum(1 for f in group if f.size < comp.small_file_threshold_bytes),
-            deleted_row_ratio=round(sum(f.deleted_records for f in group) / recs, 4)
-            if recs
-            else 0.0,
-            files_per_lookup={k: files_per_lookup(group, cols) for k, cols in layout_cols.items()},
-        )
-        if ttl_col:
-            lows = [f.bounds[ttl_col][0] for f in group if ttl_col in f.bounds]
-            if lows:
-                ph.oldest_ttl_value = as_datetime(min(lows), ttl_type).isoformat()
-        partitions.append(ph)
-
-    snaps = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
-    ages = [
-        (now - datetime.fromtimestamp(s.timestamp_ms / 1000, tz=UTC)).total_seconds() for s in snaps
-    ]
     current = table.current_snapshot()
-    manifest_sizes = [m.manifest_length for m in current.manifests(table.io)] if current else []
-    layout = {k: files_per_lookup(data, cols) for k, cols in layout_cols.items()}
+    manifests = current.manifests(table.io) if current else []
+    specs = table.specs()
+    deletes = []
+    for m in manifests:
+        if m.content != ManifestContent.DELETES:
+            continue
+        for entry in m.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = entry.data_file
+            names = [pf.name for pf in specs[f.spec_id].fields]
+            part = tuple((n, f.partition[i]) for i, n in enumerate(names))
+            kind = "equality" if f.content == DataFileContent.EQUALITY_DELETES else "position"
+            deletes.append(LiveDelete(part, kind, f.record_count))
 
-    ttl: dict[str, Any] = {"column": ttl_col}
-    if ttl_col and policy.ttl.retention_days is not None:
-        cutoff = now - timedelta(days=policy.ttl.retention_days)
-        bounded = [
-            (
-                f,
-                as_datetime(f.bounds[ttl_col][0], ttl_type),
-                as_datetime(f.bounds[ttl_col][1], ttl_type),
-            )
-            for f in data
-            if ttl_col in f.bounds
-        ]
-        ttl.update(
-            cutoff=cutoff.isoformat(),
-            oldest=min((lo for _, lo, _ in bounded), default=None),
-            files_past_retention=sum(1 for _, _, hi in bounded if hi < cutoff),
-            files_straddling=sum(1 for _, lo, hi in bounded if lo < cutoff <= hi),
-        )
-        if ttl["oldest"] is not None:
-            ttl["oldest"] = ttl["oldest"].isoformat()
+    health = build(policy, files.snapshot_id, files.data, deletes, layout_columns, ttl)
+    health.measured_at = now.isoformat()
+    if ttl is None and policy.ttl.column:
+        health.ttl = {
+            "column": policy.ttl.column,
+            "note": "the table has no such timestamp or date column: nothing measured",
+        }
 
-    health = TableHealth(
-        snapshot_id=files.snapshot_id,
-        measured_at=now.isoformat(),
-        score=100,
-        data_files=len(data),
-        bytes=total_bytes,
-        records=records,
-        file_size={
-            "min": min((f.size for f in data), default=0),
-            "p50": int(statistics.median([f.size for f in data])) if data else 0,
-            "max": max((f.size for f in data), default=0),
-        },
-        small_files=len(small),
-        reducible_files=reducible,
-        delete_files={
-            "position": len(pos),
-            "equality": len(eq),
-            "position_rows": pos_rows,
-            "equality_rows": eq_rows,
-        },
-        deleted_row_ratio=deleted_ratio,
-        snapshots={
-            "count": len(snaps),
-            "oldest_age_s": round(max(ages, default=0), 1),
-            "newest_age_s": round(min(ages, default=0), 1),
-        },
-        manifests={
-            "count": len(manifest_sizes),
-            "total_bytes": sum(manifest_sizes),
-            "avg_bytes": round(statistics.mean(manifest_sizes), 1) if manifest_sizes else 0,
-        },
-        layout=layout,
-        ttl=ttl,
-        partitions=partitions,
-        signals=[],
-    )
+    snaps = sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True)
+    ages = [(now.timestamp() * 1000 - s.timestamp_ms) / 1000 for s in snaps]
+    keep, max_age_s = policy.clean.keep_last_snapshots, policy.clean.max_snapshot_age_hours * 3600
+    protected = {r.snapshot_id for r in table.metadata.refs.values()}
+    health.snapshots = {
+        "count": len(snaps),
+        "oldest_age_s": round(max(ages, default=0.0), 1),
+        "newest_age_s": round(min(ages, default=0.0), 1),
+        # what clean would expire: beyond the newest keep_last, too old, not a branch or tag
+        "expirable": sum(
+            1
+            for s, age in list(zip(snaps, ages, strict=True))[keep:]
+            if age > max_age_s and s.snapshot_id not in protected
+        ),
+    }
+    sizes = [m.manifest_length for m in manifests]
+    health.manifests = {
+        "count": len(manifests),
+        "data": sum(1 for m in manifests if m.content == ManifestContent.DATA),
+        "deletes": sum(1 for m in manifests if m.content == ManifestContent.DELETES),
+        "total_bytes": sum(sizes),
+        "avg_bytes": round(sum(sizes) / len(sizes), 1) if sizes else 0.0,
+    }
     health.signals = signals(health, policy)
+    health.penalties = penalties(health, policy)
     health.score = score(health, policy)
     return health
-
-
-def signals(h: TableHealth, policy: Policy) -> list[Signal]:
-    out = []
-    c = policy.compaction
-    if h.reducible_files >= c.min_small_files:
-        out.append(
-            Signal(
-                "compaction",
-                "reducible_files",
-                h.reducible_files,
-                c.min_small_files,
-                f"{h.reducible_files} files more than the bytes need at the target "
-                f"size (>= {c.min_small_files})",
-            )
-        )
-    if h.deleted_row_ratio >= c.delete_ratio_threshold:
-        out.append(
-            Signal(
-                "compaction",
-                "deleted_row_ratio",
-                h.deleted_row_ratio,
-                c.delete_ratio_threshold,
-                f"{h.deleted_row_ratio:.0%} of rows are deleted by delete files",
-            )
-        )
-    for kind in ("clustering", "zorder"):
-        section = policy.clustering if kind == "clustering" else policy.zorder
-        value = h.layout.get(kind)
-        if section.enabled and value is not None and value > section.max_files_per_lookup:
-            out.append(
-                Signal(
-                    kind,
-                    "files_per_lookup",
-                    value,
-                    section.max_files_per_lookup,
-                    f"a lookup on {section.columns} opens {value} files",
-                )
-            )
-    if policy.ttl.enabled and (h.ttl.get("files_past_retention") or h.ttl.get("files_straddling")):
-        out.append(
-            Signal(
-                "ttl",
-                "files_past_retention",
-                h.ttl.get("files_past_retention", 0),
-                0,
-                f"rows older than {policy.ttl.retention_days:g} days remain "
-                f"(oldest {h.ttl.get('oldest')})",
-            )
-        )
-    cl = policy.clean
-    max_age_s = cl.max_snapshot_age_hours * 3600
-    if h.snapshots["count"] > cl.keep_last_snapshots and h.snapshots["oldest_age_s"] > max_age_s:
-        out.append(
-            Signal(
-                "clean",
-                "snapshots",
-                h.snapshots["count"],
-                cl.keep_last_snapshots,
-                f"{h.snapshots['count']:.0f} snapshots, the oldest "
-                f"{h.snapshots['oldest_age_s'] / 3600:.1f} h old",
-            )
-        )
-    if h.manifests["count"] >= cl.rewrite_manifests_min_count:
-        out.append(
-            Signal(
-                "clean",
-                "manifests",
-                h.manifests["count"],
-                cl.rewrite_manifests_min_count,
-                f"{h.manifests['count']:.0f} manifests in the current snapshot",
-            )
-        )
-    return out
-
-
-def score(h: TableHealth, policy: Policy) -> int:
-    penalty = 0.0
-    if h.data_files:
-        penalty += 40 * max(0.0, h.reducible_files) / h.data_files
-    if h.records:
-        weighted = h.delete_files["position_rows"] + 2 * h.delete_files["equality_rows"]
-        penalty += 40 * min(1.0, weighted / h.records / 0.2)
-    for kind, section in (("clustering", policy.clustering), ("zorder", policy.zorder)):
-        value = h.layout.get(kind)
-        if section.enabled and value is not None and value > section.max_files_per_lookup:
-            penalty += 10 * min(
-                1.0, (value - section.max_files_per_lookup) / section.max_files_per_lookup
-            )
-            break
-    keep = policy.clean.keep_last_snapshots
-    if h.snapshots["count"] > 4 * keep:
-        penalty += 5
-    if h.manifests["count"] >= policy.clean.rewrite_manifests_min_count:
-        penalty += 5
-    return max(0, round(100 - penalty))

@@ -1,0 +1,251 @@
+"""The health model that `lakewarden.health.measure` fills in (with the inputs its pure
+`build` sums up), and its judgement: the signals whose thresholds fire and the 0-100 score
+(the formula is in `lakewarden.health`).
+
+Everything here works on numbers alone, so it is unit-tested without a table.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from lakewarden.metadata import Partition
+from lakewarden.policy import Policy
+
+# Score weights: the most each factor can take off 100.
+W_SMALL_FILES = 40.0
+W_DELETES = 40.0
+W_LAYOUT = 10.0
+W_SNAPSHOTS = 5.0
+W_MANIFESTS = 5.0
+EQUALITY_WEIGHT = 2.0  # an equality-delete row costs readers more than a position delete
+
+
+@dataclass(frozen=True)
+class Signal:
+    kind: str  # the maintenance kind whose threshold fired
+    metric: str
+    value: float
+    threshold: float
+    reason: str
+
+
+def size_stats(sizes: list[int]) -> dict[str, int]:
+    return {
+        "min": min(sizes, default=0),
+        "p50": int(statistics.median(sizes)) if sizes else 0,
+        "max": max(sizes, default=0),
+    }
+
+
+def ratio(part: float, whole: float) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+@dataclass
+class PartitionHealth:
+    partition: dict[str, Any]  # partition field -> value ({} when unpartitioned)
+    data_files: int
+    bytes: int
+    records: int
+    file_size: dict[str, int]  # min / p50 / max bytes
+    small_files: int
+    small_file_ratio: float
+    reducible_files: int  # files beyond ceil(bytes / target): what compaction can remove
+    delete_files: dict[str, int]  # position, equality, position_rows, equality_rows
+    deleted_records: float  # rows the delete files remove (estimated, DataFile.deleted_records)
+    deleted_row_ratio: float
+    files_per_lookup: dict[str, float | None] = field(default_factory=dict)  # per layout kind
+    oldest_ttl_value: str | None = None  # min lower bound of the TTL column
+    past_retention: bool | None = None  # some row is older than the TTL cutoff
+
+
+@dataclass
+class TableHealth:
+    snapshot_id: int | None
+    measured_at: str
+    score: int
+    data_files: int
+    bytes: int
+    records: int
+    file_size: dict[str, int]
+    small_files: int
+    reducible_files: int
+    delete_files: dict[str, int]
+    deleted_row_ratio: float
+    snapshots: dict[str, float]  # count, oldest_age_s, newest_age_s, expirable
+    manifests: dict[str, float]  # count, data, deletes, total_bytes, avg_bytes
+    layout: dict[str, float | None]  # layout kind -> files per lookup over the whole table
+    ttl: dict[str, Any]
+    partitions: list[PartitionHealth]
+    signals: list[Signal]
+    small_file_ratio: float = 0.0
+    small_file_threshold_bytes: int = 0
+    deleted_records: float = 0.0
+    layout_columns: dict[str, list[str]] = field(default_factory=dict)
+    penalties: dict[str, float] = field(default_factory=dict)  # what the score lost, per factor
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LiveDelete:
+    """A delete file of the current snapshot, by partition."""
+
+    partition: Partition
+    kind: str  # "position" | "equality"
+    records: int
+
+
+@dataclass(frozen=True)
+class TTLColumn:
+    name: str
+    column_type: str  # "date" | "timestamp" (bounds as days or micros since the epoch)
+    cutoff: datetime | None  # rows older than this are past retention (None: no retention)
+
+
+def ttl_summary(
+    ttl: TTLColumn, spans: list[tuple[datetime, datetime]], files: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "column": ttl.name,
+        "cutoff": ttl.cutoff.isoformat() if ttl.cutoff else None,
+        "oldest": min((lo for lo, _ in spans), default=None),
+        "newest": max((hi for _, hi in spans), default=None),
+        "files_without_bounds": files - len(spans),
+    }
+    for key in ("oldest", "newest"):
+        out[key] = out[key].isoformat() if out[key] is not None else None
+    if ttl.cutoff is not None:
+        cut = ttl.cutoff
+        out["files_past_retention"] = sum(1 for lo, _ in spans if lo < cut)
+        out["files_entirely_past_retention"] = sum(1 for _, hi in spans if hi < cut)
+    return out
+
+
+def layout_value(h: TableHealth, kind: str) -> float | None:
+    """The worst partition's files per lookup (what a rewrite can fix: files of different
+    partitions never merge), or the table's when no partition was measured."""
+    values = [v for p in h.partitions if (v := p.files_per_lookup.get(kind)) is not None]
+    return max(values) if values else h.layout.get(kind)
+
+
+def _expirable_snapshots(h: TableHealth, policy: Policy) -> int:
+    if "expirable" in h.snapshots:
+        return int(h.snapshots["expirable"])
+    cl = policy.clean  # numbers without the list: the oldest is beyond keep_last and too old
+    count = int(h.snapshots["count"])
+    too_old = h.snapshots["oldest_age_s"] > cl.max_snapshot_age_hours * 3600
+    return count - cl.keep_last_snapshots if count > cl.keep_last_snapshots and too_old else 0
+
+
+def penalties(h: TableHealth, policy: Policy) -> dict[str, float]:
+    """What each factor takes off the score (see the formula in lakewarden.health)."""
+    c, cl = policy.compaction, policy.clean
+    out = {"small_files": 0.0, "deletes": 0.0, "layout": 0.0, "snapshots": 0.0, "manifests": 0.0}
+    if h.data_files:
+        out["small_files"] = W_SMALL_FILES * min(1.0, max(0, h.reducible_files) / h.data_files)
+    if h.records:
+        d = h.delete_files
+        weighted = d.get("position_rows", 0) + EQUALITY_WEIGHT * d.get("equality_rows", 0)
+        out["deletes"] = W_DELETES * min(1.0, weighted / h.records / c.delete_ratio_threshold)
+    excess = 0.0
+    for kind in ("clustering", "zorder"):
+        section = policy.clustering if kind == "clustering" else policy.zorder
+        value = layout_value(h, kind)
+        if section.enabled and value is not None and value > section.max_files_per_lookup:
+            limit = section.max_files_per_lookup
+            excess = max(excess, (value - limit) / limit)
+    out["layout"] = W_LAYOUT * min(1.0, excess)
+    if _expirable_snapshots(h, policy):
+        beyond = h.snapshots["count"] - cl.keep_last_snapshots
+        out["snapshots"] = W_SNAPSHOTS * min(1.0, beyond / (4 * cl.keep_last_snapshots))
+    if h.manifests["count"] >= cl.rewrite_manifests_min_count:
+        out["manifests"] = W_MANIFESTS
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def score(h: TableHealth, policy: Policy) -> int:
+    return max(0, min(100, round(100 - sum(penalties(h, policy).values()))))
+
+
+def signals(h: TableHealth, policy: Policy) -> list[Signal]:
+    """Every policy threshold the measured table crosses. A threshold fires whether or not
+    its kind is enabled (the reason then says so): the operator sees what is left unfixed."""
+    out: list[Signal] = []
+
+    def fire(kind: str, metric: str, value: float, threshold: float, reason: str) -> None:
+        if not policy.for_kind(kind).enabled:
+            reason += f" ({kind} is disabled by policy)"
+        out.append(Signal(kind, metric, value, threshold, reason))
+
+    c = policy.compaction
+    if h.reducible_files >= c.min_small_files:
+        fire(
+            "compaction",
+            "reducible_files",
+            h.reducible_files,
+            c.min_small_files,
+            f"{h.reducible_files} files more than the bytes need at the target size "
+            f"{c.target_file_size_bytes} >= min_small_files {c.min_small_files} "
+            f"({h.small_files} of {h.data_files} files are small)",
+        )
+    if h.deleted_row_ratio >= c.delete_ratio_threshold:
+        fire(
+            "compaction",
+            "deleted_row_ratio",
+            h.deleted_row_ratio,
+            c.delete_ratio_threshold,
+            f"{h.deleted_row_ratio:.0%} of rows are deleted by delete files >= "
+            f"delete_ratio_threshold {c.delete_ratio_threshold:.0%}",
+        )
+    for kind in ("clustering", "zorder"):
+        section = policy.clustering if kind == "clustering" else policy.zorder
+        value = layout_value(h, kind)
+        if section.columns and value is not None and value > section.max_files_per_lookup:
+            fire(
+                kind,
+                "files_per_lookup",
+                value,
+                section.max_files_per_lookup,
+                f"a lookup on {section.columns} opens {value} files (worst partition) > "
+                f"max_files_per_lookup {section.max_files_per_lookup}",
+            )
+    t = policy.ttl
+    past = h.ttl.get("files_past_retention") or 0
+    if t.column and t.retention_days is not None and past > 0:
+        fire(
+            "ttl",
+            "files_past_retention",
+            past,
+            0,
+            f"{past} file(s) hold rows of {t.column!r} older than {t.retention_days:g} days "
+            f"(oldest {h.ttl.get('oldest')})",
+        )
+    cl = policy.clean
+    expirable = _expirable_snapshots(h, policy)
+    if expirable:
+        fire(
+            "clean",
+            "snapshots",
+            h.snapshots["count"],
+            cl.keep_last_snapshots,
+            f"{h.snapshots['count']:.0f} snapshots > keep_last_snapshots "
+            f"{cl.keep_last_snapshots}, {expirable} of them older than "
+            f"{cl.max_snapshot_age_hours:g} h (the oldest "
+            f"{h.snapshots['oldest_age_s'] / 3600:.1f} h)",
+        )
+    if h.manifests["count"] >= cl.rewrite_manifests_min_count:
+        fire(
+            "clean",
+            "manifests",
+            h.manifests["count"],
+            cl.rewrite_manifests_min_count,
+            f"{h.manifests['count']:.0f} manifests in the current snapshot >= "
+            f"rewrite_manifests_min_count {cl.rewrite_manifests_min_count}",
+        )
+    return out
