@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from lakewarden.kinds import clean, compaction, sorting, ttl
+from lakewarden.kinds import clean, compaction, layout, ttl
 from lakewarden.kinds.base import Kind
 
 REGISTRY: dict[str, Kind] = {
-    k.name: k for k in (compaction.KIND, sorting.CLUSTERING, sorting.ZORDER, ttl.KIND, clean.KIND)
+    k.name: k for k in (compaction.KIND, layout.CLUSTERING, layout.ZORDER, ttl.KIND, clean.KIND)
 }
 
 
