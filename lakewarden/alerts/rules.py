@@ -10,6 +10,9 @@ from sqlalchemy.orm import Session
 
 from lakewarden.alerts.store import fire, resolve_absent
 from lakewarden.db.models import ManagedTable
+from lakewarden.isolation import RULE as UNREADABLE_RULE
+from lakewarden.isolation import RUNBOOK as UNREADABLE_RUNBOOK
+from lakewarden.isolation import PerTable
 from lakewarden.settings import Settings
 from lakewarden.tables import effective_policy_for
 
@@ -29,14 +32,20 @@ RUNBOOKS = {
     "for longer than slo.window_minutes. GET /api/v1/tables/{ns}/{name}/health says which "
     "signals fire and /explain what would run; check for failed or held tasks, blockers, "
     "or a disabled kind.",
+    UNREADABLE_RULE: UNREADABLE_RUNBOOK,
     "no_leader": "No scheduler holds the lease: nothing is dispatched. Start a scheduler "
     "(`lakewarden scheduler`) or check its logs and its database connection.",
 }
 
 
 def _apply(
-    session: Session, rule: str, severity: str, conditions: dict[str, tuple[str, dict[str, object]]]
+    session: Session,
+    rule: str,
+    severity: str,
+    conditions: dict[str, tuple[str, dict[str, object]]],
+    keep: frozenset[str] | set[str] = frozenset(),
 ) -> None:
+    """Fire `conditions`; resolve the rule's other alerts except those in `keep`."""
     for key, (summary, details) in conditions.items():
         fire(
             session,
@@ -47,7 +56,7 @@ def _apply(
             details=details,
             runbook=RUNBOOKS[rule],
         )
-    resolve_absent(session, rule, set(conditions))
+    resolve_absent(session, rule, set(conditions) | keep)
 
 
 def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> None:
@@ -125,20 +134,27 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     _apply(session, "job_slow", "warning", slow_conditions)
 
     unhealthy: dict[str, tuple[str, dict[str, object]]] = {}
+    isolated = PerTable("alert rules")
     for row in session.scalars(
         select(ManagedTable).where(ManagedTable.unhealthy_since.is_not(None))
-    ):
-        slo = effective_policy_for(session, row).slo
-        since = row.unhealthy_since
-        assert since is not None
-        if now - since > timedelta(minutes=slo.window_minutes):
-            table = f"{row.namespace}.{row.name}"
-            unhealthy[table] = (
-                f"{table} has scored {row.health_score} < SLO {slo.min_score} since "
-                f"{since.isoformat()}",
-                {"table": table, "score": row.health_score, "min_score": slo.min_score},
-            )
-    _apply(session, "table_unhealthy", "warning", unhealthy)
+    ).all():
+        table = f"{row.namespace}.{row.name}"
+        with isolated.table(table, session):
+            slo = effective_policy_for(session, row).slo
+            since = row.unhealthy_since
+            assert since is not None
+            if now - since > timedelta(minutes=slo.window_minutes):
+                unhealthy[table] = (
+                    f"{table} has scored {row.health_score} < SLO {slo.min_score} since "
+                    f"{since.isoformat()}"
+                    if row.health_score is not None
+                    else f"{table} has been below SLO {slo.min_score} since "
+                    f"{since.isoformat()}; its latest measurement failed",
+                    {"table": table, "score": row.health_score, "min_score": slo.min_score},
+                )
+    # A table whose rule could not be judged keeps its alert as it is.
+    _apply(session, "table_unhealthy", "warning", unhealthy, keep=set(isolated.failed))
+    isolated.record(session)
 
 
 def evaluate_leader_rule(session: Session, settings: Settings) -> None:

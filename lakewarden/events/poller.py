@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from sqlalchemy import create_engine, select, text
 
 from lakewarden.catalog import TableRef
@@ -11,9 +9,8 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.events.refresh import refresh_table
 from lakewarden.events.trigger import install_commit_trigger
+from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
-
-log = logging.getLogger(__name__)
 
 
 def _jdbc_catalog_pointers(rt: Runtime) -> dict[tuple[str, str], str] | None:
@@ -39,7 +36,8 @@ def _jdbc_catalog_pointers(rt: Runtime) -> dict[tuple[str, str], str] | None:
 
 
 def poll_once(rt: Runtime) -> int:
-    """Refresh every managed table whose metadata pointer moved; returns how many did."""
+    """Refresh every managed table whose metadata pointer moved; returns how many did.
+    A table that fails is alerted (`lakewarden.isolation`) and retried on the next poll."""
     with transaction(rt.engine) as session:
         managed = session.execute(
             select(ManagedTable.namespace, ManagedTable.name, ManagedTable.metadata_location).where(
@@ -47,15 +45,15 @@ def poll_once(rt: Runtime) -> int:
             )
         ).all()
     pointers = _jdbc_catalog_pointers(rt)
+    isolated = PerTable("poller")
     refreshed = 0
     for namespace, name, known_location in managed:
         if pointers is not None and pointers.get((namespace, name)) == known_location:
             continue
-        try:
+        with isolated.table(f"{namespace}.{name}"):
             result = refresh_table(rt, TableRef(namespace, name), source="poll")
-        except Exception:
-            log.exception("poll of %s.%s failed", namespace, name)
-            continue
-        if result and result.new_event_ids:
-            refreshed += 1
+            if result and result.new_event_ids:
+                refreshed += 1
+    with transaction(rt.engine) as session:
+        isolated.record(session)
     return refreshed
