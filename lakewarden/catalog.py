@@ -14,7 +14,9 @@ from sqlalchemy.engine import make_url
 from lakewarden.settings import Settings
 
 # Identifiers that reach Spark SQL are validated, then backquoted: never pasted raw.
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# `\Z`, not `$`: `$` also matches before a trailing newline, and pyiceberg strips it, so
+# "sec\n" would name the same Iceberg namespace as "sec" under a second managed row.
+IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
 
 class InvalidIdentifier(ValueError):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from lakewarden.catalog import IDENTIFIER, TableRef
 from lakewarden.kinds.base import PlanRejected
 
-_SAFE_OPTION_VALUE = re.compile(r"^(\d{1,19}(\.\d{1,6})?|true|false)$")
+_SAFE_OPTION_VALUE = re.compile(r"\A(\d{1,19}(\.\d{1,6})?|true|false)\Z")
 
 
 def table_arg(catalog: str, ref: TableRef) -> str:
