@@ -8,34 +8,102 @@ the built-in defaults (`effective_policy`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+import re
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from lakewarden.catalog import IDENTIFIER
 
 MiB = 1024 * 1024
 
+# Upper bounds: generous for any real table, small enough that every derived timedelta,
+# byte count and SQL literal stays representable (1e13 minutes once broke every sweep).
+MAX_DAYS = 36_500  # 100 years
+MAX_HOURS = 876_000  # 100 years
+MAX_MINUTES = 525_600  # 1 year
+MAX_COUNT = 1_000_000
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# Safety floors: going past one takes `allow_below_safety_floors: true` in the section.
+TTL_MIN_RETENTION_DAYS = 1
+TTL_MAX_FRACTION = 0.99
+CLEAN_MIN_SNAPSHOT_AGE_HOURS = 1
+_OVERRIDE = "to go past it on purpose, also set {section}.allow_below_safety_floors: true"
+
+# Control characters (C0 and DEL). Free text may hold tabs and newlines, nothing else.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_IN_FREE_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-class KindPolicy(_Strict):
+def unsafe_input(value: Any, *, where: str = "value", free_text: bool = False) -> str | None:
+    """What is wrong with a client-sent value, or None: a control character in any string
+    (tabs and newlines are allowed in free text), or a number that is not finite (JSON's
+    Infinity and NaN). Walks nested lists and dicts, keys included."""
+    control = _CONTROL_IN_FREE_TEXT if free_text else _CONTROL
+    stack: list[tuple[str, Any]] = [(where, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            hit = control.search(item)
+            if hit:
+                return (
+                    f"{where} contains the control character U+{ord(hit.group()):04X} "
+                    f"at position {hit.start()}: remove it"
+                    + ("" if free_text else " (tabs and newlines only in free text)")
+                )
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"{where} must be a finite number, not {item}"
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                stack.append((f"a key of {where}", key))
+                stack.append((f"{where}.{key}", sub))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{where}[{i}]", sub) for i, sub in enumerate(item))
+    return None
+
+
+class InputModel(BaseModel):
+    """Base of what clients send: unknown keys, control characters, NaN and Infinity are
+    refused, and types are strict (true is not a count, "5" is not a number; a float field
+    takes an int). Fields named in FREE_TEXT may hold tabs and newlines."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    FREE_TEXT: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _safe_input(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        field = cls.model_fields.get(name)
+        if field is not None and _is_input_model(field.annotation) and isinstance(value, dict):
+            return value  # the nested model checks its own fields
+        problem = unsafe_input(value, where=name, free_text=name in cls.FREE_TEXT)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+def _is_input_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, InputModel)
+
+
+class KindPolicy(InputModel):
     enabled: bool = True
     priority: int = Field(default=0, ge=-100, le=100, description="higher runs first")
     max_attempts: int = Field(default=3, ge=1, le=20, description="attempts before failing")
     timeout_minutes: float = Field(
-        default=120, gt=0, description="a job running longer is cancelled"
+        default=120, gt=0, le=MAX_MINUTES, description="a job running longer is cancelled"
     )
     # Jobs of a pool share its concurrency limit (LAKEWARDEN_POOL_LIMITS), across schedulers.
+    # pydantic's (Rust) regex: `$` is the end of the text, a trailing newline does not pass.
     pool: str = Field(default="default", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 
 class SweptPolicy(KindPolicy):
     """A time-based kind: the scheduler's sweep creates a task every `interval_minutes`."""
 
-    interval_minutes: float = Field(default=60, ge=1)
+    interval_minutes: float = Field(default=60, ge=1, le=MAX_MINUTES)
 
 
 class CompactionPolicy(KindPolicy):
@@ -84,9 +152,9 @@ class _LayoutPolicy(KindPolicy):
     enabled: bool = False
     columns: list[str] = Field(default_factory=list, max_length=8)
     # Commits adding at least this many data files since the last such task trigger one.
-    min_changed_files: int = Field(default=20, ge=1)
+    min_changed_files: int = Field(default=20, ge=1, le=MAX_COUNT)
     # Rewrite partitions where a point lookup must open more files than this on average.
-    max_files_per_lookup: float = Field(default=2.0, ge=1.0)
+    max_files_per_lookup: float = Field(default=2.0, ge=1.0, le=MAX_COUNT)
     target_file_size_bytes: int = Field(default=128 * MiB, ge=1024, le=16 * 1024 * MiB)
 
     @model_validator(mode="after")
@@ -118,12 +186,14 @@ class TTLPolicy(SweptPolicy):
 
     enabled: bool = False
     column: str | None = None
-    retention_days: float | None = Field(default=None, gt=0)
+    retention_days: float | None = Field(default=None, gt=0, le=MAX_DAYS)
     # partition: drop whole partitions (metadata only) when the partitioning aligns with
     # the column; row: a row-level delete; auto: partition when possible, else row.
     level: Literal["auto", "partition", "row"] = "auto"
     # Hold (and alert) instead of running when a run would remove more than this fraction.
     max_fraction: float = Field(default=0.5, gt=0, le=1)
+    # Lets retention_days go below 1 and max_fraction above 0.99 (the hard bounds still hold).
+    allow_below_safety_floors: bool = False
 
     @model_validator(mode="after")
     def _complete(self) -> TTLPolicy:
@@ -131,30 +201,59 @@ class TTLPolicy(SweptPolicy):
             raise ValueError(f"invalid column name {self.column!r}")
         if self.enabled and (self.column is None or self.retention_days is None):
             raise ValueError("an enabled TTL needs both column and retention_days")
+        if not self.allow_below_safety_floors:
+            if self.retention_days is not None and self.retention_days < TTL_MIN_RETENTION_DAYS:
+                raise ValueError(
+                    f"retention_days {self.retention_days:g} is below the safety floor of "
+                    f"{TTL_MIN_RETENTION_DAYS} day: {_OVERRIDE.format(section='ttl')}"
+                )
+            if self.max_fraction > TTL_MAX_FRACTION:
+                raise ValueError(
+                    f"max_fraction {self.max_fraction:g} is above the safety limit of "
+                    f"{TTL_MAX_FRACTION:g} (a run could remove almost every row): "
+                    + _OVERRIDE.format(section="ttl")
+                )
         return self
 
 
 class CleanPolicy(SweptPolicy):
     """Expire snapshots, remove orphan files, rewrite manifests."""
 
-    keep_last_snapshots: int = Field(default=5, ge=1)
-    max_snapshot_age_hours: float = Field(default=120, gt=0)  # Iceberg's default: 5 days
+    keep_last_snapshots: int = Field(default=5, ge=1, le=MAX_COUNT)
+    max_snapshot_age_hours: float = Field(  # Iceberg's default: 5 days
+        default=120, gt=0, le=MAX_HOURS
+    )
     remove_orphans: bool = True
     # Files younger than this are never treated as orphans (a writer may be mid-commit);
     # Iceberg's procedure refuses less than 24 hours. Its default: 3 days.
-    orphan_min_age_hours: float = Field(default=72, ge=24)
+    orphan_min_age_hours: float = Field(default=72, ge=24, le=MAX_HOURS)
     # Rewrite manifests once the current snapshot has this many (each append adds one).
-    rewrite_manifests_min_count: int = Field(default=50, ge=2)
+    rewrite_manifests_min_count: int = Field(default=50, ge=2, le=MAX_COUNT)
+    # Lets max_snapshot_age_hours go below 1 (the hard bound, more than 0, still holds).
+    allow_below_safety_floors: bool = False
+
+    @model_validator(mode="after")
+    def _floors(self) -> CleanPolicy:
+        if (
+            not self.allow_below_safety_floors
+            and self.max_snapshot_age_hours < CLEAN_MIN_SNAPSHOT_AGE_HOURS
+        ):
+            raise ValueError(
+                f"max_snapshot_age_hours {self.max_snapshot_age_hours:g} is below the safety "
+                f"floor of {CLEAN_MIN_SNAPSHOT_AGE_HOURS} hour: "
+                + _OVERRIDE.format(section="clean")
+            )
+        return self
 
 
-class SLOPolicy(_Strict):
+class SLOPolicy(InputModel):
     """The health the owner expects: below `min_score` for `window_minutes` raises an alert."""
 
     min_score: int = Field(default=50, ge=0, le=100)
-    window_minutes: float = Field(default=60, gt=0)
+    window_minutes: float = Field(default=60, gt=0, le=MAX_MINUTES)
 
 
-class Policy(_Strict):
+class Policy(InputModel):
     slo: SLOPolicy = Field(default_factory=SLOPolicy)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
     clustering: ClusteringPolicy = Field(default_factory=ClusteringPolicy)

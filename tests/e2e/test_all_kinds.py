@@ -82,6 +82,7 @@ def test_a_full_policy_keeps_the_table_healthy_across_all_five_kinds(
         "clean": {
             "keep_last_snapshots": 3,
             "max_snapshot_age_hours": 0.0001,
+            "allow_below_safety_floors": True,
             "rewrite_manifests_min_count": 4,
             "orphan_min_age_hours": 24,
         },

@@ -202,7 +202,15 @@ def test_ttl_is_held_when_every_row_is_past_retention(
     task_id = manage(
         spark_rt,
         "tc_stale",
-        {"ttl": {"enabled": True, "column": "ts", "retention_days": 1, "max_fraction": 1.0}},
+        {
+            "ttl": {
+                "enabled": True,
+                "column": "ts",
+                "retention_days": 1,
+                "max_fraction": 1.0,
+                "allow_below_safety_floors": True,
+            }
+        },
         kind="ttl",
     )
     assert Worker(spark_rt).run_once()
@@ -231,6 +239,7 @@ def test_clean_expires_old_snapshots_keeping_the_last_and_tagged_ones(
             "clean": {
                 "keep_last_snapshots": 3,
                 "max_snapshot_age_hours": 0.0001,
+                "allow_below_safety_floors": True,
                 "remove_orphans": False,
                 "rewrite_manifests_min_count": 1000,
             }

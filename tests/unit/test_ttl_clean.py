@@ -42,7 +42,8 @@ def _daily(days: int, end: datetime = NOW) -> list[DataFile]:
 
 
 def _ttl(**kw: object) -> TTLPolicy:
-    return TTLPolicy.model_validate({"enabled": True, "column": "ts", **kw})
+    floors_off = {"allow_below_safety_floors": True}  # max_fraction 1.0, retention 0.5 d
+    return TTLPolicy.model_validate({"enabled": True, "column": "ts", **floors_off, **kw})
 
 
 def test_registered_as_swept_kinds_without_commit_verdicts() -> None:
