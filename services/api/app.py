@@ -18,6 +18,7 @@ from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
+from services.api.limits import RequestLimits
 from services.api.routes import (
     alerts,
     blockers,
@@ -59,6 +60,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = rt
+    app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
     for module in (ops, tables, namespaces, health, tasks, events, alerts, metrics, blockers):
         app.include_router(module.router)
 

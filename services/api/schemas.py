@@ -1,28 +1,32 @@
-"""Request and response bodies. Requests forbid unknown fields: a typo is a 422, not a no-op."""
+"""Request and response bodies. Requests forbid unknown fields: a typo is a 422, not a no-op.
+
+Every request body derives from `RequestModel` (the policy models from the same base):
+strict types, no NaN or Infinity, no control characters in any string (fields listed in
+`FREE_TEXT` may hold tabs and newlines)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from lakewarden.policy import KINDS, Policy
+from lakewarden.policy import KINDS, InputModel, Policy
 
 T = TypeVar("T")
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RequestModel(InputModel):
+    """Base of every request body: see `lakewarden.policy.InputModel`."""
 
 
-class TableIn(_Request):
+class TableIn(RequestModel):
     namespace: str = Field(min_length=1, max_length=128, examples=["sales"])
     name: str = Field(min_length=1, max_length=128, examples=["orders"])
     policy: Policy = Field(default_factory=Policy)
 
 
-class TaskIn(_Request):
+class TaskIn(RequestModel):
     kind: Literal[KINDS] = "compaction"  # type: ignore[valid-type]
 
 
@@ -33,7 +37,7 @@ class PolicyOut(BaseModel):
     updated_at: datetime | None
 
 
-class EventIn(_Request):
+class EventIn(RequestModel):
     """A commit notification pushed by an engine or catalog.
 
     Only the table is required; lakewarden reads the commit itself from the

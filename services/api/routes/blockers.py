@@ -5,17 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, HTTPException, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from lakewarden.db.models import TableBlocker
 from services.api.deps import Id, SessionDep, TableDep
+from services.api.schemas import RequestModel
 
 router = APIRouter(prefix="/api/v1/tables", tags=["blockers"])
 
 
-class BlockerIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class BlockerIn(RequestModel):
+    FREE_TEXT = frozenset({"reason"})
     holder: str = Field(min_length=1, max_length=255, description="who blocks, e.g. a job id")
     reason: str | None = Field(default=None, max_length=2000)
     ttl_s: float = Field(gt=0, le=7 * 24 * 3600, description="the blocker lapses after this")

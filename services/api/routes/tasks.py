@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.kinds import REGISTRY
+from lakewarden.policy import KINDS
 from lakewarden.tables import effective_policy_for, get_table
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
@@ -45,7 +46,7 @@ def list_tasks(
     session: SessionDep,
     table: Annotated[str | None, Query(description="namespace.name")] = None,
     state: Annotated[str | None, Query(description=f"one of {', '.join(ALL_STATES)}")] = None,
-    kind: str | None = None,
+    kind: Annotated[str | None, Query(description=f"one of {', '.join(KINDS)}")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Cursor = None,
 ) -> Page[TaskOut]:
@@ -65,6 +66,8 @@ def list_tasks(
             raise HTTPException(422, f"unknown state {state!r}: use one of {', '.join(ALL_STATES)}")
         q = q.where(Task.state == state)
     if kind is not None:
+        if kind not in KINDS:
+            raise HTTPException(422, f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
         q = q.where(Task.kind == kind)
     if cursor is not None:
         q = q.where(Task.id < cursor)

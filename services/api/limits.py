@@ -1,0 +1,123 @@
+"""Request limits, checked before routing: no control characters in the path or query
+(422) and no body over `MAX_BODY_BYTES` (413), whether or not it declares its length.
+
+A pure ASGI middleware: what reaches the routes is already within bounds, so no route can
+pass a NUL byte to Postgres or read an unbounded body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import unquote_to_bytes
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY_BYTES = 1024 * 1024  # 1 MiB: the largest real request (a policy) is a few KiB
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class RequestLimits:
+    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        problem = _control_characters(scope)
+        if problem:
+            await _refuse(send, 422, problem)
+            return
+        declared = _content_length(scope)
+        if declared is None and _header(scope, b"content-length") is not None:
+            await _refuse(send, 400, "Content-Length must be a non-negative integer")
+            return
+        if declared is not None and declared > self.max_body_bytes:
+            await _refuse(send, 413, self._too_large())
+            return
+        if declared is None:
+            # No declared length (chunked): read the body here, counting, then replay it.
+            body = bytearray()
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break  # the client went away; the app will see the disconnect
+                body += message.get("body", b"")
+                if len(body) > self.max_body_bytes:
+                    await _refuse(send, 413, self._too_large())
+                    return
+                if not message.get("more_body", False):
+                    break
+            receive = _replay(bytes(body), receive)
+        await self.app(scope, receive, send)
+
+    def _too_large(self) -> str:
+        return f"request body too large: at most {self.max_body_bytes} bytes"
+
+
+def _control_characters(scope: Scope) -> str | None:
+    """What to fix if the (decoded) path or any query parameter holds a control character."""
+    hit = _CONTROL.search(scope.get("path", ""))
+    if hit:
+        return f"the path contains the control character {_name(hit.group())}: remove it"
+    for pair in scope.get("query_string", b"").split(b"&"):
+        key, _, value = pair.partition(b"=")
+        for part in (key, value):
+            decoded = unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8", "replace")
+            hit = _CONTROL.search(decoded)
+            if hit:
+                name = unquote_to_bytes(key).decode("utf-8", "replace")
+                return (
+                    f"query parameter {_CONTROL.sub('', name)!r} contains the control "
+                    f"character {_name(hit.group())}: remove it"
+                )
+    return None
+
+
+def _name(char: str) -> str:
+    return f"U+{ord(char):04X}"
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    raw = _header(scope, b"content-length")
+    if raw is None or not raw.strip().isdigit():
+        return None
+    return int(raw)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    payload = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
