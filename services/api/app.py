@@ -18,6 +18,7 @@ from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
+from services.api import errors
 from services.api.limits import RequestLimits
 from services.api.routes import (
     alerts,
@@ -63,6 +64,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
     for module in (ops, tables, namespaces, health, tasks, events, alerts, metrics, blockers):
         app.include_router(module.router)
+    errors.register(app)  # database conflicts escaping a route: 409, not 500
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

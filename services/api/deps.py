@@ -29,12 +29,18 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 def get_session(rt: RuntimeDep) -> Iterator[Session]:
-    """The route owns the transaction: committed when the handler returns, else rolled back."""
+    """One transaction per request: committed when the handler returns, rolled back if it
+    raises. Function-scoped (below), so the commit happens before the response is sent: a
+    2xx means committed (a GET right after sees the write), and a commit that fails is an
+    error response (services/api/errors.py), never a success."""
     with session_factory(rt.engine)() as session, session.begin():
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": FastAPI exits the dependency when the route function returns (after the
+# response body is serialized, before it is sent); the default "request" scope exits only
+# after the response went out, so a client could be told 201 for a write that then failed.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def table_ref(
