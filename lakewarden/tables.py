@@ -2,18 +2,47 @@
 
 A table stores only the policy settings given for it; the effective policy layers
 them over its namespace's defaults over the built-in defaults.
+
+Concurrency: every write here is safe against a concurrent one. Registration is an
+INSERT … ON CONFLICT DO NOTHING (the loser gets `AlreadyManaged`); a policy version is
+bumped by the database in the UPDATE / upsert that stores the policy, so versions are
+unique and gapless per table and per namespace. Because a table's effective policy
+depends on its namespace's defaults, a change to the defaults and a change to one of the
+namespace's tables must not be checked against each other's old state: callers take
+`lock_namespace` (exclusive to change the defaults, shared to change or register a table)
+before they read what they validate.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, text, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
 from lakewarden.db.models import ManagedTable, NamespacePolicy, PolicyVersion
 from lakewarden.policy import Policy, effective_policy
+
+
+class AlreadyManaged(Exception):
+    """The table is managed already (possibly registered a moment ago by someone else)."""
+
+
+class TableGone(LookupError):
+    """The table was unregistered while the request was working on it."""
+
+
+def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive: bool) -> None:
+    """Serialize policy changes of a namespace against those of its tables, until the
+    transaction ends: exclusive to change the namespace's defaults, shared to change or
+    register one of its tables (those do not wait for each other)."""
+    fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    session.execute(
+        text(f"SELECT {fn}(hashtextextended(:key, 0))"),
+        {"key": f"lakewarden.namespace_policy:{catalog}.{namespace}"},
+    )
 
 
 def get_table(session: Session, catalog: str, ref: TableRef) -> ManagedTable | None:
@@ -26,26 +55,69 @@ def get_table(session: Session, catalog: str, ref: TableRef) -> ManagedTable | N
     ).one_or_none()
 
 
+def lock_table(session: Session, row: ManagedTable) -> ManagedTable | None:
+    """Lock the table's row until the transaction ends (SELECT … FOR UPDATE) and reload it;
+    None if it was unregistered meanwhile."""
+    return session.scalars(
+        select(ManagedTable)
+        .where(ManagedTable.id == row.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
 def add_table(
     session: Session, catalog: str, ref: TableRef, overrides: dict[str, Any]
 ) -> ManagedTable:
-    row = ManagedTable(catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides)
-    session.add(row)
+    """Register the table with policy version 1. Raises `AlreadyManaged` if it is managed,
+    also when a concurrent registration won (ON CONFLICT waits for it to commit)."""
+    new_id = session.execute(
+        insert(ManagedTable)
+        .values(catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides)
+        .on_conflict_do_nothing(
+            index_elements=[ManagedTable.catalog, ManagedTable.namespace, ManagedTable.name]
+        )
+        .returning(ManagedTable.id)
+    ).scalar_one_or_none()
+    if new_id is None:
+        raise AlreadyManaged(f"table {ref.dotted} is already managed")
+    session.add(PolicyVersion(table_id=new_id, version=1, policy=overrides))
     session.flush()
-    session.add(PolicyVersion(table_id=row.id, version=1, policy=overrides))
-    session.flush()
+    row = session.get(ManagedTable, new_id)
+    assert row is not None
     return row
 
 
 def set_policy(session: Session, row: ManagedTable, overrides: dict[str, Any]) -> ManagedTable:
-    """Replace the table's own settings, keeping the old ones as a version."""
-    row.policy = overrides
-    row.policy_version = row.policy_version + 1
-    row.updated_at = func.now()
-    session.add(PolicyVersion(table_id=row.id, version=row.policy_version, policy=overrides))
+    """Replace the table's own settings, keeping the old ones as a version. The version is
+    bumped by the UPDATE itself (which waits for a concurrent one to commit), so two
+    changes never get the same number. Raises `TableGone` if the row no longer exists."""
+    version = session.execute(
+        update(ManagedTable)
+        .where(ManagedTable.id == row.id)
+        .values(
+            policy=overrides,
+            policy_version=ManagedTable.policy_version + 1,
+            updated_at=func.now(),
+        )
+        .returning(ManagedTable.policy_version)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if version is None:
+        raise TableGone(f"table {row.namespace}.{row.name} is no longer managed")
+    session.add(PolicyVersion(table_id=row.id, version=version, policy=overrides))
     session.flush()
     session.refresh(row)
     return row
+
+
+def remove_table(session: Session, row: ManagedTable) -> bool:
+    """Unregister the table (its tasks, events and versions go with it by cascade).
+    False if it was gone already (a concurrent unregistration won)."""
+    gone = session.execute(
+        delete(ManagedTable).where(ManagedTable.id == row.id).returning(ManagedTable.id)
+    ).scalar_one_or_none()
+    return gone is not None
 
 
 def namespace_defaults(session: Session, catalog: str, namespace: str) -> NamespacePolicy | None:
@@ -55,17 +127,18 @@ def namespace_defaults(session: Session, catalog: str, namespace: str) -> Namesp
 def set_namespace_defaults(
     session: Session, catalog: str, namespace: str, defaults: dict[str, Any]
 ) -> NamespacePolicy:
-    row = namespace_defaults(session, catalog, namespace)
-    if row is None:
-        row = NamespacePolicy(catalog=catalog, namespace=namespace, policy=defaults)
-        session.add(row)
-    else:
-        row.policy = defaults
-        row.version = row.version + 1
-        row.updated_at = func.now()
-    session.flush()
-    session.refresh(row)
-    return row
+    """Create or replace the namespace's defaults in one upsert: version 1 when new, else
+    the stored version + 1, so concurrent changes never share a version number."""
+    stmt = insert(NamespacePolicy).values(catalog=catalog, namespace=namespace, policy=defaults)
+    upsert = stmt.on_conflict_do_update(
+        index_elements=[NamespacePolicy.catalog, NamespacePolicy.namespace],
+        set_={
+            "policy": stmt.excluded.policy,
+            "version": NamespacePolicy.version + 1,
+            "updated_at": func.now(),
+        },
+    ).returning(NamespacePolicy)
+    return session.scalars(upsert, execution_options={"populate_existing": True}).one()
 
 
 def effective_policy_for(

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from lakewarden.catalog import IDENTIFIER
 from lakewarden.db.models import ManagedTable
 from lakewarden.policy import Policy
-from lakewarden.tables import namespace_defaults, set_namespace_defaults
+from lakewarden.tables import lock_namespace, namespace_defaults, set_namespace_defaults
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.policies import check_policy
 from services.api.schemas import PolicyOut
@@ -45,6 +45,9 @@ def replace_defaults(
     _check_name(namespace)
     catalog = rt.settings.catalog_name
     defaults = policy.model_dump(exclude_unset=True)
+    # Waits for policy changes and registrations of the namespace's tables in flight, and
+    # holds new ones off until this commits: the tables checked below are all there are.
+    lock_namespace(session, catalog, namespace, exclusive=True)
     row = set_namespace_defaults(session, catalog, namespace, defaults)
     tables = session.scalars(
         select(ManagedTable).where(

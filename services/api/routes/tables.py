@@ -13,7 +13,16 @@ from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.refresh import ingest_commits
 from lakewarden.policy import Policy
-from lakewarden.tables import add_table, get_table, set_policy
+from lakewarden.tables import (
+    AlreadyManaged,
+    TableGone,
+    add_table,
+    get_table,
+    lock_namespace,
+    lock_table,
+    remove_table,
+    set_policy,
+)
 from services.api.deps import Cursor, RuntimeDep, SessionDep, TableDep
 from services.api.policies import check_policy, table_out
 from services.api.schemas import EventOut, Page, TableIn, TableOut
@@ -31,7 +40,10 @@ def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> TableO
         ref = TableRef(body.namespace, body.name)
     except InvalidIdentifier as exc:
         raise HTTPException(422, str(exc)) from exc
-    if get_table(session, rt.settings.catalog_name, ref) is not None:
+    catalog = rt.settings.catalog_name
+    # Checked against the namespace's defaults: no change to them until this commits.
+    lock_namespace(session, catalog, ref.namespace, exclusive=False)
+    if get_table(session, catalog, ref) is not None:
         raise HTTPException(409, f"table {ref.dotted} is already managed")
     try:
         table = rt.catalog.load_table((ref.namespace, ref.name))
@@ -40,8 +52,11 @@ def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> TableO
             404, f"catalog {rt.settings.catalog_name!r} has no table {ref.dotted}"
         ) from exc
     overrides = body.policy.model_dump(exclude_unset=True)
-    check_policy(session, rt.settings.catalog_name, ref.namespace, overrides, table)
-    row = add_table(session, rt.settings.catalog_name, ref, overrides)
+    check_policy(session, catalog, ref.namespace, overrides, table)
+    try:
+        row = add_table(session, catalog, ref, overrides)
+    except AlreadyManaged as exc:  # a concurrent registration won
+        raise HTTPException(409, str(exc)) from exc
     # The current snapshot is the baseline, evaluated at once: the table may already need work.
     ingest_commits(session, rt, row, table, source="register", max_walk=1)
     return table_out(session, row)
@@ -68,19 +83,28 @@ def read_table(row: TableDep, session: SessionDep) -> TableOut:
 @router.put("/{namespace}/{name}/policy", response_model=TableOut)
 def replace_policy(policy: Policy, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TableOut:
     """Replace the table's own policy settings; the previous ones are kept as a version."""
+    # Concurrent changes of this table, or of its namespace's defaults, wait for this one:
+    # the check below sees the current state, and each change gets the next version.
+    lock_namespace(session, row.catalog, row.namespace, exclusive=False)
+    if lock_table(session, row) is None:
+        raise HTTPException(404, f"table {row.namespace}.{row.name} is no longer managed")
     overrides = policy.model_dump(exclude_unset=True)
     try:
         table = rt.catalog.load_table((row.namespace, row.name))
     except NoSuchTableError:
         table = None
     check_policy(session, row.catalog, row.namespace, overrides, table)
-    return table_out(session, set_policy(session, row, overrides))
+    try:
+        return table_out(session, set_policy(session, row, overrides))
+    except TableGone as exc:
+        raise HTTPException(404, str(exc)) from exc
 
 
 @router.delete("/{namespace}/{name}", status_code=204)
 def unregister_table(row: TableDep, session: SessionDep) -> Response:
     """Stop managing the table (its tasks and events go with it; the table is untouched)."""
-    session.delete(row)
+    if not remove_table(session, row):  # a concurrent unregistration won
+        raise HTTPException(404, f"table {row.namespace}.{row.name} is not managed by lakewarden")
     return Response(status_code=204)
 
 
