@@ -192,6 +192,9 @@ class TTLPolicy(SweptPolicy):
     level: Literal["auto", "partition", "row"] = "auto"
     # Hold (and alert) instead of running when a run would remove more than this fraction.
     max_fraction: float = Field(default=0.5, gt=0, le=1)
+    # Before a delete commits, the snapshot before it is tagged lakewarden-pre-ttl-<task>
+    # and kept this long (clean honours the tag): a wrong TTL can be rolled back.
+    undo_retention_days: int = Field(default=7, ge=1, le=3650)
     # Lets retention_days go below 1 and max_fraction above 0.99 (the hard bounds still hold).
     allow_below_safety_floors: bool = False
 

@@ -170,7 +170,8 @@ class JobRun(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16))  # running | succeeded | failed | cancelled
+    # running | succeeded | failed | cancelled | held | stopped (policy changed) | abandoned
+    state: Mapped[str] = mapped_column(String(16))
     scheduler_id: Mapped[str] = mapped_column(String(255))
     leader_epoch: Mapped[int] = mapped_column(BigInteger)
     spark_app_id: Mapped[str | None] = mapped_column(String(255))

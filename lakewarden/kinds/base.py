@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.table import Table
 
 from lakewarden.catalog import TableRef
+from lakewarden.outcomes import PlanRejected
 from lakewarden.policy import KindPolicy
+
+__all__ = ["PlanRejected"]  # kinds raise it; it lives in lakewarden.outcomes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,10 +55,6 @@ class PlanOutcome:
 class JobResult:
     metrics: dict[str, Any]
     committed_snapshot_id: int | None
-
-
-class PlanRejected(ValueError):
-    """A plan that is not safe to execute (never retried)."""
 
 
 EventVerdict = Callable[[Any, EventFacts], Verdict]

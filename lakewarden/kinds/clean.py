@@ -22,6 +22,8 @@ from lakewarden.catalog import TableRef
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome, PlanRejected
 from lakewarden.policy import CleanPolicy
 from lakewarden.spark import sql
+from lakewarden.spark.actions import storage_now
+from lakewarden.spark.commits import before_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -177,6 +179,8 @@ def plan_from_state(
             {
                 "name": "remove_orphan_files",
                 "older_than": orphan_before.isoformat(),
+                # the job judges ages again on the storage's own clock
+                "min_age_hours": policy.orphan_min_age_hours,
                 "dry_run_first": True,
             }
         )
@@ -312,6 +316,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         name = action["name"]
         metrics["actions_run"].append(name)
         if name == "remove_orphan_files":
+            action, clocks = _orphan_cutoff(spark, catalog, ref, action, now)
             # The same older_than for both: what the dry run lists is what may go.
             listed = [
                 r[0]
@@ -319,11 +324,13 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             ]
             removed: list[str] = []
             if listed:
+                before_commit()
                 removed = [
                     r[0] for r in spark.sql(clean_sql(catalog, ref, action, now=now)).collect()
                 ]
             unlisted = sorted(set(removed) - set(listed))
             metrics["remove_orphan_files"] = {
+                **clocks,
                 "older_than": action["older_than"],
                 "dry_run_count": len(listed),
                 "removed_count": len(removed),
@@ -333,6 +340,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             metrics["orphans_removed"] = len(removed)
             metrics["orphans_sample"] = sorted(listed)[:ORPHAN_SAMPLE]
             continue
+        before_commit()
         if name == "expire_snapshots":
             row = spark.sql(clean_sql(catalog, ref, action, now=now)).collect()[0].asDict()
             counts = _counts(row)
@@ -365,6 +373,32 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             )
             committed = int(ours[-1]["snapshot_id"]) if ours else None
     return JobResult(metrics, committed)
+
+
+def _orphan_cutoff(
+    spark: SparkSession, catalog: str, ref: TableRef, action: dict[str, Any], now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The orphan cutoff, judged on both clocks: the earliest of the planned one, ours now
+    minus the minimum age, and the storage's own now minus the minimum age (a file's age
+    is its storage timestamp, so a storage clock behind ours must not make young files old).
+    """
+    min_age = timedelta(hours=_min_age_hours(action))
+    storage = storage_now(spark, catalog, ref)
+    cut = min(_when(action), now - min_age, storage - min_age)
+    clocks = {
+        "storage_now": storage.isoformat(),
+        "scheduler_now": now.isoformat(),
+        "storage_clock_behind_s": round((now - storage).total_seconds(), 3),
+        "planned_older_than": action["older_than"],
+    }
+    return {**action, "older_than": cut.isoformat()}, clocks
+
+
+def _min_age_hours(action: dict[str, Any]) -> float:
+    value = action.get("min_age_hours", ORPHAN_MIN_AGE.total_seconds() / 3600)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PlanRejected(f"invalid min_age_hours {value!r}")
+    return max(float(value), ORPHAN_MIN_AGE.total_seconds() / 3600)
 
 
 def _snapshot_ids(catalog: str, ref: TableRef) -> str:

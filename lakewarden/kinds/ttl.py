@@ -13,19 +13,22 @@ than `max_fraction` of them, is held (skipped with a reason starting "held:"), n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pyiceberg.expressions import LessThan
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzType
 
 from lakewarden.catalog import TableRef
-from lakewarden.kinds.base import JobResult, Kind, PlanOutcome, PlanRejected
+from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
+from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
 from lakewarden.policy import TTLPolicy
-from lakewarden.spark import sql
+from lakewarden.spark import commits, sql
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,6 +37,8 @@ ALIGNED = ("identity", "hour", "day", "month", "year")
 COLUMN_TYPES = ("timestamptz", "timestamp", "date")
 LEVELS = ("partition", "row")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EXACT = "exact counts (pyiceberg scan filtered on the cutoff; deletes applied)"
+Counter = Callable[[datetime], tuple[int, int]]
 ESTIMATE = (
     "files entirely before the cutoff count fully; files straddling it count in proportion "
     "to the part of their [min, max] time span before the cutoff"
@@ -123,8 +128,13 @@ def plan_from_files(
     files: list[DataFile],
     snapshot_id: int | None,
     now: datetime,
+    count: Counter | None = None,
 ) -> PlanOutcome:
-    """Pure TTL planning over file bounds (unit-tested without a table)."""
+    """TTL planning over file bounds (pure without `count`; unit-tested without a table).
+
+    `count(cutoff)` returns the exact (rows older than the cutoff, live rows). With it, the
+    holds judge exact numbers; without it (explain, health), a linear estimate over file
+    bounds, which can be wrong either way."""
     if not policy.column or policy.retention_days is None:
         return PlanOutcome(None, "TTL needs column and retention_days")
     col = policy.column
@@ -171,6 +181,11 @@ def plan_from_files(
         elif lo < cut:
             straddling += 1
             expired += _live(f) * (cut - lo) / (hi - lo + unit)
+    method = ESTIMATE
+    if count is not None and (whole or straddling):
+        exact_expired, exact_total = count(cut)
+        expired, total, method = float(exact_expired), float(exact_total), EXACT
+    approx = "" if method == EXACT else "~"
     fraction = expired / total if total else 0.0
     pct = f"{fraction:.1%}"
     rounded = (
@@ -183,7 +198,7 @@ def plan_from_files(
         f"retention {policy.retention_days:g} days)"
     )
     detail = (
-        f"{where}; ~{expired:.0f} of {total:.0f} rows (~{pct}), "
+        f"{where}; {approx}{expired:.0f} of {total:.0f} rows ({approx}{pct}), "
         f"{whole} file(s) entirely expired, {straddling} straddling; "
         f"oldest {oldest.isoformat()}, newest {newest.isoformat()}"
     )
@@ -194,13 +209,19 @@ def plan_from_files(
             f"retention cutoff {retention.isoformat()}): running would remove every row; "
             "a TTL never empties a table on its own (has the writer stopped?)",
         )
+    if method == EXACT and total and expired >= total:
+        return PlanOutcome(
+            None,
+            f"held: every row is older than the cutoff ({detail}): running would remove "
+            "every row; a TTL never empties a table on its own (has the writer stopped?)",
+        )
     if fraction > policy.max_fraction:
         return PlanOutcome(
             None,
-            f"held: would remove ~{pct} > max_fraction {policy.max_fraction:.0%} of the rows "
-            f"({detail}; estimate: {ESTIMATE})",
+            f"held: would remove {approx}{pct} > max_fraction {policy.max_fraction:.0%} of "
+            f"the rows ({detail}; {method})",
         )
-    if whole == 0 and straddling == 0:
+    if (whole == 0 and straddling == 0) or (method == EXACT and expired == 0):
         return PlanOutcome(None, f"nothing older than the cutoff: {detail}")
     plan = {
         "action": "delete",
@@ -213,7 +234,11 @@ def plan_from_files(
         "transform": aligned if level == "partition" else None,
         "estimated_rows": round(expired),
         "estimated_fraction": round(fraction, 4),
-        "estimate_method": ESTIMATE,
+        "estimate_method": method,
+        # what the job counts again right before deleting, and holds on
+        "rows_to_delete": round(expired) if method == EXACT else None,
+        "max_fraction": policy.max_fraction,
+        "undo_retention_days": policy.undo_retention_days,
         "rows_before": round(total),
         "files_before": len(files),
         "files_entirely_expired": whole,
@@ -246,7 +271,33 @@ def plan(policy: TTLPolicy, table: Table, now: datetime) -> PlanOutcome:
         return PlanOutcome(None, target)
     column_type, aligned = target
     files = read_files(table, [policy.column])
-    return plan_from_files(policy, column_type, aligned, files.data, files.snapshot_id, now)
+    column = policy.column
+
+    def count(cut: datetime) -> tuple[int, int]:
+        """Exact counts with pyiceberg: record counts for files the filter covers whole
+        (by partition), the rows themselves for the rest; deletes applied."""
+        fields = (column,)
+        snap = files.snapshot_id
+        older = table.scan(
+            row_filter=LessThan(column, pyiceberg_literal(column_type, cut)),  # type: ignore[call-arg, arg-type]
+            selected_fields=fields,
+            snapshot_id=snap,
+        ).count()
+        return older, table.scan(selected_fields=fields, snapshot_id=snap).count()
+
+    return plan_from_files(
+        policy, column_type, aligned, files.data, files.snapshot_id, now, count=count
+    )
+
+
+def pyiceberg_literal(column_type: str, cut: datetime) -> str:
+    """The cutoff as pyiceberg binds it to the column's type."""
+    cut = cut.astimezone(UTC)
+    if column_type == "date":
+        return cut.date().isoformat()
+    if column_type == "timestamp":
+        return cut.replace(tzinfo=None).isoformat()
+    return cut.isoformat()
 
 
 # --- running ----------------------------------------------------------------------------
@@ -302,24 +353,102 @@ def _snapshots(spark: SparkSession, catalog: str, ref: TableRef) -> list[Any]:
     ).collect()
 
 
+def _fraction(plan: dict[str, Any]) -> float:
+    value = plan.get("max_fraction")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise PlanRejected(f"invalid max_fraction {value!r}")
+    return float(value)
+
+
+def _undo_days(plan: dict[str, Any]) -> int:
+    value = plan.get("undo_retention_days")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3650:
+        raise PlanRejected(f"invalid undo_retention_days {value!r}")
+    return value
+
+
+def undo_tag(task_id: int | None) -> str:
+    return f"lakewarden-pre-ttl-{task_id if task_id is not None else 'adhoc'}"
+
+
+def count_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
+    """Exact counts right before the delete: (rows it would remove, all rows)."""
+    column = sql.column(str(plan.get("column")))
+    cut = sql.aware_datetime(plan.get("cutoff"), "cutoff")
+    literal = cutoff_literal(str(plan.get("column_type")), cut)
+    return (
+        f"SELECT count_if({column} < {literal}) AS expired, count(*) AS total "
+        f"FROM {ref.spark_name(catalog)}"
+    )
+
+
 def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
     statement = delete_sql(catalog, ref, plan, now=datetime.now(UTC))
-    before = {r["snapshot_id"] for r in _snapshots(spark, catalog, ref)}
+    max_fraction, undo_days = _fraction(plan), _undo_days(plan)
+    name = ref.spark_name(catalog)
+    base: dict[str, Any] = {"level": plan["level"], "cutoff": plan["cutoff"]}
+
+    # 1. Count exactly what the delete would remove, now, and hold if it is too much.
+    row = spark.sql(count_sql(catalog, ref, plan)).collect()[0]
+    counted, total = int(row["expired"]), int(row["total"])
+    base.update(counted_rows=counted, rows_before=total, max_fraction=max_fraction)
+    if total and counted >= total:
+        raise JobHeld(
+            f"held: all {total} rows are older than the cutoff {plan['cutoff']} at run time: "
+            "a TTL never empties a table on its own",
+            base,
+        )
+    if total and counted / total > max_fraction:
+        raise JobHeld(
+            f"held: the delete would remove {counted} of {total} rows "
+            f"({counted / total:.1%}) > max_fraction {max_fraction:.0%} (exact count at run time)",
+            base,
+        )
+    if counted == 0:
+        return JobResult(
+            {**base, "deleted_records": 0, "note": "nothing older than the cutoff"}, None
+        )
+
+    # 2. The undo path: tag the snapshot before the delete; clean keeps it until it lapses.
+    commits.before_commit()  # the tag is a commit too: not for a task the policy stopped
+    snapshots = _snapshots(spark, catalog, ref)
+    before = {r["snapshot_id"] for r in snapshots}
+    main = spark.sql(f"SELECT snapshot_id FROM {name}.refs WHERE name = 'main'").collect()
+    if main:
+        pre = int(main[0]["snapshot_id"])
+        # A tag's retention counts from its snapshot's commit time: add the snapshot's age,
+        # so the undo window is undo_days from now, however old the last commit is.
+        made = next(r["committed_at"] for r in snapshots if r["snapshot_id"] == pre)
+        age_days = max(0, (datetime.now(UTC) - made.astimezone(UTC)).days) + 1
+        tag = undo_tag(commits.task_id())
+        spark.sql(
+            f"ALTER TABLE {name} CREATE OR REPLACE TAG `{tag}` "
+            f"AS OF VERSION {pre} RETAIN {undo_days + age_days} DAYS"
+        ).collect()
+        base["undo"] = {
+            "tag": tag,
+            "snapshot_id": pre,
+            "retain_days": undo_days,
+            "how": f"{sql.procedure(catalog, 'rollback_to_snapshot')}('{ref.dotted}', {pre})",
+        }
+
+    # 3. Ask the policy once more, then delete.
+    commits.before_commit()
     spark.sql(statement).collect()
+
     # Our commit: new since we started, a delete (whole files) or an overwrite (files
     # rewritten), made by this Spark application. A writer's commit is not ours.
     app = spark.sparkContext.applicationId
+    new = [r for r in _snapshots(spark, catalog, ref) if r["snapshot_id"] not in before]
     ours = sorted(
         (
             r
-            for r in _snapshots(spark, catalog, ref)
-            if r["snapshot_id"] not in before
-            and r["operation"] in ("delete", "overwrite")
+            for r in new
+            if r["operation"] in ("delete", "overwrite")
             and (r["summary"] or {}).get("spark.app.id", app) == app
         ),
         key=lambda r: r["committed_at"],
     )
-    base = {"level": plan["level"], "cutoff": plan["cutoff"], "statement": statement}
     if not ours:
         return JobResult({**base, "deleted_records": 0, "note": "no commit"}, None)
     snap = ours[-1]
@@ -329,11 +458,12 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         return int(summary.get(key, 0) or 0)
 
     added_deletes = n("added-delete-files")
+    deleted = n("deleted-records") - n("added-records") + n("added-position-deletes")
     metrics = {
         **base,
         "operation": snap["operation"],
         # an overwrite removes whole files and re-adds the rows it keeps of them
-        "deleted_records": n("deleted-records") - n("added-records") + n("added-position-deletes"),
+        "deleted_records": deleted,
         "deleted_data_files": n("deleted-data-files"),
         "added_data_files": n("added-data-files"),
         "rewritten_rows_kept": n("added-records"),
@@ -342,6 +472,19 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         # whole files dropped, nothing written: what partition level promises
         "metadata_only": n("added-data-files") == 0 and added_deletes == 0,
     }
+    # 4. What was deleted must be what was counted, give or take rows writers committed
+    #    between the count and the delete.
+    meanwhile = sum(
+        int((r["summary"] or {}).get("added-records", 0) or 0)
+        for r in new
+        if r["snapshot_id"] != snap["snapshot_id"]
+    )
+    if abs(deleted - counted) > meanwhile:
+        undo = base.get("undo", {}).get("how", "roll back to the snapshot before it")
+        raise VerificationFailed(
+            f"TTL deleted {deleted} rows where it counted {counted} right before "
+            f"(writers added {meanwhile} meanwhile): check the table; to undo: {undo}"
+        )
     return JobResult(metrics, int(snap["snapshot_id"]))
 
 

@@ -8,10 +8,12 @@ typed filter expression (no SQL text to build for a partition filter).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from uuid import uuid4
 
 from lakewarden.catalog import TableRef
-from lakewarden.spark.commits import commit_properties
+from lakewarden.spark.commits import before_commit, commit_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,6 +48,7 @@ def rewrite_data_files(
         action = action.option(key, str(value))
     for key, value in commit_properties().items():
         action = action.snapshotProperty(key, value)
+    before_commit()
     result = action.execute()
     return {
         "rewritten_data_files": result.rewrittenDataFilesCount(),
@@ -54,3 +57,18 @@ def rewrite_data_files(
         "failed_data_files": result.failedDataFilesCount(),
         "removed_delete_files": result.removedDeleteFilesCount(),
     }
+
+
+def storage_now(spark: SparkSession, catalog: str, ref: TableRef) -> datetime:
+    """The clock of the table's storage: the modification time of a marker written next to
+    its metadata now (then removed). File ages are judged against this, not against our own
+    clock, so a storage or writer clock that lags ours cannot make live files look old."""
+    jvm: Any = spark._jvm
+    location = str(load_java_table(spark, catalog, ref).location()).rstrip("/")
+    path = jvm.org.apache.hadoop.fs.Path(f"{location}/metadata/.lakewarden-clock-{uuid4().hex}")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    fs.create(path, True).close()
+    try:
+        return datetime.fromtimestamp(fs.getFileStatus(path).getModificationTime() / 1000, UTC)
+    finally:
+        fs.delete(path, False)

@@ -7,7 +7,7 @@ Before re-running a task, the scheduler looks for a snapshot carrying its task i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -32,6 +32,34 @@ def committing_as(task_id: int, attempt: int) -> Iterator[None]:
 
 def commit_properties() -> dict[str, str]:
     return dict(_PROPERTIES.get() or {})
+
+
+def task_id() -> int | None:
+    """The task the running job belongs to (None outside a scheduled job)."""
+    value = (_PROPERTIES.get() or {}).get(TASK_KEY)
+    return int(value) if value is not None else None
+
+
+# The check a job makes right before each statement that commits (or deletes files): the
+# scheduler installs one that asks the current policy (lakewarden.policy_gate) and raises
+# lakewarden.outcomes.PolicyChanged when it no longer allows the task.
+_GUARD: ContextVar[Callable[[], None] | None] = ContextVar("lakewarden_commit_guard", default=None)
+
+
+@contextmanager
+def guarded_by(check: Callable[[], None]) -> Iterator[None]:
+    token = _GUARD.set(check)
+    try:
+        yield
+    finally:
+        _GUARD.reset(token)
+
+
+def before_commit() -> None:
+    """Runners call this right before committing; it raises if the policy says stop."""
+    check = _GUARD.get()
+    if check is not None:
+        check()
 
 
 def find_commit(table: Table, task_id: int) -> tuple[int, str | None] | None:

@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 
 from lakewarden.catalog import IDENTIFIER, TableRef
-from lakewarden.kinds.base import PlanRejected
+from lakewarden.outcomes import PlanRejected
 
 _SAFE_OPTION_VALUE = re.compile(r"\A(\d{1,19}(\.\d{1,6})?|true|false)\Z")
 

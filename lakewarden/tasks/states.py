@@ -21,8 +21,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "planning": frozenset({"planned", "skipped", "pending", "failed", "cancelled"}),
     # back to pending: the plan went stale before it could run
     "planned": frozenset({"running", "pending", "cancelled"}),
-    # back to pending: a failed attempt with attempts left is re-planned after backoff
-    "running": frozenset({"succeeded", "pending", "failed", "cancelled"}),
+    # back to pending: a failed attempt with attempts left is re-planned after backoff, or
+    # the policy changed under the job; skipped: the job measured it must not act (held)
+    "running": frozenset({"succeeded", "pending", "skipped", "failed", "cancelled"}),
     "succeeded": frozenset(),
     "skipped": frozenset(),
     "failed": frozenset(),

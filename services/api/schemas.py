@@ -28,6 +28,11 @@ class TableIn(RequestModel):
 
 class TaskIn(RequestModel):
     kind: Literal[KINDS] = "compaction"  # type: ignore[valid-type]
+    override_disabled: bool = Field(
+        default=False,
+        description="run this kind once although the table's policy disables it; recorded "
+        "on the task (without it, triggering a disabled kind is a 409)",
+    )
 
 
 class PolicyOut(BaseModel):

@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import select, text
 
-from lakewarden import process
+from lakewarden import policy_gate, process
 from lakewarden.alerts.tick import alert_tick
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
-from lakewarden.kinds.base import PlanRejected
 from lakewarden.leader import SCHEDULER_LEASE, Fence, FencedOut, acquire_or_renew, resign
+from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.runtime import Runtime
-from lakewarden.spark.commits import committing_as, find_commit
+from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from services.scheduler.health_watch import measure_due_tables
@@ -184,6 +185,23 @@ class Scheduler:
                 task_id, priority, used_ms, waited_s, gain = pick
                 task = s.get(Task, task_id)
                 assert task is not None
+                row = s.get(ManagedTable, task.table_id)
+                assert row is not None
+                verdict = policy_gate.judge(s, row, task)
+                if not verdict.go:
+                    # The policy changed since planning: never run under an old one.
+                    cancel = verdict.action == "cancel"
+                    repo.transition(
+                        s,
+                        task_id,
+                        "cancelled" if cancel else "pending",
+                        actor=self.rt.process_id,
+                        expected=("planned",),
+                        fence=fence,
+                        reason=f"not dispatched: {verdict.reason}",
+                        **({} if cancel else {"plan": None, "holder": None}),
+                    )
+                    return True
                 attempt = task.attempt + 1
                 repo.transition(
                     s,
@@ -199,8 +217,6 @@ class Scheduler:
                     attempt=attempt,
                     holder=self.rt.process_id,
                 )
-                row = s.get(ManagedTable, task.table_id)
-                assert row is not None
                 group = f"lakewarden-task-{task_id}-{attempt}"
                 s.add(
                     JobRun(
@@ -267,10 +283,22 @@ class Scheduler:
                 runner = get_kind(kind).run
             except KeyError as exc:
                 raise PlanRejected(str(exc)) from exc
-            with committing_as(task_id, attempt):
+            with committing_as(task_id, attempt), guarded_by(self._policy_check(task_id)):
                 result = runner(spark, self.rt.settings.catalog_name, ref, plan)
         except PlanRejected as exc:
             return finish_run(self.rt, fence, task_id, attempt, error=exc, retryable=False)
+        except JobHeld as exc:
+            return finish_run(
+                self.rt,
+                fence,
+                task_id,
+                attempt,
+                metrics=exc.metrics,
+                moved_to=("skipped", str(exc)),
+            )
+        except PolicyChanged as exc:
+            to = "cancelled" if exc.cancel else "pending"
+            return finish_run(self.rt, fence, task_id, attempt, moved_to=(to, str(exc)))
         except Exception as exc:
             entry = self.inflight.get(task_id)
             error: BaseException = exc
@@ -291,6 +319,26 @@ class Scheduler:
         )
         log.info("task %d: %s %s", task_id, state, result.metrics)
         return state
+
+    def _policy_check(self, task_id: int) -> Callable[[], None]:
+        """The job's last look at the current policy, right before it commits."""
+
+        def check() -> None:
+            with transaction(self.rt.engine) as s:
+                task = s.get(Task, task_id)
+                row = s.get(ManagedTable, task.table_id) if task is not None else None
+                if task is None or row is None:
+                    raise PolicyChanged("the table is no longer managed", cancel=True)
+                if task.state != "running":
+                    raise PolicyChanged(f"the task is {task.state}", cancel=True)
+                verdict = policy_gate.judge(s, row, task)
+            if not verdict.go:
+                raise PolicyChanged(
+                    f"stopped before committing: {verdict.reason}",
+                    cancel=verdict.action == "cancel",
+                )
+
+        return check
 
     def cancel_requested_jobs(self) -> None:
         """Cancel the Spark job groups of tasks cancelled through the API or past their timeout."""

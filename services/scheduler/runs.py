@@ -18,6 +18,8 @@ from services.scheduler.backoff import retry_delay_s
 log = logging.getLogger(__name__)
 
 LOG_TAIL_CHARS = 4000
+# A run stopped on purpose, by the task state it moves to.
+RUN_STATE_OF = {"skipped": "held", "cancelled": "cancelled", "pending": "stopped"}
 
 
 def finish_run(
@@ -30,8 +32,13 @@ def finish_run(
     committed_snapshot_id: int | None = None,
     error: BaseException | None = None,
     retryable: bool = True,
+    moved_to: tuple[str, str] | None = None,
 ) -> str:
-    """Record the run and move the task on. Returns the task's new state (or why not)."""
+    """Record the run and move the task on. Returns the task's new state (or why not).
+
+    `moved_to` (state, reason): the job stopped on purpose without committing: held
+    ("skipped"), or the policy changed under it ("cancelled", or "pending" to re-plan).
+    """
     text_error = f"{type(error).__name__}: {error}" if error else None
     try:
         with transaction(rt.engine) as s:
@@ -45,7 +52,13 @@ def finish_run(
                 return "gone"  # table unregistered while the job ran
             cancelled = task.state == "cancelled"
             if run is not None:
-                run.state = "cancelled" if cancelled else ("failed" if error else "succeeded")
+                run.state = (
+                    "cancelled"
+                    if cancelled
+                    else RUN_STATE_OF[moved_to[0]]
+                    if moved_to
+                    else ("failed" if error else "succeeded")
+                )
                 run.finished_at = func.now()
                 run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
                 run.metrics = metrics
@@ -55,6 +68,21 @@ def finish_run(
                     run.log_tail = text_error[-LOG_TAIL_CHARS:]
             if cancelled:
                 return "cancelled"
+            if moved_to is not None:
+                to, reason = moved_to
+                if run is not None:
+                    run.error = reason[:1000]
+                repo.transition(
+                    s,
+                    task_id,
+                    to,
+                    actor=rt.process_id,
+                    expected=("running",),
+                    fence=fence,
+                    reason=reason[:2000],
+                    **_stop_fields(to, metrics),
+                )
+                return to
             if error is None:
                 result = {**(metrics or {}), "committed_snapshot_id": committed_snapshot_id}
                 repo.transition(
@@ -163,3 +191,11 @@ def _return_to_pending(rt: Runtime, fence: Fence, task_id: int, src: str, reason
     except (repo.TransitionRejected, FencedOut) as exc:
         log.info("task %d not returned: %s", task_id, exc)
         return 0
+
+
+def _stop_fields(to: str, metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """A re-planned task drops its plan and holder; a held one keeps what it measured."""
+    fields: dict[str, Any] = {"plan": None, "holder": None} if to == "pending" else {}
+    if metrics:
+        fields["result"] = metrics
+    return fields

@@ -11,13 +11,13 @@ from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
 
-from lakewarden import process
+from lakewarden import policy_gate, process
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from lakewarden.tables import effective_policy_for, ref_of
+from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
 
 log = logging.getLogger(__name__)
@@ -43,14 +43,18 @@ class Worker:
                 return False
             row = s.get(ManagedTable, task.table_id)
             assert row is not None  # FK
-            ref, policy = ref_of(row), effective_policy_for(s, row)
+            ref, verdict = ref_of(row), policy_gate.judge(s, row, task)
+        if verdict.section is None or verdict.action == "cancel":
+            self._finish(task.id, "cancelled", verdict.reason)
+            return True
+        section, stamp = verdict.section, verdict.stamp
         self.current_task = task.id
         if self.rt.settings.fault_plan_delay_s:
             self.stop.wait(self.rt.settings.fault_plan_delay_s)  # failpoint: die mid-plan
         try:
             table = self.rt.catalog.load_table((ref.namespace, ref.name))
             kind = get_kind(task.kind)
-            outcome = kind.plan(kind.section(policy), table, datetime.now(UTC))
+            outcome = kind.plan(section, table, datetime.now(UTC))
         except NoSuchTableError:
             self._finish(task.id, "skipped", f"table {ref.dotted} no longer exists in the catalog")
             return True
@@ -63,7 +67,9 @@ class Worker:
         if outcome.plan is None:
             self._finish(task.id, "skipped", outcome.reason)
         else:
-            self._finish(task.id, "planned", outcome.reason, plan=outcome.plan)
+            # the stamp lets dispatch and the job see whether the policy changed since
+            plan = {**outcome.plan, "policy": stamp.as_json() if stamp else None}
+            self._finish(task.id, "planned", outcome.reason, plan=plan)
         log.info("task %d (%s %s): %s", task.id, task.kind, ref.dotted, outcome.reason)
         return True
 

@@ -420,6 +420,7 @@ def test_orphan_removal_whenever_enabled() -> None:
         {
             "name": "remove_orphan_files",
             "older_than": "2026-11-19T15:30:00+00:00",
+            "min_age_hours": 72.0,
             "dry_run_first": True,
         }
     ]

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from lakewarden import policy_gate
 from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.kinds import REGISTRY
 from lakewarden.policy import KINDS
-from lakewarden.tables import effective_policy_for, get_table
+from lakewarden.tables import get_table
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
 from services.api.deps import Cursor, Id, RuntimeDep, SessionDep, TableDep
@@ -91,20 +93,38 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
     """Ask for a task now, whatever the thresholds say; the worker still plans it."""
     if body.kind not in REGISTRY:
         raise HTTPException(422, f"task kind {body.kind!r} is not available yet")
-    policy = effective_policy_for(session, row).for_kind(body.kind)
+    try:
+        policy, stamp = policy_gate.current(session, row, body.kind)
+    except ValidationError as exc:
+        raise HTTPException(
+            409, f"the stored policy of {row.namespace}.{row.name} is invalid; fix it first"
+        ) from exc
+    if not policy.enabled and not body.override_disabled:
+        raise HTTPException(
+            409,
+            f"{body.kind} is disabled by the policy of {row.namespace}.{row.name} "
+            f"({stamp.describe()}); enable it in the policy, or pass "
+            '"override_disabled": true to run it once anyway',
+        )
+    actor = f"api:{rt.process_id}"
+    trigger: dict[str, object] = {
+        "source": "manual",
+        "reason": "requested through the API",
+        "policy_version": row.policy_version,
+        "policy": stamp.as_json(),
+    }
+    if not policy.enabled:
+        trigger["reason"] = f"requested through the API, overriding the disabled {body.kind}"
+        trigger[policy_gate.OVERRIDE_KEY] = {"by": actor}
     task_id = repo.create_task(
         session,
         table_id=row.id,
         kind=body.kind,
-        actor=f"api:{rt.process_id}",
+        actor=actor,
         priority=policy.priority,
         max_attempts=policy.max_attempts,
         pool=policy.pool,
-        trigger={
-            "source": "manual",
-            "reason": "requested through the API",
-            "policy_version": row.policy_version,
-        },
+        trigger=trigger,
     )
     if task_id is None:
         existing = repo.open_task(session, row.id, body.kind)

@@ -1,0 +1,150 @@
+"""The policy is law: every step that moves a task on asks the current policy first.
+
+A task is stamped with the policy it was planned under (a digest of its kind's effective
+section, and the table and namespace versions for people). Trigger, planning, dispatch,
+the job right before it commits, and every policy change all ask `judge`:
+
+- the kind is disabled (and the task carries no explicit override)   → cancel;
+- the stored policy no longer validates                              → cancel;
+- the kind's effective settings changed since the task was planned   → re-plan;
+- otherwise                                                          → go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from lakewarden.db.models import OPEN_STATES, ManagedTable, Task
+from lakewarden.policy import KindPolicy
+from lakewarden.tables import effective_policy_for, namespace_defaults
+from lakewarden.tasks import repo
+
+# The trigger key a manual request sets to run a kind its policy disables, once.
+OVERRIDE_KEY = "override_disabled"
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Which policy a task was planned under."""
+
+    digest: str  # of the kind's effective section: changes iff its settings change
+    table_version: int
+    namespace_version: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest,
+            "table_version": self.table_version,
+            "namespace_version": self.namespace_version,
+        }
+
+    def describe(self) -> str:
+        return f"table policy v{self.table_version}, namespace defaults v{self.namespace_version}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Literal["go", "replan", "cancel"]
+    reason: str
+    stamp: Stamp | None
+    section: KindPolicy | None
+
+    @property
+    def go(self) -> bool:
+        return self.action == "go"
+
+
+def digest(section: KindPolicy) -> str:
+    body = json.dumps(section.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def current(session: Session, row: ManagedTable, kind: str) -> tuple[KindPolicy, Stamp]:
+    """The kind's section of the table's effective policy now, and its stamp.
+    Raises pydantic's ValidationError when the stored policy no longer validates."""
+    section = effective_policy_for(session, row).for_kind(kind)
+    ns = namespace_defaults(session, row.catalog, row.namespace)
+    return section, Stamp(digest(section), row.policy_version, ns.version if ns else 0)
+
+
+def overridden(trigger: dict[str, Any] | None) -> bool:
+    return bool((trigger or {}).get(OVERRIDE_KEY))
+
+
+def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
+    """May `task` go on under the current policy? (Read-only.)"""
+    try:
+        section, stamp = current(session, row, task.kind)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return Verdict(
+            "cancel",
+            f"the stored policy of {row.namespace}.{row.name} is no longer valid "
+            f"({where}: {first['msg']}): nothing runs until it is fixed",
+            None,
+            None,
+        )
+    if not section.enabled and not overridden(task.trigger):
+        return Verdict(
+            "cancel",
+            f"{task.kind} is disabled by the current policy ({stamp.describe()}): "
+            "a disabled kind never runs",
+            stamp,
+            section,
+        )
+    planned = ((task.plan or {}).get("policy") or {}).get("digest")
+    if planned is not None and planned != stamp.digest:
+        return Verdict(
+            "replan",
+            f"the {task.kind} policy changed since this task was planned (now "
+            f"{stamp.describe()}): re-planning under the current one",
+            stamp,
+            section,
+        )
+    return Verdict("go", f"allowed by the current policy ({stamp.describe()})", stamp, section)
+
+
+def apply_policy_change(session: Session, rows: list[ManagedTable], actor: str) -> list[int]:
+    """After a policy change: cancel the open tasks the new policy forbids and send planned
+    ones whose settings changed back to planning. Running tasks are cancelled when their
+    kind is now disabled (the scheduler then cancels the Spark job); a running job whose
+    settings merely changed is stopped by the check right before it commits. Returns the
+    ids of the tasks moved."""
+    moved: list[int] = []
+    for row in rows:
+        tasks = session.scalars(
+            select(Task)
+            .where(Task.table_id == row.id, Task.state.in_(OPEN_STATES))
+            .order_by(Task.id)
+        ).all()
+        for task in tasks:
+            verdict = judge(session, row, task)
+            expected: tuple[str, ...]
+            if verdict.action == "cancel":
+                to, expected = "cancelled", OPEN_STATES
+            elif verdict.action == "replan" and task.state == "planned":
+                to, expected = "pending", ("planned",)
+            else:
+                continue
+            try:
+                repo.transition(
+                    session,
+                    task.id,
+                    to,
+                    actor=actor,
+                    expected=expected,
+                    reason=f"policy changed: {verdict.reason}",
+                    **({"plan": None, "holder": None} if to == "pending" else {}),
+                )
+            except repo.TransitionRejected:
+                continue  # moved on meanwhile; the next step judges it again
+            moved.append(task.id)
+    return moved
