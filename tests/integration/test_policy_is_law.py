@@ -40,10 +40,10 @@ SCHEMA = pa.schema(
 NO_EVENTS = {"compaction": {"enabled": False}}  # registration must not start other work
 
 
-def _table(rt: Runtime, name: str, ages_days: list[float]) -> Any:
+def _table(rt: Runtime, name: str, ages_days: list[float], namespace: str = "sales") -> Any:
     """One commit (one file, unpartitioned) with one row per age."""
-    rt.catalog.create_namespace_if_not_exists("sales")
-    table = rt.catalog.create_table(f"sales.{name}", schema=SCHEMA)
+    rt.catalog.create_namespace_if_not_exists(namespace)
+    table = rt.catalog.create_table(f"{namespace}.{name}", schema=SCHEMA)
     now = datetime.now(UTC)
     table.append(
         pa.table(
@@ -54,11 +54,11 @@ def _table(rt: Runtime, name: str, ages_days: list[float]) -> Any:
             schema=SCHEMA,
         )
     )
-    return rt.catalog.load_table(f"sales.{name}")
+    return rt.catalog.load_table(f"{namespace}.{name}")
 
 
-def _count(rt: Runtime, name: str, snapshot_id: int | None = None) -> int:
-    table = rt.catalog.load_table(f"sales.{name}")
+def _count(rt: Runtime, name: str, snapshot_id: int | None = None, ns: str = "sales") -> int:
+    table = rt.catalog.load_table(f"{ns}.{name}")
     return table.scan(snapshot_id=snapshot_id).to_arrow().num_rows
 
 
@@ -148,6 +148,28 @@ def test_disabling_a_kind_cancels_its_planned_task(
     scheduler.renew()
     assert not scheduler.dispatch_once()
     assert _count(spark_rt, "pl_change") == 100
+
+
+def test_namespace_defaults_bind_the_open_tasks_of_every_table_in_it(
+    api: TestClient, spark_rt: Runtime
+) -> None:
+    _table(spark_rt, "t", [1] * 60 + [20] * 40, namespace="pl_ns")
+    ttl_on = {"enabled": True, "column": "ts", "retention_days": 10}
+    ns_on = {**NO_EVENTS, "ttl": ttl_on}
+    assert api.put("/api/v1/namespaces/pl_ns/policy", json=ns_on).status_code == 200
+    # the table sets nothing of its own: all it does comes from the namespace
+    assert api.post("/api/v1/tables", json={"namespace": "pl_ns", "name": "t"}).status_code == 201
+    task_id = api.post("/api/v1/tables/pl_ns/t/tasks", json={"kind": "ttl"}).json()["id"]
+    assert Worker(spark_rt).run_once()
+    assert _task(spark_rt, task_id).state == "planned"
+
+    ns_off = {**NO_EVENTS, "ttl": {**ttl_on, "enabled": False}}
+    assert api.put("/api/v1/namespaces/pl_ns/policy", json=ns_off).status_code == 200
+    task = _task(spark_rt, task_id)
+    assert task.state == "cancelled", task.reason
+    assert "ttl is disabled" in (task.reason or "")
+    assert "namespace defaults v2" in (task.reason or "")
+    assert _count(spark_rt, "t", ns="pl_ns") == 100
 
 
 def test_dispatch_refuses_a_task_planned_under_an_older_policy(

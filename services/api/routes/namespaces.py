@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy import select
 
+from lakewarden import policy_gate
 from lakewarden.catalog import IDENTIFIER
 from lakewarden.db.models import ManagedTable
 from lakewarden.policy import Policy
@@ -49,9 +50,11 @@ def replace_defaults(
     # holds new ones off until this commits: the tables checked below are all there are.
     lock_namespace(session, catalog, namespace, exclusive=True)
     row = set_namespace_defaults(session, catalog, namespace, defaults)
-    tables = session.scalars(
-        select(ManagedTable).where(
-            ManagedTable.catalog == catalog, ManagedTable.namespace == namespace
+    tables = list(
+        session.scalars(
+            select(ManagedTable).where(
+                ManagedTable.catalog == catalog, ManagedTable.namespace == namespace
+            )
         )
     )
     for t in tables:
@@ -63,6 +66,8 @@ def replace_defaults(
             check_policy(session, catalog, namespace, t.policy, iceberg)
         except HTTPException as exc:
             raise HTTPException(422, f"table {namespace}.{t.name}: {exc.detail}") from exc
+    # Every table of the namespace inherits the change: its open tasks obey it at once.
+    policy_gate.apply_policy_change(session, tables, actor=f"api:{rt.process_id}")
     return PolicyOut(
         namespace=namespace, policy=row.policy, version=row.version, updated_at=row.updated_at
     )

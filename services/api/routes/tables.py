@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy import select
 
+from lakewarden import policy_gate
 from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.refresh import ingest_commits
@@ -95,9 +96,12 @@ def replace_policy(policy: Policy, row: TableDep, rt: RuntimeDep, session: Sessi
         table = None
     check_policy(session, row.catalog, row.namespace, overrides, table)
     try:
-        return table_out(session, set_policy(session, row, overrides))
+        row = set_policy(session, row, overrides)
     except TableGone as exc:
         raise HTTPException(404, str(exc)) from exc
+    # Open tasks the new policy forbids are cancelled, changed ones re-planned, at once.
+    policy_gate.apply_policy_change(session, [row], actor=f"api:{rt.process_id}")
+    return table_out(session, row)
 
 
 @router.delete("/{namespace}/{name}", status_code=204)
