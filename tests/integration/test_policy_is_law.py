@@ -309,8 +309,39 @@ def test_a_ttl_leaves_an_undo_tag_and_reports_what_it_really_deleted(
     assert tag.snapshot_id == pre and result["undo"]["snapshot_id"] == pre
     assert tag.max_ref_age_ms is not None and tag.max_ref_age_ms >= 7 * 86400 * 1000
     assert _count(spark_rt, "pl_undo", snapshot_id=pre) == 510
+
+    # The TTL-then-clean pair: the most aggressive clean the floors allow (and then some)
+    # expires and deletes what no ref needs, but the undo tag keeps the rows' files.
+    data = Path(_files_of(table, pre)[0]).parent
+    old = time.time() - 10 * 86400
+    for f in data.parent.rglob("*"):
+        os.utime(f, (old, old))
+    with transaction(spark_rt.engine) as s:
+        s.execute(text("DELETE FROM managed_tables WHERE name = 'pl_undo'"))
+    aggressive = {
+        "clean": {
+            "keep_last_snapshots": 1,
+            "max_snapshot_age_hours": 0.0001,
+            "allow_below_safety_floors": True,
+            "orphan_min_age_hours": 24,
+        }
+    }
+    clean_id = manage(spark_rt, "pl_undo", aggressive, kind="clean")
+    assert Worker(spark_rt).run_once()
+    assert run_one(scheduler) == "succeeded"
+    table = spark_rt.catalog.load_table("sales.pl_undo")
+    assert pre in {s.snapshot_id for s in table.snapshots()}, _task(spark_rt, clean_id).result
+    assert all(Path(f).exists() for f in _files_of(table, pre))
+
     spark.sql(result["undo"]["how"]).collect()  # the undo the result tells an operator
     assert _count(spark_rt, "pl_undo") == 510
+
+
+def _files_of(table: Any, snapshot_id: int) -> list[str]:
+    return [
+        t.file.file_path.removeprefix("file://")
+        for t in table.scan(snapshot_id=snapshot_id).plan_files()
+    ]
 
 
 # --- clean keeps every ref; orphan ages on the storage's clock ----------------------------
