@@ -16,10 +16,13 @@ import httpx
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import Alert
 from lakewarden.settings import Settings
 
 log = logging.getLogger(__name__)
+
+DELIVERY_RETRY_BASE_S = 2.0  # the first failed delivery is retried after 1-2 s
 
 
 def generic_payload(a: Alert) -> dict[str, Any]:
@@ -107,7 +110,9 @@ def deliver_pending(session: Session, settings: Settings, client: httpx.Client) 
                 errors.append(f"{name}: {exc}")
         if errors:
             alert.delivery_attempts += 1
-            delay = min(settings.retry_cap_s, 2**alert.delivery_attempts)
+            delay = retry_delay_s(
+                alert.delivery_attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s
+            )
             alert.next_delivery_at = datetime.now(UTC) + timedelta(seconds=delay)
             alert.delivery_error = "; ".join(errors)[:2000]
             log.warning(

@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from services.scheduler.backoff import retry_delay_s
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 from datetime import UTC, datetime, timedelta
@@ -12,6 +11,7 @@ from typing import Any
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden import policy_gate, process
+from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
@@ -97,8 +97,10 @@ class Worker:
         if attempt + 1 >= max_attempts:
             self._finish(task_id, "failed", reason, attempt=attempt + 1)
             return
-        delay = min(self.rt.settings.retry_cap_s, self.rt.settings.retry_base_s * 2**attempt)
-        not_before = datetime.now(UTC) + timedelta(seconds=delay * random.uniform(0.5, 1.0))
+        delay = retry_delay_s(
+            attempt + 1, self.rt.settings.retry_base_s, self.rt.settings.retry_cap_s
+        )
+        not_before = datetime.now(UTC) + timedelta(seconds=delay)
         self._finish(
             task_id, "pending", reason, attempt=attempt + 1, not_before=not_before, holder=None
         )

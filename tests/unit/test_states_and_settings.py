@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from lakewarden.backoff import retry_delay_s
 from lakewarden.settings import Settings
 from lakewarden.spark.session import spark_conf
 from lakewarden.tasks.states import ALL_STATES, ALLOWED, TERMINAL_STATES, can_transition
-from services.scheduler.backoff import retry_delay_s
 
 
 def test_terminal_states_have_no_way_out() -> None:

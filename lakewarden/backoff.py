@@ -1,4 +1,7 @@
-"""Retry delays: exponential with jitter, so retries of many tasks do not align."""
+"""Retry delays: exponential with jitter, so retries of many tasks do not align.
+
+The one rule for every retry: a failed job (scheduler), a failed plan (worker) and a failed
+alert delivery (alert sinks) all wait `retry_delay_s`."""
 
 from __future__ import annotations
 
