@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.alerts.store import fire, resolve_absent
+from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import Alert, ManagedTable
 from lakewarden.leader import FencedOut
 
@@ -106,9 +107,7 @@ class PerTable:
         if not self.failed and not open_alerts():
             return  # the usual case: nothing to fire, nothing to resolve
         # Loops in other processes update the same alerts: read-modify-write one at a time.
-        session.execute(
-            text("SELECT pg_advisory_xact_lock(hashtext('lakewarden:' || :r))"), {"r": RULE}
-        )
+        xact_lock(session, DBLocks.ALERT_RULE, RULE)
         current = open_alerts()
         managed = set(session.scalars(select(ManagedTable.namespace + "." + ManagedTable.name)))
         keep: set[str] = set()

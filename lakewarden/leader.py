@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
-SCHEDULER_LEASE = "scheduler"
+from lakewarden.db.locks import DBLocks
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class LeaderStatus:
     live: bool
 
 
-def leader_status(session: Session, name: str = SCHEDULER_LEASE) -> LeaderStatus | None:
+def leader_status(session: Session, name: str = DBLocks.SCHEDULER_LEASE) -> LeaderStatus | None:
     row = session.execute(
         text(
             "SELECT holder, epoch, acquired_at, renewed_at, expires_at, expires_at > now() "

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
+from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import ManagedTable, NamespacePolicy, PolicyVersion
 from lakewarden.policy import Policy, effective_policy
 
@@ -38,11 +39,7 @@ def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive:
     """Serialize policy changes of a namespace against those of its tables, until the
     transaction ends: exclusive to change the namespace's defaults, shared to change or
     register one of its tables (those do not wait for each other)."""
-    fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    session.execute(
-        text(f"SELECT {fn}(hashtextextended(:key, 0))"),
-        {"key": f"lakewarden.namespace_policy:{catalog}.{namespace}"},
-    )
+    xact_lock(session, DBLocks.NAMESPACE_POLICY, f"{catalog}.{namespace}", shared=not exclusive)
 
 
 def get_table(session: Session, catalog: str, ref: TableRef) -> ManagedTable | None:

@@ -9,6 +9,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.alerts.store import fire, resolve_absent
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable
 from lakewarden.isolation import RULE as UNREADABLE_RULE
 from lakewarden.isolation import RUNBOOK as UNREADABLE_RUNBOOK
@@ -162,8 +163,9 @@ def evaluate_leader_rule(session: Session, settings: Settings) -> None:
     row = session.execute(
         text(
             "SELECT holder, extract(epoch FROM now() - expires_at) FROM leader_lease "
-            "WHERE name = 'scheduler'"
-        )
+            "WHERE name = :lease"
+        ),
+        {"lease": DBLocks.SCHEDULER_LEASE},
     ).one_or_none()
     conditions = {}
     if row is not None and row[1] > settings.alert_no_leader_s:

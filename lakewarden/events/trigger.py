@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
+from lakewarden.db.locks import DBLocks, xact_lock
+
 CHANNEL = "lakewarden_commits"
 
 _FUNCTION = f"""
@@ -39,7 +41,7 @@ def install_commit_trigger(conn: Connection, *, refresh: bool = False) -> bool:
     Postgres ("tuple concurrently updated"), and every API replica polls this."""
     if not conn.execute(text("SELECT to_regclass('iceberg_tables') IS NOT NULL")).scalar():
         return False
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('lakewarden_commit_trigger'))"))
+    xact_lock(conn, DBLocks.COMMIT_TRIGGER)
     present = conn.execute(
         text(
             "SELECT 1 FROM pg_trigger WHERE tgname = 'lakewarden_commit_notify' "

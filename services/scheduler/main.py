@@ -24,10 +24,11 @@ from sqlalchemy import select, text
 
 from lakewarden import policy_gate, process
 from lakewarden.alerts.tick import alert_tick
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
-from lakewarden.leader import SCHEDULER_LEASE, Fence, FencedOut, acquire_or_renew, resign
+from lakewarden.leader import Fence, FencedOut, acquire_or_renew, resign
 from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
@@ -109,7 +110,7 @@ class Scheduler:
         ttl = self.rt.settings.lease_ttl_s
         started = time.monotonic()
         with self.rt.engine.begin() as conn:
-            fence = acquire_or_renew(conn, SCHEDULER_LEASE, self.rt.process_id, ttl)
+            fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, self.rt.process_id, ttl)
         if fence is not None:
             if self.fence is None or fence.epoch != self.fence.epoch:
                 log.info("%s leads the scheduler (epoch %d)", self.rt.process_id, fence.epoch)

@@ -151,7 +151,8 @@ def test_manual_task_then_cancel(client: TestClient, rt: Runtime) -> None:
 
 
 def test_leader_endpoint_without_and_with_a_leader(client: TestClient, rt: Runtime) -> None:
-    from lakewarden.leader import SCHEDULER_LEASE, acquire_or_renew
+    from lakewarden.db.locks import DBLocks
+    from lakewarden.leader import acquire_or_renew
 
     assert client.get("/api/v1/scheduler/leader").json() == {
         "holder": None,
@@ -162,7 +163,7 @@ def test_leader_endpoint_without_and_with_a_leader(client: TestClient, rt: Runti
         "live": False,
     }
     with rt.engine.begin() as conn:
-        acquire_or_renew(conn, SCHEDULER_LEASE, "sched-a", 15)
+        acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "sched-a", 15)
     body = client.get("/api/v1/scheduler/leader").json()
     assert body["holder"] == "sched-a" and body["epoch"] == 1 and body["live"] is True
 

@@ -20,11 +20,12 @@ from sqlalchemy import select, text
 
 from lakewarden.alerts.rules import evaluate_task_rules
 from lakewarden.catalog import TableRef
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Alert, ManagedTable, Task, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events.poller import poll_once
 from lakewarden.isolation import error_line
-from lakewarden.leader import SCHEDULER_LEASE, Fence, acquire_or_renew
+from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.tables import add_table
 from services.scheduler.health_watch import measure_due_tables
@@ -56,7 +57,7 @@ def _store_policy(rt: Runtime, dotted: str, policy: dict) -> None:
 
 def _leader(rt: Runtime) -> Fence:
     with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, SCHEDULER_LEASE, "leader", 60)
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "leader", 60)
     assert fence is not None
     return fence
 

@@ -8,8 +8,9 @@ import time
 import pytest
 from sqlalchemy import text
 
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.session import transaction
-from lakewarden.leader import SCHEDULER_LEASE, FencedOut, acquire_or_renew, check_fence, resign
+from lakewarden.leader import FencedOut, acquire_or_renew, check_fence, resign
 from lakewarden.runtime import Runtime
 from services.scheduler.main import Scheduler
 
@@ -42,7 +43,7 @@ def test_concurrent_candidates_elect_exactly_one(rt: Runtime) -> None:
     def candidate(i: int) -> None:
         barrier.wait()
         with rt.engine.begin() as conn:
-            if acquire_or_renew(conn, SCHEDULER_LEASE, f"cand-{i}", 15):
+            if acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, f"cand-{i}", 15):
                 winners.append(f"cand-{i}")
 
     threads = [threading.Thread(target=candidate, args=(i,)) for i in range(8)]
@@ -55,11 +56,11 @@ def test_concurrent_candidates_elect_exactly_one(rt: Runtime) -> None:
 
 def test_deposed_leader_is_fenced_out(rt: Runtime) -> None:
     with rt.engine.begin() as conn:
-        old = acquire_or_renew(conn, SCHEDULER_LEASE, "old", 15)
+        old = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "old", 15)
     assert old is not None
     with rt.engine.begin() as conn:
         conn.execute(text("UPDATE leader_lease SET expires_at = now()"))
-        new = acquire_or_renew(conn, SCHEDULER_LEASE, "new", 15)
+        new = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "new", 15)
     assert new is not None and new.epoch == old.epoch + 1
     with transaction(rt.engine) as s, pytest.raises(FencedOut):
         check_fence(s, old)
@@ -70,17 +71,17 @@ def test_deposed_leader_is_fenced_out(rt: Runtime) -> None:
 def test_lease_expiry_uses_the_database_clock(rt: Runtime) -> None:
     """A candidate whose own clock is far ahead still cannot take a live lease."""
     with rt.engine.begin() as conn:
-        acquire_or_renew(conn, SCHEDULER_LEASE, "a", 1.0)
-        assert acquire_or_renew(conn, SCHEDULER_LEASE, "b", 1.0) is None
+        acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "a", 1.0)
+        assert acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "b", 1.0) is None
     time.sleep(1.2)
     with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, SCHEDULER_LEASE, "b", 1.0)
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "b", 1.0)
     assert fence is not None and fence.holder == "b"
 
 
 def test_resign_hands_over_at_once(rt: Runtime) -> None:
     with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, SCHEDULER_LEASE, "a", 60)
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "a", 60)
         assert fence is not None
         resign(conn, fence)
-        assert acquire_or_renew(conn, SCHEDULER_LEASE, "b", 60) is not None
+        assert acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "b", 60) is not None

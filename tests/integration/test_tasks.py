@@ -9,9 +9,10 @@ import pytest
 from helpers import append_batches, make_table
 from sqlalchemy import select, text
 
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
-from lakewarden.leader import SCHEDULER_LEASE, FencedOut, acquire_or_renew
+from lakewarden.leader import FencedOut, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, can_transition
@@ -93,9 +94,9 @@ def test_fenced_transition_refused_after_takeover(rt: Runtime) -> None:
     task_id = _task(rt, _table(rt))
     _force_state(rt, task_id, "planned")
     with rt.engine.begin() as conn:
-        old = acquire_or_renew(conn, SCHEDULER_LEASE, "old", 15)
+        old = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "old", 15)
         conn.execute(text("UPDATE leader_lease SET expires_at = now()"))
-        acquire_or_renew(conn, SCHEDULER_LEASE, "new", 15)
+        acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "new", 15)
     assert old is not None
     with transaction(rt.engine) as s, pytest.raises(FencedOut):
         repo.transition(s, task_id, "running", actor="old", fence=old)
@@ -165,7 +166,7 @@ def test_reaper_returns_work_of_a_silent_planner_and_an_old_leader(rt: Runtime) 
             text("UPDATE tasks SET state = 'running', holder = 'old-leader' WHERE id = :i"),
             {"i": orphan},
         )
-        fence = acquire_or_renew(conn, SCHEDULER_LEASE, "new-leader", 15)
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "new-leader", 15)
     assert fence is not None
     assert abandon_orphans(rt, fence, 30, inflight=set()) == 2
     with transaction(rt.engine) as s:

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import text
 
+from lakewarden.db.locks import DBLocks
 from services.api.deps import SessionDep
 
 router = APIRouter(tags=["operations"])
@@ -79,8 +80,9 @@ def metrics(session: SessionDep) -> str:
     lease = session.execute(
         text(
             "SELECT epoch, extract(epoch FROM expires_at - now()) FROM leader_lease "
-            "WHERE name = 'scheduler'"
-        )
+            "WHERE name = :lease"
+        ),
+        {"lease": DBLocks.SCHEDULER_LEASE},
     ).one_or_none()
     out += [
         "# HELP lakewarden_scheduler_leader 1 while a scheduler holds a live lease",
