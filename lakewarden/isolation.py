@@ -27,6 +27,7 @@ from lakewarden.alerts.store import fire, resolve_absent
 from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import Alert, ManagedTable
 from lakewarden.leader import FencedOut
+from lakewarden.states import AlertState
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class PerTable:
         def open_alerts() -> dict[str, dict[str, Any]]:
             rows = session.execute(
                 select(Alert.key, Alert.details).where(
-                    Alert.rule == RULE, Alert.state != "resolved"
+                    Alert.rule == RULE, Alert.state != AlertState.RESOLVED
                 )
             )
             return {key: details or {} for key, details in rows}

@@ -21,8 +21,9 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import OPEN_STATES, ManagedTable, Task
+from lakewarden.db.models import ManagedTable, Task
 from lakewarden.policy import KindPolicy
+from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tables import effective_policy_for, namespace_defaults
 from lakewarden.tasks import repo
 
@@ -122,16 +123,16 @@ def apply_policy_change(session: Session, rows: list[ManagedTable], actor: str) 
     for row in rows:
         tasks = session.scalars(
             select(Task)
-            .where(Task.table_id == row.id, Task.state.in_(OPEN_STATES))
+            .where(Task.table_id == row.id, Task.state.in_(OPEN_TASK_STATES))
             .order_by(Task.id)
         ).all()
         for task in tasks:
             verdict = judge(session, row, task)
             expected: tuple[str, ...]
             if verdict.action == "cancel":
-                to, expected = "cancelled", OPEN_STATES
-            elif verdict.action == "replan" and task.state == "planned":
-                to, expected = "pending", ("planned",)
+                to, expected = TaskState.CANCELLED, OPEN_TASK_STATES
+            elif verdict.action == "replan" and task.state == TaskState.PLANNED:
+                to, expected = TaskState.PENDING, (TaskState.PLANNED,)
             else:
                 continue
             try:
@@ -142,7 +143,7 @@ def apply_policy_change(session: Session, rows: list[ManagedTable], actor: str) 
                     actor=actor,
                     expected=expected,
                     reason=f"policy changed: {verdict.reason}",
-                    **({"plan": None, "holder": None} if to == "pending" else {}),
+                    **({"plan": None, "holder": None} if to == TaskState.PENDING else {}),
                 )
             except repo.TransitionRejected:
                 continue  # moved on meanwhile; the next step judges it again

@@ -15,6 +15,7 @@ from lakewarden.isolation import RULE as UNREADABLE_RULE
 from lakewarden.isolation import RUNBOOK as UNREADABLE_RUNBOOK
 from lakewarden.isolation import PerTable
 from lakewarden.settings import Settings
+from lakewarden.states import FINISHED_TASK_STATES, WAITING_TASK_STATES, RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for
 
 RUNBOOKS = {
@@ -65,11 +66,11 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     # The latest finished task of each (table, kind): failed for good, or a held TTL.
     latest = session.execute(
         text(
-            """
+            f"""
             SELECT DISTINCT ON (t.table_id, t.kind)
                    t.id, t.kind, t.state, t.reason, m.namespace || '.' || m.name
             FROM tasks t JOIN managed_tables m ON m.id = t.table_id
-            WHERE t.state IN ('succeeded', 'failed', 'skipped')
+            WHERE {sql_in("t.state", FINISHED_TASK_STATES)}
             ORDER BY t.table_id, t.kind, t.id DESC
             """
         )
@@ -80,12 +81,12 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
             {"task_id": tid, "table": table, "kind": kind},
         )
         for tid, kind, state, reason, table in latest
-        if state == "failed"
+        if state == TaskState.FAILED
     }
     held = {
         table: (f"TTL of {table} is held (task {tid}): {reason}", {"task_id": tid, "table": table})
         for tid, kind, state, reason, table in latest
-        if kind == "ttl" and state == "skipped" and (reason or "").startswith("held:")
+        if kind == "ttl" and state == TaskState.SKIPPED and (reason or "").startswith("held:")
     }
     _apply(session, "task_failed", "critical", failed)
     _apply(session, "ttl_held", "warning", held)
@@ -93,7 +94,8 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     window = timedelta(seconds=settings.alert_backlog_age_s)
     oldest = session.execute(
         text(
-            "SELECT id, kind, created_at FROM tasks WHERE state IN ('pending', 'planned') "
+            "SELECT id, kind, created_at FROM tasks "
+            f"WHERE {sql_in('state', WAITING_TASK_STATES)} "
             "AND not_before <= now() ORDER BY created_at LIMIT 1"
         )
     ).one_or_none()
@@ -109,17 +111,18 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
 
     slow = session.execute(
         text(
-            """
+            f"""
             WITH hist AS (
                 SELECT t.table_id, t.kind,
                        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.duration_ms) AS p50
                 FROM job_runs r JOIN tasks t ON t.id = r.task_id
-                WHERE r.state = 'succeeded' GROUP BY t.table_id, t.kind
+                WHERE {sql_in("r.state", RunState.SUCCEEDED)} GROUP BY t.table_id, t.kind
             )
             SELECT t.id, t.kind, extract(epoch FROM now() - r.started_at) * 1000, h.p50
-            FROM tasks t JOIN job_runs r ON r.task_id = t.id AND r.state = 'running'
+            FROM tasks t
+            JOIN job_runs r ON r.task_id = t.id AND {sql_in("r.state", RunState.RUNNING)}
             JOIN hist h ON h.table_id = t.table_id AND h.kind = t.kind
-            WHERE t.state = 'running'
+            WHERE {sql_in("t.state", TaskState.RUNNING)}
             """
         )
     ).all()
@@ -177,7 +180,7 @@ def evaluate_leader_rule(session: Session, settings: Settings) -> None:
         # Never had a leader: only an alert once work waits for one.
         waiting = session.execute(
             text(
-                "SELECT count(*) FROM tasks WHERE state IN ('pending', 'planned') "
+                f"SELECT count(*) FROM tasks WHERE {sql_in('state', WAITING_TASK_STATES)} "
                 "AND created_at < now() - make_interval(secs => :s)"
             ),
             {"s": settings.alert_no_leader_s},

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import Alert
 from lakewarden.settings import Settings
+from lakewarden.states import AlertState
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,11 @@ def generic_payload(a: Alert) -> dict[str, Any]:
 
 
 def slack_payload(a: Alert) -> dict[str, Any]:
-    icon = {"resolved": ":white_check_mark:", "acknowledged": ":eyes:"}.get(
-        a.state, ":rotating_light:"
-    )
+    icons: dict[str, str] = {
+        AlertState.RESOLVED: ":white_check_mark:",
+        AlertState.ACKNOWLEDGED: ":eyes:",
+    }
+    icon = icons.get(a.state, ":rotating_light:")
     return {
         "text": f"{icon} [{a.severity}] lakewarden {a.rule} {a.state}: {a.summary}\n"
         f"What to do: {a.runbook}"
@@ -62,7 +65,7 @@ def alertmanager_payload(a: Alert) -> list[dict[str, Any]]:
         "annotations": {"summary": a.summary, "runbook": a.runbook or ""},
         "startsAt": a.first_seen.isoformat(),
     }
-    if a.state == "resolved" and a.resolved_at is not None:
+    if a.state == AlertState.RESOLVED and a.resolved_at is not None:
         alert["endsAt"] = a.resolved_at.isoformat()
     return [alert]
 

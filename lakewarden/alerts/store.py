@@ -9,6 +9,19 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import Alert
+from lakewarden.states import AlertState, sql_in
+
+# The inference clause names the open-alert index's predicate as literals, so that
+# Postgres matches it to that partial unique index.
+_FIRE = text(
+    f"""
+    INSERT INTO alerts (rule, key, severity, state, summary, details, runbook)
+    VALUES (:rule, :key, :severity, :firing, :summary, CAST(:details AS jsonb), :runbook)
+    ON CONFLICT (rule, key) WHERE {sql_in("state", AlertState.RESOLVED, negate=True)}
+    DO UPDATE SET last_seen = now(), summary = EXCLUDED.summary,
+                  details = EXCLUDED.details, severity = EXCLUDED.severity
+    """
+).bindparams(firing=AlertState.FIRING.value)
 
 
 def fire(
@@ -23,15 +36,7 @@ def fire(
 ) -> None:
     """Open the alert, or refresh the open one (deduplicated by rule and key)."""
     session.execute(
-        text(
-            """
-            INSERT INTO alerts (rule, key, severity, state, summary, details, runbook)
-            VALUES (:rule, :key, :severity, 'firing', :summary, CAST(:details AS jsonb), :runbook)
-            ON CONFLICT (rule, key) WHERE state <> 'resolved'
-            DO UPDATE SET last_seen = now(), summary = EXCLUDED.summary,
-                          details = EXCLUDED.details, severity = EXCLUDED.severity
-            """
-        ),
+        _FIRE,
         {
             "rule": rule,
             "key": key,
@@ -45,12 +50,12 @@ def fire(
 
 def resolve_absent(session: Session, rule: str, active_keys: set[str]) -> int:
     """Resolve the open alerts of `rule` whose condition no longer holds."""
-    q = update(Alert).where(Alert.rule == rule, Alert.state != "resolved")
+    q = update(Alert).where(Alert.rule == rule, Alert.state != AlertState.RESOLVED)
     if active_keys:
         q = q.where(Alert.key.not_in(active_keys))
     result = session.execute(
         q.values(
-            state="resolved",
+            state=AlertState.RESOLVED,
             resolved_at=func.now(),
             next_delivery_at=func.now(),
             delivery_attempts=0,
@@ -63,9 +68,9 @@ def acknowledge(session: Session, alert_id: int, by: str) -> Alert | None:
     alert = session.scalars(
         select(Alert).where(Alert.id == alert_id).with_for_update()
     ).one_or_none()
-    if alert is None or alert.state != "firing":
+    if alert is None or alert.state != AlertState.FIRING:
         return alert
-    alert.state = "acknowledged"
+    alert.state = AlertState.ACKNOWLEDGED
     alert.acked_by = by
     alert.acked_at = func.now()
     session.flush()

@@ -6,10 +6,12 @@ The schema itself is owned by Alembic (`migrations/`); a test checks the two agr
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     DateTime,
     ForeignKey,
     Index,
@@ -24,6 +26,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from lakewarden.states import (
+    OPEN_TASK_STATES,
+    WAITING_TASK_STATES,
+    AlertState,
+    RunState,
+    TaskState,
+    sql_in,
+)
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -32,8 +43,10 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-# Task states in which a task still holds its (table, kind) slot.
-OPEN_STATES = ("pending", "planning", "planned", "running")
+
+def _one_of(column: str, states: type[StrEnum]) -> CheckConstraint:
+    """CHECK that `column` holds one of `states` (named ck_<table>_<column>)."""
+    return CheckConstraint(sql_in(column, states), name=column)
 
 
 class Base(DeclarativeBase):
@@ -112,16 +125,17 @@ class Task(Base):
             "table_id",
             "kind",
             unique=True,
-            postgresql_where=text("state IN ('pending', 'planning', 'planned', 'running')"),
+            postgresql_where=text(sql_in("state", OPEN_TASK_STATES)),
         ),
         # The claimable rows, for the workers' SKIP LOCKED claim.
         Index(
             "ix_tasks_claimable",
             "priority",
             "id",
-            postgresql_where=text("state IN ('pending', 'planned')"),
+            postgresql_where=text(sql_in("state", WAITING_TASK_STATES)),
         ),
         Index("ix_tasks_state", "state"),
+        _one_of("state", TaskState),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -129,7 +143,7 @@ class Task(Base):
         ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
     )
     kind: Mapped[str] = mapped_column(String(32))
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # a TaskState
     priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     pool: Mapped[str] = mapped_column(String(64), server_default=text("'default'"))
     # Why it exists: the event or request that made it and the numbers that crossed.
@@ -150,6 +164,7 @@ class TaskTransition(Base):
     """The full state history of a task: every guarded transition appends a row."""
 
     __tablename__ = "task_transitions"
+    __table_args__ = (_one_of("from_state", TaskState), _one_of("to_state", TaskState))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
@@ -165,13 +180,12 @@ class JobRun(Base):
     """One attempt at executing a planned task on Spark."""
 
     __tablename__ = "job_runs"
-    __table_args__ = (UniqueConstraint("task_id", "attempt"),)
+    __table_args__ = (UniqueConstraint("task_id", "attempt"), _one_of("state", RunState))
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
-    # running | succeeded | failed | cancelled | held | stopped (policy changed) | abandoned
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # a RunState
     scheduler_id: Mapped[str] = mapped_column(String(255))
     leader_epoch: Mapped[int] = mapped_column(BigInteger)
     spark_app_id: Mapped[str | None] = mapped_column(String(255))
@@ -235,15 +249,17 @@ class Alert(Base):
             "rule",
             "key",
             unique=True,
-            postgresql_where=text("state <> 'resolved'"),
+            postgresql_where=text(sql_in("state", AlertState.RESOLVED, negate=True)),
         ),
+        _one_of("state", AlertState),
+        _one_of("delivered_state", AlertState),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     rule: Mapped[str] = mapped_column(String(64))
     key: Mapped[str] = mapped_column(String(255))
     severity: Mapped[str] = mapped_column(String(16))  # critical | warning | info
-    state: Mapped[str] = mapped_column(String(16))  # firing | acknowledged | resolved
+    state: Mapped[str] = mapped_column(String(16))  # an AlertState
     summary: Mapped[str] = mapped_column(Text)
     details: Mapped[dict[str, Any]]
     runbook: Mapped[str | None] = mapped_column(Text)

@@ -12,11 +12,26 @@ from sqlalchemy.orm import Session
 
 from lakewarden.db.models import Task, TaskTransition
 from lakewarden.leader import Fence, check_fence
-from lakewarden.tasks.states import ALLOWED, can_transition
+from lakewarden.states import HELD_TASK_STATES, OPEN_TASK_STATES, TaskState, sql_in
+from lakewarden.tasks.states import can_transition, sources_of
 
 
 class TransitionRejected(RuntimeError):
     """The task was not in a state the transition may start from (someone else moved it)."""
+
+
+# Open tasks hold a (table, kind) slot; the inference clause names the partial unique
+# index's predicate as literals, which is how Postgres matches it to the index.
+_CREATE = text(
+    f"""
+    INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts, pool)
+    VALUES (:table_id, :kind, :pending, :priority, CAST(:trigger AS jsonb),
+            :max_attempts, :pool)
+    ON CONFLICT (table_id, kind) WHERE {sql_in("state", OPEN_TASK_STATES)}
+    DO NOTHING
+    RETURNING id
+    """
+).bindparams(pending=TaskState.PENDING.value)
 
 
 def create_task(
@@ -32,17 +47,7 @@ def create_task(
 ) -> int | None:
     """Create an open task unless (table, kind) already has one. Returns the new id or None."""
     new_id = session.execute(
-        text(
-            """
-            INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts, pool)
-            VALUES (:table_id, :kind, 'pending', :priority, CAST(:trigger AS jsonb),
-                    :max_attempts, :pool)
-            ON CONFLICT (table_id, kind)
-                WHERE state IN ('pending', 'planning', 'planned', 'running')
-            DO NOTHING
-            RETURNING id
-            """
-        ),
+        _CREATE,
         {
             "table_id": table_id,
             "kind": kind,
@@ -57,7 +62,7 @@ def create_task(
             TaskTransition(
                 task_id=new_id,
                 from_state=None,
-                to_state="pending",
+                to_state=TaskState.PENDING,
                 actor=actor,
                 reason=trigger.get("reason"),
             )
@@ -71,7 +76,7 @@ def open_task(session: Session, table_id: int, kind: str) -> Task | None:
         select(Task).where(
             Task.table_id == table_id,
             Task.kind == kind,
-            Task.state.in_(("pending", "planning", "planned", "running")),
+            Task.state.in_(OPEN_TASK_STATES),
         )
     ).one_or_none()
 
@@ -99,7 +104,7 @@ def transition(
     task = session.scalars(select(Task).where(Task.id == task_id).with_for_update()).one_or_none()
     if task is None:
         raise TransitionRejected(f"task {task_id} does not exist")
-    allowed_from = expected or tuple(s for s, dsts in ALLOWED.items() if to in dsts)
+    allowed_from = expected or sources_of(to)
     if task.state not in allowed_from or not can_transition(task.state, to):
         raise TransitionRejected(f"task {task_id} is {task.state}, cannot move to {to}")
     if held_by is not None and task.holder != held_by:
@@ -127,26 +132,27 @@ def transition(
     return task
 
 
+# The state tests are literals, so the planner can use the claimable rows' partial index.
 _CLAIM = text(
-    """
+    f"""
     WITH next AS (
         SELECT id, state FROM tasks
-        WHERE state = 'pending' AND not_before <= now()
+        WHERE {sql_in("state", TaskState.PENDING)} AND not_before <= now()
         ORDER BY priority DESC, id
         FOR UPDATE SKIP LOCKED
         LIMIT 1
     ), claimed AS (
-        UPDATE tasks t SET state = 'planning', holder = :me, heartbeat_at = now(),
+        UPDATE tasks t SET state = :planning, holder = :me, heartbeat_at = now(),
                            updated_at = now()
         FROM next WHERE t.id = next.id
         RETURNING t.id
     ), history AS (
         INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
-        SELECT id, 'pending', 'planning', :me, 'claimed for planning' FROM claimed
+        SELECT id, :pending, :planning, :me, 'claimed for planning' FROM claimed
     )
     SELECT id FROM claimed
     """
-)
+).bindparams(pending=TaskState.PENDING.value, planning=TaskState.PLANNING.value)
 
 
 def claim_for_planning(session: Session, worker_id: str) -> Task | None:
@@ -161,7 +167,7 @@ def heartbeat(session: Session, task_id: int, holder: str) -> bool:
     """Refresh the holder's claim; False when the task is no longer ours."""
     result = session.execute(
         update(Task)
-        .where(Task.id == task_id, Task.holder == holder, Task.state.in_(("planning", "running")))
+        .where(Task.id == task_id, Task.holder == holder, Task.state.in_(HELD_TASK_STATES))
         .values(heartbeat_at=func.now())
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]

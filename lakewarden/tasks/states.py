@@ -1,4 +1,5 @@
-"""The task state machine, as data. Every change goes through `repo.transition`.
+"""The task state machine, as data: the moves between `lakewarden.states.TaskState`s.
+Every change goes through `repo.transition`.
 
 pending ──claim──► planning ──► planned ──dispatch──► running ──► succeeded
    ▲                 │  │                    │           │
@@ -10,24 +11,23 @@ any open state ──► cancelled
 
 from __future__ import annotations
 
-from lakewarden.db.models import OPEN_STATES
+from lakewarden.states import TERMINAL_TASK_STATES, TaskState
 
-TERMINAL_STATES = ("succeeded", "skipped", "failed", "cancelled")
-ALL_STATES = (*OPEN_STATES, *TERMINAL_STATES)
+# Plain strings, for the API's query parameters and messages.
+ALL_STATES: tuple[str, ...] = tuple(s.value for s in TaskState)
+TERMINAL_STATES: tuple[str, ...] = tuple(s.value for s in TERMINAL_TASK_STATES)
 
+_S = TaskState
 ALLOWED: dict[str, frozenset[str]] = {
-    "pending": frozenset({"planning", "cancelled"}),
+    _S.PENDING: frozenset({_S.PLANNING, _S.CANCELLED}),
     # back to pending: the planner went silent (reaper) or hit a transient error
-    "planning": frozenset({"planned", "skipped", "pending", "failed", "cancelled"}),
+    _S.PLANNING: frozenset({_S.PLANNED, _S.SKIPPED, _S.PENDING, _S.FAILED, _S.CANCELLED}),
     # back to pending: the plan went stale before it could run
-    "planned": frozenset({"running", "pending", "cancelled"}),
+    _S.PLANNED: frozenset({_S.RUNNING, _S.PENDING, _S.CANCELLED}),
     # back to pending: a failed attempt with attempts left is re-planned after backoff, or
     # the policy changed under the job; skipped: the job measured it must not act (held)
-    "running": frozenset({"succeeded", "pending", "skipped", "failed", "cancelled"}),
-    "succeeded": frozenset(),
-    "skipped": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
+    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.PENDING, _S.SKIPPED, _S.FAILED, _S.CANCELLED}),
+    **{s: frozenset() for s in TERMINAL_TASK_STATES},
 }
 
 

@@ -32,6 +32,7 @@ from lakewarden.leader import Fence, FencedOut, acquire_or_renew, resign
 from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
+from lakewarden.states import RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from services.scheduler.health_watch import measure_due_tables
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 # rewritten (compaction plans: data files removed per MB); then the oldest task. Never a
 # table with a job already running, one a writer has blocked, or a full pool.
 _NEXT_PLANNED = text(
-    """
+    f"""
     SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
            extract(epoch FROM now() - t.created_at) AS waited_s,
            ((t.plan->>'files_before')::float - (t.plan->>'expected_files_after')::float)
@@ -64,11 +65,13 @@ _NEXT_PLANNED = text(
         WHERE r.started_at > now() - interval '1 hour'
         GROUP BY k.table_id
     ) u ON u.table_id = t.table_id
-    WHERE t.state = 'planned' AND t.not_before <= now()
-      AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.table_id = t.table_id AND r.state = 'running')
+    WHERE {sql_in("t.state", TaskState.PLANNED)} AND t.not_before <= now()
+      AND NOT EXISTS (SELECT 1 FROM tasks r
+                      WHERE r.table_id = t.table_id AND {sql_in("r.state", TaskState.RUNNING)})
       AND NOT EXISTS (SELECT 1 FROM table_blockers b
                       WHERE b.table_id = t.table_id AND b.expires_at > now())
-      AND (SELECT count(*) FROM tasks p WHERE p.state = 'running' AND p.pool = t.pool)
+      AND (SELECT count(*) FROM tasks p
+           WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
           < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
     ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id
     LIMIT 1
@@ -195,9 +198,9 @@ class Scheduler:
                     repo.transition(
                         s,
                         task_id,
-                        "cancelled" if cancel else "pending",
+                        TaskState.CANCELLED if cancel else TaskState.PENDING,
                         actor=self.rt.process_id,
-                        expected=("planned",),
+                        expected=(TaskState.PLANNED,),
                         fence=fence,
                         reason=f"not dispatched: {verdict.reason}",
                         **({} if cancel else {"plan": None, "holder": None}),
@@ -207,9 +210,9 @@ class Scheduler:
                 repo.transition(
                     s,
                     task_id,
-                    "running",
+                    TaskState.RUNNING,
                     actor=self.rt.process_id,
-                    expected=("planned",),
+                    expected=(TaskState.PLANNED,),
                     fence=fence,
                     reason=f"dispatched to Spark, attempt {attempt}/{task.max_attempts}: "
                     f"priority {priority}, table used {used_ms / 1000:.0f}s of Spark in the "
@@ -223,7 +226,7 @@ class Scheduler:
                     JobRun(
                         task_id=task_id,
                         attempt=attempt,
-                        state="running",
+                        state=RunState.RUNNING,
                         scheduler_id=self.rt.process_id,
                         leader_epoch=fence.epoch,
                         spark_job_group=group,
@@ -295,10 +298,10 @@ class Scheduler:
                 task_id,
                 attempt,
                 metrics=exc.metrics,
-                moved_to=("skipped", str(exc)),
+                moved_to=(TaskState.SKIPPED, str(exc)),
             )
         except PolicyChanged as exc:
-            to = "cancelled" if exc.cancel else "pending"
+            to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
             return finish_run(self.rt, fence, task_id, attempt, moved_to=(to, str(exc)))
         except Exception as exc:
             entry = self.inflight.get(task_id)
@@ -330,7 +333,7 @@ class Scheduler:
                 row = s.get(ManagedTable, task.table_id) if task is not None else None
                 if task is None or row is None:
                     raise PolicyChanged("the table is no longer managed", cancel=True)
-                if task.state != "running":
+                if task.state != TaskState.RUNNING:
                     raise PolicyChanged(f"the task is {task.state}", cancel=True)
                 verdict = policy_gate.judge(s, row, task)
             if not verdict.go:
@@ -349,7 +352,7 @@ class Scheduler:
             cancelled = set(
                 s.scalars(
                     select(Task.id).where(
-                        Task.id.in_(list(self.inflight)), Task.state == "cancelled"
+                        Task.id.in_(list(self.inflight)), Task.state == TaskState.CANCELLED
                     )
                 )
             )

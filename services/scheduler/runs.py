@@ -13,13 +13,18 @@ from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut
 from lakewarden.runtime import Runtime
+from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_CHARS = 4000
 # A run stopped on purpose, by the task state it moves to.
-RUN_STATE_OF = {"skipped": "held", "cancelled": "cancelled", "pending": "stopped"}
+RUN_STATE_OF = {
+    TaskState.SKIPPED: RunState.HELD,
+    TaskState.CANCELLED: RunState.CANCELLED,
+    TaskState.PENDING: RunState.STOPPED,
+}
 
 
 def finish_run(
@@ -32,7 +37,7 @@ def finish_run(
     committed_snapshot_id: int | None = None,
     error: BaseException | None = None,
     retryable: bool = True,
-    moved_to: tuple[str, str] | None = None,
+    moved_to: tuple[TaskState, str] | None = None,
 ) -> str:
     """Record the run and move the task on. Returns the task's new state (or why not).
 
@@ -50,14 +55,14 @@ def finish_run(
             task = s.get(Task, task_id)
             if task is None:
                 return "gone"  # table unregistered while the job ran
-            cancelled = task.state == "cancelled"
+            cancelled = task.state == TaskState.CANCELLED
             if run is not None:
                 run.state = (
-                    "cancelled"
+                    RunState.CANCELLED
                     if cancelled
                     else RUN_STATE_OF[moved_to[0]]
                     if moved_to
-                    else ("failed" if error else "succeeded")
+                    else (RunState.FAILED if error else RunState.SUCCEEDED)
                 )
                 run.finished_at = func.now()
                 run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
@@ -67,7 +72,7 @@ def finish_run(
                     run.error = text_error.splitlines()[0][:1000]
                     run.log_tail = text_error[-LOG_TAIL_CHARS:]
             if cancelled:
-                return "cancelled"
+                return TaskState.CANCELLED
             if moved_to is not None:
                 to, reason = moved_to
                 if run is not None:
@@ -77,7 +82,7 @@ def finish_run(
                     task_id,
                     to,
                     actor=rt.process_id,
-                    expected=("running",),
+                    expected=(TaskState.RUNNING,),
                     fence=fence,
                     reason=reason[:2000],
                     **_stop_fields(to, metrics),
@@ -88,36 +93,36 @@ def finish_run(
                 repo.transition(
                     s,
                     task_id,
-                    "succeeded",
+                    TaskState.SUCCEEDED,
                     actor=rt.process_id,
-                    expected=("running",),
+                    expected=(TaskState.RUNNING,),
                     fence=fence,
                     reason="job committed"
                     if committed_snapshot_id
                     else "job finished with nothing to commit",
                     result=result,
                 )
-                return "succeeded"
+                return TaskState.SUCCEEDED
             assert text_error is not None
             if not retryable or attempt >= task.max_attempts:
                 why = "not retryable" if not retryable else f"attempt {attempt}/{task.max_attempts}"
                 repo.transition(
                     s,
                     task_id,
-                    "failed",
+                    TaskState.FAILED,
                     actor=rt.process_id,
-                    expected=("running",),
+                    expected=(TaskState.RUNNING,),
                     fence=fence,
                     reason=f"{why}: {text_error.splitlines()[0][:1000]}",
                 )
-                return "failed"
+                return TaskState.FAILED
             delay = retry_delay_s(attempt, rt.settings.retry_base_s, rt.settings.retry_cap_s)
             repo.transition(
                 s,
                 task_id,
-                "pending",
+                TaskState.PENDING,
                 actor=rt.process_id,
-                expected=("running",),
+                expected=(TaskState.RUNNING,),
                 fence=fence,
                 reason=f"attempt {attempt}/{task.max_attempts} failed, re-planning in "
                 f"{delay:.0f}s: {text_error.splitlines()[0][:500]}",
@@ -125,7 +130,7 @@ def finish_run(
                 holder=None,
                 plan=None,
             )
-            return "pending"
+            return TaskState.PENDING
     except FencedOut as exc:
         log.warning("task %d: result not recorded, %s", task_id, exc)
         return "fenced"
@@ -145,30 +150,36 @@ def abandon_orphans(rt: Runtime, fence: Fence, stale_after_s: float, inflight: s
     with transaction(rt.engine) as s:
         stale = s.scalars(
             select(Task.id).where(
-                Task.state == "planning",
+                Task.state == TaskState.PLANNING,
                 Task.heartbeat_at < func.now() - timedelta(seconds=stale_after_s),
             )
         ).all()
         orphaned = s.scalars(
-            select(Task.id).where(Task.state == "running", Task.holder != fence.holder)
+            select(Task.id).where(Task.state == TaskState.RUNNING, Task.holder != fence.holder)
         ).all()
     for task_id in stale:
-        returned += _return_to_pending(rt, fence, task_id, "planning", "planner went silent")
+        returned += _return_to_pending(
+            rt, fence, task_id, TaskState.PLANNING, "planner went silent"
+        )
     for task_id in orphaned:
         if task_id in inflight:
             continue
         with transaction(rt.engine) as s:
             s.execute(
                 update(JobRun)
-                .where(JobRun.task_id == task_id, JobRun.state == "running")
+                .where(JobRun.task_id == task_id, JobRun.state == RunState.RUNNING)
                 .values(
-                    state="abandoned",
+                    state=RunState.ABANDONED,
                     finished_at=func.now(),
                     error=f"scheduler leadership moved to {fence.holder} (epoch {fence.epoch})",
                 )
             )
         returned += _return_to_pending(
-            rt, fence, task_id, "running", "its scheduler lost leadership mid-run; re-planning"
+            rt,
+            fence,
+            task_id,
+            TaskState.RUNNING,
+            "its scheduler lost leadership mid-run; re-planning",
         )
     return returned
 
@@ -179,7 +190,7 @@ def _return_to_pending(rt: Runtime, fence: Fence, task_id: int, src: str, reason
             repo.transition(
                 s,
                 task_id,
-                "pending",
+                TaskState.PENDING,
                 actor=rt.process_id,
                 expected=(src,),
                 fence=fence,
@@ -195,7 +206,7 @@ def _return_to_pending(rt: Runtime, fence: Fence, task_id: int, src: str, reason
 
 def _stop_fields(to: str, metrics: dict[str, Any] | None) -> dict[str, Any]:
     """A re-planned task drops its plan and holder; a held one keeps what it measured."""
-    fields: dict[str, Any] = {"plan": None, "holder": None} if to == "pending" else {}
+    fields: dict[str, Any] = {"plan": None, "holder": None} if to == TaskState.PENDING else {}
     if metrics:
         fields["result"] = metrics
     return fields

@@ -17,6 +17,7 @@ from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
+from lakewarden.states import TaskState
 from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
 
@@ -45,7 +46,7 @@ class Worker:
             assert row is not None  # FK
             ref, verdict = ref_of(row), policy_gate.judge(s, row, task)
         if verdict.section is None or verdict.action == "cancel":
-            self._finish(task.id, "cancelled", verdict.reason)
+            self._finish(task.id, TaskState.CANCELLED, verdict.reason)
             return True
         section, stamp = verdict.section, verdict.stamp
         self.current_task = task.id
@@ -56,7 +57,9 @@ class Worker:
             kind = get_kind(task.kind)
             outcome = kind.plan(section, table, datetime.now(UTC))
         except NoSuchTableError:
-            self._finish(task.id, "skipped", f"table {ref.dotted} no longer exists in the catalog")
+            self._finish(
+                task.id, TaskState.SKIPPED, f"table {ref.dotted} no longer exists in the catalog"
+            )
             return True
         except Exception as exc:
             log.exception("planning task %d failed", task.id)
@@ -65,15 +68,15 @@ class Worker:
         finally:
             self.current_task = None
         if outcome.plan is None:
-            self._finish(task.id, "skipped", outcome.reason)
+            self._finish(task.id, TaskState.SKIPPED, outcome.reason)
         else:
             # the stamp lets dispatch and the job see whether the policy changed since
             plan = {**outcome.plan, "policy": stamp.as_json() if stamp else None}
-            self._finish(task.id, "planned", outcome.reason, plan=plan)
+            self._finish(task.id, TaskState.PLANNED, outcome.reason, plan=plan)
         log.info("task %d (%s %s): %s", task.id, task.kind, ref.dotted, outcome.reason)
         return True
 
-    def _finish(self, task_id: int, to: str, reason: str, **fields: Any) -> None:
+    def _finish(self, task_id: int, to: TaskState, reason: str, **fields: Any) -> None:
         try:
             with transaction(self.rt.engine) as s:
                 repo.transition(
@@ -81,7 +84,7 @@ class Worker:
                     task_id,
                     to,
                     actor=self.rt.process_id,
-                    expected=("planning",),
+                    expected=(TaskState.PLANNING,),
                     held_by=self.rt.process_id,
                     reason=reason,
                     **fields,
@@ -95,14 +98,19 @@ class Worker:
     ) -> None:
         reason = f"planning failed: {type(exc).__name__}: {exc}"[:2000]
         if attempt + 1 >= max_attempts:
-            self._finish(task_id, "failed", reason, attempt=attempt + 1)
+            self._finish(task_id, TaskState.FAILED, reason, attempt=attempt + 1)
             return
         delay = retry_delay_s(
             attempt + 1, self.rt.settings.retry_base_s, self.rt.settings.retry_cap_s
         )
         not_before = datetime.now(UTC) + timedelta(seconds=delay)
         self._finish(
-            task_id, "pending", reason, attempt=attempt + 1, not_before=not_before, holder=None
+            task_id,
+            TaskState.PENDING,
+            reason,
+            attempt=attempt + 1,
+            not_before=not_before,
+            holder=None,
         )
 
     def serve(self) -> None:

@@ -1,0 +1,55 @@
+"""One source of truth per vocabulary: states come from lakewarden.states, kinds from the
+policy's sections and the kind registry, and SQL renders them from there."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import pytest
+
+from lakewarden.kinds import REGISTRY
+from lakewarden.policy import KINDS, KindPolicy, Policy
+from lakewarden.states import (
+    OPEN_TASK_STATES,
+    TERMINAL_TASK_STATES,
+    WAITING_TASK_STATES,
+    AlertState,
+    TaskState,
+    sql_in,
+)
+from lakewarden.tasks.states import ALLOWED
+
+
+def test_sql_in_renders_the_states_as_literals() -> None:
+    assert sql_in("state", OPEN_TASK_STATES) == (
+        "state IN ('pending', 'planning', 'planned', 'running')"
+    )
+    assert sql_in("t.state", TaskState.PLANNED) == "t.state = 'planned'"
+    assert sql_in("state", WAITING_TASK_STATES) == "state IN ('pending', 'planned')"
+    assert sql_in("state", AlertState.RESOLVED, negate=True) == "state <> 'resolved'"
+    assert sql_in("state", [TaskState.PENDING, TaskState.RUNNING], negate=True) == (
+        "state NOT IN ('pending', 'running')"
+    )
+
+
+def test_sql_in_takes_states_only() -> None:
+    evil = StrEnum("Evil", {"X": "x') OR ('1' = '1"})
+    with pytest.raises(ValueError, match="not a list of states"):
+        sql_in("state", evil)
+    with pytest.raises(ValueError, match="not a list of states"):
+        sql_in("state", [])
+
+
+def test_every_task_state_is_open_or_terminal_and_in_the_machine() -> None:
+    assert set(OPEN_TASK_STATES) | set(TERMINAL_TASK_STATES) == set(TaskState)
+    assert not set(OPEN_TASK_STATES) & set(TERMINAL_TASK_STATES)
+    assert set(ALLOWED) == set(TaskState)
+    assert all(targets <= set(TaskState) for targets in ALLOWED.values())
+
+
+def test_kinds_are_the_policy_sections_and_the_registry() -> None:
+    """Every policy section but the SLO is a kind, with one Kind in the registry."""
+    policy = Policy()
+    assert list(KINDS) == [name for name in Policy.model_fields if name != "slo"]
+    assert list(REGISTRY) == list(KINDS)
+    assert all(isinstance(REGISTRY[k].section(policy), KindPolicy) for k in KINDS)
