@@ -286,7 +286,13 @@ class Policy(InputModel):
         return used
 
 
-KINDS = ("compaction", "clustering", "zorder", "ttl", "clean")
+# The maintenance kinds: the sections of Policy that are a KindPolicy, in their order.
+# lakewarden.kinds.REGISTRY has one Kind for each, and checks so when imported.
+KINDS: tuple[str, ...] = tuple(
+    name
+    for name, field in Policy.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, KindPolicy)
+)
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from lakewarden.kinds import clean, compaction, layout, ttl
 from lakewarden.kinds.base import Kind
+from lakewarden.policy import KINDS
 
 REGISTRY: dict[str, Kind] = {
     k.name: k for k in (compaction.KIND, layout.CLUSTERING, layout.ZORDER, ttl.KIND, clean.KIND)
 }
+if tuple(REGISTRY) != KINDS:  # the kinds are the policy's sections, one Kind each
+    raise ImportError(f"kinds {tuple(REGISTRY)} differ from the policy's sections {KINDS}")
 
 
 def get_kind(name: str) -> Kind:
