@@ -19,7 +19,8 @@ def _setup_logging() -> None:
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:
-    from lakewarden.runtime import make_runtime, migrate
+    from lakewarden.db.migrate import migrate
+    from lakewarden.runtime import make_runtime
 
     rt = make_runtime("migrate")
     migrate(rt)

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 
 from lakewarden.catalog import TableRef
-from lakewarden.runtime import Runtime, make_runtime, migrate
+from lakewarden.db.migrate import migrate
+from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.verify import fingerprint
 
 DEMO = TableRef("demo", "clicks")

@@ -7,11 +7,9 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from alembic.config import Config
 from pyiceberg.catalog import Catalog
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from lakewarden.catalog import load_catalog
 from lakewarden.db.session import get_engine, resolve_database_url
@@ -43,40 +41,3 @@ def make_runtime(role: str, settings: Settings | None = None) -> Runtime:
     settings = settings or get_settings()
     url = resolve_database_url(settings)
     return Runtime(settings=settings, db_url=url, engine=get_engine(settings), role=role)
-
-
-def migrate(rt: Runtime) -> None:
-    """Bring the schema to head, make sure the catalog tables exist, install the trigger."""
-    from alembic import command
-
-    from lakewarden.events.trigger import install_commit_trigger
-
-    command.upgrade(alembic_config(rt.db_url), "head")
-    if rt.settings.catalog_type == "jdbc":
-        rt.catalog  # noqa: B018  pyiceberg's SqlCatalog creates iceberg_tables when missing
-        if rt.settings.catalog_database_url in (None, rt.db_url):
-            with rt.engine.begin() as conn:
-                install_commit_trigger(conn, refresh=True)
-
-
-def alembic_config(db_url: str) -> Config:
-    """Alembic's config built in code, so an installed package migrates without its repo."""
-    import migrations
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    cfg.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
-    return cfg
-
-
-def schema_is_current(engine: Engine) -> bool:
-    from alembic.script import ScriptDirectory
-
-    with engine.connect() as conn:
-        try:
-            current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except Exception:
-            return False
-    url = engine.url.render_as_string(hide_password=False)
-    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
-    return current == head

@@ -26,7 +26,8 @@ from pyiceberg.exceptions import CommitFailedException
 from sqlalchemy import create_engine, text
 
 from lakewarden.db.embedded import _any_free_port, ensure_server, stop_server
-from lakewarden.runtime import Runtime, migrate
+from lakewarden.db.migrate import migrate
+from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark.commits import TASK_KEY
 

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from lakewarden.runtime import Runtime, migrate
+from lakewarden.db.migrate import migrate
+from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 
 # Per pytest session, so that several sessions can share one server.

@@ -10,9 +10,9 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.db.trigger import CHANNEL
 from lakewarden.events.poller import poll_once
 from lakewarden.events.refresh import refresh_table
-from lakewarden.events.trigger import CHANNEL
 from lakewarden.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from sqlalchemy import create_engine, select, text
 from lakewarden.catalog import TableRef
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
+from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
-from lakewarden.events.trigger import install_commit_trigger
 from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
 

@@ -146,7 +146,7 @@ def test_poller_catches_commits_nobody_reported(client: TestClient, rt: Runtime)
 def test_concurrent_trigger_installs_do_not_fail(rt: Runtime) -> None:
     """Every API replica's poller checks the trigger; concurrent DDL on one function would
     fail with 'tuple concurrently updated' unless serialized."""
-    from lakewarden.events.trigger import install_commit_trigger
+    from lakewarden.db.trigger import install_commit_trigger
 
     errors: list[BaseException] = []
 

@@ -166,7 +166,7 @@ def test_postgres_restart_under_load(tmp_path: Path) -> None:
     import httpx
 
     from lakewarden.db.embedded import _any_free_port, ensure_server, restart_server, stop_server
-    from lakewarden.runtime import migrate
+    from lakewarden.db.migrate import migrate
 
     pg_dir = tmp_path / "own-pg"
     url = ensure_server(pg_dir, _any_free_port())  # its own server: the others keep theirs

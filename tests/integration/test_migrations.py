@@ -8,8 +8,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
+from lakewarden.db.migrate import alembic_config
 from lakewarden.db.models import Base
-from lakewarden.runtime import alembic_config
 
 
 def test_single_head(db_url: str) -> None:

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from lakewarden.db.migrate import schema_is_current
 from lakewarden.leader import leader_status
-from lakewarden.runtime import schema_is_current
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.schemas import LeaderOut
 

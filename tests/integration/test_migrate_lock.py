@@ -1,0 +1,78 @@
+"""Two replicas running `lakewarden migrate` at once on a fresh database both succeed: the
+migration lock makes them take turns, and the later one finds everything in place."""
+
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import _admin, _with_db, make_test_runtime
+from sqlalchemy import create_engine, text
+
+from lakewarden.db.migrate import migrate, schema_is_current
+
+REPLICAS = 2
+
+
+@pytest.fixture
+def fresh_db_url(server_url: str) -> Iterator[str]:
+    """An empty database: no schema, no catalog tables, no trigger."""
+    name = f"lw_test_fresh_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(server_url, name)
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _replica(url: str, tmp: str, ready: Any, errors: Any) -> None:
+    """A `lakewarden migrate` process: everything imported and connected, then all replicas
+    start migrating at the same moment."""
+    try:
+        rt = make_test_runtime(url, Path(tmp), role="migrate")
+        with rt.engine.connect():
+            pass
+        ready.wait(timeout=60)
+        migrate(rt)
+    except BaseException:
+        errors.put(traceback.format_exc())
+        raise
+
+
+def test_replicas_migrating_at_once_both_succeed(fresh_db_url: str, tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    ready, errors = ctx.Barrier(REPLICAS), ctx.Queue()
+    procs = [
+        ctx.Process(target=_replica, args=(fresh_db_url, str(tmp_path), ready, errors))
+        for _ in range(REPLICAS)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=180)
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert not failures, "\n".join(failures)
+    assert [p.exitcode for p in procs] == [0] * REPLICAS
+
+    engine = create_engine(fresh_db_url)
+    try:
+        assert schema_is_current(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT to_regclass('iceberg_tables')")).scalar()
+            triggers = conn.execute(
+                text("SELECT count(*) FROM pg_trigger WHERE tgname = 'lakewarden_commit_notify'")
+            ).scalar()
+            assert triggers == 1
+            # the lock is released: nothing holds an advisory lock any more
+            assert not conn.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+            ).scalar()
+    finally:
+        engine.dispose()
