@@ -1,0 +1,142 @@
+"""Imports point down the layers only (lakewarden/LAYERS.md): every module of lakewarden/,
+services/ and migrations/ is read with `ast` (nothing is imported), and each import of
+ours must stay in the importer's layer or go below it; the services never import each
+other. The layer list is read from LAYERS.md itself, so the note and the check agree."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTE = ROOT / "lakewarden" / "LAYERS.md"
+PACKAGES = ("lakewarden", "services", "migrations")
+SERVICES = "services"
+
+
+def read_layers(note: str) -> dict[str, int]:
+    """Module prefix -> layer number (1 = bottom), from the note's numbered list."""
+    layers: dict[str, int] = {}
+    for line in note.splitlines():
+        m = re.match(r"(\d+)\. (.*?) — ", line)
+        if not m:
+            continue
+        for name in re.findall(r"`([^`]+)`", m.group(2)):
+            name = name.rstrip("/").replace("/", ".")
+            layers[name if name.startswith(PACKAGES) else f"lakewarden.{name}"] = int(m.group(1))
+    return layers
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def read_modules(root: Path) -> dict[str, str]:
+    """Module name -> source, for every module of our packages."""
+    return {
+        module_name(p, root): p.read_text()
+        for package in PACKAGES
+        for p in sorted((root / package).rglob("*.py"))
+    }
+
+
+def imports_of(name: str, source: str, known: set[str], is_package: bool) -> set[str]:
+    """The modules of ours that `name` imports, anywhere in it (functions and TYPE_CHECKING
+    blocks too): `from a import b` counts as `a.b` when that is a module."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if is_package else name.split(".")[:-1]
+                here = here[: len(here) - (node.level - 1)]
+                base = ".".join([*here, base] if base else here)
+            for a in node.names:
+                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
+def layer_of(module: str, layers: dict[str, int]) -> int | None:
+    if module == "lakewarden":
+        return 1  # the package itself: its docstring and version
+    if module == SERVICES:
+        return layers["services.api"]
+    prefixes = [p for p in layers if module == p or module.startswith(p + ".")]
+    return layers[max(prefixes, key=len)] if prefixes else None
+
+
+def service_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == SERVICES and len(parts) > 1 else None
+
+
+def violations(modules: dict[str, str], layers: dict[str, int], packages: set[str]) -> list[str]:
+    known = set(modules)
+    out = []
+    for name, source in sorted(modules.items()):
+        mine = layer_of(name, layers)
+        if mine is None:
+            out.append(f"{name} is in no layer: place it in lakewarden/LAYERS.md")
+            continue
+        for target in sorted(imports_of(name, source, known, name in packages)):
+            theirs = layer_of(target, layers)
+            if theirs is None:
+                continue  # reported as a module of its own
+            if theirs > mine:
+                out.append(f"{name} (layer {mine}) imports {target} (layer {theirs}, above it)")
+            elif service_of(name) and service_of(target) and service_of(name) != service_of(target):
+                out.append(f"{name} imports another service: {target}")
+    return out
+
+
+def _tree() -> tuple[dict[str, str], dict[str, int], set[str]]:
+    modules = read_modules(ROOT)
+    packages = {
+        module_name(p, ROOT) for package in PACKAGES for p in (ROOT / package).rglob("__init__.py")
+    }
+    return modules, read_layers(NOTE.read_text()), packages
+
+
+def test_every_import_points_down_the_layers() -> None:
+    assert violations(*_tree()) == []
+
+
+def test_the_note_names_only_modules_that_exist() -> None:
+    modules, layers, _ = _tree()
+    assert len(set(layers.values())) >= 9
+    missing = [p for p in layers if not any(m == p or m.startswith(p + ".") for m in modules)]
+    assert missing == []
+
+
+def test_the_check_catches_upward_and_sideways_imports() -> None:
+    modules, layers, packages = _tree()
+    bad = {
+        **modules,
+        "lakewarden.spark.sql": "from lakewarden.kinds.base import Kind\n",
+        "lakewarden.db.models": "def f():\n    from lakewarden import runtime\n",
+        "lakewarden.policy": "from services.api.schemas import TableOut\n",
+        "services.worker.main": "import services.scheduler.runs\n",
+        "lakewarden.newthing": "",
+    }
+    found = "\n".join(violations(bad, layers, packages))
+    assert "lakewarden.spark.sql (layer 5) imports lakewarden.kinds.base (layer 6" in found
+    assert "lakewarden.db.models (layer 2) imports lakewarden.runtime (layer 4" in found
+    assert "lakewarden.policy (layer 3) imports services.api.schemas (layer 8" in found
+    assert "services.worker.main imports another service: services.scheduler.runs" in found
+    assert "lakewarden.newthing is in no layer" in found
+
+
+def test_lock_names_come_from_the_enum() -> None:
+    """Every lease and advisory-lock name is a member of lakewarden.db.locks.DBLocks."""
+    modules, _, _ = _tree()
+    raw = [
+        name
+        for name, source in modules.items()
+        if name != "lakewarden.db.locks"
+        and re.search(r"pg_advisory|hashtext|leader_lease\s+WHERE\s+name\s*=\s*'", source)
+    ]
+    assert raw == []
