@@ -11,11 +11,12 @@ from sqlalchemy import select
 
 from lakewarden.alerts.store import acknowledge
 from lakewarden.db.models import Alert
+from lakewarden.states import AlertState
 from services.api.deps import Cursor, Id, SessionDep
 from services.api.schemas import Page
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
-STATES = ("firing", "acknowledged", "resolved")
+STATES = tuple(s.value for s in AlertState)
 
 
 class AlertOut(BaseModel):
@@ -52,7 +53,7 @@ def list_alerts(
     """Alerts, newest first; without `state`, the open ones (firing or acknowledged)."""
     q = select(Alert).order_by(Alert.id.desc()).limit(limit + 1)
     if state is None:
-        q = q.where(Alert.state != "resolved")
+        q = q.where(Alert.state != AlertState.RESOLVED)
     elif state not in STATES:
         raise HTTPException(422, f"unknown state {state!r}: use one of {', '.join(STATES)}")
     else:
@@ -73,6 +74,6 @@ def ack_alert(alert_id: Id, body: AckIn, session: SessionDep) -> AlertOut:
     alert = acknowledge(session, alert_id, body.by)
     if alert is None:
         raise HTTPException(404, f"alert {alert_id} does not exist")
-    if alert.state == "resolved":
+    if alert.state == AlertState.RESOLVED:
         raise HTTPException(409, f"alert {alert_id} is already resolved")
     return AlertOut.model_validate(alert, from_attributes=True)

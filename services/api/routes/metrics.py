@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import text
 
 from lakewarden.db.locks import DBLocks
+from lakewarden.states import FINISHED_TASK_STATES, WAITING_TASK_STATES, AlertState, sql_in
 from services.api.deps import SessionDep
 
 router = APIRouter(tags=["operations"])
@@ -24,7 +25,7 @@ _QUERIES: list[tuple[str, str, str, str]] = [
         "gauge",
         "age of the oldest task waiting to be planned or run",
         "SELECT kind, extract(epoch FROM now() - min(created_at)) FROM tasks "
-        "WHERE state IN ('pending', 'planned') GROUP BY kind",
+        f"WHERE {sql_in('state', WAITING_TASK_STATES)} GROUP BY kind",
     ),
     (
         "lakewarden_task_latency_seconds",
@@ -32,7 +33,7 @@ _QUERIES: list[tuple[str, str, str, str]] = [
         "creation to end of tasks finished in the last 24 h (quantile)",
         "SELECT kind, q, percentile_cont(q) WITHIN GROUP (ORDER BY "
         "extract(epoch FROM updated_at - created_at)) FROM tasks, "
-        "unnest(ARRAY[0.5, 0.9]) AS q WHERE state IN ('succeeded', 'failed', 'skipped') "
+        f"unnest(ARRAY[0.5, 0.9]) AS q WHERE {sql_in('state', FINISHED_TASK_STATES)} "
         "AND updated_at > now() - interval '24 hours' GROUP BY kind, q",
     ),
     (
@@ -55,7 +56,8 @@ _QUERIES: list[tuple[str, str, str, str]] = [
         "lakewarden_alerts_open",
         "gauge",
         "open alerts by rule and severity",
-        "SELECT rule, severity, count(*) FROM alerts WHERE state <> 'resolved' "
+        "SELECT rule, severity, count(*) FROM alerts "
+        f"WHERE {sql_in('state', AlertState.RESOLVED, negate=True)} "
         "GROUP BY rule, severity",
     ),
 ]

@@ -14,6 +14,7 @@ from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.kinds import REGISTRY
 from lakewarden.policy import KINDS
+from lakewarden.states import TaskState
 from lakewarden.tables import get_table
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
@@ -145,7 +146,7 @@ def cancel_task(task_id: Id, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
         task = repo.transition(
             session,
             task_id,
-            "cancelled",
+            TaskState.CANCELLED,
             actor=f"api:{rt.process_id}",
             reason="cancelled through the API",
         )
