@@ -23,6 +23,7 @@ import httpx
 from lakewarden.catalog import TableRef
 from lakewarden.db.migrate import migrate
 from lakewarden.runtime import Runtime, make_runtime
+from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
 from lakewarden.verify import fingerprint
 
 DEMO = TableRef("demo", "clicks")
@@ -179,14 +180,10 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
         def finished() -> dict[str, Any] | None:
             page = api.get("/api/v1/tasks", params={"table": DEMO.dotted}).json()["items"]
             done = [
-                t
-                for t in page
-                if t["state"] in ("succeeded", "failed", "skipped") and t["kind"] == "compaction"
+                t for t in page if t["state"] in FINISHED_TASK_STATES and t["kind"] == "compaction"
             ]
             # Done once no task is still open and one has ended after our last commit.
-            if done and not any(
-                t["state"] not in ("succeeded", "failed", "skipped", "cancelled") for t in page
-            ):
+            if done and not any(t["state"] in OPEN_TASK_STATES for t in page):
                 return done[0]
             return None
 
@@ -217,7 +214,7 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
     else:
         _print_report(report)
     ok = (
-        detail["state"] == "succeeded"
+        detail["state"] == TaskState.SUCCEEDED
         and after.rows == before.rows
         and after.checksum == before.checksum
         and after.data_files < before.data_files
