@@ -30,6 +30,7 @@ from lakewarden.db.migrate import migrate
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark.commits import TASK_KEY
+from lakewarden.states import OPEN_TASK_STATES, TERMINAL_TASK_STATES, sql_in
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("region", pa.string(), nullable=False)]
@@ -155,10 +156,7 @@ def main() -> None:
     while time.monotonic() < drain_until:
         with engine.connect() as conn:
             open_tasks = conn.execute(
-                text(
-                    "SELECT count(*) FROM tasks WHERE state IN "
-                    "('pending','planning','planned','running')"
-                )
+                text(f"SELECT count(*) FROM tasks WHERE {sql_in('state', OPEN_TASK_STATES)}")
             ).scalar()
         if not open_tasks:
             break
@@ -167,8 +165,8 @@ def main() -> None:
         states = dict(conn.execute(text("SELECT state, count(*) FROM tasks GROUP BY state")).all())
         multi_end = conn.execute(
             text(
-                "SELECT count(*) FROM (SELECT task_id FROM task_transitions WHERE to_state IN "
-                "('succeeded','failed','skipped','cancelled') GROUP BY task_id "
+                "SELECT count(*) FROM (SELECT task_id FROM task_transitions "
+                f"WHERE {sql_in('to_state', TERMINAL_TASK_STATES)} GROUP BY task_id "
                 "HAVING count(*) > 1) x"
             )
         ).scalar()
@@ -196,10 +194,7 @@ def main() -> None:
                 "kills": kills,
                 "failover_s": failovers,
                 "task_states": states,
-                "tasks_left_open": states.get("pending", 0)
-                + states.get("planning", 0)
-                + states.get("planned", 0)
-                + states.get("running", 0),
+                "tasks_left_open": sum(states.get(s, 0) for s in OPEN_TASK_STATES),
                 "tasks_with_more_than_one_terminal_state": multi_end,
                 "writer_rows_lost": lost_rows,
                 "writer_rows_duplicated": duplicated_rows,

@@ -16,6 +16,7 @@ from lakewarden.metadata import DataFile, Partition, jsonable, read_files
 from lakewarden.policy import CompactionPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import rewrite_data_files
+from lakewarden.states import TaskState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,7 +61,7 @@ def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
     }
     if not policy.enabled:
         return Verdict(False, "compaction is disabled by policy", metrics)
-    if facts.last_task_state == "skipped" and facts.files_added_since_last_task < (
+    if facts.last_task_state == TaskState.SKIPPED and facts.files_added_since_last_task < (
         policy.min_small_files
     ):
         # The totals cannot tell partitions apart: after a plan found nothing to merge
