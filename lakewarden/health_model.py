@@ -1,18 +1,41 @@
-"""The health model that `lakewarden.health.measure` fills in (with the inputs its pure
-`build` sums up), and its judgement: the signals whose thresholds fire and the 0-100 score
-(the formula is in `lakewarden.health`).
+"""Table health, pure: what `lakewarden.health.measure` read of a table summed up (overall
+and per partition), and its judgement: the signals whose thresholds fire and the 0-100
+score. Everything here works on numbers alone, so it is unit-tested without a table.
 
-Everything here works on numbers alone, so it is unit-tested without a table.
+Score = 100 minus five penalties, each capped, rounded, never below 0:
+
+  small files  40 x min(1, reducible files / data files)
+  deletes      40 x min(1, (position-delete rows + 2 x equality-delete rows) / rows
+                            / compaction.delete_ratio_threshold)     (equality weighs double,
+                                                                       as in Amoro)
+  layout       10 x min(1, (files per lookup - max) / max), worst partition, for an enabled
+               clustering or zorder section (the larger of the two)
+  snapshots     5 x min(1, (snapshots - keep_last) / (4 x keep_last)), when clean would
+               expire some (beyond keep_last_snapshots and older than max_snapshot_age_hours)
+  manifests     5 when the current snapshot has >= clean.rewrite_manifests_min_count
+
+So a table of well-sized files with no deletes scores 100; one whose files could all be
+merged away scores at most 60; all deletes past the threshold as well: at most 20.
+
+The layout kinds (files per lookup on the section's columns) are the registry's kinds whose
+section is a clustering or Z-order policy.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from lakewarden.metadata import Partition
+from lakewarden.kinds import REGISTRY
+from lakewarden.kinds.layout import LayoutPolicy
+from lakewarden.kinds.ttl import as_datetime
+from lakewarden.layout import files_per_lookup
+from lakewarden.metadata import DataFile, Partition, jsonable
 from lakewarden.policy import Policy
 
 # Score weights: the most each factor can take off 100.
@@ -102,6 +125,20 @@ class LiveDelete:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_id: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class ManifestInfo:
+    """A manifest of the current snapshot."""
+
+    deletes: bool  # it lists delete files (else data files)
+    length: int  # bytes
+
+
+@dataclass(frozen=True)
 class TTLColumn:
     name: str
     column_type: str  # "date" | "timestamp" (bounds as days or micros since the epoch)
@@ -127,6 +164,156 @@ def ttl_summary(
     return out
 
 
+_NO_DELETES = {"position": 0, "equality": 0, "position_rows": 0, "equality_rows": 0}
+
+
+def layout_sections(policy: Policy) -> dict[str, LayoutPolicy]:
+    """The kinds judged by files per lookup on their section's columns, from the registry."""
+    return {
+        kind.name: section
+        for kind in REGISTRY.values()
+        if isinstance(section := kind.section(policy), LayoutPolicy)
+    }
+
+
+def build(
+    policy: Policy,
+    snapshot_id: int | None,
+    data: list[DataFile],
+    deletes: list[LiveDelete],
+    layout_columns: dict[str, list[str]],
+    ttl: TTLColumn | None,
+    *,
+    snapshots: Iterable[SnapshotInfo] = (),
+    protected: set[int] | frozenset[int] = frozenset(),
+    manifests: Iterable[ManifestInfo] = (),
+    now: datetime | None = None,
+) -> TableHealth:
+    """What `measure` read, summed up per partition and overall, with its signals and score
+    (`protected`: the snapshots that branches and tags hold)."""
+    comp = policy.compaction
+    small_at = comp.small_file_threshold_bytes
+    by_partition: dict[Partition, list[DataFile]] = defaultdict(list)
+    deletes_of: dict[Partition, dict[str, int]] = defaultdict(lambda: dict(_NO_DELETES))
+    for f in data:
+        by_partition[f.partition].append(f)
+    for d in deletes:
+        by_partition.setdefault(d.partition, [])  # e.g. global equality deletes
+        counts = deletes_of[d.partition]
+        counts[d.kind] += 1
+        counts[f"{d.kind}_rows"] += d.records
+
+    def bounds(f: DataFile) -> tuple[datetime, datetime] | None:
+        assert ttl is not None
+        if ttl.name not in f.bounds:
+            return None
+        lo, hi = f.bounds[ttl.name]
+        return as_datetime(lo, ttl.column_type), as_datetime(hi, ttl.column_type)
+
+    partitions = []
+    for part, group in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        size = sum(f.size for f in group)
+        recs = sum(f.records for f in group)
+        deleted = sum(f.deleted_records for f in group)
+        small = sum(1 for f in group if f.size < small_at)
+        needed = max(1, math.ceil(size / comp.target_file_size_bytes)) if group else 0
+        ph = PartitionHealth(
+            partition={k: jsonable(v) for k, v in part},
+            data_files=len(group),
+            bytes=size,
+            records=recs,
+            file_size=size_stats([f.size for f in group]),
+            small_files=small,
+            small_file_ratio=ratio(small, len(group)),
+            reducible_files=len(group) - needed,
+            delete_files=deletes_of.get(part, dict(_NO_DELETES)),
+            deleted_records=round(deleted, 1),
+            deleted_row_ratio=ratio(deleted, recs),
+            files_per_lookup={k: files_per_lookup(group, c) for k, c in layout_columns.items()},
+        )
+        if ttl is not None:
+            spans = [b for f in group if (b := bounds(f)) is not None]
+            if spans:
+                ph.oldest_ttl_value = min(lo for lo, _ in spans).isoformat()
+                if ttl.cutoff is not None:
+                    ph.past_retention = any(lo < ttl.cutoff for lo, _ in spans)
+        partitions.append(ph)
+
+    records = sum(f.records for f in data)
+    deleted = sum(f.deleted_records for f in data)
+    small = sum(p.small_files for p in partitions)
+    health = TableHealth(
+        snapshot_id=snapshot_id,
+        measured_at=now.isoformat() if now else "",
+        score=100,
+        data_files=len(data),
+        bytes=sum(f.size for f in data),
+        records=records,
+        file_size=size_stats([f.size for f in data]),
+        small_files=small,
+        small_file_ratio=ratio(small, len(data)),
+        small_file_threshold_bytes=small_at,
+        reducible_files=sum(p.reducible_files for p in partitions),
+        delete_files={k: sum(p.delete_files[k] for p in partitions) for k in _NO_DELETES},
+        deleted_records=round(deleted, 1),
+        deleted_row_ratio=ratio(deleted, records),
+        snapshots=snapshot_summary(policy, snapshots, protected, now),
+        manifests=manifest_summary(manifests),
+        layout={k: files_per_lookup(data, c) for k, c in layout_columns.items()},
+        layout_columns=layout_columns,
+        ttl=ttl_summary(ttl, [b for f in data if (b := bounds(f)) is not None], len(data))
+        if ttl is not None
+        else {"column": None}
+        if not policy.ttl.column
+        else {
+            "column": policy.ttl.column,
+            "note": "the table has no such timestamp or date column: nothing measured",
+        },
+        partitions=partitions,
+        signals=[],
+    )
+
+    health.signals = signals(health, policy)
+    health.penalties = penalties(health, policy)
+    health.score = score(health, policy)
+    return health
+
+
+def snapshot_summary(
+    policy: Policy,
+    snapshots: Iterable[SnapshotInfo],
+    protected: set[int] | frozenset[int],
+    now: datetime | None,
+) -> dict[str, float]:
+    snaps = sorted(snapshots, key=lambda s: s.timestamp_ms, reverse=True)
+    now_ms = now.timestamp() * 1000 if now else 0.0
+    ages = [(now_ms - s.timestamp_ms) / 1000 for s in snaps]
+    keep, max_age_s = policy.clean.keep_last_snapshots, policy.clean.max_snapshot_age_hours * 3600
+    return {
+        "count": len(snaps),
+        "oldest_age_s": round(max(ages, default=0.0), 1),
+        "newest_age_s": round(min(ages, default=0.0), 1),
+        # what clean would expire: beyond the newest keep_last, too old, not a branch or tag
+        "expirable": sum(
+            1
+            for s, age in list(zip(snaps, ages, strict=True))[keep:]
+            if age > max_age_s and s.snapshot_id not in protected
+        ),
+    }
+
+
+def manifest_summary(manifests: Iterable[ManifestInfo]) -> dict[str, float]:
+    listed = list(manifests)
+    sizes = [m.length for m in listed]
+    return {
+        "count": len(listed),
+        "data": sum(1 for m in listed if not m.deletes),
+        "deletes": sum(1 for m in listed if m.deletes),
+        "total_bytes": sum(sizes),
+        "avg_bytes": round(sum(sizes) / len(sizes), 1) if sizes else 0.0,
+    }
+
+
 def layout_value(h: TableHealth, kind: str) -> float | None:
     """The worst partition's files per lookup (what a rewrite can fix: files of different
     partitions never merge), or the table's when no partition was measured."""
@@ -144,7 +331,7 @@ def _expirable_snapshots(h: TableHealth, policy: Policy) -> int:
 
 
 def penalties(h: TableHealth, policy: Policy) -> dict[str, float]:
-    """What each factor takes off the score (see the formula in lakewarden.health)."""
+    """What each factor takes off the score (the formula is at the top of this module)."""
     c, cl = policy.compaction, policy.clean
     out = {"small_files": 0.0, "deletes": 0.0, "layout": 0.0, "snapshots": 0.0, "manifests": 0.0}
     if h.data_files:
@@ -154,8 +341,7 @@ def penalties(h: TableHealth, policy: Policy) -> dict[str, float]:
         weighted = d.get("position_rows", 0) + EQUALITY_WEIGHT * d.get("equality_rows", 0)
         out["deletes"] = W_DELETES * min(1.0, weighted / h.records / c.delete_ratio_threshold)
     excess = 0.0
-    for kind in ("clustering", "zorder"):
-        section = policy.clustering if kind == "clustering" else policy.zorder
+    for kind, section in layout_sections(policy).items():
         value = layout_value(h, kind)
         if section.enabled and value is not None and value > section.max_files_per_lookup:
             limit = section.max_files_per_lookup
@@ -203,8 +389,7 @@ def signals(h: TableHealth, policy: Policy) -> list[Signal]:
             f"{h.deleted_row_ratio:.0%} of rows are deleted by delete files >= "
             f"delete_ratio_threshold {c.delete_ratio_threshold:.0%}",
         )
-    for kind in ("clustering", "zorder"):
-        section = policy.clustering if kind == "clustering" else policy.zorder
+    for kind, section in layout_sections(policy).items():
         value = layout_value(h, kind)
         if section.columns and value is not None and value > section.max_files_per_lookup:
             fire(

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
-from lakewarden.health import build
 from lakewarden.health_model import (
     LiveDelete,
+    ManifestInfo,
+    SnapshotInfo,
     TableHealth,
     TTLColumn,
+    build,
     layout_value,
     penalties,
     score,
@@ -164,6 +166,43 @@ def test_an_empty_table() -> None:
         {"clustering": None},
     )
     assert score(h, Policy()) == 100 and signals(h, Policy()) == []
+
+
+def test_build_judges_snapshots_and_manifests_and_scores() -> None:
+    hour_ms = 3600 * 1000
+    now_ms = int(NOW.timestamp() * 1000)
+    # 8 snapshots, one an hour apart from 200 h ago: the newest 5 are kept, 3 are too old,
+    # and a tag holds one of those
+    snaps = [SnapshotInfo(i, now_ms - (200 - i) * hour_ms) for i in range(8)]
+    manifests = [ManifestInfo(False, 100), ManifestInfo(False, 300), ManifestInfo(True, 200)]
+    h = build(
+        Policy(),
+        7,
+        [_file("a", 200 * MiB)],
+        [],
+        {},
+        None,
+        snapshots=snaps,
+        protected={1},
+        manifests=manifests,
+        now=NOW,
+    )
+    assert h.measured_at == NOW.isoformat()
+    assert h.snapshots == {
+        "count": 8,
+        "oldest_age_s": 200 * 3600.0,
+        "newest_age_s": 193 * 3600.0,
+        "expirable": 2,
+    }
+    assert h.manifests == {
+        "count": 3,
+        "data": 2,
+        "deletes": 1,
+        "total_bytes": 600,
+        "avg_bytes": 200.0,
+    }
+    assert h.penalties["snapshots"] == 0.75  # 3 beyond keep_last 5, of 4 x 5
+    assert h.score == 99 and [s.metric for s in h.signals] == ["snapshots"]
 
 
 # --- score ---------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lakewarden.health import TableHealth, score, signals
+from lakewarden.health_model import TableHealth, score, signals
 from lakewarden.policy import Policy, parse_policy
 
 
