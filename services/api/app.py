@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from lakewarden import __version__, process
 from lakewarden.alerts.tick import alert_tick
@@ -59,31 +56,15 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         version=__version__,
         description="Table-management control plane for Apache Iceberg tables.",
         lifespan=lifespan,
+        responses=errors.APP_RESPONSES,  # 422 and 500 as ErrorOut, on every operation
     )
     app.state.runtime = rt
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
-    for module in (ops, tables, namespaces, health, tasks, events, alerts, metrics, blockers):
+    modules = (ops, tables, namespaces, health, tasks, events, alerts, metrics, blockers)
+    for module in modules:
         app.include_router(module.router)
-    errors.register(app)  # database conflicts escaping a route: 409, not 500
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        # Say what to fix, field by field, without echoing internals.
-        errors = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "problem": e["msg"]}
-            for e in exc.errors()
-        ]
-        return JSONResponse({"detail": "invalid request", "errors": errors}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        error_id = uuid.uuid4().hex[:12]
-        log.exception("unhandled error %s on %s %s", error_id, request.method, request.url.path)
-        return JSONResponse(
-            {"detail": "internal error; the server log has the details", "error_id": error_id},
-            status_code=500,
-        )
-
+    # Every error: one body (ErrorOut), a 409 for conflicts, no 500 text, a complete Allow.
+    errors.register(app, [route for module in modules for route in module.router.routes])
     return app
 
 

@@ -13,6 +13,7 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import session_factory
 from lakewarden.runtime import Runtime
 from lakewarden.tables import get_table
+from services.api.schemas import IDENTIFIER_PATTERN, documented_pattern
 
 BIGINT_MAX = 2**63 - 1  # ids are Postgres bigints: a larger one is a 422, not a 500
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
@@ -43,9 +44,14 @@ def get_session(rt: RuntimeDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def table_ref(
-    namespace: Annotated[str, Path(max_length=128)], name: Annotated[str, Path(max_length=128)]
-) -> TableRef:
+# A table's namespace or name in a path. The pattern is enforced by TableRef (its 422 says
+# what a valid name looks like); here it is documented.
+Identifier = Annotated[
+    str, Path(max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN))
+]
+
+
+def table_ref(namespace: Identifier, name: Identifier) -> TableRef:
     try:
         return TableRef(namespace, name)
     except InvalidIdentifier as exc:

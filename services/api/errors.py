@@ -1,26 +1,96 @@
-"""The safety net for database conflicts that escape a route.
+"""Every error answers with one body, `ErrorOut`, and the OpenAPI documents each one.
 
-Routes answer the conflicts they expect themselves (409 "already managed", …). Whatever
-still gets out - a unique or foreign-key violation, a serialization failure or a deadlock,
-raised by a statement or by the commit - is a conflict with a concurrent change, and the
-transaction was rolled back: a 409 that says so, never a 500, SQL text or a stack trace.
-Any other database error stays a 500 (the app's generic handler, with an error id).
+- `HTTPException`s raised by routes (404 no such table, 409 already managed, …) and by
+  routing itself (404 no such path, 405 with an `Allow` that lists every method of the path);
+- invalid requests (422, with `errors` field by field; services/api/limits.py answers 413
+  and control characters in the path or query before routing, with the same body);
+- database conflicts that escape a route: a unique or foreign-key violation, a
+  serialization failure or a deadlock, raised by a statement or by the commit, is a
+  conflict with a concurrent change and the transaction was rolled back: a 409 that says
+  so, never a 500, SQL text or a stack trace. Routes answer the conflicts they expect
+  themselves (409 "already managed", …);
+- anything else: a 500 with an `error_id` to find in the server log.
+
+`documented()` is what routes pass as `responses=`; `APP_RESPONSES` (422 and 500) apply to
+every operation, which also keeps FastAPI from documenting its own 422 body.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+
+from services.api.limits import MAX_BODY_BYTES
+from services.api.schemas import ErrorOut, FieldProblem
 
 log = logging.getLogger(__name__)
 
 # SQLSTATE classes: 23 integrity constraint violation; 40 transaction rollback
 # (40001 serialization failure, 40P01 deadlock detected).
 CONFLICT_CLASSES = ("23", "40")
+
+DESCRIPTIONS: dict[int, str] = {
+    400: "the body could not be read (e.g. it is not UTF-8); malformed JSON is a 422",
+    404: "no such resource (the detail says which)",
+    409: "conflicts with the current state or with a concurrent change; nothing was written",
+    413: f"the body is over {MAX_BODY_BYTES} bytes (1 MiB)",
+    422: "invalid request: `errors` lists the fields and what to fix (a control character "
+    "in the path or the query is refused here too)",
+    500: "unexpected error; the server log has it under `error_id`",
+}
+
+
+def documented(
+    *codes: int, body: bool = False, notes: dict[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for an operation: the error statuses it can give, each an `ErrorOut`,
+    described by `notes` or generically. `body=True` adds what a request body can get
+    (400 unreadable, 413 too large)."""
+    wanted = sorted({*codes, *(notes or {}), *((400, 413) if body else ())})
+    return {
+        c: {"model": ErrorOut, "description": (notes or {}).get(c, DESCRIPTIONS[c])} for c in wanted
+    }
+
+
+NOT_MANAGED = "the table is not managed by lakewarden (register it with POST /api/v1/tables)"
+ON_TABLE = {404: NOT_MANAGED}  # notes for an operation on /api/v1/tables/{namespace}/{name}
+
+# Every operation: the request limits apply before routing (422), and anything can fail (500).
+APP_RESPONSES = documented(422, 500)
+
+
+def as_json(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """The same, for an operation whose success is not JSON (FastAPI would document an
+    error with the success's media type): errors are JSON whatever the operation."""
+    ref = {"$ref": "#/components/schemas/ErrorOut"}
+    return {
+        code: {
+            "description": response["description"],
+            "content": {"application/json": {"schema": ref}},
+        }
+        for code, response in responses.items()
+    }
+
+
+def error_response(
+    status: int,
+    detail: str,
+    *,
+    errors: list[FieldProblem] | None = None,
+    error_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorOut(detail=detail, errors=errors, error_id=error_id)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
 def sqlstate(exc: DBAPIError) -> str:
@@ -29,6 +99,36 @@ def sqlstate(exc: DBAPIError) -> str:
 
 def is_conflict(exc: DBAPIError) -> bool:
     return isinstance(exc, IntegrityError) or sqlstate(exc)[:2] in CONFLICT_CLASSES
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette lists the methods of the first route that matched the path only; a path
+        # served by several routes (GET and DELETE of a table) supports all of theirs.
+        headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+    return error_response(exc.status_code, str(exc.detail), headers=headers or None)
+
+
+def _allowed_methods(request: Request) -> str:
+    methods: set[str] = set()
+    routes: Sequence[BaseRoute] = getattr(request.app.state, "routes", ())
+    for route in (*request.app.router.routes, *routes):
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    # Say what to fix, field by field, without echoing internals (nor the input).
+    errors = [
+        FieldProblem(field=".".join(str(p) for p in e["loc"] if p != "body"), problem=str(e["msg"]))
+        for e in exc.errors()
+    ]
+    return error_response(422, "invalid request", errors=errors)
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
@@ -52,9 +152,20 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
         )
     else:
         detail = "the request collided with a concurrent change; nothing was written: retry"
-    return JSONResponse({"detail": detail, "error_id": error_id}, status_code=409)
+    return error_response(409, detail, error_id=error_id)
 
 
-def register(app: FastAPI) -> None:
-    """Answer database conflicts escaping any route with a 409."""
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    error_id = uuid.uuid4().hex[:12]
+    log.exception("unhandled error %s on %s %s", error_id, request.method, request.url.path)
+    return error_response(500, "internal error; the server log has the details", error_id=error_id)
+
+
+def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+    """Answer every error with an `ErrorOut` body. `routes`: those of the included routers
+    (FastAPI wraps them when including; a 405 lists the methods of every one that matches)."""
+    app.state.routes = list(routes)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(Exception, _unexpected)

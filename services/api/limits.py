@@ -2,16 +2,18 @@
 (422) and no body over `MAX_BODY_BYTES` (413), whether or not it declares its length.
 
 A pure ASGI middleware: what reaches the routes is already within bounds, so no route can
-pass a NUL byte to Postgres or read an unbounded body.
+pass a NUL byte to Postgres or read an unbounded body. Refusals have the body of every
+error, `ErrorOut` (services/api/errors.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.api.schemas import ErrorOut
 
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB: the largest real request (a policy) is a few KiB
 
@@ -109,7 +111,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _refuse(send: Send, status: int, detail: str) -> None:
-    payload = json.dumps({"detail": detail}).encode()
+    payload = ErrorOut(detail=detail).model_dump_json(exclude_none=True).encode()
     await send(
         {
             "type": "http.response.start",

@@ -1,5 +1,6 @@
 """Policy checks that need more than the request body: the namespace defaults a table
-inherits and the table's schema (columns a policy names must exist)."""
+inherits and the table's schema (columns a policy names must exist). And a stored policy
+that no longer validates (stored before a bound was tightened) is reported, never a 500."""
 
 from __future__ import annotations
 
@@ -41,13 +42,38 @@ def check_policy(
     return policy
 
 
+def invalid_stored_policy(row: ManagedTable, exc: ValidationError) -> str:
+    """Why the table's stored settings (over its namespace's) are no longer a valid policy,
+    and how to fix that."""
+    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return (
+        f"the stored policy of {row.namespace}.{row.name} (its own settings over the defaults "
+        f"of namespace {row.namespace!r}) is no longer valid: {problems}. Replace it with PUT "
+        f"/api/v1/tables/{row.namespace}/{row.name}/policy (or fix the namespace defaults)"
+    )
+
+
+def current_policy(session: Session, row: ManagedTable) -> Policy:
+    """The table's effective policy, or a 409 saying why the stored one is invalid."""
+    try:
+        return effective_policy_for(session, row)
+    except ValidationError as exc:
+        raise HTTPException(409, invalid_stored_policy(row, exc)) from exc
+
+
 def table_out(session: Session, row: ManagedTable) -> TableOut:
+    policy: dict[str, Any] | None
+    try:
+        policy, policy_error = effective_policy_for(session, row).model_dump(), None
+    except ValidationError as exc:
+        policy, policy_error = None, invalid_stored_policy(row, exc)
     return TableOut(
         id=row.id,
         catalog=row.catalog,
         namespace=row.namespace,
         name=row.name,
-        policy=effective_policy_for(session, row).model_dump(),
+        policy=policy,
+        policy_error=policy_error,
         policy_overrides=row.policy,
         policy_version=row.policy_version,
         current_snapshot_id=row.current_snapshot_id,

@@ -2,7 +2,11 @@
 
 Every request body derives from `RequestModel` (the policy models from the same base):
 strict types, no NaN or Infinity, no control characters in any string (fields listed in
-`FREE_TEXT` may hold tabs and newlines)."""
+`FREE_TEXT` may hold tabs and newlines). Every error response has one body, `ErrorOut`.
+
+The `*_PATTERN`s below put into the OpenAPI what the validators enforce (`TableRef`,
+`InputModel`), so that clients and fuzzers know it; the validators stay the ones that
+refuse, with a message that says what to fix rather than a regular expression."""
 
 from __future__ import annotations
 
@@ -16,13 +20,56 @@ from lakewarden.policy import KINDS, InputModel, Policy
 T = TypeVar("T")
 
 
+# ECMA-262 regular expressions, as JSON Schema wants them.
+IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}$"  # lakewarden.catalog.IDENTIFIER
+TABLE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}[.][A-Za-z_][A-Za-z0-9_]{0,127}$"  # ns.name
+TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"  # no control characters
+FREE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f]*$"  # tabs, newlines too
+
+
+def documented_pattern(pattern: str) -> dict[str, Any]:
+    """`json_schema_extra` for a string a validator checks: the OpenAPI shows the pattern."""
+    return {"pattern": pattern}
+
+
 class RequestModel(InputModel):
     """Base of every request body: see `lakewarden.policy.InputModel`."""
 
 
+class FieldProblem(BaseModel):
+    field: str = Field(
+        description="the field, dotted (body fields by name; `query.<name>`, `path.<name>`)"
+    )
+    problem: str
+
+
+class ErrorOut(BaseModel):
+    """The body of every error response, 4xx and 5xx."""
+
+    detail: str = Field(description="what went wrong and what to do about it")
+    errors: list[FieldProblem] | None = Field(
+        default=None, description="an invalid request (422): each field and its problem"
+    )
+    error_id: str | None = Field(
+        default=None,
+        description="an unexpected error (500) or a conflict with a concurrent change (409): "
+        "the server log has it under this id",
+    )
+
+
 class TableIn(RequestModel):
-    namespace: str = Field(min_length=1, max_length=128, examples=["sales"])
-    name: str = Field(min_length=1, max_length=128, examples=["orders"])
+    namespace: str = Field(
+        min_length=1,
+        max_length=128,
+        examples=["sales"],
+        json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+    )
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        examples=["orders"],
+        json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+    )
     policy: Policy = Field(default_factory=Policy)
 
 
@@ -49,8 +96,12 @@ class EventIn(RequestModel):
     catalog, so a notification can be neither forged nor half-filled.
     """
 
-    namespace: str = Field(min_length=1, max_length=128)
-    name: str = Field(min_length=1, max_length=128)
+    namespace: str = Field(
+        min_length=1, max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN)
+    )
+    name: str = Field(
+        min_length=1, max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN)
+    )
     snapshot_id: int | None = Field(default=None, description="the committed snapshot, if known")
 
 
@@ -59,7 +110,15 @@ class TableOut(BaseModel):
     catalog: str
     namespace: str
     name: str
-    policy: dict[str, Any] = Field(description="effective: table settings over namespace defaults")
+    policy: dict[str, Any] | None = Field(
+        description="effective: table settings over namespace defaults; null if they no "
+        "longer make a valid policy (see `policy_error`)"
+    )
+    policy_error: str | None = Field(
+        default=None,
+        description="why the stored settings no longer make a valid policy (stored before "
+        "a bound was tightened) and how to fix it; null when the policy is valid",
+    )
     policy_overrides: dict[str, Any] = Field(description="what was set for this table itself")
     policy_version: int
     current_snapshot_id: int | None
@@ -134,6 +193,13 @@ class EventAccepted(BaseModel):
     new_events: int
     current_snapshot_id: int | None
     event: EventOut | None
+
+
+class ReadyOut(BaseModel):
+    """The readiness probe's answer, 200 or 503 (a probe's state, not an error)."""
+
+    status: Literal["ready", "unavailable"]
+    reason: str | None = Field(default=None, description="why not ready")
 
 
 class LeaderOut(BaseModel):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 from helpers import append_batches, make_table
+from sqlalchemy import text
 
 from lakewarden.runtime import Runtime
 from services.api.app import create_app
@@ -261,3 +263,71 @@ def test_ids_beyond_bigint_are_422_not_500(client: TestClient, method: str, path
 def test_alert_ack_with_an_impossible_id(client: TestClient) -> None:
     r = client.post("/api/v1/alerts/-9223372036854775809/ack", json={"by": "x"})
     assert r.status_code == 422
+
+
+def _store(rt: Runtime, sql: str, policy: dict) -> None:  # type: ignore[type-arg]
+    """Write a policy the API would refuse today, as if stored before a bound was tightened."""
+    with rt.engine.begin() as conn:
+        conn.execute(text(sql), {"policy": json.dumps(policy)})
+
+
+@pytest.mark.parametrize(
+    "sql, policy, where",
+    [
+        (
+            "UPDATE managed_tables SET policy = CAST(:policy AS jsonb) WHERE name = 'orders'",
+            {"clean": {"interval_minutes": 1e13}},
+            "clean.interval_minutes",
+        ),
+        (
+            "INSERT INTO namespace_policies (catalog, namespace, policy, version) "
+            "SELECT catalog, namespace, CAST(:policy AS jsonb), 1 FROM managed_tables",
+            {"ttl": {"retention_days": 1e-9}},
+            "ttl",
+        ),
+    ],
+)
+def test_a_stored_policy_that_no_longer_validates_is_reported_not_a_500(
+    client: TestClient,
+    rt: Runtime,
+    sql: str,
+    policy: dict,
+    where: str,  # type: ignore[type-arg]
+) -> None:
+    table = append_batches(make_table(rt), 1)
+    overrides = {"compaction": {"min_small_files": 30}}
+    r = client.post(
+        "/api/v1/tables", json={"namespace": "sales", "name": "orders", "policy": overrides}
+    )
+    assert r.status_code == 201 and r.json()["policy_error"] is None, r.text
+    _store(rt, sql, policy)
+    append_batches(table, 1)  # a commit to notify about: judging it needs the policy
+
+    listed = client.get("/api/v1/tables")
+    assert listed.status_code == 200, listed.text
+    for body in (listed.json()["items"][0], client.get("/api/v1/tables/sales/orders").json()):
+        assert body["policy"] is None
+        assert f"{where}: " in body["policy_error"]
+        assert "PUT /api/v1/tables/sales/orders/policy" in body["policy_error"]
+        assert body["policy_overrides"] == (overrides if "namespace" in sql else policy)
+    # What needs the policy says why it cannot go on (409), and nothing is written.
+    for method, path in (
+        ("GET", "/api/v1/tables/sales/orders/health"),
+        ("GET", "/api/v1/tables/sales/orders/explain"),
+        ("POST", "/api/v1/tables/sales/orders/tasks"),
+        ("POST", "/api/v1/events"),
+    ):
+        body = {"namespace": "sales", "name": "orders"} if path.endswith("events") else {}
+        r = client.request(method, path, json=body if method == "POST" else None)
+        assert r.status_code == 409, (path, r.text)
+        assert f"{where}: " in r.json()["detail"]
+    assert client.get("/api/v1/tasks").json()["items"] == []
+    # A valid policy put over it heals the table (a broken namespace default: fix that one).
+    if "namespace" in sql:
+        r = client.put("/api/v1/namespaces/sales/policy", json={})
+    else:
+        r = client.put("/api/v1/tables/sales/orders/policy", json=overrides)
+    assert r.status_code == 200, r.text
+    healed = client.get("/api/v1/tables/sales/orders").json()
+    assert healed["policy_error"] is None
+    assert healed["policy"]["compaction"]["min_small_files"] == 30

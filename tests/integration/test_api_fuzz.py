@@ -1,5 +1,9 @@
-"""Schemathesis against the served OpenAPI spec: whatever it sends, no 5xx (bad input gets
-a 4xx that says what to fix). It found ids beyond bigint reaching Postgres as 500s."""
+"""Schemathesis against the served OpenAPI spec, with all its checks: no 5xx (bad input gets
+a 4xx that says what to fix), every status and body as documented (one error body,
+`ErrorOut`), schema-valid input accepted and invalid input refused, a deleted resource gone,
+a created one there, `Allow` listing every method of a path. It found ids beyond bigint
+reaching Postgres as 500s, undocumented 404/409s, 422 bodies that did not match the spec,
+query values and names the spec allowed but the API refused, and an incomplete `Allow`."""
 
 from __future__ import annotations
 
@@ -23,9 +27,43 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_no_server_errors_under_fuzzing(db_url: str, tmp_path: Path) -> None:
-    st = Path(sys.executable).parent / "st"
-    if not st.exists() and not shutil.which("st"):
+# All checks are on (no `--checks` on the command line: it would override the per-operation
+# settings below). What is switched off, where, and why:
+CONFIG = """
+# positive_data_acceptance ("schema-valid input is accepted") is off for the operations
+# whose bodies have rules JSON Schema cannot state, so schema-valid bodies get a correct 422:
+# - a policy (POST /tables, both PUT .../policy): rules across fields (safety floors that
+#   need allow_below_safety_floors, a layout that needs columns, ...), and strict integers:
+#   JSON Schema calls 5.0 an integer, the policy refuses it like "5" (lakewarden.policy);
+# - POST /events: snapshot_id must be a snapshot in the table's metadata (the 422 names the
+#   current one), and is a strict integer: a float has lost the digits of a 64-bit id.
+# Every other check still runs on them, and positive_data_acceptance on all the others.
+[[operations]]
+include-name = [
+    "POST /api/v1/tables",
+    "PUT /api/v1/tables/{namespace}/{name}/policy",
+    "PUT /api/v1/namespaces/{namespace}/policy",
+    "POST /api/v1/events",
+]
+checks.positive_data_acceptance.enabled = false
+
+# Schemathesis infers a link from GET /tasks to POST /tables/{namespace}/{name}/tasks that
+# passes a task's id as the table's name ("tables/sales/13/tasks"): the 422 for that name
+# is right. Positive data acceptance for this operation is checked in the other phases.
+[[operations]]
+include-name = "POST /api/v1/tables/{namespace}/{name}/tasks"
+phases.stateful.checks.positive_data_acceptance.enabled = false
+"""
+# Not applicable, so they pass vacuously: ignored_auth, object_level_authorization (the API
+# has no authentication: it runs behind the deployment's network policy),
+# missing_required_header and response_headers_conformance (no header is required or
+# documented).
+
+
+def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -> None:
+    beside = Path(sys.executable).parent / "st"
+    st = str(beside) if beside.exists() else shutil.which("st")
+    if st is None:
         pytest.skip("schemathesis is not installed (it is a dev dependency)")
     rt = make_test_runtime(db_url, tmp_path)
     append_batches(make_table(rt), 2)  # a real table the fuzzer may hit by name
@@ -54,13 +92,15 @@ def test_no_server_errors_under_fuzzing(db_url: str, tmp_path: Path) -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.3)
+        config = tmp_path / "schemathesis.toml"
+        config.write_text(CONFIG)
         result = subprocess.run(
             [
-                str(st),
+                st,
+                "--config-file",
+                str(config),
                 "run",
                 f"http://127.0.0.1:{port}/openapi.json",
-                "--checks",
-                "not_a_server_error",
                 "--max-examples",
                 "20",
                 "--seed",

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from lakewarden.alerts.store import acknowledge
 from lakewarden.db.models import Alert
 from lakewarden.states import AlertState
+from services.api import errors
 from services.api.deps import Cursor, Id, SessionDep
-from services.api.schemas import Page
+from services.api.schemas import TEXT_PATTERN, Page, RequestModel, documented_pattern
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 STATES = tuple(s.value for s in AlertState)
@@ -38,26 +39,28 @@ class AlertOut(BaseModel):
     delivery_error: str | None
 
 
-class AckIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    by: str = Field(min_length=1, max_length=255, description="who takes it")
+class AckIn(RequestModel):
+    by: str = Field(
+        min_length=1,
+        max_length=255,
+        description="who takes it",
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+    )
 
 
 @router.get("", response_model=Page[AlertOut])
 def list_alerts(
     session: SessionDep,
-    state: Annotated[str | None, Query(description="firing | acknowledged | resolved")] = None,
+    state: Annotated[
+        Literal[STATES] | None,  # type: ignore[valid-type]
+        Query(description="without it, the open ones (firing or acknowledged)"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Cursor = None,
 ) -> Page[AlertOut]:
     """Alerts, newest first; without `state`, the open ones (firing or acknowledged)."""
     q = select(Alert).order_by(Alert.id.desc()).limit(limit + 1)
-    if state is None:
-        q = q.where(Alert.state != AlertState.RESOLVED)
-    elif state not in STATES:
-        raise HTTPException(422, f"unknown state {state!r}: use one of {', '.join(STATES)}")
-    else:
-        q = q.where(Alert.state == state)
+    q = q.where(Alert.state != AlertState.RESOLVED if state is None else Alert.state == state)
     if cursor is not None:
         q = q.where(Alert.id < cursor)
     rows = list(session.scalars(q))
@@ -69,7 +72,17 @@ def list_alerts(
     )
 
 
-@router.post("/{alert_id}/ack", response_model=AlertOut)
+@router.post(
+    "/{alert_id}/ack",
+    response_model=AlertOut,
+    responses=errors.documented(
+        body=True,
+        notes={
+            404: "no such alert",
+            409: "the alert is already resolved, or a concurrent change won",
+        },
+    ),
+)
 def ack_alert(alert_id: Id, body: AckIn, session: SessionDep) -> AlertOut:
     alert = acknowledge(session, alert_id, body.by)
     if alert is None:

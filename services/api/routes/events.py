@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
+from pydantic import ValidationError
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy import select
 
@@ -10,13 +11,28 @@ from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import TimelineEvent
 from lakewarden.events.refresh import ingest_commits
 from lakewarden.tables import get_table
+from services.api import errors
 from services.api.deps import RuntimeDep, SessionDep
+from services.api.policies import invalid_stored_policy
 from services.api.schemas import EventAccepted, EventIn, EventOut
 
 router = APIRouter(prefix="/api/v1", tags=["events"])
 
 
-@router.post("/events", status_code=202, response_model=EventAccepted)
+@router.post(
+    "/events",
+    status_code=202,
+    response_model=EventAccepted,
+    responses=errors.documented(
+        409,
+        body=True,
+        notes={
+            404: "the table is not managed by lakewarden, or the catalog no longer has it",
+            409: "the table's stored policy is no longer valid (the new commits cannot be "
+            "judged), or a concurrent change won",
+        },
+    ),
+)
 def post_event(body: EventIn, rt: RuntimeDep, session: SessionDep) -> EventAccepted:
     """Report a commit. Idempotent: repeating it records nothing new.
 
@@ -42,7 +58,10 @@ def post_event(body: EventIn, rt: RuntimeDep, session: SessionDep) -> EventAccep
             f"snapshot {wanted} is not in the metadata of {ref.dotted} "
             f"(current snapshot: {current.snapshot_id if current else None})",
         )
-    ingested = ingest_commits(session, rt, row, table, source="webhook")
+    try:
+        ingested = ingest_commits(session, rt, row, table, source="webhook")
+    except ValidationError as exc:  # evaluating the new commits needs the policy
+        raise HTTPException(409, invalid_stored_policy(row, exc)) from exc
     snapshot_id = wanted if wanted is not None else ingested.current_snapshot_id
     event = session.scalars(
         select(TimelineEvent).where(

@@ -25,13 +25,19 @@ from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts, Kind
 from lakewarden.policy import KindPolicy, Policy, SweptPolicy
 from lakewarden.runtime import Runtime
-from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.repo import open_task
+from services.api import errors
 from services.api.deps import RuntimeDep, SessionDep, TableDep
 from services.api.health_schemas import ExplainOut, HealthOut
+from services.api.policies import current_policy
 
 router = APIRouter(prefix="/api/v1/tables", tags=["health"])
 log = logging.getLogger(__name__)
+
+GONE = {
+    **errors.ON_TABLE,
+    409: "the table is gone from the catalog, or its stored policy is no longer valid",
+}
 
 GAIN_PREFIXES = ("expected_", "estimated_")
 GAIN_SUFFIXES = ("_before", "_to_rewrite")
@@ -53,12 +59,14 @@ def _load(rt: Runtime, row: ManagedTable) -> Table:
         ) from exc
 
 
-@router.get("/{namespace}/{name}/health", response_model=HealthOut)
+@router.get(
+    "/{namespace}/{name}/health", response_model=HealthOut, responses=errors.documented(notes=GONE)
+)
 def table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HealthOut:
     """File sizes, delete files, snapshots, manifests, layout and TTL state (overall and per
     partition), a 0-100 score with what each factor cost, and every threshold that fires."""
     _read_only(session)
-    policy = effective_policy_for(session, row)
+    policy = current_policy(session, row)
     health = measure(_load(rt, row), policy, datetime.now(UTC))
     return HealthOut.model_validate(
         {
@@ -69,14 +77,18 @@ def table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HealthOu
     )
 
 
-@router.get("/{namespace}/{name}/explain", response_model=ExplainOut)
+@router.get(
+    "/{namespace}/{name}/explain",
+    response_model=ExplainOut,
+    responses=errors.documented(notes=GONE),
+)
 def explain(row: TableDep, rt: RuntimeDep, session: SessionDep) -> ExplainOut:
     """For every kind: enabled or not, its open task, whether the next commit or sweep would
     create a task, and the plan its planner would make now (with the expected gain) or why
     it would skip. Live blockers are listed. Nothing is run or written."""
     _read_only(session)
     table = _load(rt, row)
-    policy = effective_policy_for(session, row)
+    policy = current_policy(session, row)
     now = datetime.now(UTC)
     current = table.current_snapshot()
     summary = snapshot_fields(current)["summary"] if current else None

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from lakewarden.db.locks import DBLocks
 from lakewarden.states import FINISHED_TASK_STATES, WAITING_TASK_STATES, AlertState, sql_in
+from services.api import errors
 from services.api.deps import SessionDep
 
 router = APIRouter(tags=["operations"])
@@ -76,7 +77,11 @@ def _line(name: str, labels: dict[str, object], value: float | None) -> str:
     return f"{name}{{{inner}}} {float(value or 0):g}" if inner else f"{name} {float(value or 0):g}"
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses=errors.as_json(errors.APP_RESPONSES),
+)
 def metrics(session: SessionDep) -> str:
     out: list[str] = []
     lease = session.execute(

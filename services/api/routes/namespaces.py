@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, HTTPException
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy import select
 
@@ -13,12 +11,13 @@ from lakewarden.catalog import IDENTIFIER
 from lakewarden.db.models import ManagedTable
 from lakewarden.policy import Policy
 from lakewarden.tables import lock_namespace, namespace_defaults, set_namespace_defaults
-from services.api.deps import RuntimeDep, SessionDep
+from services.api import errors
+from services.api.deps import Identifier, RuntimeDep, SessionDep
 from services.api.policies import check_policy
 from services.api.schemas import PolicyOut
 
 router = APIRouter(prefix="/api/v1/namespaces", tags=["namespaces"])
-Namespace = Annotated[str, Path(max_length=128)]
+Namespace = Identifier  # checked by _check_name (a 422 that says what is wrong)
 
 
 def _check_name(namespace: str) -> None:
@@ -37,7 +36,18 @@ def read_defaults(namespace: Namespace, rt: RuntimeDep, session: SessionDep) -> 
     )
 
 
-@router.put("/{namespace}/policy", response_model=PolicyOut)
+@router.put(
+    "/{namespace}/policy",
+    response_model=PolicyOut,
+    responses=errors.documented(
+        409,
+        body=True,
+        notes={
+            422: "invalid request, or a managed table of the namespace would end up with an "
+            "invalid policy (the detail says which and why)"
+        },
+    ),
+)
 def replace_defaults(
     namespace: Namespace, policy: Policy, rt: RuntimeDep, session: SessionDep
 ) -> PolicyOut:

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from lakewarden.db.migrate import schema_is_current
 from lakewarden.leader import leader_status
 from services.api.deps import RuntimeDep, SessionDep
-from services.api.schemas import LeaderOut
+from services.api.schemas import LeaderOut, ReadyOut
 
 router = APIRouter(tags=["operations"])
 
@@ -20,7 +20,11 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    responses={503: {"model": ReadyOut, "description": "not ready: `reason` says why"}},
+)
 def readyz(rt: RuntimeDep) -> JSONResponse:
     """Ready to serve: the database answers and its schema is at the migrations' head."""
     try:

@@ -24,6 +24,7 @@ from lakewarden.tables import (
     remove_table,
     set_policy,
 )
+from services.api import errors
 from services.api.deps import Cursor, RuntimeDep, SessionDep, TableDep
 from services.api.policies import check_policy, table_out
 from services.api.schemas import EventOut, Page, TableIn, TableOut
@@ -34,7 +35,18 @@ M = TypeVar("M", bound=BaseModel)
 Limit = Annotated[int, Query(ge=1, le=500, description="page size")]
 
 
-@router.post("", status_code=201, response_model=TableOut)
+@router.post(
+    "",
+    status_code=201,
+    response_model=TableOut,
+    responses=errors.documented(
+        body=True,
+        notes={
+            404: "the catalog has no such table",
+            409: "the table is already managed, or a concurrent change won",
+        },
+    ),
+)
 def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> TableOut:
     """Start managing an existing Iceberg table with a policy (defaults fill the gaps)."""
     try:
@@ -76,12 +88,20 @@ def list_tables(session: SessionDep, limit: Limit = 50, cursor: Cursor = None) -
     )
 
 
-@router.get("/{namespace}/{name}", response_model=TableOut)
+@router.get(
+    "/{namespace}/{name}",
+    response_model=TableOut,
+    responses=errors.documented(notes=errors.ON_TABLE),
+)
 def read_table(row: TableDep, session: SessionDep) -> TableOut:
     return table_out(session, row)
 
 
-@router.put("/{namespace}/{name}/policy", response_model=TableOut)
+@router.put(
+    "/{namespace}/{name}/policy",
+    response_model=TableOut,
+    responses=errors.documented(409, body=True, notes=errors.ON_TABLE),
+)
 def replace_policy(policy: Policy, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TableOut:
     """Replace the table's own policy settings; the previous ones are kept as a version."""
     # Concurrent changes of this table, or of its namespace's defaults, wait for this one:
@@ -104,7 +124,9 @@ def replace_policy(policy: Policy, row: TableDep, rt: RuntimeDep, session: Sessi
     return table_out(session, row)
 
 
-@router.delete("/{namespace}/{name}", status_code=204)
+@router.delete(
+    "/{namespace}/{name}", status_code=204, responses=errors.documented(409, notes=errors.ON_TABLE)
+)
 def unregister_table(row: TableDep, session: SessionDep) -> Response:
     """Stop managing the table (its tasks and events go with it; the table is untouched)."""
     if not remove_table(session, row):  # a concurrent unregistration won
@@ -112,7 +134,11 @@ def unregister_table(row: TableDep, session: SessionDep) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/{namespace}/{name}/events", response_model=Page[EventOut])
+@router.get(
+    "/{namespace}/{name}/events",
+    response_model=Page[EventOut],
+    responses=errors.documented(notes=errors.ON_TABLE),
+)
 def list_events(
     row: TableDep, session: SessionDep, limit: Limit = 50, cursor: Cursor = None
 ) -> Page[EventOut]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import ValidationError
@@ -18,8 +18,19 @@ from lakewarden.states import TaskState
 from lakewarden.tables import get_table
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES, TERMINAL_STATES
+from services.api import errors
 from services.api.deps import Cursor, Id, RuntimeDep, SessionDep, TableDep
-from services.api.schemas import Page, RunOut, TaskDetail, TaskIn, TaskOut, TransitionOut
+from services.api.policies import invalid_stored_policy
+from services.api.schemas import (
+    TABLE_PATTERN,
+    Page,
+    RunOut,
+    TaskDetail,
+    TaskIn,
+    TaskOut,
+    TransitionOut,
+    documented_pattern,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
@@ -43,13 +54,24 @@ def _detail(session: Session, task: Task) -> TaskDetail:
     )
 
 
-@router.get("/tasks", response_model=Page[TaskOut])
+@router.get(
+    "/tasks",
+    response_model=Page[TaskOut],
+    responses=errors.documented(notes={404: "the `table` is not managed by lakewarden"}),
+)
 def list_tasks(
     rt: RuntimeDep,
     session: SessionDep,
-    table: Annotated[str | None, Query(description="namespace.name")] = None,
-    state: Annotated[str | None, Query(description=f"one of {', '.join(ALL_STATES)}")] = None,
-    kind: Annotated[str | None, Query(description=f"one of {', '.join(KINDS)}")] = None,
+    table: Annotated[
+        str | None,
+        Query(
+            max_length=257,
+            description="namespace.name",
+            json_schema_extra=documented_pattern(TABLE_PATTERN),  # enforced by TableRef
+        ),
+    ] = None,
+    state: Annotated[Literal[ALL_STATES] | None, Query()] = None,  # type: ignore[valid-type]
+    kind: Annotated[Literal[KINDS] | None, Query()] = None,  # type: ignore[valid-type]
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Cursor = None,
 ) -> Page[TaskOut]:
@@ -65,12 +87,8 @@ def list_tasks(
             raise HTTPException(404, f"table {ref.dotted} is not managed by lakewarden")
         q = q.where(Task.table_id == row.id)
     if state is not None:
-        if state not in ALL_STATES:
-            raise HTTPException(422, f"unknown state {state!r}: use one of {', '.join(ALL_STATES)}")
         q = q.where(Task.state == state)
     if kind is not None:
-        if kind not in KINDS:
-            raise HTTPException(422, f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
         q = q.where(Task.kind == kind)
     if cursor is not None:
         q = q.where(Task.id < cursor)
@@ -80,7 +98,11 @@ def list_tasks(
     return Page(items=[_out(t, r) for t, r in rows], next_cursor=rows[-1][0].id if more else None)
 
 
-@router.get("/tasks/{task_id}", response_model=TaskDetail)
+@router.get(
+    "/tasks/{task_id}",
+    response_model=TaskDetail,
+    responses=errors.documented(notes={404: "no such task"}),
+)
 def read_task(task_id: Id, session: SessionDep) -> TaskDetail:
     """A task with why it exists, its plan, result, every transition and every run."""
     task = session.get(Task, task_id)
@@ -89,7 +111,19 @@ def read_task(task_id: Id, session: SessionDep) -> TaskDetail:
     return _detail(session, task)
 
 
-@router.post("/tables/{namespace}/{name}/tasks", status_code=201, response_model=TaskDetail)
+@router.post(
+    "/tables/{namespace}/{name}/tasks",
+    status_code=201,
+    response_model=TaskDetail,
+    responses=errors.documented(
+        body=True,
+        notes={
+            **errors.ON_TABLE,
+            409: "a task of the kind is open, the policy disables the kind (see "
+            "`override_disabled`), the stored policy is invalid, or a concurrent change won",
+        },
+    ),
+)
 def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
     """Ask for a task now, whatever the thresholds say; the worker still plans it."""
     if body.kind not in REGISTRY:
@@ -97,9 +131,7 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
     try:
         policy, stamp = policy_gate.current(session, row, body.kind)
     except ValidationError as exc:
-        raise HTTPException(
-            409, f"the stored policy of {row.namespace}.{row.name} is invalid; fix it first"
-        ) from exc
+        raise HTTPException(409, invalid_stored_policy(row, exc)) from exc
     if not policy.enabled and not body.override_disabled:
         raise HTTPException(
             409,
@@ -139,7 +171,13 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
     return _detail(session, task)
 
 
-@router.post("/tasks/{task_id}/cancel", response_model=TaskDetail)
+@router.post(
+    "/tasks/{task_id}/cancel",
+    response_model=TaskDetail,
+    responses=errors.documented(
+        notes={404: "no such task", 409: "the task already ended, or a concurrent change won"}
+    ),
+)
 def cancel_task(task_id: Id, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
     """Cancel a task in any open state; a running Spark job is cancelled by the scheduler."""
     try:
