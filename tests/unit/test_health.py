@@ -345,13 +345,6 @@ def test_a_signal_of_a_disabled_kind_says_so() -> None:
     assert not signals(_health(ttl={"files_past_retention": 4}), parse_policy({}))
 
 
-def test_snapshot_numbers_without_the_list_fall_back_to_the_oldest_age() -> None:
-    p = parse_policy({"clean": {"keep_last_snapshots": 2, "max_snapshot_age_hours": 1}})
-    old = _health(snapshots={"count": 20, "oldest_age_s": 7200, "newest_age_s": 5})
-    young = _health(snapshots={"count": 20, "oldest_age_s": 60, "newest_age_s": 5})
-    assert [s.metric for s in signals(old, p)] == ["snapshots"] and not signals(young, p)
-
-
 # --- what the API serves -------------------------------------------------------------------
 
 
