@@ -18,7 +18,17 @@ from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.repo import create_task, open_task
 
 
-def files_added_since_last_task(session: Session, table_id: int, kind: str) -> int:
+def event_facts(session: Session, table_id: int, kind: str, summary: dict[str, Any]) -> EventFacts:
+    """What a commit is judged on for `kind` (its snapshot summary, and the table's history
+    of `kind` tasks). Evaluation and explain both build the facts here."""
+    return EventFacts(
+        summary,
+        _files_added_since_last_task(session, table_id, kind),
+        _last_task_state(session, table_id, kind),
+    )
+
+
+def _files_added_since_last_task(session: Session, table_id: int, kind: str) -> int:
     """Data files that writers (not our own rewrites) added since the last `kind` task."""
     since = session.scalar(
         select(func.max(Task.created_at)).where(Task.table_id == table_id, Task.kind == kind)
@@ -36,7 +46,7 @@ def files_added_since_last_task(session: Session, table_id: int, kind: str) -> i
     )
 
 
-def last_task_state(session: Session, table_id: int, kind: str) -> str | None:
+def _last_task_state(session: Session, table_id: int, kind: str) -> str | None:
     return session.scalar(
         select(Task.state)
         .where(Task.table_id == table_id, Task.kind == kind)
@@ -68,12 +78,9 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         if not section.enabled:
             detail[kind.name] = {"decision": "disabled", "reason": f"{kind.name} is disabled"}
             continue
-        facts = EventFacts(
-            newest.summary,
-            files_added_since_last_task(session, row.id, kind.name),
-            last_task_state(session, row.id, kind.name),
+        verdict = kind.event_verdict(
+            section, event_facts(session, row.id, kind.name, newest.summary)
         )
-        verdict = kind.event_verdict(section, facts)
         entry: dict[str, Any] = {"reason": verdict.reason, "metrics": verdict.metrics}
         if not verdict.needed:
             entry["decision"] = "no-action"

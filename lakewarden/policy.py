@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -104,6 +105,23 @@ class SweptPolicy(KindPolicy):
     """A time-based kind: the scheduler's sweep creates a task every `interval_minutes`."""
 
     interval_minutes: float = Field(default=60, ge=1, le=MAX_MINUTES)
+
+
+def is_due(
+    section: SweptPolicy, last_created_at: datetime | None, now: datetime, *, kind: str
+) -> tuple[bool, str]:
+    """The sweep's rule, which the leader's sweep and explain both ask: a task of the
+    time-based `kind` is due when the table has none yet, or once `interval_minutes` have
+    passed since the last one was created. Returns (due, why)."""
+    interval = timedelta(minutes=section.interval_minutes)
+    if last_created_at is None:
+        return True, f"no {kind} task yet"
+    since = now - last_created_at
+    if since < interval:
+        return False, f"the next {kind} task is due at {(last_created_at + interval).isoformat()}"
+    minutes = since.total_seconds() / 60
+    ago = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+    return True, f"last {kind} task {ago} ago, interval {section.interval_minutes:g} min"
 
 
 class CompactionPolicy(KindPolicy):

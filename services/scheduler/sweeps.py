@@ -7,7 +7,7 @@ and alerted (`lakewarden.isolation`): the others still get their tasks."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -18,7 +18,7 @@ from lakewarden.isolation import PerTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.leader import Fence, check_fence
-from lakewarden.policy import SweptPolicy
+from lakewarden.policy import SweptPolicy, is_due
 from lakewarden.runtime import Runtime
 from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.repo import create_task
@@ -70,16 +70,10 @@ def _sweep_table(
         section = kind.section(policy)
         if not section.enabled or not isinstance(section, SweptPolicy):
             continue
-        interval = timedelta(minutes=section.interval_minutes)
-        previous = last.get((row.id, kind.name))
-        if previous is not None and now - previous < interval:
+        due, why = is_due(section, last.get((row.id, kind.name)), now, kind=kind.name)
+        if not due:
             continue
-        reason = (
-            f"{kind.name} sweep: no {kind.name} task yet"
-            if previous is None
-            else f"{kind.name} sweep: last {kind.name} task {_ago(now - previous)} ago, "
-            f"interval {section.interval_minutes:g} min"
-        )
+        reason = f"{kind.name} sweep: {why}"
         task_id = create_task(
             s,
             table_id=row.id,
@@ -98,8 +92,3 @@ def _sweep_table(
         if task_id is not None:
             created.append(task_id)
     return created
-
-
-def _ago(delta: timedelta) -> str:
-    minutes = delta.total_seconds() / 60
-    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"

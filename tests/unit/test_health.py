@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from lakewarden.explain import expected_gain
 from lakewarden.health_model import (
     LiveDelete,
     ManifestInfo,
@@ -24,7 +25,6 @@ from lakewarden.health_model import (
 from lakewarden.metadata import DataFile
 from lakewarden.policy import Policy, parse_policy
 from services.api.health_schemas import HealthOut
-from services.api.routes.health import expected_gain
 
 MiB = 1024 * 1024
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

@@ -1,0 +1,216 @@
+"""Explain: for every kind, what would run on a table now and why, running and writing
+nothing. It asks the rules the real paths ask, so it cannot drift from what really creates
+tasks:
+
+- the next commit: the kind's `event_verdict` on `lakewarden.evaluate.event_facts`, as
+  `evaluate_events` does when a commit arrives;
+- the next sweep: `lakewarden.policy.is_due`, as the leader's sweep does;
+- planning: the kind's own planner on the table's current metadata, as the worker does.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from pyiceberg.table import Table
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from lakewarden.db.models import ManagedTable, TableBlocker, Task
+from lakewarden.evaluate import event_facts
+from lakewarden.events.ingest import snapshot_fields
+from lakewarden.kinds import REGISTRY
+from lakewarden.kinds.base import Kind
+from lakewarden.policy import KindPolicy, Policy, SweptPolicy, is_due
+from lakewarden.tasks.repo import open_task
+
+log = logging.getLogger(__name__)
+
+GAIN_PREFIXES = ("expected_", "estimated_")
+GAIN_SUFFIXES = ("_before", "_to_rewrite")
+
+
+def explain_table(
+    session: Session, row: ManagedTable, table: Table, policy: Policy, now: datetime
+) -> dict[str, Any]:
+    """Every kind: enabled or not, its open task, whether the next commit or sweep would
+    create a task, and the plan its planner would make now (with the expected gain) or why
+    it would skip; and the live blockers. The API serves it as `ExplainOut`."""
+    current = table.current_snapshot()
+    summary = snapshot_fields(current)["summary"] if current else None
+    blockers = list(
+        session.scalars(
+            select(TableBlocker)
+            .where(TableBlocker.table_id == row.id, TableBlocker.expires_at > func.now())
+            .order_by(TableBlocker.expires_at)
+        )
+    )
+    kinds = {
+        kind.name: _explain_kind(session, row, kind, policy, table, now, summary)
+        for kind in REGISTRY.values()
+    }
+    running = [name for name, k in kinds.items() if k["would_run"]]
+    overview = f"would run now: {', '.join(running)}" if running else "nothing would run now"
+    if blockers:
+        last = blockers[-1]
+        overview += (
+            f"; blocked by {', '.join(sorted({b.holder for b in blockers}))} until "
+            f"{last.expires_at.isoformat()}: no job starts before then"
+        )
+    return {
+        "table": f"{row.namespace}.{row.name}",
+        "at": now,
+        "snapshot_id": current.snapshot_id if current else None,
+        "policy_version": row.policy_version,
+        "summary": overview,
+        "blocked_by": [
+            {"id": b.id, "holder": b.holder, "reason": b.reason, "until": b.expires_at}
+            for b in blockers
+        ],
+        "kinds": kinds,
+    }
+
+
+def expected_gain(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The numbers a plan promises (before/after, estimates), whatever its kind."""
+    if plan is None:
+        return None
+    gain = {
+        k: v for k, v in plan.items() if k.startswith(GAIN_PREFIXES) or k.endswith(GAIN_SUFFIXES)
+    }
+    for action in plan.get("actions") or []:
+        if isinstance(action, dict):
+            gain.update(
+                {
+                    f"{action.get('name')}.{k}": v
+                    for k, v in action.items()
+                    if k.startswith(GAIN_PREFIXES)
+                }
+            )
+    before, after = plan.get("files_before"), plan.get("expected_files_after")
+    if isinstance(before, int) and isinstance(after, int):
+        gain["data_files_removed"] = before - after
+    return gain
+
+
+def _explain_kind(
+    session: Session,
+    row: ManagedTable,
+    kind: Kind,
+    policy: Policy,
+    table: Table,
+    now: datetime,
+    summary: dict[str, Any] | None,
+) -> dict[str, Any]:
+    section = kind.section(policy)
+    task = open_task(session, row.id, kind.name)
+    plan: dict[str, Any] | None = None
+    incomplete = None if section.enabled else _cannot_enable(section)
+    if incomplete is not None:
+        planner_reason = f"not planned: the section is incomplete ({incomplete})"
+    else:
+        try:
+            outcome = kind.plan(section, table, now)
+            plan, planner_reason = outcome.plan, outcome.reason
+        except Exception as exc:  # a planner's failure is part of the answer, not a 500
+            log.warning("explain: the %s planner failed on %s", kind.name, row.name, exc_info=True)
+            planner_reason = f"the planner failed: {type(exc).__name__}: {exc}"
+    if not section.enabled:
+        reason = f"{kind.name} is disabled by policy; " + (
+            planner_reason if incomplete else f"if enabled, its planner says: {planner_reason}"
+        )
+    elif plan is not None and task is not None:
+        reason = f"open task {task.id} ({task.state}) covers it; planning now: {planner_reason}"
+    else:
+        reason = planner_reason
+    return {
+        "enabled": section.enabled,
+        "would_run": section.enabled and plan is not None,
+        "reason": reason,
+        "open_task": None
+        if task is None
+        else {
+            "id": task.id,
+            "state": task.state,
+            "attempt": task.attempt,
+            "created_at": task.created_at,
+            "reason": (task.trigger or {}).get("reason"),
+        },
+        "triggers": _triggers(session, row, kind, section, task, summary, now),
+        "planner_reason": planner_reason,
+        "plan": plan,
+        "expected_gain": expected_gain(plan),
+    }
+
+
+def _cannot_enable(section: KindPolicy) -> str | None:
+    """What a disabled section lacks to be enabled as it stands (None: nothing)."""
+    try:
+        type(section).model_validate({**section.model_dump(), "enabled": True})
+    except ValidationError as exc:
+        return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+    return None
+
+
+def _triggers(
+    session: Session,
+    row: ManagedTable,
+    kind: Kind,
+    section: KindPolicy,
+    task: Task | None,
+    summary: dict[str, Any] | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Would the next commit (judged like the current snapshot) or sweep create a task?"""
+    out: list[dict[str, Any]] = []
+    blocked = (
+        f"{kind.name} is disabled by policy"
+        if not section.enabled
+        else f"open task {task.id} ({task.state}) already covers it"
+        if task is not None
+        else None
+    )
+    if kind.event_verdict is not None:
+        if summary is None:
+            out.append({"source": "commits", "would_create_task": False, "reason": "no commit yet"})
+        else:
+            verdict = kind.event_verdict(section, event_facts(session, row.id, kind.name, summary))
+            reason = (
+                verdict.reason
+                if blocked is None
+                else blocked
+                if not section.enabled
+                else f"{blocked}; {verdict.reason}"
+            )
+            out.append(
+                {
+                    "source": "commits",
+                    "would_create_task": blocked is None and verdict.needed,
+                    "reason": reason,
+                    "metrics": verdict.metrics,
+                }
+            )
+    if kind.swept:
+        last = session.scalar(
+            select(func.max(Task.created_at)).where(Task.table_id == row.id, Task.kind == kind.name)
+        )
+        due, why = (
+            is_due(section, last, now, kind=kind.name)
+            if isinstance(section, SweptPolicy)
+            else (False, f"{kind.name} has no sweep interval")
+        )
+        if blocked is not None:
+            reason = blocked
+        else:
+            reason = f"{why}: the next sweep creates one" if due else why
+        out.append(
+            {
+                "source": "sweep",
+                "would_create_task": blocked is None and due,
+                "reason": reason,
+            }
+        )
+    return out
