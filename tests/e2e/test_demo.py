@@ -12,17 +12,22 @@ from pathlib import Path
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
 from sqlalchemy import create_engine, text
+
+from lakewarden.spark.commits import TASK_KEY
 
 pytestmark = pytest.mark.spark
 
 
-def _rows_checksum(table) -> tuple[int, int, str]:  # type: ignore[no-untyped-def]
-    data = table.scan().to_arrow().sort_by([("id", "ascending")])
+def _rows_checksum(table: Table, snapshot_id: int | None = None) -> tuple[int, int, str]:
+    """Files, rows and a checksum of the rows of a snapshot (default: the current one)."""
+    scan = table.scan(snapshot_id=snapshot_id)
+    data = scan.to_arrow().sort_by([("id", "ascending")])
     digest = hashlib.sha256()
     for row in data.to_pylist():
         digest.update(repr((row["id"], row["region"], row["amount"], row["ts"])).encode())
-    return sum(1 for _ in table.scan().plan_files()), data.num_rows, digest.hexdigest()
+    return sum(1 for _ in scan.plan_files()), data.num_rows, digest.hexdigest()
 
 
 def test_demo_compacts_a_real_table_from_commit_events(db_url: str, tmp_path: Path) -> None:
@@ -46,7 +51,18 @@ def test_demo_compacts_a_real_table_from_commit_events(db_url: str, tmp_path: Pa
 
     # Independent read-back: pyiceberg's own SQL catalog client on the same catalog.
     catalog = SqlCatalog("lake", uri=db_url, warehouse=(tmp_path / "warehouse").as_uri())
-    files, rows, checksum = _rows_checksum(catalog.load_table("demo.clicks"))
+    table = catalog.load_table("demo.clicks")
+    # The table as it was just before the task's first commit, from its own history.
+    task = str(report["task_id"])
+    ours = [s for s in table.snapshots() if s.summary and s.summary.get(TASK_KEY) == task]
+    assert ours, "no commit of the compaction task"
+    first = min(ours, key=lambda s: s.sequence_number or 0)
+    assert first.parent_snapshot_id is not None
+    files_before, rows_before, checksum_before = _rows_checksum(table, first.parent_snapshot_id)
+    files, rows, checksum = _rows_checksum(table)
+    # Computed here, independently of the demo's own fingerprint: the same rows, to the bit.
+    assert checksum == checksum_before and rows == rows_before
+    assert files_before == report["files_before"]
     assert files == report["files_after"] == 4  # one file per region
     assert rows == report["rows_before"] == report["rows_after"]
     expected_rows = report["commits"] * 2000
@@ -55,7 +71,6 @@ def test_demo_compacts_a_real_table_from_commit_events(db_url: str, tmp_path: Pa
     # Nothing lost, nothing done twice: every id written exactly once.
     ids = catalog.load_table("demo.clicks").scan(selected_fields=("id",)).to_arrow()["id"]
     assert sorted(ids.to_pylist()) == list(range(expected_rows))
-    assert checksum  # computed independently of the demo's own fingerprint
 
     engine = create_engine(db_url)
     with engine.connect() as conn:
