@@ -14,6 +14,7 @@ import pytest
 from conftest import _admin, _with_db, make_test_runtime
 from sqlalchemy import create_engine, text
 
+from lakewarden.db.locks import DBLocks, session_lock
 from lakewarden.db.migrate import migrate, schema_is_current
 
 REPLICAS = 2
@@ -70,9 +71,22 @@ def test_replicas_migrating_at_once_both_succeed(fresh_db_url: str, tmp_path: Pa
                 text("SELECT count(*) FROM pg_trigger WHERE tgname = 'lakewarden_commit_notify'")
             ).scalar()
             assert triggers == 1
-            # the lock is released: nothing holds an advisory lock any more
-            assert not conn.execute(
-                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
-            ).scalar()
     finally:
         engine.dispose()
+
+
+def test_the_migration_lock_is_held_for_the_block_and_released_after(db_url: str) -> None:
+    engine = create_engine(db_url, pool_size=1, max_overflow=0)  # the lock's connection is reused
+    other = create_engine(db_url)
+    try_lock = text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))")
+    unlock = text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))")
+    key = {"k": DBLocks.MIGRATIONS.key()}
+    try:
+        with session_lock(engine, DBLocks.MIGRATIONS), other.connect() as conn:
+            assert conn.execute(try_lock, key).scalar() is False
+        with other.connect() as conn:
+            assert conn.execute(try_lock, key).scalar() is True
+            conn.execute(unlock, key)
+    finally:
+        engine.dispose()
+        other.dispose()
