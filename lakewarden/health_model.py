@@ -321,15 +321,6 @@ def layout_value(h: TableHealth, kind: str) -> float | None:
     return max(values) if values else h.layout.get(kind)
 
 
-def _expirable_snapshots(h: TableHealth, policy: Policy) -> int:
-    if "expirable" in h.snapshots:
-        return int(h.snapshots["expirable"])
-    cl = policy.clean  # numbers without the list: the oldest is beyond keep_last and too old
-    count = int(h.snapshots["count"])
-    too_old = h.snapshots["oldest_age_s"] > cl.max_snapshot_age_hours * 3600
-    return count - cl.keep_last_snapshots if count > cl.keep_last_snapshots and too_old else 0
-
-
 def penalties(h: TableHealth, policy: Policy) -> dict[str, float]:
     """What each factor takes off the score (the formula is at the top of this module)."""
     c, cl = policy.compaction, policy.clean
@@ -347,7 +338,7 @@ def penalties(h: TableHealth, policy: Policy) -> dict[str, float]:
             limit = section.max_files_per_lookup
             excess = max(excess, (value - limit) / limit)
     out["layout"] = W_LAYOUT * min(1.0, excess)
-    if _expirable_snapshots(h, policy):
+    if h.snapshots["expirable"]:
         beyond = h.snapshots["count"] - cl.keep_last_snapshots
         out["snapshots"] = W_SNAPSHOTS * min(1.0, beyond / (4 * cl.keep_last_snapshots))
     if h.manifests["count"] >= cl.rewrite_manifests_min_count:
@@ -412,7 +403,7 @@ def signals(h: TableHealth, policy: Policy) -> list[Signal]:
             f"(oldest {h.ttl.get('oldest')})",
         )
     cl = policy.clean
-    expirable = _expirable_snapshots(h, policy)
+    expirable = int(h.snapshots["expirable"])
     if expirable:
         fire(
             "clean",
