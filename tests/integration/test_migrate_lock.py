@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import multiprocessing
 import traceback
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _admin, _with_db, make_test_runtime
+from conftest import make_test_runtime
 from sqlalchemy import create_engine, text
 
 from lakewarden.db.locks import DBLocks, session_lock
@@ -21,14 +19,15 @@ REPLICAS = 2
 
 
 @pytest.fixture
-def fresh_db_url(server_url: str) -> Iterator[str]:
-    """An empty database: no schema, no catalog tables, no trigger."""
-    name = f"lw_test_fresh_{uuid.uuid4().hex[:10]}"
-    with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _with_db(server_url, name)
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def fresh_db_url(db_url: str) -> str:
+    """A database emptied of everything migrate makes: no schema, no catalog tables, no
+    trigger (they all live in the public schema)."""
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+    return db_url
 
 
 def _replica(url: str, tmp: str, ready: Any, errors: Any) -> None:
