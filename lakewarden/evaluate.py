@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
@@ -69,7 +70,19 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
     for ev in events[:-1]:
         ev.decision = "superseded"
         ev.decision_detail = {"reason": f"evaluated together with newer event {newest.id}"}
-    policy = effective_policy_for(session, row)
+    try:
+        policy = effective_policy_for(session, row)
+    except ValidationError as exc:
+        # The commit is kept (nothing lost); nothing is decided until the policy is fixed.
+        first = exc.errors()[0]
+        newest.decision = "policy-invalid"
+        newest.decision_detail = {
+            "reason": f"the stored policy no longer validates "
+            f"({'.'.join(str(p) for p in first['loc'])}: {first['msg']}): no kind is judged "
+            f"until it is fixed (PUT /api/v1/tables/{row.namespace}/{row.name}/policy)"
+        }
+        session.flush()
+        return
     detail: dict[str, Any] = {}
     for kind in REGISTRY.values():
         if kind.event_verdict is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
-from pydantic import ValidationError
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy import select
 
@@ -13,7 +12,6 @@ from lakewarden.events.refresh import ingest_commits
 from lakewarden.tables import get_table
 from services.api import errors
 from services.api.deps import RuntimeDep, SessionDep
-from services.api.policies import invalid_stored_policy
 from services.api.schemas import EventAccepted, EventIn, EventOut
 
 router = APIRouter(prefix="/api/v1", tags=["events"])
@@ -58,10 +56,7 @@ def post_event(body: EventIn, rt: RuntimeDep, session: SessionDep) -> EventAccep
             f"snapshot {wanted} is not in the metadata of {ref.dotted} "
             f"(current snapshot: {current.snapshot_id if current else None})",
         )
-    try:
-        ingested = ingest_commits(session, rt, row, table, source="webhook")
-    except ValidationError as exc:  # evaluating the new commits needs the policy
-        raise HTTPException(409, invalid_stored_policy(row, exc)) from exc
+    ingested = ingest_commits(session, rt, row, table, source="webhook")
     snapshot_id = wanted if wanted is not None else ingested.current_snapshot_id
     event = session.scalars(
         select(TimelineEvent).where(
