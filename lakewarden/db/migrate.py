@@ -15,6 +15,7 @@ from alembic.config import Config
 from sqlalchemy import Engine, text
 
 from lakewarden.db.locks import DBLocks, session_lock
+from lakewarden.db.session import catalog_engine
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.settings import Settings
 
@@ -43,7 +44,7 @@ def migrate(rt: Migratable) -> None:
         command.upgrade(alembic_config(rt.db_url), "head")
         if rt.settings.catalog_type == "jdbc":
             rt.catalog  # noqa: B018  pyiceberg's SqlCatalog creates iceberg_tables when missing
-            if rt.settings.catalog_database_url in (None, rt.db_url):
+            if catalog_engine(rt.settings, rt.engine) is rt.engine:
                 with rt.engine.begin() as conn:
                     install_commit_trigger(conn, refresh=True)
 

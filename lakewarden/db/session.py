@@ -1,4 +1,5 @@
-"""Engine and sessions. The caller owns the transaction (`with session.begin()`)."""
+"""Engines and transactions. Every unit of work, the API's per-request one included, is
+`with transaction(engine) as session:` (commit on success, roll back on error)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from lakewarden.settings import Settings, get_settings
@@ -22,12 +23,23 @@ def resolve_database_url(settings: Settings) -> str:
 
 
 @functools.cache
-def _engine_for(url: str) -> Engine:
+def engine_for(url: str) -> Engine:
+    """One engine (one connection pool) per database URL for the life of the process."""
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 
 
 def get_engine(settings: Settings | None = None) -> Engine:
-    return _engine_for(resolve_database_url(settings or get_settings()))
+    return engine_for(resolve_database_url(settings or get_settings()))
+
+
+def catalog_engine(settings: Settings, control_plane: Engine) -> Engine:
+    """The JDBC catalog's database: the control plane's own engine when they are one
+    database, else the process's one engine for the catalog's URL (`engine_for`), never a
+    new engine per call: each holds a pool of connections until it is disposed of."""
+    url = settings.catalog_database_url
+    if url is None or make_url(url) == control_plane.url:
+        return control_plane
+    return engine_for(url)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -9,7 +9,7 @@ import threading
 import psycopg
 from sqlalchemy.engine import make_url
 
-from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.catalog import InvalidIdentifier, TableRef, catalog_db_url
 from lakewarden.db.trigger import CHANNEL
 from lakewarden.events.poller import poll_once
 from lakewarden.events.refresh import refresh_table
@@ -31,7 +31,7 @@ class CommitListener(threading.Thread):
         self.connected = threading.Event()
 
     def run(self) -> None:
-        url = libpq_url(self.rt.settings.catalog_database_url or self.rt.db_url)
+        url = libpq_url(catalog_db_url(self.rt.settings, self.rt.db_url))
         while not self.stop.is_set():
             try:
                 with psycopg.connect(url, autocommit=True) as conn:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select, text
 
 from lakewarden.catalog import TableRef
 from lakewarden.db.models import ManagedTable
-from lakewarden.db.session import transaction
+from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable
@@ -17,9 +17,7 @@ def _jdbc_catalog_pointers(rt: Runtime) -> dict[tuple[str, str], str] | None:
     """Every table's metadata pointer in one query (JDBC catalog only)."""
     if rt.settings.catalog_type != "jdbc":
         return None
-    engine = rt.engine
-    if rt.settings.catalog_database_url and rt.settings.catalog_database_url != rt.db_url:
-        engine = create_engine(rt.settings.catalog_database_url)
+    engine = catalog_engine(rt.settings, rt.engine)
     with engine.begin() as conn:
         if engine is rt.engine:
             install_commit_trigger(conn)  # the catalog table may have appeared since start
