@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.models import ManagedTable
-from lakewarden.db.session import session_factory
+from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tables import get_table
 from services.api.schemas import IDENTIFIER_PATTERN, documented_pattern
@@ -34,7 +34,7 @@ def get_session(rt: RuntimeDep) -> Iterator[Session]:
     raises. Function-scoped (below), so the commit happens before the response is sent: a
     2xx means committed (a GET right after sees the write), and a commit that fails is an
     error response (services/api/errors.py), never a success."""
-    with session_factory(rt.engine)() as session, session.begin():
+    with transaction(rt.engine) as session:
         yield session
 
 
