@@ -164,16 +164,6 @@ def abandon_orphans(rt: Runtime, fence: Fence, stale_after_s: float, inflight: s
     for task_id in orphaned:
         if task_id in inflight:
             continue
-        with transaction(rt.engine) as s:
-            s.execute(
-                update(JobRun)
-                .where(JobRun.task_id == task_id, JobRun.state == RunState.RUNNING)
-                .values(
-                    state=RunState.ABANDONED,
-                    finished_at=func.now(),
-                    error=f"scheduler leadership moved to {fence.holder} (epoch {fence.epoch})",
-                )
-            )
         returned += _return_to_pending(
             rt,
             fence,
@@ -185,6 +175,8 @@ def abandon_orphans(rt: Runtime, fence: Fence, stale_after_s: float, inflight: s
 
 
 def _return_to_pending(rt: Runtime, fence: Fence, task_id: int, src: str, reason: str) -> int:
+    """One fenced transaction: the task goes back to pending and, if it was running, its
+    run is abandoned with it; when either is refused, neither moves."""
     try:
         with transaction(rt.engine) as s:
             repo.transition(
@@ -198,6 +190,16 @@ def _return_to_pending(rt: Runtime, fence: Fence, task_id: int, src: str, reason
                 holder=None,
                 plan=None,
             )
+            if src == TaskState.RUNNING:
+                s.execute(
+                    update(JobRun)
+                    .where(JobRun.task_id == task_id, JobRun.state == RunState.RUNNING)
+                    .values(
+                        state=RunState.ABANDONED,
+                        finished_at=func.now(),
+                        error=f"scheduler leadership moved to {fence.holder} (epoch {fence.epoch})",
+                    )
+                )
         return 1
     except (repo.TransitionRejected, FencedOut) as exc:
         log.info("task %d not returned: %s", task_id, exc)
