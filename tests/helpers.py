@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import pyarrow as pa
 
 from lakewarden.runtime import Runtime
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from services.scheduler.main import Scheduler
+
+T = TypeVar("T")
 
 SCHEMA = pa.schema(
     [
@@ -15,7 +28,9 @@ SCHEMA = pa.schema(
 )
 
 
-def make_table(rt: Runtime, namespace: str = "sales", name: str = "orders", partitioned=True):  # type: ignore[no-untyped-def]
+def make_table(
+    rt: Runtime, namespace: str = "sales", name: str = "orders", partitioned: bool = True
+) -> Table:
     """An Iceberg table in the test catalog, written by pyiceberg (no JVM)."""
     from pyiceberg.transforms import IdentityTransform
 
@@ -27,7 +42,9 @@ def make_table(rt: Runtime, namespace: str = "sales", name: str = "orders", part
     return rt.catalog.load_table(f"{namespace}.{name}")
 
 
-def append_batches(table, batches: int, rows: int = 10, start: int = 0, regions=("a", "b")):  # type: ignore[no-untyped-def]
+def append_batches(
+    table: Table, batches: int, rows: int = 10, start: int = 0, regions: Sequence[str] = ("a", "b")
+) -> Table:
     """`batches` commits, each writing one small file per region."""
     next_id = start
     for _ in range(batches):
@@ -47,7 +64,7 @@ def append_batches(table, batches: int, rows: int = 10, start: int = 0, regions=
     return table
 
 
-def manage(rt: Runtime, name: str, policy: dict, kind: str = "compaction") -> int:  # type: ignore[type-arg]
+def manage(rt: Runtime, name: str, policy: dict[str, Any], kind: str = "compaction") -> int:
     """Manage sales.<name> with `policy` and open a `kind` task on it (as a trigger would)."""
     from lakewarden.db.models import ManagedTable
     from lakewarden.db.session import transaction
@@ -71,18 +88,18 @@ def manage(rt: Runtime, name: str, policy: dict, kind: str = "compaction") -> in
     return task_id
 
 
-def run_one(scheduler) -> str:  # type: ignore[no-untyped-def]
+def run_one(scheduler: Scheduler) -> str:
     """Dispatch the one planned task and wait for its job; returns the task's new state."""
     scheduler.renew()  # stands in for the renewal thread: setup may have outlasted the lease
     assert scheduler.dispatch_once()
     (entry,) = scheduler.inflight.values()
-    return entry.future.result(timeout=300)  # type: ignore[no-any-return]
+    return str(entry.future.result(timeout=300))
 
 
-def wait_for(fn, timeout: float, what: str, on_timeout=lambda: ""):  # type: ignore[no-untyped-def]
+def wait_for(
+    fn: Callable[[], T | None], timeout: float, what: str, on_timeout: Callable[[], str] = str
+) -> T:
     """Poll `fn` until it returns something truthy; fail with `what` (and context) if not."""
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = fn()
@@ -90,3 +107,19 @@ def wait_for(fn, timeout: float, what: str, on_timeout=lambda: ""):  # type: ign
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{on_timeout()}")
+
+
+def current(table: Table) -> Snapshot:
+    """The table's current snapshot; it must have one."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None, f"{table.name()} has no snapshot"
+    return snapshot
+
+
+def equal_to(column: str, value: Any) -> BooleanExpression:
+    """`column = value` for pyiceberg scans and deletes (the keyword form of EqualTo is the
+    one its pydantic model declares to type checkers)."""
+    from pyiceberg.expressions import EqualTo, Reference
+    from pyiceberg.expressions.literals import literal
+
+    return EqualTo(term=Reference(column), value=literal(value))

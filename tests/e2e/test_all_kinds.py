@@ -20,6 +20,7 @@ from lakewarden.health import measure
 from lakewarden.runtime import Runtime
 from lakewarden.tables import effective_policy_for, get_table
 from services.api.app import create_app
+from services.scheduler.main import Scheduler
 from services.scheduler.sweeps import sweep_due_tasks
 from services.worker.main import Worker
 
@@ -36,8 +37,7 @@ SCHEMA = pa.schema(
 
 
 def test_a_full_policy_keeps_the_table_healthy_across_all_five_kinds(
-    scheduler,
-    spark_rt: Runtime,  # type: ignore[no-untyped-def]
+    scheduler: Scheduler, spark_rt: Runtime
 ) -> None:
     from pyiceberg.transforms import DayTransform
 
@@ -68,7 +68,7 @@ def test_a_full_policy_keeps_the_table_healthy_across_all_five_kinds(
                 )
             )
             next_id += 60
-    time.sleep(1)
+    time.sleep(1)  # every snapshot older than clean.max_snapshot_age_hours below (0.36 s)
     rows_before = rt.catalog.load_table("sales.everything").scan().to_arrow().to_pylist()
     policy = {
         "compaction": {"min_small_files": 8, "min_input_files": 3, "priority": 10},
@@ -112,7 +112,9 @@ def test_a_full_policy_keeps_the_table_healthy_across_all_five_kinds(
         ).json()["event"]
         assert decision["decision_detail"]["compaction"]["decision"] == "task-open"
         assert decision["decision_detail"]["zorder"]["decision"] == "task-created"
-    sweep_due_tasks(rt, scheduler.fence, datetime.now(UTC))  # TTL and clean are due
+    fence = scheduler.fence
+    assert fence is not None
+    sweep_due_tasks(rt, fence, datetime.now(UTC))  # TTL and clean are due
 
     worker = Worker(rt)
     for _ in range(30):
@@ -132,7 +134,9 @@ def test_a_full_policy_keeps_the_table_healthy_across_all_five_kinds(
     assert tasks["ttl"].state == "succeeded" and tasks["compaction"].state == "succeeded"
 
     table = rt.catalog.load_table("sales.everything")
-    cutoff = datetime.fromisoformat(tasks["ttl"].plan["cutoff"])  # type: ignore[index]
+    ttl_plan = tasks["ttl"].plan
+    assert ttl_plan is not None
+    cutoff = datetime.fromisoformat(ttl_plan["cutoff"])
     kept = sorted((r["id"], r["ts"], r["a"], r["b"]) for r in rows_before if r["ts"] >= cutoff)
     after = sorted((r["id"], r["ts"], r["a"], r["b"]) for r in table.scan().to_arrow().to_pylist())
     assert after == kept  # exactly the expired rows are gone; every other row is intact

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 TTL_S = 3.0
 
@@ -69,35 +71,49 @@ def schedulers(
         log.close()
 
 
-def _lease(engine) -> tuple[str, int, bool] | None:  # type: ignore[no-untyped-def]
+def _lease(engine: Engine) -> tuple[str, int, bool, datetime] | None:
+    """holder, epoch, whether it is live, when it was last renewed."""
     with engine.connect() as conn:
         row = conn.execute(
             text(
-                "SELECT holder, epoch, expires_at > now() FROM leader_lease "
+                "SELECT holder, epoch, expires_at > now(), renewed_at FROM leader_lease "
                 "WHERE name = 'scheduler'"
             )
         ).one_or_none()
-    return (row[0], row[1], row[2]) if row else None
+    return (row[0], row[1], row[2], row[3]) if row else None
+
+
+def _live_lease(engine: Engine) -> tuple[str, int, bool, datetime]:
+    lease = _lease(engine)
+    assert lease is not None
+    return lease
 
 
 def test_kill_the_leader_and_the_standby_takes_over(
     schedulers: list[subprocess.Popen[bytes]], db_url: str
 ) -> None:
     engine = create_engine(db_url)
-    holder, epoch, _ = wait_for(lambda: _lease(engine), 30, "a leader")
+    holder, epoch, _, renewed = wait_for(lambda: _lease(engine), 30, "a leader")
     # Both processes are up; exactly one holds the lease (its pid is in its id).
     leader = next(p for p in schedulers if f"-{p.pid}-" in holder)
     standby = next(p for p in schedulers if p is not leader)
-    time.sleep(1.0)
-    assert _lease(engine)[:2] == (holder, epoch)  # type: ignore[index]  # renewed, not stolen
+
+    def renewed_after(at: datetime) -> datetime | None:
+        renewed_at = _live_lease(engine)[3]
+        return renewed_at if renewed_at > at else None
+
+    # Two renewals later the standby has had its tries: the lease is renewed, not stolen.
+    for _ in range(2):
+        renewed = wait_for(partial(renewed_after, renewed), 10, "the leader to renew")
+    assert _live_lease(engine)[:2] == (holder, epoch)
+
+    def taken_over() -> tuple[str, int, bool, datetime] | None:
+        lease = _lease(engine)
+        return lease if lease is not None and lease[0] != holder else None
 
     leader.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    new_holder, new_epoch, live = wait_for(
-        lambda: (lease := _lease(engine)) and lease[0] != holder and lease,
-        TTL_S + 10,
-        "the standby to take over",
-    )
+    new_holder, new_epoch, live, _ = wait_for(taken_over, TTL_S + 10, "the standby to take over")
     failover_s = time.monotonic() - killed_at
     assert f"-{standby.pid}-" in new_holder and new_epoch == epoch + 1 and live
     print(f"failover after kill -9: {failover_s:.2f}s (lease TTL {TTL_S}s)")
@@ -106,5 +122,5 @@ def test_kill_the_leader_and_the_standby_takes_over(
     # A clean shutdown resigns: the lease is released at once, not after the TTL.
     standby.send_signal(signal.SIGTERM)
     standby.wait(20)
-    assert _lease(engine)[2] is False  # type: ignore[index]
+    assert _live_lease(engine)[2] is False
     engine.dispose()

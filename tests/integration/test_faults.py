@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from conftest import make_test_runtime
@@ -22,11 +23,14 @@ from sqlalchemy import text
 
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.tasks import repo
 from lakewarden.verify import fingerprint
 
 pytestmark = pytest.mark.spark
+
+T = TypeVar("T")
 
 
 class Fleet:
@@ -78,8 +82,24 @@ def fleet(db_url: str, tmp_path: Path) -> Iterator[Fleet]:
     f.stop()
 
 
-def _wait(fn, timeout: float, what: str, fleet: Fleet):  # type: ignore[no-untyped-def]
+def _wait(fn: Callable[[], T | None], timeout: float, what: str, fleet: Fleet) -> T:
     return wait_for(fn, timeout, what, fleet.logs)
+
+
+def _in_spark(rt: Runtime, task_id: int) -> bool:
+    """The task runs and its attempt has a Spark application: the session is up (warm or
+    not), and the job starts now."""
+    with rt.engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT 1 FROM tasks t JOIN job_runs r ON r.task_id = t.id "
+                    "AND r.attempt = t.attempt WHERE t.id = :i AND t.state = 'running' "
+                    "AND r.spark_app_id IS NOT NULL"
+                ),
+                {"i": task_id},
+            ).scalar()
+        )
 
 
 def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> None:
@@ -91,15 +111,15 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
     schedulers = [fleet.start("scheduler"), fleet.start("scheduler")]
     fleet.start("worker")
 
-    def lease():  # type: ignore[no-untyped-def]
+    def lease() -> tuple[str, int] | None:
         with rt.engine.connect() as conn:
-            return conn.execute(
+            row = conn.execute(
                 text("SELECT holder, epoch FROM leader_lease WHERE expires_at > now()")
             ).one_or_none()
+        return (row[0], row[1]) if row else None
 
     holder, epoch = _wait(lease, 60, "a leader", fleet)
     leader = next(p for p in schedulers if f"-{p.pid}-" in holder)
-    time.sleep(15)  # both schedulers warm their Spark sessions
 
     with transaction(rt.engine) as s:
         row = ManagedTable(
@@ -113,6 +133,7 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
         task_id = repo.create_task(
             s, table_id=row.id, kind="compaction", trigger={}, actor="test", max_attempts=5
         )
+    assert task_id is not None
 
     def state() -> str:
         with rt.engine.connect() as conn:
@@ -120,7 +141,7 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
                 conn.execute(text("SELECT state FROM tasks WHERE id = :i"), {"i": task_id}).scalar()
             )
 
-    _wait(lambda: state() == "running", 120, "the job to start", fleet)
+    _wait(lambda: _in_spark(rt, task_id), 120, "the job to start in Spark", fleet)
     leader.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
 
@@ -140,7 +161,9 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
     ]
     assert len(ends) == 1, [(h.from_state, h.to_state, h.reason) for h in history]
     assert ends[0] in ("succeeded", "skipped"), fleet.logs()
-    new_holder, new_epoch = lease()
+    new_lease = lease()
+    assert new_lease is not None
+    new_holder, new_epoch = new_lease
     assert new_epoch > epoch and f"-{leader.pid}-" not in new_holder
 
     after = fingerprint(rt.catalog.load_table("sales.killed"))
@@ -155,7 +178,7 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
         for sn in table.snapshots()
         if sn.summary is not None and sn.summary.get(TASK_KEY) == str(task_id)
     ]
-    deleted = sum(int(sn.summary.get("deleted-data-files", 0)) for sn in ours)  # type: ignore[union-attr]
+    deleted = sum(int(sn.summary.get("deleted-data-files", 0)) for sn in ours if sn.summary)
     assert ours and deleted <= before.data_files
     rt.engine.dispose()
 
@@ -236,6 +259,7 @@ def test_kill_a_worker_mid_plan(fleet: Fleet, db_url: str, tmp_path: Path) -> No
         s.add(row)
         s.flush()
         task_id = repo.create_task(s, table_id=row.id, kind="compaction", trigger={}, actor="test")
+    assert task_id is not None
 
     def task() -> tuple[str, str | None]:
         with rt.engine.connect() as conn:
@@ -285,7 +309,6 @@ def test_spark_jvm_crash_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
         return next((k for k in kids if k.name() == "java"), None)
 
     _wait(jvm, 60, "the scheduler's Spark JVM", fleet)
-    time.sleep(12)  # warm
     with transaction(rt.engine) as s:
         row = ManagedTable(
             catalog="lake",
@@ -296,6 +319,7 @@ def test_spark_jvm_crash_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
         s.add(row)
         s.flush()
         task_id = repo.create_task(s, table_id=row.id, kind="compaction", trigger={}, actor="test")
+    assert task_id is not None
 
     def state() -> str:
         with rt.engine.connect() as conn:
@@ -303,7 +327,7 @@ def test_spark_jvm_crash_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
                 conn.execute(text("SELECT state FROM tasks WHERE id = :i"), {"i": task_id}).scalar()
             )
 
-    _wait(lambda: state() == "running", 120, "the job to start", fleet)
+    _wait(lambda: _in_spark(rt, task_id), 120, "the job to start in Spark", fleet)
     doomed = jvm()
     assert doomed is not None
     doomed.kill()

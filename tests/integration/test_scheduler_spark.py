@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers import append_batches, make_table, manage, run_one
+from helpers import append_batches, current, equal_to, make_table, manage, run_one, wait_for
 from sqlalchemy import select, text
 
 from lakewarden.catalog import TableRef
@@ -17,6 +19,12 @@ from lakewarden.tasks import repo
 from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from lakewarden.kinds.base import JobResult
 
 pytestmark = pytest.mark.spark
 
@@ -53,8 +61,9 @@ def test_compaction_job_rewrites_small_files_and_keeps_every_row(
             "running",
             "succeeded",
         ]
+        assert scheduler.fence is not None
         assert all(
-            h.leader_epoch == scheduler.fence.epoch  # type: ignore[union-attr]
+            h.leader_epoch == scheduler.fence.epoch
             for h in repo.history(s, task_id)
             if h.to_state in ("running", "succeeded")
         )
@@ -63,7 +72,7 @@ def test_compaction_job_rewrites_small_files_and_keeps_every_row(
 def test_failing_job_is_retried_with_backoff_then_fails_keeping_its_errors(
     scheduler: Scheduler,
     spark_rt: Runtime,
-    spark,  # type: ignore[no-untyped-def]
+    spark: SparkSession,
 ) -> None:
     append_batches(make_table(spark_rt, name="doomed"), 6)
     task_id = manage(
@@ -104,7 +113,7 @@ def test_failing_job_is_retried_with_backoff_then_fails_keeping_its_errors(
         assert "attempt 2/2" in (task.reason or "")
 
 
-def _commit_with_retry(fn, attempts: int = 20) -> None:  # type: ignore[no-untyped-def]
+def _commit_with_retry(fn: Callable[[], object], attempts: int = 20) -> None:
     """What a real writer does when a concurrent commit wins: refresh and try again."""
     from pyiceberg.exceptions import CommitFailedException
 
@@ -122,7 +131,6 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
 ) -> None:
     import pyarrow as pa
     from helpers import SCHEMA
-    from pyiceberg.expressions import EqualTo
 
     append_batches(make_table(spark_rt, name="raced"), 10, rows=50, regions=("a", "b", "c"))
     task_id = manage(
@@ -143,14 +151,14 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
         ids = list(range(next_id, next_id + 20))
         batch = pa.table({"id": ids, "region": ["a"] * 20, "amount": [1.0] * 20}, schema=SCHEMA)
 
-        def append(batch=batch) -> None:  # type: ignore[no-untyped-def]
+        def append(batch: pa.Table = batch) -> None:
             writer.refresh().append(batch)
 
         _commit_with_retry(append)
         appended += ids
         next_id += 20
         if len(appended) == 40:
-            _commit_with_retry(lambda: writer.refresh().delete(EqualTo("id", 7)))
+            _commit_with_retry(lambda: writer.refresh().delete(equal_to("id", 7)))
     outcome = future.result(timeout=300)
 
     # A conflicting attempt is retried: re-planned from the table's state, run again.
@@ -181,7 +189,7 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
 def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
     scheduler: Scheduler,
     spark_rt: Runtime,
-    spark,  # type: ignore[no-untyped-def]
+    spark: SparkSession,
 ) -> None:
     from lakewarden.kinds import get_kind
     from lakewarden.spark.commits import ATTEMPT_KEY, TASK_KEY, committing_as
@@ -192,13 +200,15 @@ def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
     )
     assert Worker(spark_rt).run_once()
     with transaction(spark_rt.engine) as s:
-        plan = s.get(Task, task_id).plan  # type: ignore[union-attr]
+        task = s.get(Task, task_id)
+        assert task is not None and task.plan is not None
+        plan = task.plan
     # Attempt 1 commits, then its scheduler dies before recording the outcome.
     with committing_as(task_id, 1):
         get_kind("compaction").run(spark, "lake", TableRef("sales", "twice"), plan)
     table = spark_rt.catalog.load_table("sales.twice")
-    summary = table.current_snapshot().summary
-    assert summary[TASK_KEY] == str(task_id) and summary[ATTEMPT_KEY] == "1"
+    summary = current(table).summary
+    assert summary is not None and summary[TASK_KEY] == str(task_id) and summary[ATTEMPT_KEY] == "1"
     snapshots_after_first = len(table.snapshots())
     with spark_rt.engine.begin() as conn:
         conn.execute(
@@ -211,7 +221,7 @@ def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
         task = s.get(Task, task_id)
         assert task is not None and task.result is not None
         assert task.result["recovered_commit_of_attempt"] == "1"
-        assert task.result["committed_snapshot_id"] == table.current_snapshot().snapshot_id
+        assert task.result["committed_snapshot_id"] == current(table).snapshot_id
 
 
 def _hanging_kind(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,7 +229,7 @@ def _hanging_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     from lakewarden import kinds
     from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 
-    def run(spark, catalog, ref, plan):  # type: ignore[no-untyped-def]
+    def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
         spark.sql("SELECT reflect('java.lang.Thread', 'sleep', bigint(600000))").collect()
         return JobResult({}, None)
 
@@ -248,7 +258,7 @@ def test_a_hanging_job_is_cancelled_at_its_timeout_and_retried(
 
 
 def test_cancelling_a_running_task_cancels_its_spark_job(
-    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+    scheduler: Scheduler, spark_rt: Runtime, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _hanging_kind(monkeypatch)
     append_batches(make_table(spark_rt, name="cancelme"), 1)
@@ -256,7 +266,8 @@ def test_cancelling_a_running_task_cancels_its_spark_job(
     assert Worker(spark_rt).run_once()
     assert scheduler.dispatch_once()
     (entry,) = scheduler.inflight.values()
-    time.sleep(2)  # the job is running in Spark
+    tracker = spark.sparkContext.statusTracker()
+    wait_for(lambda: tracker.getJobIdsForGroup(entry.group), 60, "the job to run in Spark")
     with transaction(spark_rt.engine) as s:
         repo.transition(s, task_id, "cancelled", actor="api:test", reason="operator")
     scheduler.cancel_requested_jobs()
@@ -271,7 +282,7 @@ def test_cancelling_a_running_task_cancels_its_spark_job(
 def test_delete_file_compaction_on_a_merge_on_read_table(
     scheduler: Scheduler,
     spark_rt: Runtime,
-    spark,  # type: ignore[no-untyped-def]
+    spark: SparkSession,
 ) -> None:
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.sales")
     spark.sql(
@@ -293,7 +304,9 @@ def test_delete_file_compaction_on_a_merge_on_read_table(
     )
     assert Worker(spark_rt).run_once()
     with transaction(spark_rt.engine) as s:
-        plan = s.get(Task, task_id).plan  # type: ignore[union-attr]
+        task = s.get(Task, task_id)
+        assert task is not None
+        plan = task.plan
     assert plan is not None and sum(p["files_with_deletes"] for p in plan["partitions"]) == 2
     assert run_one(scheduler) == "succeeded"
 
