@@ -9,15 +9,22 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from lakewarden.db.migrate import migrate
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
 TEMPLATE = f"lw_test_template_{os.getpid()}"
@@ -55,18 +62,20 @@ def template_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
     rt = make_test_runtime(url, wh)
     migrate(rt)
     rt.engine.dispose()
-    rt.catalog.engine.dispose()  # type: ignore[attr-defined]
+    catalog = rt.catalog
+    if isinstance(catalog, SqlCatalog):
+        catalog.engine.dispose()
     yield url
     with _admin(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
 
 
-def make_test_runtime(url: str, tmp: Path, role: str = "test", **overrides: object) -> Runtime:
+def make_test_runtime(url: str, tmp: Path, role: str = "test", **overrides: Any) -> Runtime:
     settings = Settings(
         database_url=url,
         data_dir=tmp,
         warehouse=(tmp / "warehouse").as_uri(),
-        **overrides,  # type: ignore[arg-type]
+        **overrides,
     )
     engine = create_engine(settings.database_url or url, pool_size=5, max_overflow=10)
     return Runtime(settings=settings, db_url=settings.database_url or url, engine=engine, role=role)
@@ -93,7 +102,9 @@ def rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
 
 
 @pytest.fixture(scope="session")
-def spark_rt(server_url: str, template_url: str, tmp_path_factory) -> Iterator[Runtime]:  # type: ignore[no-untyped-def]
+def spark_rt(
+    server_url: str, template_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runtime]:
     """One database and one warm Spark session for the run (a JVM per test is too slow);
     tests use their own table names."""
     name = f"lw_test_spark_{os.getpid()}"
@@ -113,7 +124,7 @@ def spark_rt(server_url: str, template_url: str, tmp_path_factory) -> Iterator[R
 
 
 @pytest.fixture(scope="session")
-def spark(spark_rt: Runtime):  # type: ignore[no-untyped-def]
+def spark(spark_rt: Runtime) -> Iterator[SparkSession]:
     from lakewarden.spark.session import build_session
 
     session = build_session(spark_rt.settings, spark_rt.db_url, "lakewarden-tests")
@@ -122,7 +133,7 @@ def spark(spark_rt: Runtime):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def scheduler(spark_rt: Runtime, spark):  # type: ignore[no-untyped-def]
+def scheduler(spark_rt: Runtime, spark: SparkSession) -> Iterator[Scheduler]:
     """A leading scheduler on the shared Spark session, with nothing managed yet."""
     from lakewarden.process import Ticker
     from services.scheduler.main import Scheduler

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ class Receiver:
     """A real HTTP endpoint on 127.0.0.1 that records what it is sent."""
 
     def __init__(self, fail_first: int = 0) -> None:
-        self.received: list[tuple[str, object]] = []
+        self.received: list[tuple[str, Any]] = []  # (path, the JSON body)
         self.fail_first = fail_first
         receiver = self
 
@@ -94,6 +95,7 @@ def test_failed_task_fires_once_and_resolves_when_a_later_task_succeeds(rt: Runt
     assert alerts[0].runbook and "GET /api/v1/tasks" in alerts[0].runbook
     with transaction(rt.engine) as s:
         table_id = s.scalar(select(ManagedTable.id))
+        assert table_id is not None
         later = repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t")
     with rt.engine.begin() as conn:
         conn.execute(text("UPDATE tasks SET state = 'succeeded' WHERE id = :i"), {"i": later})
@@ -157,9 +159,9 @@ def test_delivery_to_all_sinks_with_retry(rt: Runtime, receiver: Receiver) -> No
     paths = [p for p, _ in receiver.received]
     assert sorted(set(paths)) == ["/am/api/v2/alerts", "/hook", "/slack"]
     by_path = dict(receiver.received)
-    assert by_path["/hook"]["rule"] == "task_failed"  # type: ignore[index]
-    assert "task_failed firing" in by_path["/slack"]["text"]  # type: ignore[index]
-    assert by_path["/am/api/v2/alerts"][0]["labels"]["alertname"] == "lakewarden_task_failed"  # type: ignore[index]
+    assert by_path["/hook"]["rule"] == "task_failed"
+    assert "task_failed firing" in by_path["/slack"]["text"]
+    assert by_path["/am/api/v2/alerts"][0]["labels"]["alertname"] == "lakewarden_task_failed"
 
 
 def test_alerts_api_and_metrics(rt: Runtime) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from helpers import append_batches, make_table
+from helpers import append_batches, current, make_table
 from sqlalchemy import select
 
 from lakewarden.db.models import Task, TimelineEvent
@@ -50,7 +50,7 @@ def test_same_event_posted_twice_is_one_event_and_at_most_one_task(
     table = make_table(rt)
     _register(client)
     table = append_batches(table, 4)  # 8 small files: 7 reducible >= 6
-    snap = table.current_snapshot().snapshot_id
+    snap = current(table).snapshot_id
     first = client.post(
         "/api/v1/events", json={"namespace": "sales", "name": "orders", "snapshot_id": snap}
     )

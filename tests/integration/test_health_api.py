@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
-from helpers import append_batches, make_table
+from helpers import append_batches, current, make_table
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -20,6 +20,9 @@ from lakewarden.kinds import REGISTRY
 from lakewarden.runtime import Runtime
 from services.api.app import create_app
 from services.api.routes.health import _read_only
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 MiB = 1024 * 1024
 
@@ -167,7 +170,7 @@ def test_explain_covers_every_kind_and_writes_nothing(client: TestClient, rt: Ru
 
     body = r.json()
     assert list(body["kinds"]) == list(REGISTRY)
-    assert body["snapshot_id"] == table.current_snapshot().snapshot_id
+    assert body["snapshot_id"] == current(table).snapshot_id
     assert [b["holder"] for b in body["blocked_by"]] == ["flink"]
     assert body["summary"].startswith("would run now: compaction, clean; blocked by flink")
 
@@ -263,7 +266,7 @@ def test_errors(client: TestClient, rt: Runtime, view: str) -> None:
 @pytest.mark.spark
 def test_delete_files_per_partition_on_a_merge_on_read_table(
     spark_rt: Runtime,
-    spark,  # type: ignore[no-untyped-def]
+    spark: SparkSession,
 ) -> None:
     from lakewarden.health import measure
     from lakewarden.policy import Policy

@@ -10,8 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers import manage, run_one
-from pyiceberg.expressions import And, EqualTo
+from helpers import current, equal_to, manage, run_one
+from pyiceberg.expressions import And
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
@@ -67,9 +67,9 @@ def _files_opened(table: Table, probes: list[tuple[int, int]], **where: Any) -> 
     """What a reader pays: files pyiceberg opens for `a = x AND b = y`, on average."""
     opened = []
     for x, y in probes:
-        row_filter = And(EqualTo("a", x), EqualTo("b", y))
+        row_filter = And(equal_to("a", x), equal_to("b", y))
         for k, v in where.items():
-            row_filter = And(row_filter, EqualTo(k, v))
+            row_filter = And(row_filter, equal_to(k, v))
         opened.append(len(list(table.scan(row_filter=row_filter).plan_files())))
     return sum(opened) / len(opened)
 
@@ -120,7 +120,7 @@ def test_rewrite_cuts_files_opened_by_lookups_and_keeps_every_row(
     assert done.state == "succeeded" and done.result is not None
     assert done.result["rewritten_data_files"] == before.data_files
     assert done.result["committed_snapshot_id"] == after.snapshot_id
-    summary = table.current_snapshot().summary  # type: ignore[union-attr]
+    summary = current(table).summary
     assert summary is not None and summary[TASK_KEY] == str(task_id)  # a retry cannot redo it
 
     # Laid out now: the same kind planned again finds nothing to do, and says why.

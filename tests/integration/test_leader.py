@@ -21,17 +21,20 @@ def test_two_schedulers_one_leader_and_takeover(rt: Runtime) -> None:
     a.rt = Runtime(settings=rt.settings, db_url=rt.db_url, engine=rt.engine, role="scheduler")
     a.renew()
     b.renew()
-    assert a.leading() is not None and b.leading() is None
-    epoch = a.fence.epoch  # type: ignore[union-attr]
+    fence = a.leading()
+    assert fence is not None and b.leading() is None
+    epoch = fence.epoch
     a.renew()
     b.renew()
-    assert a.fence.epoch == epoch and b.leading() is None  # type: ignore[union-attr]
+    fence = a.leading()
+    assert fence is not None and fence.epoch == epoch and b.leading() is None
 
     # The leader stops renewing (killed): once the lease lapses the standby takes over.
     with rt.engine.begin() as conn:
         conn.execute(text("UPDATE leader_lease SET expires_at = now() - interval '1 second'"))
     b.renew()
-    assert b.leading() is not None and b.fence.epoch == epoch + 1  # type: ignore[union-attr]
+    fence = b.leading()
+    assert fence is not None and fence.epoch == epoch + 1
     a.renew()
     assert a.fence is None
 

@@ -101,7 +101,8 @@ def test_fenced_transition_refused_after_takeover(rt: Runtime) -> None:
     with transaction(rt.engine) as s, pytest.raises(FencedOut):
         repo.transition(s, task_id, "running", actor="old", fence=old)
     with transaction(rt.engine) as s:
-        assert s.get(Task, task_id).state == "planned"  # type: ignore[union-attr]
+        task = s.get(Task, task_id)
+        assert task is not None and task.state == "planned"
 
 
 def _register_real_table(rt: Runtime, policy: dict) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers import append_batches, make_table, manage, run_one
+from helpers import append_batches, current, equal_to, make_table, manage, run_one
 
 from lakewarden.db.models import Task
 from lakewarden.db.session import transaction
@@ -153,8 +153,8 @@ def test_ttl_partition_level_drops_whole_days_metadata_only(
     assert result["deleted_data_files"] == plan["files_entirely_expired"]
     table = spark_rt.catalog.load_table(f"sales.{name}")
     assert _data_paths(table) < files_before  # no file rewritten: a subset of the old ones
-    snap = table.current_snapshot()
-    assert snap.snapshot_id == result["committed_snapshot_id"]
+    snap = current(table)
+    assert snap.snapshot_id == result["committed_snapshot_id"] and snap.summary is not None
     assert snap.summary.operation.value == "delete"
     assert snap.summary.get("added-data-files") in (None, "0")  # nothing written
 
@@ -189,8 +189,8 @@ def test_ttl_row_level_on_an_unpartitioned_table(scheduler: Scheduler, spark_rt:
     # the straddling day's file was rewritten, keeping its rows inside retention
     straddler = [r for r in after if r[1].date() == cutoff.date()]
     assert result["rewritten_rows_kept"] == len(straddler) > 0
-    current = spark_rt.catalog.load_table("sales.tc_rows").current_snapshot()
-    assert result["committed_snapshot_id"] == current.snapshot_id
+    snap = current(spark_rt.catalog.load_table("sales.tc_rows"))
+    assert result["committed_snapshot_id"] == snap.snapshot_id
     assert result["metadata_only"] is False and result["added_data_files"] == 1
 
 
@@ -257,7 +257,7 @@ def test_clean_expires_old_snapshots_keeping_the_last_and_tagged_ones(
     table = spark_rt.catalog.load_table("sales.tc_churn")
     left = {s.snapshot_id for s in table.snapshots()}
     assert left == {*ids[-3:], ids[1]} and len(left) == expire["expected_snapshots_after"]
-    assert table.current_snapshot().snapshot_id == ids[-1] == before.snapshot_id
+    assert current(table).snapshot_id == ids[-1] == before.snapshot_id
     assert fingerprint(table) == before  # the data, file for file
     result = _task(spark_rt, task_id).result
     assert result is not None and result["committed_snapshot_id"] is None  # no new snapshot
@@ -268,12 +268,10 @@ def test_clean_expires_old_snapshots_keeping_the_last_and_tagged_ones(
 def test_orphans_older_than_the_window_go_young_ones_and_live_files_stay(
     scheduler: Scheduler, spark_rt: Runtime
 ) -> None:
-    from pyiceberg.expressions import EqualTo
-
     table = append_batches(make_table(spark_rt, name="tc_orphans"), 3)
-    first = table.current_snapshot().snapshot_id
+    first = current(table).snapshot_id
     live = sorted(p.removeprefix("file://") for p in _data_paths(table))
-    table.delete(EqualTo("region", "a"))  # region a's files: now only in older snapshots
+    table.delete(equal_to("region", "a"))  # region a's files: now only in older snapshots
     table = table.refresh()
     before, first_rows = fingerprint(table), table.scan(snapshot_id=first).to_arrow().num_rows
     assert len(_data_paths(table)) < len(live)
@@ -317,7 +315,7 @@ def test_rewrite_manifests_leaves_fewer_manifests_and_the_same_data(
     scheduler: Scheduler, spark_rt: Runtime
 ) -> None:
     table = append_batches(make_table(spark_rt, name="tc_manifests"), 12)
-    manifests_before = len(table.current_snapshot().manifests(table.io))
+    manifests_before = len(current(table).manifests(table.io))
     assert manifests_before == 12  # one per append
     before = fingerprint(table)
     task_id = manage(
@@ -339,7 +337,7 @@ def test_rewrite_manifests_leaves_fewer_manifests_and_the_same_data(
     assert run_one(scheduler) == "succeeded"
 
     table = spark_rt.catalog.load_table("sales.tc_manifests")
-    manifests_after = len(table.current_snapshot().manifests(table.io))
+    manifests_after = len(current(table).manifests(table.io))
     assert manifests_after < manifests_before
     after = fingerprint(table)
     assert (after.rows, after.checksum, after.data_files) == (
@@ -351,4 +349,5 @@ def test_rewrite_manifests_leaves_fewer_manifests_and_the_same_data(
     assert result is not None and result["rewritten_manifests"] == 12
     assert result["added_manifests"] == manifests_after
     assert result["committed_snapshot_id"] == after.snapshot_id
-    assert table.current_snapshot().summary.operation.value == "replace"
+    summary = current(table).summary
+    assert summary is not None and summary.operation.value == "replace"

@@ -20,7 +20,8 @@ def test_disjoint_sorted_files_open_one_file_per_lookup() -> None:
 def test_random_files_open_almost_all_files() -> None:
     rng = random.Random(1)
     files = [_file(i, a=(rng.randint(0, 5), rng.randint(995, 1000))) for i in range(20)]
-    assert files_per_lookup(files, ["a"]) >= 10  # each file spans nearly the whole range
+    lookups = files_per_lookup(files, ["a"])
+    assert lookups is not None and lookups >= 10  # each file spans nearly the whole range
 
 
 def test_two_columns_grid_beats_one_sorted_column_for_two_column_lookups() -> None:

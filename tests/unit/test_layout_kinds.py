@@ -26,19 +26,20 @@ from lakewarden.kinds.base import EventFacts, PlanRejected
 from lakewarden.kinds.layout import (
     CLUSTERING,
     ZORDER,
+    IdentityFields,
     event_verdict,
     layout_sql,
     plan_from_files,
     sql_literal,
 )
-from lakewarden.metadata import DataFile
+from lakewarden.metadata import DataFile, Partition
 from lakewarden.policy import ClusteringPolicy, ZOrderPolicy
 
 REF = TableRef("sales", "orders")
-REGION = {(0, "region"): ("region", StringType())}
+REGION: IdentityFields = {(0, "region"): ("region", StringType())}
 
 
-def _f(i: int, partition: tuple = (), size: int = 1000, **bounds: tuple[Any, Any]) -> DataFile:  # type: ignore[type-arg]
+def _f(i: int, partition: Partition = (), size: int = 1000, **bounds: tuple[Any, Any]) -> DataFile:
     return DataFile(f"f{i}-{partition}", size, 10, 0, partition, bounds=bounds)
 
 
@@ -149,13 +150,13 @@ def test_a_string_that_has_no_safe_literal_falls_back_to_the_whole_table() -> No
 
 
 def test_multi_field_partitions_and_nulls_in_the_where_clause() -> None:
-    identity = {
+    identity: IdentityFields = {
         (0, "region"): ("region", StringType()),
         (0, "day"): ("event_day", DateType()),
         (0, "flag"): ("flag", BooleanType()),
     }
 
-    def part(day: int, flag: bool | None) -> tuple:  # type: ignore[type-arg]
+    def part(day: int, flag: bool | None) -> Partition:
         return (("region", "eu"), ("day", day), ("flag", flag))
 
     files = [_f(i, part(19724, flag), a=(0, 999)) for flag in (True, None) for i in range(4)] + [

@@ -151,7 +151,7 @@ def test_other_types_are_strict_too(raw: dict[str, Any]) -> None:
 
 def test_a_stored_policy_survives_its_json_round_trip() -> None:
     """What the API stores (JSONB) and reads back validates under the strict types."""
-    raw = {
+    raw: dict[str, dict[str, Any]] = {
         "clean": {"interval_minutes": 90, "max_snapshot_age_hours": 0.5},
         "ttl": {"enabled": True, "column": "ts", "retention_days": 7},
     }
