@@ -1,10 +1,13 @@
-.PHONY: setup test lint demo fmt
+.PHONY: setup test quick lint demo fmt
 
 setup:  ## install everything (Debian packages, venv, jars) without running the demo
 	bash scripts/setup.sh --no-demo
 
 test:
 	.venv/bin/pytest
+
+quick:  ## the inner loop: every test that starts no JVM and no other process (under a minute)
+	.venv/bin/pytest -q -m "not slow"
 
 lint:
 	.venv/bin/ruff check .

@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -39,6 +40,19 @@ def _admin(url: str) -> psycopg.Connection:
 
 def _with_db(url: str, name: str) -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark slow what starts a JVM or other processes: every `spark` test, and every test of
+    a module that imports subprocess or multiprocessing (so a new one is marked too)."""
+    for item in items:
+        module = getattr(item, "module", None)
+        starts = module is not None and any(
+            isinstance(vars(module).get(name), ModuleType)
+            for name in ("subprocess", "multiprocessing")
+        )
+        if starts or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
