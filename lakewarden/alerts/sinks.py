@@ -3,21 +3,22 @@
 Sinks: a generic JSON webhook, a Slack-compatible incoming webhook, and an
 Alertmanager-compatible endpoint (`POST /api/v2/alerts`). Several processes may
 deliver (API replicas and the leader: a missing leader must still be reported),
-so each alert is claimed with SKIP LOCKED; failures retry with backoff.
+so each alert is claimed (SKIP LOCKED, then a lease) and sent with no lock held; failures
+retry with backoff.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, func, select, update
 
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import Alert
+from lakewarden.db.session import transaction
 from lakewarden.settings import Settings
 from lakewarden.states import AlertState
 
@@ -88,23 +89,61 @@ PAYLOADS = {
 }
 
 
-def deliver_pending(session: Session, settings: Settings, client: httpx.Client) -> int:
-    """Send every alert whose state changed since its last delivery. Returns deliveries."""
+DELIVERY_LEASE_S = 60.0  # a claimed alert is not claimed again for this long (> its POSTs)
+
+
+def _claim(engine: Engine) -> Alert | None:
+    """Take the next alert whose state changed since its last delivery, in a transaction of
+    its own: its `next_delivery_at` moves a lease ahead, so no other process claims it while
+    this one delivers (with no row lock held), and that value marks the claim."""
+    with transaction(engine) as s:
+        due = (
+            select(Alert.id)
+            .where(
+                Alert.delivered_state.is_distinct_from(Alert.state),
+                Alert.next_delivery_at <= func.now(),
+            )
+            .order_by(Alert.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        return s.scalars(
+            update(Alert)
+            .where(Alert.id == due)
+            .values(next_delivery_at=func.now() + timedelta(seconds=DELIVERY_LEASE_S))
+            .returning(Alert)
+        ).one_or_none()
+
+
+def _record(engine: Engine, claimed: Alert, **values: Any) -> None:
+    """Write a delivery's outcome, only if the claim still stands: a change of the alert
+    meanwhile that re-queued it (resolved: `next_delivery_at` reset), or a claim by another
+    process after the lease ran out, wins, and the alert is delivered again as it is now."""
+    with transaction(engine) as s:
+        s.execute(
+            update(Alert)
+            .where(Alert.id == claimed.id, Alert.next_delivery_at == claimed.next_delivery_at)
+            .values(**values)
+        )
+
+
+def deliver_pending(
+    engine: Engine, settings: Settings, client: httpx.Client, limit: int = 50
+) -> int:
+    """Send every alert whose state changed since its last delivery. Returns deliveries.
+
+    Each alert is claimed, then sent with no transaction open (a slow sink holds no lock
+    that acknowledging, resolving or another deliverer waits for), then its outcome is
+    recorded under the claim: the state that was sent, or the retry after backoff."""
     targets = sinks(settings)
     if not targets:
         return 0
-    pending = session.scalars(
-        select(Alert)
-        .where(
-            Alert.delivered_state.is_distinct_from(Alert.state),
-            Alert.next_delivery_at <= func.now(),
-        )
-        .order_by(Alert.id)
-        .limit(50)
-        .with_for_update(skip_locked=True)
-    ).all()
     delivered = 0
-    for alert in pending:
+    for _ in range(limit):
+        alert = _claim(engine)
+        if alert is None:
+            break
         errors = []
         for name, url in targets:
             try:
@@ -112,22 +151,25 @@ def deliver_pending(session: Session, settings: Settings, client: httpx.Client) 
             except httpx.HTTPError as exc:
                 errors.append(f"{name}: {exc}")
         if errors:
-            alert.delivery_attempts += 1
-            delay = retry_delay_s(
-                alert.delivery_attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s
+            attempts = alert.delivery_attempts + 1
+            delay = retry_delay_s(attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s)
+            error = "; ".join(errors)[:2000]
+            _record(
+                engine,
+                alert,
+                delivery_attempts=attempts,
+                next_delivery_at=func.now() + timedelta(seconds=delay),
+                delivery_error=error,
             )
-            alert.next_delivery_at = datetime.now(UTC) + timedelta(seconds=delay)
-            alert.delivery_error = "; ".join(errors)[:2000]
-            log.warning(
-                "alert %d delivery failed (attempt %d): %s",
-                alert.id,
-                alert.delivery_attempts,
-                alert.delivery_error,
-            )
+            log.warning("alert %d delivery failed (attempt %d): %s", alert.id, attempts, error)
         else:
-            alert.delivered_state = alert.state
-            alert.delivery_attempts = 0
-            alert.delivery_error = None
+            _record(
+                engine,
+                alert,
+                delivered_state=alert.state,
+                delivery_attempts=0,
+                delivery_error=None,
+                next_delivery_at=func.now(),
+            )
             delivered += 1
-    session.flush()
     return delivered

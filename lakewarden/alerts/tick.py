@@ -25,5 +25,4 @@ def alert_tick(rt: Runtime, *, as_leader: bool) -> None:
             evaluate_task_rules(s, rt.settings, datetime.now(UTC))
         else:
             evaluate_leader_rule(s, rt.settings)
-    with transaction(rt.engine) as s:
-        deliver_pending(s, rt.settings, _client())
+    deliver_pending(rt.engine, rt.settings, _client())

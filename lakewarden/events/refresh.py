@@ -6,6 +6,7 @@ import logging
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
@@ -14,9 +15,25 @@ from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
 from lakewarden.events.ingest import MAX_WALK, Ingested, sync_table
 from lakewarden.runtime import Runtime
-from lakewarden.tables import get_table
+from lakewarden.tables import TableGone, get_table
 
 log = logging.getLogger(__name__)
+
+
+# How often one refresh reads the catalog again when another refresh of the table
+# recorded a newer state between its read and its write.
+REFRESH_TRIES = 3
+
+
+def _lock_row(session: Session, table_id: int) -> ManagedTable | None:
+    """The table's row, locked until the transaction ends (FOR NO KEY UPDATE: rows that
+    reference the table can still be written); None if it was unregistered."""
+    return session.scalars(
+        select(ManagedTable)
+        .where(ManagedTable.id == table_id)
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    ).one_or_none()
 
 
 def ingest_commits(
@@ -28,13 +45,19 @@ def ingest_commits(
     source: str,
     max_walk: int = MAX_WALK,
 ) -> Ingested:
-    ingested = sync_table(session, row, table, source=source, max_walk=max_walk)
-    evaluate_events(session, row, ingested.new_event_ids, actor=f"{source}:{rt.process_id}")
+    """Record and evaluate the commits of `table` (read from the catalog beforehand) not yet
+    seen. The table's row is locked first, so ingests of one table (every road's) take
+    their locks in one order and wait for each other."""
+    locked = _lock_row(session, row.id)
+    if locked is None:
+        raise TableGone(f"table {row.namespace}.{row.name} is no longer managed")
+    ingested = sync_table(session, locked, table, source=source, max_walk=max_walk)
+    evaluate_events(session, locked, ingested.new_event_ids, actor=f"{source}:{rt.process_id}")
     if ingested.new_event_ids:
         log.info(
             "%s.%s: %d new commit(s) via %s",
-            row.namespace,
-            row.name,
+            locked.namespace,
+            locked.name,
             len(ingested.new_event_ids),
             source,
         )
@@ -42,14 +65,31 @@ def ingest_commits(
 
 
 def refresh_table(rt: Runtime, ref: TableRef, *, source: str) -> Ingested | None:
-    """Ingest and evaluate every unseen commit of a managed table; None if not managed."""
+    """Ingest and evaluate every unseen commit of a managed table; None if not managed.
+
+    No transaction is open while the catalog is read. The write that follows is guarded:
+    if the row's metadata pointer moved since it was read (another refresh recorded the
+    table meanwhile, perhaps from an older read), the catalog is read again, so the row
+    never goes back to an older state of the table."""
     with transaction(rt.engine) as session:
         row = get_table(session, rt.settings.catalog_name, ref)
         if row is None:
             return None
+        table_id, seen = row.id, row.metadata_location
+    for _ in range(REFRESH_TRIES):
         try:
             table = rt.catalog.load_table((ref.namespace, ref.name))
         except NoSuchTableError:
             log.warning("managed table %s is gone from the catalog", ref.dotted)
             return None
-        return ingest_commits(session, rt, row, table, source=source)
+        with transaction(rt.engine) as session:
+            row = _lock_row(session, table_id)
+            if row is None:
+                return None
+            if row.metadata_location == seen:
+                return ingest_commits(session, rt, row, table, source=source)
+            seen = row.metadata_location
+    log.info(
+        "%s: refreshed by others meanwhile %d times; leaving it to them", ref.dotted, REFRESH_TRIES
+    )
+    return Ingested([], row.current_snapshot_id)

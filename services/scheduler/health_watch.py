@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.health import measure
 from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
-from lakewarden.tables import effective_policy_for
+from lakewarden.tables import effective_policy_for, ref_of
 
 
 def measure_due_tables(rt: Runtime, now: datetime, limit: int = 50) -> int:
@@ -56,17 +56,32 @@ def measure_due_tables(rt: Runtime, now: datetime, limit: int = 50) -> int:
 
 
 def _measure(rt: Runtime, table_id: int, now: datetime) -> int:
+    """Read what measuring needs, measure with no transaction open (the catalog and the
+    table's files), then store the result only if the row is as it was read: unregistered,
+    its policy changed or measured by another leader meanwhile, the result is dropped."""
     with transaction(rt.engine) as s:
         row = s.get(ManagedTable, table_id)
         if row is None:
             return 0
         policy = effective_policy_for(s, row)
-        table = rt.catalog.load_table((row.namespace, row.name))
-        health = measure(table, policy, now)
-        row.health_score = health.score
-        row.health_measured_at = now
-        if health.score < policy.slo.min_score:
-            row.unhealthy_since = row.unhealthy_since or now
-        else:
-            row.unhealthy_since = None
-    return 1
+        ref, version, measured_at = ref_of(row), row.policy_version, row.health_measured_at
+    health = measure(rt.catalog.load_table((ref.namespace, ref.name)), policy, now)
+    unhealthy = health.score < policy.slo.min_score
+    with transaction(rt.engine) as s:
+        stored = s.execute(
+            update(ManagedTable)
+            .where(
+                ManagedTable.id == table_id,
+                ManagedTable.policy_version == version,
+                ManagedTable.health_measured_at.is_not_distinct_from(measured_at),
+            )
+            .values(
+                health_score=health.score,
+                health_measured_at=now,
+                unhealthy_since=func.coalesce(ManagedTable.unhealthy_since, now)
+                if unhealthy
+                else None,
+            )
+            .execution_options(synchronize_session=False)
+        )
+    return int(stored.rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,226 @@
+"""No HTTP or catalog I/O while a transaction is open: a slow alert sink, a catalog read by
+a refresh or the health watch, holds no lock that another transaction waits for (each is
+probed with a lock_timeout). The writes that follow are guarded, so idempotency holds:
+an alert state is delivered once, a commit ingested once, a row never goes back."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from helpers import append_batches, make_table
+from pyiceberg.table import Table
+from sqlalchemy import select, text
+
+from lakewarden.alerts.sinks import deliver_pending
+from lakewarden.alerts.store import acknowledge, fire, resolve_absent
+from lakewarden.catalog import TableRef
+from lakewarden.db.models import Alert, ManagedTable, TimelineEvent
+from lakewarden.db.session import transaction
+from lakewarden.events.refresh import refresh_table
+from lakewarden.runtime import Runtime
+from lakewarden.states import AlertState
+from services.scheduler.health_watch import measure_due_tables
+
+LOCK_TIMEOUT = "500ms"
+REF = TableRef("sales", "orders")
+
+
+class SlowSink:
+    """A webhook on 127.0.0.1 that holds each request until released (or `delay_s` passed)."""
+
+    def __init__(self, delay_s: float = 10.0) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.arrived, self.release = threading.Event(), threading.Event()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                sink.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                sink.arrived.set()
+                sink.release.wait(delay_s)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def sink(rt: Runtime) -> Iterator[SlowSink]:
+    s = SlowSink()
+    rt.settings.alert_webhook_url = s.url
+    yield s
+    s.release.set()
+    s.server.shutdown()
+
+
+def _fire(rt: Runtime, key: str = "k") -> int:
+    with transaction(rt.engine) as s:
+        fire(s, "task_failed", key, severity="critical", summary=key, details={}, runbook="r")
+        return s.scalars(select(Alert.id).where(Alert.key == key)).one()
+
+
+def _alert(rt: Runtime, alert_id: int) -> Alert:
+    with transaction(rt.engine) as s:
+        alert = s.get(Alert, alert_id)
+        assert alert is not None
+        return alert
+
+
+def _in_background(fn: Callable[[], int]) -> tuple[threading.Thread, list[int]]:
+    out: list[int] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    return thread, out
+
+
+def _deliver(rt: Runtime) -> int:
+    with httpx.Client(timeout=30) as client:
+        return deliver_pending(rt.engine, rt.settings, client)
+
+
+def test_a_slow_sink_does_not_block_acknowledging_the_alert(rt: Runtime, sink: SlowSink) -> None:
+    alert_id = _fire(rt)
+    thread, delivered = _in_background(lambda: _deliver(rt))
+    assert sink.arrived.wait(5)  # the delivery is under way, and stays there
+    with transaction(rt.engine) as s:
+        s.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        acked = acknowledge(s, alert_id, "oncall")  # takes the alert's row lock
+    assert acked is not None and acked.state == AlertState.ACKNOWLEDGED
+    sink.release.set()
+    thread.join(10)
+    # What was sent is what is recorded as delivered; the acknowledgement, a change since,
+    # is delivered next (in the same round), and then nothing more.
+    assert delivered == [2]
+    assert [b["state"] for b in sink.bodies] == [AlertState.FIRING, AlertState.ACKNOWLEDGED]
+    assert _alert(rt, alert_id).delivered_state == AlertState.ACKNOWLEDGED
+    assert _deliver(rt) == 0
+
+
+def test_an_alert_resolved_during_its_delivery_is_delivered_resolved(
+    rt: Runtime, sink: SlowSink
+) -> None:
+    alert_id = _fire(rt)
+    thread, _ = _in_background(lambda: _deliver(rt))
+    assert sink.arrived.wait(5)
+    with transaction(rt.engine) as s:
+        s.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        assert resolve_absent(s, "task_failed", set()) == 1
+    sink.release.set()
+    thread.join(10)
+    # The firing delivery's outcome is not recorded over the resolution (the claim was
+    # superseded): the resolution is delivered, and then nothing more.
+    assert _alert(rt, alert_id).delivered_state == AlertState.RESOLVED
+    assert [b["state"] for b in sink.bodies] == [AlertState.FIRING, AlertState.RESOLVED]
+    assert _deliver(rt) == 0
+
+
+def test_two_deliverers_at_once_send_each_alert_once(rt: Runtime, sink: SlowSink) -> None:
+    ids = {_fire(rt, key) for key in ("a", "b", "c", "d")}
+    sink.release.set()  # answer at once; the deliverers still overlap
+    runs = [_in_background(lambda: _deliver(rt)) for _ in range(2)]
+    for thread, _ in runs:
+        thread.join(10)
+    assert sum(n for _, out in runs for n in out) == len(ids)
+    assert sorted(b["id"] for b in sink.bodies) == sorted(ids)
+
+
+# --- catalog reads: refresh (every commit road) and the health watch ------------------
+
+
+def _probe_locks(rt: Runtime, problems: list[str]) -> None:
+    """What a migration would do now: take the tables a refresh and the health watch
+    write, exclusively. It waits (and times out) for any transaction that touched them."""
+    with rt.engine.connect() as conn, conn.begin() as tx:
+        conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        try:
+            conn.execute(
+                text("LOCK TABLE managed_tables, timeline_events IN ACCESS EXCLUSIVE MODE")
+            )
+        except Exception as exc:
+            problems.append(str(exc).splitlines()[0])
+        tx.rollback()
+
+
+def _probing_catalog(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, before: Callable[[], None]
+) -> None:
+    real = rt.catalog.load_table
+
+    def load_table(identifier: Any) -> Table:
+        before()
+        return real(identifier)
+
+    monkeypatch.setattr(rt.catalog, "load_table", load_table)
+
+
+def _managed(rt: Runtime, policy: dict[str, Any] | None = None) -> Table:
+    table = append_batches(make_table(rt), 2)
+    with transaction(rt.engine) as s:
+        s.add(ManagedTable(catalog="lake", namespace="sales", name="orders", policy=policy or {}))
+    return table
+
+
+def test_refresh_reads_the_catalog_with_no_transaction_open(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _managed(rt)
+    problems: list[str] = []
+    _probing_catalog(rt, monkeypatch, lambda: _probe_locks(rt, problems))
+    ingested = refresh_table(rt, REF, source="notify")
+    assert ingested is not None and len(ingested.new_event_ids) == 2
+    assert problems == []
+
+
+def test_health_watch_reads_the_catalog_with_no_transaction_open(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _managed(rt)
+    problems: list[str] = []
+    _probing_catalog(rt, monkeypatch, lambda: _probe_locks(rt, problems))
+    assert measure_due_tables(rt, datetime.now(UTC)) == 1
+    assert problems == []
+
+
+def test_a_refresh_from_an_older_read_does_not_set_the_table_back(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refresh A reads the catalog, then refresh B records a newer commit before A writes:
+    A reads again instead of recording its older state, and every commit is one event."""
+    table = _managed(rt)
+    assert refresh_table(rt, REF, source="poll") is not None
+    table = append_batches(table, 1)
+    a_read, b_done = threading.Event(), threading.Event()
+    real = rt.catalog.load_table
+
+    def load_table(identifier: Any) -> Table:
+        loaded = real(identifier)
+        if threading.current_thread().name == "refresh-a" and not a_read.is_set():
+            a_read.set()
+            assert b_done.wait(10)
+        return loaded
+
+    monkeypatch.setattr(rt.catalog, "load_table", load_table)
+    a = threading.Thread(target=lambda: refresh_table(rt, REF, source="notify"), name="refresh-a")
+    a.start()
+    assert a_read.wait(10)
+    newest = append_batches(table, 1)
+    refresh_table(rt, REF, source="webhook")  # B
+    b_done.set()
+    a.join(10)
+    with transaction(rt.engine) as s:
+        row = s.scalars(select(ManagedTable)).one()
+        assert row.metadata_location == newest.metadata_location
+        snapshots = list(s.scalars(select(TimelineEvent.snapshot_id)))
+    assert sorted(snapshots) == sorted(snap.snapshot_id for snap in newest.snapshots())
