@@ -62,7 +62,9 @@ def server_url() -> str:
         return Settings(database_url=url).database_url or url
     from lakewarden.db.embedded import ensure_server
 
-    return ensure_server(TEST_PG_DIR, TEST_PG_PORT)
+    # Without fsync, for speed: this server holds test data only. It still needs its
+    # password (the URL carries it), as every embedded server does.
+    return ensure_server(TEST_PG_DIR, TEST_PG_PORT, durable=False)
 
 
 @pytest.fixture(scope="session")

@@ -5,21 +5,39 @@ launcher (Unix socket only), the server listens on 127.0.0.1 so that Spark's
 Iceberg JDBC catalog (pgjdbc needs TCP) can share it. The server outlives the
 process that started it, so api, worker and scheduler processes share one;
 `lakewarden db stop` stops it.
+
+It holds the users' Iceberg catalog (their tables' metadata pointers), so it is run
+as a real database, not a scratch one:
+
+- durable: fsync, synchronous_commit and full_page_writes on (tests may turn them off
+  for their own server: `durable=False`);
+- password authentication only (scram-sha-256, the Unix socket too). The password is
+  generated at first start and kept in `<data_dir>/pg/lakewarden.password` (0600); the
+  URL `ensure_server` returns carries it, and nothing puts it on a command line;
+- bound to 127.0.0.1, its data directory (and Unix socket) at 0700.
+
+A data directory from an older version (trust authentication, no password file) is
+upgraded in place on the next `ensure_server`: the password is set over the Unix socket,
+then pg_hba.conf allows password logins only.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import stat
 import subprocess
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import fasteners
 import psycopg
+from psycopg import sql
+from sqlalchemy.engine import URL
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +58,16 @@ def _bin(name: str) -> str:
     return str(_bin_dir() / name)
 
 
-def _run_as() -> str | None:
-    """The system user the server runs as (postgres refuses root), or None: ourselves."""
-    return SYSTEM_USER if os.geteuid() == 0 else None
+def _as_server() -> dict[str, Any]:
+    """subprocess arguments that run a command as the server's system user (postgres refuses
+    root), with that user's own group only: not root's group, which `user=` alone keeps.
+    Empty when we are not root: the server runs as ourselves."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    entry = pwd.getpwnam(SYSTEM_USER)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
 def _prepare_root(pgdata: Path) -> None:
@@ -57,13 +82,22 @@ def _prepare_root(pgdata: Path) -> None:
     )
 
     ensure_user_exists(SYSTEM_USER)
-    ensure_prefix_permissions(pgdata)
+    _allow_traversal(pgdata)
     ensure_prefix_permissions(bin_dir)
     readable = stat.S_IRGRP | stat.S_IROTH
     ensure_folder_permissions(bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
     ensure_folder_permissions(bin_dir.parent / "lib", readable)
     entry = pwd.getpwnam(SYSTEM_USER)
     os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+
+
+def _allow_traversal(path: Path) -> None:
+    """Let the server's system user reach `path`: search permission (o+x) on each parent,
+    not read (the package's own helper makes every parent, a home directory too, o+rx)."""
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
 
 
 def _running_port(pgdata: Path) -> int | None:
@@ -98,8 +132,14 @@ def _any_free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def ensure_server(data_dir: Path, port: int) -> str:
-    """Start (or find) the embedded server; return a SQLAlchemy URL to its database."""
+def password_file(data_dir: Path) -> Path:
+    """Where the embedded server's password is kept (0600, in the 0700 data directory)."""
+    return data_dir / "pg" / PASSWORD_FILE
+
+
+def ensure_server(data_dir: Path, port: int, *, durable: bool = True) -> str:
+    """Start (or find) the embedded server; return a SQLAlchemy URL to its database, with
+    the password. `durable=False` (tests only) runs it without fsync."""
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir / "pg"
     with fasteners.InterProcessLock(str(data_dir / ".pg.lock")):
@@ -108,25 +148,58 @@ def ensure_server(data_dir: Path, port: int) -> str:
             running = port if _port_free(port) else _any_free_port()
             if running != port:
                 log.info("port %d is taken; the embedded postgres uses %d", port, running)
-            _start(pgdata, running)
-        _ensure_database(running)
-    return f"postgresql+psycopg://{DB_USER}@127.0.0.1:{running}/{DB_NAME}"
+            _start(pgdata, running, durable)
+        if not _hba_is_final(pgdata) or not password_file(data_dir).exists():
+            _secure(pgdata, running, durable)
+        password = _read_password(pgdata)
+        with _connect(running, password) as conn:
+            safe = _is_durable(conn)
+        if durable and not safe:
+            # A server an older version started with fsync=off: start it again, durable.
+            log.info("restarting the embedded postgres with fsync on")
+            _stop(pgdata)
+            _start(pgdata, running, durable)
+        with _connect(running, password) as conn:
+            _ensure_database(conn)
+    url = URL.create(
+        "postgresql+psycopg",
+        username=DB_USER,
+        password=password,
+        host="127.0.0.1",
+        port=running,
+        database=DB_NAME,
+    )
+    return url.render_as_string(hide_password=False)
 
 
-def _start(pgdata: Path, port: int) -> None:
-    pgdata.mkdir(parents=True, exist_ok=True)
+def _options(pgdata: Path, port: int, durable: bool) -> str:
+    sync = "on" if durable else "off"
+    return (
+        f"-h 127.0.0.1 -p {port} -k {pgdata} -c unix_socket_permissions=0700 "
+        f"-c max_connections=200 -c fsync={sync} -c synchronous_commit={sync} "
+        f"-c full_page_writes={sync} -c password_encryption=scram-sha-256"
+    )
+
+
+def _start(pgdata: Path, port: int, durable: bool) -> None:
+    pgdata.mkdir(parents=True, exist_ok=True, mode=0o700)
     if os.geteuid() == 0:
         _prepare_root(pgdata)
     if not (pgdata / "PG_VERSION").exists():
         log.info("initialising embedded postgres in %s", pgdata)
+        # trust is replaced before the server starts: see _hba_is_final / HBA_SETUP
         subprocess.run(
             [_bin("initdb"), "-D", str(pgdata), "--auth=trust", "--encoding=utf8", "-U", DB_USER],
             check=True,
             capture_output=True,
-            user=_run_as(),
+            **_as_server(),
         )
+    os.chmod(pgdata, 0o700)
+    if not _hba_is_final(pgdata):
+        # First start, or an older version's trust setup: until the password is set, only
+        # the Unix socket (in the 0700 data directory) lets anyone in.
+        _write_hba(pgdata, HBA_SETUP)
     log.info("starting embedded postgres on 127.0.0.1:%d", port)
-    opts = f"-h 127.0.0.1 -p {port} -k {pgdata} -c max_connections=200 -c fsync=off"
     result = subprocess.run(
         [
             _bin("pg_ctl"),
@@ -138,12 +211,12 @@ def _start(pgdata: Path, port: int) -> None:
             "-l",
             str(pgdata / "server.log"),
             "-o",
-            opts,
+            _options(pgdata, port, durable),
             "start",
         ],
         capture_output=True,
         text=True,
-        user=_run_as(),
+        **_as_server(),
     )
     if result.returncode != 0:
         tail = (
@@ -156,34 +229,138 @@ def _start(pgdata: Path, port: int) -> None:
         )
 
 
-def _ensure_database(port: int, name: str = DB_NAME) -> None:
+def _stop(pgdata: Path) -> None:
+    subprocess.run(
+        [_bin("pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
+        check=True,
+        capture_output=True,
+        **_as_server(),
+    )
+
+
+# --- password authentication ----------------------------------------------------------
+
+PASSWORD_FILE = "lakewarden.password"
+_HBA_FINAL_MARK = "# lakewarden: password authentication only"
+HBA_FINAL = f"""{_HBA_FINAL_MARK} (scram-sha-256); the password is in {PASSWORD_FILE}
+# TYPE  DATABASE  USER  ADDRESS         METHOD
+local   all       all                   scram-sha-256
+host    all       all   127.0.0.1/32    scram-sha-256
+"""
+HBA_SETUP = """# lakewarden: setting the password; the Unix socket (0700 directory) only
+# TYPE  DATABASE  USER  ADDRESS         METHOD
+local   all       all                   trust
+"""
+
+
+def _hba_is_final(pgdata: Path) -> bool:
+    hba = pgdata / "pg_hba.conf"
+    return hba.exists() and hba.read_text().startswith(_HBA_FINAL_MARK)
+
+
+def _write_private(path: Path, text: str, owner: os.stat_result | None = None) -> None:
+    """Write a file atomically with mode 0600 (owned like `owner`, when given and we are root)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if owner is not None and os.geteuid() == 0:
+        os.chown(tmp, owner.st_uid, owner.st_gid)
+    os.replace(tmp, path)
+
+
+def _write_hba(pgdata: Path, text: str) -> None:
+    _write_private(pgdata / "pg_hba.conf", text, owner=pgdata.stat())
+
+
+def _read_password(pgdata: Path) -> str:
+    path = pgdata / PASSWORD_FILE
+    if stat.S_IMODE(path.stat().st_mode) != 0o600:
+        os.chmod(path, 0o600)
+    return path.read_text().strip()
+
+
+def _secure(pgdata: Path, port: int, durable: bool) -> None:
+    """Give the superuser the password from the password file (generated now if there is
+    none) and allow password logins only. The password is set over the Unix socket: an
+    older version's server trusts it; otherwise the server is started with HBA_SETUP."""
+    path = pgdata / PASSWORD_FILE
+    if not path.exists():
+        log.info("embedded postgres: generating its password in %s", path)
+        _write_private(path, secrets.token_urlsafe(32) + "\n")
+    password = _read_password(pgdata)
+    try:
+        conn = _socket_connect(pgdata, port)
+    except psycopg.OperationalError:
+        _stop(pgdata)
+        _write_hba(pgdata, HBA_SETUP)
+        _start(pgdata, port, durable)
+        conn = _socket_connect(pgdata, port)
+    with conn:
+        # Only the SCRAM verifier reaches the server (and so its logs), never the password.
+        verifier = conn.pgconn.encrypt_password(
+            password.encode(), DB_USER.encode(), b"scram-sha-256"
+        ).decode()
+        conn.execute(
+            sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(DB_USER), sql.Literal(verifier)
+            )
+        )
+        _write_hba(pgdata, HBA_FINAL)
+        conn.execute("SELECT pg_reload_conf()")
+    log.info("embedded postgres: password authentication only (scram-sha-256)")
+
+
+def _socket_connect(pgdata: Path, port: int) -> psycopg.Connection:
+    return psycopg.connect(
+        host=str(pgdata), port=port, user=DB_USER, dbname="postgres", autocommit=True
+    )
+
+
+def _connect(port: int, password: str) -> psycopg.Connection:
+    # Retried: the server may still be starting, or reloading pg_hba.conf.
     deadline = time.monotonic() + 30
     while True:
         try:
-            conn = psycopg.connect(
-                host="127.0.0.1", port=port, user=DB_USER, dbname="postgres", autocommit=True
+            return psycopg.connect(
+                host="127.0.0.1",
+                port=port,
+                user=DB_USER,
+                password=password,
+                dbname="postgres",
+                autocommit=True,
             )
-            break
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    with conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _is_durable(conn: psycopg.Connection) -> bool:
+    return all(
+        _show(conn, name) == "on" for name in ("fsync", "synchronous_commit", "full_page_writes")
+    )
+
+
+def _show(conn: psycopg.Connection, name: str) -> str:
+    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def _ensure_database(conn: psycopg.Connection, name: str = DB_NAME) -> None:
+    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if not exists:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def stop_server(data_dir: Path) -> bool:
     pgdata = data_dir / "pg"
     if _running_port(pgdata) is None:
         return False
-    subprocess.run(
-        [_bin("pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
-        check=True,
-        capture_output=True,
-        user=_run_as(),
-    )
+    _stop(pgdata)
     return True
 
 
@@ -209,6 +386,6 @@ def restart_server(data_dir: Path) -> bool:
         ],
         check=True,
         capture_output=True,
-        user=_run_as(),
+        **_as_server(),
     )
     return True
