@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
 
 from lakewarden.catalog import catalog_db_url, jdbc_params
@@ -13,8 +14,35 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+# Spark's own redaction pattern (spark.redaction.regex), and credential.
+_SECRET = re.compile(r"(?i)secret|password|token|access[.-]?key|credential")
+_CATALOG = "spark.sql.catalog."
+
+
+def _is_secret(key: str) -> bool:
+    """A catalog property that holds a credential (the catalog's name does not count)."""
+    if not key.startswith(_CATALOG):
+        return False
+    _, dot, prop = key[len(_CATALOG) :].partition(".")
+    return bool(dot) and _SECRET.search(prop) is not None
+
+
 def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
-    """Every Spark setting lakewarden needs, as plain data (tested without a JVM)."""
+    """Every Spark setting lakewarden launches the JVM with, as plain data (tested without a
+    JVM). No secrets: PySpark passes each of these to spark-submit as `--conf key=value`,
+    so they are on the JVM's world-readable /proc/<pid>/cmdline. `session_secrets` holds
+    the rest, which `build_session` sets on the running session."""
+    return {k: v for k, v in _all_conf(settings, control_plane_url).items() if not _is_secret(k)}
+
+
+def session_secrets(settings: Settings, control_plane_url: str) -> dict[str, str]:
+    """The catalog's credentials (the JDBC catalog's password, or any credential property in
+    LAKEWARDEN_SPARK_CONF), set once the JVM runs: a catalog reads its properties from the
+    session's SQL conf when it is first used."""
+    return {k: v for k, v in _all_conf(settings, control_plane_url).items() if _is_secret(k)}
+
+
+def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
     cat = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         "spark.master": settings.spark_master,
@@ -65,6 +93,10 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
     for key, value in spark_conf(settings, control_plane_url).items():
         builder = builder.config(key, value)
     spark = builder.appName(app_name).getOrCreate()
+    # Only now, on the running session: never on spark-submit's command line. Set before
+    # anything uses the catalog (building the session does not).
+    for key, value in session_secrets(settings, control_plane_url).items():
+        spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

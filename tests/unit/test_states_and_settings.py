@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from lakewarden.backoff import retry_delay_s
 from lakewarden.settings import Settings
-from lakewarden.spark.session import spark_conf
+from lakewarden.spark.session import session_secrets, spark_conf
 from lakewarden.tasks.states import ALL_STATES, ALLOWED, TERMINAL_STATES, can_transition
 
 
@@ -60,10 +60,38 @@ def test_spark_conf_wires_the_jdbc_catalog(tmp_path: Path) -> None:
     assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
     assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
     assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://127.0.0.1:5432/lw"
-    assert conf["spark.sql.catalog.lake.jdbc.password"] == "pw"
+    assert conf["spark.sql.catalog.lake.jdbc.user"] == "lw"
     assert conf["spark.jars"] == str(jar)
     assert conf["spark.executor.cores"] == "2"
     assert conf["spark.sql.catalog.lake.warehouse"] == (tmp_path / "warehouse").resolve().as_uri()
+
+
+def test_secrets_are_not_launch_settings(tmp_path: Path) -> None:
+    """PySpark puts every launch setting on spark-submit's command line (world-readable in
+    /proc): the catalog's credentials are set on the running session instead."""
+    jar = tmp_path / "x.jar"
+    jar.write_text("")
+    s = Settings(
+        data_dir=tmp_path,
+        spark_jars=str(jar),
+        catalog_name="tokens",  # a catalog's name is no credential
+        spark_conf={
+            "spark.sql.catalog.tokens.s3.secret-access-key": "sk",
+            "spark.sql.catalog.tokens.token": "tk",
+            "spark.executor.cores": "2",
+        },
+    )
+    url = "postgresql+psycopg://lw:pw@127.0.0.1:5432/lw"
+    launch, secrets = spark_conf(s, url), session_secrets(s, url)
+    assert secrets == {
+        "spark.sql.catalog.tokens.jdbc.password": "pw",
+        "spark.sql.catalog.tokens.s3.secret-access-key": "sk",
+        "spark.sql.catalog.tokens.token": "tk",
+    }
+    assert not set(launch) & set(secrets)
+    assert not any(v in ("pw", "sk", "tk") for v in launch.values())
+    assert launch["spark.sql.catalog.tokens"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert launch["spark.sql.catalog.tokens.jdbc.user"] == "lw"
 
 
 def test_spark_conf_with_maven_packages_adds_the_jdbc_driver(tmp_path: Path) -> None:
