@@ -45,15 +45,25 @@ def forget(rt: Runtime) -> None:
 
 
 class Ticker(threading.Thread):
-    """Run `fn` every `interval` seconds until stopped; errors are logged, not fatal."""
+    """The one periodic runner of every process: run `fn` every `interval` seconds until
+    `stop` is set. Runs never overlap (one thread per job); errors are logged, not fatal.
+    `wait_first`: wait one interval before the first run, not run at once."""
 
     def __init__(
-        self, name: str, interval: float, fn: Callable[[], object], stop: threading.Event
+        self,
+        name: str,
+        interval: float,
+        fn: Callable[[], object],
+        stop: threading.Event,
+        *,
+        wait_first: bool = False,
     ) -> None:
         super().__init__(name=name, daemon=True)
-        self.interval, self.fn, self.stop = interval, fn, stop
+        self.interval, self.fn, self.stop, self.wait_first = interval, fn, stop, wait_first
 
     def run(self) -> None:
+        if self.wait_first:
+            self.stop.wait(self.interval)
         while not self.stop.is_set():
             try:
                 self.fn()

@@ -1,8 +1,9 @@
 """The scheduler process: stand by, or lead: dispatch planned tasks to a warm Spark session.
 
-Threads: APScheduler runs the lease renewal and the leader's sweeps; the main
-loop dispatches; a pool runs Spark jobs (each in its own Spark job group, so
-it can be cancelled). Every write that depends on leading carries the fence.
+Threads: a Ticker (lakewarden.process) per periodic job (the lease renewal, and the
+leader's reaper, health-and-alerts round and sweep); the main loop dispatches; a pool runs
+Spark jobs (each in its own Spark job group, so it can be cancelled). Every write that
+depends on leading carries the fence.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import select, text
 
 from lakewarden import policy_gate, process
@@ -30,6 +30,7 @@ from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
 from lakewarden.leader import Fence, FencedOut, acquire_or_renew, resign
 from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
+from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.states import RunState, TaskState, sql_in
@@ -106,7 +107,7 @@ class Scheduler:
         self.inflight: dict[int, Inflight] = {}
         self._spark: SparkSession | None = None
         self._spark_lock = threading.Lock()
-        self.sweeper = BackgroundScheduler(daemon=True)
+        self.tickers: list[Ticker] = []
 
     # --- leadership -------------------------------------------------------------
     def renew(self) -> None:
@@ -133,7 +134,8 @@ class Scheduler:
             return self.fence
         return None
 
-    def sweep(self) -> None:
+    def reap(self) -> None:
+        """Return work whose holder went silent (a planner, or a previous leader's jobs)."""
         fence = self.leading()
         if fence is None:
             return
@@ -143,12 +145,14 @@ class Scheduler:
         if returned:
             log.info("returned %d orphaned task(s) to pending", returned)
 
-    def alerts(self) -> None:
+    def measure_and_alert(self) -> None:
+        """Measure the health of the tables due for it, then judge and deliver alerts."""
         if self.leading() is not None:
             measure_due_tables(self.rt, datetime.now(UTC))
             alert_tick(self.rt, as_leader=True)
 
-    def sweep_time_based(self) -> None:
+    def sweep(self) -> None:
+        """Create the time-based kinds' tasks (TTL, clean) that are due."""
         fence = self.leading()
         if fence is not None:
             sweep_due_tasks(self.rt, fence, datetime.now(UTC))
@@ -375,18 +379,18 @@ class Scheduler:
     # --- main loop -----------------------------------------------------------
     def serve(self) -> None:
         s = self.rt.settings
-        periodic = (
-            (self.renew, s.lease_renew_interval_s, "lease"),
-            (self.sweep, max(5.0, s.stale_after_s / 3), "reaper"),
-            (self.alerts, s.alert_interval_s, "alerts"),
-            (self.sweep_time_based, s.sweep_interval_s, "sweep"),
-        )
-        for fn, seconds, job_id in periodic:
-            self.sweeper.add_job(
-                fn, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True
+        self.tickers = [
+            Ticker(name, seconds, fn, self.stop, wait_first=True)
+            for name, seconds, fn in (
+                ("lease", s.lease_renew_interval_s, self.renew),
+                ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
+                ("health-and-alerts", s.alert_interval_s, self.measure_and_alert),
+                ("sweep", s.sweep_interval_s, self.sweep),
             )
+        ]
         self.renew()
-        self.sweeper.start()
+        for ticker in self.tickers:
+            ticker.start()
         if s.spark_warmup:
             # Warm the Spark session in the background: the first job (or a failover) is fast.
             threading.Thread(target=self._warm, name="spark-warmup", daemon=True).start()
@@ -408,7 +412,10 @@ class Scheduler:
             log.exception("could not start Spark; jobs will fail until it can")
 
     def shutdown(self) -> None:
-        self.sweeper.shutdown(wait=False)
+        self.stop.set()
+        for ticker in self.tickers:
+            if ticker.name == "lease":  # a renewal in flight must not outlive the resignation
+                ticker.join(timeout=5.0)
         self.pool.shutdown(wait=True, cancel_futures=False)
         if self.fence is not None:
             with self.rt.engine.begin() as conn:

@@ -1,0 +1,45 @@
+"""The one periodic runner (lakewarden.process.Ticker): runs at its interval, never two runs
+at once, survives an error, stops on its event, and can wait an interval before starting."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from lakewarden.process import Ticker
+
+
+def test_runs_repeatedly_without_overlap_survives_errors_and_stops() -> None:
+    stop, running, runs, overlaps = threading.Event(), threading.Lock(), [0], [0]
+
+    def job() -> None:
+        if not running.acquire(blocking=False):
+            overlaps[0] += 1
+            return
+        try:
+            runs[0] += 1
+            time.sleep(0.02)  # longer than the interval
+            if runs[0] == 2:
+                raise RuntimeError("logged, not fatal")
+        finally:
+            running.release()
+
+    ticker = Ticker("job", 0.005, job, stop)
+    ticker.start()
+    deadline = time.monotonic() + 5
+    while runs[0] < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    ticker.join(2)
+    assert runs[0] >= 4 and overlaps[0] == 0 and not ticker.is_alive()
+
+
+def test_wait_first_waits_one_interval_before_the_first_run() -> None:
+    stop, ran = threading.Event(), threading.Event()
+    Ticker("later", 0.3, ran.set, stop, wait_first=True).start()
+    assert not ran.wait(0.15)
+    assert ran.wait(2)
+    at_once = threading.Event()
+    Ticker("now", 60, at_once.set, stop).start()
+    assert at_once.wait(1)
+    stop.set()
