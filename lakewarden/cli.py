@@ -60,12 +60,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
+    from sqlalchemy.engine import make_url
+
     from lakewarden.db.embedded import restart_server, stop_server
     from lakewarden.db.session import resolve_database_url
 
     s = get_settings()
     if args.action == "url":
-        print(resolve_database_url(s))
+        url = make_url(resolve_database_url(s))
+        print(url.render_as_string(hide_password=not args.show_password))
     elif args.action == "stop":
         print("stopped" if stop_server(s.data_dir) else "not running")
     elif args.action == "restart":
@@ -98,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=600, help="seconds to wait for the task")
     db = sub.add_parser("db", help="the embedded Postgres")
     db.add_argument("action", choices=["url", "stop", "restart"])
+    db.add_argument(
+        "--show-password",
+        action="store_true",
+        help="url: print the password too (else ***; the embedded one is in <data_dir>/pg)",
+    )
     sub.add_parser("jars", help="resolve (and build, if needed) the Spark jars")
     p.set_defaults()
     return p

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy.engine import make_url
 
 from lakewarden.catalog import TableRef
 from lakewarden.db.migrate import migrate
@@ -43,6 +44,8 @@ class Services:
     def __init__(self, rt: Runtime, port: int) -> None:
         self.log_dir = rt.settings.data_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # The database URL (with its password) goes in the environment, which only the
+        # user can read, never in the arguments (/proc/<pid>/cmdline is world-readable).
         self.env = {
             **os.environ,
             "LAKEWARDEN_DATABASE_URL": rt.db_url,
@@ -112,7 +115,8 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
     rt = make_runtime("demo")
     migrate(rt)
     s = rt.settings
-    _say(as_json, f"lakewarden demo: control plane at {rt.db_url}, warehouse {s.warehouse_uri}")
+    where = make_url(rt.db_url).render_as_string(hide_password=True)  # never the password
+    _say(as_json, f"lakewarden demo: control plane at {where}, warehouse {s.warehouse_uri}")
     services = Services(rt, _free_port())
     api = httpx.Client(base_url=f"http://127.0.0.1:{services.port}", timeout=30)
     from lakewarden.spark.session import build_session
