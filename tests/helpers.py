@@ -1,9 +1,13 @@
-"""Test helpers: Iceberg tables written by pyiceberg (no JVM), for tests that need files fast."""
+"""Test helpers: Iceberg tables written by pyiceberg (no JVM), for tests that need files fast;
+waiting; a webhook receiver."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -123,3 +127,39 @@ def equal_to(column: str, value: Any) -> BooleanExpression:
     from pyiceberg.expressions.literals import literal
 
     return EqualTo(term=Reference(column), value=literal(value))
+
+
+class Receiver:
+    """A real HTTP endpoint on 127.0.0.1 that records what it is sent: (path, JSON body).
+    The first `fail_first` requests are answered 503. With `hold_s`, each recorded request
+    is held until `release` is set (at most that long); `arrived` is set by the first."""
+
+    def __init__(self, fail_first: int = 0, hold_s: float = 0.0) -> None:
+        self.received: list[tuple[str, Any]] = []
+        self.fail_first = fail_first
+        self.arrived, self.release = threading.Event(), threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if receiver.fail_first > 0:
+                    receiver.fail_first -= 1
+                    self.send_response(503)
+                else:
+                    receiver.received.append((self.path, body))
+                    receiver.arrived.set()
+                    receiver.release.wait(hold_s)
+                    self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()

@@ -4,16 +4,13 @@ retries, and are listed and acknowledged through the API. Plus Prometheus metric
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from helpers import Receiver
 from sqlalchemy import select, text
 
 from lakewarden.alerts.rules import evaluate_leader_rule, evaluate_task_rules
@@ -23,36 +20,6 @@ from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
 from services.api.app import create_app
-
-
-class Receiver:
-    """A real HTTP endpoint on 127.0.0.1 that records what it is sent."""
-
-    def __init__(self, fail_first: int = 0) -> None:
-        self.received: list[tuple[str, Any]] = []  # (path, the JSON body)
-        self.fail_first = fail_first
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if receiver.fail_first > 0:
-                    receiver.fail_first -= 1
-                    self.send_response(503)
-                else:
-                    receiver.received.append((self.path, body))
-                    self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 @pytest.fixture

@@ -5,16 +5,14 @@ an alert state is delivered once, a commit ingested once, a row never goes back.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
-from helpers import append_batches, make_table
+from helpers import Receiver, append_batches, make_table
 from pyiceberg.table import Table
 from sqlalchemy import select, text
 
@@ -32,37 +30,13 @@ LOCK_TIMEOUT = "500ms"
 REF = TableRef("sales", "orders")
 
 
-class SlowSink:
-    """A webhook on 127.0.0.1 that holds each request until released (or `delay_s` passed)."""
-
-    def __init__(self, delay_s: float = 10.0) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.arrived, self.release = threading.Event(), threading.Event()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                sink.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                sink.arrived.set()
-                sink.release.wait(delay_s)
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
-def sink(rt: Runtime) -> Iterator[SlowSink]:
-    s = SlowSink()
-    rt.settings.alert_webhook_url = s.url
-    yield s
-    s.release.set()
-    s.server.shutdown()
+def sink(rt: Runtime) -> Iterator[Receiver]:
+    """A webhook that holds each request until released."""
+    r = Receiver(hold_s=10)
+    rt.settings.alert_webhook_url = r.url + "/hook"
+    yield r
+    r.close()
 
 
 def _fire(rt: Runtime, key: str = "k") -> int:
@@ -85,12 +59,16 @@ def _in_background(fn: Callable[[], int]) -> tuple[threading.Thread, list[int]]:
     return thread, out
 
 
+def _states_sent(sink: Receiver) -> list[str]:
+    return [body["state"] for _, body in sink.received]
+
+
 def _deliver(rt: Runtime) -> int:
     with httpx.Client(timeout=30) as client:
         return deliver_pending(rt.engine, rt.settings, client)
 
 
-def test_a_slow_sink_does_not_block_acknowledging_the_alert(rt: Runtime, sink: SlowSink) -> None:
+def test_a_slow_sink_does_not_block_acknowledging_the_alert(rt: Runtime, sink: Receiver) -> None:
     alert_id = _fire(rt)
     thread, delivered = _in_background(lambda: _deliver(rt))
     assert sink.arrived.wait(5)  # the delivery is under way, and stays there
@@ -103,13 +81,16 @@ def test_a_slow_sink_does_not_block_acknowledging_the_alert(rt: Runtime, sink: S
     # What was sent is what is recorded as delivered; the acknowledgement, a change since,
     # is delivered next (in the same round), and then nothing more.
     assert delivered == [2]
-    assert [b["state"] for b in sink.bodies] == [AlertState.FIRING, AlertState.ACKNOWLEDGED]
+    assert _states_sent(sink) == [
+        AlertState.FIRING,
+        AlertState.ACKNOWLEDGED,
+    ]
     assert _alert(rt, alert_id).delivered_state == AlertState.ACKNOWLEDGED
     assert _deliver(rt) == 0
 
 
 def test_an_alert_resolved_during_its_delivery_is_delivered_resolved(
-    rt: Runtime, sink: SlowSink
+    rt: Runtime, sink: Receiver
 ) -> None:
     alert_id = _fire(rt)
     thread, _ = _in_background(lambda: _deliver(rt))
@@ -122,18 +103,18 @@ def test_an_alert_resolved_during_its_delivery_is_delivered_resolved(
     # The firing delivery's outcome is not recorded over the resolution (the claim was
     # superseded): the resolution is delivered, and then nothing more.
     assert _alert(rt, alert_id).delivered_state == AlertState.RESOLVED
-    assert [b["state"] for b in sink.bodies] == [AlertState.FIRING, AlertState.RESOLVED]
+    assert _states_sent(sink) == [AlertState.FIRING, AlertState.RESOLVED]
     assert _deliver(rt) == 0
 
 
-def test_two_deliverers_at_once_send_each_alert_once(rt: Runtime, sink: SlowSink) -> None:
+def test_two_deliverers_at_once_send_each_alert_once(rt: Runtime, sink: Receiver) -> None:
     ids = {_fire(rt, key) for key in ("a", "b", "c", "d")}
     sink.release.set()  # answer at once; the deliverers still overlap
     runs = [_in_background(lambda: _deliver(rt)) for _ in range(2)]
     for thread, _ in runs:
         thread.join(10)
     assert sum(n for _, out in runs for n in out) == len(ids)
-    assert sorted(b["id"] for b in sink.bodies) == sorted(ids)
+    assert sorted(body["id"] for _, body in sink.received) == sorted(ids)
 
 
 # --- catalog reads: refresh (every commit road) and the health watch ------------------
@@ -172,24 +153,23 @@ def _managed(rt: Runtime, policy: dict[str, Any] | None = None) -> Table:
     return table
 
 
-def test_refresh_reads_the_catalog_with_no_transaction_open(
-    rt: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _managed(rt)
-    problems: list[str] = []
-    _probing_catalog(rt, monkeypatch, lambda: _probe_locks(rt, problems))
+def _refreshes(rt: Runtime) -> bool:
     ingested = refresh_table(rt, REF, source="notify")
-    assert ingested is not None and len(ingested.new_event_ids) == 2
-    assert problems == []
+    return ingested is not None and len(ingested.new_event_ids) == 2
 
 
-def test_health_watch_reads_the_catalog_with_no_transaction_open(
-    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+def _measures(rt: Runtime) -> bool:
+    return measure_due_tables(rt, datetime.now(UTC)) == 1
+
+
+@pytest.mark.parametrize("reads", [_refreshes, _measures], ids=["refresh", "health watch"])
+def test_the_catalog_is_read_with_no_transaction_open(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, reads: Callable[[Runtime], bool]
 ) -> None:
     _managed(rt)
     problems: list[str] = []
     _probing_catalog(rt, monkeypatch, lambda: _probe_locks(rt, problems))
-    assert measure_due_tables(rt, datetime.now(UTC)) == 1
+    assert reads(rt)
     assert problems == []
 
 

@@ -3,26 +3,22 @@ transaction: both move, or (for a deposed leader) neither."""
 
 from __future__ import annotations
 
+from helpers import manage
 from sqlalchemy import select, text
 
 from lakewarden.db.locks import DBLocks
-from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
-from lakewarden.tasks import repo
 from services.scheduler.runs import abandon_orphans
 
 
 def _running_orphan(rt: Runtime) -> int:
     """A task running under 'old-leader', with its run."""
+    task_id = manage(rt, "t", {})
     with transaction(rt.engine) as s:
-        row = ManagedTable(catalog="lake", namespace="ns", name="t", policy={})
-        s.add(row)
-        s.flush()
-        task_id = repo.create_task(s, table_id=row.id, kind="compaction", trigger={}, actor="t")
-        assert task_id is not None
         s.execute(
             text(
                 "UPDATE tasks SET state = 'running', holder = 'old-leader', attempt = 1 "
