@@ -14,7 +14,7 @@ def _setup_logging() -> None:
         level=get_settings().log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
     )
-    for noisy in ("py4j", "apscheduler", "httpx", "httpcore", "pyiceberg", "alembic"):
+    for noisy in ("py4j", "httpx", "httpcore", "pyiceberg", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
