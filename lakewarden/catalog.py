@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table import Table
 from sqlalchemy.engine import make_url
 
 from lakewarden.settings import Settings
@@ -49,6 +51,23 @@ class TableRef:
 
     def spark_name(self, catalog: str) -> str:
         return f"`{catalog}`.`{self.namespace}`.`{self.name}`"
+
+
+def load_table(catalog: Catalog, ref: TableRef) -> Table:
+    """The table from the catalog; pyiceberg's `NoSuchTableError` naming the catalog and the
+    table if it has no such table (nor namespace)."""
+    try:
+        return catalog.load_table((ref.namespace, ref.name))
+    except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        raise NoSuchTableError(f"catalog {catalog.name!r} has no table {ref.dotted}") from exc
+
+
+def find_table(catalog: Catalog, ref: TableRef) -> Table | None:
+    """The table from the catalog, or None if it has no such table."""
+    try:
+        return load_table(catalog, ref)
+    except NoSuchTableError:
+        return None
 
 
 def catalog_db_url(settings: Settings, control_plane_url: str) -> str:

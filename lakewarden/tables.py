@@ -1,4 +1,5 @@
-"""Managed tables and namespace defaults: register, look up, change policy, unregister.
+"""Managed tables and namespace defaults: register, look up, list, change policy,
+unregister; and their blockers (a writer keeps maintenance off a table for a while).
 
 A table stores only the policy settings given for it; the effective policy layers
 them over its namespace's defaults over the built-in defaults.
@@ -23,7 +24,8 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
 from lakewarden.db.locks import DBLocks, xact_lock
-from lakewarden.db.models import ManagedTable, NamespacePolicy, PolicyVersion
+from lakewarden.db.models import ManagedTable, NamespacePolicy, PolicyVersion, TableBlocker
+from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.policy import Policy, effective_policy
 
 
@@ -50,6 +52,21 @@ def get_table(session: Session, catalog: str, ref: TableRef) -> ManagedTable | N
             ManagedTable.name == ref.name,
         )
     ).one_or_none()
+
+
+def list_tables(session: Session, page: PageRequest) -> Page[ManagedTable]:
+    """Managed tables, oldest registration first."""
+    return keyset_page(session, select(ManagedTable), ManagedTable.id, page, newest_first=False)
+
+
+def tables_in_namespace(session: Session, catalog: str, namespace: str) -> list[ManagedTable]:
+    return list(
+        session.scalars(
+            select(ManagedTable)
+            .where(ManagedTable.catalog == catalog, ManagedTable.namespace == namespace)
+            .order_by(ManagedTable.id)
+        )
+    )
 
 
 def lock_table(session: Session, row: ManagedTable) -> ManagedTable | None:
@@ -150,3 +167,40 @@ def effective_policy_for(
 
 def ref_of(row: ManagedTable) -> TableRef:
     return TableRef(row.namespace, row.name)
+
+
+def add_blocker(
+    session: Session, row: ManagedTable, *, holder: str, reason: str | None, ttl_s: float
+) -> TableBlocker:
+    """No maintenance job starts on the table for `ttl_s` seconds (database time)."""
+    blocker = TableBlocker(
+        table_id=row.id,
+        holder=holder,
+        reason=reason,
+        expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, ttl_s),
+    )
+    session.add(blocker)
+    session.flush()
+    session.refresh(blocker)
+    return blocker
+
+
+def live_blockers(session: Session, table_id: int) -> list[TableBlocker]:
+    """The table's blockers that have not expired, oldest first."""
+    return list(
+        session.scalars(
+            select(TableBlocker)
+            .where(TableBlocker.table_id == table_id, TableBlocker.expires_at > func.now())
+            .order_by(TableBlocker.id)
+        )
+    )
+
+
+def remove_blocker(session: Session, row: ManagedTable, blocker_id: int) -> bool:
+    """False if the table has no such blocker."""
+    gone = session.execute(
+        delete(TableBlocker)
+        .where(TableBlocker.id == blocker_id, TableBlocker.table_id == row.id)
+        .returning(TableBlocker.id)
+    ).scalar_one_or_none()
+    return gone is not None

@@ -9,6 +9,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import Alert
+from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.states import AlertState, sql_in
 
 # The inference clause names the open-alert index's predicate as literals, so that
@@ -76,3 +77,11 @@ def acknowledge(session: Session, alert_id: int, by: str) -> Alert | None:
     session.flush()
     session.refresh(alert)
     return alert
+
+
+def list_alerts(session: Session, page: PageRequest, *, state: str | None = None) -> Page[Alert]:
+    """Alerts, newest first: in `state`, or without it the open ones (not resolved)."""
+    q = select(Alert).where(
+        Alert.state != AlertState.RESOLVED if state is None else Alert.state == state
+    )
+    return keyset_page(session, q, Alert.id, page)

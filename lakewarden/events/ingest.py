@@ -17,6 +17,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.db.paging import Page, PageRequest, keyset_page
 
 # How far back one sync walks a table's history looking for unseen commits.
 MAX_WALK = 1000
@@ -111,3 +112,18 @@ def sync_table(
     row.updated_at = func.now()
     session.flush()
     return Ingested(new_ids, row.current_snapshot_id)
+
+
+def list_events(session: Session, table_id: int, page: PageRequest) -> Page[TimelineEvent]:
+    """The table's commits, newest first, each with what policy evaluation decided."""
+    q = select(TimelineEvent).where(TimelineEvent.table_id == table_id)
+    return keyset_page(session, q, TimelineEvent.id, page)
+
+
+def event_for(session: Session, table_id: int, snapshot_id: int | None) -> TimelineEvent | None:
+    """The event of one commit of the table, if recorded."""
+    return session.scalars(
+        select(TimelineEvent).where(
+            TimelineEvent.table_id == table_id, TimelineEvent.snapshot_id == snapshot_id
+        )
+    ).one_or_none()

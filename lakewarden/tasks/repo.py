@@ -5,19 +5,37 @@ Functions take a session and never commit: the caller owns the transaction.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import Task, TaskTransition
+from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
+from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
 from lakewarden.states import HELD_TASK_STATES, OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tasks.states import can_transition, sources_of
 
 
 class TransitionRejected(RuntimeError):
-    """The task was not in a state the transition may start from (someone else moved it)."""
+    """The task was not in a state the transition may start from (someone else moved it).
+    `state` is the state it was found in; None when there is no such task."""
+
+    def __init__(self, message: str, *, task_id: int, state: str | None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.state = state
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task as it is shown: with its table's namespace.name, every transition and run."""
+
+    task: Task
+    table: str
+    history: list[TaskTransition]
+    runs: list[JobRun]
 
 
 # Open tasks hold a (table, kind) slot; the inference clause names the partial unique
@@ -103,12 +121,20 @@ def transition(
         check_fence(session, fence)
     task = session.scalars(select(Task).where(Task.id == task_id).with_for_update()).one_or_none()
     if task is None:
-        raise TransitionRejected(f"task {task_id} does not exist")
+        raise TransitionRejected(f"task {task_id} does not exist", task_id=task_id, state=None)
     allowed_from = expected or sources_of(to)
     if task.state not in allowed_from or not can_transition(task.state, to):
-        raise TransitionRejected(f"task {task_id} is {task.state}, cannot move to {to}")
+        raise TransitionRejected(
+            f"task {task_id} is {task.state}, cannot move to {to}",
+            task_id=task_id,
+            state=task.state,
+        )
     if held_by is not None and task.holder != held_by:
-        raise TransitionRejected(f"task {task_id} is held by {task.holder}, not {held_by}")
+        raise TransitionRejected(
+            f"task {task_id} is held by {task.holder}, not {held_by}",
+            task_id=task_id,
+            state=task.state,
+        )
     src = task.state
     session.execute(
         update(Task)
@@ -181,6 +207,42 @@ def history(session: Session, task_id: int) -> list[TaskTransition]:
             .order_by(TaskTransition.id)
         )
     )
+
+
+# A task's table, as namespace.name.
+_TABLE_NAME = (ManagedTable.namespace + "." + ManagedTable.name).label("table")
+
+
+def list_tasks(
+    session: Session,
+    page: PageRequest,
+    *,
+    table_id: int | None = None,
+    state: str | None = None,
+    kind: str | None = None,
+) -> Page[tuple[Task, str]]:
+    """Tasks, newest first, each with its table's namespace.name; optionally only those of
+    one table, in one state, of one kind."""
+    q = select(Task, _TABLE_NAME).join(ManagedTable, ManagedTable.id == Task.table_id)
+    if table_id is not None:
+        q = q.where(Task.table_id == table_id)
+    if state is not None:
+        q = q.where(Task.state == state)
+    if kind is not None:
+        q = q.where(Task.kind == kind)
+    return keyset_page(session, q, Task.id, page)
+
+
+def get_task(session: Session, task_id: int) -> TaskRecord | None:
+    """The task with its table's name, history and runs; None if there is no such task."""
+    task = session.get(Task, task_id)
+    return None if task is None else record(session, task)
+
+
+def record(session: Session, task: Task) -> TaskRecord:
+    table = session.scalars(select(_TABLE_NAME).where(ManagedTable.id == task.table_id)).one()
+    runs = session.scalars(select(JobRun).where(JobRun.task_id == task.id).order_by(JobRun.attempt))
+    return TaskRecord(task=task, table=table, history=history(session, task.id), runs=list(runs))
 
 
 def _json(value: dict[str, Any]) -> str:
