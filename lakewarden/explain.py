@@ -19,12 +19,13 @@ from pyiceberg.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import ManagedTable, TableBlocker, Task
+from lakewarden.db.models import ManagedTable, Task
 from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.policy import KindPolicy, Policy, SweptPolicy, is_due
+from lakewarden.tables import live_blockers
 from lakewarden.tasks.repo import open_task
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,11 @@ def explain_table(
 ) -> dict[str, Any]:
     """Every kind: enabled or not, its open task, whether the next commit or sweep would
     create a task, and the plan its planner would make now (with the expected gain) or why
-    it would skip; and the live blockers. The API serves it as `ExplainOut`."""
+    it would skip; and the live blockers (rows of `table_blockers`). The API serves it as
+    `ExplainOut`."""
     current = table.current_snapshot()
     summary = snapshot_fields(current)["summary"] if current else None
-    blockers = list(
-        session.scalars(
-            select(TableBlocker)
-            .where(TableBlocker.table_id == row.id, TableBlocker.expires_at > func.now())
-            .order_by(TableBlocker.expires_at)
-        )
-    )
+    blockers = live_blockers(session, row.id)
     kinds = {
         kind.name: _explain_kind(session, row, kind, policy, table, now, summary)
         for kind in REGISTRY.values()
@@ -55,10 +51,10 @@ def explain_table(
     running = [name for name, k in kinds.items() if k["would_run"]]
     overview = f"would run now: {', '.join(running)}" if running else "nothing would run now"
     if blockers:
-        last = blockers[-1]
+        until = max(b.expires_at for b in blockers)
         overview += (
             f"; blocked by {', '.join(sorted({b.holder for b in blockers}))} until "
-            f"{last.expires_at.isoformat()}: no job starts before then"
+            f"{until.isoformat()}: no job starts before then"
         )
     return {
         "table": f"{row.namespace}.{row.name}",
@@ -66,10 +62,7 @@ def explain_table(
         "snapshot_id": current.snapshot_id if current else None,
         "policy_version": row.policy_version,
         "summary": overview,
-        "blocked_by": [
-            {"id": b.id, "holder": b.holder, "reason": b.reason, "until": b.expires_at}
-            for b in blockers
-        ],
+        "blocked_by": blockers,
         "kinds": kinds,
     }
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from lakewarden import __version__, process
 from lakewarden.alerts.tick import alert_tick
@@ -30,6 +31,13 @@ from services.api.routes import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def operation_id(route: APIRoute) -> str:
+    """The OpenAPI operationId: the route function's name in camelCase (`list_tables` is
+    `listTables`). Name a route function for what a client calls it: verb, then object."""
+    first, *rest = route.name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
 
 
 def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
@@ -57,6 +65,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         description="Table-management control plane for Apache Iceberg tables.",
         lifespan=lifespan,
         responses=errors.APP_RESPONSES,  # 422 and 500 as ErrorOut, on every operation
+        generate_unique_id_function=operation_id,
     )
     app.state.runtime = rt
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.catalog import TableRef
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -17,9 +17,6 @@ from services.api.schemas import IDENTIFIER_PATTERN, documented_pattern
 
 BIGINT_MAX = 2**63 - 1  # ids are Postgres bigints: a larger one is a 422, not a 500
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
-Cursor = Annotated[
-    int | None, Query(ge=0, le=BIGINT_MAX, description="next_cursor of the previous page")
-]
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -52,16 +49,14 @@ Identifier = Annotated[
 
 
 def table_ref(namespace: Identifier, name: Identifier) -> TableRef:
-    try:
-        return TableRef(namespace, name)
-    except InvalidIdentifier as exc:
-        raise HTTPException(422, str(exc)) from exc
+    return TableRef(namespace, name)  # InvalidIdentifier: a 422 (services/api/errors.py)
 
 
 RefDep = Annotated[TableRef, Depends(table_ref)]
 
 
-def managed_table(ref: RefDep, rt: RuntimeDep, session: SessionDep) -> ManagedTable:
+def managed(session: Session, rt: Runtime, ref: TableRef) -> ManagedTable:
+    """The managed table, or a 404 that says how to manage it."""
     row = get_table(session, rt.settings.catalog_name, ref)
     if row is None:
         raise HTTPException(
@@ -70,6 +65,10 @@ def managed_table(ref: RefDep, rt: RuntimeDep, session: SessionDep) -> ManagedTa
             "register it with POST /api/v1/tables",
         )
     return row
+
+
+def managed_table(ref: RefDep, rt: RuntimeDep, session: SessionDep) -> ManagedTable:
+    return managed(session, rt, ref)
 
 
 TableDep = Annotated[ManagedTable, Depends(managed_table)]

@@ -2,6 +2,10 @@
 
 - `HTTPException`s raised by routes (404 no such table, 409 already managed, …) and by
   routing itself (404 no such path, 405 with an `Allow` that lists every method of the path);
+- the core's refusals, wherever a route or dependency meets them, so that routes do not
+  catch them one by one: an invalid table name (`InvalidIdentifier`, 422), a table the
+  catalog does not have (pyiceberg's `NoSuchTableError`, 404), a task transition refused
+  (`TransitionRejected`: 404 no such task, 409 it already ended or was moved meanwhile);
 - invalid requests (422, with `errors` field by field; services/api/limits.py answers 413
   and control characters in the path or query before routing, with the same body);
 - database conflicts that escape a route: a unique or foreign-key violation, a
@@ -25,10 +29,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
+from lakewarden.catalog import InvalidIdentifier
+from lakewarden.tasks.repo import TransitionRejected
+from lakewarden.tasks.states import TERMINAL_STATES
 from services.api.limits import MAX_BODY_BYTES
 from services.api.schemas import ErrorOut, FieldProblem
 
@@ -131,6 +139,25 @@ async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid request", errors=errors)
 
 
+async def _invalid_identifier(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidIdentifier)
+    return error_response(422, str(exc))  # what a valid name looks like
+
+
+async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, NoSuchTableError)
+    return error_response(404, str(exc))  # lakewarden.catalog.load_table names both
+
+
+async def _transition_rejected(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TransitionRejected)
+    if exc.state is None:
+        return error_response(404, f"task {exc.task_id} does not exist")
+    if exc.state in TERMINAL_STATES:
+        return error_response(409, f"task {exc.task_id} already ended ({exc.state})")
+    return error_response(409, str(exc))
+
+
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, DBAPIError) or not is_conflict(exc):
         raise exc  # not a conflict: the generic handler makes it a 500 with an error id
@@ -167,5 +194,8 @@ def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.state.routes = list(routes)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(InvalidIdentifier, _invalid_identifier)
+    app.add_exception_handler(NoSuchTableError, _no_such_table)
+    app.add_exception_handler(TransitionRejected, _transition_rejected)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

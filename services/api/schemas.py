@@ -1,8 +1,11 @@
-"""Request and response bodies. Requests forbid unknown fields: a typo is a 422, not a no-op.
+"""Every request and response body of the API, in this one module (one name per model, so
+the OpenAPI's component names are the class names: short and unique).
 
-Every request body derives from `RequestModel` (the policy models from the same base):
-strict types, no NaN or Infinity, no control characters in any string (fields listed in
-`FREE_TEXT` may hold tabs and newlines). Every error response has one body, `ErrorOut`.
+Requests forbid unknown fields: a typo is a 422, not a no-op. Every request body derives
+from `RequestModel` (the policy models from the same base): strict types, no NaN or
+Infinity, no control characters in any string (fields listed in `FREE_TEXT` may hold tabs
+and newlines). Every response body derives from `ResponseModel`, which reads the core's rows
+by attribute. Every error response has one body, `ErrorOut`; every list one shape, `Page`.
 
 The `*_PATTERN`s below put into the OpenAPI what the validators enforce (`TableRef`,
 `InputModel`), so that clients and fuzzers know it; the validators stay the ones that
@@ -10,12 +13,16 @@ refuse, with a message that says what to fix rather than a regular expression.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from lakewarden.db import paging
+from lakewarden.db.models import Task
 from lakewarden.policy import KINDS, InputModel, Policy
+from lakewarden.tasks.repo import TaskRecord
 
 T = TypeVar("T")
 
@@ -36,14 +43,20 @@ class RequestModel(InputModel):
     """Base of every request body: see `lakewarden.policy.InputModel`."""
 
 
-class FieldProblem(BaseModel):
+class ResponseModel(BaseModel):
+    """Base of every response body: built from a dict, or from a row's attributes."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class FieldProblem(ResponseModel):
     field: str = Field(
         description="the field, dotted (body fields by name; `query.<name>`, `path.<name>`)"
     )
     problem: str
 
 
-class ErrorOut(BaseModel):
+class ErrorOut(ResponseModel):
     """The body of every error response, 4xx and 5xx."""
 
     detail: str = Field(description="what went wrong and what to do about it")
@@ -82,7 +95,7 @@ class TaskIn(RequestModel):
     )
 
 
-class PolicyOut(BaseModel):
+class PolicyOut(ResponseModel):
     namespace: str
     policy: dict[str, Any] = Field(description="the defaults tables of the namespace inherit")
     version: int
@@ -105,7 +118,7 @@ class EventIn(RequestModel):
     snapshot_id: int | None = Field(default=None, description="the committed snapshot, if known")
 
 
-class TableOut(BaseModel):
+class TableOut(ResponseModel):
     id: int
     catalog: str
     namespace: str
@@ -127,7 +140,7 @@ class TableOut(BaseModel):
     updated_at: datetime
 
 
-class EventOut(BaseModel):
+class EventOut(ResponseModel):
     id: int
     snapshot_id: int
     parent_snapshot_id: int | None
@@ -141,7 +154,7 @@ class EventOut(BaseModel):
     decision_detail: dict[str, Any] | None
 
 
-class TransitionOut(BaseModel):
+class TransitionOut(ResponseModel):
     from_state: str | None
     to_state: str
     actor: str
@@ -150,7 +163,7 @@ class TransitionOut(BaseModel):
     at: datetime
 
 
-class RunOut(BaseModel):
+class RunOut(ResponseModel):
     attempt: int
     state: str
     scheduler_id: str
@@ -165,7 +178,7 @@ class RunOut(BaseModel):
     log_tail: str | None
 
 
-class TaskOut(BaseModel):
+class TaskOut(ResponseModel):
     id: int
     table: str
     kind: str
@@ -182,27 +195,37 @@ class TaskOut(BaseModel):
     created_at: datetime
     updated_at: datetime
 
+    @classmethod
+    def of(cls, task: Task, table: str, **more: Any) -> Self:
+        """The task's own fields, its table's namespace.name, and `more` (a subclass's)."""
+        own = {f: getattr(task, f) for f in cls.model_fields if f != "table" and f not in more}
+        return cls(table=table, **own, **more)
+
 
 class TaskDetail(TaskOut):
     history: list[TransitionOut]
     runs: list[RunOut]
 
+    @classmethod
+    def of_record(cls, record: TaskRecord) -> TaskDetail:
+        return cls.of(record.task, record.table, history=record.history, runs=record.runs)
 
-class EventAccepted(BaseModel):
+
+class EventAccepted(ResponseModel):
     table: str
     new_events: int
     current_snapshot_id: int | None
     event: EventOut | None
 
 
-class ReadyOut(BaseModel):
+class ReadyOut(ResponseModel):
     """The readiness probe's answer, 200 or 503 (a probe's state, not an error)."""
 
     status: Literal["ready", "unavailable"]
     reason: str | None = Field(default=None, description="why not ready")
 
 
-class LeaderOut(BaseModel):
+class LeaderOut(ResponseModel):
     holder: str | None
     epoch: int | None
     acquired_at: datetime | None = None
@@ -211,8 +234,227 @@ class LeaderOut(BaseModel):
     live: bool
 
 
-class Page(BaseModel, Generic[T]):
+class BlockerIn(RequestModel):
+    FREE_TEXT = frozenset({"reason"})
+    holder: str = Field(
+        min_length=1,
+        max_length=255,
+        description="who blocks, e.g. a job id",
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+    )
+    reason: str | None = Field(
+        default=None, max_length=2000, json_schema_extra=documented_pattern(FREE_TEXT_PATTERN)
+    )
+    ttl_s: float = Field(gt=0, le=7 * 24 * 3600, description="the blocker lapses after this")
+
+
+class BlockerOut(ResponseModel):
+    id: int
+    holder: str
+    reason: str | None
+    created_at: datetime
+    expires_at: datetime
+
+    # Deprecated in the OpenAPI only: pydantic's own `deprecated=` warns on every response.
+    @computed_field(  # type: ignore[prop-decorator]
+        description="deprecated: the same as `expires_at` (explain's name for it)",
+        json_schema_extra={"deprecated": True},
+    )
+    @property
+    def until(self) -> datetime:
+        return self.expires_at
+
+
+class AckIn(RequestModel):
+    by: str = Field(
+        min_length=1,
+        max_length=255,
+        description="who takes it",
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+    )
+
+
+class AlertOut(ResponseModel):
+    id: int
+    rule: str
+    key: str
+    severity: str
+    state: str
+    summary: str
+    details: dict[str, Any]
+    runbook: str | None
+    first_seen: datetime
+    last_seen: datetime
+    resolved_at: datetime | None
+    acked_by: str | None
+    acked_at: datetime | None
+    delivered_state: str | None
+    delivery_attempts: int
+    delivery_error: str | None
+
+
+# The operator views: a table's health, and what would run on it now.
+
+
+class SignalOut(ResponseModel):
+    kind: str = Field(description="the maintenance kind whose threshold fired")
+    metric: str
+    value: float
+    threshold: float
+    reason: str
+
+
+class FileSizesOut(ResponseModel):
+    min: int
+    p50: int
+    max: int
+
+
+class DeleteFilesOut(ResponseModel):
+    position: int
+    equality: int
+    position_rows: int
+    equality_rows: int
+
+
+class SnapshotsOut(ResponseModel):
+    count: int
+    oldest_age_s: float
+    newest_age_s: float
+    expirable: int = Field(
+        description="beyond clean.keep_last_snapshots, older than max_snapshot_age_hours, "
+        "not referenced by a branch or tag: what clean would expire"
+    )
+
+
+class ManifestsOut(ResponseModel):
+    count: int = Field(description="manifests of the current snapshot")
+    data: int
+    deletes: int
+    total_bytes: int
+    avg_bytes: float
+
+
+class TTLOut(ResponseModel):
+    column: str | None = Field(description="the policy's ttl.column; null when none is set")
+    cutoff: datetime | None = None
+    oldest: datetime | None = Field(default=None, description="min lower bound of the column")
+    newest: datetime | None = None
+    files_without_bounds: int | None = None
+    files_past_retention: int | None = Field(
+        default=None, description="files holding some row older than the cutoff"
+    )
+    files_entirely_past_retention: int | None = None
+    note: str | None = None
+
+
+class FilesOut(ResponseModel):
+    """What the data and delete files come to, of the whole table or of one partition."""
+
+    data_files: int
+    bytes: int
+    records: int
+    file_size: FileSizesOut
+    small_files: int
+    small_file_ratio: float
+    reducible_files: int
+    delete_files: DeleteFilesOut
+    deleted_records: float
+    deleted_row_ratio: float
+
+
+class PartitionHealthOut(FilesOut):
+    partition: dict[str, Any]
+    files_per_lookup: dict[str, float | None]
+    oldest_ttl_value: datetime | None
+    past_retention: bool | None
+
+
+class HealthOut(FilesOut):
+    table: str
+    policy_version: int
+    snapshot_id: int | None
+    measured_at: datetime
+    score: int = Field(ge=0, le=100)
+    penalties: dict[str, float] = Field(description="what each factor took off 100")
+    signals: list[SignalOut]
+    small_file_threshold_bytes: int
+    snapshots: SnapshotsOut
+    manifests: ManifestsOut
+    layout: dict[str, float | None] = Field(
+        description="files a point lookup opens, per layout kind, over the whole table"
+    )
+    layout_columns: dict[str, list[str]]
+    ttl: TTLOut
+    partitions: list[PartitionHealthOut]
+
+
+class OpenTaskOut(ResponseModel):
+    id: int
+    state: str
+    attempt: int
+    created_at: datetime
+    reason: str | None = Field(description="why it was created")
+
+
+class TriggerOut(ResponseModel):
+    source: Literal["commits", "sweep"]
+    would_create_task: bool
+    reason: str
+    metrics: dict[str, Any] | None = None
+
+
+class KindExplainOut(ResponseModel):
+    enabled: bool
+    would_run: bool = Field(description="enabled, and its planner finds work on the table now")
+    reason: str = Field(description="why it would run or not")
+    open_task: OpenTaskOut | None
+    triggers: list[TriggerOut] = Field(
+        description="whether the next commit (the current snapshot's summary) or the next "
+        "sweep would create a task"
+    )
+    planner_reason: str = Field(description="what the planner says of the table now")
+    plan: dict[str, Any] | None
+    expected_gain: dict[str, Any] | None
+
+
+class ExplainOut(ResponseModel):
+    table: str
+    at: datetime
+    snapshot_id: int | None
+    policy_version: int
+    summary: str
+    blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
+    kinds: dict[str, KindExplainOut]
+
+
+class Page(ResponseModel, Generic[T]):
+    """One page of a list (`lakewarden.db.paging`); each list has its own subclass, named
+    for what it lists."""
+
     items: list[T]
     next_cursor: int | None = Field(
         description="pass as `cursor` for the next page; null on the last page"
     )
+
+    @classmethod
+    def of(cls, page: paging.Page[Any], item: Callable[[Any], Any] | None = None) -> Self:
+        """The core's page, each row mapped by `item` (by default, read by attribute)."""
+        items = page.items if item is None else [item(row) for row in page.items]
+        return cls(items=items, next_cursor=page.next_cursor)
+
+
+class TablePage(Page[TableOut]):
+    pass
+
+
+class EventPage(Page[EventOut]):
+    pass
+
+
+class TaskPage(Page[TaskOut]):
+    pass
+
+
+class AlertPage(Page[AlertOut]):
+    pass

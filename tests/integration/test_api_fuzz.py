@@ -47,11 +47,18 @@ include-name = [
 ]
 checks.positive_data_acceptance.enabled = false
 
-# Schemathesis infers a link from GET /tasks to POST /tables/{namespace}/{name}/tasks that
-# passes a task's id as the table's name ("tables/sales/13/tasks"): the 422 for that name
-# is right. Positive data acceptance for this operation is checked in the other phases.
+# Schemathesis takes the {name} of .../{name}/tasks and .../{name}/blockers for the name of
+# the Task or Blocker resource (a component it finds by that name), so its stateful phase
+# passes a task's or blocker's id as the table's name ("tables/sales/13/tasks"): the 422
+# for that name is right. Positive data acceptance for these operations is checked in the
+# other phases.
 [[operations]]
-include-name = "POST /api/v1/tables/{namespace}/{name}/tasks"
+include-name = [
+    "POST /api/v1/tables/{namespace}/{name}/tasks",
+    "POST /api/v1/tables/{namespace}/{name}/blockers",
+    "GET /api/v1/tables/{namespace}/{name}/blockers",
+    "DELETE /api/v1/tables/{namespace}/{name}/blockers/{blocker_id}",
+]
 phases.stateful.checks.positive_data_acceptance.enabled = false
 """
 # Not applicable, so they pass vacuously: ignored_auth, object_level_authorization (the API

@@ -24,7 +24,7 @@ from lakewarden.health_model import (
 )
 from lakewarden.metadata import DataFile
 from lakewarden.policy import Policy, parse_policy
-from services.api.health_schemas import HealthOut
+from services.api.schemas import HealthOut
 
 MiB = 1024 * 1024
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

@@ -2,45 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter, HTTPException, Response
-from pydantic import BaseModel, Field
-from sqlalchemy import func, select
 
-from lakewarden.db.models import TableBlocker
+from lakewarden import tables
 from services.api import errors
 from services.api.deps import Id, SessionDep, TableDep
-from services.api.schemas import (
-    FREE_TEXT_PATTERN,
-    TEXT_PATTERN,
-    RequestModel,
-    documented_pattern,
-)
+from services.api.schemas import BlockerIn, BlockerOut
 
 router = APIRouter(prefix="/api/v1/tables", tags=["blockers"])
-
-
-class BlockerIn(RequestModel):
-    FREE_TEXT = frozenset({"reason"})
-    holder: str = Field(
-        min_length=1,
-        max_length=255,
-        description="who blocks, e.g. a job id",
-        json_schema_extra=documented_pattern(TEXT_PATTERN),
-    )
-    reason: str | None = Field(
-        default=None, max_length=2000, json_schema_extra=documented_pattern(FREE_TEXT_PATTERN)
-    )
-    ttl_s: float = Field(gt=0, le=7 * 24 * 3600, description="the blocker lapses after this")
-
-
-class BlockerOut(BaseModel):
-    id: int
-    holder: str
-    reason: str | None
-    created_at: datetime
-    expires_at: datetime
 
 
 @router.post(
@@ -49,19 +18,13 @@ class BlockerOut(BaseModel):
     response_model=BlockerOut,
     responses=errors.documented(409, body=True, notes=errors.ON_TABLE),
 )
-def add_blocker(body: BlockerIn, row: TableDep, session: SessionDep) -> TableBlocker:
+def add_blocker(body: BlockerIn, row: TableDep, session: SessionDep) -> BlockerOut:
     """No maintenance job starts on the table until the blocker expires or is removed
     (a job already running finishes; Iceberg's commit checks keep the writer safe)."""
-    blocker = TableBlocker(
-        table_id=row.id,
-        holder=body.holder,
-        reason=body.reason,
-        expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, body.ttl_s),
+    blocker = tables.add_blocker(
+        session, row, holder=body.holder, reason=body.reason, ttl_s=body.ttl_s
     )
-    session.add(blocker)
-    session.flush()
-    session.refresh(blocker)
-    return blocker
+    return BlockerOut.model_validate(blocker)
 
 
 @router.get(
@@ -69,15 +32,9 @@ def add_blocker(body: BlockerIn, row: TableDep, session: SessionDep) -> TableBlo
     response_model=list[BlockerOut],
     responses=errors.documented(notes=errors.ON_TABLE),
 )
-def list_blockers(row: TableDep, session: SessionDep) -> list[TableBlocker]:
+def list_blockers(row: TableDep, session: SessionDep) -> list[BlockerOut]:
     """The table's live blockers."""
-    return list(
-        session.scalars(
-            select(TableBlocker)
-            .where(TableBlocker.table_id == row.id, TableBlocker.expires_at > func.now())
-            .order_by(TableBlocker.id)
-        )
-    )
+    return [BlockerOut.model_validate(b) for b in tables.live_blockers(session, row.id)]
 
 
 @router.delete(
@@ -88,8 +45,6 @@ def list_blockers(row: TableDep, session: SessionDep) -> list[TableBlocker]:
     ),
 )
 def remove_blocker(blocker_id: Id, row: TableDep, session: SessionDep) -> Response:
-    blocker = session.get(TableBlocker, blocker_id)
-    if blocker is None or blocker.table_id != row.id:
+    if not tables.remove_blocker(session, row, blocker_id):
         raise HTTPException(404, f"blocker {blocker_id} does not exist on this table")
-    session.delete(blocker)
     return Response(status_code=204)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
-from pyiceberg.exceptions import NoSuchTableError
-from sqlalchemy import select
 
-from lakewarden.catalog import InvalidIdentifier, TableRef
-from lakewarden.db.models import TimelineEvent
+from lakewarden.catalog import TableRef, load_table
+from lakewarden.events.ingest import event_for
 from lakewarden.events.refresh import ingest_commits
-from lakewarden.tables import get_table
 from services.api import errors
-from services.api.deps import RuntimeDep, SessionDep
+from services.api.deps import RuntimeDep, SessionDep, managed
 from services.api.schemas import EventAccepted, EventIn, EventOut
 
 router = APIRouter(prefix="/api/v1", tags=["events"])
@@ -26,8 +23,8 @@ router = APIRouter(prefix="/api/v1", tags=["events"])
         body=True,
         notes={
             404: "the table is not managed by lakewarden, or the catalog no longer has it",
-            409: "the table's stored policy is no longer valid (the new commits cannot be "
-            "judged), or a concurrent change won",
+            409: "a concurrent change won (a commit on a table whose stored policy no "
+            "longer validates is recorded, with decision policy-invalid: a 202)",
         },
     ),
 )
@@ -37,17 +34,9 @@ def post_event(body: EventIn, rt: RuntimeDep, session: SessionDep) -> EventAccep
     lakewarden reads the commit from the catalog itself and records every
     commit of the table it has not seen yet (one event per snapshot).
     """
-    try:
-        ref = TableRef(body.namespace, body.name)
-    except InvalidIdentifier as exc:
-        raise HTTPException(422, str(exc)) from exc
-    row = get_table(session, rt.settings.catalog_name, ref)
-    if row is None:
-        raise HTTPException(404, f"table {ref.dotted} is not managed by lakewarden")
-    try:
-        table = rt.catalog.load_table((ref.namespace, ref.name))
-    except NoSuchTableError as exc:
-        raise HTTPException(404, f"catalog has no table {ref.dotted}") from exc
+    ref = TableRef(body.namespace, body.name)
+    row = managed(session, rt, ref)
+    table = load_table(rt.catalog, ref)
     wanted = body.snapshot_id
     if wanted is not None and table.metadata.snapshot_by_id(wanted) is None:
         current = table.current_snapshot()
@@ -58,14 +47,10 @@ def post_event(body: EventIn, rt: RuntimeDep, session: SessionDep) -> EventAccep
         )
     ingested = ingest_commits(session, rt, row, table, source="webhook")
     snapshot_id = wanted if wanted is not None else ingested.current_snapshot_id
-    event = session.scalars(
-        select(TimelineEvent).where(
-            TimelineEvent.table_id == row.id, TimelineEvent.snapshot_id == snapshot_id
-        )
-    ).one_or_none()
+    event = event_for(session, row.id, snapshot_id)
     return EventAccepted(
         table=ref.dotted,
         new_events=len(ingested.new_event_ids),
         current_snapshot_id=ingested.current_snapshot_id,
-        event=EventOut.model_validate(event, from_attributes=True) if event else None,
+        event=EventOut.model_validate(event) if event else None,
     )

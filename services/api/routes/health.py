@@ -10,19 +10,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from lakewarden import explain
+from lakewarden.catalog import find_table
 from lakewarden.db.models import ManagedTable
-from lakewarden.explain import explain_table
 from lakewarden.health import measure
 from lakewarden.runtime import Runtime
+from lakewarden.tables import ref_of
 from services.api import errors
 from services.api.deps import RuntimeDep, SessionDep, TableDep
-from services.api.health_schemas import ExplainOut, HealthOut
 from services.api.policies import current_policy
+from services.api.schemas import ExplainOut, HealthOut
 
 router = APIRouter(prefix="/api/v1/tables", tags=["health"])
 
@@ -38,20 +39,20 @@ def _read_only(session: Session) -> None:
 
 
 def _load(rt: Runtime, row: ManagedTable) -> Table:
-    try:
-        return rt.catalog.load_table((row.namespace, row.name))
-    except (NoSuchTableError, NoSuchNamespaceError) as exc:
+    table = find_table(rt.catalog, ref_of(row))
+    if table is None:  # a 409, not the 404 of a table the catalog never had
         raise HTTPException(
             409,
             f"table {row.namespace}.{row.name} is managed but gone from the catalog; "
             "unregister it with DELETE /api/v1/tables/{namespace}/{name}",
-        ) from exc
+        )
+    return table
 
 
 @router.get(
     "/{namespace}/{name}/health", response_model=HealthOut, responses=errors.documented(notes=GONE)
 )
-def table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HealthOut:
+def get_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HealthOut:
     """File sizes, delete files, snapshots, manifests, layout and TTL state (overall and per
     partition), a 0-100 score with what each factor cost, and every threshold that fires."""
     _read_only(session)
@@ -71,11 +72,13 @@ def table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HealthOu
     response_model=ExplainOut,
     responses=errors.documented(notes=GONE),
 )
-def explain(row: TableDep, rt: RuntimeDep, session: SessionDep) -> ExplainOut:
+def explain_table(row: TableDep, rt: RuntimeDep, session: SessionDep) -> ExplainOut:
     """For every kind: enabled or not, its open task, whether the next commit or sweep would
     create a task, and the plan its planner would make now (with the expected gain) or why
     it would skip. Live blockers are listed. Nothing is run or written."""
     _read_only(session)
     table = _load(rt, row)
     policy = current_policy(session, row)
-    return ExplainOut.model_validate(explain_table(session, row, table, policy, datetime.now(UTC)))
+    return ExplainOut.model_validate(
+        explain.explain_table(session, row, table, policy, datetime.now(UTC))
+    )

@@ -82,7 +82,7 @@ def _line(name: str, labels: dict[str, object], value: float | None) -> str:
     response_class=PlainTextResponse,
     responses=errors.as_json(errors.APP_RESPONSES),
 )
-def metrics(session: SessionDep) -> str:
+def get_metrics(session: SessionDep) -> str:
     out: list[str] = []
     lease = session.execute(
         text(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
-from pyiceberg.exceptions import NoSuchTableError
-from sqlalchemy import select
 
 from lakewarden import policy_gate
-from lakewarden.catalog import IDENTIFIER
-from lakewarden.db.models import ManagedTable
+from lakewarden.catalog import IDENTIFIER, find_table
 from lakewarden.policy import Policy
-from lakewarden.tables import lock_namespace, namespace_defaults, set_namespace_defaults
+from lakewarden.tables import (
+    lock_namespace,
+    namespace_defaults,
+    ref_of,
+    set_namespace_defaults,
+    tables_in_namespace,
+)
 from services.api import errors
 from services.api.deps import Identifier, RuntimeDep, SessionDep
 from services.api.policies import check_policy
@@ -26,14 +29,12 @@ def _check_name(namespace: str) -> None:
 
 
 @router.get("/{namespace}/policy", response_model=PolicyOut)
-def read_defaults(namespace: Namespace, rt: RuntimeDep, session: SessionDep) -> PolicyOut:
+def get_namespace_policy(namespace: Namespace, rt: RuntimeDep, session: SessionDep) -> PolicyOut:
     _check_name(namespace)
     row = namespace_defaults(session, rt.settings.catalog_name, namespace)
     if row is None:
         return PolicyOut(namespace=namespace, policy={}, version=0, updated_at=None)
-    return PolicyOut(
-        namespace=namespace, policy=row.policy, version=row.version, updated_at=row.updated_at
-    )
+    return PolicyOut.model_validate(row)
 
 
 @router.put(
@@ -48,7 +49,7 @@ def read_defaults(namespace: Namespace, rt: RuntimeDep, session: SessionDep) -> 
         },
     ),
 )
-def replace_defaults(
+def put_namespace_policy(
     namespace: Namespace, policy: Policy, rt: RuntimeDep, session: SessionDep
 ) -> PolicyOut:
     """Set the namespace's defaults. Refused (422) if a managed table of the namespace
@@ -60,24 +61,13 @@ def replace_defaults(
     # holds new ones off until this commits: the tables checked below are all there are.
     lock_namespace(session, catalog, namespace, exclusive=True)
     row = set_namespace_defaults(session, catalog, namespace, defaults)
-    tables = list(
-        session.scalars(
-            select(ManagedTable).where(
-                ManagedTable.catalog == catalog, ManagedTable.namespace == namespace
-            )
-        )
-    )
+    tables = tables_in_namespace(session, catalog, namespace)
     for t in tables:
-        try:
-            iceberg = rt.catalog.load_table((t.namespace, t.name))
-        except NoSuchTableError:
-            iceberg = None
+        iceberg = find_table(rt.catalog, ref_of(t))
         try:
             check_policy(session, catalog, namespace, t.policy, iceberg)
         except HTTPException as exc:
             raise HTTPException(422, f"table {namespace}.{t.name}: {exc.detail}") from exc
     # Every table of the namespace inherits the change: its open tasks obey it at once.
     policy_gate.apply_policy_change(session, tables, actor=f"api:{rt.process_id}")
-    return PolicyOut(
-        namespace=namespace, policy=row.policy, version=row.version, updated_at=row.updated_at
-    )
+    return PolicyOut.model_validate(row)

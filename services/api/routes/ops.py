@@ -15,7 +15,7 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+def get_liveness() -> dict[str, str]:
     """The process is up (no dependencies checked)."""
     return {"status": "ok"}
 
@@ -25,7 +25,7 @@ def healthz() -> dict[str, str]:
     response_model=ReadyOut,
     responses={503: {"model": ReadyOut, "description": "not ready: `reason` says why"}},
 )
-def readyz(rt: RuntimeDep) -> JSONResponse:
+def get_readiness(rt: RuntimeDep) -> JSONResponse:
     """Ready to serve: the database answers and its schema is at the migrations' head."""
     try:
         with rt.engine.connect() as conn:
@@ -41,7 +41,7 @@ def readyz(rt: RuntimeDep) -> JSONResponse:
 
 
 @router.get("/api/v1/scheduler/leader", response_model=LeaderOut, tags=["scheduler"])
-def scheduler_leader(session: SessionDep) -> LeaderOut:
+def get_scheduler_leader(session: SessionDep) -> LeaderOut:
     """The scheduler holding the lease, its epoch (fencing token) and last renewal."""
     status = leader_status(session)
     if status is None:
