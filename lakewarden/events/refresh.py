@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalog import TableRef, find_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
@@ -77,9 +76,8 @@ def refresh_table(rt: Runtime, ref: TableRef, *, source: str) -> Ingested | None
             return None
         table_id, seen = row.id, row.metadata_location
     for _ in range(REFRESH_TRIES):
-        try:
-            table = rt.catalog.load_table((ref.namespace, ref.name))
-        except NoSuchTableError:
+        table = find_table(rt.catalog, ref)
+        if table is None:
             log.warning("managed table %s is gone from the catalog", ref.dotted)
             return None
         with transaction(rt.engine) as session:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 
+from lakewarden.catalog import load_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.health import measure
@@ -65,7 +66,7 @@ def _measure(rt: Runtime, table_id: int, now: datetime) -> int:
             return 0
         policy = effective_policy_for(s, row)
         ref, version, measured_at = ref_of(row), row.policy_version, row.health_measured_at
-    health = measure(rt.catalog.load_table((ref.namespace, ref.name)), policy, now)
+    health = measure(load_table(rt.catalog, ref), policy, now)
     unhealthy = health.score < policy.slo.min_score
     with transaction(rt.engine) as s:
         stored = s.execute(
