@@ -1,5 +1,6 @@
 """Shared fixtures: a real Postgres (embedded, or TEST_DATABASE_URL), one fresh database per
-test copied from a migrated template, a Runtime on it, and pyiceberg-written tables."""
+test (a copy of a migrated template, or an earlier test's database emptied when its schema is
+still the template's), a Runtime on it, and pyiceberg-written tables."""
 
 from __future__ import annotations
 
@@ -97,14 +98,132 @@ def make_test_runtime(url: str, tmp: Path, role: str = "test", **overrides: Any)
     return Runtime(settings=settings, db_url=settings.database_url or url, engine=engine, role=role)
 
 
+# What a test may change besides rows: schema, constraints, indexes, triggers, functions,
+# database settings, the migration version. Equal to the template's: emptying is enough.
+_USER_SCHEMA = "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname !~ '^pg_'"
+_FINGERPRINT = f"""
+SELECT md5(coalesce(string_agg(x, E'\\n' ORDER BY x), '')) FROM (
+    SELECT format('rel %s.%s %s', n.nspname, c.relname, c.relkind) AS x
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_USER_SCHEMA}
+    UNION ALL
+    SELECT format('col %s.%s %s %s %s %s', n.nspname, c.relname, a.attnum, a.attname,
+                  format_type(a.atttypid, a.atttypmod), a.attnotnull)
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE {_USER_SCHEMA} AND a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL
+    SELECT format('def %s.%s %s %s', n.nspname, c.relname, d.adnum, pg_get_expr(d.adbin, d.adrelid))
+    FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_USER_SCHEMA}
+    UNION ALL
+    SELECT format('con %s %s', x.conname, pg_get_constraintdef(x.oid))
+    FROM pg_constraint x JOIN pg_namespace n ON n.oid = x.connamespace WHERE {_USER_SCHEMA}
+    UNION ALL
+    SELECT 'idx ' || pg_get_indexdef(i.indexrelid) FROM pg_index i
+    JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE {_USER_SCHEMA}
+    UNION ALL
+    SELECT 'trg ' || pg_get_triggerdef(t.oid) FROM pg_trigger t WHERE NOT t.tgisinternal
+    UNION ALL
+    SELECT format('fn %s %s', p.oid::regprocedure, md5(coalesce(p.prosrc, '')))
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE {_USER_SCHEMA}
+    UNION ALL
+    SELECT 'set ' || array_to_string(s.setconfig, ',') FROM pg_db_role_setting s
+    WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+    UNION ALL
+    SELECT 'ver ' || version_num FROM alembic_version
+) fingerprint
+"""
+
+
+class _Databases:
+    """A fresh database per test: a copy of the template, or an earlier test's database
+    emptied. A copy costs the server half a second or more; a database whose fingerprint
+    still equals the template's is emptied with one TRUNCATE instead (anything else is
+    dropped). A reused database gets a new name, so no URL, and nothing cached under it,
+    ever comes back."""
+
+    def __init__(self, server_url: str) -> None:
+        self.server_url = server_url
+        self.spare: list[str] = []
+        with self._connect(TEMPLATE) as conn:
+            self.fingerprint = conn.execute(_FINGERPRINT).fetchone()
+            # Reuse only while the template holds no rows but its version: emptied is equal.
+            self.reuse = not any(
+                conn.execute(f"SELECT EXISTS (SELECT FROM {t})").fetchone() == (True,)
+                for t in self._tables(conn)
+            )
+
+    def _connect(self, name: str) -> psycopg.Connection:
+        url = make_url(_with_db(self.server_url, name)).set(drivername="postgresql")
+        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+
+    @staticmethod
+    def _tables(conn: psycopg.Connection) -> list[str]:
+        return [
+            table
+            for (table,) in conn.execute(
+                "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE "
+                "schemaname NOT IN ('pg_catalog', 'information_schema') "
+                "AND tablename <> 'alembic_version'"
+            )
+        ]
+
+    def take(self) -> str:
+        name = f"lw_test_{uuid.uuid4().hex[:10]}"
+        with _admin(self.server_url) as conn:
+            while self.spare:
+                old = self.spare.pop()
+                try:
+                    conn.execute(f'ALTER DATABASE "{old}" RENAME TO "{name}"')
+                    return name
+                except psycopg.Error:  # someone connected to it again: not ours to reuse
+                    conn.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+        return name
+
+    def give_back(self, name: str) -> None:
+        with _admin(self.server_url) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                [name],
+            )
+            if self.reuse and self._emptied(name):
+                self.spare.append(name)
+            else:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _emptied(self, name: str) -> bool:
+        try:
+            with self._connect(name) as conn:
+                conn.execute("SET lock_timeout = '2s'")
+                if conn.execute(_FINGERPRINT).fetchone() != self.fingerprint:
+                    return False
+                conn.execute(f"TRUNCATE {', '.join(self._tables(conn))} RESTART IDENTITY CASCADE")
+                used = "SELECT count(*) FROM pg_sequences WHERE last_value IS NOT NULL"
+                return bool(conn.execute(used).fetchone() == (0,))
+        except psycopg.Error:
+            return False
+
+    def close(self) -> None:
+        with _admin(self.server_url) as conn:
+            for name in self.spare:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def _databases(server_url: str, template_url: str) -> Iterator[_Databases]:
+    databases = _Databases(server_url)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def db_url(server_url: str, template_url: str) -> Iterator[str]:
-    name = f"lw_test_{uuid.uuid4().hex[:10]}"
-    with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+def db_url(server_url: str, _databases: _Databases) -> Iterator[str]:
+    name = _databases.take()
     yield _with_db(server_url, name)
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _databases.give_back(name)
 
 
 @pytest.fixture
