@@ -230,12 +230,19 @@ def _start(pgdata: Path, port: int, durable: bool) -> None:
 
 
 def _stop(pgdata: Path) -> None:
-    subprocess.run(
-        [_bin("pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
-        check=True,
+    # A durable server writes a shutdown checkpoint (with fsync): on a loaded machine that
+    # can take longer than pg_ctl's default 60 s.
+    result = subprocess.run(
+        [_bin("pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "-t", "180", "stop"],
         capture_output=True,
+        text=True,
         **_as_server(),
     )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"embedded postgres in {pgdata} did not stop: {result.stderr.strip()}"
+            f"{result.stdout.strip()}"
+        )
 
 
 # --- password authentication ----------------------------------------------------------
@@ -379,7 +386,7 @@ def restart_server(data_dir: Path) -> bool:
             "fast",
             "-w",
             "-t",
-            "60",
+            "180",
             "-l",
             str(pgdata / "server.log"),
             "restart",
