@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from lakewarden.db.models import ManagedTable, Task, TimelineEvent
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts
+from lakewarden.policy import first_problem
 from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.repo import create_task, open_task
 
@@ -74,11 +75,10 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         policy = effective_policy_for(session, row)
     except ValidationError as exc:
         # The commit is kept (nothing lost); nothing is decided until the policy is fixed.
-        first = exc.errors()[0]
         newest.decision = "policy-invalid"
         newest.decision_detail = {
             "reason": f"the stored policy no longer validates "
-            f"({'.'.join(str(p) for p in first['loc'])}: {first['msg']}): no kind is judged "
+            f"({first_problem(exc)}): no kind is judged "
             f"until it is fixed (PUT /api/v1/tables/{row.namespace}/{row.name}/policy)"
         }
         session.flush()

@@ -13,7 +13,15 @@ import re
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lakewarden.catalog import IDENTIFIER
 
@@ -322,6 +330,12 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def first_problem(exc: ValidationError) -> str:
+    """`field.path: message` of a policy's first validation error, for reasons and alerts."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 def parse_policy(raw: dict[str, Any] | None) -> Policy:

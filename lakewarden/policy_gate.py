@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, Task
-from lakewarden.policy import KindPolicy
+from lakewarden.policy import KindPolicy, first_problem
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tables import effective_policy_for, namespace_defaults
 from lakewarden.tasks import repo
@@ -84,12 +84,10 @@ def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
     try:
         section, stamp = current(session, row, task.kind)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
         return Verdict(
             "cancel",
             f"the stored policy of {row.namespace}.{row.name} is no longer valid "
-            f"({where}: {first['msg']}): nothing runs until it is fixed",
+            f"({first_problem(exc)}): nothing runs until it is fixed",
             None,
             None,
         )

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
+    from lakewarden.db.models import Task
     from services.scheduler.main import Scheduler
 
 T = TypeVar("T")
@@ -163,3 +164,15 @@ class Receiver:
     def close(self) -> None:
         self.release.set()
         self.server.shutdown()
+
+
+def task_of(rt: Runtime, task_id: int) -> Task:
+    """A task as stored now, detached from its session."""
+    from lakewarden.db.models import Task
+    from lakewarden.db.session import transaction
+
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        assert task is not None
+        s.expunge(task)
+        return task

@@ -10,13 +10,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers import current, equal_to, manage, run_one
+from helpers import current, equal_to, manage, run_one, task_of
 from pyiceberg.expressions import And
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
 from lakewarden.catalog import TableRef
-from lakewarden.db.models import Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds.layout import layout_sql
 from lakewarden.layout import files_per_lookup
@@ -74,14 +73,6 @@ def _files_opened(table: Table, probes: list[tuple[int, int]], **where: Any) -> 
     return sum(opened) / len(opened)
 
 
-def _task(rt: Runtime, task_id: int) -> Task:
-    with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        assert task is not None
-        s.expunge(task)
-        return task
-
-
 @pytest.mark.parametrize("kind, columns", [("zorder", ["a", "b"]), ("clustering", ["a"])])
 def test_rewrite_cuts_files_opened_by_lookups_and_keeps_every_row(
     scheduler: Scheduler, spark_rt: Runtime, kind: str, columns: list[str]
@@ -97,7 +88,7 @@ def test_rewrite_cuts_files_opened_by_lookups_and_keeps_every_row(
     task_id = manage(spark_rt, name, policy, kind=kind)
 
     assert Worker(spark_rt).run_once()
-    planned = _task(spark_rt, task_id)
+    planned = task_of(spark_rt, task_id)
     assert planned.state == "planned", planned.reason
     assert planned.plan is not None and planned.plan["where"] is None
     assert planned.plan["files_per_lookup_before"] == fpl_before
@@ -116,7 +107,7 @@ def test_rewrite_cuts_files_opened_by_lookups_and_keeps_every_row(
     assert (after.rows, after.checksum) == (before.rows, before.checksum), numbers
     assert opened_after < opened_before / 4, numbers
     assert fpl_after is not None and fpl_after <= THRESHOLD < (fpl_before or 0), numbers
-    done = _task(spark_rt, task_id)
+    done = task_of(spark_rt, task_id)
     assert done.state == "succeeded" and done.result is not None
     assert done.result["rewritten_data_files"] == before.data_files
     assert done.result["committed_snapshot_id"] == after.snapshot_id
@@ -131,7 +122,7 @@ def test_rewrite_cuts_files_opened_by_lookups_and_keeps_every_row(
             s, table_id=done.table_id, kind=kind, trigger={"reason": "test"}, actor="test"
         )
     assert again is not None and Worker(spark_rt).run_once()
-    skipped = _task(spark_rt, again)
+    skipped = task_of(spark_rt, again)
     assert skipped.state == "skipped"
     assert (skipped.reason or "").startswith("layout is good: the worst partition")
 
@@ -149,7 +140,7 @@ def test_well_laid_out_table_is_skipped_with_a_reason(
         spark_rt, name, {"clustering": {"enabled": True, "columns": ["a"]}}, "clustering"
     )
     assert Worker(spark_rt).run_once()
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "skipped" and task.plan is None
     assert task.reason == (
         "layout is good: the worst partition ((unpartitioned)) opens 1.0 files per lookup on "
@@ -184,7 +175,7 @@ def test_only_the_poor_partition_is_rewritten(scheduler: Scheduler, spark_rt: Ru
         kind="zorder",
     )
     assert Worker(spark_rt).run_once()
-    plan = _task(spark_rt, task_id).plan
+    plan = task_of(spark_rt, task_id).plan
     assert plan is not None and plan["where"] == "(`region` = 'e u')", plan
     assert run_one(scheduler) == "succeeded"
 
@@ -196,7 +187,7 @@ def test_only_the_poor_partition_is_rewritten(scheduler: Scheduler, spark_rt: Ru
     opened_after = _files_opened(table, probes, region="e u")
     print(f"zorder where region='e u': files opened {opened_before:.2f} -> {opened_after:.2f}")
     assert opened_after < opened_before / 2, (opened_before, opened_after)
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None and result["rewritten_data_files"] == 12  # the 'e u' files only
 
 

@@ -16,10 +16,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
-from helpers import manage, run_one
+from helpers import manage, run_one, task_of
 from sqlalchemy import text
 
-from lakewarden.db.models import Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import clean, ttl
 from lakewarden.outcomes import PolicyChanged
@@ -60,14 +59,6 @@ def _table(rt: Runtime, name: str, ages_days: list[float], namespace: str = "sal
 def _count(rt: Runtime, name: str, snapshot_id: int | None = None, ns: str = "sales") -> int:
     table = rt.catalog.load_table(f"{ns}.{name}")
     return table.scan(snapshot_id=snapshot_id).to_arrow().num_rows
-
-
-def _task(rt: Runtime, task_id: int) -> Task:
-    with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        assert task is not None
-        s.expunge(task)
-        return task
 
 
 def _set_policy_in_db(rt: Runtime, name: str, policy: dict[str, Any]) -> None:
@@ -138,11 +129,11 @@ def test_disabling_a_kind_cancels_its_planned_task(
     assert api.post("/api/v1/tables", json=body).status_code == 201
     task_id = api.post("/api/v1/tables/sales/pl_change/tasks", json={"kind": "ttl"}).json()["id"]
     assert Worker(spark_rt).run_once()
-    assert _task(spark_rt, task_id).state == "planned"
+    assert task_of(spark_rt, task_id).state == "planned"
 
     r = api.put("/api/v1/tables/sales/pl_change/policy", json=_ttl(False))
     assert r.status_code == 200, r.text
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "cancelled"
     assert "policy changed: ttl is disabled" in (task.reason or "")
     scheduler.renew()
@@ -161,11 +152,11 @@ def test_namespace_defaults_bind_the_open_tasks_of_every_table_in_it(
     assert api.post("/api/v1/tables", json={"namespace": "pl_ns", "name": "t"}).status_code == 201
     task_id = api.post("/api/v1/tables/pl_ns/t/tasks", json={"kind": "ttl"}).json()["id"]
     assert Worker(spark_rt).run_once()
-    assert _task(spark_rt, task_id).state == "planned"
+    assert task_of(spark_rt, task_id).state == "planned"
 
     ns_off = {**NO_EVENTS, "ttl": {**ttl_on, "enabled": False}}
     assert api.put("/api/v1/namespaces/pl_ns/policy", json=ns_off).status_code == 200
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "cancelled", task.reason
     assert "ttl is disabled" in (task.reason or "")
     assert "namespace defaults v2" in (task.reason or "")
@@ -178,13 +169,13 @@ def test_dispatch_refuses_a_task_planned_under_an_older_policy(
     _table(spark_rt, "pl_dispatch", [1] * 60 + [20] * 40)
     task_id = manage(spark_rt, "pl_dispatch", _ttl(True), kind="ttl")
     assert Worker(spark_rt).run_once()
-    assert _task(spark_rt, task_id).plan["policy"]["digest"]  # type: ignore[index]
+    assert task_of(spark_rt, task_id).plan["policy"]["digest"]  # type: ignore[index]
 
     _set_policy_in_db(spark_rt, "pl_dispatch", _ttl(False))
     scheduler.renew()
     assert scheduler.dispatch_once()  # it looked at the task...
     assert not scheduler.inflight  # ...and ran nothing
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "cancelled"
     assert "not dispatched: ttl is disabled by the current policy" in (task.reason or "")
     assert _count(spark_rt, "pl_dispatch") == 100
@@ -196,16 +187,16 @@ def test_changed_settings_are_replanned_before_anything_runs(
     _table(spark_rt, "pl_replan", [1] * 50 + [7] * 30 + [20] * 20)
     task_id = manage(spark_rt, "pl_replan", _ttl(True, retention_days=5), kind="ttl")
     assert Worker(spark_rt).run_once()
-    assert _task(spark_rt, task_id).plan["rows_to_delete"] == 50  # type: ignore[index]
+    assert task_of(spark_rt, task_id).plan["rows_to_delete"] == 50  # type: ignore[index]
 
     _set_policy_in_db(spark_rt, "pl_replan", _ttl(True, retention_days=10))
     scheduler.renew()
     assert scheduler.dispatch_once() and not scheduler.inflight
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "pending" and task.plan is None
     assert "policy changed since this task was planned" in (task.reason or "")
     assert Worker(spark_rt).run_once()
-    assert _task(spark_rt, task_id).plan["rows_to_delete"] == 20  # type: ignore[index]
+    assert task_of(spark_rt, task_id).plan["rows_to_delete"] == 20  # type: ignore[index]
     assert run_one(scheduler) == "succeeded"
     assert _count(spark_rt, "pl_replan") == 80  # the 7-day-old rows stay: retention 10 now
 
@@ -216,7 +207,7 @@ def test_the_job_asks_the_policy_again_right_before_it_deletes(
     _table(spark_rt, "pl_guard", [1] * 60 + [20] * 40)
     task_id = manage(spark_rt, "pl_guard", _ttl(True), kind="ttl")
     assert Worker(spark_rt).run_once()
-    plan = _task(spark_rt, task_id).plan
+    plan = task_of(spark_rt, task_id).plan
     assert plan is not None
     with transaction(spark_rt.engine) as s:  # as if dispatched
         s.execute(text("UPDATE tasks SET state = 'running' WHERE id = :i"), {"i": task_id})
@@ -246,7 +237,7 @@ def test_the_hold_judges_exact_counts_where_the_estimate_is_too_low(
     _table(spark_rt, "pl_exact_low", [29] * 99 + [0.05])
     task_id = manage(spark_rt, "pl_exact_low", _ttl(True, max_fraction=0.7), kind="ttl")
     assert Worker(spark_rt).run_once()
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "skipped", task.plan
     assert (task.reason or "").startswith("held: would remove 99.0% > max_fraction 70%")
     assert "exact counts" in (task.reason or "")
@@ -260,7 +251,7 @@ def test_exact_counts_let_through_what_the_estimate_would_hold(
     _table(spark_rt, "pl_exact_high", [29] + [0.05] * 99)
     task_id = manage(spark_rt, "pl_exact_high", _ttl(True), kind="ttl")
     assert Worker(spark_rt).run_once()
-    plan = _task(spark_rt, task_id).plan
+    plan = task_of(spark_rt, task_id).plan
     assert plan is not None and plan["rows_to_delete"] == 1 and plan["rows_before"] == 100
     assert run_one(scheduler) == "succeeded"
     assert _count(spark_rt, "pl_exact_high") == 99
@@ -272,13 +263,13 @@ def test_the_job_counts_again_and_holds_when_writers_changed_the_numbers(
     table = _table(spark_rt, "pl_recount", [1] * 70 + [20] * 30)
     task_id = manage(spark_rt, "pl_recount", _ttl(True), kind="ttl")
     assert Worker(spark_rt).run_once()
-    assert _task(spark_rt, task_id).plan["rows_to_delete"] == 30  # type: ignore[index]
+    assert task_of(spark_rt, task_id).plan["rows_to_delete"] == 30  # type: ignore[index]
     now = datetime.now(UTC)  # a backfill of old rows lands between planning and running
     table.append(
         pa.table({"id": list(range(100, 160)), "ts": [now - timedelta(days=30)] * 60}, SCHEMA)
     )
     assert run_one(scheduler) == "skipped"
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert (task.reason or "").startswith("held: the delete would remove 90 of 160 rows")
     assert task.result is not None and task.result["counted_rows"] == 90
     assert _count(spark_rt, "pl_recount") == 160
@@ -291,7 +282,7 @@ def test_a_ttl_leaves_an_undo_tag_and_reports_what_it_really_deleted(
     table = _table(spark_rt, "pl_undo", [30] * 500 + [0.01] * 9 + [-1])
     held = manage(spark_rt, "pl_undo", _ttl(True, max_fraction=0.9), kind="ttl")
     assert Worker(spark_rt).run_once()
-    assert (_task(spark_rt, held).reason or "").startswith("held: would remove 98.0%")
+    assert (task_of(spark_rt, held).reason or "").startswith("held: would remove 98.0%")
 
     pre = table.current_snapshot().snapshot_id
     with transaction(spark_rt.engine) as s:
@@ -300,7 +291,7 @@ def test_a_ttl_leaves_an_undo_tag_and_reports_what_it_really_deleted(
     assert Worker(spark_rt).run_once()
     assert run_one(scheduler) == "succeeded"
     assert _count(spark_rt, "pl_undo") == 10
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None
     assert result["deleted_records"] == result["counted_rows"] == 500
 
@@ -330,7 +321,7 @@ def test_a_ttl_leaves_an_undo_tag_and_reports_what_it_really_deleted(
     assert Worker(spark_rt).run_once()
     assert run_one(scheduler) == "succeeded"
     table = spark_rt.catalog.load_table("sales.pl_undo")
-    assert pre in {s.snapshot_id for s in table.snapshots()}, _task(spark_rt, clean_id).result
+    assert pre in {s.snapshot_id for s in table.snapshots()}, task_of(spark_rt, clean_id).result
     assert all(Path(f).exists() for f in _files_of(table, pre))
 
     spark.sql(result["undo"]["how"]).collect()  # the undo the result tells an operator
@@ -393,7 +384,7 @@ def test_clean_keeps_every_snapshot_and_file_a_branch_or_tag_needs(
     task_id = manage(spark_rt, name, policy, kind="clean")
     assert Worker(spark_rt).run_once()
     assert run_one(scheduler) == "succeeded"
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None and result["expired_data_files"] == 0
 
     table = spark_rt.catalog.load_table(f"sales.{name}")

@@ -13,10 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers import append_batches, current, equal_to, make_table, manage, run_one
+from helpers import append_batches, current, equal_to, make_table, manage, run_one, task_of
 
-from lakewarden.db.models import Task
-from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
@@ -90,15 +88,8 @@ def _digest(rows: list[tuple[int, datetime, str]]) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()
 
 
-def _task(rt: Runtime, task_id: int) -> Task:
-    with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        assert task is not None
-        return task
-
-
 def _plan(rt: Runtime, task_id: int) -> dict[str, Any]:
-    task = _task(rt, task_id)
+    task = task_of(rt, task_id)
     assert task.state == "planned" and task.plan is not None, (task.state, task.reason)
     return task.plan
 
@@ -146,7 +137,7 @@ def test_ttl_partition_level_drops_whole_days_metadata_only(
     inside = [r for r in before if r[1] >= retention]  # inside retention when planned
     assert inside and set(inside) <= set(after)
 
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None
     assert result["deleted_records"] == len(before) - len(after) == plan["estimated_rows"]
     assert (result["added_data_files"], result["metadata_only"]) == (0, True)
@@ -183,7 +174,7 @@ def test_ttl_row_level_on_an_unpartitioned_table(scheduler: Scheduler, spark_rt:
 
     after = _rows(spark_rt, "tc_rows")
     assert after == [r for r in before if r[1] >= cutoff]  # exactly ts < cutoff went
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None and result["operation"] == "overwrite"
     assert result["deleted_records"] == len(before) - len(after) > 0
     # the straddling day's file was rewritten, keeping its rows inside retention
@@ -214,7 +205,7 @@ def test_ttl_is_held_when_every_row_is_past_retention(
         kind="ttl",
     )
     assert Worker(spark_rt).run_once()
-    task = _task(spark_rt, task_id)
+    task = task_of(spark_rt, task_id)
     assert task.state == "skipped" and task.plan is None
     assert (task.reason or "").startswith("held: every row is older than the retention")
     assert fingerprint(spark_rt.catalog.load_table("sales.tc_stale")) == before  # untouched
@@ -259,7 +250,7 @@ def test_clean_expires_old_snapshots_keeping_the_last_and_tagged_ones(
     assert left == {*ids[-3:], ids[1]} and len(left) == expire["expected_snapshots_after"]
     assert current(table).snapshot_id == ids[-1] == before.snapshot_id
     assert fingerprint(table) == before  # the data, file for file
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None and result["committed_snapshot_id"] is None  # no new snapshot
     assert result["expire_snapshots"]["deleted_manifest_lists_count"] == 8
     assert result["expired_data_files"] == 0  # appends only: every data file is still live
@@ -294,7 +285,7 @@ def test_orphans_older_than_the_window_go_young_ones_and_live_files_stay(
     assert all(Path(p).exists() for p in live)  # referenced by a live snapshot
     table = spark_rt.catalog.load_table("sales.tc_orphans")
     assert table.scan(snapshot_id=first).to_arrow().num_rows == first_rows == 30  # time travel
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None
     orphans = result["remove_orphan_files"]
     assert {k: orphans[k] for k in ("dry_run_count", "removed_count")} == {
@@ -345,7 +336,7 @@ def test_rewrite_manifests_leaves_fewer_manifests_and_the_same_data(
         before.checksum,
         before.data_files,
     )
-    result = _task(spark_rt, task_id).result
+    result = task_of(spark_rt, task_id).result
     assert result is not None and result["rewritten_manifests"] == 12
     assert result["added_manifests"] == manifests_after
     assert result["committed_snapshot_id"] == after.snapshot_id
