@@ -76,6 +76,86 @@ def _cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_token(args: argparse.Namespace) -> int:
+    """Tokens straight in the database: the bootstrap path (no API, no token needed), and
+    for whoever runs the control plane. Every change is audited as `cli:<os user>`."""
+    import getpass
+    from datetime import UTC, datetime, timedelta
+
+    from lakewarden import audit
+    from lakewarden.auth import tokens
+    from lakewarden.auth.grants import Grant, InvalidGrant, parse_grants
+    from lakewarden.db.migrate import migrate
+    from lakewarden.db.session import transaction
+    from lakewarden.runtime import make_runtime
+
+    actor = f"cli:{getpass.getuser()}"
+    rt = make_runtime("cli")
+    migrate(rt)  # the first token may come before anything else ran (idempotent, locked)
+    with transaction(rt.engine) as session:
+        if args.action == "create":
+            try:
+                grants = parse_grants(["admin"] if args.admin else (args.grant or []))
+            except InvalidGrant as exc:
+                print(f"lakewarden token create: {exc} (or pass --admin)", file=sys.stderr)
+                return 2
+            days = args.expires_days
+            expires = None if days <= 0 else datetime.now(UTC) + timedelta(days=days)
+            token, secret = tokens.issue(
+                session,
+                name=args.name,
+                owner=args.owner or actor,
+                grants=grants,
+                created_by=actor,
+                expires_at=expires,
+            )
+            audit.record(
+                session,
+                actor=actor,
+                source="cli",
+                method="CLI",
+                path="token create",
+                action="createToken",
+                target=f"token {token.id} ({token.name})",
+                status=0,
+                outcome="ok",
+                change={"token": {"grants": [str(g) for g in grants]}},
+            )
+            print(
+                f"token {token.id} ({token.name}): {', '.join(map(str, grants))}, "
+                f"expires {expires or 'never'}. The secret follows; it is not shown again:",
+                file=sys.stderr,
+            )
+            print(secret)
+        elif args.action == "list":
+            for t in tokens.list_tokens(session, include_revoked=args.all):
+                state = "revoked" if t.revoked_at else "active"
+                grants_text = ",".join(str(Grant.of(g)) for g in t.grants)
+                print(
+                    f"{t.id}\t{t.name}\t{t.owner}\t{grants_text}\t{state}\t"
+                    f"expires={t.expires_at or 'never'}\tlast_used={t.last_used_at or 'never'}"
+                )
+        else:
+            revoked = tokens.revoke(session, args.id, by=actor)
+            if revoked is None:
+                print(f"no token {args.id}", file=sys.stderr)
+                return 1
+            audit.record(
+                session,
+                actor=actor,
+                source="cli",
+                method="CLI",
+                path="token revoke",
+                action="revokeToken",
+                target=f"token {revoked.id} ({revoked.name})",
+                status=0,
+                outcome="ok",
+                change=None,
+            )
+            print(f"revoked token {revoked.id} ({revoked.name})")
+    return 0
+
+
 def _cmd_jars(_: argparse.Namespace) -> int:
     from lakewarden.spark.jars import resolve_jars
 
@@ -107,6 +187,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="url: print the password too (else ***; the embedded one is in <data_dir>/pg)",
     )
     sub.add_parser("jars", help="resolve (and build, if needed) the Spark jars")
+    token = sub.add_parser("token", help="API tokens, straight in the database (bootstrap)")
+    tsub = token.add_subparsers(dest="action", required=True)
+    create = tsub.add_parser("create", help="print a new token's secret (shown once)")
+    create.add_argument("--name", required=True)
+    create.add_argument("--owner", help="who answers for it (default: cli:<os user>)")
+    create.add_argument(
+        "--grant",
+        action="append",
+        help="role[@catalog[/namespace-glob]], repeatable, e.g. operator@lake/sales_*",
+    )
+    create.add_argument("--admin", action="store_true", help="admin of everything")
+    create.add_argument("--expires-days", type=float, default=90, help="0 or less: never expires")
+    listing = tsub.add_parser("list", help="tokens (never their secrets)")
+    listing.add_argument("--all", action="store_true", help="revoked ones too")
+    revoke = tsub.add_parser("revoke", help="refused by every replica from now on")
+    revoke.add_argument("id", type=int)
     p.set_defaults()
     return p
 
@@ -119,6 +215,7 @@ COMMANDS = {
     "demo": _cmd_demo,
     "db": _cmd_db,
     "jars": _cmd_jars,
+    "token": _cmd_token,
 }
 
 

@@ -15,14 +15,18 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy.engine import make_url
 
+from lakewarden.auth import tokens
+from lakewarden.auth.grants import parse_grants
 from lakewarden.catalog import TableRef
 from lakewarden.db.migrate import migrate
+from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
 from lakewarden.verify import fingerprint
@@ -118,7 +122,12 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
     where = make_url(rt.db_url).render_as_string(hide_password=True)  # never the password
     _say(as_json, f"lakewarden demo: control plane at {where}, warehouse {s.warehouse_uri}")
     services = Services(rt, _free_port())
-    api = httpx.Client(base_url=f"http://127.0.0.1:{services.port}", timeout=30)
+    token_id, secret = _demo_token(rt)
+    api = httpx.Client(
+        base_url=f"http://127.0.0.1:{services.port}",
+        timeout=30,
+        headers={"Authorization": f"Bearer {secret}"},
+    )
     from lakewarden.spark.session import build_session
 
     try:
@@ -142,6 +151,8 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
                 "target_file_size_bytes": 128 * 1024 * 1024,
             }
         }
+        # A table registered again continues its history: count only this run's tasks.
+        first_task = _last_task_id(api) + 1
         r = api.post(
             "/api/v1/tables",
             json={"namespace": DEMO.namespace, "name": DEMO.name, "policy": policy},
@@ -183,6 +194,7 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
 
         def finished() -> dict[str, Any] | None:
             page = api.get("/api/v1/tasks", params={"table": DEMO.dotted}).json()["items"]
+            page = [t for t in page if t["id"] >= first_task]
             done = [
                 t for t in page if t["state"] in FINISHED_TASK_STATES and t["kind"] == "compaction"
             ]
@@ -202,6 +214,7 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
     finally:
         services.stop()
         api.close()
+        _revoke(rt, token_id)
     report = _report(
         before,
         after,
@@ -224,6 +237,31 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
         and after.data_files < before.data_files
     )
     return 0 if ok else 1
+
+
+def _demo_token(rt: Runtime) -> tuple[int, str]:
+    """The demo's own operator token (admin: it unregisters a previous run's table), valid
+    for a day and revoked when the demo ends: no manual token step."""
+    with transaction(rt.engine) as session:
+        token, secret = tokens.issue(
+            session,
+            name="demo",
+            owner="lakewarden demo",
+            grants=parse_grants(["admin"]),
+            created_by="demo",
+            expires_at=datetime.now(UTC) + timedelta(days=1),
+        )
+        return token.id, secret
+
+
+def _revoke(rt: Runtime, token_id: int) -> None:
+    with transaction(rt.engine) as session:
+        tokens.revoke(session, token_id, by="demo")
+
+
+def _last_task_id(api: httpx.Client) -> int:
+    items = api.get("/api/v1/tasks", params={"limit": 1}).json()["items"]
+    return int(items[0]["id"]) if items else 0
 
 
 def _ready(api: httpx.Client) -> bool:

@@ -346,3 +346,48 @@ def effective_policy(
     table_overrides: dict[str, Any] | None, namespace_defaults: dict[str, Any] | None = None
 ) -> Policy:
     return parse_policy(merge(namespace_defaults or {}, table_overrides or {}))
+
+
+def destructive_changes(before: Policy, after: Policy) -> list[str]:
+    """What in going from `before` to `after` (effective policies) can delete data or
+    history, each said in words. Such a change needs the admin role on the table's scope."""
+    found: list[str] = []
+    b, a = before.ttl, after.ttl
+    if a.enabled:
+        if not b.enabled:
+            found.append("enables ttl")
+        else:
+            if a.column != b.column:
+                found.append(f"changes ttl.column from {b.column} to {a.column}")
+            if (a.retention_days or 0) < (b.retention_days or 0):
+                found.append(
+                    f"lowers ttl.retention_days from {b.retention_days:g} to {a.retention_days:g}"
+                )
+            if a.max_fraction > b.max_fraction:
+                found.append(
+                    f"raises ttl.max_fraction from {b.max_fraction:g} to {a.max_fraction:g}"
+                )
+        if a.allow_below_safety_floors and not b.allow_below_safety_floors:
+            found.append("sets ttl.allow_below_safety_floors")
+    bc, ac = before.clean, after.clean
+    if ac.enabled:
+        if ac.remove_orphans and not (bc.enabled and bc.remove_orphans):
+            found.append("enables clean.remove_orphans")
+        elif ac.remove_orphans and ac.orphan_min_age_hours < bc.orphan_min_age_hours:
+            found.append(
+                f"lowers clean.orphan_min_age_hours from {bc.orphan_min_age_hours:g} "
+                f"to {ac.orphan_min_age_hours:g}"
+            )
+        if bc.enabled and ac.max_snapshot_age_hours < bc.max_snapshot_age_hours:
+            found.append(
+                f"lowers clean.max_snapshot_age_hours from "
+                f"{bc.max_snapshot_age_hours:g} to {ac.max_snapshot_age_hours:g}"
+            )
+        if bc.enabled and ac.keep_last_snapshots < bc.keep_last_snapshots:
+            found.append(
+                f"lowers clean.keep_last_snapshots from {bc.keep_last_snapshots} "
+                f"to {ac.keep_last_snapshots}"
+            )
+        if ac.allow_below_safety_floors and not bc.allow_below_safety_floors:
+            found.append("sets clean.allow_below_safety_floors")
+    return found

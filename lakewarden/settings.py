@@ -47,6 +47,22 @@ class Settings(BaseSettings):
     listen_for_commits: bool = True  # LISTEN on the catalog's commit trigger
     poll_interval_s: float = 30.0  # polling fallback for missed commits
 
+    # --- access (README "Security") -----------------------------------------------
+    # Every endpoint needs a credential except /healthz and /readyz, and /metrics when this
+    # is on (a Prometheus that cannot send a bearer token).
+    metrics_public: bool = False
+    # Mutating calls per minute per credential, per API replica; more get 429 + Retry-After.
+    mutations_per_minute: int = Field(default=300, ge=1)
+    # OIDC bearer tokens (optional): JWTs signed by the issuer's keys (its JWKS), their
+    # claims mapped to grants. Unset issuer: only lakewarden's own API tokens are accepted.
+    oidc_issuer: str | None = None
+    oidc_jwks_url: str | None = None  # default: <issuer>/.well-known/jwks.json
+    oidc_audience: str | None = None
+    oidc_subject_claim: str = "sub"
+    oidc_groups_claim: str = "groups"
+    # Claim value -> grants, e.g. {"lake-admins": ["admin"], "oncall": ["operator@lake/sales*"]}
+    oidc_grants: dict[str, list[str]] = Field(default_factory=dict)
+
     # --- worker ------------------------------------------------------------------
     worker_poll_interval_s: float = 1.0
     heartbeat_interval_s: float = 5.0

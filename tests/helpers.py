@@ -176,3 +176,31 @@ def task_of(rt: Runtime, task_id: int) -> Task:
         assert task is not None
         s.expunge(task)
         return task
+
+
+def issue_token(rt: Runtime, *grants: str, name: str = "test") -> str:
+    """A new API token's secret with these grants (default: admin of everything), issued
+    straight into the database as `lakewarden token create` does."""
+    from lakewarden.auth import tokens
+    from lakewarden.auth.grants import parse_grants
+    from lakewarden.db.session import transaction
+
+    with transaction(rt.engine) as session:
+        _, secret = tokens.issue(
+            session,
+            name=name,
+            owner="tests",
+            grants=parse_grants(grants or ("admin",)),
+            created_by="tests",
+            expires_at=None,
+        )
+    return secret
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def admin_headers(rt: Runtime) -> dict[str, str]:
+    """Headers that let a test client do anything (a fresh admin token)."""
+    return bearer(issue_token(rt, name="test-admin"))

@@ -75,6 +75,8 @@ class ManagedTable(Base):
     unhealthy_since: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # Unregistered: no longer managed, its history kept; registering again continues it.
+    retired_at: Mapped[datetime | None]
 
 
 class PolicyVersion(Base):
@@ -88,6 +90,7 @@ class PolicyVersion(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     policy: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    author: Mapped[str | None] = mapped_column(String(255))  # who set it (the caller)
 
 
 class TimelineEvent(Base):
@@ -289,3 +292,46 @@ class TableBlocker(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     expires_at: Mapped[datetime]
+
+
+class ApiToken(Base):
+    """An API credential. Only the SHA-256 of the secret is kept: the secret is shown once,
+    at creation. Checked on every request, so a revocation holds at once on every replica."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(255))
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # the secret's first characters, to tell
+    grants: Mapped[list[dict[str, str]]] = mapped_column(JSONB)
+    created_by: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None] = mapped_column(String(255))
+
+
+class AuditEntry(Base):
+    """One state-changing request: who, from where, what, the policy before/after, and the
+    outcome. Append-only: a trigger (migration 0008) refuses UPDATE and DELETE."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_catalog_namespace", "catalog", "namespace"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True)
+    actor: Mapped[str] = mapped_column(String(255), index=True)  # token:<name>, oidc:<sub>
+    source: Mapped[str | None] = mapped_column(String(255))  # client address
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(String(64), index=True)  # the route's operation id
+    catalog: Mapped[str | None] = mapped_column(String(255))
+    namespace: Mapped[str | None] = mapped_column(String(255))
+    target: Mapped[str | None] = mapped_column(Text)  # table, task, alert, token...
+    status: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(16))  # ok | refused | failed
+    change: Mapped[dict[str, Any] | None]  # e.g. {"policy": {"ttl.enabled": [false, true]}}
+    detail: Mapped[str | None] = mapped_column(Text)  # why it was refused or failed

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
@@ -220,10 +220,13 @@ def list_tasks(
     table_id: int | None = None,
     state: str | None = None,
     kind: str | None = None,
+    where: ColumnElement[bool] | None = None,
 ) -> Page[tuple[Task, str]]:
     """Tasks, newest first, each with its table's namespace.name; optionally only those of
-    one table, in one state, of one kind."""
+    one table, in one state, of one kind, matching `where` (on Task or ManagedTable)."""
     q = select(Task, _TABLE_NAME).join(ManagedTable, ManagedTable.id == Task.table_id)
+    if where is not None:
+        q = q.where(where)
     if table_id is not None:
         q = q.where(Task.table_id == table_id)
     if state is not None:
@@ -249,3 +252,13 @@ def _json(value: dict[str, Any]) -> str:
     import json
 
     return json.dumps(value, default=str)
+
+
+def scope_of_task(session: Session, task_id: int) -> tuple[str, str] | None:
+    """The (catalog, namespace) of the task's table; None if there is no such task."""
+    row = session.execute(
+        select(ManagedTable.catalog, ManagedTable.namespace)
+        .join(Task, Task.table_id == ManagedTable.id)
+        .where(Task.id == task_id)
+    ).one_or_none()
+    return None if row is None else (row[0], row[1])

@@ -12,14 +12,17 @@ from fastapi.routing import APIRoute
 
 from lakewarden import __version__, process
 from lakewarden.alerts.tick import alert_tick
+from lakewarden.auth.oidc import OIDCVerifier
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from services.api import errors
+from services.api.access import AuditRefusals, RateLimiter
 from services.api.limits import RequestLimits
 from services.api.routes import (
     alerts,
+    audit,
     blockers,
     events,
     health,
@@ -28,6 +31,7 @@ from services.api.routes import (
     ops,
     tables,
     tasks,
+    tokens,
 )
 
 log = logging.getLogger(__name__)
@@ -68,8 +72,23 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         generate_unique_id_function=operation_id,
     )
     app.state.runtime = rt
+    app.state.rate_limiter = RateLimiter(rt.settings.mutations_per_minute)
+    app.state.oidc = OIDCVerifier.from_settings(rt.settings)  # None unless configured
+    app.add_middleware(AuditRefusals)  # refused and failed changes are audited too
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
-    modules = (ops, tables, namespaces, health, tasks, events, alerts, metrics, blockers)
+    modules = (
+        ops,
+        tables,
+        namespaces,
+        health,
+        tasks,
+        events,
+        alerts,
+        metrics,
+        blockers,
+        tokens,
+        audit,
+    )
     for module in modules:
         app.include_router(module.router)
     # Every error: one body (ErrorOut), a 409 for conflicts, no 500 text, a complete Allow.

@@ -65,10 +65,3 @@ def managed(session: Session, rt: Runtime, ref: TableRef) -> ManagedTable:
             "register it with POST /api/v1/tables",
         )
     return row
-
-
-def managed_table(ref: RefDep, rt: RuntimeDep, session: SessionDep) -> ManagedTable:
-    return managed(session, rt, ref)
-
-
-TableDep = Annotated[ManagedTable, Depends(managed_table)]

@@ -11,9 +11,12 @@ from pydantic import ValidationError
 from pyiceberg.table import Table
 from sqlalchemy.orm import Session
 
+from lakewarden.audit import diff as audit_diff
+from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
-from lakewarden.policy import Policy, effective_policy
+from lakewarden.policy import Policy, destructive_changes, effective_policy
 from lakewarden.tables import effective_policy_for, namespace_defaults
+from services.api.access import Access
 from services.api.schemas import TableOut
 
 
@@ -81,3 +84,29 @@ def table_out(session: Session, row: ManagedTable) -> TableOut:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+def authorize_policy_change(
+    access: Access, catalog: str, namespace: str, before: Policy | None, after: Policy, what: str
+) -> None:
+    """Operators may change a policy; a change that can delete data or history (see
+    `destructive_changes`) needs admin on the scope. 403 naming each such change. `before`
+    None (a stored policy that no longer validates): compared with the defaults."""
+    access.need(Role.operator, catalog, namespace)
+    changes = destructive_changes(before or Policy(), after)
+    if changes and not access.caller.may(Role.admin, catalog, namespace):
+        raise HTTPException(
+            403,
+            f"{what} {'; '.join(changes)}: that can delete data, so it needs the admin role "
+            f"on {catalog}/{namespace}; {access.actor} has {access.caller.grants_text()}",
+        )
+    access.change = {
+        "policy": audit_diff(before.model_dump() if before else None, after.model_dump())
+    }
+
+
+def policy_or_none(session: Session, row: ManagedTable) -> Policy | None:
+    try:
+        return effective_policy_for(session, row)
+    except ValidationError:
+        return None

@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from lakewarden.auth.grants import Grant
 from lakewarden.db import paging
 from lakewarden.db.models import Task
 from lakewarden.policy import KINDS, InputModel, Policy
@@ -458,3 +459,79 @@ class TaskPage(Page[TaskOut]):
 
 class AlertPage(Page[AlertOut]):
     pass
+
+
+# --- access: tokens, audit, policy versions ----------------------------------------------
+
+
+class TokenIn(RequestModel):
+    name: str = Field(
+        min_length=1, max_length=128, json_schema_extra=documented_pattern(TEXT_PATTERN)
+    )
+    owner: str | None = Field(
+        default=None,
+        max_length=255,
+        description="who answers for it (default: the caller)",
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+    )
+    grants: list[str] = Field(
+        min_length=1,
+        max_length=50,
+        description="each `role[@catalog[/namespace-glob]]`, role viewer, operator or admin; "
+        "you may hand out only what your own admin grants include",
+    )
+    expires_in_days: float | None = Field(
+        default=90, gt=0, le=3650, description="null: never (not recommended)"
+    )
+
+
+class TokenOut(ResponseModel):
+    id: int
+    name: str
+    owner: str
+    prefix: str = Field(description="the secret's first characters, to tell tokens apart")
+    grants: list[str]
+    created_by: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+    revoked_by: str | None
+
+    @classmethod
+    def of(cls, token: Any) -> Self:
+        data = {k: getattr(token, k) for k in cls.model_fields if k != "grants"}
+        return cls(**data, grants=[str(Grant.of(g)) for g in token.grants])
+
+
+class TokenCreated(TokenOut):
+    secret: str = Field(description="the token itself: shown this once, never again")
+
+
+class AuditOut(ResponseModel):
+    id: int
+    at: datetime
+    actor: str
+    source: str | None
+    method: str
+    path: str
+    action: str
+    catalog: str | None
+    namespace: str | None
+    target: str | None
+    status: int
+    outcome: str
+    change: dict[str, Any] | None
+    detail: str | None
+
+
+class AuditPage(Page[AuditOut]):
+    pass
+
+
+class PolicyVersionOut(ResponseModel):
+    version: int
+    policy: dict[str, Any] = Field(description="the table's own settings in this version")
+    author: str | None
+    created_at: datetime
+    current: bool

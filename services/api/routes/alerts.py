@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
+from sqlalchemy import literal
 
 from lakewarden.alerts import store
+from lakewarden.auth.grants import Role
+from lakewarden.catalog import TableRef
 from lakewarden.states import AlertState
 from services.api import errors
-from services.api.deps import Id, SessionDep
+from services.api.access import AccessDep
+from services.api.deps import Id, RuntimeDep, SessionDep
 from services.api.paging import PageDep
 from services.api.schemas import AckIn, AlertOut, AlertPage
 
@@ -20,6 +24,8 @@ STATES = tuple(s.value for s in AlertState)
 @router.get("", response_model=AlertPage)
 def list_alerts(
     session: SessionDep,
+    access: AccessDep,
+    rt: RuntimeDep,
     page: PageDep,
     state: Annotated[
         Literal[STATES] | None,  # type: ignore[valid-type]
@@ -27,7 +33,9 @@ def list_alerts(
     ] = None,
 ) -> AlertPage:
     """Alerts, newest first; without `state`, the open ones (firing or acknowledged)."""
-    return AlertPage.of(store.list_alerts(session, page, state=state))
+    catalog = literal(rt.settings.catalog_name)
+    visible = access.scope(Role.viewer, catalog, store.ALERT_NAMESPACE)
+    return AlertPage.of(store.list_alerts(session, page, state=state, where=visible))
 
 
 ACK_ERRORS = {
@@ -41,7 +49,16 @@ ACK_ERRORS = {
     response_model=AlertOut,
     responses=errors.documented(body=True, notes=ACK_ERRORS),
 )
-def ack_alert(alert_id: Id, body: AckIn, session: SessionDep) -> AlertOut:
+def ack_alert(
+    alert_id: Id, body: AckIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> AlertOut:
+    """Acknowledge: operator on the alert's table, or everywhere for a fleet-wide alert."""
+    exists, table = store.table_of(session, alert_id)
+    if not exists:
+        raise HTTPException(404, f"alert {alert_id} does not exist")
+    namespace = TableRef.parse(table).namespace if table else None
+    catalog = rt.settings.catalog_name if table else None
+    access.need(Role.operator, catalog, namespace, target=f"alert {alert_id}")
     alert = store.acknowledge(session, alert_id, body.by)
     if alert is None:
         raise HTTPException(404, f"alert {alert_id} does not exist")

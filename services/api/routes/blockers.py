@@ -5,8 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Response
 
 from lakewarden import tables
+from lakewarden.auth.grants import Role
 from services.api import errors
-from services.api.deps import Id, SessionDep, TableDep
+from services.api.access import AccessDep, TableDep
+from services.api.deps import Id, SessionDep
 from services.api.schemas import BlockerIn, BlockerOut
 
 router = APIRouter(prefix="/api/v1/tables", tags=["blockers"])
@@ -18,9 +20,12 @@ router = APIRouter(prefix="/api/v1/tables", tags=["blockers"])
     response_model=BlockerOut,
     responses=errors.documented(409, body=True, notes=errors.ON_TABLE),
 )
-def add_blocker(body: BlockerIn, row: TableDep, session: SessionDep) -> BlockerOut:
+def add_blocker(
+    body: BlockerIn, row: TableDep, session: SessionDep, access: AccessDep
+) -> BlockerOut:
     """No maintenance job starts on the table until the blocker expires or is removed
     (a job already running finishes; Iceberg's commit checks keep the writer safe)."""
+    access.need(Role.operator, row.catalog, row.namespace)
     blocker = tables.add_blocker(
         session, row, holder=body.holder, reason=body.reason, ttl_s=body.ttl_s
     )
@@ -44,7 +49,10 @@ def list_blockers(row: TableDep, session: SessionDep) -> list[BlockerOut]:
         409, notes={404: "the table is not managed, or has no such blocker"}
     ),
 )
-def remove_blocker(blocker_id: Id, row: TableDep, session: SessionDep) -> Response:
+def remove_blocker(
+    blocker_id: Id, row: TableDep, session: SessionDep, access: AccessDep
+) -> Response:
+    access.need(Role.operator, row.catalog, row.namespace, target=f"blocker {blocker_id}")
     if not tables.remove_blocker(session, row, blocker_id):
         raise HTTPException(404, f"blocker {blocker_id} does not exist on this table")
     return Response(status_code=204)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
+from lakewarden.auth.grants import Role
 from lakewarden.catalog import TableRef, load_table
 from lakewarden.events.ingest import event_for
 from lakewarden.events.refresh import ingest_commits
 from services.api import errors
+from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep, managed
 from services.api.schemas import EventAccepted, EventIn, EventOut
 
@@ -28,13 +30,17 @@ router = APIRouter(prefix="/api/v1", tags=["events"])
         },
     ),
 )
-def post_event(body: EventIn, rt: RuntimeDep, session: SessionDep) -> EventAccepted:
+def post_event(
+    body: EventIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> EventAccepted:
     """Report a commit. Idempotent: repeating it records nothing new.
 
     lakewarden reads the commit from the catalog itself and records every
     commit of the table it has not seen yet (one event per snapshot).
     """
     ref = TableRef(body.namespace, body.name)
+    # An engine reporting its commits needs operator on the table's namespace.
+    access.need(Role.operator, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
     row = managed(session, rt, ref)
     table = load_table(rt.catalog, ref)
     wanted = body.snapshot_id

@@ -21,7 +21,8 @@ from lakewarden.health import measure
 from lakewarden.runtime import Runtime
 from lakewarden.tables import ref_of
 from services.api import errors
-from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.access import TableDep
+from services.api.deps import RuntimeDep, SessionDep
 from services.api.policies import current_policy
 from services.api.schemas import ExplainOut, HealthOut
 

@@ -7,9 +7,11 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import text
 
+from lakewarden.auth.grants import Role
 from lakewarden.db.locks import DBLocks
 from lakewarden.states import FINISHED_TASK_STATES, WAITING_TASK_STATES, AlertState, sql_in
 from services.api import errors
+from services.api.access import OptionalAccessDep
 from services.api.deps import SessionDep
 
 router = APIRouter(tags=["operations"])
@@ -82,7 +84,10 @@ def _line(name: str, labels: dict[str, object], value: float | None) -> str:
     response_class=PlainTextResponse,
     responses=errors.as_json(errors.APP_RESPONSES),
 )
-def get_metrics(session: SessionDep) -> str:
+def get_metrics(session: SessionDep, access: OptionalAccessDep) -> str:
+    """Prometheus text format. Needs a viewer of everything, unless `metrics_public`."""
+    if access is not None:
+        access.need(Role.viewer, None, None)
     out: list[str] = []
     lease = session.execute(
         text(

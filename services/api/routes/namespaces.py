@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from lakewarden import policy_gate
+from lakewarden.auth.grants import Role
 from lakewarden.catalog import IDENTIFIER, find_table
 from lakewarden.policy import Policy
 from lakewarden.tables import (
@@ -15,8 +16,9 @@ from lakewarden.tables import (
     tables_in_namespace,
 )
 from services.api import errors
+from services.api.access import AccessDep
 from services.api.deps import Identifier, RuntimeDep, SessionDep
-from services.api.policies import check_policy
+from services.api.policies import authorize_policy_change, check_policy, policy_or_none
 from services.api.schemas import PolicyOut
 
 router = APIRouter(prefix="/api/v1/namespaces", tags=["namespaces"])
@@ -29,8 +31,11 @@ def _check_name(namespace: str) -> None:
 
 
 @router.get("/{namespace}/policy", response_model=PolicyOut)
-def get_namespace_policy(namespace: Namespace, rt: RuntimeDep, session: SessionDep) -> PolicyOut:
+def get_namespace_policy(
+    namespace: Namespace, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> PolicyOut:
     _check_name(namespace)
+    access.need(Role.viewer, rt.settings.catalog_name, namespace)
     row = namespace_defaults(session, rt.settings.catalog_name, namespace)
     if row is None:
         return PolicyOut(namespace=namespace, policy={}, version=0, updated_at=None)
@@ -50,24 +55,40 @@ def get_namespace_policy(namespace: Namespace, rt: RuntimeDep, session: SessionD
     ),
 )
 def put_namespace_policy(
-    namespace: Namespace, policy: Policy, rt: RuntimeDep, session: SessionDep
+    namespace: Namespace, policy: Policy, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> PolicyOut:
     """Set the namespace's defaults. Refused (422) if a managed table of the namespace
     would end up with an invalid policy."""
     _check_name(namespace)
     catalog = rt.settings.catalog_name
+    access.need(Role.operator, catalog, namespace)
     defaults = policy.model_dump(exclude_unset=True)
     # Waits for policy changes and registrations of the namespace's tables in flight, and
     # holds new ones off until this commits: the tables checked below are all there are.
     lock_namespace(session, catalog, namespace, exclusive=True)
+    # What the defaults give, and what each table's policy is, before and after the change:
+    # a change that can delete data on any of them needs admin on the namespace.
+    old = namespace_defaults(session, catalog, namespace)
+    before = {
+        t.id: policy_or_none(session, t) for t in tables_in_namespace(session, catalog, namespace)
+    }
+    inherited_before = check_policy(session, catalog, namespace, {}, None) if old else Policy()
     row = set_namespace_defaults(session, catalog, namespace, defaults)
+    inherited = check_policy(session, catalog, namespace, {}, None)
+    authorize_policy_change(
+        access, catalog, namespace, inherited_before, inherited, "the new defaults"
+    )
+    change = access.change
     tables = tables_in_namespace(session, catalog, namespace)
     for t in tables:
         iceberg = find_table(rt.catalog, ref_of(t))
         try:
-            check_policy(session, catalog, namespace, t.policy, iceberg)
+            after = check_policy(session, catalog, namespace, t.policy, iceberg)
         except HTTPException as exc:
             raise HTTPException(422, f"table {namespace}.{t.name}: {exc.detail}") from exc
+        what = f"for table {namespace}.{t.name}, the new defaults"
+        authorize_policy_change(access, catalog, namespace, before.get(t.id), after, what)
+    access.change = change  # the audit shows the change of the defaults themselves
     # Every table of the namespace inherits the change: its open tasks obey it at once.
-    policy_gate.apply_policy_change(session, tables, actor=f"api:{rt.process_id}")
+    policy_gate.apply_policy_change(session, tables, actor=access.actor)
     return PolicyOut.model_validate(row)

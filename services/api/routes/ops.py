@@ -6,8 +6,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from lakewarden.auth.grants import Role
 from lakewarden.db.migrate import schema_is_current
 from lakewarden.leader import leader_status
+from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.schemas import LeaderOut, ReadyOut
 
@@ -41,8 +43,9 @@ def get_readiness(rt: RuntimeDep) -> JSONResponse:
 
 
 @router.get("/api/v1/scheduler/leader", response_model=LeaderOut, tags=["scheduler"])
-def get_scheduler_leader(session: SessionDep) -> LeaderOut:
+def get_scheduler_leader(session: SessionDep, access: AccessDep) -> LeaderOut:
     """The scheduler holding the lease, its epoch (fencing token) and last renewal."""
+    access.scope(Role.viewer, None, None)  # any viewer
     status = leader_status(session)
     if status is None:
         return LeaderOut(holder=None, epoch=None, live=False)

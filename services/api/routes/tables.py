@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Response
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Response
 
 from lakewarden import policy_gate, tables
+from lakewarden.auth.grants import Role
 from lakewarden.catalog import TableRef, find_table, load_table
+from lakewarden.db.models import ManagedTable
 from lakewarden.events.ingest import list_events
 from lakewarden.events.refresh import ingest_commits
 from lakewarden.policy import Policy
 from services.api import errors
-from services.api.deps import RuntimeDep, SessionDep, TableDep
+from services.api.access import AccessDep, TableDep
+from services.api.deps import RuntimeDep, SessionDep
 from services.api.paging import PageDep
-from services.api.policies import check_policy, table_out
-from services.api.schemas import EventPage, TableIn, TableOut, TablePage
+from services.api.policies import (
+    authorize_policy_change,
+    check_policy,
+    policy_or_none,
+    table_out,
+)
+from services.api.schemas import EventPage, PolicyVersionOut, TableIn, TableOut, TablePage
 
 router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
 
@@ -30,19 +40,25 @@ REGISTER_ERRORS = {
     response_model=TableOut,
     responses=errors.documented(body=True, notes=REGISTER_ERRORS),
 )
-def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> TableOut:
-    """Start managing an existing Iceberg table with a policy (defaults fill the gaps)."""
+def register_table(
+    body: TableIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> TableOut:
+    """Start managing an existing Iceberg table with a policy (defaults fill the gaps).
+    Operator; admin if the policy enables something destructive (TTL, orphan removal)."""
     ref = TableRef(body.namespace, body.name)
     catalog = rt.settings.catalog_name
+    access.need(Role.operator, catalog, ref.namespace, target=ref.dotted)
     # Checked against the namespace's defaults: no change to them until this commits.
     tables.lock_namespace(session, catalog, ref.namespace, exclusive=False)
     if tables.get_table(session, catalog, ref) is not None:
         raise HTTPException(409, f"table {ref.dotted} is already managed")
     table = load_table(rt.catalog, ref)
     overrides = body.policy.model_dump(exclude_unset=True)
-    check_policy(session, catalog, ref.namespace, overrides, table)
+    policy = check_policy(session, catalog, ref.namespace, overrides, table)
+    inherited = check_policy(session, catalog, ref.namespace, {}, None)
+    authorize_policy_change(access, catalog, ref.namespace, inherited, policy, "the policy")
     try:
-        row = tables.add_table(session, catalog, ref, overrides)
+        row = tables.add_table(session, catalog, ref, overrides, author=access.actor)
     except tables.AlreadyManaged as exc:  # a concurrent registration won
         raise HTTPException(409, str(exc)) from exc
     # The current snapshot is the baseline, evaluated at once: the table may already need work.
@@ -51,9 +67,11 @@ def register_table(body: TableIn, rt: RuntimeDep, session: SessionDep) -> TableO
 
 
 @router.get("", response_model=TablePage)
-def list_tables(session: SessionDep, page: PageDep) -> TablePage:
-    """Managed tables, in the order they were registered."""
-    return TablePage.of(tables.list_tables(session, page), lambda row: table_out(session, row))
+def list_tables(session: SessionDep, page: PageDep, access: AccessDep) -> TablePage:
+    """Managed tables the caller may see, in the order they were registered."""
+    visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
+    found = tables.list_tables(session, page, where=visible)
+    return TablePage.of(found, lambda row: table_out(session, row))
 
 
 @router.get(
@@ -71,32 +89,50 @@ def get_table(row: TableDep, session: SessionDep) -> TableOut:
     responses=errors.documented(409, body=True, notes=errors.ON_TABLE),
 )
 def put_table_policy(
-    policy: Policy, row: TableDep, rt: RuntimeDep, session: SessionDep
+    policy: Policy, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> TableOut:
-    """Replace the table's own policy settings; the previous ones are kept as a version."""
+    """Replace the table's own policy settings; the previous ones are kept as a version.
+    Operator; admin for a change that can delete data (README "Security")."""
     # Concurrent changes of this table, or of its namespace's defaults, wait for this one:
     # the check below sees the current state, and each change gets the next version.
     tables.lock_namespace(session, row.catalog, row.namespace, exclusive=False)
     if tables.lock_table(session, row) is None:
         raise HTTPException(404, f"table {row.namespace}.{row.name} is no longer managed")
-    overrides = policy.model_dump(exclude_unset=True)
+    return replace_policy(row, policy.model_dump(exclude_unset=True), rt, session, access)
+
+
+def replace_policy(
+    row: ManagedTable,
+    overrides: dict[str, object],
+    rt: RuntimeDep,
+    session: SessionDep,
+    access: AccessDep,
+    what: str = "the new policy",
+) -> TableOut:
+    """Set the table's own settings (a PUT, or a restored version): checked, authorized,
+    versioned with its author, and obeyed by the open tasks at once."""
     table = find_table(rt.catalog, tables.ref_of(row))
-    check_policy(session, row.catalog, row.namespace, overrides, table)
+    after = check_policy(session, row.catalog, row.namespace, overrides, table)
+    authorize_policy_change(
+        access, row.catalog, row.namespace, policy_or_none(session, row), after, what
+    )
     try:
-        row = tables.set_policy(session, row, overrides)
+        row = tables.set_policy(session, row, overrides, author=access.actor)
     except tables.TableGone as exc:
         raise HTTPException(404, str(exc)) from exc
     # Open tasks the new policy forbids are cancelled, changed ones re-planned, at once.
-    policy_gate.apply_policy_change(session, [row], actor=f"api:{rt.process_id}")
+    policy_gate.apply_policy_change(session, [row], actor=access.actor)
     return table_out(session, row)
 
 
 @router.delete(
     "/{namespace}/{name}", status_code=204, responses=errors.documented(409, notes=errors.ON_TABLE)
 )
-def unregister_table(row: TableDep, session: SessionDep) -> Response:
-    """Stop managing the table (its tasks and events go with it; the table is untouched)."""
-    if not tables.remove_table(session, row):  # a concurrent unregistration won
+def unregister_table(row: TableDep, session: SessionDep, access: AccessDep) -> Response:
+    """Stop managing the table (admin). Its history is kept, and registering it again
+    continues it; open tasks are cancelled; the Iceberg table is untouched."""
+    access.need(Role.admin, row.catalog, row.namespace)
+    if not tables.remove_table(session, row, by=access.actor):  # a concurrent one won
         raise HTTPException(404, f"table {row.namespace}.{row.name} is not managed by lakewarden")
     return Response(status_code=204)
 
@@ -109,3 +145,52 @@ def unregister_table(row: TableDep, session: SessionDep) -> Response:
 def list_table_events(row: TableDep, session: SessionDep, page: PageDep) -> EventPage:
     """The table's commits, newest first, each with what policy evaluation decided."""
     return EventPage.of(list_events(session, row.id, page))
+
+
+@router.get(
+    "/{namespace}/{name}/policy/versions",
+    response_model=list[PolicyVersionOut],
+    responses=errors.documented(notes=errors.ON_TABLE),
+)
+def list_policy_versions(row: TableDep, session: SessionDep) -> list[PolicyVersionOut]:
+    """Every policy the table has had, newest first, with who set it."""
+    return [
+        PolicyVersionOut(
+            version=v.version,
+            policy=v.policy,
+            author=v.author,
+            created_at=v.created_at,
+            current=v.version == row.policy_version,
+        )
+        for v in tables.policy_versions(session, row)
+    ]
+
+
+@router.post(
+    "/{namespace}/{name}/policy/versions/{version}/restore",
+    response_model=TableOut,
+    responses=errors.documented(
+        409, notes={**errors.ON_TABLE, 404: "the table is not managed, or has no such version"}
+    ),
+)
+def restore_policy_version(
+    version: Annotated[int, Path(ge=1, le=2**31 - 1)],
+    row: TableDep,
+    rt: RuntimeDep,
+    session: SessionDep,
+    access: AccessDep,
+) -> TableOut:
+    """Make an earlier version's settings the table's policy again, as a new version (the
+    same checks and grants as a PUT: restoring a destructive setting needs admin)."""
+    tables.lock_namespace(session, row.catalog, row.namespace, exclusive=False)
+    if tables.lock_table(session, row) is None:
+        raise HTTPException(404, f"table {row.namespace}.{row.name} is no longer managed")
+    old = tables.policy_version(session, row, version)
+    if old is None:
+        raise HTTPException(
+            404,
+            f"table {row.namespace}.{row.name} has no policy version {version} (it is at "
+            f"version {row.policy_version})",
+        )
+    what = f"restoring version {version}"
+    return replace_policy(row, old.policy, rt, session, access, what=what)

@@ -8,14 +8,17 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import ValidationError
 
 from lakewarden import policy_gate
+from lakewarden.auth.grants import Role
 from lakewarden.catalog import TableRef
+from lakewarden.db.models import ManagedTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.policy import KINDS
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES
 from services.api import errors
-from services.api.deps import Id, RuntimeDep, SessionDep, TableDep, managed
+from services.api.access import Access, AccessDep, TableDep
+from services.api.deps import Id, RuntimeDep, SessionDep, managed
 from services.api.paging import PageDep
 from services.api.policies import invalid_stored_policy
 from services.api.schemas import (
@@ -29,6 +32,17 @@ from services.api.schemas import (
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
+# Kinds that delete rows or files: running one the policy disables needs admin.
+DESTRUCTIVE_KINDS = frozenset({"ttl", "clean"})
+
+
+def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int) -> None:
+    """`role` on the task's table; a missing task is a 404 (after authentication)."""
+    scope = repo.scope_of_task(session, task_id)
+    if scope is None:
+        raise HTTPException(404, f"task {task_id} does not exist")
+    access.need(role, *scope, target=f"task {task_id}")
+
 
 @router.get(
     "/tasks",
@@ -38,6 +52,7 @@ router = APIRouter(prefix="/api/v1", tags=["tasks"])
 def list_tasks(
     rt: RuntimeDep,
     session: SessionDep,
+    access: AccessDep,
     page: PageDep,
     table: Annotated[
         str | None,
@@ -51,8 +66,13 @@ def list_tasks(
     kind: Annotated[Literal[KINDS] | None, Query()] = None,  # type: ignore[valid-type]
 ) -> TaskPage:
     """Tasks, newest first."""
-    table_id = None if table is None else managed(session, rt, TableRef.parse(table)).id
-    found = repo.list_tasks(session, page, table_id=table_id, state=state, kind=kind)
+    visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
+    table_id = None
+    if table is not None:
+        ref = TableRef.parse(table)
+        access.need(Role.viewer, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
+        table_id = managed(session, rt, ref).id
+    found = repo.list_tasks(session, page, table_id=table_id, state=state, kind=kind, where=visible)
     return TaskPage.of(found, lambda row: TaskOut.of(*row))
 
 
@@ -61,8 +81,9 @@ def list_tasks(
     response_model=TaskDetail,
     responses=errors.documented(notes={404: "no such task"}),
 )
-def get_task(task_id: Id, session: SessionDep) -> TaskDetail:
+def get_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
     """A task with why it exists, its plan, result, every transition and every run."""
+    _need_on_task(session, access, Role.viewer, task_id)
     record = repo.get_task(session, task_id)
     if record is None:
         raise HTTPException(404, f"task {task_id} does not exist")
@@ -82,8 +103,12 @@ TRIGGER_ERRORS = {
     response_model=TaskDetail,
     responses=errors.documented(body=True, notes=TRIGGER_ERRORS),
 )
-def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
-    """Ask for a task now, whatever the thresholds say; the worker still plans it."""
+def trigger_task(
+    body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> TaskDetail:
+    """Ask for a task now, whatever the thresholds say; the worker still plans it.
+    Operator; overriding a disabled destructive kind (ttl, clean) needs admin."""
+    access.need(Role.operator, row.catalog, row.namespace)
     if body.kind not in REGISTRY:
         raise HTTPException(422, f"task kind {body.kind!r} is not available yet")
     try:
@@ -97,7 +122,9 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
             f"({stamp.describe()}); enable it in the policy, or pass "
             '"override_disabled": true to run it once anyway',
         )
-    actor = f"api:{rt.process_id}"
+    if not policy.enabled and body.kind in DESTRUCTIVE_KINDS:
+        access.need(Role.admin, row.catalog, row.namespace)
+    actor = access.actor
     trigger: dict[str, object] = {
         "source": "manual",
         "reason": "requested through the API",
@@ -136,13 +163,14 @@ def trigger_task(body: TaskIn, row: TableDep, rt: RuntimeDep, session: SessionDe
         notes={404: "no such task", 409: "the task already ended, or a concurrent change won"}
     ),
 )
-def cancel_task(task_id: Id, rt: RuntimeDep, session: SessionDep) -> TaskDetail:
+def cancel_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
     """Cancel a task in any open state; a running Spark job is cancelled by the scheduler."""
+    _need_on_task(session, access, Role.operator, task_id)
     task = repo.transition(
         session,
         task_id,
         TaskState.CANCELLED,
-        actor=f"api:{rt.process_id}",
+        actor=access.actor,
         reason="cancelled through the API",
     )
     return TaskDetail.of_record(repo.record(session, task))

@@ -1,0 +1,103 @@
+"""API tokens: opaque random secrets, shown once, stored as their SHA-256.
+
+A token is looked up on every request (one indexed read), not cached: revoking one holds
+on every replica at the next request. SHA-256 rather than a slow password hash is right
+here: the secret is 256 random bits, so there is nothing to brute-force, and a request
+must not pay a deliberately slow hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from lakewarden.auth.grants import Caller, Grant
+from lakewarden.db.models import ApiToken
+
+SECRET_PREFIX = "lw_"  # tells a lakewarden token from a JWT, and makes a leaked one greppable
+# last_used_at is written at most this often per token, so reads do not each cost a write.
+LAST_USED_RESOLUTION = timedelta(seconds=30)
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def issue(
+    session: Session,
+    *,
+    name: str,
+    owner: str,
+    grants: tuple[Grant, ...],
+    created_by: str,
+    expires_at: datetime | None,
+) -> tuple[ApiToken, str]:
+    """A new token and its secret. The secret is not stored: return it to the caller once."""
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken(
+        name=name,
+        owner=owner,
+        secret_sha256=digest(secret),
+        prefix=secret[:10],
+        grants=[g.as_json() for g in grants],
+        created_by=created_by,
+        expires_at=expires_at,
+    )
+    session.add(token)
+    session.flush()
+    return token, secret
+
+
+def caller_for(session: Session, secret: str) -> Caller | None:
+    """The caller a token secret stands for, or None if it is unknown, revoked or expired."""
+    token = session.execute(
+        select(ApiToken).where(
+            ApiToken.secret_sha256 == digest(secret),
+            ApiToken.revoked_at.is_(None),
+            or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
+        )
+    ).scalar_one_or_none()
+    if token is None:
+        return None
+    session.execute(
+        update(ApiToken)
+        .where(
+            ApiToken.id == token.id,
+            or_(
+                ApiToken.last_used_at.is_(None),
+                ApiToken.last_used_at < func.now() - LAST_USED_RESOLUTION,
+            ),
+        )
+        .values(last_used_at=func.now())
+        .execution_options(synchronize_session=False)
+    )
+    return Caller(
+        subject=f"token:{token.name}",
+        grants=tuple(Grant.of(g) for g in token.grants),
+        token_id=token.id,
+        via="token",
+    )
+
+
+def revoke(session: Session, token_id: int, by: str) -> ApiToken | None:
+    """Revoke the token (at once, everywhere). None if there is no such token; a token
+    revoked already keeps its first revocation."""
+    token = session.get(ApiToken, token_id, with_for_update=True)
+    if token is None:
+        return None
+    if token.revoked_at is None:
+        token.revoked_at = session.execute(select(func.now())).scalar_one()
+        token.revoked_by = by
+        session.flush()
+    return token
+
+
+def list_tokens(session: Session, *, include_revoked: bool = False) -> list[ApiToken]:
+    query = select(ApiToken).order_by(ApiToken.id)
+    if not include_revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
+    return list(session.execute(query).scalars())

@@ -1,0 +1,268 @@
+"""Who is calling and whether they may: authentication, grants, rate limits, audit.
+
+Every route depends on `AccessDep` (a test walks the routes to check it). It authenticates
+the caller (an API token, or an OIDC JWT when configured: 401 without one), and gives the
+route `need(role, catalog, namespace)` (403 saying what is missing) and `scope(...)`
+(a SQL condition for lists). A mutating request that succeeds is audited in the route's
+own transaction, so no change commits without its audit row; one that is refused or fails
+is audited by `AuditRefusals` (below) in a transaction of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import Depends, HTTPException, Request
+from fastapi.routing import APIRoute
+from sqlalchemy import ColumnElement
+from sqlalchemy.orm import Session
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lakewarden import audit
+from lakewarden.auth import tokens
+from lakewarden.auth.grants import Caller, Role
+from lakewarden.auth.oidc import InvalidToken
+from lakewarden.auth.sql import in_scope
+from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
+from services.api.deps import RefDep, RuntimeDep, SessionDep, managed
+
+log = logging.getLogger(__name__)
+
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})  # and /metrics when metrics_public
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="lakewarden"'}
+
+
+class RateLimiter:
+    """A token bucket per credential: `per_minute` mutating calls, refilled continuously.
+    Per replica (in memory): N replicas allow up to N times the rate in total."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = float(per_minute)
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def wait_needed(self, key: str) -> float:
+        """0 if the call may go now (and is counted), else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            level, at = self._buckets.get(key, (self.capacity, now))
+            level = min(self.capacity, level + (now - at) * self.rate)
+            if level >= 1:
+                self._buckets[key] = (level - 1, now)
+                return 0.0
+            self._buckets[key] = (level, now)
+            return (1 - level) / self.rate
+
+
+class Access:
+    """The request's caller, and the audit facts the route adds (scope, target, change)."""
+
+    def __init__(self, request: Request, caller: Caller) -> None:
+        self.request = request
+        self.caller = caller
+        self.catalog: str | None = None
+        self.namespace: str | None = None
+        self.target: str | None = None
+        self.change: dict[str, Any] | None = None
+
+    def need(
+        self, role: Role, catalog: str | None, namespace: str | None, *, target: str | None = None
+    ) -> None:
+        """403 unless the caller has `role` on the scope. No catalog/namespace: a thing of
+        the whole fleet (a token, a fleet-wide alert), which needs `role` on everything."""
+        self.catalog, self.namespace = catalog, namespace
+        if target is not None:
+            self.target = target
+        if catalog is None or namespace is None:
+            allowed, where = self.caller.may_everywhere(role), "everything"
+        else:
+            allowed, where = self.caller.may(role, catalog, namespace), f"{catalog}/{namespace}"
+        if not allowed:
+            raise HTTPException(
+                403,
+                f"this needs the {role} role on {where}; {self.caller.subject} has "
+                f"{self.caller.grants_text()}",
+            )
+
+    def scope(self, role: Role, catalog: Any, namespace: Any) -> ColumnElement[bool]:
+        """SQL: the rows (by their catalog and namespace columns) the caller may see. 403
+        if the caller has `role` nowhere."""
+        if not self.caller.may_somewhere(role):
+            raise HTTPException(
+                403, f"this needs the {role} role; {self.caller.subject} has no such grant"
+            )
+        return in_scope(self.caller, role, catalog, namespace)
+
+    @property
+    def actor(self) -> str:
+        return self.caller.subject
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, credential = header.partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        raise HTTPException(
+            401,
+            "this endpoint needs a credential: send 'Authorization: Bearer <token>' (create "
+            "one with `lakewarden token create`)",
+            headers=CHALLENGE,
+        )
+    return credential.strip()
+
+
+def authenticate(request: Request, rt: Runtime, session: Session) -> Caller:
+    credential = bearer(request)
+    caller = None
+    if credential.startswith(tokens.SECRET_PREFIX):
+        caller = tokens.caller_for(session, credential)
+    else:
+        verifier = getattr(request.app.state, "oidc", None)
+        if verifier is not None:
+            try:
+                caller = verifier.caller(credential)
+            except InvalidToken as exc:  # says why, never echoing the token
+                raise HTTPException(401, f"invalid bearer token: {exc}", headers=CHALLENGE) from exc
+    if caller is None:
+        raise HTTPException(401, "the token is unknown, expired or revoked", headers=CHALLENGE)
+    return caller
+
+
+def get_access(request: Request, rt: RuntimeDep, session: SessionDep) -> Iterator[Access]:
+    access = Access(request, authenticate(request, rt, session))
+    request.state.access = access
+    if request.method in MUTATING:
+        limiter: RateLimiter = request.app.state.rate_limiter
+        key = f"token:{access.caller.token_id}" if access.caller.token_id else access.actor
+        wait = limiter.wait_needed(key)
+        if wait > 0:
+            raise HTTPException(
+                429,
+                f"too many changes from {access.actor}: at most "
+                f"{rt.settings.mutations_per_minute} a minute; retry after the Retry-After "
+                "seconds",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+    yield access
+    # Reached only when the route returned: its changes and this row commit together. (If
+    # that commit fails, the error response is audited by AuditRefusals.)
+    if request.method in MUTATING:
+        route = request.scope.get("route")
+        status = route.status_code if isinstance(route, APIRoute) and route.status_code else 200
+        _record(session, request, access, status, "ok", None)
+
+
+# scope="function": the audit row is added before the route's transaction commits.
+AccessDep = Annotated[Access, Depends(get_access, scope="function")]
+
+
+def get_optional_access(request: Request, rt: RuntimeDep, session: SessionDep) -> Access | None:
+    """For /metrics: no credential needed when `metrics_public` (a read: never audited)."""
+    if rt.settings.metrics_public:
+        return None
+    return Access(request, authenticate(request, rt, session))
+
+
+OptionalAccessDep = Annotated[Access | None, Depends(get_optional_access, scope="function")]
+
+
+def _record(
+    session: Session,
+    request: Request | None,
+    access: Access | None,
+    status: int,
+    outcome: str,
+    detail: str | None,
+    *,
+    scope: Scope | None = None,
+) -> None:
+    sc = request.scope if request is not None else scope
+    assert sc is not None
+    route = sc.get("route")
+    client = sc.get("client")
+    audit.record(
+        session,
+        actor=access.actor if access else "anonymous",
+        source=f"{client[0]}" if client else None,
+        method=sc["method"],
+        path=sc["path"],
+        action=route.unique_id if isinstance(route, APIRoute) else "unrouted",
+        catalog=access.catalog if access else None,
+        namespace=access.namespace if access else None,
+        target=access.target if access else None,
+        status=status,
+        outcome=outcome,
+        change=access.change if access and outcome == "ok" else None,
+        detail=detail,
+    )
+
+
+class AuditRefusals:
+    """ASGI middleware: a mutating request that did not succeed (401, 403, 404, 409, 422,
+    429, 500...) is audited too, in its own transaction (the route's rolled back)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in MUTATING:
+            await self.app(scope, receive, send)
+            return
+        sent: dict[str, Any] = {}
+        body: list[bytes] = []
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                sent["status"] = message["status"]
+            elif message["type"] == "http.response.body" and sent.get("status", 0) >= 400:
+                body.append(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            status = sent.get("status", 500)
+            if status >= 400:
+                await anyio.to_thread.run_sync(
+                    self._record_refusal, scope, scope.get("state", {}), status, b"".join(body)
+                )
+
+    @staticmethod
+    def _record_refusal(scope: Scope, state: dict[str, Any], status: int, body: bytes) -> None:
+        app = scope["app"]
+        rt: Runtime = app.state.runtime
+        try:
+            detail = json.loads(body).get("detail") if body else None
+        except ValueError:
+            detail = None
+        outcome = "refused" if status in (401, 403, 429) else "failed"
+        try:
+            with transaction(rt.engine) as session:
+                access = state.get("access")
+                text = str(detail)[:2000] if detail else None
+                _record(session, None, access, status, outcome, text, scope=scope)
+        except Exception:  # the response is sent; a lost audit row must not become a 500
+            log.exception("could not audit %s %s (%s)", scope["method"], scope["path"], status)
+
+
+def table_in_scope(
+    ref: RefDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> ManagedTable:
+    """The managed table of the path, once the caller may at least see its namespace (so a
+    caller learns nothing of tables outside their grants, not even whether they exist)."""
+    access.need(Role.viewer, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
+    return managed(session, rt, ref)
+
+
+TableDep = Annotated[ManagedTable, Depends(table_in_scope, scope="function")]

@@ -1,0 +1,55 @@
+"""The audit trail: every state-changing request, who made it, and what came of it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from lakewarden import audit
+from lakewarden.auth.grants import Role
+from lakewarden.catalog import TableRef
+from services.api.access import AccessDep
+from services.api.deps import SessionDep
+from services.api.paging import PageDep
+from services.api.schemas import TABLE_PATTERN, AuditOut, AuditPage, documented_pattern
+
+router = APIRouter(prefix="/api/v1/audit", tags=["access"])
+
+Text = Annotated[str | None, Query(max_length=255)]
+
+
+@router.get("", response_model=AuditPage)
+def list_audit(
+    session: SessionDep,
+    access: AccessDep,
+    page: PageDep,
+    actor: Text = None,
+    action: Annotated[str | None, Query(max_length=64, description="an operationId")] = None,
+    outcome: Annotated[Literal["ok", "refused", "failed"] | None, Query()] = None,
+    table: Annotated[
+        str | None,
+        Query(
+            max_length=257,
+            description="namespace.name",
+            json_schema_extra=documented_pattern(TABLE_PATTERN),
+        ),
+    ] = None,
+    since: Annotated[datetime | None, Query()] = None,
+) -> AuditPage:
+    """Audit entries, newest first, within the caller's admin grants (fleet-wide entries,
+    such as tokens, need admin on everything)."""
+    access.scope(Role.admin, None, None)  # 403 without any admin grant
+    ref = TableRef.parse(table) if table else None
+    found = audit.list_entries(
+        session,
+        page,
+        access.caller,
+        actor=actor,
+        action=action,
+        outcome=outcome,
+        table=(ref.namespace, ref.name) if ref else None,
+        since=since,
+    )
+    return AuditPage.of(found, AuditOut.model_validate)

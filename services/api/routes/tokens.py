@@ -1,0 +1,82 @@
+"""API tokens: create (the secret is shown once), list, revoke. Admin only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fastapi import APIRouter, HTTPException
+
+from lakewarden.auth import tokens
+from lakewarden.auth.grants import InvalidGrant, Role, parse_grants
+from services.api import errors
+from services.api.access import AccessDep
+from services.api.deps import Id, SessionDep
+from services.api.schemas import TokenCreated, TokenIn, TokenOut
+
+router = APIRouter(prefix="/api/v1/tokens", tags=["access"])
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=TokenCreated,
+    responses=errors.documented(body=True),
+)
+def create_token(body: TokenIn, session: SessionDep, access: AccessDep) -> TokenCreated:
+    """A new token with the given grants, each within the caller's own admin grants.
+    The response holds the secret: it is shown this once and stored only as a hash."""
+    try:
+        grants = parse_grants(body.grants)
+    except InvalidGrant as exc:
+        raise HTTPException(422, str(exc)) from exc
+    if not access.caller.may_somewhere(Role.admin):
+        access.need(Role.admin, None, None)
+    beyond = [str(g) for g in grants if not access.caller.may_grant(g)]
+    if beyond:
+        raise HTTPException(
+            403,
+            f"you may hand out only what your admin grants include ({access.caller.grants_text()});"
+            f" not: {', '.join(beyond)}",
+        )
+    expires = (
+        None
+        if body.expires_in_days is None
+        else datetime.now(UTC) + timedelta(days=body.expires_in_days)
+    )
+    token, secret = tokens.issue(
+        session,
+        name=body.name,
+        owner=body.owner or access.actor,
+        grants=grants,
+        created_by=access.actor,
+        expires_at=expires,
+    )
+    access.target = f"token {token.id} ({token.name})"
+    access.change = {"token": {"grants": [str(g) for g in grants], "expires_at": str(expires)}}
+    return TokenCreated(**TokenOut.of(token).model_dump(), secret=secret)
+
+
+@router.get("", response_model=list[TokenOut])
+def list_tokens(
+    session: SessionDep, access: AccessDep, include_revoked: bool = False
+) -> list[TokenOut]:
+    """Every token (never its secret): admin on everything."""
+    access.need(Role.admin, None, None)
+    return [TokenOut.of(t) for t in tokens.list_tokens(session, include_revoked=include_revoked)]
+
+
+@router.delete(
+    "/{token_id}",
+    response_model=TokenOut,
+    responses=errors.documented(notes={404: "no such token"}),
+)
+def revoke_token(token_id: Id, session: SessionDep, access: AccessDep) -> TokenOut:
+    """Revoke a token: every replica refuses it from the next request on. Admin on
+    everything, or the token's own holder (revoking itself)."""
+    if access.caller.token_id != token_id:
+        access.need(Role.admin, None, None)
+    token = tokens.revoke(session, token_id, by=access.actor)
+    if token is None:
+        raise HTTPException(404, f"token {token_id} does not exist")
+    access.target = f"token {token.id} ({token.name})"
+    return TokenOut.of(token)
