@@ -28,12 +28,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lakewarden import audit
 from lakewarden.auth import tokens
 from lakewarden.auth.grants import Caller, Role
-from lakewarden.auth.oidc import InvalidToken
+from lakewarden.auth.oidc import InvalidToken, OIDCVerifier
 from lakewarden.auth.sql import in_scope
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
-from services.api.deps import RefDep, RuntimeDep, SessionDep, managed
+from services.api.deps import RefDep, RuntimeDep, SessionDep, managed, operation_id
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,13 @@ class RateLimiter:
                 return 0.0
             self._buckets[key] = (level, now)
             return (1 - level) / self.rate
+
+
+def start(app: Any, rt: Runtime) -> None:
+    """The app's rate limiter and OIDC verifier (None unless configured), made when the app
+    starts (create_app stays free of settings, for the OpenAPI tests)."""
+    app.state.rate_limiter = RateLimiter(rt.settings.mutations_per_minute)
+    app.state.oidc = OIDCVerifier.from_settings(rt.settings)
 
 
 class Access:
@@ -95,13 +102,19 @@ class Access:
                 f"{self.caller.grants_text()}",
             )
 
-    def scope(self, role: Role, catalog: Any, namespace: Any) -> ColumnElement[bool]:
-        """SQL: the rows (by their catalog and namespace columns) the caller may see. 403
-        if the caller has `role` nowhere."""
+    def need_somewhere(self, role: Role) -> None:
+        """403 unless the caller has `role` on some scope (lists show what is in it)."""
         if not self.caller.may_somewhere(role):
             raise HTTPException(
-                403, f"this needs the {role} role; {self.caller.subject} has no such grant"
+                403,
+                f"this needs the {role} role on some scope; {self.caller.subject} has "
+                f"{self.caller.grants_text()}",
             )
+
+    def scope(self, role: Role, catalog: Any, namespace: Any) -> ColumnElement[bool]:
+        """SQL: the rows (by their catalog and namespace columns) the caller may see with
+        `role`; 403 if that is none."""
+        self.need_somewhere(role)
         return in_scope(self.caller, role, catalog, namespace)
 
     @property
@@ -197,7 +210,7 @@ def _record(
         source=f"{client[0]}" if client else None,
         method=sc["method"],
         path=sc["path"],
-        action=route.unique_id if isinstance(route, APIRoute) else "unrouted",
+        action=operation_id(route) if isinstance(route, APIRoute) else "unrouted",
         catalog=access.catalog if access else None,
         namespace=access.namespace if access else None,
         target=access.target if access else None,

@@ -8,17 +8,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
 from lakewarden import __version__, process
 from lakewarden.alerts.tick import alert_tick
-from lakewarden.auth.oidc import OIDCVerifier
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from services.api import errors
-from services.api.access import AuditRefusals, RateLimiter
+from services.api import access, errors
+from services.api.access import AuditRefusals
+from services.api.deps import operation_id
 from services.api.limits import RequestLimits
 from services.api.routes import (
     alerts,
@@ -37,19 +36,13 @@ from services.api.routes import (
 log = logging.getLogger(__name__)
 
 
-def operation_id(route: APIRoute) -> str:
-    """The OpenAPI operationId: the route function's name in camelCase (`list_tables` is
-    `listTables`). Name a route function for what a client calls it: verb, then object."""
-    first, *rest = route.name.split("_")
-    return first + "".join(word.capitalize() for word in rest)
-
-
 def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     """`background=False` leaves out the listener and poller (for tests of the routes alone)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = threading.Event()
+        access.start(app, rt)
         if background:
             s = rt.settings
             Ticker("heartbeat", s.heartbeat_interval_s, lambda: process.beat(rt), stop).start()
@@ -72,8 +65,6 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         generate_unique_id_function=operation_id,
     )
     app.state.runtime = rt
-    app.state.rate_limiter = RateLimiter(rt.settings.mutations_per_minute)
-    app.state.oidc = OIDCVerifier.from_settings(rt.settings)  # None unless configured
     app.add_middleware(AuditRefusals)  # refused and failed changes are audited too
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
     modules = (

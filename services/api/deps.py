@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
+from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
@@ -65,3 +66,10 @@ def managed(session: Session, rt: Runtime, ref: TableRef) -> ManagedTable:
             "register it with POST /api/v1/tables",
         )
     return row
+
+
+def operation_id(route: APIRoute) -> str:
+    """The OpenAPI operationId: the route function's name in camelCase (`list_tables` is
+    `listTables`). Name a route function for what a client calls it: verb, then object."""
+    first, *rest = route.name.split("_")
+    return first + "".join(word.capitalize() for word in rest)

@@ -35,8 +35,9 @@ def create_token(body: TokenIn, session: SessionDep, access: AccessDep) -> Token
     if beyond:
         raise HTTPException(
             403,
-            f"you may hand out only what your admin grants include ({access.caller.grants_text()});"
-            f" not: {', '.join(beyond)}",
+            f"handing out {', '.join(beyond)} needs the admin role on all it covers: a token "
+            f"gets at most its creator's admin grants; {access.actor} has "
+            f"{access.caller.grants_text()}",
         )
     expires = (
         None
