@@ -103,7 +103,7 @@ def app_routes(app: Any) -> set[tuple[str, str]]:
             elif hasattr(route, "original_router"):  # FastAPI's included router
                 yield from walk(route.original_router.routes)
 
-    return {(m, r.path) for r in walk(app.routes) for m in r.methods}
+    return {(m, r.path) for r in walk(app.routes) for m in r.methods or ()}
 
 
 @pytest.fixture
