@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from lakewarden.redact import RedactingFilter, secrets_of
 from lakewarden.settings import get_settings
 
 
@@ -16,6 +17,10 @@ def _setup_logging() -> None:
     )
     for noisy in ("py4j", "httpx", "httpcore", "pyiceberg", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Whatever a library or an exception says, no secret of ours reaches the log.
+    redacting = RedactingFilter(secrets_of(get_settings()))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redacting)
 
 
 def _cmd_migrate(_: argparse.Namespace) -> int:

@@ -15,7 +15,6 @@ loops has succeeded on that table again (or the table is no longer managed).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +26,7 @@ from lakewarden.alerts.store import fire, resolve_absent
 from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import Alert, ManagedTable
 from lakewarden.leader import FencedOut
+from lakewarden.redact import redact
 from lakewarden.states import AlertState
 
 log = logging.getLogger(__name__)
@@ -43,16 +43,15 @@ RUNBOOK = (
     "Resolves when every failing loop has succeeded on the table again."
 )
 
-# The first line of an error may still carry a URL with credentials: mask them.
-_USERINFO = re.compile(r"(\w+://)[^/\s@]+@")
 _MAX_ERROR = 300
 
 
 def error_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, without stack trace or URL credentials."""
+    """`Type: first line of the message`, without stack trace or credentials (the first
+    line may still carry a URL with them: `redact`)."""
     message = str(exc).strip().splitlines()
     line = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
-    line = _USERINFO.sub(r"\1***@", line)
+    line = redact(line)
     return line if len(line) <= _MAX_ERROR else line[: _MAX_ERROR - 1] + "…"
 
 

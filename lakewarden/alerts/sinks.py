@@ -19,6 +19,7 @@ from sqlalchemy import Engine, func, select, update
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import Alert
 from lakewarden.db.session import transaction
+from lakewarden.redact import redact, secrets_of
 from lakewarden.settings import Settings
 from lakewarden.states import AlertState
 
@@ -82,6 +83,17 @@ def sinks(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
+def delivery_error(sink: str, exc: Exception) -> str:
+    """What went wrong, named by the sink and never by its URL (a webhook's URL is its
+    secret: Slack's token is its path): `slack: HTTP 500`, `webhook: ConnectError: [Errno
+    111] Connection refused`. httpx's texts of a status or a bad URL name the URL, so of
+    those only the status or the type is kept; a transport error's text names the cause."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"{sink}: HTTP {exc.response.status_code}"
+    message = str(exc).strip().splitlines() if isinstance(exc, httpx.TransportError) else []
+    return f"{sink}: {type(exc).__name__}" + (f": {message[0]}" if message else "")
+
+
 PAYLOADS = {
     "webhook": generic_payload,
     "slack": slack_payload,
@@ -139,6 +151,7 @@ def deliver_pending(
     targets = sinks(settings)
     if not targets:
         return 0
+    secrets = secrets_of(settings, engine.url.render_as_string(hide_password=False))
     delivered = 0
     for _ in range(limit):
         alert = _claim(engine)
@@ -148,12 +161,12 @@ def deliver_pending(
         for name, url in targets:
             try:
                 client.post(url, json=PAYLOADS[name](alert)).raise_for_status()
-            except httpx.HTTPError as exc:
-                errors.append(f"{name}: {exc}")
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                errors.append(delivery_error(name, exc))
         if errors:
             attempts = alert.delivery_attempts + 1
             delay = retry_delay_s(attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s)
-            error = "; ".join(errors)[:2000]
+            error = redact("; ".join(errors), secrets)[:2000]
             _record(
                 engine,
                 alert,

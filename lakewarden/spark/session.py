@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 
 from lakewarden.catalog import catalog_db_url, jdbc_params
+from lakewarden.redact import is_secret_key
 from lakewarden.settings import Settings
 from lakewarden.spark.jars import resolve_jars
 
@@ -14,17 +14,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-# Spark's own redaction pattern (spark.redaction.regex), and credential.
-_SECRET = re.compile(r"(?i)secret|password|token|access[.-]?key|credential")
 _CATALOG = "spark.sql.catalog."
+_HADOOP = "spark.hadoop."
 
 
 def _is_secret(key: str) -> bool:
-    """A catalog property that holds a credential (the catalog's name does not count)."""
-    if not key.startswith(_CATALOG):
-        return False
-    _, dot, prop = key[len(_CATALOG) :].partition(".")
-    return bool(dot) and _SECRET.search(prop) is not None
+    """A setting that holds a credential (`redact.is_secret_key`: password, secret, token,
+    access key, credential); of a catalog property, its name does not count."""
+    if key.startswith(_CATALOG):
+        _, dot, prop = key[len(_CATALOG) :].partition(".")
+        return bool(dot) and is_secret_key(prop)
+    return is_secret_key(key)
 
 
 def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
@@ -36,10 +36,32 @@ def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
 
 
 def session_secrets(settings: Settings, control_plane_url: str) -> dict[str, str]:
-    """The catalog's credentials (the JDBC catalog's password, or any credential property in
-    LAKEWARDEN_SPARK_CONF), set once the JVM runs: a catalog reads its properties from the
-    session's SQL conf when it is first used."""
+    """The credentials (the JDBC catalog's password, and any credential in
+    LAKEWARDEN_SPARK_CONF: a catalog's, an `spark.hadoop.fs.s3a.secret.key`, ...), set once
+    the JVM runs: see `set_secrets`."""
     return {k: v for k, v in _all_conf(settings, control_plane_url).items() if _is_secret(k)}
+
+
+def set_secrets(spark: SparkSession, secrets: dict[str, str]) -> None:
+    """Set credentials on the running session, where Spark reads each kind: a catalog reads
+    its properties from the session's SQL conf when first used; `spark.hadoop.X` is `X` of
+    the Hadoop configuration, which every file system (S3A, ...) copies when it is created
+    (after this). A setting Spark reads only at launch cannot be set here: that is an error,
+    never a fallback to the command line (it names the key, not the value)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in secrets.items():
+        if key.startswith(_HADOOP):
+            hadoop.set(key[len(_HADOOP) :], value)
+            continue
+        try:
+            spark.conf.set(key, value)
+        except Exception as exc:
+            raise RuntimeError(
+                f"Spark setting {key} looks like a credential, so lakewarden sets it on the "
+                "running session rather than on the JVM's command line, but Spark refuses "
+                f"to change it after launch ({type(exc).__name__}); set it in "
+                "$SPARK_CONF_DIR/spark-defaults.conf instead"
+            ) from None
 
 
 def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
@@ -95,8 +117,7 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
     spark = builder.appName(app_name).getOrCreate()
     # Only now, on the running session: never on spark-submit's command line. Set before
     # anything uses the catalog (building the session does not).
-    for key, value in session_secrets(settings, control_plane_url).items():
-        spark.conf.set(key, value)
+    set_secrets(spark, session_secrets(settings, control_plane_url))
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -12,6 +12,7 @@ from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut
+from lakewarden.redact import redact, secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
@@ -44,7 +45,12 @@ def finish_run(
     `moved_to` (state, reason): the job stopped on purpose without committing: held
     ("skipped"), or the policy changed under it ("cancelled", or "pending" to re-plan).
     """
-    text_error = f"{type(error).__name__}: {error}" if error else None
+    # Spark's and the catalog's messages may quote a setting or a URL: never a secret.
+    text_error = (
+        redact(f"{type(error).__name__}: {error}", secrets_of(rt.settings, rt.db_url))
+        if error
+        else None
+    )
     try:
         with transaction(rt.engine) as s:
             run = s.scalars(
