@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import Alert
@@ -79,9 +79,32 @@ def acknowledge(session: Session, alert_id: int, by: str) -> Alert | None:
     return alert
 
 
-def list_alerts(session: Session, page: PageRequest, *, state: str | None = None) -> Page[Alert]:
-    """Alerts, newest first: in `state`, or without it the open ones (not resolved)."""
+def list_alerts(
+    session: Session,
+    page: PageRequest,
+    *,
+    state: str | None = None,
+    where: ColumnElement[bool] | None = None,
+) -> Page[Alert]:
+    """Alerts, newest first: in `state`, or without it the open ones (not resolved); only
+    those matching `where` (e.g. a caller's scope, on ALERT_NAMESPACE)."""
     q = select(Alert).where(
         Alert.state != AlertState.RESOLVED if state is None else Alert.state == state
     )
+    if where is not None:
+        q = q.where(where)
     return keyset_page(session, q, Alert.id, page)
+
+
+# An alert about one table names it in details["table"] (namespace.name); its namespace is
+# what a scoped grant is checked against. Fleet-wide alerts have none (NULL).
+ALERT_NAMESPACE = func.split_part(Alert.details["table"].astext, ".", 1)
+
+
+def table_of(session: Session, alert_id: int) -> tuple[bool, str | None]:
+    """(whether the alert exists, the namespace.name it is about or None if fleet-wide)."""
+    details = session.scalar(select(Alert.details).where(Alert.id == alert_id))
+    if details is None:
+        return False, None
+    table = details.get("table")
+    return True, table if isinstance(table, str) and "." in table else None
