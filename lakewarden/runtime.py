@@ -23,7 +23,7 @@ def new_process_id(role: str) -> str:
 @dataclass
 class Runtime:
     settings: Settings
-    db_url: str
+    db_url: str = field(repr=False)  # holds the password
     engine: Engine
     role: str
     process_id: str = field(default="")

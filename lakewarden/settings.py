@@ -18,7 +18,9 @@ class Settings(BaseSettings):
 
     # --- state -----------------------------------------------------------------
     # Control-plane database. Unset: an embedded Postgres is started in data_dir.
-    database_url: str | None = None
+    # Secrets (passwords in URLs, webhook tokens) are left out of repr: a Settings in a log
+    # line or a traceback shows none of them.
+    database_url: str | None = Field(default=None, repr=False)
     data_dir: Path = Field(default_factory=_default_data_dir)
     embedded_pg_port: int = 54329
 
@@ -28,7 +30,7 @@ class Settings(BaseSettings):
     # or "rest" (an Iceberg REST catalog at catalog_uri).
     catalog_type: str = "jdbc"
     # JDBC catalog database; defaults to the control-plane database.
-    catalog_database_url: str | None = None
+    catalog_database_url: str | None = Field(default=None, repr=False)
     catalog_uri: str | None = None  # REST catalog URI
     warehouse: str | None = None  # default: file://<data_dir>/warehouse
 
@@ -37,7 +39,8 @@ class Settings(BaseSettings):
     spark_jars: str | None = None  # comma-separated explicit jar paths
     spark_packages: str | None = None  # Maven coordinates, when Maven is reachable
     spark_driver_memory: str = "2g"
-    spark_conf: dict[str, str] = Field(default_factory=dict)  # extra spark.* settings (JSON)
+    # Extra spark.* settings (JSON); may hold s3 keys.
+    spark_conf: dict[str, str] = Field(default_factory=dict, repr=False)
     # Where the offline jar assembly is built once and kept.
     jars_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "lakewarden")
 
@@ -82,9 +85,9 @@ class Settings(BaseSettings):
     retry_cap_s: float = 600.0
 
     # --- alerting --------------------------------------------------------------
-    alert_webhook_url: str | None = None  # generic JSON
-    alert_slack_url: str | None = None  # Slack-compatible incoming webhook
-    alert_alertmanager_url: str | None = None  # base URL; alerts go to /api/v2/alerts
+    alert_webhook_url: str | None = Field(default=None, repr=False)  # generic JSON
+    alert_slack_url: str | None = Field(default=None, repr=False)  # Slack incoming webhook
+    alert_alertmanager_url: str | None = Field(default=None, repr=False)  # + /api/v2/alerts
     alert_interval_s: float = 15.0
     health_interval_s: float = 300.0  # how often the leader re-measures each table
     alert_backlog_age_s: float = 3600.0  # oldest waiting task older than this

@@ -110,3 +110,24 @@ def test_spark_sees_fresh_table_metadata(tmp_path: Path) -> None:
     # a cached table load from an earlier job would plan a rewrite on stale files
     assert conf["spark.sql.catalog.lake.cache-enabled"] == "false"
     assert conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_settings_and_runtime_show_no_secret_in_their_repr() -> None:
+    """A Settings or Runtime in a log line or a traceback (pytest prints fixtures' reprs)
+    shows no password, webhook token or Spark secret."""
+    from sqlalchemy import create_engine
+
+    from lakewarden.runtime import Runtime
+
+    url = "postgresql+psycopg://u:SEKRIT-db@127.0.0.1:1/x"
+    settings = Settings(
+        database_url=url,
+        catalog_database_url="postgresql://c:SEKRIT-cat@h/c",
+        alert_slack_url="https://hooks.example/services/T/B/SEKRIT-slack",
+        alert_webhook_url="https://hook.example/SEKRIT-hook",
+        alert_alertmanager_url="https://am:SEKRIT-am@am.example",
+        spark_conf={"spark.hadoop.fs.s3a.secret.key": "SEKRIT-s3"},
+    )
+    rt = Runtime(settings=settings, db_url=url, engine=create_engine(url), role="test")
+    for shown in (repr(settings), str(settings), repr(rt)):
+        assert "SEKRIT" not in shown
