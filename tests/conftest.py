@@ -9,6 +9,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
     from pyspark.sql import SparkSession
 
     from services.scheduler.main import Scheduler
@@ -234,6 +237,38 @@ def rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
     runtime = make_test_runtime(db_url, tmp_path)
     yield runtime
     runtime.engine.dispose()
+
+
+# --- The API in process, called as an admin -----------------------------------------------
+
+
+@contextmanager
+def serve(rt: Runtime, app: FastAPI | None = None) -> Iterator[TestClient]:
+    """A client of the API (`app`, or a new one on `rt`) that calls as an admin of
+    everything: every endpoint but /healthz and /readyz needs a credential. A server error
+    is answered (500 with an error_id), not raised."""
+    from fastapi.testclient import TestClient
+    from helpers import admin_headers
+
+    from services.api.app import create_app
+
+    app = app or create_app(rt, background=False)
+    with TestClient(app, headers=admin_headers(rt), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def app(rt: Runtime) -> FastAPI:
+    from services.api.app import create_app
+
+    return create_app(rt, background=False)
+
+
+@pytest.fixture
+def client(rt: Runtime, app: FastAPI) -> Iterator[TestClient]:
+    """`app` served to an admin (see `serve`)."""
+    with serve(rt, app) as c:
+        yield c
 
 
 # --- Spark: one database, one warm session and a leading scheduler for all Spark tests ---

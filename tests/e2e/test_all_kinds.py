@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
-from fastapi.testclient import TestClient
+from conftest import serve
 from sqlalchemy import select
 
 from lakewarden.catalog import TableRef
@@ -19,7 +19,6 @@ from lakewarden.db.session import transaction
 from lakewarden.health import measure
 from lakewarden.runtime import Runtime
 from lakewarden.tables import effective_policy_for, get_table
-from services.api.app import create_app
 from services.scheduler.main import Scheduler
 from services.scheduler.sweeps import sweep_due_tasks
 from services.worker.main import Worker
@@ -87,7 +86,7 @@ def test_a_full_policy_keeps_the_table_healthy_across_all_five_kinds(
             "orphan_min_age_hours": 24,
         },
     }
-    with TestClient(create_app(rt, background=False)) as client:
+    with serve(rt) as client:
         r = client.post(
             "/api/v1/tables", json={"namespace": "sales", "name": "everything", "policy": policy}
         )

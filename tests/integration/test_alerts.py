@@ -19,7 +19,6 @@ from lakewarden.db.models import Alert, ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from services.api.app import create_app
 
 
 @pytest.fixture
@@ -128,19 +127,18 @@ def test_delivery_to_all_sinks_with_retry(rt: Runtime, receiver: Receiver) -> No
     assert by_path["/am/api/v2/alerts"][0]["labels"]["alertname"] == "lakewarden_task_failed"
 
 
-def test_alerts_api_and_metrics(rt: Runtime) -> None:
+def test_alerts_api_and_metrics(client: TestClient, rt: Runtime) -> None:
     _failed_task(rt)
     with transaction(rt.engine) as s:
         evaluate_task_rules(s, rt.settings, datetime.now(UTC))
-    with TestClient(create_app(rt, background=False)) as client:
-        items = client.get("/api/v1/alerts").json()["items"]
-        assert [a["rule"] for a in items] == ["task_failed"]
-        r = client.post(f"/api/v1/alerts/{items[0]['id']}/ack", json={"by": "oncall"})
-        assert r.status_code == 200 and r.json()["state"] == "acknowledged"
-        assert client.post("/api/v1/alerts/999/ack", json={"by": "x"}).status_code == 404
-        assert client.post(f"/api/v1/alerts/{items[0]['id']}/ack", json={}).status_code == 422
-        assert client.get("/api/v1/alerts", params={"state": "nope"}).status_code == 422
-        body = client.get("/metrics").text
+    items = client.get("/api/v1/alerts").json()["items"]
+    assert [a["rule"] for a in items] == ["task_failed"]
+    r = client.post(f"/api/v1/alerts/{items[0]['id']}/ack", json={"by": "oncall"})
+    assert r.status_code == 200 and r.json()["state"] == "acknowledged"
+    assert client.post("/api/v1/alerts/999/ack", json={"by": "x"}).status_code == 404
+    assert client.post(f"/api/v1/alerts/{items[0]['id']}/ack", json={}).status_code == 422
+    assert client.get("/api/v1/alerts", params={"state": "nope"}).status_code == 422
+    body = client.get("/metrics").text
     assert 'lakewarden_tasks{kind="compaction",state="failed"} 1' in body
     assert 'lakewarden_alerts_open{rule="task_failed",severity="critical"} 1' in body
     assert "lakewarden_scheduler_leader 0" in body

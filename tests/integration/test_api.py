@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,13 +10,6 @@ from helpers import append_batches, make_table
 from sqlalchemy import text
 
 from lakewarden.runtime import Runtime
-from services.api.app import create_app
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
-        yield c
 
 
 def test_health_and_readiness(client: TestClient) -> None:

@@ -20,15 +20,15 @@ import httpx
 import psycopg
 import pytest
 from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from helpers import append_batches, make_table
+from helpers import admin_headers, append_batches, make_table
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lakewarden.db.models import PolicyVersion
 from lakewarden.runtime import Runtime
-from services.api.app import create_app
 from services.api.deps import SessionDep
 
 TABLES = "/api/v1/tables"
@@ -45,9 +45,10 @@ class Api:
     url: str
     rt: Runtime
     log: Path
+    headers: dict[str, str]  # an admin's credential
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60)
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60)
 
     def policy_versions(self, namespace: str, name: str) -> list[int]:
         with self.rt.engine.connect() as conn:
@@ -117,6 +118,8 @@ def api(
         "LAKEWARDEN_DATA_DIR": str(tmp_path),
         "LAKEWARDEN_WAREHOUSE": (tmp_path / "warehouse").as_uri(),
         "LAKEWARDEN_LOG_LEVEL": "WARNING",
+        # One token makes every call here, some 330 changes within a minute (300 allowed).
+        "LAKEWARDEN_MUTATIONS_PER_MINUTE": "100000",
     }
     log = tmp_path / "api.log"
     with open(log, "wb") as out:
@@ -138,7 +141,7 @@ def api(
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the API did not get ready"
             time.sleep(0.2)
-        yield Api(url, rt, log)
+        yield Api(url, rt, log, admin_headers(rt))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -327,8 +330,8 @@ def test_table_and_namespace_policy_races_never_combine_into_an_invalid_policy(
 
 
 @pytest.fixture
-def app_client(rt: Runtime) -> Iterator[TestClient]:
-    app = create_app(rt, background=False)
+def app_client(app: FastAPI, client: TestClient) -> TestClient:
+    """The shared client, its app given routes that fail in the ways under test."""
 
     @app.post("/test/commit-fails", status_code=201)
     def commit_fails(session: SessionDep) -> dict[str, str]:
@@ -356,8 +359,7 @@ def app_client(rt: Runtime) -> Iterator[TestClient]:
     def other() -> None:
         raise OperationalError("SELECT secret_table", {}, psycopg.OperationalError("down"))
 
-    with TestClient(app, raise_server_exceptions=False) as c:
-        yield c
+    return client
 
 
 def test_a_commit_that_fails_is_not_a_success(app_client: TestClient, rt: Runtime) -> None:

@@ -13,7 +13,6 @@ from fastapi.testclient import TestClient
 from helpers import make_table
 
 from lakewarden.runtime import Runtime
-from services.api.app import create_app
 from services.api.limits import MAX_BODY_BYTES
 from services.api.schemas import ErrorOut
 
@@ -22,16 +21,11 @@ ERROR_REF = "#/components/schemas/ErrorOut"
 
 
 @pytest.fixture
-def app(rt: Runtime) -> FastAPI:
-    return create_app(rt, background=False)
-
-
-@pytest.fixture
-def client(rt: Runtime, app: FastAPI) -> Iterator[TestClient]:
+def client(client: TestClient, rt: Runtime) -> TestClient:
+    """The shared client, with sec.t1 registered."""
     make_table(rt, "sec", "t1", partitioned=False)
-    with TestClient(app, raise_server_exceptions=False) as c:
-        assert c.post("/api/v1/tables", json={"namespace": "sec", "name": "t1"}).status_code == 201
-        yield c
+    assert client.post("/api/v1/tables", json={"namespace": "sec", "name": "t1"}).status_code == 201
+    return client
 
 
 def _error(r: Any, status: int) -> ErrorOut:

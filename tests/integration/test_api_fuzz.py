@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import make_test_runtime
-from helpers import append_batches, make_table
+from helpers import append_batches, issue_token, make_table
+from sqlalchemy import text
 
 
 def _port() -> int:
@@ -61,10 +62,28 @@ include-name = [
 ]
 phases.stateful.checks.positive_data_acceptance.enabled = false
 """
-# Not applicable, so they pass vacuously: ignored_auth, object_level_authorization (the API
-# has no authentication: it runs behind the deployment's network policy),
+# Not applicable, so they pass vacuously: ignored_auth and object_level_authorization (the
+# OpenAPI declares no security scheme, so the fuzzer does not know which calls need the
+# credential; tests/integration/test_access.py checks 401 and 403 route by route),
 # missing_required_header and response_headers_conformance (no header is required or
 # documented).
+
+# The fuzzer calls as an admin (--header), and revokes tokens too: ids it makes up, and
+# those it has seen in GET /api/v1/tokens, its own among them. Revoked, its own token
+# would get nothing but 401s from there on, so a revocation of it goes to the next id.
+HOOKS = """
+import os
+
+import schemathesis
+
+OWN = os.environ["FUZZER_TOKEN_ID"]
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    if str((case.path_parameters or {}).get("token_id")) == OWN:
+        case.path_parameters["token_id"] = int(OWN) + 1
+"""
 
 
 def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -> None:
@@ -74,6 +93,9 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
         pytest.skip("schemathesis is not installed (it is a dev dependency)")
     rt = make_test_runtime(db_url, tmp_path)
     append_batches(make_table(rt), 2)  # a real table the fuzzer may hit by name
+    secret = issue_token(rt, name="fuzzer")  # an admin: every operation is reached
+    with rt.engine.connect() as conn:
+        own = conn.scalar(text("SELECT id FROM api_tokens WHERE name = 'fuzzer'"))
     rt.engine.dispose()
     port = _port()
     env = {
@@ -82,6 +104,8 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
         "LAKEWARDEN_DATA_DIR": str(tmp_path),
         "LAKEWARDEN_WAREHOUSE": (tmp_path / "warehouse").as_uri(),
         "LAKEWARDEN_LOG_LEVEL": "WARNING",
+        # The fuzzer's one token makes thousands of changes in a few minutes.
+        "LAKEWARDEN_MUTATIONS_PER_MINUTE": "1000000",
     }
     log = tmp_path / "api.log"
     with open(log, "wb") as out:
@@ -101,6 +125,8 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
                 time.sleep(0.3)
         config = tmp_path / "schemathesis.toml"
         config.write_text(CONFIG)
+        hooks = tmp_path / "hooks.py"
+        hooks.write_text(HOOKS)
         result = subprocess.run(
             [
                 st,
@@ -108,6 +134,8 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
                 str(config),
                 "run",
                 f"http://127.0.0.1:{port}/openapi.json",
+                "--header",
+                f"Authorization: Bearer {secret}",
                 # Under a minute on 2 cores, most of it the coverage phase (systematic: every
                 # boundary, every missing or wrong-typed field, every unexpected method, whatever
                 # this number is); 10 random examples per operation on top of it.
@@ -121,6 +149,7 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
             capture_output=True,
             text=True,
             timeout=600,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": str(hooks), "FUZZER_TOKEN_ID": str(own)},
         )
         assert result.returncode == 0, result.stdout[-4000:] + log.read_text()[-3000:]
     finally:

@@ -14,19 +14,18 @@ from sqlalchemy import func, select
 from lakewarden.db.models import ManagedTable
 from lakewarden.policy import KINDS
 from lakewarden.runtime import Runtime
-from services.api.app import create_app
 from services.api.limits import MAX_BODY_BYTES, RequestLimits
 
 JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
+def client(client: TestClient, rt: Runtime) -> TestClient:
+    """The shared client, with sec.t1 registered."""
     make_table(rt, "sec", "t1", partitioned=False)
-    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
-        r = c.post("/api/v1/tables", json={"namespace": "sec", "name": "t1"})
-        assert r.status_code == 201, r.text
-        yield c
+    r = client.post("/api/v1/tables", json={"namespace": "sec", "name": "t1"})
+    assert r.status_code == 201, r.text
+    return client
 
 
 def _problems(r) -> str:  # type: ignore[no-untyped-def]

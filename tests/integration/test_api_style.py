@@ -38,6 +38,11 @@ OPERATION_IDS = {
     ("GET", "/api/v1/tables/{namespace}/{name}"): "getTable",
     ("DELETE", "/api/v1/tables/{namespace}/{name}"): "unregisterTable",
     ("PUT", "/api/v1/tables/{namespace}/{name}/policy"): "putTablePolicy",
+    ("GET", "/api/v1/tables/{namespace}/{name}/policy/versions"): "listPolicyVersions",
+    (
+        "POST",
+        "/api/v1/tables/{namespace}/{name}/policy/versions/{version}/restore",
+    ): "restorePolicyVersion",
     ("GET", "/api/v1/tables/{namespace}/{name}/events"): "listTableEvents",
     ("GET", "/api/v1/tables/{namespace}/{name}/health"): "getTableHealth",
     ("GET", "/api/v1/tables/{namespace}/{name}/explain"): "explainTable",
@@ -53,19 +58,17 @@ OPERATION_IDS = {
     ("POST", "/api/v1/events"): "postEvent",
     ("GET", "/api/v1/alerts"): "listAlerts",
     ("POST", "/api/v1/alerts/{alert_id}/ack"): "ackAlert",
+    ("POST", "/api/v1/tokens"): "createToken",
+    ("GET", "/api/v1/tokens"): "listTokens",
+    ("DELETE", "/api/v1/tokens/{token_id}"): "revokeToken",
+    ("GET", "/api/v1/audit"): "listAudit",
 }
-PAGED = {"listTables", "listTableEvents", "listTasks", "listAlerts"}
+PAGED = {"listTables", "listTableEvents", "listTasks", "listAlerts", "listAudit"}
 
 
 @pytest.fixture(scope="module")
 def spec() -> dict[str, Any]:
     return create_app(Runtime.__new__(Runtime), background=False).openapi()
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
-        yield c
 
 
 def _operations(spec: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -205,6 +208,8 @@ def test_paging_through_each_list_gives_every_item_once(client: TestClient, rt: 
         ("/api/v1/tasks", {}, True),
         ("/api/v1/tasks", {"kind": "compaction", "state": "pending"}, True),
         ("/api/v1/alerts", {}, True),
+        ("/api/v1/audit", {}, True),  # the changes above, each audited
+        ("/api/v1/audit", {"action": "triggerTask"}, True),
     ]
     for path, params, newest_first in lists:
         r = client.get(path, params=params | {"limit": "500"})

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
 from fastapi.testclient import TestClient
 from helpers import make_table
 from sqlalchemy import text
@@ -14,7 +12,6 @@ from lakewarden.db.models import JobRun, ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from services.api.app import create_app
 from services.scheduler.main import _NEXT_PLANNED
 
 
@@ -87,12 +84,6 @@ def test_blocked_and_busy_tables_are_skipped(rt: Runtime) -> None:
     with rt.engine.begin() as conn:
         conn.execute(text("UPDATE table_blockers SET expires_at = now() - interval '1 second'"))
     assert _next(rt) == a  # an expired blocker no longer counts
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt, background=False)) as c:
-        yield c
 
 
 def test_blockers_api(client: TestClient, rt: Runtime) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 from fastapi.testclient import TestClient
 from helpers import append_batches, current, make_table
 from sqlalchemy import select
@@ -16,15 +14,8 @@ from lakewarden.db.session import transaction
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
 from lakewarden.runtime import Runtime
-from services.api.app import create_app
 
 POLICY = {"compaction": {"min_small_files": 6, "min_input_files": 3}}
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
-        yield c
 
 
 def _register(client: TestClient, policy: dict | None = None) -> None:

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 from conftest import make_test_runtime
-from helpers import append_batches, make_table, wait_for
+from helpers import admin_headers, append_batches, make_table, wait_for
 from sqlalchemy import text
 
 from lakewarden.db.models import ManagedTable
@@ -206,7 +206,9 @@ def test_postgres_restart_under_load(tmp_path: Path) -> None:
         fleet.env, saved = api_env, fleet.env
         fleet.start("api")
         fleet.env = saved
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers=admin_headers(rt), timeout=10
+        )
 
         def ready() -> bool:
             try:

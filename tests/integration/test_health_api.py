@@ -4,7 +4,6 @@ explain covers every kind and writes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,19 +17,12 @@ from sqlalchemy.exc import DBAPIError
 from lakewarden.db.session import session_factory
 from lakewarden.kinds import REGISTRY
 from lakewarden.runtime import Runtime
-from services.api.app import create_app
 from services.api.routes.health import _read_only
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture
-def client(rt: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(rt, background=False), raise_server_exceptions=False) as c:
-        yield c
 
 
 def _register(client: TestClient, policy: dict[str, Any], name: str = "orders") -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import serve
 from fastapi.testclient import TestClient
 from helpers import manage, run_one, task_of
 from sqlalchemy import text
@@ -24,7 +25,6 @@ from lakewarden.kinds import clean, ttl
 from lakewarden.outcomes import PolicyChanged
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import guarded_by
-from services.api.app import create_app
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
@@ -78,7 +78,7 @@ def _set_policy_in_db(rt: Runtime, name: str, policy: dict[str, Any]) -> None:
 
 @pytest.fixture
 def api(spark_rt: Runtime, scheduler: Scheduler) -> Iterator[TestClient]:
-    with TestClient(create_app(spark_rt, background=False), raise_server_exceptions=False) as c:
+    with serve(spark_rt) as c:
         yield c
 
 
