@@ -114,7 +114,7 @@ def test_an_explicit_override_runs_once_and_is_recorded(
     )
     assert r.status_code == 201, r.text
     task = r.json()
-    assert task["trigger"]["override_disabled"]["by"].startswith("api:")
+    assert task["trigger"]["override_disabled"]["by"] == "token:test-admin"  # the caller
     assert "overriding the disabled ttl" in task["trigger"]["reason"]
     assert Worker(spark_rt).run_once()
     assert run_one(scheduler) == "succeeded"
