@@ -109,7 +109,13 @@ class PerTable:
         # Loops in other processes update the same alerts: read-modify-write one at a time.
         xact_lock(session, DBLocks.ALERT_RULE, RULE)
         current = open_alerts()
-        managed = set(session.scalars(select(ManagedTable.namespace + "." + ManagedTable.name)))
+        managed = set(
+            session.scalars(
+                select(ManagedTable.namespace + "." + ManagedTable.name).where(
+                    ManagedTable.retired_at.is_(None)
+                )
+            )
+        )
         keep: set[str] = set()
         for name in set(current) | set(self.failed):
             loops: dict[str, str] = dict(current.get(name, {}).get("loops") or {})

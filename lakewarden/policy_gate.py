@@ -4,6 +4,7 @@ A task is stamped with the policy it was planned under (a digest of its kind's e
 section, and the table and namespace versions for people). Trigger, planning, dispatch,
 the job right before it commits, and every policy change all ask `judge`:
 
+- the table was unregistered                                         → cancel;
 - the kind is disabled (and the task carries no explicit override)   → cancel;
 - the stored policy no longer validates                              → cancel;
 - the kind's effective settings changed since the task was planned   → re-plan;
@@ -81,6 +82,13 @@ def overridden(trigger: dict[str, Any] | None) -> bool:
 
 def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
     """May `task` go on under the current policy? (Read-only.)"""
+    if row.retired_at is not None:
+        return Verdict(
+            "cancel",
+            f"{row.namespace}.{row.name} was unregistered: it is no longer managed",
+            None,
+            None,
+        )
     try:
         section, stamp = current(session, row, task.kind)
     except ValidationError as exc:

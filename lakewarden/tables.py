@@ -1,32 +1,45 @@
 """Managed tables and namespace defaults: register, look up, list, change policy,
 unregister; and their blockers (a writer keeps maintenance off a table for a while).
 
+Unregistering retires the row (`retired_at`) and keeps its history: events, tasks,
+policy versions, blockers. Lookups and every background loop see live rows only;
+registering the table again revives the row and continues that history.
+
 A table stores only the policy settings given for it; the effective policy layers
 them over its namespace's defaults over the built-in defaults.
 
 Concurrency: every write here is safe against a concurrent one. Registration is an
-INSERT … ON CONFLICT DO NOTHING (the loser gets `AlreadyManaged`); a policy version is
-bumped by the database in the UPDATE / upsert that stores the policy, so versions are
-unique and gapless per table and per namespace. Because a table's effective policy
-depends on its namespace's defaults, a change to the defaults and a change to one of the
-namespace's tables must not be checked against each other's old state: callers take
-`lock_namespace` (exclusive to change the defaults, shared to change or register a table)
-before they read what they validate.
+INSERT … ON CONFLICT DO NOTHING, else an UPDATE that revives a retired row (the loser of
+either gets `AlreadyManaged`); unregistration is an UPDATE guarded on `retired_at`; a
+policy version is bumped by the database in the UPDATE / upsert that stores the policy,
+so versions are unique and gapless per table and per namespace. Because a table's
+effective policy depends on its namespace's defaults, a change to the defaults and a
+change to one of the namespace's tables must not be checked against each other's old
+state: callers take `lock_namespace` (exclusive to change the defaults, shared to change
+or register a table) before they read what they validate.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
 from lakewarden.db.locks import DBLocks, xact_lock
-from lakewarden.db.models import ManagedTable, NamespacePolicy, PolicyVersion, TableBlocker
+from lakewarden.db.models import (
+    ManagedTable,
+    NamespacePolicy,
+    PolicyVersion,
+    TableBlocker,
+    Task,
+)
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.policy import Policy, effective_policy
+from lakewarden.states import OPEN_TASK_STATES, TaskState
+from lakewarden.tasks.repo import TransitionRejected, transition
 
 
 class AlreadyManaged(Exception):
@@ -37,6 +50,10 @@ class TableGone(LookupError):
     """The table was unregistered while the request was working on it."""
 
 
+# A row that is managed now (not retired by an unregistration).
+LIVE = ManagedTable.retired_at.is_(None)
+
+
 def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive: bool) -> None:
     """Serialize policy changes of a namespace against those of its tables, until the
     transaction ends: exclusive to change the namespace's defaults, shared to change or
@@ -44,26 +61,33 @@ def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive:
     xact_lock(session, DBLocks.NAMESPACE_POLICY, f"{catalog}.{namespace}", shared=not exclusive)
 
 
-def get_table(session: Session, catalog: str, ref: TableRef) -> ManagedTable | None:
-    return session.scalars(
-        select(ManagedTable).where(
-            ManagedTable.catalog == catalog,
-            ManagedTable.namespace == ref.namespace,
-            ManagedTable.name == ref.name,
-        )
-    ).one_or_none()
+def get_table(
+    session: Session, catalog: str, ref: TableRef, *, include_retired: bool = False
+) -> ManagedTable | None:
+    """The managed table; with `include_retired`, also an unregistered one (its history)."""
+    query = select(ManagedTable).where(
+        ManagedTable.catalog == catalog,
+        ManagedTable.namespace == ref.namespace,
+        ManagedTable.name == ref.name,
+    )
+    return session.scalars(query if include_retired else query.where(LIVE)).one_or_none()
 
 
-def list_tables(session: Session, page: PageRequest) -> Page[ManagedTable]:
-    """Managed tables, oldest registration first."""
-    return keyset_page(session, select(ManagedTable), ManagedTable.id, page, newest_first=False)
+def list_tables(
+    session: Session, page: PageRequest, *, where: ColumnElement[bool] | None = None
+) -> Page[ManagedTable]:
+    """Managed tables (those matching `where`, e.g. a caller's scope), oldest first."""
+    query = select(ManagedTable).where(LIVE)
+    if where is not None:
+        query = query.where(where)
+    return keyset_page(session, query, ManagedTable.id, page, newest_first=False)
 
 
 def tables_in_namespace(session: Session, catalog: str, namespace: str) -> list[ManagedTable]:
     return list(
         session.scalars(
             select(ManagedTable)
-            .where(ManagedTable.catalog == catalog, ManagedTable.namespace == namespace)
+            .where(ManagedTable.catalog == catalog, ManagedTable.namespace == namespace, LIVE)
             .order_by(ManagedTable.id)
         )
     )
@@ -74,41 +98,79 @@ def lock_table(session: Session, row: ManagedTable) -> ManagedTable | None:
     None if it was unregistered meanwhile."""
     return session.scalars(
         select(ManagedTable)
-        .where(ManagedTable.id == row.id)
+        .where(ManagedTable.id == row.id, LIVE)
         .with_for_update()
         .execution_options(populate_existing=True)
     ).one_or_none()
 
 
 def add_table(
-    session: Session, catalog: str, ref: TableRef, overrides: dict[str, Any]
+    session: Session,
+    catalog: str,
+    ref: TableRef,
+    overrides: dict[str, Any],
+    *,
+    author: str | None = None,
 ) -> ManagedTable:
-    """Register the table with policy version 1. Raises `AlreadyManaged` if it is managed,
-    also when a concurrent registration won (ON CONFLICT waits for it to commit)."""
+    """Register the table with policy version 1, or, if it was unregistered, revive its row
+    with the next policy version (its events, tasks and versions continue). Raises
+    `AlreadyManaged` if it is managed, also when a concurrent registration won (ON
+    CONFLICT, and the revival's UPDATE, wait for it to commit)."""
     new_id = session.execute(
         insert(ManagedTable)
         .values(catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides)
         .on_conflict_do_nothing(
             index_elements=[ManagedTable.catalog, ManagedTable.namespace, ManagedTable.name]
         )
-        .returning(ManagedTable.id)
-    ).scalar_one_or_none()
+        .returning(ManagedTable.id, ManagedTable.policy_version)
+    ).one_or_none()
+    if new_id is None:
+        # Rows are never deleted, so the conflicting row is still there: revive it unless
+        # it is live (the WHERE is checked again after a concurrent revival commits).
+        new_id = session.execute(
+            update(ManagedTable)
+            .where(
+                ManagedTable.catalog == catalog,
+                ManagedTable.namespace == ref.namespace,
+                ManagedTable.name == ref.name,
+                ManagedTable.retired_at.is_not(None),
+            )
+            .values(
+                retired_at=None,
+                policy=overrides,
+                policy_version=ManagedTable.policy_version + 1,
+                # measured under the old policy, before the unmanaged gap: measure again
+                health_score=None,
+                health_measured_at=None,
+                unhealthy_since=None,
+                updated_at=func.now(),
+            )
+            .returning(ManagedTable.id, ManagedTable.policy_version)
+            .execution_options(synchronize_session=False)
+        ).one_or_none()
     if new_id is None:
         raise AlreadyManaged(f"table {ref.dotted} is already managed")
-    session.add(PolicyVersion(table_id=new_id, version=1, policy=overrides))
+    table_id, version = new_id
+    session.add(PolicyVersion(table_id=table_id, version=version, policy=overrides, author=author))
     session.flush()
-    row = session.get(ManagedTable, new_id)
+    row = session.get(ManagedTable, table_id, populate_existing=True)
     assert row is not None
     return row
 
 
-def set_policy(session: Session, row: ManagedTable, overrides: dict[str, Any]) -> ManagedTable:
+def set_policy(
+    session: Session,
+    row: ManagedTable,
+    overrides: dict[str, Any],
+    *,
+    author: str | None = None,
+) -> ManagedTable:
     """Replace the table's own settings, keeping the old ones as a version. The version is
     bumped by the UPDATE itself (which waits for a concurrent one to commit), so two
-    changes never get the same number. Raises `TableGone` if the row no longer exists."""
+    changes never get the same number. Raises `TableGone` if the table was unregistered."""
     version = session.execute(
         update(ManagedTable)
-        .where(ManagedTable.id == row.id)
+        .where(ManagedTable.id == row.id, LIVE)
         .values(
             policy=overrides,
             policy_version=ManagedTable.policy_version + 1,
@@ -119,19 +181,47 @@ def set_policy(session: Session, row: ManagedTable, overrides: dict[str, Any]) -
     ).scalar_one_or_none()
     if version is None:
         raise TableGone(f"table {row.namespace}.{row.name} is no longer managed")
-    session.add(PolicyVersion(table_id=row.id, version=version, policy=overrides))
+    session.add(PolicyVersion(table_id=row.id, version=version, policy=overrides, author=author))
     session.flush()
     session.refresh(row)
     return row
 
 
-def remove_table(session: Session, row: ManagedTable) -> bool:
-    """Unregister the table (its tasks, events and versions go with it by cascade).
-    False if it was gone already (a concurrent unregistration won)."""
-    gone = session.execute(
-        delete(ManagedTable).where(ManagedTable.id == row.id).returning(ManagedTable.id)
+def remove_table(session: Session, row: ManagedTable, *, by: str) -> bool:
+    """Unregister the table: retire its row, keeping its events, tasks, policy versions
+    and blockers, and cancel its open tasks (a running job is then cancelled by the
+    scheduler). False if it was unregistered already (a concurrent unregistration won)."""
+    retired = session.execute(
+        update(ManagedTable)
+        .where(ManagedTable.id == row.id, LIVE)
+        .values(retired_at=func.now(), updated_at=func.now())
+        .returning(ManagedTable.id)
+        .execution_options(synchronize_session=False)
     ).scalar_one_or_none()
-    return gone is not None
+    if retired is None:
+        return False
+    # The row lock taken above makes ingests of the table wait and then find it retired,
+    # so they create no new task; one made by a loop that read the row earlier is
+    # cancelled by `policy_gate.judge` when a worker or the scheduler reaches it.
+    open_ids = session.scalars(
+        select(Task.id)
+        .where(Task.table_id == row.id, Task.state.in_(OPEN_TASK_STATES))
+        .order_by(Task.id)
+    ).all()
+    for task_id in open_ids:
+        try:
+            transition(
+                session,
+                task_id,
+                TaskState.CANCELLED,
+                actor=by,
+                expected=OPEN_TASK_STATES,
+                reason=f"table unregistered by {by}",
+            )
+        except TransitionRejected:
+            continue  # it finished meanwhile
+    session.refresh(row)
+    return True
 
 
 def namespace_defaults(session: Session, catalog: str, namespace: str) -> NamespacePolicy | None:
@@ -204,3 +294,18 @@ def remove_blocker(session: Session, row: ManagedTable, blocker_id: int) -> bool
         .returning(TableBlocker.id)
     ).scalar_one_or_none()
     return gone is not None
+
+
+def policy_versions(session: Session, row: ManagedTable) -> list[PolicyVersion]:
+    """Every policy the table has had, newest first."""
+    return list(
+        session.scalars(
+            select(PolicyVersion)
+            .where(PolicyVersion.table_id == row.id)
+            .order_by(PolicyVersion.version.desc())
+        )
+    )
+
+
+def policy_version(session: Session, row: ManagedTable, version: int) -> PolicyVersion | None:
+    return session.get(PolicyVersion, (row.id, version))

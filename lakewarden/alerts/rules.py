@@ -16,7 +16,7 @@ from lakewarden.isolation import RUNBOOK as UNREADABLE_RUNBOOK
 from lakewarden.isolation import PerTable
 from lakewarden.settings import Settings
 from lakewarden.states import FINISHED_TASK_STATES, WAITING_TASK_STATES, RunState, TaskState, sql_in
-from lakewarden.tables import effective_policy_for
+from lakewarden.tables import LIVE, effective_policy_for
 
 RUNBOOKS = {
     "task_failed": "Read the task's runs (GET /api/v1/tasks/{id}): error and Spark log tail. "
@@ -70,7 +70,7 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
             SELECT DISTINCT ON (t.table_id, t.kind)
                    t.id, t.kind, t.state, t.reason, m.namespace || '.' || m.name
             FROM tasks t JOIN managed_tables m ON m.id = t.table_id
-            WHERE {sql_in("t.state", FINISHED_TASK_STATES)}
+            WHERE {sql_in("t.state", FINISHED_TASK_STATES)} AND m.retired_at IS NULL
             ORDER BY t.table_id, t.kind, t.id DESC
             """
         )
@@ -140,7 +140,7 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     unhealthy: dict[str, tuple[str, dict[str, object]]] = {}
     isolated = PerTable("alert rules")
     for row in session.scalars(
-        select(ManagedTable).where(ManagedTable.unhealthy_since.is_not(None))
+        select(ManagedTable).where(ManagedTable.unhealthy_since.is_not(None), LIVE)
     ).all():
         table = f"{row.namespace}.{row.name}"
         with isolated.table(table, session):

@@ -11,6 +11,7 @@ from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
+from lakewarden.tables import LIVE
 
 
 def _jdbc_catalog_pointers(rt: Runtime) -> dict[tuple[str, str], str] | None:
@@ -39,7 +40,7 @@ def poll_once(rt: Runtime) -> int:
     with transaction(rt.engine) as session:
         managed = session.execute(
             select(ManagedTable.namespace, ManagedTable.name, ManagedTable.metadata_location).where(
-                ManagedTable.catalog == rt.settings.catalog_name
+                ManagedTable.catalog == rt.settings.catalog_name, LIVE
             )
         ).all()
     pointers = _jdbc_catalog_pointers(rt)

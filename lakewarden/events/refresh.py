@@ -14,7 +14,7 @@ from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
 from lakewarden.events.ingest import MAX_WALK, Ingested, sync_table
 from lakewarden.runtime import Runtime
-from lakewarden.tables import TableGone, get_table
+from lakewarden.tables import LIVE, TableGone, get_table
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,11 @@ REFRESH_TRIES = 3
 
 def _lock_row(session: Session, table_id: int) -> ManagedTable | None:
     """The table's row, locked until the transaction ends (FOR NO KEY UPDATE: rows that
-    reference the table can still be written); None if it was unregistered."""
+    reference the table can still be written); None if it was unregistered (retired: the
+    WHERE is checked again on the row an unregistration committed while we waited)."""
     return session.scalars(
         select(ManagedTable)
-        .where(ManagedTable.id == table_id)
+        .where(ManagedTable.id == table_id, LIVE)
         .with_for_update(key_share=True)
         .execution_options(populate_existing=True)
     ).one_or_none()

@@ -14,7 +14,7 @@ from lakewarden.db.session import transaction
 from lakewarden.health import measure
 from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
-from lakewarden.tables import effective_policy_for, ref_of
+from lakewarden.tables import LIVE, effective_policy_for, ref_of
 
 
 def measure_due_tables(rt: Runtime, now: datetime, limit: int = 50) -> int:
@@ -28,10 +28,11 @@ def measure_due_tables(rt: Runtime, now: datetime, limit: int = 50) -> int:
         due = s.execute(
             select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
             .where(
+                LIVE,
                 or_(
                     ManagedTable.health_measured_at.is_(None),
                     ManagedTable.health_measured_at < stale,
-                )
+                ),
             )
             .order_by(ManagedTable.health_measured_at.nulls_first())
             .limit(limit)
@@ -49,7 +50,7 @@ def measure_due_tables(rt: Runtime, now: datetime, limit: int = 50) -> int:
         if failed:
             s.execute(
                 update(ManagedTable)
-                .where(ManagedTable.id.in_(failed))
+                .where(ManagedTable.id.in_(failed), LIVE)
                 .values(health_score=None, health_measured_at=now)
             )
         isolated.record(s)
@@ -62,7 +63,7 @@ def _measure(rt: Runtime, table_id: int, now: datetime) -> int:
     its policy changed or measured by another leader meanwhile, the result is dropped."""
     with transaction(rt.engine) as s:
         row = s.get(ManagedTable, table_id)
-        if row is None:
+        if row is None or row.retired_at is not None:
             return 0
         policy = effective_policy_for(s, row)
         ref, version, measured_at = ref_of(row), row.policy_version, row.health_measured_at
@@ -73,6 +74,7 @@ def _measure(rt: Runtime, table_id: int, now: datetime) -> int:
             update(ManagedTable)
             .where(
                 ManagedTable.id == table_id,
+                LIVE,
                 ManagedTable.policy_version == version,
                 ManagedTable.health_measured_at.is_not_distinct_from(measured_at),
             )

@@ -20,7 +20,7 @@ from lakewarden.kinds.base import Kind
 from lakewarden.leader import Fence, check_fence
 from lakewarden.policy import SweptPolicy, is_due
 from lakewarden.runtime import Runtime
-from lakewarden.tables import effective_policy_for
+from lakewarden.tables import LIVE, effective_policy_for
 from lakewarden.tasks.repo import create_task
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
             )
         }
         rows = s.scalars(
-            select(ManagedTable).where(ManagedTable.catalog == rt.settings.catalog_name)
+            select(ManagedTable).where(ManagedTable.catalog == rt.settings.catalog_name, LIVE)
         ).all()
         for row in rows:
             with isolated.table(f"{row.namespace}.{row.name}", s):
