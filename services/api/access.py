@@ -210,7 +210,8 @@ def _record(
         source=f"{client[0]}" if client else None,
         method=sc["method"],
         path=sc["path"],
-        action=operation_id(route) if isinstance(route, APIRoute) else "unrouted",
+        # A 405 matched a path but no route of its method: name no operation it is not.
+        action=operation_id(route) if isinstance(route, APIRoute) and status != 405 else "unrouted",
         catalog=access.catalog if access else None,
         namespace=access.namespace if access else None,
         target=access.target if access else None,
@@ -279,3 +280,45 @@ def table_in_scope(
 
 
 TableDep = Annotated[ManagedTable, Depends(table_in_scope, scope="function")]
+
+
+def document_security(app: Any) -> None:
+    """The OpenAPI says what `AccessDep` enforces: a bearer scheme on every operation but
+    the public ones, with their 401 and 403, and 429 on the mutating ones (clients and the
+    fuzzer read it; tests/integration/test_access.py checks the behaviour)."""
+    from fastapi.openapi.utils import get_openapi
+
+    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+    statuses = {
+        "401": "no credential, or an unknown, expired or revoked one",
+        "403": "the credential lacks the role on the scope (the detail says what is missing)",
+        "429": "too many changes from this credential: retry after `Retry-After` seconds",
+    }
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return dict(app.openapi_schema)
+        spec = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        components = spec.setdefault("components", {})
+        components.setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "an API token (`lakewarden token create`) or an OIDC JWT",
+        }
+        for path, operations in spec["paths"].items():
+            if path in PUBLIC_PATHS:
+                continue
+            for method, op in operations.items():
+                op["security"] = [{"bearer": []}]
+                codes = ["401", "403"] + (["429"] if method.upper() in MUTATING else [])
+                for code in codes:
+                    op["responses"].setdefault(code, {"description": statuses[code], **ref})
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi

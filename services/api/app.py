@@ -84,6 +84,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         app.include_router(module.router)
     # Every error: one body (ErrorOut), a 409 for conflicts, no 500 text, a complete Allow.
     errors.register(app, [route for module in modules for route in module.router.routes])
+    access.document_security(app)
     return app
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
@@ -32,6 +32,8 @@ T = TypeVar("T")
 IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}$"  # lakewarden.catalog.IDENTIFIER
 TABLE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}[.][A-Za-z_][A-Za-z0-9_]{0,127}$"  # ns.name
 TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"  # no control characters
+# role[@catalog[/namespace-glob]], as lakewarden.auth.grants.Grant.parse reads it
+GRANT_PATTERN = "^(viewer|operator|admin)(@[A-Za-z0-9_.*?-]{1,128}(/[A-Za-z0-9_.*?-]{1,128})?)?$"
 FREE_TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f]*$"  # tabs, newlines too
 
 
@@ -464,6 +466,9 @@ class AlertPage(Page[AlertOut]):
 # --- access: tokens, audit, policy versions ----------------------------------------------
 
 
+GrantText = Annotated[str, Field(json_schema_extra=documented_pattern(GRANT_PATTERN))]
+
+
 class TokenIn(RequestModel):
     name: str = Field(
         min_length=1, max_length=128, json_schema_extra=documented_pattern(TEXT_PATTERN)
@@ -474,11 +479,13 @@ class TokenIn(RequestModel):
         description="who answers for it (default: the caller)",
         json_schema_extra=documented_pattern(TEXT_PATTERN),
     )
-    grants: list[str] = Field(
-        min_length=1,
-        max_length=50,
-        description="each `role[@catalog[/namespace-glob]]`, role viewer, operator or admin; "
-        "you may hand out only what your own admin grants include",
+    grants: list[Annotated[str, Field(json_schema_extra=documented_pattern(GRANT_PATTERN))]] = (
+        Field(
+            min_length=1,
+            max_length=50,
+            description="each `role[@catalog[/namespace-glob]]`, role viewer, operator or admin; "
+            "you may hand out only what your own admin grants include",
+        )
     )
     expires_in_days: float | None = Field(
         default=90, gt=0, le=3650, description="null: never (not recommended)"

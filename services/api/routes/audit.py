@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 
 from lakewarden import audit
 from lakewarden.auth.grants import Role
@@ -36,12 +36,25 @@ def list_audit(
             json_schema_extra=documented_pattern(TABLE_PATTERN),
         ),
     ] = None,
-    since: Annotated[datetime | None, Query()] = None,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="ISO 8601 date-time (a bare number is refused, not read as epoch)",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
 ) -> AuditPage:
     """Audit entries, newest first, within the caller's admin grants (fleet-wide entries,
     such as tokens, need admin on everything)."""
     access.need_somewhere(Role.admin)
-    ref = TableRef.parse(table) if table else None
+    try:
+        after = datetime.fromisoformat(since) if since is not None else None
+    except ValueError:
+        raise HTTPException(422, f"since: {since!r} is not an ISO 8601 date-time") from None
+    if after is not None and after.tzinfo is None:
+        after = after.replace(tzinfo=UTC)  # a time without a zone is UTC
+    ref = TableRef.parse(table) if table is not None else None  # "" is a 422
     found = audit.list_entries(
         session,
         page,
@@ -50,6 +63,6 @@ def list_audit(
         action=action,
         outcome=outcome,
         table=(ref.namespace, ref.name) if ref else None,
-        since=since,
+        since=after,
     )
     return AuditPage.of(found, AuditOut.model_validate)

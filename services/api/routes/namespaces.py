@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
+from pydantic import ValidationError
 
 from lakewarden import policy_gate
 from lakewarden.auth.grants import Role
 from lakewarden.catalog import IDENTIFIER, find_table
-from lakewarden.policy import Policy
+from lakewarden.policy import Policy, effective_policy
 from lakewarden.tables import (
     lock_namespace,
     namespace_defaults,
@@ -69,10 +70,12 @@ def put_namespace_policy(
     # What the defaults give, and what each table's policy is, before and after the change:
     # a change that can delete data on any of them needs admin on the namespace.
     old = namespace_defaults(session, catalog, namespace)
-    before = {
-        t.id: policy_or_none(session, t) for t in tables_in_namespace(session, catalog, namespace)
-    }
-    inherited_before = check_policy(session, catalog, namespace, {}, None) if old else Policy()
+    members = tables_in_namespace(session, catalog, namespace)
+    before = {t.id: policy_or_none(session, t) for t in members}
+    try:
+        inherited_before: Policy | None = effective_policy({}, old.policy if old else None)
+    except ValidationError:  # stored defaults that no longer validate: compared with none
+        inherited_before = None
     row = set_namespace_defaults(session, catalog, namespace, defaults)
     inherited = check_policy(session, catalog, namespace, {}, None)
     authorize_policy_change(

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/api/v1/tokens", tags=["access"])
     "",
     status_code=201,
     response_model=TokenCreated,
-    responses=errors.documented(body=True),
+    responses=errors.documented(409, body=True),
 )
 def create_token(body: TokenIn, session: SessionDep, access: AccessDep) -> TokenCreated:
     """A new token with the given grants, each within the caller's own admin grants.
@@ -69,7 +69,7 @@ def list_tokens(
 @router.delete(
     "/{token_id}",
     response_model=TokenOut,
-    responses=errors.documented(notes={404: "no such token"}),
+    responses=errors.documented(409, notes={404: "no such token"}),
 )
 def revoke_token(token_id: Id, session: SessionDep, access: AccessDep) -> TokenOut:
     """Revoke a token: every replica refuses it from the next request on. Admin on
