@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from lakewarden.catalog import InvalidIdentifier
+from lakewarden.tables import TableGone
 from lakewarden.tasks.repo import TransitionRejected
 from lakewarden.tasks.states import TERMINAL_STATES
 from services.api.limits import MAX_BODY_BYTES
@@ -149,6 +150,11 @@ async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
     return error_response(404, str(exc))  # lakewarden.catalog.load_table names both
 
 
+async def _table_gone(_: Request, exc: Exception) -> JSONResponse:
+    # Unregistered by a concurrent request after this one looked the table up.
+    return error_response(404, f"{exc}; register it again with POST /api/v1/tables")
+
+
 async def _transition_rejected(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, TransitionRejected)
     if exc.state is None:
@@ -196,6 +202,7 @@ def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(InvalidIdentifier, _invalid_identifier)
     app.add_exception_handler(NoSuchTableError, _no_such_table)
+    app.add_exception_handler(TableGone, _table_gone)
     app.add_exception_handler(TransitionRejected, _transition_rejected)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

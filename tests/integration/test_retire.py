@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import append_batches, make_table, task_of
+from helpers import append_batches, make_table, task_of, wait_for
 from sqlalchemy import select, text
 
 from lakewarden.alerts.rules import evaluate_task_rules
@@ -300,3 +300,37 @@ def test_a_new_registration_stores_its_author(rt: Runtime) -> None:
         row = get_table(s, rt.settings.catalog_name, TableRef("sales", "other"))
         assert row is not None and row.policy_version == 1
         assert s.get(PolicyVersion, (row.id, 1)).author is None  # type: ignore[union-attr]
+
+
+def test_a_commit_reported_while_the_table_is_unregistered_is_a_404(rt: Runtime) -> None:
+    """POST /api/v1/events finds the table managed, then waits for its row lock while a
+    concurrent unregistration commits: the answer is a 404 that says so, not a 500."""
+    from conftest import serve
+
+    table = make_table(rt, "sales", "raced")
+    with transaction(rt.engine) as session:
+        add_table(session, rt.settings.catalog_name, TableRef("sales", "raced"), {})
+    append_batches(table, 1)
+    with serve(rt) as client:
+        unregister = session_factory(rt.engine)()
+        row = get_table(unregister, rt.settings.catalog_name, TableRef("sales", "raced"))
+        assert row is not None and remove_table(unregister, row, by="racer")  # not committed
+        with ThreadPoolExecutor(1) as pool:
+            posted = pool.submit(
+                client.post, "/api/v1/events", json={"namespace": "sales", "name": "raced"}
+            )
+            # The request reads the row (still live to it) and blocks on its lock.
+            wait_for(lambda: _waiting_for_a_lock(rt), 10, "the request to wait for the row lock")
+            unregister.commit()
+            unregister.close()
+            r = posted.result(timeout=30)
+    assert r.status_code == 404, r.text
+    assert "no longer managed" in r.json()["detail"]
+
+
+def _waiting_for_a_lock(rt: Runtime) -> bool:
+    with rt.engine.connect() as conn:
+        waiting = conn.execute(
+            text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        ).scalar_one()
+    return bool(waiting)
