@@ -173,7 +173,7 @@ def get_access(request: Request, rt: RuntimeDep, session: SessionDep) -> Iterato
     if request.method in MUTATING:
         route = request.scope.get("route")
         status = route.status_code if isinstance(route, APIRoute) and route.status_code else 200
-        _record(session, request, access, status, "ok", None)
+        _record(session, request.scope, access, status, "ok", None)
 
 
 # scope="function": the audit row is added before the route's transaction commits.
@@ -192,16 +192,13 @@ OptionalAccessDep = Annotated[Access | None, Depends(get_optional_access, scope=
 
 def _record(
     session: Session,
-    request: Request | None,
+    sc: Scope,
     access: Access | None,
     status: int,
     outcome: str,
     detail: str | None,
-    *,
-    scope: Scope | None = None,
 ) -> None:
-    sc = request.scope if request is not None else scope
-    assert sc is not None
+    """The request's audit row (`sc`: its ASGI scope, which the route and middleware share)."""
     route = sc.get("route")
     client = sc.get("client")
     audit.record(
@@ -265,7 +262,7 @@ class AuditRefusals:
             with transaction(rt.engine) as session:
                 access = state.get("access")
                 text = str(detail)[:2000] if detail else None
-                _record(session, None, access, status, outcome, text, scope=scope)
+                _record(session, scope, access, status, outcome, text)
         except Exception:  # the response is sent; a lost audit row must not become a 500
             log.exception("could not audit %s %s (%s)", scope["method"], scope["path"], status)
 

@@ -100,6 +100,10 @@ def authorize_policy_change(
             f"{what} {'; '.join(changes)}: that can delete data, so it needs the admin role "
             f"on {catalog}/{namespace}; {access.actor} has {access.caller.grants_text()}",
         )
+
+
+def record_policy_change(access: Access, before: Policy | None, after: Policy) -> None:
+    """The audit row of this request shows the policy's change as a dotted diff."""
     access.change = {
         "policy": audit_diff(before.model_dump() if before else None, after.model_dump())
     }

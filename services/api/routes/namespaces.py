@@ -19,7 +19,12 @@ from lakewarden.tables import (
 from services.api import errors
 from services.api.access import AccessDep
 from services.api.deps import Identifier, RuntimeDep, SessionDep
-from services.api.policies import authorize_policy_change, check_policy, policy_or_none
+from services.api.policies import (
+    authorize_policy_change,
+    check_policy,
+    policy_or_none,
+    record_policy_change,
+)
 from services.api.schemas import PolicyOut
 
 router = APIRouter(prefix="/api/v1/namespaces", tags=["namespaces"])
@@ -81,9 +86,8 @@ def put_namespace_policy(
     authorize_policy_change(
         access, catalog, namespace, inherited_before, inherited, "the new defaults"
     )
-    change = access.change
-    tables = tables_in_namespace(session, catalog, namespace)
-    for t in tables:
+    record_policy_change(access, inherited_before, inherited)  # the defaults' own change
+    for t in members:
         iceberg = find_table(rt.catalog, ref_of(t))
         try:
             after = check_policy(session, catalog, namespace, t.policy, iceberg)
@@ -91,7 +95,6 @@ def put_namespace_policy(
             raise HTTPException(422, f"table {namespace}.{t.name}: {exc.detail}") from exc
         what = f"for table {namespace}.{t.name}, the new defaults"
         authorize_policy_change(access, catalog, namespace, before.get(t.id), after, what)
-    access.change = change  # the audit shows the change of the defaults themselves
     # Every table of the namespace inherits the change: its open tasks obey it at once.
-    policy_gate.apply_policy_change(session, tables, actor=access.actor)
+    policy_gate.apply_policy_change(session, members, actor=access.actor)
     return PolicyOut.model_validate(row)

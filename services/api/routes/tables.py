@@ -21,6 +21,7 @@ from services.api.policies import (
     authorize_policy_change,
     check_policy,
     policy_or_none,
+    record_policy_change,
     table_out,
 )
 from services.api.schemas import EventPage, PolicyVersionOut, TableIn, TableOut, TablePage
@@ -57,6 +58,7 @@ def register_table(
     policy = check_policy(session, catalog, ref.namespace, overrides, table)
     inherited = check_policy(session, catalog, ref.namespace, {}, None)
     authorize_policy_change(access, catalog, ref.namespace, inherited, policy, "the policy")
+    record_policy_change(access, inherited, policy)
     try:
         row = tables.add_table(session, catalog, ref, overrides, author=access.actor)
     except tables.AlreadyManaged as exc:  # a concurrent registration won
@@ -113,9 +115,9 @@ def replace_policy(
     versioned with its author, and obeyed by the open tasks at once."""
     table = find_table(rt.catalog, tables.ref_of(row))
     after = check_policy(session, row.catalog, row.namespace, overrides, table)
-    authorize_policy_change(
-        access, row.catalog, row.namespace, policy_or_none(session, row), after, what
-    )
+    before = policy_or_none(session, row)
+    authorize_policy_change(access, row.catalog, row.namespace, before, after, what)
+    record_policy_change(access, before, after)
     try:
         row = tables.set_policy(session, row, overrides, author=access.actor)
     except tables.TableGone as exc:

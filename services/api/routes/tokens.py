@@ -29,8 +29,7 @@ def create_token(body: TokenIn, session: SessionDep, access: AccessDep) -> Token
         grants = parse_grants(body.grants)
     except InvalidGrant as exc:
         raise HTTPException(422, str(exc)) from exc
-    if not access.caller.may_somewhere(Role.admin):
-        access.need(Role.admin, None, None)
+    access.need_somewhere(Role.admin)
     beyond = [str(g) for g in grants if not access.caller.may_grant(g)]
     if beyond:
         raise HTTPException(
