@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from lakewarden.redact import RedactingFilter, secrets_of
 from lakewarden.settings import get_settings
@@ -87,7 +88,6 @@ def _cmd_token(args: argparse.Namespace) -> int:
     import getpass
     from datetime import UTC, datetime, timedelta
 
-    from lakewarden import audit
     from lakewarden.auth import tokens
     from lakewarden.auth.grants import Grant, InvalidGrant, parse_grants
     from lakewarden.db.migrate import migrate
@@ -114,18 +114,8 @@ def _cmd_token(args: argparse.Namespace) -> int:
                 created_by=actor,
                 expires_at=expires,
             )
-            audit.record(
-                session,
-                actor=actor,
-                source="cli",
-                method="CLI",
-                path="token create",
-                action="createToken",
-                target=f"token {token.id} ({token.name})",
-                status=0,
-                outcome="ok",
-                change={"token": {"grants": [str(g) for g in grants]}},
-            )
+            change = {"token": {"grants": [str(g) for g in grants]}}
+            _audit(session, actor, "create", token, change)
             print(
                 f"token {token.id} ({token.name}): {', '.join(map(str, grants))}, "
                 f"expires {expires or 'never'}. The secret follows; it is not shown again:",
@@ -145,20 +135,27 @@ def _cmd_token(args: argparse.Namespace) -> int:
             if revoked is None:
                 print(f"no token {args.id}", file=sys.stderr)
                 return 1
-            audit.record(
-                session,
-                actor=actor,
-                source="cli",
-                method="CLI",
-                path="token revoke",
-                action="revokeToken",
-                target=f"token {revoked.id} ({revoked.name})",
-                status=0,
-                outcome="ok",
-                change=None,
-            )
+            _audit(session, actor, "revoke", revoked, None)
             print(f"revoked token {revoked.id} ({revoked.name})")
     return 0
+
+
+def _audit(session: Any, actor: str, verb: str, token: Any, change: dict[str, Any] | None) -> None:
+    """A token change made here is audited as the API's would be (action: its operationId)."""
+    from lakewarden import audit
+
+    audit.record(
+        session,
+        actor=actor,
+        source="cli",
+        method="CLI",
+        path=f"token {verb}",
+        action=f"{verb}Token",
+        target=f"token {token.id} ({token.name})",
+        status=0,
+        outcome="ok",
+        change=change,
+    )
 
 
 def _cmd_jars(_: argparse.Namespace) -> int:

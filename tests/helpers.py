@@ -130,6 +130,13 @@ def equal_to(column: str, value: Any) -> BooleanExpression:
     return EqualTo(term=Reference(column), value=literal(value))
 
 
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, str]:
+    """`handler` served on a free loopback port in a daemon thread: the server, its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 class Receiver:
     """A real HTTP endpoint on 127.0.0.1 that records what it is sent: (path, JSON body).
     The first `fail_first` requests are answered 503. With `hold_s`, each recorded request
@@ -157,25 +164,32 @@ class Receiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve_http(Handler)
 
     def close(self) -> None:
         self.release.set()
         self.server.shutdown()
 
 
-def task_of(rt: Runtime, task_id: int) -> Task:
-    """A task as stored now, detached from its session."""
-    from lakewarden.db.models import Task
+M = TypeVar("M")
+
+
+def stored(rt: Runtime, model: type[M], key: Any) -> M:
+    """The row of `model` with primary key `key` as stored now, detached from its session."""
     from lakewarden.db.session import transaction
 
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        assert task is not None
-        s.expunge(task)
-        return task
+        row = s.get(model, key)
+        assert row is not None, f"no {model.__name__} {key}"
+        s.expunge(row)
+        return row
+
+
+def task_of(rt: Runtime, task_id: int) -> Task:
+    """A task as stored now, detached from its session."""
+    from lakewarden.db.models import Task
+
+    return stored(rt, Task, task_id)
 
 
 def issue_token(rt: Runtime, *grants: str, name: str = "test") -> str:

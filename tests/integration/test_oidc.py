@@ -10,10 +10,9 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import jwt
@@ -21,6 +20,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from fastapi.testclient import TestClient
+from helpers import serve_http
 
 from lakewarden.auth.grants import Grant, InvalidGrant, Role
 from lakewarden.auth.oidc import LEEWAY_S, InvalidToken, IssuerUnavailable, OIDCVerifier
@@ -75,9 +75,7 @@ class JWKSServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve_http(Handler)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import append_batches, make_table, task_of, wait_for
+from helpers import append_batches, make_table, stored, task_of, wait_for
 from sqlalchemy import select, text
 
 from lakewarden.alerts.rules import evaluate_task_rules
@@ -66,11 +66,7 @@ def _unregister(rt: Runtime, by: str = "bob") -> bool:
 
 
 def _row(rt: Runtime, table_id: int) -> ManagedTable:
-    with transaction(rt.engine) as s:
-        row = s.get(ManagedTable, table_id)
-        assert row is not None
-        s.expunge(row)
-        return row
+    return stored(rt, ManagedTable, table_id)
 
 
 def _counts(rt: Runtime, table_id: int) -> dict[str, int]:
