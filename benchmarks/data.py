@@ -1,0 +1,108 @@
+"""Synthetic but realistic tables for the benchmarks, the same bytes for the same seed.
+
+Seven columns like a clickstream: a sequential id, a skewed user key (a few users make
+most events), a timestamp, a skewed low-cardinality category, a URL-like string, an
+amount and a country code. Written by pyiceberg (no JVM) in `appends` commits of
+`files_per_append` small files each, as a busy writer leaves a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import (
+    DoubleType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "user_id", LongType(), required=False),
+    NestedField(3, "ts", TimestamptzType(), required=False),
+    NestedField(4, "category", StringType(), required=False),
+    NestedField(5, "url", StringType(), required=False),
+    NestedField(6, "amount", DoubleType(), required=False),
+    NestedField(7, "country", StringType(), required=False),
+)
+CATEGORIES = [f"cat{i:02d}" for i in range(40)]
+COUNTRIES = ["us", "de", "fr", "in", "br", "jp", "gb", "cn", "ng", "mx", "es", "it"]
+T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+DAY_US = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class Shape:
+    appends: int
+    files_per_append: int
+    rows_per_file: int
+
+    @property
+    def rows(self) -> int:
+        return self.appends * self.files_per_append * self.rows_per_file
+
+
+def _uniform(rows: int, seed: int) -> pa.Array:
+    return pc.random(rows, initializer=seed)
+
+
+def _floor(values: pa.Array) -> pa.Array:
+    return pc.cast(pc.floor(values), pa.int64())
+
+
+def _skewed_index(rows: int, seed: int, n: int) -> pa.Array:
+    """Indexes in [0, n) with a heavy head: floor(n * u^3)."""
+    return _floor(pc.multiply(pc.power(_uniform(rows, seed), 3), n))
+
+
+def batch(seed: int, first_id: int, rows: int, days: int = 30) -> pa.Table:
+    """`rows` events from one writer, ids from `first_id`, timestamps over `days` days
+    (vectorised: a gigabyte is generated in seconds, the same for the same seed)."""
+    # Pareto: 1000 / (1 - u)^0.8, a few users make most events
+    users = _floor(pc.divide(1000.0, pc.power(pc.subtract(1.0, _uniform(rows, seed)), 0.8)))
+    cats = pc.take(pa.array(CATEGORIES), _skewed_index(rows, seed + 1, len(CATEGORIES)))
+    countries = pc.take(pa.array(COUNTRIES), _skewed_index(rows, seed + 2, len(COUNTRIES)))
+    offsets = _floor(pc.multiply(_uniform(rows, seed + 3), days * DAY_US))
+    ts = pc.add(pc.take(offsets, pc.sort_indices(offsets)), T0_US)  # a writer moves forward
+    item = pc.cast(_floor(pc.multiply(_uniform(rows, seed + 4), 200_000)), pa.string())
+    session = pc.cast(_floor(pc.multiply(_uniform(rows, seed + 6), 1e12)), pa.string())
+    url = pc.binary_join_element_wise(
+        "", cats, "item", pc.binary_join_element_wise(item, session, "?s="), "/"
+    )
+    amount = pc.round(pc.exp(pc.multiply(_uniform(rows, seed + 5), 8.0)), 2)
+    return pa.table(
+        {
+            "id": pa.array(range(first_id, first_id + rows), pa.int64()),
+            "user_id": users,
+            "ts": pc.cast(ts, pa.timestamp("us", tz="UTC")),
+            "category": cats,
+            "url": url,
+            "amount": amount,
+            "country": countries,
+        }
+    )
+
+
+def create(catalog: Catalog, identifier: str, shape: Shape, seed: int = 7) -> Table:
+    """A fresh table (a previous one of that name is dropped) written as `shape` says."""
+    namespace = identifier.rsplit(".", 1)[0]
+    catalog.create_namespace_if_not_exists(namespace)
+    if catalog.table_exists(identifier):
+        catalog.purge_table(identifier)
+    # each tx.append writes one file (a batch is far below pyiceberg's 512 MB target)
+    table = catalog.create_table(identifier, schema=SCHEMA)
+    next_id = 0
+    for _ in range(shape.appends):
+        with table.transaction() as tx:
+            for _ in range(shape.files_per_append):
+                tx.append(batch(seed + next_id, next_id, shape.rows_per_file))
+                next_id += shape.rows_per_file
+        table = table.refresh()
+    return table
