@@ -96,13 +96,15 @@ def create(catalog: Catalog, identifier: str, shape: Shape, seed: int = 7) -> Ta
     catalog.create_namespace_if_not_exists(namespace)
     if catalog.table_exists(identifier):
         catalog.purge_table(identifier)
-    # each tx.append writes one file (a batch is far below pyiceberg's 512 MB target)
     table = catalog.create_table(identifier, schema=SCHEMA)
     next_id = 0
-    for _ in range(shape.appends):
+    for n in range(shape.appends):
+        rows = batch(seed + n, next_id, shape.files_per_append * shape.rows_per_file)
+        next_id += rows.num_rows
+        # pyiceberg splits an append into files of this many in-memory bytes
+        target = max(1, rows.nbytes // shape.files_per_append)
         with table.transaction() as tx:
-            for _ in range(shape.files_per_append):
-                tx.append(batch(seed + next_id, next_id, shape.rows_per_file))
-                next_id += shape.rows_per_file
+            tx.set_properties({"write.target-file-size-bytes": str(target)})
+            tx.append(rows)
         table = table.refresh()
     return table
