@@ -315,3 +315,36 @@ def test_delete_file_compaction_on_a_merge_on_read_table(
     assert (after.rows, after.checksum) == (before.rows, before.checksum)
     assert after.rows == 1000 - 334  # the deleted rows stay deleted
     assert read_files(table).deletes == []  # no delete file left to apply at read time
+
+
+def _codecs(table: Any) -> set[str]:
+    import pyarrow.parquet as pq
+
+    return {
+        pq.ParquetFile(task.file.file_path.removeprefix("file://"))
+        .metadata.row_group(0)
+        .column(0)
+        .compression
+        for task in table.scan().plan_files()
+    }
+
+
+@pytest.mark.parametrize(("named", "written"), [(None, "ZSTD"), ("snappy", "SNAPPY")])
+def test_a_rewrite_writes_the_tables_codec_and_zstd_where_it_names_none(
+    scheduler: Scheduler, spark_rt: Runtime, named: str | None, written: str
+) -> None:
+    """pyiceberg writes zstd without naming it; Iceberg-Java would rewrite such a table in
+    gzip (its old fallback), at about twice the CPU. A codec the table names stands."""
+    name = f"codec_{named or 'unset'}"
+    table = make_table(spark_rt, name=name)
+    if named:
+        with table.transaction() as tx:
+            tx.set_properties({"write.parquet.compression-codec": named})
+    table = append_batches(spark_rt.catalog.load_table(f"sales.{name}"), 6, rows=20)
+    manage(spark_rt, name, {"compaction": {"min_small_files": 5, "min_input_files": 5}})
+    assert Worker(spark_rt).run_once()
+    assert run_one(scheduler) == "succeeded"
+
+    after = spark_rt.catalog.load_table(f"sales.{name}")
+    assert _codecs(after) == {written}
+    assert after.properties["write.parquet.compression-codec"] == (named or "zstd")
