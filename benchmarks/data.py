@@ -107,4 +107,6 @@ def create(catalog: Catalog, identifier: str, shape: Shape, seed: int = 7) -> Ta
             tx.set_properties({"write.target-file-size-bytes": str(target)})
             tx.append(rows)
         table = table.refresh()
-    return table
+    with table.transaction() as tx:  # the files are written; leave no odd setting behind
+        tx.remove_properties("write.target-file-size-bytes")
+    return table.refresh()

@@ -1,0 +1,120 @@
+"""`make bench` / `python -m benchmarks`: every performance figure, one table of ratios.
+
+    python -m benchmarks                  # full sizes (the README's table), ~20 min on 2 cores
+    python -m benchmarks --smoke          # tiny sizes: checks the harness, not the speed
+    python -m benchmarks --only B1,B4     # some figures
+    python -m benchmarks --out FILE.json  # where the JSON goes (default bench-results.json)
+
+The benchmark gets its own embedded Postgres and warehouse under
+`<LAKEWARDEN_DATA_DIR>/bench` (nothing of a user's is touched), unless
+LAKEWARDEN_BENCH_DATABASE_URL names a database to use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.harness import FULL, SMOKE, Context, Figure, machine, write_json
+
+# id -> (module, function); a function returns one figure, or several from shared data.
+FIGURES: dict[str, tuple[str, str]] = {
+    "B1": ("benchmarks.rewrite", "b1_b4"),
+    "B2": ("benchmarks.layout", "b2"),
+    "B3": ("benchmarks.layout", "b3"),
+    "B4": ("benchmarks.rewrite", "b1_b4"),
+    "B5": ("benchmarks.control_plane", "b5"),
+    "B6": ("benchmarks.rewrite", "b6"),
+    "B7": ("benchmarks.control_plane", "b7"),
+    "B8": ("benchmarks.control_plane", "b8"),
+    "B9": ("benchmarks.peers", "b9"),
+}
+
+
+def _context(smoke: bool) -> Context:
+    from lakewarden.db.migrate import migrate
+    from lakewarden.runtime import make_runtime
+    from lakewarden.settings import Settings
+
+    base = Settings()
+    work = base.data_dir / "bench"
+    overrides: dict[str, object] = {"data_dir": work, "warehouse": None}
+    url = os.environ.get("LAKEWARDEN_BENCH_DATABASE_URL")
+    # a server of its own, beside (never inside) the user's embedded one
+    overrides.update(database_url=url, embedded_pg_port=base.embedded_pg_port + 10)
+    settings = base.model_copy(update=overrides)
+    rt = make_runtime("bench", settings)
+    migrate(rt)
+    work.mkdir(parents=True, exist_ok=True)
+    return Context(SMOKE if smoke else FULL, rt, work)
+
+
+def run(ids: list[str], smoke: bool, out: Path) -> list[Figure]:
+    ctx = _context(smoke)
+    started = machine()
+    figures: dict[str, Figure] = {}
+    try:
+        for fid in ids:
+            if fid in figures:
+                continue  # measured with another figure's data
+            module, name = FIGURES[fid]
+            fn: Callable[[Context], Figure | list[Figure]] = getattr(
+                importlib.import_module(module), name
+            )
+            print(f"measuring {fid} ({module}.{name})...", file=sys.stderr, flush=True)
+            result = fn(ctx)
+            for fig in result if isinstance(result, list) else [result]:
+                figures[fig.id] = fig
+            write_json(out, ctx.sizes, started, [figures[i] for i in ids if i in figures])
+    finally:
+        ctx.stop()
+    ordered = [figures[i] for i in ids if i in figures]
+    write_json(out, ctx.sizes, started, ordered)
+    return ordered
+
+
+def table(figures: list[Figure], about: dict[str, object]) -> str:
+    """The figures as a Markdown table (what the README's Performance section holds)."""
+    rows = [
+        "| id | measure | compared with | ratio (median, spread) | goal | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in figures:
+        if f.error:
+            ratio, met = f"error: {f.error[:80]}", "-"
+        elif f.ratio is None:
+            ratio, met = "-", "-"
+        else:
+            ratio = f"{f.ratio.median:.3g} ({f.ratio_label}; ±{f.ratio.spread:.0%}, n={f.ratio.n})"
+            met = {True: "yes", False: "**no**", None: "report"}[f.goal_met]
+        rows.append(f"| {f.id} | {f.measure} | {f.compared_with} | {ratio} | {f.goal} | {met} |")
+    rows.append("")
+    rows.append(f"Machine: {about['cores']} cores, load average {about['load_avg']} at start.")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (the suite's check)")
+    parser.add_argument("--only", default=",".join(FIGURES), help="e.g. B1,B4")
+    parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
+    args = parser.parse_args(argv)
+    ids = [i.strip().upper() for i in args.only.split(",") if i.strip()]
+    unknown = [i for i in ids if i not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
+    logging.basicConfig(level=logging.WARNING)
+    about = machine()
+    figures = run(ids, args.smoke, args.out)
+    print(table(figures, about))
+    print(f"\nJSON: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
