@@ -1,4 +1,4 @@
-.PHONY: setup test quick lint demo fmt
+.PHONY: setup test quick lint demo fmt bench
 
 setup:  ## install everything (Debian packages, venv, jars) without running the demo
 	bash scripts/setup.sh --no-demo
@@ -20,3 +20,6 @@ fmt:
 
 demo:
 	.venv/bin/lakewarden demo
+
+bench:  ## every performance figure (B1-B9) side by side, ~20 min on 2 cores; JSON in bench-results.json
+	.venv/bin/python -m benchmarks --out bench-results.json

@@ -107,6 +107,7 @@ def create(catalog: Catalog, identifier: str, shape: Shape, seed: int = 7) -> Ta
             tx.set_properties({"write.target-file-size-bytes": str(target)})
             tx.append(rows)
         table = table.refresh()
-    with table.transaction() as tx:  # the files are written; leave no odd setting behind
-        tx.remove_properties("write.target-file-size-bytes")
+    if "write.target-file-size-bytes" in table.properties:
+        with table.transaction() as tx:  # the files are written; leave no odd setting behind
+            tx.remove_properties("write.target-file-size-bytes")
     return table.refresh()

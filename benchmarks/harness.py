@@ -127,6 +127,10 @@ class Sizes:
     appends: int
     files_per_append: int
     rows_per_file: int
+    # B9: the peers' table (the issue's: 300 files in 10 appends, 1.92 M rows)
+    peer_appends: int
+    peer_files_per_append: int
+    peer_rows_per_file: int
     # B2: the table Z-ordered
     layout_rows: int
     layout_files: int
@@ -140,9 +144,42 @@ class Sizes:
     fleet: tuple[int, ...]
 
 
-SMOKE = Sizes("smoke", 2, 2, 5, 2_000, 40_000, 8, 3, 3, 500, 4, 200, (200, 1_000))
+SMOKE = Sizes(
+    name="smoke",
+    repeats=2,
+    appends=2,
+    files_per_append=5,
+    rows_per_file=2_000,
+    peer_appends=2,
+    peer_files_per_append=5,
+    peer_rows_per_file=2_000,
+    layout_rows=40_000,
+    layout_files=8,
+    rounds=3,
+    round_files=3,
+    round_rows_per_file=500,
+    commits=4,
+    events=200,
+    fleet=(200, 1_000),
+)
+# ~1 GB in 3,000 files for B1/B4; the whole run fits in ~20-30 min on 2 cores
 FULL = Sizes(
-    "full", 5, 20, 150, 10_000, 4_000_000, 200, 30, 20, 5_000, 40, 20_000, (1_000, 10_000, 100_000)
+    name="full",
+    repeats=3,
+    appends=20,
+    files_per_append=150,
+    rows_per_file=10_000,
+    peer_appends=10,
+    peer_files_per_append=30,
+    peer_rows_per_file=6_400,
+    layout_rows=4_000_000,
+    layout_files=200,
+    rounds=20,
+    round_files=20,
+    round_rows_per_file=5_000,
+    commits=30,
+    events=1_000,
+    fleet=(1_000, 10_000, 100_000),
 )
 
 

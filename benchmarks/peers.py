@@ -128,7 +128,7 @@ def b9(ctx: Context) -> Figure:
     ) as fig:
         rt, sz = ctx.rt, ctx.sizes
         catalog = rt.catalog
-        shape = Shape(sz.appends, sz.files_per_append, sz.rows_per_file)
+        shape = Shape(sz.peer_appends, sz.peer_files_per_append, sz.peer_rows_per_file)
         source = fingerprint(create(catalog, f"{NAMESPACE}.b9_source", shape, SEED))
         fig.values["source"] = {
             "data_files": source.data_files,

@@ -1,0 +1,71 @@
+"""The benchmark's smoke run: every figure completes at tiny sizes and the JSON has every
+field. Not a speed check (the numbers at these sizes mean nothing): `make bench` is."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import FIGURES
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = {
+    "id",
+    "measure",
+    "compared_with",
+    "goal",
+    "ratio",
+    "ratio_label",
+    "goal_met",
+    "values",
+    "notes",
+    "seconds",
+    "error",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_smoke_run_measures_every_figure_and_writes_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")}
+    env["LAKEWARDEN_DATA_DIR"] = str(tmp_path / "data")
+    env["LAKEWARDEN_EMBEDDED_PG_PORT"] = str(_free_port() - 10)  # the bench adds 10
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+        )
+    finally:  # the embedded server outlives the run: stop it
+        stop = {**env, "LAKEWARDEN_DATA_DIR": str(tmp_path / "data" / "bench")}
+        subprocess.run([sys.executable, "-m", "lakewarden", "db", "stop"], env=stop, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["machine"]["cores"] == os.cpu_count()
+    assert len(doc["machine"]["load_avg"]) == 3 and len(doc["machine"]["load_avg_after"]) == 3
+    assert [f["id"] for f in doc["figures"]] == list(FIGURES)
+    for fig in doc["figures"]:
+        assert set(fig) == FIELDS, fig["id"]
+        assert fig["error"] is None, f"{fig['id']}: {fig['error']}"
+        ratio = fig["ratio"]
+        assert ratio["n"] >= 1 and ratio["low"] <= ratio["median"] <= ratio["high"], fig["id"]
+        assert fig["values"], fig["id"]
+    table = done.stdout
+    for fid in FIGURES:
+        assert f"| {fid} |" in table
