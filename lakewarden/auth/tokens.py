@@ -54,27 +54,33 @@ def issue(
 
 def caller_for(session: Session, secret: str) -> Caller | None:
     """The caller a token secret stands for, or None if it is unknown, revoked or expired."""
-    token = session.execute(
-        select(ApiToken).where(
+    found = session.execute(
+        select(ApiToken, func.now()).where(
             ApiToken.secret_sha256 == digest(secret),
             ApiToken.revoked_at.is_(None),
             or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
         )
-    ).scalar_one_or_none()
-    if token is None:
+    ).one_or_none()
+    if found is None:
         return None
-    session.execute(
-        update(ApiToken)
-        .where(
-            ApiToken.id == token.id,
-            or_(
-                ApiToken.last_used_at.is_(None),
-                ApiToken.last_used_at < func.now() - LAST_USED_RESOLUTION,
-            ),
+    token, now = found
+    # The UPDATE's own condition, checked first on the row just read (now() is the
+    # transaction's time, the same in both statements): a token used in the last
+    # LAST_USED_RESOLUTION costs no second round trip. The UPDATE keeps its condition, so a
+    # concurrent request that wrote last_used_at meanwhile still wins.
+    if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+        session.execute(
+            update(ApiToken)
+            .where(
+                ApiToken.id == token.id,
+                or_(
+                    ApiToken.last_used_at.is_(None),
+                    ApiToken.last_used_at < func.now() - LAST_USED_RESOLUTION,
+                ),
+            )
+            .values(last_used_at=func.now())
+            .execution_options(synchronize_session=False)
         )
-        .values(last_used_at=func.now())
-        .execution_options(synchronize_session=False)
-    )
     return Caller(
         subject=f"token:{token.name}",
         grants=tuple(Grant.of(g) for g in token.grants),

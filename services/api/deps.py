@@ -20,7 +20,9 @@ BIGINT_MAX = 2**63 - 1  # ids are Postgres bigints: a larger one is a 422, not a
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    """Async: it only reads app state, so it runs on the event loop (a sync dependency
+    would cost every request a hop to the thread pool and back)."""
     return request.app.state.runtime
 
 
