@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,8 @@ from sqlalchemy.engine import make_url
 
 from benchmarks.data import Shape, create
 from benchmarks.harness import Context, Figure, Stat, measuring, timed
+from benchmarks.rewrite import compact
 from lakewarden.catalog import TableRef, catalog_db_url
-from lakewarden.kinds import compaction
 from lakewarden.policy import CompactionPolicy
 from lakewarden.verify import Fingerprint, fingerprint
 
@@ -148,15 +147,8 @@ def b9(ctx: Context) -> Figure:
 
         def lakewarden_once() -> tuple[float, Fingerprint]:
             ref = TableRef(NAMESPACE, "b9_lakewarden")
-            table = create(catalog, ref.dotted, shape, SEED)
-
-            def compact() -> None:
-                outcome = compaction.plan(policy, table, datetime.now(UTC))
-                if outcome.plan is None:
-                    raise RuntimeError(f"lakewarden planned nothing: {outcome.reason}")
-                compaction.run(ctx.spark, rt.settings.catalog_name, ref, outcome.plan)
-
-            seconds, _ = timed(compact)
+            create(catalog, ref.dotted, shape, SEED)
+            seconds, _ = timed(lambda: compact(ctx, ref, policy))
             return seconds, fingerprint(catalog.load_table(ref.dotted))
 
         def zamboni_once() -> tuple[float, float, Fingerprint, dict[str, Any]]:
