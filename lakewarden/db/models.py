@@ -11,8 +11,10 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -58,7 +60,16 @@ class ManagedTable(Base):
     """An Iceberg table lakewarden looks after, with its current policy."""
 
     __tablename__ = "managed_tables"
-    __table_args__ = (UniqueConstraint("catalog", "namespace", "name"),)
+    __table_args__ = (
+        UniqueConstraint("catalog", "namespace", "name"),
+        # The fleet list sorted worst health first (GET /api/v1/tables?sort=health).
+        Index(
+            "ix_managed_tables_live_health",
+            "health_score",
+            "id",
+            postgresql_where=text("retired_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     catalog: Mapped[str] = mapped_column(String(255))
@@ -77,6 +88,56 @@ class ManagedTable(Base):
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     # Unregistered: no longer managed, its history kept; registering again continues it.
     retired_at: Mapped[datetime | None]
+    # Why it is retired: unregistered, dropped from the catalog, opted out, or maintained
+    # by another optimizer (lakewarden.foreign).
+    retired_reason: Mapped[str | None] = mapped_column(Text)
+    # How it came to be managed: "api" (registered) or "rule:<id>" (a management rule).
+    managed_by: Mapped[str] = mapped_column(String(64), server_default=text("'api'"))
+    # The owner opted it out: no management rule picks it up again until this is cleared.
+    opt_out: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The metadata pointer health was last measured at (a moved one is measured first).
+    health_metadata_location: Mapped[str | None] = mapped_column(Text)
+
+
+class Catalog(Base):
+    """An Iceberg catalog registered through the API (the settings-configured one is the
+    default entry and has no row: lakewarden.catalogs). `properties` are pyiceberg's own
+    catalog properties; a secret is stored only as a reference ({"env": NAME} or
+    {"file": PATH}), resolved when the catalog is loaded, never echoed back."""
+
+    __tablename__ = "catalogs"
+    __table_args__ = (CheckConstraint("type IN ('jdbc', 'rest')", name="type"),)
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16))
+    properties: Mapped[dict[str, Any]]
+    poll_interval_s: Mapped[float] = mapped_column(Float, server_default=text("30"))
+    poll_concurrency: Mapped[int] = mapped_column(Integer, server_default=text("4"))
+    # Bumped on every change: processes reload a catalog whose version moved.
+    version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    created_by: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class ManagementRule(Base):
+    """Auto-management: every table of `catalog` whose namespace matches the `namespace`
+    glob and whose name matches an `include` glob and no `exclude` glob is managed with
+    `policy` (over the namespace defaults), unless it opted out or another optimizer
+    maintains it."""
+
+    __tablename__ = "management_rules"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    catalog: Mapped[str] = mapped_column(String(128), index=True)
+    namespace: Mapped[str] = mapped_column(String(255), server_default=text("'*'"))
+    include: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[\"*\"]'::jsonb"))
+    exclude: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    policy: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    created_by: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 
 class PolicyVersion(Base):

@@ -15,10 +15,12 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
     Engine,
+    Float,
     Integer,
     String,
     Table,
@@ -97,6 +99,10 @@ def _a_row_in_every_table(engine: Engine) -> Rows:
 
 def _value(column: Column[Any], n: int) -> Any:
     kind = column.type
+    if isinstance(kind, Boolean):
+        return n % 2 == 0
+    if isinstance(kind, Float):
+        return n + 0.5
     if isinstance(kind, Integer):
         return 1000 + n
     if isinstance(kind, DateTime):
