@@ -1,0 +1,609 @@
+"""Auto-management: management rules, and adopting the tables of a catalog they cover.
+
+A rule (`ManagementRule`) covers tables of one catalog: those whose namespace matches its
+`namespace` glob, whose name matches one of its `include` globs and none of its `exclude`
+globs. Globs are `fnmatchcase` globs of identifier characters, dots and `*` `?` (no
+`[classes]`, so they read the same as grant globs and SQL LIKE):
+
+- `*` matches any run of characters, dots included: it matches across namespace levels.
+  `sales*` matches `sales`, `sales_eu` and `sales.eu.daily`; `sales.*` only the levels
+  under `sales`; `*` every namespace. (The same as a grant's namespace glob, and the
+  table list's `namespace` filter.)
+- An include or exclude glob without a dot is matched against the table's name; one with
+  a dot against `namespace.name`, so `sales.tmp_*` excludes `tmp_*` tables of `sales`
+  only (and `*.tmp_*` those of every namespace, since `*` matches dots too).
+- A disabled rule matches nothing.
+
+Several rules may cover a table: the most specific wins, so the result never depends on
+the order rules are read in: a rule naming the namespace exactly (no `*` or `?`) beats a
+glob, then the longer namespace pattern beats the shorter, then the lowest id. Only rules
+that match count: a table excluded by the most specific rule is still managed by a wider
+rule that covers it (exclude it there too).
+
+`adopt` brings a catalog's managed tables in line with its listing, in a few set-based
+statements (see its docstring). Retirement reasons it writes and reads:
+
+- `DROPPED`: the table left the catalog. A rule (or, for a registered table, its
+  registration) takes it back if it reappears.
+- `OPTED_OUT`: its owner opted it out (`opt_out`); no rule takes it back.
+- `OPT_OUT_CLEARED`: the opt-out was cleared; a rule that covers it takes it back.
+- anything else (unregistered through the API: no reason; maintained by another
+  optimizer): no rule takes it back; registering it explicitly does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import func, select, text, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from lakewarden.catalog import IDENTIFIER
+from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy
+from lakewarden.policy import effective_policy
+from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
+from lakewarden.tables import lock_namespace
+
+DROPPED = "dropped from the catalog"
+OPTED_OUT = "opted out"
+OPT_OUT_CLEARED = "opt-out cleared"
+# Retired for these reasons, a table a rule covers is managed again when it is listed.
+REVIVABLE = (DROPPED, OPT_OUT_CLEARED)
+
+# A glob: identifier characters, dots (namespace levels, or namespace.name) and * ?.
+GLOB = re.compile(r"\A[A-Za-z0-9_.*?]{1,255}\Z")
+MAX_GLOBS = 100
+# managed_tables.namespace and .name are varchar(255)
+MAX_NAME = 255
+
+
+class InvalidRule(ValueError):
+    """A rule that cannot be stored as given (the message says what to fix)."""
+
+
+def check_glob(what: str, glob: str) -> None:
+    if not isinstance(glob, str) or not GLOB.match(glob):
+        raise InvalidRule(
+            f"invalid {what} glob {glob!r}: use letters, digits, underscores, dots and the "
+            "glob characters * and ? (1 to 255 of them)"
+        )
+
+
+def check_rule(namespace: str, include: Sequence[str], exclude: Sequence[str]) -> None:
+    """InvalidRule unless the globs are well formed (see the module's docstring)."""
+    check_glob("namespace", namespace)
+    if not include:
+        raise InvalidRule("include needs at least one glob ('*' for every table)")
+    for what, globs in (("include", include), ("exclude", exclude)):
+        if len(globs) > MAX_GLOBS:
+            raise InvalidRule(f"{what} has {len(globs)} globs; at most {MAX_GLOBS}")
+        for glob in globs:
+            check_glob(what, glob)
+
+
+def rule_actor(rule_id: int) -> str:
+    """`managed_by` of the tables a rule adopted, and the author of their policy version."""
+    return f"rule:{rule_id}"
+
+
+def is_glob(pattern: str) -> bool:
+    return "*" in pattern or "?" in pattern
+
+
+def _name_matches(glob: str, namespace: str, name: str) -> bool:
+    return fnmatchcase(f"{namespace}.{name}" if "." in glob else name, glob)
+
+
+def covers(rule: ManagementRule, namespace: str, name: str) -> bool:
+    """Whether the rule covers the table (its catalog already checked)."""
+    return (
+        rule.enabled is not False  # None: a rule not yet flushed, enabled by default
+        and fnmatchcase(namespace, rule.namespace)
+        and any(_name_matches(g, namespace, name) for g in rule.include)
+        and not any(_name_matches(g, namespace, name) for g in rule.exclude or ())
+    )
+
+
+def specificity(rule: ManagementRule) -> tuple[bool, int, int]:
+    """The sort key of rules, most specific first: an exact namespace, then the longer
+    namespace pattern, then the lowest id."""
+    return (is_glob(rule.namespace), -len(rule.namespace), rule.id)
+
+
+def matching_rule(
+    rules: Iterable[ManagementRule], namespace: str, name: str
+) -> ManagementRule | None:
+    """The rule that manages the table, of `rules` (one catalog's), or None."""
+    found = [r for r in rules if covers(r, namespace, name)]
+    return min(found, key=specificity) if found else None
+
+
+class _Matcher:
+    """`matching_rule` for many tables: the rules whose namespace glob matches, most
+    specific first, worked out once per namespace."""
+
+    def __init__(self, rules: Iterable[ManagementRule]) -> None:
+        self.rules = sorted((r for r in rules if r.enabled is not False), key=specificity)
+        self._by_namespace: dict[str, list[ManagementRule]] = {}
+
+    def __call__(self, namespace: str, name: str) -> ManagementRule | None:
+        candidates = self._by_namespace.get(namespace)
+        if candidates is None:
+            candidates = [r for r in self.rules if fnmatchcase(namespace, r.namespace)]
+            self._by_namespace[namespace] = candidates
+        for rule in candidates:
+            if covers(rule, namespace, name):
+                return rule
+        return None
+
+
+# --- Adoption --------------------------------------------------------------------------
+
+
+@dataclass
+class AdoptResult:
+    """What `adopt` did: the ids of the rows it adopted (inserted), revived (retired rows
+    taken back), renamed and retired; and what it left out, and why."""
+
+    adopted: list[int] = field(default_factory=list)
+    revived: list[int] = field(default_factory=list)
+    renamed: list[int] = field(default_factory=list)
+    retired: list[int] = field(default_factory=list)
+    cancelled_tasks: list[int] = field(default_factory=list)
+    # listed tables in some rule's scope that stay unmanaged: opted out, unregistered...
+    held_back: int = 0
+    # why some listed tables were not adopted (invalid names, a rule's policy that is not
+    # valid over a namespace's current defaults), one line per cause
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "adopted": len(self.adopted),
+            "revived": len(self.revived),
+            "renamed": len(self.renamed),
+            "retired": len(self.retired),
+            "held_back": self.held_back,
+        }
+
+    @property
+    def changed(self) -> list[int]:
+        """Rows the caller should refresh (load and ingest): adopted and revived ones."""
+        return sorted(self.adopted + self.revived)
+
+
+@dataclass(frozen=True)
+class _Known:
+    id: int
+    namespace: str
+    name: str
+    metadata_location: str | None
+    live: bool
+    retired_reason: str | None
+    opt_out: bool
+    managed_by: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+_COLUMNS = (
+    ManagedTable.id,
+    ManagedTable.namespace,
+    ManagedTable.name,
+    ManagedTable.metadata_location,
+    ManagedTable.retired_at.is_(None),
+    ManagedTable.retired_reason,
+    ManagedTable.opt_out,
+    ManagedTable.managed_by,
+)
+
+
+def _known(session: Session, query: Any) -> list[_Known]:
+    return [_Known(*row) for row in session.execute(query)]
+
+
+def _valid_key(namespace: str, name: str) -> bool:
+    return (
+        isinstance(namespace, str)
+        and isinstance(name, str)
+        and len(namespace) <= MAX_NAME
+        and bool(IDENTIFIER.match(name))
+        and all(IDENTIFIER.match(level) for level in namespace.split("."))
+    )
+
+
+def _rows_json(rows: Iterable[dict[str, Any]]) -> str:
+    return json.dumps(list(rows), separators=(",", ":"))
+
+
+_LOCK_ROWS = text(
+    "SELECT id FROM managed_tables WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR UPDATE"
+)
+
+# Insert the adopted tables (sorted, so two replicas adopting at once wait for each other
+# instead of deadlocking), and policy version 1 of each, authored by its rule.
+_INSERT = text(
+    """
+    WITH listed AS (
+        SELECT v.namespace, v.name, v.rule_id, r.policy
+        FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+             AS v(namespace text, name text, rule_id bigint)
+        JOIN jsonb_to_recordset(CAST(:rules AS jsonb)) AS r(id bigint, policy jsonb)
+          ON r.id = v.rule_id
+        ORDER BY v.namespace, v.name
+    ), adopted AS (
+        INSERT INTO managed_tables (catalog, namespace, name, policy, policy_version, managed_by)
+        SELECT :catalog, namespace, name, policy, 1, 'rule:' || rule_id FROM listed
+        ON CONFLICT (catalog, namespace, name) DO NOTHING
+        RETURNING id, policy, managed_by
+    ), versions AS (
+        INSERT INTO policy_versions (table_id, version, policy, author)
+        SELECT id, 1, policy, managed_by FROM adopted
+    )
+    SELECT id FROM adopted
+    """
+)
+
+# Take back retired rows a rule covers (under that rule's policy, as a new version) or that
+# were registered and dropped (their own policy). Guarded: still retired, for a revivable
+# reason, not opted out, under the same name (a concurrent change may have moved it).
+_REVIVE = text(
+    f"""
+    WITH listed AS (
+        SELECT v.id, v.namespace, v.name, v.rule_id, r.policy
+        FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+             AS v(id bigint, namespace text, name text, rule_id bigint)
+        LEFT JOIN jsonb_to_recordset(CAST(:rules AS jsonb)) AS r(id bigint, policy jsonb)
+          ON r.id = v.rule_id
+    ), revived AS (
+        UPDATE managed_tables m SET
+            retired_at = NULL,
+            retired_reason = NULL,
+            managed_by = CASE WHEN l.rule_id IS NULL THEN m.managed_by
+                              ELSE 'rule:' || l.rule_id END,
+            policy = coalesce(l.policy, m.policy),
+            policy_version = m.policy_version + (l.rule_id IS NOT NULL)::int,
+            -- a table created again: the first refresh loads it and ingests its commits
+            metadata_location = NULL,
+            health_score = NULL,
+            health_measured_at = NULL,
+            unhealthy_since = NULL,
+            updated_at = now()
+        FROM listed l
+        WHERE m.id = l.id AND m.namespace = l.namespace AND m.name = l.name
+          AND m.retired_at IS NOT NULL AND NOT m.opt_out
+          AND m.retired_reason IN ({", ".join(f"'{r}'" for r in REVIVABLE)})
+        RETURNING m.id, m.policy, m.policy_version, m.managed_by, l.rule_id
+    ), versions AS (
+        INSERT INTO policy_versions (table_id, version, policy, author)
+        SELECT id, policy_version, policy, managed_by FROM revived WHERE rule_id IS NOT NULL
+    )
+    SELECT id FROM revived
+    """
+)
+
+_RENAME = text(
+    """
+    UPDATE managed_tables SET
+        namespace = :namespace, name = :name, updated_at = now(),
+        retired_at = CASE WHEN retired_reason = :dropped THEN NULL ELSE retired_at END,
+        retired_reason = CASE WHEN retired_reason = :dropped THEN NULL ELSE retired_reason END
+    WHERE id = :id AND namespace = :old_namespace AND name = :old_name
+      AND metadata_location = :location
+    RETURNING id
+    """
+)
+
+
+def adopt(
+    session: Session,
+    catalog: str,
+    listing: Iterable[tuple[str, str, str | None]],
+    *,
+    actor: str,
+    complete: bool = True,
+) -> AdoptResult:
+    """Bring the managed tables of `catalog` in line with `listing`, the catalog's tables as
+    (namespace, name, metadata_location), in the caller's transaction:
+
+    - renamed: a listed table lakewarden does not know whose metadata location equals
+      that of exactly one known row no longer listed (live, or retired for any reason) is
+      that table renamed: the row takes the new name, its history kept; a row dropped
+      earlier is live again, any other retired row stays retired (an opt-out follows the
+      table). Rows never refreshed (no metadata location yet) cannot be recognised.
+    - adopted: a listed table not known that a rule covers (`matching_rule`) is inserted
+      with the rule's policy (`managed_by` "rule:<id>", policy version 1 authored
+      "rule:<id>"), its metadata location left NULL so that the first refresh loads it and
+      ingests its commits (`AdoptResult.changed`: the caller decides when).
+    - revived: a listed table retired for a revivable reason (`REVIVABLE`), not opted out,
+      that a rule covers (under that rule's policy, as a new version), or that was
+      registered through the API and dropped (its own policy), is managed again, as a
+      table created anew (metadata location and health reset).
+    - retired (only when `complete`): a live row no longer listed, whether a rule adopted
+      it or it was registered, is retired as `DROPPED` with its history kept, and its open
+      tasks are cancelled.
+    - nothing else: opted-out, unregistered and otherwise retired tables stay so
+      (`held_back` counts those in a rule's scope).
+
+    `complete=False`: `listing` is only some of the catalog's tables (those a commit
+    notification named): nothing is retired, and only rows already dropped are candidates
+    for a rename. With `complete=True` an empty listing retires every table of the catalog:
+    pass only a listing that was read completely.
+
+    A rule's policy was checked when the rule was stored; over a namespace whose defaults
+    changed since, it may no longer be valid: those tables are not adopted and
+    `problems` says why. Tables are never loaded here.
+
+    Safe to run concurrently, e.g. by two API replicas with the same listing: inserts are
+    ON CONFLICT DO NOTHING, every update is guarded by the state it expects, rows are
+    locked in id order before they change, and the namespaces' policy locks are taken
+    (shared) as a registration takes them, so nothing is done twice and nothing deadlocks.
+    `actor`: who cancels the retired tables' tasks (the caller's process)."""
+    result = AdoptResult()
+    listed: dict[tuple[str, str], str | None] = {}
+    invalid = 0
+    for namespace, name, location in listing:
+        if _valid_key(namespace, name):
+            listed[(namespace, name)] = location
+        else:
+            invalid += 1
+    if invalid:
+        result.problems.append(
+            f"{invalid} listed table(s) have names lakewarden cannot manage (letters, digits "
+            "and underscores, starting with a letter or underscore; namespaces of such levels "
+            "joined by dots)"
+        )
+    rules = list(
+        session.scalars(
+            select(ManagementRule)
+            .where(ManagementRule.catalog == catalog, ManagementRule.enabled)
+            .order_by(ManagementRule.id)
+        )
+    )
+    match = _Matcher(rules)
+
+    # What lakewarden knows of these tables: every row of the catalog when the listing is
+    # complete, else those listed and the dropped rows a listed one could be renamed from.
+    if complete:
+        known = _known(session, select(*_COLUMNS).where(ManagedTable.catalog == catalog))
+    else:
+        # a notification's few tables: an IN list is fine
+        locations = sorted({loc for loc in listed.values() if loc})
+        known = _known(
+            session,
+            select(*_COLUMNS).where(
+                ManagedTable.catalog == catalog,
+                tuple_(ManagedTable.namespace, ManagedTable.name).in_(sorted(listed))
+                | (
+                    (ManagedTable.retired_reason == DROPPED)
+                    & ManagedTable.metadata_location.in_(locations)
+                ),
+            ),
+        )
+    by_key = {k.key: k for k in known}
+
+    # Renames: one unknown listed table and one vanished row share a metadata location.
+    unknown = [key for key in listed if key not in by_key]
+    vanished = [k for k in known if k.key not in listed and k.metadata_location]
+    new_at: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for key in unknown:
+        location = listed[key]
+        if location:
+            new_at[location].append(key)
+    old_at: dict[str, list[_Known]] = defaultdict(list)
+    for k in vanished:
+        if k.metadata_location in new_at:
+            old_at[k.metadata_location].append(k)
+    renames = [
+        (olds[0], new_at[location][0])
+        for location, olds in sorted(old_at.items())
+        if len(olds) == 1 and len(new_at[location]) == 1
+    ]
+    renamed_to = {new for _, new in renames}
+    renamed_from = {old.id for old, _ in renames}
+
+    # Adoptions and revivals, each under the rule that covers it.
+    adopt_rows: list[tuple[str, str, ManagementRule]] = []
+    for key in unknown:
+        if key not in renamed_to:
+            rule = match(*key)
+            if rule is not None:
+                adopt_rows.append((*key, rule))
+    revive_rows: list[tuple[_Known, ManagementRule | None]] = []
+    for key, k in by_key.items():
+        if key not in listed or k.live:
+            continue
+        rule = match(*key)
+        revivable = not k.opt_out and k.retired_reason in REVIVABLE
+        if revivable and rule is not None:
+            revive_rows.append((k, rule))
+        elif revivable and k.managed_by == "api" and k.retired_reason == DROPPED:
+            revive_rows.append((k, None))
+        elif rule is not None:
+            result.held_back += 1
+    retire_ids = [k.id for k in known if complete and k.live and k.key not in listed]
+    retire_ids = [i for i in retire_ids if i not in renamed_from]
+
+    # Registrations and policy changes of these namespaces wait, as for one registration.
+    namespaces = {ns for ns, _, _ in adopt_rows} | {k.namespace for k, _ in revive_rows}
+    namespaces |= {new[0] for _, new in renames}
+    for ns in sorted(namespaces):  # in one order: two adoptions never deadlock
+        lock_namespace(session, catalog, ns, exclusive=False)
+
+    # A rule's policy over each namespace's current defaults: the adoptions it would make
+    # invalid are left out (and said why).
+    valid = _valid_policies(
+        session,
+        catalog,
+        {(rule.id, ns) for ns, _, rule in adopt_rows}
+        | {(rule.id, k.namespace) for k, rule in revive_rows if rule is not None},
+        {rule.id: rule for rule in rules},
+        result.problems,
+    )
+    adopt_rows = [r for r in adopt_rows if (r[2].id, r[0]) in valid]
+    revive_rows = [
+        (k, rule) for k, rule in revive_rows if rule is None or (rule.id, k.namespace) in valid
+    ]
+
+    # Lock every existing row that changes, in id order, before changing any.
+    touched = sorted({old.id for old, _ in renames} | {k.id for k, _ in revive_rows})
+    touched = sorted(set(touched) | set(retire_ids))
+    if touched:
+        session.execute(_LOCK_ROWS, {"ids": touched})
+
+    for old, (namespace, name) in renames:
+        try:
+            with session.begin_nested():
+                done = session.execute(
+                    _RENAME,
+                    {
+                        "id": old.id,
+                        "namespace": namespace,
+                        "name": name,
+                        "old_namespace": old.namespace,
+                        "old_name": old.name,
+                        "location": old.metadata_location,
+                        "dropped": DROPPED,
+                    },
+                ).scalar_one_or_none()
+        except IntegrityError:  # a concurrent adoption took the new name first
+            continue
+        if done is not None:
+            result.renamed.append(done)
+
+    rule_policies = _rows_json({"id": r.id, "policy": r.policy or {}} for r in rules)
+    if revive_rows:
+        rows = _rows_json(
+            {
+                "id": k.id,
+                "namespace": k.namespace,
+                "name": k.name,
+                "rule_id": None if rule is None else rule.id,
+            }
+            for k, rule in revive_rows
+        )
+        found = session.execute(_REVIVE, {"rows": rows, "rules": rule_policies})
+        result.revived = sorted(found.scalars())
+
+    if retire_ids:
+        result.retired, result.cancelled_tasks = retire_tables(
+            session, retire_ids, reason=DROPPED, by=actor
+        )
+
+    if adopt_rows:
+        rows = _rows_json(
+            {"namespace": ns, "name": n, "rule_id": rule.id}
+            for ns, n, rule in sorted(adopt_rows, key=lambda r: (r[0], r[1]))
+        )
+        found = session.execute(_INSERT, {"rows": rows, "rules": rule_policies, "catalog": catalog})
+        result.adopted = sorted(found.scalars())
+    session.expire_all()  # rows changed under the ORM's feet
+    return result
+
+
+def _valid_policies(
+    session: Session,
+    catalog: str,
+    pairs: set[tuple[int, str]],
+    rules: dict[int, ManagementRule],
+    problems: list[str],
+) -> set[tuple[int, str]]:
+    """Those (rule id, namespace) pairs whose rule's policy, over the namespace's current
+    defaults, is a valid policy; one line in `problems` for each that is not."""
+    if not pairs:
+        return set()
+    namespaces = sorted({ns for _, ns in pairs})
+    defaults: dict[str, dict[str, Any]] = dict(
+        session.execute(
+            select(NamespacePolicy.namespace, NamespacePolicy.policy).where(
+                NamespacePolicy.catalog == catalog, NamespacePolicy.namespace.in_(namespaces)
+            )
+        ).all()
+    )
+    valid = set()
+    for rule_id, ns in sorted(pairs):
+        try:
+            effective_policy(rules[rule_id].policy or {}, defaults.get(ns))
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems.append(
+                f"rule {rule_id}: its policy over the defaults of namespace {ns!r} is not "
+                f"valid ({why}); that namespace's tables were not adopted"
+            )
+        else:
+            valid.add((rule_id, ns))
+    return valid
+
+
+# --- Retiring many tables at once ------------------------------------------------------
+
+
+def retire_tables(
+    session: Session, table_ids: Iterable[int], *, reason: str, by: str
+) -> tuple[list[int], list[int]]:
+    """`lakewarden.tables.remove_table` for many tables in a few statements: retire those of
+    `table_ids` that are live, with `reason`, keeping their history, and cancel their open
+    tasks (each cancellation in the task's history, as `transition` records it). Returns
+    the ids retired (one retired meanwhile by a concurrent change is left as that change
+    left it) and the ids of the tasks cancelled."""
+    ids = sorted(set(table_ids))
+    if not ids:
+        return [], []
+    retired = sorted(
+        session.execute(
+            update(ManagedTable)
+            .where(ManagedTable.id.in_(ids), ManagedTable.retired_at.is_(None))
+            .values(retired_at=func.now(), retired_reason=reason, updated_at=func.now())
+            .returning(ManagedTable.id)
+            .execution_options(synchronize_session=False)
+        ).scalars()
+    )
+    cancelled = cancel_open_tasks(session, retired, by=by, reason=f"table retired: {reason}")
+    return retired, cancelled
+
+
+_CANCEL_OPEN = text(
+    f"""
+    WITH open AS (
+        SELECT id, state FROM tasks
+        WHERE table_id = ANY(CAST(:ids AS bigint[])) AND {sql_in("state", OPEN_TASK_STATES)}
+        ORDER BY id
+        FOR UPDATE
+    ), cancelled AS (
+        UPDATE tasks t SET state = :cancelled, reason = :reason, updated_at = now()
+        FROM open WHERE t.id = open.id
+        RETURNING t.id, open.state AS from_state
+    ), history AS (
+        INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
+        SELECT id, from_state, :cancelled, :actor, :reason FROM cancelled
+    )
+    SELECT id FROM cancelled
+    """
+)
+
+
+def cancel_open_tasks(
+    session: Session, table_ids: Iterable[int], *, by: str, reason: str
+) -> list[int]:
+    """Cancel every open task of the tables in one statement (the tasks locked in id order,
+    so two callers never deadlock), appending each transition to its task's history. Every
+    open state may move to cancelled (lakewarden.tasks.states); a running job is then
+    cancelled by the scheduler. Returns the cancelled task ids."""
+    ids = sorted(set(table_ids))
+    if not ids:
+        return []
+    found = session.execute(
+        _CANCEL_OPEN,
+        {"ids": ids, "cancelled": TaskState.CANCELLED.value, "reason": reason, "actor": by},
+    )
+    return sorted(found.scalars())
