@@ -326,9 +326,10 @@ def adopt(
       "rule:<id>"), its metadata location left NULL so that the first refresh loads it and
       ingests its commits (`AdoptResult.changed`: the caller decides when).
     - revived: a listed table retired for a revivable reason (`REVIVABLE`), not opted out,
-      that a rule covers (under that rule's policy, as a new version), or that was
-      registered through the API and dropped (its own policy), is managed again, as a
-      table created anew (metadata location and health reset).
+      that was registered through the API and dropped (with its own policy: a
+      registration outranks rules), or that a rule covers (under that rule's policy, as a
+      new version), is managed again, as a table created anew (metadata location and
+      health reset).
     - retired (only when `complete`): a live row no longer listed, whether a rule adopted
       it or it was registered, is retired as `DROPPED` with its history kept, and its open
       tasks are cancelled.
@@ -425,10 +426,10 @@ def adopt(
             continue
         rule = match(*key)
         revivable = not k.opt_out and k.retired_reason in REVIVABLE
-        if revivable and rule is not None:
+        if revivable and k.managed_by == "api" and k.retired_reason == DROPPED:
+            revive_rows.append((k, None))  # registered: it keeps its own policy
+        elif revivable and rule is not None:
             revive_rows.append((k, rule))
-        elif revivable and k.managed_by == "api" and k.retired_reason == DROPPED:
-            revive_rows.append((k, None))
         elif rule is not None:
             result.held_back += 1
     retire_ids = [k.id for k in known if complete and k.live and k.key not in listed]
