@@ -51,6 +51,13 @@ AMORO_LEGACY_KEYS = (
 # Amoro tags its own commits: SnapshotSummary.SNAPSHOT_PRODUCER = "snapshot.producer", with
 # a CommitMetaProducer name (amoro_table_metastore.thrift). ExpireDataExecutor's
 # AMORO_MAINTAIN_COMMITS lists the maintenance ones; INGESTION is an ordinary write.
+# Amoro's other maintenance switches (same TableProperties.java, legacy spellings from
+# CompatiblePropertyUtil): set to "true" they are a mark even with self-optimizing off.
+AMORO_MAINTENANCE_SWITCHES = (
+    ("table-expire.enabled", "table-expire.enable"),
+    ("clean-orphan-file.enabled", "clean-orphan-file.enable"),
+    ("data-expire.enabled", None),
+)
 AMORO_PRODUCER = "snapshot.producer"
 AMORO_OPTIMIZE = "OPTIMIZE"
 AMORO_MAINTENANCE = ("DATA_EXPIRATION", "CLEAN_DANGLING_DELETE")
@@ -104,7 +111,8 @@ def detect(
 
     `summaries` are the most recent snapshot summaries, newest first, each with its
     "operation". The first signal found wins, in this order: what the owner declared,
-    what the table is (properties, location), what its recent commits show."""
+    what the table is (properties, location), what its recent commits show. Managing a
+    detected table anyway (forcing) is the caller's decision, not this module's."""
     for check in (_declared, _delta_uniform, _amoro_properties):
         found = check(properties)
         if found:
@@ -175,11 +183,12 @@ def _amoro_properties(properties: Mapping[str, str]) -> ForeignMaintainer | None
     switch = _amoro_switch(properties)
     if switch is not None:
         key, value = switch
-        if value.strip().lower() != "true":
-            return None  # self-optimizing is off: Amoro does not optimize this table
-        return ForeignMaintainer(
-            "amoro", f"table property {key}={_shown(value)}: Amoro self-optimizes this table"
-        )
+        if value.strip().lower() == "true":
+            return ForeignMaintainer(
+                "amoro", f"table property {key}={_shown(value)}: Amoro self-optimizes this table"
+            )
+        # Self-optimizing is off, so its knobs do nothing; expiry and cleaning may be on.
+        return _amoro_maintenance(properties)
     # Amoro's default is on: any of its knobs set means the table was tuned for Amoro.
     knobs = sorted(k for k in properties if k.startswith(AMORO_PREFIX) or k in AMORO_LEGACY_KEYS)
     if knobs:
@@ -188,6 +197,17 @@ def _amoro_properties(properties: Mapping[str, str]) -> ForeignMaintainer | None
             f"table property {knobs[0]}={_shown(properties[knobs[0]])} is set and "
             f"{AMORO_ENABLED} is not (Amoro's default is true): Amoro self-optimizes it",
         )
+    return _amoro_maintenance(properties)
+
+
+def _amoro_maintenance(properties: Mapping[str, str]) -> ForeignMaintainer | None:
+    for key, legacy in AMORO_MAINTENANCE_SWITCHES:
+        used = key if key in properties or legacy is None else legacy
+        value = properties.get(used)
+        if value is not None and value.strip().lower() == "true":
+            return ForeignMaintainer(
+                "amoro", f"table property {used}={_shown(value)}: Amoro maintains this table"
+            )
     return None
 
 

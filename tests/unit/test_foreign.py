@@ -82,6 +82,26 @@ def test_amoro_switched_off_is_not_amoro_maintained(value: str) -> None:
     assert found({"optimize.enable": value, "optimize.group": "etl"}) is None
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "table-expire.enabled",
+        "table-expire.enable",
+        "clean-orphan-file.enabled",
+        "data-expire.enabled",
+    ],
+)
+def test_amoro_expiry_or_cleaning_switched_on_is_amoro_even_without_optimizing(key: str) -> None:
+    m = found({"self-optimizing.enabled": "false", key: "true"})
+    assert m is not None and m.who == "amoro"
+    assert f"{key}=true" in m.evidence
+    assert found({key: "false"}) is None
+
+
+def test_the_new_amoro_maintenance_switch_wins_over_the_legacy_one() -> None:
+    assert found({"table-expire.enabled": "false", "table-expire.enable": "true"}) is None
+
+
 def test_the_new_amoro_switch_wins_over_the_legacy_one() -> None:
     assert found({"self-optimizing.enabled": "false", "optimize.enable": "true"}) is None
 
