@@ -42,12 +42,13 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select, text, tuple_, update
+from sqlalchemy import case, func, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import IDENTIFIER
-from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy
+from lakewarden.catalog import IDENTIFIER, TableRef
+from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy, PolicyVersion
 from lakewarden.policy import effective_policy
 from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tables import lock_namespace
@@ -608,3 +609,118 @@ def cancel_open_tasks(
         {"ids": ids, "cancelled": TaskState.CANCELLED.value, "reason": reason, "actor": by},
     )
     return sorted(found.scalars())
+
+
+# --- Opting a table out ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptOut:
+    """A table's row after an opt-out change; `cancelled_tasks`: its open tasks cancelled."""
+
+    row: ManagedTable
+    cancelled_tasks: list[int]
+
+
+def opt_out(session: Session, catalog: str, ref: TableRef, *, by: str) -> OptOut:
+    """Opt the table out of auto-management: `opt_out` set, retired as `OPTED_OUT` (its
+    history kept, its open tasks cancelled) if it was managed. A table lakewarden does not
+    know yet (not adopted, perhaps not even created) gets a retired row that records the
+    opt-out, so no rule adopts it later. Idempotent; safe against a concurrent adoption
+    (the row is locked, or the insert conflicts and the existing row is updated)."""
+    inserted = session.execute(
+        insert(ManagedTable)
+        .values(
+            catalog=catalog,
+            namespace=ref.namespace,
+            name=ref.name,
+            policy={},
+            opt_out=True,
+            retired_at=func.now(),
+            retired_reason=OPTED_OUT,
+        )
+        .on_conflict_do_nothing(
+            index_elements=[ManagedTable.catalog, ManagedTable.namespace, ManagedTable.name]
+        )
+        .returning(ManagedTable.id)
+    ).scalar_one_or_none()
+    cancelled: list[int] = []
+    if inserted is not None:
+        session.add(PolicyVersion(table_id=inserted, version=1, policy={}, author=by))
+        table_id = inserted
+    else:
+        table_id, was_live = session.execute(
+            select(ManagedTable.id, ManagedTable.retired_at.is_(None))
+            .where(
+                ManagedTable.catalog == catalog,
+                ManagedTable.namespace == ref.namespace,
+                ManagedTable.name == ref.name,
+            )
+            .with_for_update()
+        ).one()
+        session.execute(
+            update(ManagedTable)
+            .where(ManagedTable.id == table_id)
+            .values(
+                opt_out=True,
+                retired_reason=OPTED_OUT,
+                retired_at=func.coalesce(ManagedTable.retired_at, func.now()),
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if was_live:
+            cancelled = cancel_open_tasks(
+                session, [table_id], by=by, reason=f"table retired: {OPTED_OUT}"
+            )
+    session.flush()
+    row = session.get(ManagedTable, table_id, populate_existing=True)
+    assert row is not None
+    return OptOut(row, cancelled)
+
+
+def clear_opt_out(session: Session, catalog: str, ref: TableRef) -> ManagedTable | None:
+    """Clear the table's opt-out: a rule that covers it adopts it again at the next
+    adoption (its retirement reason becomes `OPT_OUT_CLEARED`); registering it explicitly
+    also manages it again. None if the table is not opted out."""
+    table_id = session.execute(
+        update(ManagedTable)
+        .where(
+            ManagedTable.catalog == catalog,
+            ManagedTable.namespace == ref.namespace,
+            ManagedTable.name == ref.name,
+            ManagedTable.opt_out,
+        )
+        .values(
+            opt_out=False,
+            retired_reason=case(
+                (ManagedTable.retired_reason == OPTED_OUT, OPT_OUT_CLEARED),
+                else_=ManagedTable.retired_reason,
+            ),
+            updated_at=func.now(),
+        )
+        .returning(ManagedTable.id)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if table_id is None:
+        return None
+    return session.get(ManagedTable, table_id, populate_existing=True)
+
+
+def rule_table_counts(session: Session, catalog: str) -> dict[int, int]:
+    """Rule id -> how many live tables of the catalog it adopted."""
+    found = session.execute(
+        select(ManagedTable.managed_by, func.count())
+        .where(
+            ManagedTable.catalog == catalog,
+            ManagedTable.retired_at.is_(None),
+            ManagedTable.managed_by.like("rule:%"),
+        )
+        .group_by(ManagedTable.managed_by)
+    )
+    counts = {}
+    for managed_by, n in found:
+        rule_id = managed_by.removeprefix("rule:")
+        if rule_id.isdigit():
+            counts[int(rule_id)] = n
+    return counts

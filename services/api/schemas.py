@@ -121,6 +121,83 @@ class EventIn(RequestModel):
     snapshot_id: int | None = Field(default=None, description="the committed snapshot, if known")
 
 
+# A management rule's glob (lakewarden.rules.GLOB): identifier characters, dots, * and ?.
+GLOB_PATTERN = "^[A-Za-z0-9_.*?]{1,255}$"
+_GLOB = documented_pattern(GLOB_PATTERN)
+Glob = Annotated[str, Field(max_length=255, json_schema_extra=_GLOB)]
+_RULE_NAMESPACE = (
+    "namespaces this rule covers: a glob where `*` matches any run of characters, dots "
+    "included (`sales*` covers `sales`, `sales_eu` and `sales.eu.daily`), `?` one character"
+)
+_RULE_INCLUDE = (
+    "table name globs: a table is covered if its name matches one; a glob with a dot is "
+    "matched against `namespace.name` instead"
+)
+_RULE_EXCLUDE = "table name globs (or `namespace.name` globs, with a dot) never covered"
+_RULE_POLICY = (
+    "the policy settings adopted tables get, over their namespace's defaults (like a "
+    "table's own settings)"
+)
+
+
+class RuleIn(RequestModel):
+    """A management rule: every table of the catalog it covers is managed by itself. When
+    several rules cover a table, the most specific wins: an exact namespace over a glob,
+    then the longer namespace pattern, then the lowest id."""
+
+    namespace: str = Field(
+        default="*", max_length=255, json_schema_extra=_GLOB, description=_RULE_NAMESPACE
+    )
+    include: list[Glob] = Field(
+        default_factory=lambda: ["*"], min_length=1, max_length=100, description=_RULE_INCLUDE
+    )
+    exclude: list[Glob] = Field(default_factory=list, max_length=100, description=_RULE_EXCLUDE)
+    policy: Policy = Field(default_factory=Policy, description=_RULE_POLICY)
+    enabled: bool = Field(default=True, description="a disabled rule adopts nothing")
+
+
+class RulePatch(RequestModel):
+    """The fields to change; those left out keep their value. `policy` replaces the rule's
+    whole policy. Tables already adopted keep the policy they were given."""
+
+    namespace: str | None = Field(
+        default=None, max_length=255, json_schema_extra=_GLOB, description=_RULE_NAMESPACE
+    )
+    include: list[Glob] | None = Field(
+        default=None, min_length=1, max_length=100, description=_RULE_INCLUDE
+    )
+    exclude: list[Glob] | None = Field(default=None, max_length=100, description=_RULE_EXCLUDE)
+    policy: Policy | None = Field(default=None, description=_RULE_POLICY)
+    enabled: bool | None = None
+
+
+class RuleOut(ResponseModel):
+    id: int
+    catalog: str
+    namespace: str
+    include: list[str]
+    exclude: list[str]
+    policy: dict[str, Any] = Field(description=_RULE_POLICY)
+    enabled: bool
+    managed_tables: int = Field(description="live tables this rule adopted")
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class OptOutOut(ResponseModel):
+    """A table's opt-out from auto-management."""
+
+    catalog: str
+    namespace: str
+    name: str
+    table_id: int
+    opt_out: bool = Field(description="no management rule adopts the table while set")
+    managed: bool = Field(description="lakewarden manages the table now")
+    retired_reason: str | None = Field(description="why it is not managed, if it is not")
+    managed_by: str = Field(description="`api` (registered) or `rule:<id>`")
+
+
 class TableOut(ResponseModel):
     id: int
     catalog: str

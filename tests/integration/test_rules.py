@@ -10,9 +10,18 @@ import time
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from helpers import bearer, issue_token
 from sqlalchemy import func, select
 
-from lakewarden.db.models import ManagedTable, ManagementRule, PolicyVersion, Task, TaskTransition
+from lakewarden.db.models import (
+    AuditEntry,
+    ManagedTable,
+    ManagementRule,
+    PolicyVersion,
+    Task,
+    TaskTransition,
+)
 from lakewarden.db.session import transaction
 from lakewarden.rules import DROPPED, OPT_OUT_CLEARED, OPTED_OUT, AdoptResult, adopt
 from lakewarden.runtime import Runtime
@@ -294,3 +303,213 @@ def test_adoption_speed_10k(rt: Runtime, capsys: pytest.CaptureFixture[str]) -> 
         )
     assert adopted > 9_000 and again.adopted == []
     assert elapsed < 10
+
+
+# --- The rules API -----------------------------------------------------------------------
+
+
+def rules_path(rt: Runtime, catalog: str | None = None) -> str:
+    return f"/api/v1/catalogs/{catalog or rt.settings.catalog_name}/rules"
+
+
+def test_rules_crud(client: TestClient, rt: Runtime) -> None:
+    path = rules_path(rt)
+    assert client.get(path).json() == []
+    r = client.post(path, json={})  # every field has a default: the whole catalog
+    assert r.status_code == 201, r.text
+    wide = r.json()
+    assert (wide["namespace"], wide["include"], wide["exclude"]) == ("*", ["*"], [])
+    assert wide["enabled"] and wide["policy"] == {} and wide["managed_tables"] == 0
+    assert wide["created_by"] == "token:test-admin"
+    body = {
+        "namespace": "sales.*",
+        "include": ["orders*", "clicks"],
+        "exclude": ["sales.eu.tmp_*"],
+        "policy": {"compaction": {"min_small_files": 20}},
+    }
+    r = client.post(path, json=body)
+    assert r.status_code == 201, r.text
+    rule = r.json()
+    assert rule["policy"] == {"compaction": {"min_small_files": 20}}  # only what was set
+    assert [x["id"] for x in client.get(path).json()] == [wide["id"], rule["id"]]
+    assert client.get(f"{path}/{rule['id']}").json() == rule
+
+    r = client.patch(f"{path}/{rule['id']}", json={"enabled": False, "exclude": []})
+    assert r.status_code == 200, r.text
+    changed = r.json()
+    assert not changed["enabled"] and changed["exclude"] == []
+    assert changed["include"] == body["include"] and changed["policy"] == rule["policy"]
+    r = client.patch(f"{path}/{rule['id']}", json={"policy": {}})
+    assert r.json()["policy"] == {}
+
+    # adopted tables are counted on their rule
+    run_adopt(rt, [("hr", "people", None), ("hr", "pay", None)])
+    assert client.get(f"{path}/{wide['id']}").json()["managed_tables"] == 2
+
+    assert client.delete(f"{path}/{rule['id']}").status_code == 204
+    assert client.get(f"{path}/{rule['id']}").status_code == 404
+    assert [x["id"] for x in client.get(path).json()] == [wide["id"]]
+    # Rule changes are audited with what changed.
+    with transaction(rt.engine) as s:
+        actions = s.execute(
+            select(AuditEntry.action, AuditEntry.target).order_by(AuditEntry.id)
+        ).all()
+    assert [a for a, _ in actions] == [
+        "createRule",
+        "createRule",
+        "updateRule",
+        "updateRule",
+        "deleteRule",
+    ]
+    assert actions[-1][1] == f"rule:{rule['id']}"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({"namespace": "sales;drop"}, 422, "invalid namespace glob"),
+        ({"namespace": ""}, 422, "invalid namespace glob"),
+        ({"include": []}, 422, "include"),
+        ({"include": [""]}, 422, "invalid include glob"),
+        ({"exclude": ["[ab]*"]}, 422, "invalid exclude glob"),
+        ({"exclude": ["a%"]}, 422, "invalid exclude glob"),
+        ({"include": "orders"}, 422, "include"),
+        ({"nope": 1}, 422, "nope"),
+        ({"policy": {"compaction": {"min_small_files": -1}}}, 422, "min_small_files"),
+        ({"policy": {"ttl": {"enabled": True}}}, 422, "ttl"),
+        ({"namespace": "x" * 256}, 422, "namespace"),
+        ({"enabled": "yes"}, 422, "enabled"),
+    ],
+)
+def test_invalid_rules_are_refused_saying_what_to_fix(
+    client: TestClient, rt: Runtime, body: dict[str, Any], status: int, says: str
+) -> None:
+    r = client.post(rules_path(rt), json=body)
+    assert r.status_code == status, r.text
+    assert says in r.text
+    assert client.get(rules_path(rt)).json() == []
+
+
+def test_a_rule_policy_is_checked_over_the_namespace_defaults_it_covers(
+    client: TestClient, rt: Runtime
+) -> None:
+    # sales_eu's defaults go below the TTL floor on purpose; a rule that says not to is
+    # valid alone, and invalid over them
+    below = {"ttl": {"retention_days": 0.5, "allow_below_safety_floors": True}}
+    with transaction(rt.engine) as s:
+        set_namespace_defaults(s, rt.settings.catalog_name, "sales_eu", below)
+    strict = {"ttl": {"allow_below_safety_floors": False}}
+    path = rules_path(rt)
+    r = client.post(path, json={"namespace": "sales_eu", "policy": strict})
+    assert r.status_code == 422 and "safety floor" in r.json()["detail"], r.text
+    r = client.post(path, json={"namespace": "sales*", "policy": strict})  # covers sales_eu
+    assert r.status_code == 422 and "'sales_eu'" in r.json()["detail"], r.text
+    r = client.post(path, json={"namespace": "hr", "policy": strict})
+    assert r.status_code == 201, r.text
+    r = client.patch(f"{path}/{r.json()['id']}", json={"namespace": "sales_?u"})
+    assert r.status_code == 422
+    assert [x["namespace"] for x in client.get(path).json()] == ["hr"]
+
+
+def test_unknown_catalogs_and_rules_are_404s(client: TestClient, rt: Runtime) -> None:
+    for method, path in (
+        ("GET", rules_path(rt, "nosuch")),
+        ("POST", rules_path(rt, "nosuch")),
+        ("GET", rules_path(rt) + "/7"),
+        ("PATCH", rules_path(rt) + "/7"),
+        ("DELETE", rules_path(rt) + "/7"),
+        ("PUT", "/api/v1/catalogs/nosuch/tables/sales/orders/opt-out"),
+    ):
+        r = client.request(method, path, json={} if method in ("POST", "PATCH") else None)
+        assert r.status_code == 404, (method, path, r.text)
+    assert client.get(rules_path(rt) + "/0").status_code == 422
+    assert client.get(rules_path(rt) + "/x").status_code == 422
+
+
+def test_rules_need_admin_on_their_scope_to_change_and_viewer_to_read(
+    client: TestClient, rt: Runtime
+) -> None:
+    path = rules_path(rt)
+    cat = rt.settings.catalog_name
+    sales = client.post(path, json={"namespace": "sales"}).json()
+    wide = client.post(path, json={"namespace": "*"}).json()
+    glob = client.post(path, json={"namespace": "sales_*"}).json()
+
+    def as_(*grants: str) -> dict[str, str]:
+        return bearer(issue_token(rt, *grants, name=f"t{len(grants)}{grants[0]}"))
+
+    operator = as_("operator")
+    assert client.post(path, json={}, headers=operator).status_code == 403
+    assert client.delete(f"{path}/{sales['id']}", headers=operator).status_code == 403
+    assert client.get(path, headers=operator).status_code == 200  # reading: viewer
+
+    sales_admin = as_(f"admin@{cat}/sales", f"admin@{cat}/sales_*")
+    assert client.post(path, json={"namespace": "sales"}, headers=sales_admin).is_success
+    assert client.post(path, json={"namespace": "sales_*"}, headers=sales_admin).is_success
+    # a wider glob, or all of the catalog, is beyond those grants
+    r = client.post(path, json={"namespace": "sal*"}, headers=sales_admin)
+    assert r.status_code == 403 and "every namespace 'sal*' covers" in r.json()["detail"]
+    assert client.patch(f"{path}/{wide['id']}", json={}, headers=sales_admin).status_code == 403
+    # moving its own rule out of its scope
+    r = client.patch(f"{path}/{sales['id']}", json={"namespace": "hr"}, headers=sales_admin)
+    assert r.status_code == 403
+    assert client.patch(f"{path}/{glob['id']}", json={}, headers=sales_admin).is_success
+
+    viewer = as_(f"viewer@{cat}/sales")
+    seen = [x["namespace"] for x in client.get(path, headers=viewer).json()]
+    assert seen == ["sales", "sales"]  # not * nor sales_*
+    assert client.get(f"{path}/{wide['id']}", headers=viewer).status_code == 403
+
+
+# --- Opt-out -------------------------------------------------------------------------------
+
+
+def test_opting_out_retires_the_table_and_keeps_rules_off_it(
+    client: TestClient, rt: Runtime
+) -> None:
+    add_rule(rt, "*")
+    listing = fleet(30)
+    run_adopt(rt, listing)
+    row = rows(rt)[("ns1", "t_1")]
+    with transaction(rt.engine) as s:
+        s.add(Task(table_id=row.id, kind="compaction", state=TaskState.PENDING, trigger={}))
+    cat = rt.settings.catalog_name
+    path = f"/api/v1/catalogs/{cat}/tables/ns1/t_1/opt-out"
+    r = client.put(path)
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "catalog": cat,
+        "namespace": "ns1",
+        "name": "t_1",
+        "table_id": row.id,
+        "opt_out": True,
+        "managed": False,
+        "retired_reason": OPTED_OUT,
+        "managed_by": f"rule:{1}",
+    }
+    with transaction(rt.engine) as s:
+        assert s.scalars(select(Task.state)).one() == "cancelled"
+    assert client.put(path).json()["opt_out"]  # idempotent
+    # the old path is an alias for the default catalog
+    assert client.put("/api/v1/tables/ns1/t_1/opt-out").status_code == 200
+    assert client.get("/api/v1/tables/ns1/t_1").status_code == 404  # not managed
+    assert run_adopt(rt, listing).counts["revived"] == 0
+
+    # A table not adopted yet (or not even created) can be opted out in advance.
+    r = client.put(f"/api/v1/catalogs/{cat}/tables/a.b/later/opt-out")
+    assert r.status_code == 200 and not r.json()["managed"]
+    result = run_adopt(rt, [*listing, ("a.b", "later", None)])
+    assert result.adopted == [] and result.held_back == 2
+
+    # Clearing: the rule takes both back at the next adoption.
+    assert client.delete(path).json()["opt_out"] is False
+    assert client.delete(path).status_code == 404  # not opted out any more
+    assert client.delete(f"/api/v1/catalogs/{cat}/tables/a.b/later/opt-out").is_success
+    result = run_adopt(rt, [*listing, ("a.b", "later", None)])
+    assert len(result.revived) == 2
+    assert client.get("/api/v1/tables/ns1/t_1").status_code == 200
+
+    # bad names and roles
+    assert client.put(f"/api/v1/catalogs/{cat}/tables/ns1/9x/opt-out").status_code == 422
+    operator = bearer(issue_token(rt, "operator", name="op"))
+    assert client.put(path, headers=operator).status_code == 403
