@@ -21,12 +21,15 @@ or register a table) before they read what they validate.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Select, delete, exists, func, literal, select, tuple_, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.orm import Session, aliased
 
+from lakewarden.auth.grants import glob_to_like
 from lakewarden.catalog import TableRef
 from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import (
@@ -36,7 +39,7 @@ from lakewarden.db.models import (
     TableBlocker,
     Task,
 )
-from lakewarden.db.paging import Page, PageRequest, keyset_page
+from lakewarden.db.paging import DEFAULT_LIMIT, keyset_page_by
 from lakewarden.policy import Policy, effective_policy
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tasks.repo import TransitionRejected, transition
@@ -73,14 +76,159 @@ def get_table(
     return session.scalars(query if include_retired else query.where(LIVE)).one_or_none()
 
 
+TableSort = Literal["registered", "health"]
+TABLE_SORTS: tuple[TableSort, ...] = ("registered", "health")
+# The keys a page's `next_key` holds per sort: (id,), and (health_score or None, id).
+SORT_KEYS: dict[TableSort, int] = {"registered": 1, "health": 2}
+
+
+@dataclass(frozen=True)
+class TableQuery:
+    """One page of managed tables: which (every filter given must hold), in which order.
+
+    - `registered`: in the order they were registered (by id); `health`: worst first, by
+      health score ascending, the never measured last, then by id (ORDER BY health_score
+      NULLS LAST, id: the index ix_managed_tables_live_health serves it).
+    - `after`: the previous page's `next_key`, of the same sort.
+    - `namespace_glob`: `*` matches any run of characters (dots too), `?` one character.
+    - `health_below`: a measured score below it (never measured tables do not match).
+    - `has_failed_tasks`: for some kind, the table's latest finished task (succeeded,
+      skipped or failed; cancelled and open ones do not count) failed, i.e. a failure that
+      no later task of that kind has yet run past.
+    - `kind_enabled`: the effective policy enables the kind, read from the stored JSON
+      like `effective_policy` (the table's setting, else its namespace's, else the
+      built-in default); a stored policy that no longer validates is judged the same way.
+    """
+
+    limit: int = DEFAULT_LIMIT
+    sort: TableSort = "registered"
+    after: tuple[int | None, ...] | None = None
+    catalog: str | None = None
+    namespace_glob: str | None = None
+    health_below: int | None = None
+    has_open_tasks: bool | None = None
+    has_failed_tasks: bool | None = None
+    kind_enabled: str | None = None
+
+
+@dataclass(frozen=True)
+class TableListing:
+    items: list[ManagedTable]
+    next_key: tuple[int | None, ...] | None  # pass as `after` (same sort) for the next page
+    total: int  # the tables matching, on every page
+
+
+def _json(value: bool) -> ColumnElement[Any]:
+    return literal(value, JSONB)
+
+
+def kind_enabled(kind: str) -> ColumnElement[bool]:
+    """SQL: the table's effective policy enables `kind` (see `TableQuery`)."""
+    default = Policy().for_kind(kind).enabled  # KeyError for an unknown kind
+    namespace_says = (
+        select(NamespacePolicy.policy[kind]["enabled"])
+        .where(
+            NamespacePolicy.catalog == ManagedTable.catalog,
+            NamespacePolicy.namespace == ManagedTable.namespace,
+        )
+        .scalar_subquery()
+    )
+    says = func.coalesce(ManagedTable.policy[kind]["enabled"], namespace_says, _json(default))
+    return says == _json(True)
+
+
+def has_open_tasks() -> ColumnElement[bool]:
+    return exists().where(Task.table_id == ManagedTable.id, Task.state.in_(OPEN_TASK_STATES))
+
+
+def has_failed_tasks() -> ColumnElement[bool]:
+    """SQL: some kind's latest finished task of the table failed (see `TableQuery`)."""
+    failed, later = aliased(Task), aliased(Task)
+    ran_past = exists().where(
+        later.table_id == failed.table_id,
+        later.kind == failed.kind,
+        later.id > failed.id,
+        later.state.in_((TaskState.SUCCEEDED, TaskState.SKIPPED)),
+    )
+    return exists().where(
+        failed.table_id == ManagedTable.id, failed.state == TaskState.FAILED, ~ran_past
+    )
+
+
+def table_conditions(q: TableQuery) -> list[ColumnElement[bool]]:
+    """The WHERE of a listing: live, and each filter of `q` that is set."""
+    conds: list[ColumnElement[bool]] = [LIVE]
+    if q.catalog is not None:
+        conds.append(ManagedTable.catalog == q.catalog)
+    if q.namespace_glob is not None:
+        conds.append(ManagedTable.namespace.like(glob_to_like(q.namespace_glob), escape="\\"))
+    if q.health_below is not None:
+        conds.append(ManagedTable.health_score < q.health_below)
+    for wanted, cond in (
+        (q.has_open_tasks, has_open_tasks),
+        (q.has_failed_tasks, has_failed_tasks),
+    ):
+        if wanted is not None:
+            conds.append(cond() if wanted else ~cond())
+    if q.kind_enabled is not None:
+        conds.append(kind_enabled(q.kind_enabled))
+    return conds
+
+
 def list_tables(
-    session: Session, page: PageRequest, *, where: ColumnElement[bool] | None = None
-) -> Page[ManagedTable]:
-    """Managed tables (those matching `where`, e.g. a caller's scope), oldest first."""
-    query = select(ManagedTable).where(LIVE)
-    if where is not None:
-        query = query.where(where)
-    return keyset_page(session, query, ManagedTable.id, page, newest_first=False)
+    session: Session, q: TableQuery, *, where: ColumnElement[bool] | None = None
+) -> TableListing:
+    """A page of the managed tables matching `q` (and `where`, e.g. a caller's scope), in
+    `q.sort`'s order, keyset-paged, with the count of all that match (one more query,
+    with the same WHERE)."""
+    conds = table_conditions(q) + ([where] if where is not None else [])
+    query = select(ManagedTable).where(*conds)
+    if q.sort == "health":
+        items, next_key = _worst_first(session, query, q.limit, q.after)
+    else:
+        after = None if q.after is None else (_id_of(q.after),)
+        page = keyset_page_by(session, query, (ManagedTable.id,), q.limit, after)
+        items, next_key = page.items, page.next_key
+    total = session.scalar(select(func.count()).select_from(ManagedTable).where(*conds))
+    return TableListing(items=items, next_key=next_key, total=total or 0)
+
+
+def _id_of(key: tuple[int | None, ...]) -> int:
+    last = key[-1]
+    if last is None:
+        raise ValueError("a page key ends with the id")
+    return last
+
+
+def _worst_first(
+    session: Session, query: Select[ManagedTable], limit: int, after: tuple[int | None, ...] | None
+) -> tuple[list[ManagedTable], tuple[int | None, ...] | None]:
+    """A page by (health_score, id), the never measured (NULL) last. A row comparison
+    cannot pass NULLs, so the measured rows are one keyset range and the unmeasured another
+    (by id); a page that crosses from one to the other reads both, each from the index."""
+    score = ManagedTable.health_score
+    items: list[ManagedTable] = []
+    if after is None or after[0] is not None:
+        key = None if after is None else (after[0], _id_of(after))
+        page = keyset_page_by(
+            session, query.where(score.is_not(None)), (score, ManagedTable.id), limit, key
+        )
+        if page.next_key is not None:
+            return page.items, page.next_key
+        items, after_id = page.items, None
+    else:
+        after_id = _id_of(after)
+    room = limit - len(items)
+    unmeasured = query.where(score.is_(None))
+    if room == 0:  # the measured rows filled the page exactly: more only if unmeasured follow
+        more = session.scalar(select(unmeasured.exists()))
+        last = items[-1]
+        return items, (last.health_score, last.id) if more else None
+    tail = keyset_page_by(
+        session, unmeasured, (ManagedTable.id,), room, None if after_id is None else (after_id,)
+    )
+    next_key = None if tail.next_key is None else (None, tail.next_key[0])
+    return items + tail.items, next_key
 
 
 def tables_in_namespace(session: Session, catalog: str, namespace: str) -> list[ManagedTable]:
@@ -226,6 +374,22 @@ def remove_table(session: Session, row: ManagedTable, *, by: str) -> bool:
 
 def namespace_defaults(session: Session, catalog: str, namespace: str) -> NamespacePolicy | None:
     return session.get(NamespacePolicy, (catalog, namespace))
+
+
+def namespaces_defaults(
+    session: Session, rows: Iterable[ManagedTable]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The defaults of the rows' namespaces in one query: (catalog, namespace) -> policy,
+    for those namespaces that have defaults."""
+    pairs = {(row.catalog, row.namespace) for row in rows}
+    if not pairs:
+        return {}
+    found = session.execute(
+        select(NamespacePolicy.catalog, NamespacePolicy.namespace, NamespacePolicy.policy).where(
+            tuple_(NamespacePolicy.catalog, NamespacePolicy.namespace).in_(sorted(pairs))
+        )
+    )
+    return {(catalog, namespace): policy for catalog, namespace, policy in found}
 
 
 def set_namespace_defaults(

@@ -324,3 +324,25 @@ def scheduler(spark_rt: Runtime, spark: SparkSession) -> Iterator[Scheduler]:
     yield sched
     stop.set()
     sched.pool.shutdown(wait=True)
+
+
+# --- A real Iceberg REST catalog (tests/rest_catalog.py) -----------------------------------
+
+
+@pytest.fixture
+def rest_catalog(server_url: str, tmp_path: Path) -> Iterator[str]:
+    """The URI of an Iceberg REST catalog served for this test: the REST protocol over
+    pyiceberg's SqlCatalog, in an empty database of its own (not lakewarden's: no commit
+    trigger), with its warehouse under tmp_path. pyiceberg's RestCatalog and Spark's REST
+    catalog (see `rest_catalog.add_to_spark`) both use it."""
+    from rest_catalog import serve_rest_catalog
+
+    name = f"lw_rest_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with serve_rest_catalog(_with_db(server_url, name), (tmp_path / "rest").as_uri()) as uri:
+            yield uri
+    finally:
+        with _admin(server_url) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

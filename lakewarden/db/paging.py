@@ -7,10 +7,11 @@ it. No offsets: a row inserted or deleted meanwhile neither repeats nor hides an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Select
+from sqlalchemy import ColumnElement, Select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 R = TypeVar("R")
@@ -50,3 +51,33 @@ def keyset_page(
     rows = rows[:limit]
     items = [row[0] if len(row) == 2 else tuple(row[:-1]) for row in rows]
     return Page(items=items, next_cursor=rows[-1][-1] if more else None)
+
+
+@dataclass(frozen=True)
+class KeyedPage(Generic[R]):
+    """A page ordered by several keys (`keyset_page_by`)."""
+
+    items: list[R]
+    next_key: tuple[int, ...] | None  # the last row's keys when more follow, else None
+
+
+def keyset_page_by(
+    session: Session,
+    query: Select[*tuple[Any, ...]],
+    keys: Sequence[ColumnElement[Any] | InstrumentedAttribute[Any]],
+    limit: int,
+    after: tuple[int | None, ...] | None = None,
+) -> KeyedPage[Any]:
+    """Up to `limit` rows of `query` (one entity) ascending by `keys`, integer columns
+    (not NULL in the rows `query` selects) whose last is unique (an id), after the row whose
+    keys were `after` (a row comparison, which a btree index on the same columns serves)."""
+    q = query.order_by(*keys).limit(limit + 1)
+    if after is not None:
+        if len(after) != len(keys):
+            raise ValueError(f"a cursor of {len(after)} keys for an order of {len(keys)}")
+        q = q.where(tuple_(*keys) > tuple_(*after) if len(keys) > 1 else keys[0] > after[0])
+    rows = session.execute(q.add_columns(*keys)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_key = tuple(int(k) for k in rows[-1][1:]) if more else None
+    return KeyedPage(items=[row[0] for row in rows], next_key=next_key)

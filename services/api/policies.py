@@ -4,6 +4,8 @@ that no longer validates (stored before a bound was tightened) is reported, neve
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import HTTPException
@@ -15,7 +17,7 @@ from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
 from lakewarden.policy import Policy, destructive_changes, effective_policy
-from lakewarden.tables import effective_policy_for, namespace_defaults
+from lakewarden.tables import effective_policy_for, namespace_defaults, namespaces_defaults
 from services.api.access import Access
 from services.api.schemas import TableOut
 
@@ -65,25 +67,47 @@ def current_policy(session: Session, row: ManagedTable) -> Policy:
 
 
 def table_out(session: Session, row: ManagedTable) -> TableOut:
-    policy: dict[str, Any] | None
-    try:
-        policy, policy_error = effective_policy_for(session, row).model_dump(), None
-    except ValidationError as exc:
-        policy, policy_error = None, invalid_stored_policy(row, exc)
-    return TableOut(
-        id=row.id,
-        catalog=row.catalog,
-        namespace=row.namespace,
-        name=row.name,
-        policy=policy,
-        policy_error=policy_error,
-        policy_overrides=row.policy,
-        policy_version=row.policy_version,
-        current_snapshot_id=row.current_snapshot_id,
-        metadata_location=row.metadata_location,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return tables_out(session, [row])[0]
+
+
+def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]:
+    """Each table with its effective policy. The namespaces' defaults are read in one
+    query for all the rows, and each distinct (defaults, settings) pair is validated once:
+    a page of tables costs two queries, not one per table."""
+    defaults = namespaces_defaults(session, rows)
+    parsed: dict[str, dict[str, Any] | ValidationError] = {}
+    out = []
+    for row in rows:
+        ns = defaults.get((row.catalog, row.namespace))
+        key = json.dumps([ns, row.policy], sort_keys=True)
+        if key not in parsed:
+            try:
+                parsed[key] = effective_policy(row.policy, ns).model_dump()
+            except ValidationError as exc:
+                parsed[key] = exc
+        found = parsed[key]
+        policy, policy_error = (
+            (None, invalid_stored_policy(row, found))
+            if isinstance(found, ValidationError)
+            else (found, None)
+        )
+        out.append(
+            TableOut(
+                id=row.id,
+                catalog=row.catalog,
+                namespace=row.namespace,
+                name=row.name,
+                policy=policy,
+                policy_error=policy_error,
+                policy_overrides=row.policy,
+                policy_version=row.policy_version,
+                current_snapshot_id=row.current_snapshot_id,
+                metadata_location=row.metadata_location,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
+        )
+    return out
 
 
 def authorize_policy_change(

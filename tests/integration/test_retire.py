@@ -24,7 +24,6 @@ from lakewarden.db.models import (
     TaskTransition,
     TimelineEvent,
 )
-from lakewarden.db.paging import PageRequest
 from lakewarden.db.session import session_factory, transaction
 from lakewarden.events.poller import poll_once
 from lakewarden.events.refresh import refresh_table
@@ -34,6 +33,7 @@ from lakewarden.states import TaskState
 from lakewarden.tables import (
     AlreadyManaged,
     TableGone,
+    TableQuery,
     add_table,
     get_table,
     list_tables,
@@ -134,7 +134,7 @@ def test_unregister_keeps_the_history_and_cancels_the_open_tasks(rt: Runtime) ->
         assert get_table(s, rt.settings.catalog_name, REF) is None
         retired = get_table(s, rt.settings.catalog_name, REF, include_retired=True)
         assert retired is not None and retired.id == table_id
-        assert list_tables(s, PageRequest(limit=50)).items == []
+        assert list_tables(s, TableQuery()).items == []
         assert tables_in_namespace(s, rt.settings.catalog_name, "sales") == []
         assert lock_table(s, retired) is None
         with pytest.raises(TableGone):
@@ -246,7 +246,7 @@ def test_registering_again_continues_the_same_history(rt: Runtime) -> None:
             .order_by(PolicyVersion.version)
         ).all()
         assert versions == [(1, "alice", COMPACT), (2, "carol", COMPACT | TTL), (3, "dave", {})]
-        assert [r.id for r in list_tables(s, PageRequest(limit=50)).items] == [table_id]
+        assert [r.id for r in list_tables(s, TableQuery()).items] == [table_id]
         with pytest.raises(AlreadyManaged):
             add_table(s, rt.settings.catalog_name, REF, {}, author="erin")
     # The old events stay, and the commits since are ingested after them.

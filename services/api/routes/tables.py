@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from lakewarden import policy_gate, tables
 from lakewarden.auth.grants import Role
@@ -16,15 +16,23 @@ from lakewarden.policy import Policy
 from services.api import errors
 from services.api.access import AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
-from services.api.paging import PageDep
+from services.api.paging import PageDep, read_sorted_cursor, sorted_cursor
 from services.api.policies import (
     authorize_policy_change,
     check_policy,
     policy_or_none,
     record_policy_change,
     table_out,
+    tables_out,
 )
-from services.api.schemas import EventPage, PolicyVersionOut, TableIn, TableOut, TablePage
+from services.api.schemas import (
+    EventPage,
+    PolicyVersionOut,
+    TableIn,
+    TableListQuery,
+    TableOut,
+    TablePage,
+)
 
 router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
 
@@ -69,11 +77,31 @@ def register_table(
 
 
 @router.get("", response_model=TablePage)
-def list_tables(session: SessionDep, page: PageDep, access: AccessDep) -> TablePage:
-    """Managed tables the caller may see, in the order they were registered."""
+def list_tables(
+    query: Annotated[TableListQuery, Query()], session: SessionDep, access: AccessDep
+) -> TablePage:
+    """Managed tables the caller may see, filtered, in the order they were registered or
+    worst health first, with how many match in all."""
     visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
-    found = tables.list_tables(session, page, where=visible)
-    return TablePage.of(found, lambda row: table_out(session, row))
+    keys = tables.SORT_KEYS[query.sort]
+    after = read_sorted_cursor(query.cursor, query.sort, keys, tables.TABLE_SORTS)
+    wanted = tables.TableQuery(
+        limit=query.limit,
+        sort=query.sort,
+        after=after,
+        catalog=query.catalog,
+        namespace_glob=query.namespace,
+        health_below=query.health_below,
+        has_open_tasks=query.has_open_tasks,
+        has_failed_tasks=query.has_failed_tasks,
+        kind_enabled=query.kind_enabled,
+    )
+    found = tables.list_tables(session, wanted, where=visible)
+    return TablePage(
+        items=tables_out(session, found.items),
+        next_cursor=sorted_cursor(query.sort, found.next_key, tables.TABLE_SORTS),
+        total=found.total,
+    )
 
 
 @router.get(

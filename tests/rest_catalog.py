@@ -1,0 +1,348 @@
+"""A small Iceberg REST catalog for tests: the REST protocol over pyiceberg's `SqlCatalog`.
+
+It speaks the parts of the Iceberg REST spec that pyiceberg's `RestCatalog` and Iceberg's
+Java `RESTCatalog` (Spark) use for tables: config, namespaces (list, create, load, exists,
+properties, drop), tables (list, create, load, exists, commit, rename, drop, metrics).
+Errors are the spec's `{"error": {"message", "type", "code"}}` bodies: 404
+NoSuchNamespaceException / NoSuchTableException, 409 AlreadyExistsException /
+NamespaceNotEmptyException / CommitFailedException, 400 BadRequestException.
+
+Not served: views, staged creates (`stage-create`), multi-table transactions, register,
+credentials vending, scan planning, paging (every list is one page), authentication (any
+token or none is accepted). Multi-level namespaces travel as `a%1Fb` in paths and are
+stored by SqlCatalog as `a.b`, so a namespace part may not contain a dot.
+
+    with serve_rest_catalog("postgresql+psycopg://...", "file:///tmp/wh") as uri:
+        RestCatalog("rest", uri=uri)
+
+Spark's Iceberg runtime from the offline assembly lacks the (relocated) Apache HttpClient 5
+its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a session.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Body, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+from pyiceberg import exceptions as exc
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import TableRequirement, TableUpdate
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SEP = "\x1f"  # the spec's namespace separator in paths (%1F)
+PREFIX = "/v1/{prefix}"  # how the config's `endpoints` name routes (we serve no prefix)
+ENDPOINTS = [
+    f"{method} {PREFIX}/{path}"
+    for method, path in [
+        ("GET", "namespaces"),
+        ("POST", "namespaces"),
+        ("GET", "namespaces/{namespace}"),
+        ("HEAD", "namespaces/{namespace}"),
+        ("DELETE", "namespaces/{namespace}"),
+        ("POST", "namespaces/{namespace}/properties"),
+        ("GET", "namespaces/{namespace}/tables"),
+        ("POST", "namespaces/{namespace}/tables"),
+        ("GET", "namespaces/{namespace}/tables/{table}"),
+        ("HEAD", "namespaces/{namespace}/tables/{table}"),
+        ("POST", "namespaces/{namespace}/tables/{table}"),
+        ("DELETE", "namespaces/{namespace}/tables/{table}"),
+        ("POST", "namespaces/{namespace}/tables/{table}/metrics"),
+        ("POST", "tables/rename"),
+    ]
+]
+
+# pyiceberg exception -> (HTTP status, the spec's error type, as Java's RESTCatalog reads it)
+_ERRORS: list[tuple[type[Exception], int, str]] = [
+    (exc.NoSuchTableError, 404, "NoSuchTableException"),
+    (exc.NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
+    (exc.TableAlreadyExistsError, 409, "AlreadyExistsException"),
+    (exc.NamespaceAlreadyExistsError, 409, "AlreadyExistsException"),
+    (exc.NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
+    (exc.CommitFailedException, 409, "CommitFailedException"),
+    (exc.ValidationError, 400, "BadRequestException"),
+    (PydanticValidationError, 400, "BadRequestException"),
+    (ValueError, 400, "BadRequestException"),
+]
+
+JsonBody = Annotated[dict[str, Any], Body()]
+_REQUIREMENTS: TypeAdapter[list[TableRequirement]] = TypeAdapter(list[TableRequirement])
+_UPDATES: TypeAdapter[list[TableUpdate]] = TypeAdapter(list[TableUpdate])
+
+
+def error(status: int, kind: str, message: str) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+def _ns(namespace: str) -> tuple[str, ...]:
+    parts = tuple(namespace.split(SEP))
+    if not all(parts) or any("." in p for p in parts):
+        raise ValueError(f"invalid namespace {parts!r}: empty part, or a part with a dot")
+    return parts
+
+
+def _ns_from_body(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ValueError("namespace must be a list of strings")
+    return _ns(SEP.join(value))
+
+
+def _table_result(table: Table) -> dict[str, Any]:
+    return {
+        "metadata-location": table.metadata_location,
+        "metadata": json.loads(table.metadata.model_dump_json()),
+        "config": {},
+    }
+
+
+def create_app(catalog: SqlCatalog) -> FastAPI:
+    """The REST routes over `catalog`. Handlers are plain `def`s: FastAPI runs them in its
+    thread pool, and SqlCatalog's commit is an optimistic compare-and-swap on the metadata
+    pointer, so concurrent commits to one table end in one success and 409s."""
+    app = FastAPI(title="test Iceberg REST catalog")
+    table_path = "/v1/namespaces/{namespace}/tables/{table}"
+
+    for kind, status, name in _ERRORS:
+
+        def handler(_: Request, e: Exception, status: int = status, name: str = name) -> Response:
+            return error(status, name, str(e) or type(e).__name__)
+
+        app.add_exception_handler(kind, handler)
+
+    def load(namespace: str, table: str) -> Table:
+        return catalog.load_table((*_ns(namespace), table))
+
+    @app.get("/v1/config")
+    def config() -> dict[str, Any]:
+        return {"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS}
+
+    @app.get("/v1/namespaces")
+    def list_namespaces(parent: str | None = None) -> dict[str, Any]:
+        base = _ns(parent) if parent else ()
+        found = catalog.list_namespaces(base)
+        children = sorted({n for n in found if len(n) == len(base) + 1 and n[: len(base)] == base})
+        return {"namespaces": [list(n) for n in children]}
+
+    @app.post("/v1/namespaces")
+    def create_namespace(body: JsonBody) -> dict[str, Any]:
+        ns = _ns_from_body(body.get("namespace"))
+        props = body.get("properties") or {}
+        catalog.create_namespace(ns, props)
+        return {"namespace": list(ns), "properties": props}
+
+    @app.get("/v1/namespaces/{namespace}")
+    def load_namespace(namespace: str) -> dict[str, Any]:
+        ns = _ns(namespace)
+        props = catalog.load_namespace_properties(ns)
+        return {
+            "namespace": list(ns),
+            "properties": {k: v for k, v in props.items() if k != "exists"},
+        }
+
+    @app.head("/v1/namespaces/{namespace}", status_code=204)
+    def namespace_exists(namespace: str) -> Response:
+        if not catalog.namespace_exists(_ns(namespace)):
+            return Response(status_code=404)
+        return Response(status_code=204)
+
+    @app.delete("/v1/namespaces/{namespace}", status_code=204)
+    def drop_namespace(namespace: str) -> Response:
+        catalog.drop_namespace(_ns(namespace))
+        return Response(status_code=204)
+
+    @app.post("/v1/namespaces/{namespace}/properties")
+    def update_properties(namespace: str, body: JsonBody) -> dict[str, Any]:
+        summary = catalog.update_namespace_properties(
+            _ns(namespace), set(body.get("removals") or []), body.get("updates") or {}
+        )
+        return {"updated": summary.updated, "removed": summary.removed, "missing": summary.missing}
+
+    @app.get("/v1/namespaces/{namespace}/tables")
+    def list_tables(namespace: str) -> dict[str, Any]:
+        ns = _ns(namespace)
+        idents = catalog.list_tables(ns)
+        return {"identifiers": [{"namespace": list(ns), "name": i[-1]} for i in sorted(idents)]}
+
+    @app.post("/v1/namespaces/{namespace}/tables")
+    def create_table(namespace: str, body: JsonBody) -> dict[str, Any]:
+        if body.get("stage-create"):
+            raise ValueError("stage-create is not supported by this test catalog")
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("name is required")
+        spec, order = body.get("partition-spec"), body.get("write-order")
+        table = catalog.create_table(
+            (*_ns(namespace), name),
+            schema=Schema.model_validate(body["schema"]),
+            location=body.get("location"),
+            partition_spec=PartitionSpec.model_validate(spec)
+            if spec
+            else UNPARTITIONED_PARTITION_SPEC,
+            sort_order=SortOrder.model_validate(order) if order else UNSORTED_SORT_ORDER,
+            properties=body.get("properties") or {},
+        )
+        return _table_result(table)
+
+    @app.get(table_path)
+    def load_table(namespace: str, table: str) -> dict[str, Any]:
+        return _table_result(load(namespace, table))
+
+    @app.head(table_path, status_code=204)
+    def table_exists(namespace: str, table: str) -> Response:
+        found = catalog.table_exists((*_ns(namespace), table))
+        return Response(status_code=204 if found else 404)
+
+    @app.post(table_path)
+    def commit_table(namespace: str, table: str, body: JsonBody) -> dict[str, Any]:
+        requirements = _REQUIREMENTS.validate_python(body.get("requirements") or [])
+        updates = _UPDATES.validate_python(body.get("updates") or [])
+        # The table must exist (a create through commit is a staged create: not served).
+        # SqlCatalog re-reads it, checks the requirements against what it read, and swaps
+        # the pointer only if nobody moved it since: CommitFailedException (409) otherwise.
+        current = load(namespace, table)
+        response = catalog.commit_table(current, tuple(requirements), tuple(updates))
+        return {
+            "metadata-location": response.metadata_location,
+            "metadata": json.loads(response.metadata.model_dump_json()),
+        }
+
+    @app.delete(table_path, status_code=204)
+    def drop_table(namespace: str, table: str, purgeRequested: bool = False) -> Response:
+        ident = (*_ns(namespace), table)
+        (catalog.purge_table if purgeRequested else catalog.drop_table)(ident)
+        return Response(status_code=204)
+
+    @app.post(table_path + "/metrics", status_code=204)
+    def report_metrics(namespace: str, table: str) -> Response:
+        return Response(status_code=204)  # Spark reports scan and commit metrics: accepted
+
+    @app.post("/v1/tables/rename", status_code=204)
+    def rename_table(body: JsonBody) -> Response:
+        src, dst = body.get("source") or {}, body.get("destination") or {}
+        catalog.rename_table(
+            (*_ns_from_body(src.get("namespace")), src["name"]),
+            (*_ns_from_body(dst.get("namespace")), dst["name"]),
+        )
+        return Response(status_code=204)
+
+    return app
+
+
+@contextmanager
+def serve_rest_catalog(sql_uri: str, warehouse: str, name: str = "rest") -> Iterator[str]:
+    """Serve a REST catalog over `SqlCatalog(name, uri=sql_uri, warehouse=warehouse)` on a
+    free loopback port, in a thread of this process; yields its base URI."""
+    import uvicorn
+
+    catalog = SqlCatalog(name, uri=sql_uri, warehouse=warehouse)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(catalog), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="rest-catalog", daemon=True
+    )
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the test REST catalog did not start")
+            threading.Event().wait(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        catalog.engine.dispose()
+
+
+# --- Spark's REST client -------------------------------------------------------------------
+
+HTTP_JARS = ("httpclient5", "httpcore5", "httpcore5-h2")
+HTTP_RULE = "rule org.apache.hc.** org.apache.iceberg.shaded.org.apache.hc.@1\n"
+# The empty interface org.apache.iceberg.shaded.org.apache.hc.client5.http.ssl.TlsSocketStrategy
+# (javac --release 8 -g:none). Iceberg 1.10 names it (from HttpClient 5.4) in code it runs only
+# when a TLS configurer is set; the JVM's verifier loads it anyway. Debian has HttpClient 5.2.
+_TLS_STUB_PATH = "org/apache/iceberg/shaded/org/apache/hc/client5/http/ssl/TlsSocketStrategy.class"
+_TLS_STUB = base64.b64decode(
+    "yv66vgAAADQABQcAAgEASm9yZy9hcGFjaGUvaWNlYmVyZy9zaGFkZWQvb3JnL2FwYWNoZS9oYy9jbGllbnQ1L2h0dHAv"
+    "c3NsL1Rsc1NvY2tldFN0cmF0ZWd5BwAEAQAQamF2YS9sYW5nL09iamVjdAYBAAEAAwAAAAAAAAAA"
+)
+
+
+def spark_rest_jar(cache_dir: Path, java_dir: Path = Path("/usr/share/java")) -> Path | None:
+    """Apache HttpClient 5 relocated where Iceberg's Spark runtime looks for it, which the
+    runtime jar of the offline assembly (snowpark-connect-deps-iceberg) leaves out: without
+    it, Spark's REST catalog fails with NoClassDefFoundError
+    (org/apache/iceberg/shaded/org/apache/hc/core5/http/Method). Built from Debian's
+    libhttpclient5-java and libhttpcore5-java with jarjar; None when they are missing."""
+    import subprocess
+    import tempfile
+
+    from lakewarden.spark.jars import JARJAR
+
+    out = cache_dir / "iceberg-shaded-httpclient5.jar"
+    if out.exists():
+        return out
+    sources = [java_dir / f"{name}.jar" for name in HTTP_JARS]
+    if not all(p.exists() for p in sources) or not Path(JARJAR).exists():
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        merged, rules = Path(tmp) / "merged.jar", Path(tmp) / "rules.txt"
+        seen: set[str] = set()
+        with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as dst:
+            for jar in sources:
+                with zipfile.ZipFile(jar) as src:
+                    for info in src.infolist():
+                        n = info.filename
+                        skip = n.startswith("META-INF/") or n == "module-info.class"
+                        if n.endswith(".class") and n not in seen and not skip:
+                            seen.add(n)
+                            dst.writestr(info, src.read(info))
+        rules.write_text(HTTP_RULE)
+        partial = Path(tmp) / "relocated.jar"
+        cmd = ["java", "-jar", JARJAR, "process", str(rules), str(merged), str(partial)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        with zipfile.ZipFile(partial, "a") as relocated:
+            if _TLS_STUB_PATH not in relocated.namelist():
+                relocated.writestr(_TLS_STUB_PATH, _TLS_STUB)
+        partial.replace(out)
+    return out
+
+
+def add_to_spark(spark: SparkSession, jar: Path) -> None:
+    """Put `jar` on the class loader that loaded Iceberg's runtime in a running session, so
+    classes Iceberg has not yet needed resolve from it. Must run before the session first
+    uses a REST catalog: a class whose initialisation failed stays failed in that JVM."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+    iceberg = jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkCatalog", False, loader)
+    target = iceberg.getClassLoader()
+    probe = "org.apache.iceberg.shaded.org.apache.hc.core5.http.Method"
+    try:
+        jvm.java.lang.Class.forName(probe, False, target)
+        return  # already there (a runtime jar that carries it, or added before)
+    except Exception:
+        pass
+    target.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
