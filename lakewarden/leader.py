@@ -4,14 +4,21 @@ Expiry is judged by the database clock, so schedulers whose clocks disagree
 still agree on who leads. Every write a leader makes passes its `Fence`; the
 write is refused once the lease has moved on (a newer epoch, another holder,
 or simply expired), so a paused or partitioned old leader cannot act.
+
+Row locks: a fenced transaction holds the lease row `FOR KEY SHARE`. The leader's own
+renewal updates non-key columns only, which that lock does not block, so the leader's
+work never holds its own renewal hostage. A takeover (any change of holder or epoch)
+first locks the row `FOR UPDATE`, which waits for every fenced transaction still open:
+a fenced write completes under a live lease or is refused, as before.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.orm import Session
 
 from lakewarden.db.locks import DBLocks
@@ -47,10 +54,46 @@ _ACQUIRE = text(
 )
 
 
+# Taking the lease from another holder, or our own after it lapsed, waits for the fenced
+# transactions still open (they hold the row FOR KEY SHARE). Renewing our live lease
+# matches no row here and so waits for nothing.
+_LOCK_FOR_TAKEOVER = text(
+    """
+    SELECT 1 FROM leader_lease
+    WHERE name = :name AND NOT (holder = :me AND expires_at > now())
+    FOR UPDATE
+    """
+)
+
+
 def acquire_or_renew(conn: Connection | Session, name: str, me: str, ttl_s: float) -> Fence | None:
-    """One statement: take a free/expired lease or renew ours. None: someone else leads."""
-    epoch = conn.execute(_ACQUIRE, {"name": name, "me": me, "ttl": ttl_s}).scalar()
+    """Take a free/expired lease or renew ours, in the caller's transaction (whose now()
+    both statements share). None: someone else leads."""
+    params = {"name": name, "me": me, "ttl": ttl_s}
+    conn.execute(_LOCK_FOR_TAKEOVER, params)
+    epoch = conn.execute(_ACQUIRE, params).scalar()
     return Fence(name, me, int(epoch)) if epoch is not None else None
+
+
+def lease_engine(engine: Engine, timeout_s: float) -> Engine:
+    """Connections of the lease renewal's own, to `engine`'s database: a renewal never waits
+    for a connection the leader's other work holds, and no statement of it waits longer
+    than `timeout_s` (the next renewal tries again rather than hang past the lease)."""
+    return _lease_engine(engine.url.render_as_string(hide_password=False), timeout_s)
+
+
+@functools.cache
+def _lease_engine(url: str, timeout_s: float) -> Engine:
+    """One per database for the life of the process, as `db.session.engine_for`."""
+    ms = max(1, int(timeout_s * 1000))
+    return create_engine(
+        url,
+        pool_size=1,
+        max_overflow=2,
+        pool_pre_ping=True,
+        pool_timeout=timeout_s,
+        connect_args={"options": f"-c statement_timeout={ms} -c lock_timeout={ms}"},
+    )
 
 
 def resign(conn: Connection | Session, fence: Fence) -> None:
@@ -65,15 +108,17 @@ def resign(conn: Connection | Session, fence: Fence) -> None:
 
 
 def check_fence(session: Session, fence: Fence) -> None:
-    """Hold the lease row (shared) for the rest of the transaction, or raise FencedOut.
+    """Hold the lease row (key-shared) for the rest of the transaction, or raise FencedOut.
 
-    A takeover must update the row and so waits for our transaction: a fenced
-    write either completes under a live lease or is refused.
+    A takeover locks the row FOR UPDATE first and so waits for our transaction: a fenced
+    write either completes under a live lease or is refused. Our own renewal does not
+    wait (FOR KEY SHARE does not block an update of non-key columns); still, keep a
+    fenced transaction short: a standby's takeover after we die waits for it too.
     """
     ok = session.execute(
         text(
             "SELECT 1 FROM leader_lease WHERE name = :name AND holder = :me "
-            "AND epoch = :epoch AND expires_at > now() FOR SHARE"
+            "AND epoch = :epoch AND expires_at > now() FOR KEY SHARE"
         ),
         {"name": fence.lease, "me": fence.holder, "epoch": fence.epoch},
     ).scalar()

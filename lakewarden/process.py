@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from sqlalchemy import text
@@ -46,8 +47,11 @@ def forget(rt: Runtime) -> None:
 
 class Ticker(threading.Thread):
     """The one periodic runner of every process: run `fn` every `interval` seconds until
-    `stop` is set. Runs never overlap (one thread per job); errors are logged, not fatal.
-    `wait_first`: wait one interval before the first run, not run at once."""
+    `stop` is set. Runs never overlap (one thread per job, so a slow job never delays
+    another's); errors are logged, not fatal. `wait_first`: wait one interval before the
+    first run, not run at once. `fixed_rate`: the interval runs from one start to the
+    next (a slow run does not push the next one back, e.g. a lease renewal), instead of
+    from one run's end to the next's start (a slow sweep is not run back to back)."""
 
     def __init__(
         self,
@@ -57,16 +61,20 @@ class Ticker(threading.Thread):
         stop: threading.Event,
         *,
         wait_first: bool = False,
+        fixed_rate: bool = False,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.interval, self.fn, self.stop, self.wait_first = interval, fn, stop, wait_first
+        self.fixed_rate = fixed_rate
 
     def run(self) -> None:
         if self.wait_first:
             self.stop.wait(self.interval)
         while not self.stop.is_set():
+            started = time.monotonic()
             try:
                 self.fn()
             except Exception:
                 log.exception("%s failed", self.name)
-            self.stop.wait(self.interval)
+            took = time.monotonic() - started if self.fixed_rate else 0.0
+            self.stop.wait(max(0.0, self.interval - took))

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     # Start Spark when the scheduler starts (standbys too), so a job or failover finds it warm.
     spark_warmup: bool = True
     sweep_interval_s: float = 60.0  # how often the leader looks for due TTL/clean work
+    # Tables per sweep transaction: each batch is one short fenced transaction.
+    sweep_batch_size: int = Field(default=500, ge=1, le=100_000)
+    # The health watch measures tables in batches of this many, for at most
+    # health_budget_s per round (every alert_interval_s), moved metadata pointers first.
+    health_batch_size: int = Field(default=100, ge=1, le=100_000)
+    health_budget_s: float = Field(default=10.0, gt=0)
     retry_base_s: float = 10.0
     retry_cap_s: float = 600.0
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Engine, select, text
 
 from lakewarden import policy_gate, process
 from lakewarden.alerts.tick import alert_tick
@@ -28,7 +28,7 @@ from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
-from lakewarden.leader import Fence, FencedOut, acquire_or_renew, resign
+from lakewarden.leader import Fence, FencedOut, acquire_or_renew, lease_engine, resign
 from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
@@ -110,10 +110,17 @@ class Scheduler:
         self.tickers: list[Ticker] = []
 
     # --- leadership -------------------------------------------------------------
+    @property
+    def _lease_db(self) -> Engine:
+        return lease_engine(self.rt.engine, self.rt.settings.lease_renew_interval_s)
+
     def renew(self) -> None:
+        """Renew (or take) the lease, and nothing else: on the lease ticker's thread and
+        connections of its own, so no other work of this process delays it (the fenced
+        work does not block it in the database either: `lakewarden.leader`)."""
         ttl = self.rt.settings.lease_ttl_s
         started = time.monotonic()
-        with self.rt.engine.begin() as conn:
+        with self._lease_db.begin() as conn:
             fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, self.rt.process_id, ttl)
         if fence is not None:
             if self.fence is None or fence.epoch != self.fence.epoch:
@@ -123,8 +130,12 @@ class Scheduler:
         elif self.fence is not None:
             log.warning("%s lost scheduler leadership", self.rt.process_id)
         self.fence = fence
+
+    def beat(self) -> None:
+        """Say this process is alive and still runs its jobs (its own ticker: these writes
+        never delay a renewal)."""
         process.beat(self.rt)
-        if fence is not None and self.inflight:
+        if self.fence is not None and self.inflight:
             with transaction(self.rt.engine) as s:
                 for task_id in list(self.inflight):
                     repo.heartbeat(s, task_id, self.rt.process_id)
@@ -380,15 +391,27 @@ class Scheduler:
     def serve(self) -> None:
         s = self.rt.settings
         self.tickers = [
-            Ticker(name, seconds, fn, self.stop, wait_first=True)
-            for name, seconds, fn in (
-                ("lease", s.lease_renew_interval_s, self.renew),
-                ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
-                ("health-and-alerts", s.alert_interval_s, self.measure_and_alert),
-                ("sweep", s.sweep_interval_s, self.sweep),
-            )
+            # The lease renews at a fixed rate: a slow renewal does not push the next back.
+            Ticker(
+                "lease",
+                s.lease_renew_interval_s,
+                self.renew,
+                self.stop,
+                wait_first=True,
+                fixed_rate=True,
+            ),
+            *(
+                Ticker(name, seconds, fn, self.stop, wait_first=True)
+                for name, seconds, fn in (
+                    ("heartbeat", s.lease_renew_interval_s, self.beat),
+                    ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
+                    ("health-and-alerts", s.alert_interval_s, self.measure_and_alert),
+                    ("sweep", s.sweep_interval_s, self.sweep),
+                )
+            ),
         ]
         self.renew()
+        self.beat()
         for ticker in self.tickers:
             ticker.start()
         if s.spark_warmup:
@@ -418,7 +441,7 @@ class Scheduler:
                 ticker.join(timeout=5.0)
         self.pool.shutdown(wait=True, cancel_futures=False)
         if self.fence is not None:
-            with self.rt.engine.begin() as conn:
+            with self._lease_db.begin() as conn:
                 resign(conn, self.fence)
         process.forget(self.rt)
 

@@ -2,93 +2,184 @@
 interval has passed since the table's last task of that kind. Idempotent: a second
 sweep (or a second leader for a moment) finds the open task and creates nothing.
 A table the sweep fails on (a stored policy that no longer validates, say) is skipped
-and alerted (`lakewarden.isolation`): the others still get their tasks."""
+and alerted (`lakewarden.isolation`): the others still get their tasks.
+
+Cost: the live tables of every catalog are swept in batches of `sweep_batch_size`, each
+batch one short fenced transaction that reads only its own tables' columns and last
+tasks. A policy is parsed once per distinct (table settings, namespace defaults) pair,
+not once per table, and a table none of whose time-based kinds is enabled costs no more
+than that lookup. No transaction lasts the whole sweep: the lease row is never held
+for long (`lakewarden.leader.check_fence`)."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select, tuple_
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import ManagedTable, Task
+from lakewarden.db.models import ManagedTable, NamespacePolicy, Task
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.leader import Fence, check_fence
-from lakewarden.policy import SweptPolicy, is_due
+from lakewarden.policy import Policy, SweptPolicy, effective_policy, is_due
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, effective_policy_for
+from lakewarden.tables import LIVE
 from lakewarden.tasks.repo import create_task
 
 log = logging.getLogger(__name__)
 
+# What the sweep reads of a table: never the whole row.
+_COLUMNS = (
+    ManagedTable.id,
+    ManagedTable.catalog,
+    ManagedTable.namespace,
+    ManagedTable.name,
+    ManagedTable.policy,
+    ManagedTable.policy_version,
+)
+
 
 def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
     """Create the tasks that are due; returns their ids. A table the sweep fails on is
-    skipped (its partial work rolled back to a savepoint) and alerted; the rest go on."""
+    skipped (its partial work rolled back to a savepoint) and alerted; the rest go on.
+    Raises FencedOut, at the first batch after the lease moved on."""
     swept = [k for k in REGISTRY.values() if k.swept]
     if not swept:
         return []
-    created: list[int] = []
-    isolated = PerTable("sweep")
+    sweep = _Sweep(fence, swept, now)
+    after = 0  # keyset: every live table once, whatever is registered meanwhile
+    while True:
+        with transaction(rt.engine) as s:
+            check_fence(s, fence)
+            rows = s.execute(
+                select(*_COLUMNS)
+                .where(LIVE, ManagedTable.id > after)
+                .order_by(ManagedTable.id)
+                .limit(rt.settings.sweep_batch_size)
+            ).all()
+            if rows:
+                sweep.batch(s, rows)
+        if len(rows) < rt.settings.sweep_batch_size:
+            break
+        after = rows[-1].id
     with transaction(rt.engine) as s:
         check_fence(s, fence)
+        sweep.isolated.record(s)
+    if sweep.created:
+        log.info("sweep created %d task(s): %s", len(sweep.created), sweep.created)
+    return sweep.created
+
+
+@dataclass
+class _Sweep:
+    fence: Fence
+    swept: list[Kind]
+    now: datetime
+
+    def __post_init__(self) -> None:
+        self.created: list[int] = []
+        self.isolated = PerTable("sweep")
+        # (table settings, namespace defaults) as JSON -> the enabled time-based sections
+        # of that effective policy, or the error parsing it raised (raised again per table).
+        self._sections: dict[tuple[str, str], list[tuple[Kind, SweptPolicy]] | Exception] = {}
+
+    def batch(self, s: Session, rows: Sequence[Row[Any]]) -> None:
+        defaults = _namespace_defaults(s, {(r.catalog, r.namespace) for r in rows})
+        enabled: dict[int, list[tuple[Kind, SweptPolicy]]] = {}
+        for row in rows:
+            with self.isolated.table(f"{row.namespace}.{row.name}"):  # pure: no savepoint
+                sections = self._enabled(row.policy, defaults.get((row.catalog, row.namespace)))
+                if sections:
+                    enabled[row.id] = sections
+        if not enabled:
+            return
         last = {
             (table_id, kind): at
             for table_id, kind, at in s.execute(
                 select(Task.table_id, Task.kind, func.max(Task.created_at))
-                .where(Task.kind.in_([k.name for k in swept]))
+                .where(
+                    Task.table_id.in_(list(enabled)),
+                    Task.kind.in_([k.name for k in self.swept]),
+                )
                 .group_by(Task.table_id, Task.kind)
             )
         }
-        rows = s.scalars(
-            select(ManagedTable).where(ManagedTable.catalog == rt.settings.catalog_name, LIVE)
-        ).all()
         for row in rows:
-            with isolated.table(f"{row.namespace}.{row.name}", s):
-                created += _sweep_table(s, fence, row, swept, last, now)
-        isolated.record(s)
-    if created:
-        log.info("sweep created %d task(s): %s", len(created), created)
-    return created
+            name, due = f"{row.namespace}.{row.name}", []
+            with self.isolated.table(name):
+                due = [
+                    (kind, section, why)
+                    for kind, section in enabled.get(row.id, [])
+                    for is_it, why in [
+                        is_due(section, last.get((row.id, kind.name)), self.now, kind=kind.name)
+                    ]
+                    if is_it
+                ]
+            if due and name not in self.isolated.failed:
+                with self.isolated.table(name, s):
+                    self.created += self._create(s, row, due)
+
+    def _enabled(
+        self, table_policy: dict[str, Any] | None, namespace_policy: dict[str, Any] | None
+    ) -> list[tuple[Kind, SweptPolicy]]:
+        key = json.dumps(table_policy, sort_keys=True), json.dumps(namespace_policy, sort_keys=True)
+        if key not in self._sections:
+            try:
+                policy = effective_policy(table_policy, namespace_policy)
+                self._sections[key] = _swept_sections(policy, self.swept)
+            except Exception as exc:
+                self._sections[key] = exc
+        found = self._sections[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _create(
+        self, s: Session, row: Row[Any], due: list[tuple[Kind, SweptPolicy, str]]
+    ) -> list[int]:
+        created: list[int] = []
+        for kind, section, why in due:
+            reason = f"{kind.name} sweep: {why}"
+            task_id = create_task(
+                s,
+                table_id=row.id,
+                kind=kind.name,
+                actor=self.fence.holder,
+                priority=section.priority,
+                max_attempts=section.max_attempts,
+                pool=section.pool,
+                trigger={
+                    "source": "sweep",
+                    "reason": reason,
+                    "leader_epoch": self.fence.epoch,
+                    "policy_version": row.policy_version,
+                },
+            )
+            if task_id is not None:
+                created.append(task_id)
+        return created
 
 
-def _sweep_table(
-    s: Session,
-    fence: Fence,
-    row: ManagedTable,
-    swept: list[Kind],
-    last: dict[tuple[int, str], datetime],
-    now: datetime,
-) -> list[int]:
-    created: list[int] = []
-    policy = effective_policy_for(s, row)
-    for kind in swept:
-        section = kind.section(policy)
-        if not section.enabled or not isinstance(section, SweptPolicy):
-            continue
-        due, why = is_due(section, last.get((row.id, kind.name)), now, kind=kind.name)
-        if not due:
-            continue
-        reason = f"{kind.name} sweep: {why}"
-        task_id = create_task(
-            s,
-            table_id=row.id,
-            kind=kind.name,
-            actor=fence.holder,
-            priority=section.priority,
-            max_attempts=section.max_attempts,
-            pool=section.pool,
-            trigger={
-                "source": "sweep",
-                "reason": reason,
-                "leader_epoch": fence.epoch,
-                "policy_version": row.policy_version,
-            },
+def _swept_sections(policy: Policy, swept: list[Kind]) -> list[tuple[Kind, SweptPolicy]]:
+    sections = [(kind, kind.section(policy)) for kind in swept]
+    return [(k, sec) for k, sec in sections if sec.enabled and isinstance(sec, SweptPolicy)]
+
+
+def _namespace_defaults(
+    s: Session, namespaces: set[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The defaults of the batch's namespaces, in one query."""
+    rows = s.execute(
+        select(NamespacePolicy.catalog, NamespacePolicy.namespace, NamespacePolicy.policy).where(
+            tuple_(NamespacePolicy.catalog, NamespacePolicy.namespace).in_(list(namespaces))
         )
-        if task_id is not None:
-            created.append(task_id)
-    return created
+    )
+    return {(catalog, namespace): policy for catalog, namespace, policy in rows}
