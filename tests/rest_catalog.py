@@ -15,6 +15,10 @@ stored by SqlCatalog as `a.b`, so a namespace part may not contain a dot.
     with serve_rest_catalog("postgresql+psycopg://...", "file:///tmp/wh") as uri:
         RestCatalog("rest", uri=uri)
 
+or on its own, until interrupted (prints the URI):
+
+    .venv/bin/python tests/rest_catalog.py SQL_URI WAREHOUSE_URI
+
 Spark's Iceberg runtime from the offline assembly lacks the (relocated) Apache HttpClient 5
 its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a session.
 """
@@ -27,7 +31,7 @@ import socket
 import threading
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -346,3 +350,14 @@ def add_to_spark(spark: SparkSession, jar: Path) -> None:
     except Exception:
         pass
     target.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: rest_catalog.py SQL_URI WAREHOUSE_URI")
+    with serve_rest_catalog(sys.argv[1], sys.argv[2]) as uri:
+        print(uri, flush=True)
+        with suppress(KeyboardInterrupt):
+            threading.Event().wait()

@@ -161,3 +161,18 @@ def test_spark_compacts_a_table_through_the_rest_catalog(
     assert snapshot is not None and snapshot.summary is not None
     assert snapshot.summary.operation.value == "replace"
     assert sorted(after.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == rows_before
+
+    # Spark creates (partitioned, sorted) and writes a table through it; pyiceberg reads it.
+    spark.sql(
+        f"CREATE TABLE {name}.ns.events (id bigint, day date, v string) USING iceberg "
+        "PARTITIONED BY (day)"
+    )
+    spark.sql(f"ALTER TABLE {name}.ns.events WRITE ORDERED BY id")
+    spark.sql(
+        f"INSERT INTO {name}.ns.events VALUES (1, DATE'2026-01-01', 'a'), "
+        "(2, DATE'2026-01-02', 'b')"
+    )
+    events = cat.load_table("ns.events")
+    assert [f.name for f in events.spec().fields] == ["day"]
+    assert events.sort_order().fields[0].source_id == events.schema().find_field("id").field_id
+    assert sorted(events.scan().to_arrow()["id"].to_pylist()) == [1, 2]
