@@ -13,11 +13,12 @@ refuse, with a message that says what to fix rather than a regular expression.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from lakewarden.auth.grants import Grant
 from lakewarden.db import paging
@@ -524,8 +525,81 @@ class Page(ResponseModel, Generic[T]):
         return cls(items=items, next_cursor=page.next_cursor)
 
 
-class TablePage(Page[TableOut]):
-    pass
+# A namespace glob (`GET /api/v1/tables?namespace=`): what a (multi-level) namespace may
+# hold, and `*` (any run of characters, dots too) and `?` (one character).
+NAMESPACE_GLOB_PATTERN = "^[A-Za-z0-9_.*?-]{1,255}$"
+_NAMESPACE_GLOB = re.compile(r"\A[A-Za-z0-9_.*?-]{1,255}\Z")
+
+
+class TableListQuery(BaseModel):
+    """The query of `GET /api/v1/tables`: a page, its order, and filters (all optional,
+    every one given must hold). An unknown parameter is a 422, so a misspelt filter is not
+    silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(
+        default=paging.DEFAULT_LIMIT, ge=1, le=paging.MAX_LIMIT, description="page size"
+    )
+    cursor: str | None = Field(
+        default=None,
+        max_length=100,
+        description="next_cursor of the previous page, passed with the same `sort`",
+    )
+    sort: Literal["registered", "health"] = Field(
+        default="registered",
+        description="registered: in the order they were registered; health: worst first "
+        "(lowest health score first, never measured last, then registration order)",
+    )
+    catalog: str | None = Field(default=None, min_length=1, max_length=255, description="exact")
+    namespace: str | None = Field(
+        default=None,
+        description="a glob: `*` any run of characters (dots too), `?` one, e.g. `sales.*`",
+        json_schema_extra=documented_pattern(NAMESPACE_GLOB_PATTERN),
+    )
+    health_below: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="a measured health score below this (never measured tables do not match)",
+    )
+    has_open_tasks: bool | None = Field(
+        default=None, description="true: a task is pending, planning, planned or running"
+    )
+    has_failed_tasks: bool | None = Field(
+        default=None,
+        description="true: for some kind, the latest finished task (succeeded, skipped or "
+        "failed; cancelled ones do not count) failed",
+    )
+    kind_enabled: Literal[KINDS] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="the effective policy (table over namespace defaults over built-in "
+        "defaults) enables this kind",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _glob(cls, value: str | None) -> str | None:
+        if value is not None and not _NAMESPACE_GLOB.match(value):
+            raise ValueError(
+                "a namespace glob is 1 to 255 letters, digits, _ - . and the glob "
+                "characters * (any run of characters) and ? (one character), e.g. sales.*"
+            )
+        return value
+
+
+class TablePage(ResponseModel):
+    """A page of managed tables (`TableListQuery`), with how many match in all."""
+
+    items: list[TableOut]
+    next_cursor: str | None = Field(
+        description="pass as `cursor`, with the same `sort`, for the next page; null on the "
+        "last page"
+    )
+    total: int = Field(
+        description="how many tables match the filters among those the caller may see "
+        "(the same on every page)"
+    )
 
 
 class EventPage(Page[EventOut]):
