@@ -4,6 +4,10 @@ commit refused with 409), and Spark's Iceberg REST catalog compacts a table thro
 
 from __future__ import annotations
 
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pyarrow as pa
 import pytest
@@ -118,6 +122,41 @@ def test_conflicting_commit_is_refused_with_409(
     r = httpx.get(f"{rest_catalog}/v1/namespaces/missing%1Fx/tables")
     assert r.status_code == 404
     assert r.json()["error"]["type"] == "NoSuchNamespaceException"
+
+
+def test_racing_commits_one_wins_the_rest_get_409(rest_catalog: str) -> None:
+    """Writers that each add a column on top of the same schema, all at once: SqlCatalog's
+    compare-and-swap on the metadata pointer lets exactly one through."""
+    cat = _client(rest_catalog)
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", schema=SCHEMA)
+    base = json.loads(cat.load_table("ns.t").schema().model_dump_json())
+    n = 8
+    start = threading.Barrier(n)
+
+    def add_column(i: int) -> int:
+        column = {"id": 3, "name": f"c{i}", "required": False, "type": "long"}
+        schema = {**base, "schema-id": 1, "fields": [*base["fields"], column]}
+        body = {
+            "requirements": [
+                {"type": "assert-last-assigned-field-id", "last-assigned-field-id": 2}
+            ],
+            "updates": [
+                {"action": "add-schema", "schema": schema},
+                {"action": "set-current-schema", "schema-id": -1},
+            ],
+        }
+        start.wait()
+        r = httpx.post(f"{rest_catalog}/v1/namespaces/ns/tables/t", json=body, timeout=30)
+        if r.status_code == 409:
+            assert r.json()["error"]["type"] == "CommitFailedException"
+        return r.status_code
+
+    with ThreadPoolExecutor(n) as pool:
+        codes = sorted(pool.map(add_column, range(n)))
+    assert codes == [200] + [409] * (n - 1)
+    fields = [f.name for f in cat.load_table("ns.t").schema().fields]
+    assert fields[:2] == ["id", "v"] and len(fields) == 3
 
 
 @pytest.mark.spark
