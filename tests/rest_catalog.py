@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Body, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
@@ -46,6 +47,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,6 +131,17 @@ def create_app(catalog: SqlCatalog) -> FastAPI:
             return error(status, name, str(e) or type(e).__name__)
 
         app.add_exception_handler(kind, handler)
+
+    def unserved(_: Request, e: Exception) -> Response:
+        # A route this catalog does not serve (views, register, ...), in the spec's shape.
+        status = getattr(e, "status_code", 500)
+        return error(status, "UnsupportedOperationException", str(getattr(e, "detail", e)))
+
+    def bad_request(_: Request, e: Exception) -> Response:
+        return error(400, "BadRequestException", str(e))
+
+    app.add_exception_handler(StarletteHTTPException, unserved)
+    app.add_exception_handler(RequestValidationError, bad_request)
 
     def load(namespace: str, table: str) -> Table:
         return catalog.load_table((*_ns(namespace), table))

@@ -122,6 +122,10 @@ def test_conflicting_commit_is_refused_with_409(
     r = httpx.get(f"{rest_catalog}/v1/namespaces/missing%1Fx/tables")
     assert r.status_code == 404
     assert r.json()["error"]["type"] == "NoSuchNamespaceException"
+    r = httpx.get(f"{rest_catalog}/v1/namespaces/ns/views")  # not served: still the shape
+    assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    r = httpx.post(f"{rest_catalog}/v1/namespaces", json={"namespace": "ns"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestException"
 
 
 def test_racing_commits_one_wins_the_rest_get_409(rest_catalog: str) -> None:
