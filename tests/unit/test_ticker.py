@@ -3,6 +3,7 @@ at once, survives an error, stops on its event, and can wait an interval before 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -43,3 +44,24 @@ def test_wait_first_waits_one_interval_before_the_first_run() -> None:
     Ticker("now", 60, at_once.set, stop).start()
     assert at_once.wait(1)
     stop.set()
+
+
+def test_fixed_rate_counts_the_interval_from_one_start_to_the_next() -> None:
+    """The lease renewal's ticker: a slow renewal does not push the next one back."""
+
+    def start_gaps(fixed_rate: bool) -> list[float]:
+        stop, starts = threading.Event(), []
+
+        def slow() -> None:
+            starts.append(time.monotonic())
+            if len(starts) >= 3:
+                stop.set()
+            time.sleep(0.3)
+
+        ticker = Ticker("job", 0.4, slow, stop, fixed_rate=fixed_rate)
+        ticker.start()
+        ticker.join(5)
+        return [b - a for a, b in itertools.pairwise(starts)]
+
+    assert all(gap < 0.6 for gap in start_gaps(fixed_rate=True))  # 0.4: start to start
+    assert all(gap >= 0.65 for gap in start_gaps(fixed_rate=False))  # 0.3 run + 0.4 wait
