@@ -39,10 +39,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
-from sqlalchemy import case, func, select, text, tuple_, update
+from sqlalchemy import case, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -181,8 +181,9 @@ class AdoptResult:
         return sorted(self.adopted + self.revived)
 
 
-@dataclass(frozen=True)
-class _Known:
+class _Known(NamedTuple):
+    """A row of the catalog that adoption may change, and whether the listing has it."""
+
     id: int
     namespace: str
     name: str
@@ -191,26 +192,44 @@ class _Known:
     retired_reason: str | None
     opt_out: bool
     managed_by: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
+    listed: bool
 
 
-_COLUMNS = (
-    ManagedTable.id,
-    ManagedTable.namespace,
-    ManagedTable.name,
-    ManagedTable.metadata_location,
-    ManagedTable.retired_at.is_(None),
-    ManagedTable.retired_reason,
-    ManagedTable.opt_out,
-    ManagedTable.managed_by,
+# The difference between the listing and what lakewarden knows, computed by Postgres so
+# that only what may change comes back (nothing, in the steady state), not the whole fleet:
+# the listed tables lakewarden does not know ('new'), and the known rows that are live and
+# no longer listed (when the listing is complete), retired and listed, or no longer listed
+# at the metadata location of a new one (a rename; in a partial listing only from a row
+# already dropped).
+_DIFF = text(
+    f"""
+    WITH listed AS MATERIALIZED (
+        SELECT DISTINCT ON (namespace, name) namespace, name, location
+        FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+             AS l(namespace text, name text, location text)
+    ), new AS MATERIALIZED (
+        SELECT l.namespace, l.name, l.location FROM listed l
+        WHERE NOT EXISTS (
+            SELECT FROM managed_tables m
+            WHERE m.catalog = :catalog AND m.namespace = l.namespace AND m.name = l.name
+        )
+    )
+    SELECT 'new', NULL::bigint, namespace, name, location, NULL::bool, NULL, NULL::bool,
+           NULL, true
+    FROM new
+    UNION ALL
+    SELECT 'known', m.id, m.namespace, m.name, m.metadata_location, m.retired_at IS NULL,
+           m.retired_reason, m.opt_out, m.managed_by, l.name IS NOT NULL
+    FROM managed_tables m
+    LEFT JOIN listed l ON l.namespace = m.namespace AND l.name = m.name
+    WHERE m.catalog = :catalog AND (
+        (l.name IS NULL AND m.retired_at IS NULL AND :complete)
+        OR (l.name IS NOT NULL AND m.retired_at IS NOT NULL)
+        OR (l.name IS NULL AND (:complete OR m.retired_reason = '{DROPPED}')
+            AND m.metadata_location IN (SELECT location FROM new))
+    )
+    """
 )
-
-
-def _known(session: Session, query: Any) -> list[_Known]:
-    return [_Known(*row) for row in session.execute(query)]
 
 
 def _valid_key(namespace: str, name: str) -> bool:
@@ -352,19 +371,11 @@ def adopt(
     (shared) as a registration takes them, so nothing is done twice and nothing deadlocks.
     `actor`: who cancels the retired tables' tasks (the caller's process)."""
     result = AdoptResult()
-    listed: dict[tuple[str, str], str | None] = {}
-    invalid = 0
-    for namespace, name, location in listing:
-        if _valid_key(namespace, name):
-            listed[(namespace, name)] = location
-        else:
-            invalid += 1
-    if invalid:
-        result.problems.append(
-            f"{invalid} listed table(s) have names lakewarden cannot manage (letters, digits "
-            "and underscores, starting with a letter or underscore; namespaces of such levels "
-            "joined by dots)"
-        )
+    listed = _rows_json(
+        {"namespace": namespace, "name": name, "location": location}
+        for namespace, name, location in listing
+        if isinstance(namespace, str) and isinstance(name, str)
+    )
     rules = list(
         session.scalars(
             select(ManagementRule)
@@ -374,32 +385,29 @@ def adopt(
     )
     match = _Matcher(rules)
 
-    # What lakewarden knows of these tables: every row of the catalog when the listing is
-    # complete, else those listed and the dropped rows a listed one could be renamed from.
-    if complete:
-        known = _known(session, select(*_COLUMNS).where(ManagedTable.catalog == catalog))
-    else:
-        # a notification's few tables: an IN list is fine
-        locations = sorted({loc for loc in listed.values() if loc})
-        known = _known(
-            session,
-            select(*_COLUMNS).where(
-                ManagedTable.catalog == catalog,
-                tuple_(ManagedTable.namespace, ManagedTable.name).in_(sorted(listed))
-                | (
-                    (ManagedTable.retired_reason == DROPPED)
-                    & ManagedTable.metadata_location.in_(locations)
-                ),
-            ),
+    unknown: dict[tuple[str, str], str | None] = {}
+    known: list[_Known] = []
+    invalid = 0
+    for kind, *fields in session.execute(
+        _DIFF, {"rows": listed, "catalog": catalog, "complete": complete}
+    ):
+        if kind == "known":
+            known.append(_Known(*fields))
+        elif _valid_key(fields[1], fields[2]):
+            unknown[(fields[1], fields[2])] = fields[3]
+        else:
+            invalid += 1
+    if invalid:
+        result.problems.append(
+            f"{invalid} listed table(s) have names lakewarden cannot manage (letters, digits "
+            "and underscores, starting with a letter or underscore; namespaces of such levels "
+            "joined by dots)"
         )
-    by_key = {k.key: k for k in known}
 
     # Renames: one unknown listed table and one vanished row share a metadata location.
-    unknown = [key for key in listed if key not in by_key]
-    vanished = [k for k in known if k.key not in listed and k.metadata_location]
+    vanished = [k for k in known if not k.listed and k.metadata_location]
     new_at: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for key in unknown:
-        location = listed[key]
+    for key, location in unknown.items():
         if location:
             new_at[location].append(key)
     old_at: dict[str, list[_Known]] = defaultdict(list)
@@ -422,10 +430,10 @@ def adopt(
             if rule is not None:
                 adopt_rows.append((*key, rule))
     revive_rows: list[tuple[_Known, ManagementRule | None]] = []
-    for key, k in by_key.items():
-        if key not in listed or k.live:
+    for k in known:
+        if not k.listed or k.live:
             continue
-        rule = match(*key)
+        rule = match(k.namespace, k.name)
         revivable = not k.opt_out and k.retired_reason in REVIVABLE
         if revivable and k.managed_by == "api" and k.retired_reason == DROPPED:
             revive_rows.append((k, None))  # registered: it keeps its own policy
@@ -433,7 +441,7 @@ def adopt(
             revive_rows.append((k, rule))
         elif rule is not None:
             result.held_back += 1
-    retire_ids = [k.id for k in known if complete and k.live and k.key not in listed]
+    retire_ids = [k.id for k in known if complete and k.live and not k.listed]
     retire_ids = [i for i in retire_ids if i not in renamed_from]
 
     # Registrations and policy changes of these namespaces wait, as for one registration.
