@@ -13,7 +13,9 @@ from typing import Any
 
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from sqlalchemy import func, select, text
+from sqlalchemy import BigInteger, any_, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, TimelineEvent
@@ -21,6 +23,10 @@ from lakewarden.db.paging import Page, PageRequest, keyset_page
 
 # How far back one sync walks a table's history looking for unseen commits.
 MAX_WALK = 1000
+# The walk asks the database about this many snapshot ids first (most syncs find one new
+# commit), then twice as many each round, up to MAX_CHUNK.
+FIRST_CHUNK = 8
+MAX_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -44,36 +50,77 @@ def snapshot_fields(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def insert_event(
+def known_snapshots(session: Session, table_id: int, snapshot_ids: list[int]) -> set[int]:
+    """Which of `snapshot_ids` the table already has an event for (one indexed lookup on
+    the (table_id, snapshot_id) unique key, however long the table's history)."""
+    if not snapshot_ids:
+        return set()
+    return set(
+        session.scalars(
+            select(TimelineEvent.snapshot_id).where(
+                TimelineEvent.table_id == table_id,
+                TimelineEvent.snapshot_id
+                == any_(bindparam("snapshot_ids", snapshot_ids, type_=ARRAY(BigInteger))),
+            )
+        )
+    )
+
+
+def unseen_snapshots(
+    session: Session, table_id: int, table: Table, *, max_walk: int = MAX_WALK
+) -> list[Snapshot]:
+    """The commits of `table` not recorded yet, newest first: walked back from the current
+    snapshot in chunks (FIRST_CHUNK ids, then doubling up to MAX_CHUNK), asking the database
+    only which ids of each chunk it knows, and stopping at the first known one. What it
+    reads is bounded by the new commits (plus one chunk), never the table's whole history."""
+    metadata = table.metadata
+    unseen: list[Snapshot] = []
+    snapshot = table.current_snapshot()
+    size = FIRST_CHUNK
+    while snapshot is not None and len(unseen) < max_walk:
+        chunk: list[Snapshot] = []
+        while snapshot is not None and len(chunk) < min(size, max_walk - len(unseen)):
+            chunk.append(snapshot)
+            parent = snapshot.parent_snapshot_id
+            snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+        known = known_snapshots(session, table_id, [s.snapshot_id for s in chunk])
+        for snap in chunk:
+            if snap.snapshot_id in known:
+                return unseen
+            unseen.append(snap)
+        size = min(size * 2, MAX_CHUNK)
+    return unseen
+
+
+def insert_events(
     session: Session,
     table_id: int,
-    fields: dict[str, Any],
+    snapshots: list[Snapshot],
     *,
     source: str,
+    current: Snapshot | None,
     metadata_location: str | None,
-) -> int | None:
-    """Insert one event; None when (table, snapshot) is already known."""
-    import json
-
-    return session.execute(
-        text(
-            """
-            INSERT INTO timeline_events (table_id, snapshot_id, parent_snapshot_id,
-                sequence_number, operation, summary, metadata_location, source, committed_at)
-            VALUES (:table_id, :snapshot_id, :parent_snapshot_id, :sequence_number, :operation,
-                CAST(:summary AS jsonb), :metadata_location, :source, :committed_at)
-            ON CONFLICT (table_id, snapshot_id) DO NOTHING
-            RETURNING id
-            """
-        ),
+) -> list[int]:
+    """Insert one event per snapshot in one statement, in the order given (ids follow it);
+    the ids of those inserted (a (table, snapshot) already known is skipped)."""
+    if not snapshots:
+        return []
+    rows = [
         {
-            **fields,
-            "summary": json.dumps(fields["summary"]),
+            **snapshot_fields(snap),
             "table_id": table_id,
             "source": source,
-            "metadata_location": metadata_location,
-        },
-    ).scalar()
+            "metadata_location": metadata_location if snap is current else None,
+        }
+        for snap in snapshots
+    ]
+    stmt = (
+        pg_insert(TimelineEvent)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=["table_id", "snapshot_id"])
+        .returning(TimelineEvent.id)
+    )
+    return sorted(session.scalars(stmt))
 
 
 def sync_table(
@@ -84,29 +131,23 @@ def sync_table(
     The walk stops at the first snapshot already recorded, so a missed
     notification is caught up by the next one (or by the poller). Registration
     passes max_walk=1: history before lakewarden managed the table is not replayed.
+
+    `row` should be locked (refresh.ingest_commits does). When the table's metadata
+    pointer is the one the row already holds, nothing changed: nothing is read and the row
+    is not written (no UPDATE, no updated_at bump).
     """
-    metadata = table.metadata
+    if row.metadata_location is not None and table.metadata_location == row.metadata_location:
+        return Ingested([], row.current_snapshot_id)
     current = table.current_snapshot()
-    known = set(
-        session.scalars(select(TimelineEvent.snapshot_id).where(TimelineEvent.table_id == row.id))
+    unseen = unseen_snapshots(session, row.id, table, max_walk=max_walk)
+    new_ids = insert_events(
+        session,
+        row.id,
+        list(reversed(unseen)),  # oldest first, so ids follow commit order
+        source=source,
+        current=current,
+        metadata_location=table.metadata_location,
     )
-    unseen: list[Snapshot] = []
-    snapshot = current
-    while snapshot is not None and snapshot.snapshot_id not in known and len(unseen) < max_walk:
-        unseen.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    new_ids: list[int] = []
-    for snap in reversed(unseen):  # oldest first, so ids follow commit order
-        event_id = insert_event(
-            session,
-            row.id,
-            snapshot_fields(snap),
-            source=source,
-            metadata_location=table.metadata_location if snap is current else None,
-        )
-        if event_id is not None:
-            new_ids.append(event_id)
     row.metadata_location = table.metadata_location
     row.current_snapshot_id = current.snapshot_id if current else None
     row.updated_at = func.now()

@@ -59,6 +59,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/tables/{namespace}/{name}/tasks"): Rule("operator"),
     ("POST", "/api/v1/tasks/{task_id}/cancel"): Rule("operator"),
     ("POST", "/api/v1/events"): Rule("operator"),
+    # operator somewhere; each notification needs it on its table (refused item by item)
+    ("POST", "/api/v1/events/batch"): Rule("operator", "any"),
     ("GET", "/api/v1/alerts"): Rule("viewer", "any"),
     ("POST", "/api/v1/alerts/{alert_id}/ack"): Rule("operator"),
     ("GET", "/metrics"): Rule("viewer", "fleet"),
@@ -161,6 +163,7 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         ("PUT", "/api/v1/namespaces/{namespace}/policy"): {"slo": {"window_minutes": 30}},
         ("POST", "/api/v1/tables/{namespace}/{name}/tasks"): {"kind": "compaction"},
         ("POST", "/api/v1/events"): {"namespace": NS, "name": "orders"},
+        ("POST", "/api/v1/events/batch"): {"events": [{"namespace": NS, "name": "orders"}]},
         ("POST", "/api/v1/alerts/{alert_id}/ack"): {"by": "oncall"},
         ("POST", "/api/v1/tables/{namespace}/{name}/blockers"): {"holder": "w", "ttl_s": 60},
         ("POST", "/api/v1/tokens"): {"name": "made", "grants": [f"viewer@lake/{NS}"]},

@@ -1,19 +1,113 @@
-"""Commit notifications pushed by engines and catalogs (the webhook road)."""
+"""Commit notifications pushed by engines and catalogs (the webhook road).
+
+A notification that brings nothing new is answered from lakewarden's database alone: when
+it names the metadata file the table's row already holds, or a snapshot already recorded,
+the catalog is not read. Otherwise the table is read from the catalog once and every
+commit not seen yet is recorded (refresh.ingest_commits: the row locked, one event per
+snapshot, `INSERT ... ON CONFLICT DO NOTHING`), so concurrent reports of one commit record
+it once.
+
+The batch form coalesces the notifications of one table into one catalog read and one
+ingest. The batch is the request's one transaction (as every route's: a 2xx means it is
+committed), with each table ingested in a savepoint of its own: one table's failure (gone
+from the catalog, a conflict, a bad snapshot id) rolls back that table's work alone and is
+reported on its items; the other tables commit. Per-table transactions were the
+alternative, but a request would then hold two pooled connections at once (its own, for
+the caller's credential and the audit row, and the table's), and enough concurrent batches
+would exhaust the pool waiting for each other. The price: the rows of a batch's tables stay
+locked until it commits, so they are locked in table id order (concurrent batches cannot
+deadlock) and each wave of tables is read from the catalog before any of them is locked.
+"""
 
 from __future__ import annotations
 
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
 from fastapi import APIRouter, HTTPException
+from pyiceberg.table import Table
+from sqlalchemy import BigInteger, and_, cast, func, or_, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import TableRef, load_table
-from lakewarden.events.ingest import event_for
+from lakewarden.catalog import InvalidIdentifier, TableRef, find_table, load_table
+from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.events.ingest import Ingested, event_for
 from lakewarden.events.refresh import ingest_commits
+from lakewarden.runtime import Runtime
+from lakewarden.tables import LIVE, TableGone
 from services.api import errors
 from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep, managed
-from services.api.schemas import EventAccepted, EventIn, EventOut
+from services.api.schemas import (
+    EventAccepted,
+    EventBatchAccepted,
+    EventBatchIn,
+    EventIn,
+    EventOut,
+    EventResult,
+)
+
+log = logging.getLogger(__name__)
+
+# A batch reads this many of its tables from the catalog before ingesting them.
+READ_WAVE = 100
 
 router = APIRouter(prefix="/api/v1", tags=["events"])
+
+
+def _known_event(session: Session, row: ManagedTable, body: EventIn) -> TimelineEvent | None:
+    """The recorded event that makes `body` a duplicate, found without the catalog: the
+    event of its snapshot (or of the table's current one when it names no snapshot, but
+    names the metadata file the row holds). None: the catalog must be read."""
+    same_pointer = body.metadata_location is not None and (
+        body.metadata_location == row.metadata_location
+    )
+    if body.snapshot_id is not None:
+        return event_for(session, row.id, body.snapshot_id)
+    if same_pointer and row.current_snapshot_id is not None:
+        return event_for(session, row.id, row.current_snapshot_id)
+    return None
+
+
+def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | None) -> bool:
+    """Whether `body` brings nothing new, `seen` being the pointer the table's row holds and
+    `known` the event of the snapshot `body` names (or stands for)."""
+    if body.snapshot_id is not None:
+        return known is not None  # that commit is recorded
+    # No snapshot named: the pointer the row holds (a table without snapshots has no event)
+    return body.metadata_location is not None and body.metadata_location == seen
+
+
+def _unknown_snapshot(table: Table, ref: TableRef, wanted: int | None) -> str | None:
+    """Why `wanted` cannot be reported for `table` (None: it can)."""
+    if wanted is None or table.metadata.snapshot_by_id(wanted) is not None:
+        return None
+    current = table.current_snapshot()
+    return (
+        f"snapshot {wanted} is not in the metadata of {ref.dotted} "
+        f"(current snapshot: {current.snapshot_id if current else None})"
+    )
+
+
+def _ingest(
+    session: Session, rt: Runtime, row: ManagedTable, seen: str | None, ref: TableRef, table: Table
+) -> tuple[Table, Ingested]:
+    """Ingest `table`, read from the catalog without a lock, into `row`, locked (FOR NO
+    KEY UPDATE) and read again after `seen` was its pointer. If another ingest recorded
+    a different pointer meanwhile, the read may be older than what the row holds: the
+    table is read again under the lock (it then is the newest), so the row never goes back
+    to an older state of the table. Returns the table ingested and what it recorded."""
+    if row.metadata_location not in (seen, table.metadata_location):
+        again = find_table(rt.catalog, ref)
+        if again is None:
+            raise TableGone(f"table {ref.dotted} is gone from the catalog")
+        table = again
+    return table, ingest_commits(session, rt, row, table, source="webhook")
 
 
 @router.post(
@@ -36,23 +130,31 @@ def post_event(
     """Report a commit. Idempotent: repeating it records nothing new.
 
     lakewarden reads the commit from the catalog itself and records every
-    commit of the table it has not seen yet (one event per snapshot).
+    commit of the table it has not seen yet (one event per snapshot). A notification
+    of a commit already recorded (its `snapshot_id`), or naming the metadata file
+    lakewarden already holds for the table (`metadata_location`), is answered without
+    reading the catalog.
     """
     ref = TableRef(body.namespace, body.name)
     # An engine reporting its commits needs operator on the table's namespace.
     access.need(Role.operator, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
     row = managed(session, rt, ref)
-    table = load_table(rt.catalog, ref)
-    wanted = body.snapshot_id
-    if wanted is not None and table.metadata.snapshot_by_id(wanted) is None:
-        current = table.current_snapshot()
-        raise HTTPException(
-            422,
-            f"snapshot {wanted} is not in the metadata of {ref.dotted} "
-            f"(current snapshot: {current.snapshot_id if current else None})",
+    known = _known_event(session, row, body)
+    if _is_duplicate(row.metadata_location, body, known):
+        return EventAccepted(
+            table=ref.dotted,
+            new_events=0,
+            current_snapshot_id=row.current_snapshot_id,
+            event=EventOut.model_validate(known) if known else None,
         )
-    ingested = ingest_commits(session, rt, row, table, source="webhook")
-    snapshot_id = wanted if wanted is not None else ingested.current_snapshot_id
+    table = load_table(rt.catalog, ref)
+    problem = _unknown_snapshot(table, ref, body.snapshot_id)
+    if problem:
+        raise HTTPException(422, problem)
+    seen = row.metadata_location
+    session.refresh(row, with_for_update={"key_share": True})
+    table, ingested = _ingest(session, rt, row, seen, ref, table)
+    snapshot_id = body.snapshot_id if body.snapshot_id is not None else ingested.current_snapshot_id
     event = event_for(session, row.id, snapshot_id)
     return EventAccepted(
         table=ref.dotted,
@@ -60,3 +162,313 @@ def post_event(
         current_snapshot_id=ingested.current_snapshot_id,
         event=EventOut.model_validate(event) if event else None,
     )
+
+
+# --- the batch ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """The notifications of one table in a batch, and its row as first read."""
+
+    ref: TableRef
+    indexes: list[int] = field(default_factory=list)
+    row: ManagedTable | None = None
+    table_id: int = 0
+    seen: str | None = None  # the row's pointer before the catalog was read
+    current_snapshot_id: int | None = None
+
+
+def _rows(session: Session, catalog: str, refs: Iterable[TableRef]) -> dict[TableRef, ManagedTable]:
+    """The managed rows of `refs`, in one query."""
+    wanted = [
+        and_(ManagedTable.namespace == r.namespace, ManagedTable.name == r.name) for r in refs
+    ]
+    if not wanted:
+        return {}
+    rows = session.scalars(
+        select(ManagedTable).where(ManagedTable.catalog == catalog, LIVE, or_(*wanted))
+    )
+    return {TableRef(r.namespace, r.name): r for r in rows}
+
+
+def _events_of(
+    session: Session, pairs: set[tuple[int, int]]
+) -> dict[tuple[int, int], TimelineEvent]:
+    """The recorded events of (table id, snapshot id) pairs, in one query."""
+    if not pairs:
+        return {}
+    table_ids, snapshot_ids = zip(*sorted(pairs), strict=True)
+    wanted = select(
+        func.unnest(cast(list(table_ids), ARRAY(BigInteger))).label("t"),
+        func.unnest(cast(list(snapshot_ids), ARRAY(BigInteger))).label("s"),
+    ).subquery()
+    events = session.scalars(
+        select(TimelineEvent).join(
+            wanted,
+            and_(TimelineEvent.table_id == wanted.c.t, TimelineEvent.snapshot_id == wanted.c.s),
+        )
+    )
+    return {(e.table_id, e.snapshot_id): e for e in events}
+
+
+class _Batch:
+    """The results of one batch, filled in item by item."""
+
+    def __init__(self, events: list[EventIn]) -> None:
+        self.events = events
+        self.results: list[EventResult | None] = [None] * len(events)
+
+    def fail(self, index: int, status: int, error: str) -> None:
+        ev = self.events[index]
+        self.results[index] = EventResult(
+            index=index,
+            table=f"{ev.namespace}.{ev.name}",
+            accepted=False,
+            status=status,
+            new_events=0,
+            error=error,
+        )
+
+    def accept(
+        self,
+        index: int,
+        *,
+        new_events: int,
+        current_snapshot_id: int | None,
+        event: TimelineEvent | None,
+    ) -> None:
+        ev = self.events[index]
+        self.results[index] = EventResult(
+            index=index,
+            table=f"{ev.namespace}.{ev.name}",
+            accepted=True,
+            status=202,
+            new_events=new_events,
+            current_snapshot_id=current_snapshot_id,
+            event_id=event.id if event else None,
+            decision=event.decision if event else None,
+        )
+
+    def answer(self) -> EventBatchAccepted:
+        results = [r for r in self.results if r is not None]
+        assert len(results) == len(self.events), "every notification gets a result"
+        accepted = sum(r.accepted for r in results)
+        return EventBatchAccepted(
+            accepted=accepted,
+            failed=len(results) - accepted,
+            new_events=sum(r.new_events for r in results),
+            results=results,
+        )
+
+
+def _read_group(
+    rt: Runtime, batch: _Batch, group: _Group, pending: list[int]
+) -> tuple[Table, list[int]] | None:
+    """The group's table read from the catalog (no lock held by this request's reads yet
+    for it), and those of `pending` it can answer; the others are failed. None: nothing
+    left to ingest."""
+    ref = group.ref
+    try:
+        table = find_table(rt.catalog, ref)
+    except Exception:
+        _fail_unexpected(batch, pending, ref)
+        return None
+    if table is None:
+        _fail_all(batch, pending, 404, f"catalog {rt.catalog.name!r} has no table {ref.dotted}")
+        return None
+    valid: list[int] = []
+    for i in pending:
+        problem = _unknown_snapshot(table, ref, batch.events[i].snapshot_id)
+        if problem:
+            batch.fail(i, 422, problem)
+        else:
+            valid.append(i)
+    return (table, valid) if valid else None
+
+
+def _ingest_group(
+    session: Session, rt: Runtime, batch: _Batch, group: _Group, valid: list[int], table: Table
+) -> None:
+    """Ingest the group's table for the notifications `valid`, in a savepoint: a failure
+    rolls back this table's work alone and is reported on its notifications."""
+    row = group.row
+    assert row is not None
+    ref, table_id = group.ref, group.table_id
+    try:
+        with session.begin_nested():
+            session.refresh(row, with_for_update={"key_share": True})
+            table, ingested = _ingest(session, rt, row, group.seen, ref, table)
+            wanted = {
+                batch.events[i].snapshot_id
+                if batch.events[i].snapshot_id is not None
+                else ingested.current_snapshot_id
+                for i in valid
+            }
+            events = _events_of(session, {(table_id, s) for s in wanted if s is not None})
+            new = len(ingested.new_event_ids)
+            for n, i in enumerate(valid):
+                snapshot_id = batch.events[i].snapshot_id
+                if snapshot_id is None:
+                    snapshot_id = ingested.current_snapshot_id
+                batch.accept(
+                    i,
+                    new_events=new if n == 0 else 0,
+                    current_snapshot_id=ingested.current_snapshot_id,
+                    event=events.get((table_id, snapshot_id)) if snapshot_id else None,
+                )
+    except TableGone as exc:
+        _fail_all(batch, valid, 404, str(exc))
+    except DBAPIError as exc:
+        if not errors.is_conflict(exc):
+            _fail_unexpected(batch, valid, ref)
+        else:
+            _fail_all(
+                batch, valid, 409, "collided with a concurrent change; nothing was written: retry"
+            )
+    except Exception:
+        _fail_unexpected(batch, valid, ref)
+
+
+def _fail_all(batch: _Batch, indexes: list[int], status: int, error: str) -> None:
+    """Fail every notification of `indexes` that has no result yet (or was accepted in the
+    transaction that has just rolled back)."""
+    for i in indexes:
+        result = batch.results[i]
+        if result is None or result.accepted:
+            batch.fail(i, status, error)
+
+
+def _fail_unexpected(batch: _Batch, indexes: list[int], ref: TableRef) -> None:
+    error_id = uuid.uuid4().hex[:12]
+    log.exception("unexpected error %s ingesting %s in an event batch", error_id, ref.dotted)
+    _fail_all(batch, indexes, 500, f"internal error; the server log has it under {error_id}")
+
+
+@router.post(
+    "/events/batch",
+    status_code=202,
+    response_model=EventBatchAccepted,
+    responses=errors.documented(
+        notes={
+            422: "the body is not a batch (not a list of 1 to 1000 notifications of the "
+            "right types): nothing was ingested. A notification that is well-formed but "
+            "refused (an invalid table name, a snapshot not in the table, a table not "
+            "managed, no operator role on its namespace) is reported on its own item",
+        },
+    ),
+)
+def post_events_batch(
+    body: EventBatchIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> EventBatchAccepted:
+    """Report many commits, of any tables, in one call (a catalog or engine forwarding
+    its commit stream). Idempotent, like POST /api/v1/events, item by item.
+
+    The notifications of one table are coalesced: one catalog read and one ingest per
+    table, none at all when every notification of the table is already recorded. Every
+    item gets a result, in order: accepted, or refused with the status POST /api/v1/events
+    would have answered and why; a refused item does not affect the others. Each table
+    is ingested in a savepoint of its own, and what the answer says was recorded is
+    committed when it arrives. Each item needs the operator role on its table's
+    namespace; the call needs it somewhere. A batch counts as one call against the
+    rate limit.
+    """
+    access.need_somewhere(Role.operator)
+    catalog = rt.settings.catalog_name
+    batch = _Batch(body.events)
+    groups: dict[TableRef, _Group] = {}
+    for i, ev in enumerate(body.events):
+        ref = _table_of(ev)
+        if isinstance(ref, str):
+            batch.fail(i, 422, ref)
+            continue
+        if not access.caller.may(Role.operator, catalog, ref.namespace):
+            batch.fail(
+                i,
+                403,
+                f"this needs the {Role.operator} role on {catalog}/{ref.namespace}; "
+                f"{access.caller.subject} has {access.caller.grants_text()}",
+            )
+            continue
+        groups.setdefault(ref, _Group(ref)).indexes.append(i)
+    rows = _rows(session, catalog, groups)
+    for ref, group in groups.items():
+        group.row = rows.get(ref)
+        if group.row is not None:
+            group.table_id = group.row.id
+            group.seen = group.row.metadata_location
+            group.current_snapshot_id = group.row.current_snapshot_id
+        else:
+            for i in group.indexes:
+                batch.fail(
+                    i,
+                    404,
+                    f"table {ref.dotted} is not managed by lakewarden; register it with "
+                    "POST /api/v1/tables",
+                )
+    # In table id order: concurrent batches lock the rows they share in one order.
+    live = sorted((g for g in groups.values() if g.row is not None), key=lambda g: g.table_id)
+    # What the database alone can answer: notifications of recorded commits or pointers.
+    known = _events_of(session, {(g.table_id, s) for g in live for s in _named_snapshots(batch, g)})
+    todo: list[tuple[_Group, list[int]]] = []
+    for group in live:
+        pending = []
+        for i in group.indexes:
+            ev = batch.events[i]
+            snapshot_id = ev.snapshot_id
+            if snapshot_id is None and ev.metadata_location == group.seen:
+                snapshot_id = group.current_snapshot_id
+            event = known.get((group.table_id, snapshot_id)) if snapshot_id is not None else None
+            if _is_duplicate(group.seen, ev, event):
+                batch.accept(
+                    i, new_events=0, current_snapshot_id=group.current_snapshot_id, event=event
+                )
+            else:
+                pending.append(i)
+        if pending:
+            todo.append((group, pending))
+    # The catalog is read for a wave of tables before their rows are locked, so no lock is
+    # held while a table is read, but those of earlier waves (bounded memory: a wave's
+    # tables are held at once).
+    for start in range(0, len(todo), READ_WAVE):
+        wave = [
+            (g, _read_group(rt, batch, g, pending))
+            for g, pending in todo[start : start + READ_WAVE]
+        ]
+        for group, read in wave:
+            if read is not None:
+                table, valid = read
+                _ingest_group(session, rt, batch, group, valid, table)
+    answer = batch.answer()
+    access.catalog = catalog
+    namespaces = {g.ref.namespace for g in groups.values()}
+    access.namespace = namespaces.pop() if len(namespaces) == 1 else None
+    access.target = f"{len(body.events)} events"
+    access.change = {
+        "accepted": answer.accepted,
+        "failed": answer.failed,
+        "new_events": answer.new_events,
+        "tables": len(groups),
+    }
+    return answer
+
+
+def _table_of(ev: EventIn) -> TableRef | str:
+    """The notification's table, or why its name is none lakewarden can manage (answered on
+    the item: the handler's 422 would refuse the whole batch)."""
+    try:
+        return TableRef(ev.namespace, ev.name)
+    except InvalidIdentifier as exc:
+        return str(exc)
+
+
+def _named_snapshots(batch: _Batch, group: _Group) -> set[int]:
+    """The snapshots the group's notifications name, or that their pointer stands for."""
+    out: set[int] = set()
+    for i in group.indexes:
+        ev = batch.events[i]
+        if ev.snapshot_id is not None:
+            out.add(ev.snapshot_id)
+        elif ev.metadata_location == group.seen and group.current_snapshot_id is not None:
+            out.add(group.current_snapshot_id)
+    return out

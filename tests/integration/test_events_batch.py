@@ -1,0 +1,279 @@
+"""Commit events in batches, duplicates answered without the catalog, and an ingest whose
+cost follows the new commits, not the table's history (real Postgres, real pyiceberg
+tables)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from fastapi.testclient import TestClient
+from helpers import append_batches, bearer, current, issue_token, make_table
+from pyiceberg.table import Table
+from sqlalchemy import event, select, text
+
+from lakewarden.catalog import TableRef, load_table
+from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.db.session import transaction
+from lakewarden.events import ingest
+from lakewarden.events.ingest import sync_table
+from lakewarden.runtime import Runtime
+from lakewarden.tables import add_table
+from services.api.schemas import MAX_EVENT_BATCH
+
+ORDERS = {"namespace": "sales", "name": "orders"}
+
+
+def _register(client: TestClient, namespace: str = "sales", name: str = "orders") -> None:
+    r = client.post("/api/v1/tables", json={"namespace": namespace, "name": name})
+    assert r.status_code == 201, r.text
+
+
+def _snapshot_ids(rt: Runtime) -> list[int]:
+    with transaction(rt.engine) as s:
+        return list(s.scalars(select(TimelineEvent.snapshot_id).order_by(TimelineEvent.id)))
+
+
+def _commits(table: Table) -> list[int]:
+    """The table's snapshot ids, oldest first."""
+    return [s.snapshot_id for s in table.snapshots()]
+
+
+@contextmanager
+def _catalog_unreadable(table: Table) -> Iterator[None]:
+    """The table's current metadata file moved away: any catalog read of it fails."""
+    path = Path(urlparse(table.metadata_location).path)
+    away = path.with_name(path.name + ".away")
+    path.rename(away)
+    try:
+        yield
+    finally:
+        away.rename(path)
+
+
+def test_a_batch_records_each_commit_once_and_says_which_items_failed(
+    client: TestClient, rt: Runtime
+) -> None:
+    table = make_table(rt)
+    make_table(rt, "sales", "unmanaged")
+    make_table(rt, "hr", "staff")
+    _register(client)
+    _register(client, "hr", "staff")
+    table = append_batches(table, 3)
+    s1, s2, s3 = _commits(table)
+    items: list[dict[str, Any]] = [
+        ORDERS | {"snapshot_id": s1},
+        ORDERS | {"snapshot_id": s2},
+        ORDERS | {"snapshot_id": 12345},  # not a snapshot of the table
+        {"namespace": "sales", "name": "unmanaged"},
+        {"namespace": "sales", "name": "x-y"},  # not a name lakewarden manages
+        ORDERS,
+        ORDERS | {"snapshot_id": s3},
+        ORDERS | {"snapshot_id": s1},  # the same commit twice in one batch
+        {"namespace": "hr", "name": "staff"},  # not the caller's namespace
+    ]
+    sales_operator = bearer(issue_token(rt, "operator@lake/sales", name="sales-operator"))
+    r = client.post("/api/v1/events/batch", json={"events": items}, headers=sales_operator)
+    assert r.status_code == 202, r.text
+    body = r.json()
+    results = body["results"]
+    assert [x["index"] for x in results] == list(range(len(items)))
+    assert [x["accepted"] for x in results] == [1, 1, 0, 0, 0, 1, 1, 1, 0]
+    assert [x["status"] for x in results] == [202, 202, 422, 404, 422, 202, 202, 202, 403]
+    assert "snapshot 12345 is not in the metadata of sales.orders" in results[2]["error"]
+    assert "sales.unmanaged is not managed" in results[3]["error"]
+    assert "invalid table name" in results[4]["error"]
+    assert "needs the operator role on lake/hr" in results[8]["error"]
+    # Three commits recorded once, counted once over the items, each item its own event.
+    assert body["new_events"] == sum(x["new_events"] for x in results) == 3
+    assert (body["accepted"], body["failed"]) == (5, 4)
+    assert _snapshot_ids(rt) == [s1, s2, s3]
+    events = {x["index"]: x["event_id"] for x in results if x["accepted"]}
+    assert events[0] == events[7] and len({events[0], events[1], events[6]}) == 3
+    assert events[5] == events[6]  # no snapshot named: the table's current one
+    assert results[6]["decision"] is not None and results[0]["decision"] == "superseded"
+    assert all(x["current_snapshot_id"] == s3 for x in results if x["accepted"])
+
+    # The same batch again (as an admin): nothing new, the same items refused but hr's.
+    again = client.post("/api/v1/events/batch", json={"events": items}).json()
+    assert again["new_events"] == 0 and _snapshot_ids(rt) == [s1, s2, s3]
+    assert [x["status"] for x in again["results"]] == [202, 202, 422, 404, 422] + [202] * 4
+    assert [x["event_id"] for x in again["results"][:2]] == [events[0], events[1]]
+
+
+def test_batch_size_and_shape_are_checked(client: TestClient, rt: Runtime) -> None:
+    assert client.post("/api/v1/events/batch", json={"events": []}).status_code == 422
+    too_many = {"events": [ORDERS] * (MAX_EVENT_BATCH + 1)}
+    assert client.post("/api/v1/events/batch", json=too_many).status_code == 422
+    typo = {"events": [ORDERS | {"snapshot": 1}]}  # unknown field: a 422 for the batch
+    r = client.post("/api/v1/events/batch", json=typo)
+    assert r.status_code == 422 and "events.0" in r.text
+    viewer = bearer(issue_token(rt, "viewer", name="viewer"))
+    r = client.post("/api/v1/events/batch", json={"events": [ORDERS]}, headers=viewer)
+    assert r.status_code == 403 and "needs the operator role" in r.json()["detail"]
+
+
+def test_concurrent_batches_and_posts_record_each_commit_once(
+    client: TestClient, rt: Runtime
+) -> None:
+    table = make_table(rt)
+    _register(client)
+    table = append_batches(table, 4)
+    commits = _commits(table)
+    answered: list[int] = []
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def post_batch(k: int) -> None:
+        items = [ORDERS | {"snapshot_id": s} for s in commits[k % 4 :] + commits[: k % 4]]
+        r = client.post("/api/v1/events/batch", json={"events": [*items, ORDERS]})
+        with lock:
+            statuses.append(r.status_code)
+            if r.status_code == 202:
+                answered.append(r.json()["new_events"])
+
+    def post_one(_: int) -> None:
+        r = client.post("/api/v1/events", json=ORDERS)
+        with lock:
+            statuses.append(r.status_code)
+            if r.status_code == 202:
+                answered.append(r.json()["new_events"])
+
+    threads = [threading.Thread(target=post_batch, args=(k,)) for k in range(6)]
+    threads += [threading.Thread(target=post_one, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [202] * 9
+    assert sorted(_snapshot_ids(rt)) == sorted(commits)
+    assert sum(answered) == 4  # each commit answered as new exactly once
+
+
+def test_a_duplicate_is_answered_without_reading_the_catalog(
+    client: TestClient, rt: Runtime
+) -> None:
+    table = make_table(rt)
+    _register(client)
+    table = append_batches(table, 2)
+    s1, s2 = _commits(table)
+    assert client.post("/api/v1/events", json=ORDERS).json()["new_events"] == 2
+    with _catalog_unreadable(table):
+        with pytest.raises(FileNotFoundError):  # the catalog cannot read the table now
+            load_table(rt.catalog, TableRef("sales", "orders"))
+        same_pointer = ORDERS | {"metadata_location": table.metadata_location}
+        r = client.post("/api/v1/events", json=same_pointer)
+        assert r.status_code == 202, r.text
+        assert r.json()["new_events"] == 0 and r.json()["event"]["snapshot_id"] == s2
+        r = client.post("/api/v1/events", json=ORDERS | {"snapshot_id": s1})
+        assert r.status_code == 202, r.text
+        assert r.json()["event"]["snapshot_id"] == s1 and r.json()["current_snapshot_id"] == s2
+        batch = [same_pointer, ORDERS | {"snapshot_id": s1}, same_pointer | {"snapshot_id": s2}]
+        r = client.post("/api/v1/events/batch", json={"events": batch})
+        assert r.status_code == 202, r.text
+        assert [x["status"] for x in r.json()["results"]] == [202] * 3
+        assert r.json()["new_events"] == 0
+    assert _snapshot_ids(rt) == [s1, s2]
+
+
+def test_a_new_pointer_is_read_from_the_catalog(client: TestClient, rt: Runtime) -> None:
+    """A notification of the pointer lakewarden holds is a duplicate (the commits after it
+    have notifications of their own); one of a pointer it does not hold is read."""
+    table = make_table(rt)
+    _register(client)
+    table = append_batches(table, 1)
+    old = table.metadata_location
+    assert client.post("/api/v1/events", json=ORDERS).json()["new_events"] == 1
+    table = append_batches(table, 1, start=100)
+    items = [ORDERS | {"metadata_location": old}, ORDERS | {"metadata_location": "s3://x/y"}]
+    r = client.post("/api/v1/events/batch", json={"events": items})
+    assert [x["new_events"] for x in r.json()["results"]] == [0, 1]
+    assert _snapshot_ids(rt) == _commits(table)
+    assert r.json()["results"][1]["current_snapshot_id"] == current(table).snapshot_id
+    r = client.post("/api/v1/events", json=ORDERS | {"metadata_location": old})
+    assert (
+        r.json()["new_events"] == 0
+        and r.json()["current_snapshot_id"] == current(table).snapshot_id
+    )
+
+
+@contextmanager
+def _statements(rt: Runtime) -> Iterator[list[tuple[str, Any]]]:
+    """Every SQL statement `rt.engine` runs meanwhile, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        seen.append((statement, params))
+
+    event.listen(rt.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(rt.engine, "before_cursor_execute", record)
+
+
+def _sync(rt: Runtime, table: Table) -> list[int]:
+    with transaction(rt.engine) as s:
+        row = s.scalars(select(ManagedTable)).one()
+        return sync_table(s, row, table, source="test").new_event_ids
+
+
+def test_sync_walks_back_in_chunks_and_never_reads_the_whole_history(rt: Runtime) -> None:
+    table = make_table(rt)
+    with transaction(rt.engine) as s:
+        add_table(s, rt.settings.catalog_name, TableRef("sales", "orders"), {})
+    table = append_batches(table, 30, rows=2)
+    assert len(_sync(rt, table)) == 30
+    # 9 commits nobody reported: more than the first chunk (8 ids), then 16
+    table = append_batches(table, 9, rows=2, start=100)
+    with _statements(rt) as seen:
+        new = _sync(rt, table)
+    assert _snapshot_ids(rt) == _commits(table)  # the gap recorded, in commit order
+    assert len(new) == 9 and new == sorted(new)
+    asked = [p for q, p in seen if "FROM timeline_events" in q and "SELECT" in q]
+    # Each read of known snapshots names its candidate ids: 8, then 16 (which reach the
+    # known 30th commit), never the table's whole history of 39 commits.
+    assert [len(p["snapshot_ids"]) for p in asked] == [8, 16]
+    with transaction(rt.engine) as s:
+        s.execute(text("DELETE FROM timeline_events WHERE id < :i"), {"i": min(new)})
+    # The next commit: one chunk asked about; the walk stops at the newest known commit and
+    # does not go on to the 30 older ones it no longer has events for.
+    table = append_batches(table, 1, rows=2, start=1000)
+    with _statements(rt) as seen:
+        assert len(_sync(rt, table)) == 1
+    asked = [p for q, p in seen if "FROM timeline_events" in q and "SELECT" in q]
+    assert [len(p["snapshot_ids"]) for p in asked] == [8]
+    assert len(_snapshot_ids(rt)) == 10
+
+
+def test_sync_of_an_unmoved_pointer_does_not_touch_the_row(rt: Runtime) -> None:
+    table = make_table(rt)
+    with transaction(rt.engine) as s:
+        add_table(s, rt.settings.catalog_name, TableRef("sales", "orders"), {})
+    table = append_batches(table, 2, rows=2)
+    _sync(rt, table)
+    with transaction(rt.engine) as s:
+        before = s.scalars(select(ManagedTable)).one().updated_at
+    with _statements(rt) as seen:
+        assert _sync(rt, table) == []
+    assert not [q for q, _ in seen if "UPDATE" in q or "timeline_events" in q]
+    with transaction(rt.engine) as s:
+        row = s.scalars(select(ManagedTable)).one()
+        assert row.updated_at == before
+        assert row.current_snapshot_id == current(table).snapshot_id
+
+
+def test_the_walk_is_bounded_by_max_walk(rt: Runtime) -> None:
+    table = make_table(rt)
+    with transaction(rt.engine) as s:
+        add_table(s, rt.settings.catalog_name, TableRef("sales", "orders"), {})
+    table = append_batches(table, 12, rows=2)
+    with transaction(rt.engine) as s:
+        row = s.scalars(select(ManagedTable)).one()
+        got = ingest.unseen_snapshots(s, row.id, table, max_walk=10)
+    assert [x.snapshot_id for x in got] == _commits(table)[::-1][:10]
