@@ -33,6 +33,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B7": ("benchmarks.control_plane", "b7"),
     "B8": ("benchmarks.control_plane", "b8"),
     "B9": ("benchmarks.peers", "b9"),
+    "B10": ("benchmarks.fleet", "b10"),
 }
 
 
