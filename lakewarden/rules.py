@@ -27,6 +27,8 @@ statements (see its docstring). Retirement reasons it writes and reads:
   registration) takes it back if it reappears.
 - `OPTED_OUT`: its owner opted it out (`opt_out`); no rule takes it back.
 - `OPT_OUT_CLEARED`: the opt-out was cleared; a rule that covers it takes it back.
+- `RULE_REMOVED`: the rule that adopted it was removed, with its tables; another rule
+  that covers it takes it back.
 - anything else (unregistered through the API: no reason; maintained by another
   optimizer): no rule takes it back; registering it explicitly does.
 """
@@ -56,8 +58,9 @@ from lakewarden.tables import lock_namespace
 DROPPED = "dropped from the catalog"
 OPTED_OUT = "opted out"
 OPT_OUT_CLEARED = "opt-out cleared"
+RULE_REMOVED = "its management rule was removed"
 # Retired for these reasons, a table a rule covers is managed again when it is listed.
-REVIVABLE = (DROPPED, OPT_OUT_CLEARED)
+REVIVABLE = (DROPPED, OPT_OUT_CLEARED, RULE_REMOVED)
 
 # A glob: identifier characters, dots (namespace levels, or namespace.name) and * ?.
 GLOB = re.compile(r"\A[A-Za-z0-9_.*?]{1,255}\Z")
@@ -713,6 +716,19 @@ def clear_opt_out(session: Session, catalog: str, ref: TableRef) -> ManagedTable
     if table_id is None:
         return None
     return session.get(ManagedTable, table_id, populate_existing=True)
+
+
+def retire_rule_tables(session: Session, catalog: str, rule_id: int, *, by: str) -> list[int]:
+    """Retire the live tables the rule adopted (`RULE_REMOVED`, history kept, open tasks
+    cancelled); the ids retired."""
+    ids = session.scalars(
+        select(ManagedTable.id).where(
+            ManagedTable.catalog == catalog,
+            ManagedTable.managed_by == rule_actor(rule_id),
+            ManagedTable.retired_at.is_(None),
+        )
+    ).all()
+    return retire_tables(session, ids, reason=RULE_REMOVED, by=by)[0]
 
 
 def rule_table_counts(session: Session, catalog: str) -> dict[int, int]:

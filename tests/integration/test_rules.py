@@ -359,9 +359,29 @@ def test_rules_crud(client: TestClient, rt: Runtime) -> None:
         "createRule",
         "updateRule",
         "updateRule",
-        "deleteRule",
+        "removeRule",
     ]
     assert actions[-1][1] == f"rule:{rule['id']}"
+
+
+def test_removing_a_rule_with_its_tables_retires_them(client: TestClient, rt: Runtime) -> None:
+    path = rules_path(rt)
+    sales = client.post(path, json={"namespace": "ns1"}).json()
+    keep = client.post(path, json={"namespace": "ns2"}).json()
+    listing = fleet(60)
+    run_adopt(rt, listing)
+    adopted = {k for k, r in rows(rt).items() if r.managed_by == f"rule:{sales['id']}"}
+    assert len(adopted) == 2
+    assert client.delete(f"{path}/{keep['id']}").status_code == 204  # tables stay
+    r = client.delete(f"{path}/{sales['id']}", params={"retire_tables": "true"})
+    assert r.status_code == 204, r.text
+    found = rows(rt)
+    assert all(found[k].retired_at is not None for k in adopted)
+    assert all(r.retired_at is None for k, r in found.items() if k not in adopted)
+    # no rule covers them now; a new one does, and takes them back
+    assert run_adopt(rt, listing).counts["revived"] == 0
+    client.post(path, json={"namespace": "ns*"})
+    assert len(run_adopt(rt, listing).revived) == 2
 
 
 @pytest.mark.parametrize(

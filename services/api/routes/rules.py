@@ -10,9 +10,9 @@ and commit listener; tables already adopted keep their policy when a rule change
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -222,14 +222,28 @@ def update_rule(
 @router.delete(
     "/rules/{rule_id}", status_code=204, responses=errors.as_json(errors.documented(notes=NO_RULE))
 )
-def delete_rule(
-    catalog: CatalogDep, rule_id: Id, session: SessionDep, access: AccessDep
+def remove_rule(
+    catalog: CatalogDep,
+    rule_id: Id,
+    session: SessionDep,
+    access: AccessDep,
+    retire_tables: Annotated[
+        bool,
+        Query(
+            description="also stop managing the tables the rule adopted (retired, history "
+            "kept, open tasks cancelled; another rule that covers one adopts it again)"
+        ),
+    ] = False,
 ) -> Response:
-    """Delete the rule (admin on its scope): it adopts nothing more. The tables it adopted
-    stay managed (unregister them, or opt them out, to stop that)."""
+    """Remove the rule (admin on its scope): it adopts nothing more. The tables it adopted
+    stay managed unless `retire_tables` is set."""
     rule = _rule(session, catalog, rule_id, lock=True)
     _need(access, Role.admin, catalog, rule.namespace, target=rules.rule_actor(rule_id))
-    access.change = {"rule": audit_diff(_as_dict(rule), None)}
+    change: dict[str, Any] = {"rule": audit_diff(_as_dict(rule), None)}
+    if retire_tables:
+        retired = rules.retire_rule_tables(session, catalog, rule_id, by=access.actor)
+        change["retired_tables"] = len(retired)
+    access.change = change
     session.delete(rule)
     session.flush()
     return Response(status_code=204)
