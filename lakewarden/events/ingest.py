@@ -7,15 +7,15 @@ and only the inserter evaluates it, so each commit is evaluated once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from sqlalchemy import BigInteger, any_, bindparam, func, select
+from sqlalchemy import BigInteger, any_, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, TimelineEvent
@@ -92,6 +92,24 @@ def unseen_snapshots(
     return unseen
 
 
+_INSERT_EVENTS = text(
+    """
+    INSERT INTO timeline_events (table_id, snapshot_id, parent_snapshot_id, sequence_number,
+        operation, summary, metadata_location, source, committed_at)
+    SELECT :table_id, u.snapshot_id, u.parent_snapshot_id, u.sequence_number, u.operation,
+        u.summary::jsonb, u.metadata_location, :source, u.committed_at
+    FROM unnest(CAST(:snapshot_ids AS bigint[]), CAST(:parents AS bigint[]),
+        CAST(:sequences AS bigint[]), CAST(:operations AS text[]), CAST(:summaries AS text[]),
+        CAST(:locations AS text[]), CAST(:committed AS timestamptz[])) WITH ORDINALITY
+        AS u(snapshot_id, parent_snapshot_id, sequence_number, operation, summary,
+             metadata_location, committed_at, n)
+    ORDER BY u.n
+    ON CONFLICT (table_id, snapshot_id) DO NOTHING
+    RETURNING id
+    """
+)
+
+
 def insert_events(
     session: Session,
     table_id: int,
@@ -101,26 +119,28 @@ def insert_events(
     current: Snapshot | None,
     metadata_location: str | None,
 ) -> list[int]:
-    """Insert one event per snapshot in one statement, in the order given (ids follow it);
-    the ids of those inserted (a (table, snapshot) already known is skipped)."""
+    """Insert one event per snapshot in one statement (of one text, whatever the count), in
+    the order given (ids follow it); the ids of those inserted (a (table, snapshot) already
+    known is skipped)."""
     if not snapshots:
         return []
-    rows = [
-        {
-            **snapshot_fields(snap),
-            "table_id": table_id,
-            "source": source,
-            "metadata_location": metadata_location if snap is current else None,
-        }
-        for snap in snapshots
-    ]
-    stmt = (
-        pg_insert(TimelineEvent)
-        .values(rows)
-        .on_conflict_do_nothing(index_elements=["table_id", "snapshot_id"])
-        .returning(TimelineEvent.id)
+    fields = [snapshot_fields(snap) for snap in snapshots]
+    return sorted(
+        session.scalars(
+            _INSERT_EVENTS,
+            {
+                "table_id": table_id,
+                "source": source,
+                "snapshot_ids": [f["snapshot_id"] for f in fields],
+                "parents": [f["parent_snapshot_id"] for f in fields],
+                "sequences": [f["sequence_number"] for f in fields],
+                "operations": [f["operation"] for f in fields],
+                "summaries": [json.dumps(f["summary"]) for f in fields],
+                "locations": [metadata_location if s is current else None for s in snapshots],
+                "committed": [f["committed_at"] for f in fields],
+            },
+        )
     )
-    return sorted(session.scalars(stmt))
 
 
 def sync_table(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, HTTPException
 from pyiceberg.table import Table
-from sqlalchemy import BigInteger, and_, cast, func, or_, select
+from sqlalchemy import BigInteger, any_, bindparam, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -181,13 +181,15 @@ class _Group:
 
 def _rows(session: Session, catalog: str, refs: Iterable[TableRef]) -> dict[TableRef, ManagedTable]:
     """The managed rows of `refs`, in one query."""
-    wanted = [
-        and_(ManagedTable.namespace == r.namespace, ManagedTable.name == r.name) for r in refs
-    ]
+    wanted = [(ref.namespace, ref.name) for ref in refs]
     if not wanted:
         return {}
     rows = session.scalars(
-        select(ManagedTable).where(ManagedTable.catalog == catalog, LIVE, or_(*wanted))
+        select(ManagedTable).where(
+            ManagedTable.catalog == catalog,
+            LIVE,
+            tuple_(ManagedTable.namespace, ManagedTable.name).in_(wanted),
+        )
     )
     return {TableRef(r.namespace, r.name): r for r in rows}
 
@@ -195,21 +197,20 @@ def _rows(session: Session, catalog: str, refs: Iterable[TableRef]) -> dict[Tabl
 def _events_of(
     session: Session, pairs: set[tuple[int, int]]
 ) -> dict[tuple[int, int], TimelineEvent]:
-    """The recorded events of (table id, snapshot id) pairs, in one query."""
+    """The recorded events of (table id, snapshot id) pairs, in one query (an index scan on
+    the (table_id, snapshot_id) key; pairs across the lists are filtered out here)."""
     if not pairs:
         return {}
-    table_ids, snapshot_ids = zip(*sorted(pairs), strict=True)
-    wanted = select(
-        func.unnest(cast(list(table_ids), ARRAY(BigInteger))).label("t"),
-        func.unnest(cast(list(snapshot_ids), ARRAY(BigInteger))).label("s"),
-    ).subquery()
+    table_ids = sorted({t for t, _ in pairs})
+    snapshot_ids = sorted({s for _, s in pairs})
     events = session.scalars(
-        select(TimelineEvent).join(
-            wanted,
-            and_(TimelineEvent.table_id == wanted.c.t, TimelineEvent.snapshot_id == wanted.c.s),
+        select(TimelineEvent).where(
+            TimelineEvent.table_id == any_(bindparam("t", table_ids, type_=ARRAY(BigInteger))),
+            TimelineEvent.snapshot_id
+            == any_(bindparam("s", snapshot_ids, type_=ARRAY(BigInteger))),
         )
     )
-    return {(e.table_id, e.snapshot_id): e for e in events}
+    return {(e.table_id, e.snapshot_id): e for e in events if (e.table_id, e.snapshot_id) in pairs}
 
 
 class _Batch:
