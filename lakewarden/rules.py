@@ -170,12 +170,13 @@ class AdoptResult:
 
     @property
     def counts(self) -> dict[str, int]:
+        """How many rows changed, by change: all zero when there was nothing to do
+        (`held_back` is not a change, so it is not counted here)."""
         return {
             "adopted": len(self.adopted),
             "revived": len(self.revived),
             "renamed": len(self.renamed),
             "retired": len(self.retired),
-            "held_back": self.held_back,
         }
 
     @property
