@@ -5,15 +5,18 @@ Both sides must name the catalog the same: it is a column of `iceberg_tables`.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 from sqlalchemy.engine import make_url
 
-from lakewarden.settings import Settings
+from lakewarden.settings import Settings, sqlalchemy_pg_url
+from lakewarden.states import CatalogType
 
 # Identifiers that reach Spark SQL are validated, then backquoted: never pasted raw.
 # `\Z`, not `$`: `$` also matches before a trailing newline, and pyiceberg strips it, so
@@ -27,15 +30,20 @@ class InvalidIdentifier(ValueError):
 
 @dataclass(frozen=True)
 class TableRef:
+    """A table of a catalog: its namespace (one level, or several joined by dots, as Iceberg
+    allows: `a.b.c`) and its name. Every level is validated, and quoted where it reaches SQL."""
+
     namespace: str
     name: str
 
     def __post_init__(self) -> None:
-        for part, value in (("namespace", self.namespace), ("name", self.name)):
+        levels = (self.namespace or "").split(".")
+        for part, value in [("namespace", level) for level in levels] + [("name", self.name)]:
             if not IDENTIFIER.match(value or ""):
                 raise InvalidIdentifier(
                     f"invalid table {part} {value!r}: use letters, digits and underscores, "
-                    "starting with a letter or underscore (at most 128 characters)"
+                    "starting with a letter or underscore (at most 128 characters); a "
+                    "namespace may have several such levels joined by dots (a.b.c)"
                 )
 
     @classmethod
@@ -46,18 +54,33 @@ class TableRef:
         return cls(namespace, name)
 
     @property
+    def levels(self) -> tuple[str, ...]:
+        """The namespace's levels."""
+        return tuple(self.namespace.split("."))
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        """The identifier pyiceberg takes: every namespace level, then the name."""
+        return (*self.levels, self.name)
+
+    @property
     def dotted(self) -> str:
         return f"{self.namespace}.{self.name}"
 
     def spark_name(self, catalog: str) -> str:
-        return f"`{catalog}`.`{self.namespace}`.`{self.name}`"
+        return ".".join(f"`{part}`" for part in (catalog, *self.identifier))
+
+
+def valid_namespace(namespace: str) -> bool:
+    """Whether `namespace` is one or more identifiers joined by dots."""
+    return all(IDENTIFIER.match(level) for level in namespace.split("."))
 
 
 def load_table(catalog: Catalog, ref: TableRef) -> Table:
     """The table from the catalog; pyiceberg's `NoSuchTableError` naming the catalog and the
     table if it has no such table (nor namespace)."""
     try:
-        return catalog.load_table((ref.namespace, ref.name))
+        return catalog.load_table(ref.identifier)
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise NoSuchTableError(f"catalog {catalog.name!r} has no table {ref.dotted}") from exc
 
@@ -70,30 +93,111 @@ def find_table(catalog: Catalog, ref: TableRef) -> Table | None:
         return None
 
 
-def catalog_db_url(settings: Settings, control_plane_url: str) -> str:
-    return settings.catalog_database_url or control_plane_url
+CATALOG_TYPES = tuple(CatalogType)
 
 
-def load_catalog(settings: Settings, control_plane_url: str) -> Catalog:
+class CatalogConfigError(ValueError):
+    """A catalog entry that cannot be used as given (the message says what to fix)."""
+
+
+class UnknownCatalog(LookupError):
+    pass
+
+
+# A property value: the value itself, or a reference to where the secret is kept.
+PropertyValue = str | dict[str, str]
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One Iceberg catalog lakewarden watches: the settings-configured default, or one
+    registered through the API. `name` is the Iceberg catalog's own name (the JDBC catalog's
+    `catalog_name` column; Spark's catalog of that name). `properties` are pyiceberg's
+    catalog properties, secrets as references (`resolve_properties`)."""
+
+    name: str
+    type: str
+    properties: dict[str, PropertyValue] = field(repr=False)
+    poll_interval_s: float = 30.0
+    poll_concurrency: int = 4
+    version: int = 1
+    default: bool = False
+
+    @property
+    def resolved(self) -> dict[str, str]:
+        return resolve_properties(self.properties)
+
+    @property
+    def jdbc_url(self) -> str | None:
+        """The SQLAlchemy URL of a JDBC catalog's database (None for REST)."""
+        if self.type != "jdbc":
+            return None
+        return sqlalchemy_pg_url(self.resolved.get("uri", ""))
+
+
+def resolve_properties(properties: dict[str, PropertyValue]) -> dict[str, str]:
+    """The properties with every secret reference replaced by its value:
+    `{"env": "NAME"}` reads the environment variable, `{"file": "/path"}` the file (one
+    trailing newline stripped). A missing one is a CatalogConfigError naming it."""
+    out: dict[str, str] = {}
+    for key, value in properties.items():
+        if isinstance(value, str):
+            out[key] = value
+        elif "env" in value:
+            if value["env"] not in os.environ:
+                raise CatalogConfigError(
+                    f"catalog property {key!r} names environment variable {value['env']!r}, "
+                    "which is not set in this process"
+                )
+            out[key] = os.environ[value["env"]]
+        elif "file" in value:
+            try:
+                out[key] = Path(value["file"]).read_text().removesuffix("\n")
+            except OSError as exc:
+                raise CatalogConfigError(
+                    f"catalog property {key!r} names file {value['file']!r}, which cannot be "
+                    f"read ({exc.strerror or type(exc).__name__})"
+                ) from None
+        else:
+            raise CatalogConfigError(
+                f'catalog property {key!r}: give a string, {{"env": NAME}} or {{"file": PATH}}'
+            )
+    return out
+
+
+def default_entry(settings: Settings, control_plane_url: str) -> CatalogEntry:
+    """The settings-configured catalog, as the registry's default entry."""
+    if settings.catalog_type not in CATALOG_TYPES:
+        raise ValueError(f"unsupported catalog type {settings.catalog_type!r}: use jdbc or rest")
     if settings.catalog_type == "rest":
-        from pyiceberg.catalog.rest import RestCatalog
-
         if not settings.catalog_uri:
             raise ValueError("LAKEWARDEN_CATALOG_URI is required for a REST catalog")
-        return RestCatalog(
-            settings.catalog_name, uri=settings.catalog_uri, warehouse=settings.warehouse_uri
-        )
-    if settings.catalog_type != "jdbc":
-        raise ValueError(f"unsupported catalog type {settings.catalog_type!r}: use jdbc or rest")
+        uri = settings.catalog_uri
+    else:
+        uri = settings.catalog_database_url or control_plane_url
+    return CatalogEntry(
+        name=settings.catalog_name,
+        type=settings.catalog_type,
+        properties={"uri": uri, "warehouse": settings.warehouse_uri},
+        poll_interval_s=settings.poll_interval_s,
+        default=True,
+    )
+
+
+def build_catalog(entry: CatalogEntry) -> Catalog:
+    """pyiceberg's client for the entry."""
+    props = entry.resolved
+    if entry.type == "rest":
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(entry.name, **props)
+    if entry.type != "jdbc":
+        raise CatalogConfigError(f"unsupported catalog type {entry.type!r}: use jdbc or rest")
     from pyiceberg.catalog.sql import SqlCatalog
 
-    return SqlCatalog(
-        settings.catalog_name,
-        uri=catalog_db_url(settings, control_plane_url),
-        warehouse=settings.warehouse_uri,
-        # survive a database restart: check pooled connections before use
-        pool_pre_ping="true",
-    )
+    props["uri"] = sqlalchemy_pg_url(props.get("uri", ""))
+    # survive a database restart: check pooled connections before use
+    return SqlCatalog(entry.name, **{"pool_pre_ping": "true", **props})
 
 
 @dataclass(frozen=True)

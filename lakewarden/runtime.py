@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from sqlalchemy import Engine
 
-from lakewarden.catalog import load_catalog
+from lakewarden.catalog_registry import CatalogRegistry
 from lakewarden.db.session import get_engine, resolve_database_url
 from lakewarden.settings import Settings, get_settings
 
@@ -33,8 +33,13 @@ class Runtime:
             self.process_id = new_process_id(self.role)
 
     @functools.cached_property
+    def catalogs(self) -> CatalogRegistry:
+        return CatalogRegistry(self.settings, self.db_url, self.engine)
+
+    @property
     def catalog(self) -> Catalog:
-        return load_catalog(self.settings, self.db_url)
+        """The default (settings-configured) catalog."""
+        return self.catalogs.load(self.settings.catalog_name)
 
 
 def make_runtime(role: str, settings: Settings | None = None) -> Runtime:

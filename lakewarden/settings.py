@@ -109,21 +109,26 @@ class Settings(BaseSettings):
     @field_validator("database_url", "catalog_database_url")
     @classmethod
     def _normalise_db_url(cls, v: str | None) -> str | None:
-        # Accept the plain libpq scheme; SQLAlchemy needs the driver spelled out.
         if v is None or v == "":
             return None
-        for prefix in ("postgres://", "postgresql://"):
-            if v.startswith(prefix):
-                return "postgresql+psycopg://" + v[len(prefix) :]
-        if not v.startswith("postgresql+psycopg://"):
-            raise ValueError("database URL must be a postgresql:// URL")
-        return v
+        return sqlalchemy_pg_url(v)
 
     @property
     def warehouse_uri(self) -> str:
         if self.warehouse:
             return self.warehouse
         return (self.data_dir / "warehouse").resolve().as_uri()
+
+
+def sqlalchemy_pg_url(url: str) -> str:
+    """A Postgres URL as SQLAlchemy takes it: the plain libpq scheme is accepted, and
+    SQLAlchemy needs the driver spelled out. ValueError for anything but Postgres."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    if not url.startswith("postgresql+psycopg://"):
+        raise ValueError("database URL must be a postgresql:// URL")
+    return url
 
 
 @functools.cache

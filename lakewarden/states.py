@@ -60,6 +60,13 @@ class AlertState(StrEnum):
 OPEN_ALERT_STATES = (AlertState.FIRING, AlertState.ACKNOWLEDGED)
 
 
+class CatalogType(StrEnum):
+    """The kinds of Iceberg catalog lakewarden watches (`catalogs.type`)."""
+
+    JDBC = "jdbc"  # an Iceberg JDBC catalog in Postgres
+    REST = "rest"  # an Iceberg REST catalog
+
+
 def sql_in(column: str, states: StrEnum | Iterable[StrEnum], *, negate: bool = False) -> str:
     """`column IN ('a', 'b')` (`column = 'a'` for one state), the states as SQL literals;
     `negate`: `column NOT IN (...)` (`column <> 'a'`).

@@ -41,7 +41,7 @@ from lakewarden.db.models import (
 )
 from lakewarden.db.paging import DEFAULT_LIMIT, keyset_page_by
 from lakewarden.policy import Policy, effective_policy
-from lakewarden.states import OPEN_TASK_STATES, TaskState
+from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
 from lakewarden.tasks.repo import TransitionRejected, transition
 
 
@@ -142,16 +142,23 @@ def has_open_tasks() -> ColumnElement[bool]:
 
 
 def has_failed_tasks() -> ColumnElement[bool]:
-    """SQL: some kind's latest finished task of the table failed (see `TableQuery`)."""
-    failed, later = aliased(Task), aliased(Task)
-    ran_past = exists().where(
-        later.table_id == failed.table_id,
-        later.kind == failed.kind,
-        later.id > failed.id,
-        later.state.in_((TaskState.SUCCEEDED, TaskState.SKIPPED)),
+    """SQL: some kind's latest finished task of the table failed (see `TableQuery`). Read
+    from the failed tasks (ix_tasks_state), each compared with the latest finished task of
+    its table and kind (ix_tasks_table_id): no pass over every task."""
+    failed, last = aliased(Task), aliased(Task)
+    latest_finished = (
+        select(func.max(last.id))
+        .where(
+            last.table_id == failed.table_id,
+            last.kind == failed.kind,
+            last.state.in_(FINISHED_TASK_STATES),
+        )
+        .scalar_subquery()
     )
     return exists().where(
-        failed.table_id == ManagedTable.id, failed.state == TaskState.FAILED, ~ran_past
+        failed.table_id == ManagedTable.id,
+        failed.state == TaskState.FAILED,
+        failed.id == latest_finished,
     )
 
 
@@ -285,6 +292,11 @@ def add_table(
             )
             .values(
                 retired_at=None,
+                # registered explicitly now: whatever retired it (a drop, an opt-out,
+                # another optimizer) the owner has overruled
+                retired_reason=None,
+                opt_out=False,
+                managed_by="api",
                 policy=overrides,
                 policy_version=ManagedTable.policy_version + 1,
                 # measured under the old policy, before the unmanaged gap: measure again

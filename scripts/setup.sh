@@ -9,11 +9,15 @@ run_demo=1
 [ "${1:-}" = "--no-demo" ] && run_demo=0
 
 # 1. Debian packages: Java for Spark, jarjar for the offline jar assembly, the JDBC driver,
-#    faketime for the tests that give schedulers disagreeing clocks.
+#    Apache HttpClient 5 (Iceberg's REST catalog client in Spark), faketime for the tests
+#    that give schedulers disagreeing clocks.
 pkgs=()
 command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
 [ -f /usr/share/java/jarjar.jar ] || pkgs+=(libjarjar-java)
 [ -f /usr/share/java/postgresql.jar ] || pkgs+=(libpostgresql-jdbc-java)
+[ -f /usr/share/java/httpclient5.jar ] || pkgs+=(libhttpclient5-java)
+[ -f /usr/share/java/httpcore5.jar ] && [ -f /usr/share/java/httpcore5-h2.jar ] \
+  || pkgs+=(libhttpcore5-java)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || pkgs+=(python3-venv)
 command -v faketime >/dev/null 2>&1 || pkgs+=(faketime)  # clock-skew fault tests
 if [ ${#pkgs[@]} -gt 0 ]; then

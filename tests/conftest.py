@@ -334,7 +334,8 @@ def rest_catalog(server_url: str, tmp_path: Path) -> Iterator[str]:
     """The URI of an Iceberg REST catalog served for this test: the REST protocol over
     pyiceberg's SqlCatalog, in an empty database of its own (not lakewarden's: no commit
     trigger), with its warehouse under tmp_path. pyiceberg's RestCatalog and Spark's REST
-    catalog (see `rest_catalog.add_to_spark`) both use it."""
+    catalog (its HTTP client is in the offline jar assembly: lakewarden.spark.jars) both
+    use it."""
     from rest_catalog import serve_rest_catalog
 
     name = f"lw_rest_{uuid.uuid4().hex[:10]}"

@@ -25,14 +25,11 @@ its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a s
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import threading
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Body, FastAPI, Request, Response
@@ -50,7 +47,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    pass
 
 SEP = "\x1f"  # the spec's namespace separator in paths (%1F)
 PREFIX = "/v1/{prefix}"  # how the config's `endpoints` name routes (we serve no prefix)
@@ -290,79 +287,6 @@ def serve_rest_catalog(sql_uri: str, warehouse: str, name: str = "rest") -> Iter
         thread.join(timeout=10)
         sock.close()
         catalog.engine.dispose()
-
-
-# --- Spark's REST client -------------------------------------------------------------------
-
-HTTP_JARS = ("httpclient5", "httpcore5", "httpcore5-h2")
-HTTP_RULE = "rule org.apache.hc.** org.apache.iceberg.shaded.org.apache.hc.@1\n"
-# The empty interface org.apache.iceberg.shaded.org.apache.hc.client5.http.ssl.TlsSocketStrategy
-# (javac --release 8 -g:none). Iceberg 1.10 names it (from HttpClient 5.4) in code it runs only
-# when a TLS configurer is set; the JVM's verifier loads it anyway. Debian has HttpClient 5.2.
-_TLS_STUB_PATH = "org/apache/iceberg/shaded/org/apache/hc/client5/http/ssl/TlsSocketStrategy.class"
-_TLS_STUB = base64.b64decode(
-    "yv66vgAAADQABQcAAgEASm9yZy9hcGFjaGUvaWNlYmVyZy9zaGFkZWQvb3JnL2FwYWNoZS9oYy9jbGllbnQ1L2h0dHAv"
-    "c3NsL1Rsc1NvY2tldFN0cmF0ZWd5BwAEAQAQamF2YS9sYW5nL09iamVjdAYBAAEAAwAAAAAAAAAA"
-)
-
-
-def spark_rest_jar(cache_dir: Path, java_dir: Path = Path("/usr/share/java")) -> Path | None:
-    """Apache HttpClient 5 relocated where Iceberg's Spark runtime looks for it, which the
-    runtime jar of the offline assembly (snowpark-connect-deps-iceberg) leaves out: without
-    it, Spark's REST catalog fails with NoClassDefFoundError
-    (org/apache/iceberg/shaded/org/apache/hc/core5/http/Method). Built from Debian's
-    libhttpclient5-java and libhttpcore5-java with jarjar; None when they are missing."""
-    import subprocess
-    import tempfile
-
-    from lakewarden.spark.jars import JARJAR
-
-    out = cache_dir / "iceberg-shaded-httpclient5.jar"
-    if out.exists():
-        return out
-    sources = [java_dir / f"{name}.jar" for name in HTTP_JARS]
-    if not all(p.exists() for p in sources) or not Path(JARJAR).exists():
-        return None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        merged, rules = Path(tmp) / "merged.jar", Path(tmp) / "rules.txt"
-        seen: set[str] = set()
-        with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as dst:
-            for jar in sources:
-                with zipfile.ZipFile(jar) as src:
-                    for info in src.infolist():
-                        n = info.filename
-                        skip = n.startswith("META-INF/") or n == "module-info.class"
-                        if n.endswith(".class") and n not in seen and not skip:
-                            seen.add(n)
-                            dst.writestr(info, src.read(info))
-        rules.write_text(HTTP_RULE)
-        partial = Path(tmp) / "relocated.jar"
-        cmd = ["java", "-jar", JARJAR, "process", str(rules), str(merged), str(partial)]
-        subprocess.run(cmd, check=True, capture_output=True)
-        with zipfile.ZipFile(partial, "a") as relocated:
-            if _TLS_STUB_PATH not in relocated.namelist():
-                relocated.writestr(_TLS_STUB_PATH, _TLS_STUB)
-        partial.replace(out)
-    return out
-
-
-def add_to_spark(spark: SparkSession, jar: Path) -> None:
-    """Put `jar` on the class loader that loaded Iceberg's runtime in a running session, so
-    classes Iceberg has not yet needed resolve from it. Must run before the session first
-    uses a REST catalog: a class whose initialisation failed stays failed in that JVM."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-    iceberg = jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkCatalog", False, loader)
-    target = iceberg.getClassLoader()
-    probe = "org.apache.iceberg.shaded.org.apache.hc.core5.http.Method"
-    try:
-        jvm.java.lang.Class.forName(probe, False, target)
-        return  # already there (a runtime jar that carries it, or added before)
-    except Exception:
-        pass
-    target.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
 
 
 if __name__ == "__main__":

@@ -44,7 +44,10 @@ def migrate(rt: Migratable) -> None:
         command.upgrade(alembic_config(rt.db_url), "head")
         if rt.settings.catalog_type == "jdbc":
             rt.catalog  # noqa: B018  pyiceberg's SqlCatalog creates iceberg_tables when missing
-            if catalog_engine(rt.settings, rt.engine) is rt.engine:
+            if (
+                not rt.settings.catalog_database_url
+                or catalog_engine(rt.settings.catalog_database_url, rt.engine) is rt.engine
+            ):
                 with rt.engine.begin() as conn:
                     install_commit_trigger(conn, refresh=True)
 

@@ -32,6 +32,7 @@ from lakewarden.states import (
     OPEN_TASK_STATES,
     WAITING_TASK_STATES,
     AlertState,
+    CatalogType,
     RunState,
     TaskState,
     sql_in,
@@ -106,7 +107,7 @@ class Catalog(Base):
     {"file": PATH}), resolved when the catalog is loaded, never echoed back."""
 
     __tablename__ = "catalogs"
-    __table_args__ = (CheckConstraint("type IN ('jdbc', 'rest')", name="type"),)
+    __table_args__ = (_one_of("type", CatalogType),)
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     type: Mapped[str] = mapped_column(String(16))
@@ -118,6 +119,26 @@ class Catalog(Base):
     created_by: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class CatalogPoll(Base):
+    """When a catalog is next due for a poll, and how the last one went. A replica polls a
+    catalog only when it wins the due time (`lakewarden.events.poller`), so each catalog
+    is polled once per interval however many API replicas run."""
+
+    __tablename__ = "catalog_polls"
+
+    catalog: Mapped[str] = mapped_column(String(128), primary_key=True)
+    due_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    polled_by: Mapped[str | None] = mapped_column(String(255))
+    polled_at: Mapped[datetime | None]
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    tables_seen: Mapped[int | None] = mapped_column(Integer)
+    tables_refreshed: Mapped[int | None] = mapped_column(Integer)
+    catalog_requests: Mapped[int | None] = mapped_column(Integer)
+    # Whether commits of this JDBC catalog are heard through the NOTIFY trigger (None: REST).
+    commit_trigger: Mapped[bool | None] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class ManagementRule(Base):

@@ -32,12 +32,11 @@ def get_engine(settings: Settings | None = None) -> Engine:
     return engine_for(resolve_database_url(settings or get_settings()))
 
 
-def catalog_engine(settings: Settings, control_plane: Engine) -> Engine:
-    """The JDBC catalog's database: the control plane's own engine when they are one
+def catalog_engine(url: str, control_plane: Engine) -> Engine:
+    """A JDBC catalog's database: the control plane's own engine when they are one
     database, else the process's one engine for the catalog's URL (`engine_for`), never a
     new engine per call: each holds a pool of connections until it is disposed of."""
-    url = settings.catalog_database_url
-    if url is None or make_url(url) == control_plane.url:
+    if make_url(url) == control_plane.url:
         return control_plane
     return engine_for(url)
 

@@ -13,16 +13,36 @@ from lakewarden.db.locks import DBLocks, xact_lock
 
 CHANNEL = "lakewarden_commits"
 
+# `op`: "commit" (the metadata pointer moved), "create", "drop", or "rename" (with the
+# old names): auto-management hears a table appear, go, or change its name within seconds.
 _FUNCTION = f"""
 CREATE OR REPLACE FUNCTION lakewarden_notify_commit() RETURNS trigger AS $$
+DECLARE
+  op text;
 BEGIN
-  IF TG_OP = 'INSERT' OR NEW.metadata_location IS DISTINCT FROM OLD.metadata_location THEN
+  IF TG_OP = 'INSERT' THEN
+    op := 'create';
+  ELSIF TG_OP = 'DELETE' THEN
     PERFORM pg_notify('{CHANNEL}', json_build_object(
-      'catalog', NEW.catalog_name,
-      'namespace', NEW.table_namespace,
-      'name', NEW.table_name,
-      'metadata_location', NEW.metadata_location)::text);
+      'op', 'drop', 'catalog', OLD.catalog_name, 'namespace', OLD.table_namespace,
+      'name', OLD.table_name)::text);
+    RETURN OLD;
+  ELSIF NEW.table_name IS DISTINCT FROM OLD.table_name
+     OR NEW.table_namespace IS DISTINCT FROM OLD.table_namespace THEN
+    op := 'rename';
+  ELSIF NEW.metadata_location IS DISTINCT FROM OLD.metadata_location THEN
+    op := 'commit';
+  ELSE
+    RETURN NEW;
   END IF;
+  PERFORM pg_notify('{CHANNEL}', json_build_object(
+    'op', op,
+    'catalog', NEW.catalog_name,
+    'namespace', NEW.table_namespace,
+    'name', NEW.table_name,
+    'old_namespace', CASE WHEN op = 'rename' THEN OLD.table_namespace END,
+    'old_name', CASE WHEN op = 'rename' THEN OLD.table_name END,
+    'metadata_location', NEW.metadata_location)::text);
   RETURN NEW;
 END;
 $$ LANGUAGE plpgsql
@@ -30,9 +50,12 @@ $$ LANGUAGE plpgsql
 
 _TRIGGER = """
 CREATE OR REPLACE TRIGGER lakewarden_commit_notify
-AFTER INSERT OR UPDATE OF metadata_location ON iceberg_tables
+AFTER INSERT OR UPDATE OR DELETE ON iceberg_tables
 FOR EACH ROW EXECUTE FUNCTION lakewarden_notify_commit()
 """
+
+# Bumped whenever _FUNCTION or _TRIGGER change: an older installed trigger is replaced.
+_VERSION = "lakewarden commit trigger v2"
 
 
 def install_commit_trigger(conn: Connection, *, refresh: bool = False) -> bool:
@@ -44,12 +67,15 @@ def install_commit_trigger(conn: Connection, *, refresh: bool = False) -> bool:
     xact_lock(conn, DBLocks.COMMIT_TRIGGER)
     present = conn.execute(
         text(
-            "SELECT 1 FROM pg_trigger WHERE tgname = 'lakewarden_commit_notify' "
-            "AND tgrelid = 'iceberg_tables'::regclass"
-        )
+            "SELECT obj_description(t.tgfoid, 'pg_proc') = :v FROM pg_trigger t "
+            "WHERE t.tgname = 'lakewarden_commit_notify' "
+            "AND t.tgrelid = 'iceberg_tables'::regclass"
+        ),
+        {"v": _VERSION},
     ).scalar()
     if present and not refresh:
         return True
     conn.execute(text(_FUNCTION))
+    conn.execute(text(f"COMMENT ON FUNCTION lakewarden_notify_commit() IS '{_VERSION}'"))
     conn.execute(text(_TRIGGER))
     return True

@@ -1,21 +1,37 @@
-"""LISTEN for the catalog trigger's commit notifications (NOTIFY wakes, polling guarantees)."""
+"""LISTEN for the catalog trigger's notifications (NOTIFY wakes, polling guarantees).
+
+One connection per JDBC catalog database (several registered catalogs may share one). A
+burst of notifications is drained at once, each table refreshed once however many commits
+it reported, and the tables refreshed a few at a time: a burst does not queue behind one
+table's catalog read. A table created, dropped or renamed in the catalog is reported to
+a poll of its catalog (`poll_catalog`: management rules adopt it, a rename keeps its
+history, a drop retires it).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import psycopg
 from sqlalchemy.engine import make_url
 
-from lakewarden.catalog import InvalidIdentifier, TableRef, catalog_db_url
+from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.trigger import CHANNEL
-from lakewarden.events.poller import poll_once
+from lakewarden.events.poller import poll_catalog
 from lakewarden.events.refresh import refresh_table
 from lakewarden.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+# How long a burst is drained before its tables are refreshed, and how many at once.
+DRAIN_S = 0.05
+REFRESH_THREADS = 4
+# How often the listener looks for newly registered JDBC catalogs.
+RESCAN_S = 5.0
 
 
 def libpq_url(sqlalchemy_url: str) -> str:
@@ -24,39 +40,109 @@ def libpq_url(sqlalchemy_url: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Note:
+    op: str  # commit | create | drop | rename
+    catalog: str
+    ref: TableRef
+    location: str | None  # the metadata pointer it moved to
+
+
+def parse(payload: str) -> Note | None:
+    try:
+        msg = json.loads(payload)
+        ref = TableRef(msg["namespace"], msg["name"])
+        return Note(msg.get("op", "commit"), msg["catalog"], ref, msg.get("metadata_location"))
+    except (ValueError, KeyError, TypeError, InvalidIdentifier):
+        log.warning("ignoring commit notification %r", payload)
+        return None
+
+
 class CommitListener(threading.Thread):
+    """Starts one `DatabaseListener` per JDBC catalog database, and new ones as catalogs
+    are registered. `connected` is set once every database known at start is listened to."""
+
     def __init__(self, rt: Runtime, stop: threading.Event) -> None:
         super().__init__(name="commit-listener", daemon=True)
         self.rt, self.stop = rt, stop
         self.connected = threading.Event()
+        self.databases: dict[str, DatabaseListener] = {}
 
     def run(self) -> None:
-        url = libpq_url(catalog_db_url(self.rt.settings, self.rt.db_url))
         while not self.stop.is_set():
             try:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    self.connected.set()
-                    # Anything committed while we were not listening is caught up now.
-                    poll_once(self.rt)
-                    while not self.stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            self._handle(note.payload)
+                self._scan()
             except Exception:
-                self.connected.clear()
-                log.exception("commit listener lost its connection; reconnecting")
-                self.stop.wait(1.0)
+                log.exception("commit listener could not read the catalog registry")
+            if self.databases and all(d.connected.is_set() for d in self.databases.values()):
+                self.connected.set()
+            self.stop.wait(RESCAN_S if self.connected.is_set() else 0.1)
 
-    def _handle(self, payload: str) -> None:
-        try:
-            msg = json.loads(payload)
-            if msg.get("catalog") != self.rt.settings.catalog_name:
+    def _scan(self) -> None:
+        by_url: dict[str, list[str]] = {}
+        for entry in self.rt.catalogs.entries():
+            if entry.type == "jdbc":
+                by_url.setdefault(libpq_url(entry.jdbc_url or ""), []).append(entry.name)
+        for url, names in by_url.items():
+            listener = self.databases.get(url)
+            if listener is None:
+                listener = DatabaseListener(self.rt, url, self.stop, frozenset(names))
+                self.databases[url] = listener
+                listener.start()
+            listener.catalogs = frozenset(names)
+
+
+class DatabaseListener(threading.Thread):
+    def __init__(
+        self, rt: Runtime, url: str, stop: threading.Event, catalogs: frozenset[str]
+    ) -> None:
+        super().__init__(name="commit-listener-db", daemon=True)
+        self.rt, self.url, self.stop = rt, url, stop
+        self.catalogs = catalogs  # the catalogs in this database (rescanned by the parent)
+        self.connected = threading.Event()
+
+    def run(self) -> None:
+        with ThreadPoolExecutor(REFRESH_THREADS, "notify") as pool:
+            while not self.stop.is_set():
+                try:
+                    with psycopg.connect(self.url, autocommit=True) as conn:
+                        conn.execute(f"LISTEN {CHANNEL}")
+                        # Anything committed while we were not listening is caught up now
+                        # (and the trigger installed where it may be).
+                        for name in sorted(self.catalogs):
+                            poll_catalog(self.rt, self.rt.catalogs.entry(name))
+                        self.connected.set()  # listening, and caught up
+                        while not self.stop.is_set():
+                            self._drain(conn, pool)
+                except Exception:
+                    self.connected.clear()
+                    log.exception("commit listener lost its connection; reconnecting")
+                    self.stop.wait(1.0)
+
+    def _drain(self, conn: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
+        """Wait up to 1 s for a notification, then take the rest of the burst."""
+        notes: list[Note] = []
+        for timeout in (1.0, DRAIN_S):
+            for raw in conn.notifies(timeout=timeout):
+                note = parse(raw.payload)
+                if note is not None and note.catalog in self.catalogs:
+                    notes.append(note)
+            if not notes:
                 return
-            ref = TableRef(msg["namespace"], msg["name"])
-        except (ValueError, KeyError, InvalidIdentifier):
-            log.warning("ignoring commit notification %r", payload)
-            return
+        changed = {n.catalog for n in notes if n.op != "commit"}
+        for name in sorted(changed):  # its poll refreshes every table of it that moved
+            self._changed(name)
+        commits = {(n.catalog, n.ref): n.location for n in notes if n.catalog not in changed}
+        list(pool.map(lambda k: self._refresh(k[0], k[1], commits[k]), commits))
+
+    def _changed(self, catalog: str) -> None:
         try:
-            refresh_table(self.rt, ref, source="notify")
+            poll_catalog(self.rt, self.rt.catalogs.entry(catalog))
+        except Exception:
+            log.exception("could not follow the tables of catalog %s (the poller will)", catalog)
+
+    def _refresh(self, catalog: str, ref: TableRef, location: str | None) -> None:
+        try:
+            refresh_table(self.rt, catalog, ref, source="notify", location=location)
         except Exception:
             log.exception("could not ingest commit of %s (the poller will retry)", ref.dotted)

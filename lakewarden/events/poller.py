@@ -1,58 +1,277 @@
-"""The polling fallback: catch commits no notification reported, on any catalog."""
+"""Polling: catch every commit no notification reported, on every catalog, cheaply.
+
+A poll of one catalog lists its tables, with their metadata pointers in one query on a JDBC
+catalog (and installs the commit trigger where it may), or namespace by namespace on a REST
+catalog; follows that list (management rules adopt new tables; renamed and dropped ones are
+followed); then refreshes only the managed tables whose pointer moved (on a REST catalog each
+is loaded to see its pointer, at most `poll_concurrency` at once).
+
+`poll_due` is what the API replicas run: a replica polls a catalog only when it wins the
+catalog's due time in `catalog_polls`, so each catalog is polled once per its interval
+however many replicas run, and the cost does not grow with them.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 from sqlalchemy import select, text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalog import CatalogEntry, InvalidIdentifier, TableRef, find_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
-from lakewarden.isolation import PerTable
+from lakewarden.isolation import PerTable, error_line
+from lakewarden.rules import AdoptResult, adopt
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE
 
+log = logging.getLogger(__name__)
 
-def _jdbc_catalog_pointers(rt: Runtime) -> dict[tuple[str, str], str] | None:
-    """Every table's metadata pointer in one query (JDBC catalog only)."""
-    if rt.settings.catalog_type != "jdbc":
-        return None
-    engine = catalog_engine(rt.settings, rt.engine)
+# A table of the catalog: (namespace, name) -> its metadata pointer (None: not read).
+Listing = dict[tuple[str, str], str | None]
+
+
+@dataclass
+class PollResult:
+    catalog: str
+    tables_seen: int = 0
+    refreshed: int = 0
+    requests: int = 0  # catalog requests (REST loads and lists; 1 per JDBC query)
+    commit_trigger: bool | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def jdbc_listing(rt: Runtime, entry: CatalogEntry) -> tuple[Listing | None, bool]:
+    """Every table of a JDBC catalog with its metadata pointer, in one query (None if the
+    catalog has no `iceberg_tables` yet); and whether the commit trigger is installed there
+    (installed now if lakewarden may: on a catalog database that is not its own it may lack
+    the rights, and then polling is the road)."""
+    engine = catalog_engine(entry.jdbc_url or "", rt.engine)
     with engine.begin() as conn:
-        if engine is rt.engine:
-            install_commit_trigger(conn)  # the catalog table may have appeared since start
         if not conn.execute(text("SELECT to_regclass('iceberg_tables') IS NOT NULL")).scalar():
-            return {}
+            return None, False
+        # Iceberg-Java's V1 schema lists views in the same table: only tables are managed.
+        has_type = conn.execute(
+            text(
+                "SELECT EXISTS (SELECT FROM information_schema.columns WHERE "
+                "table_name = 'iceberg_tables' AND column_name = 'iceberg_type' "
+                "AND table_schema = current_schema())"
+            )
+        ).scalar()
+        only_tables = " AND (iceberg_type IS NULL OR iceberg_type = 'TABLE')" if has_type else ""
         rows = conn.execute(
             text(
                 "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables "
-                "WHERE catalog_name = :c"
+                "WHERE catalog_name = :c" + only_tables
             ),
-            {"c": rt.settings.catalog_name},
-        )
-        return {(r[0], r[1]): r[2] for r in rows}
+            {"c": entry.name},
+        ).all()
+    return {(r[0], r[1]): r[2] for r in rows}, _ensure_trigger(rt, entry)
+
+
+def rest_listing(client: Catalog) -> tuple[Listing, int]:
+    """Every table of a REST catalog (every namespace level walked), without pointers (a
+    list does not return them); and how many requests that took."""
+    listing: Listing = {}
+    requests = 0
+    pending: list[tuple[str, ...]] = [()]
+    while pending:
+        parent = pending.pop()
+        requests += 1
+        children = client.list_namespaces(parent) if parent else client.list_namespaces()
+        for child in children:
+            namespace = (*parent, *child[len(parent) :]) if parent else tuple(child)
+            pending.append(namespace)
+            requests += 1
+            for identifier in client.list_tables(namespace):
+                listing[(".".join(identifier[:-1]), identifier[-1])] = None
+    return listing, requests
+
+
+def _follow(rt: Runtime, entry: CatalogEntry, listing: Listing) -> AdoptResult | None:
+    """Bring the catalog's managed tables in line with its listing: rules adopt new tables,
+    renamed ones keep their history, dropped ones retire (`lakewarden.rules.adopt`)."""
+    try:
+        with transaction(rt.engine) as session:
+            result = adopt(
+                session,
+                entry.name,
+                [(ns, name, location) for (ns, name), location in listing.items()],
+                actor=f"poll:{rt.process_id}",
+            )
+    except Exception as exc:
+        log.exception("catalog %s: could not follow its table list", entry.name)
+        raise PollFailed(f"following the table list: {error_line(exc)}") from exc
+    if any(result.counts.values()):
+        log.info("catalog %s: %s", entry.name, result.counts)
+    for problem in result.problems:
+        log.warning("catalog %s: %s", entry.name, problem)
+    return result
+
+
+class PollFailed(RuntimeError):
+    pass
+
+
+def _ensure_trigger(rt: Runtime, entry: CatalogEntry) -> bool:
+    engine = catalog_engine(entry.jdbc_url or "", rt.engine)
+    try:
+        with engine.begin() as conn:
+            return install_commit_trigger(conn)
+    except Exception as exc:  # no rights on a database that is not ours: poll instead
+        log.info("catalog %s: no commit trigger (%s); polling it", entry.name, error_line(exc))
+        return False
+
+
+def _managed(rt: Runtime, catalog: str) -> dict[tuple[str, str], str | None]:
+    with transaction(rt.engine) as session:
+        rows = session.execute(
+            select(ManagedTable.namespace, ManagedTable.name, ManagedTable.metadata_location).where(
+                ManagedTable.catalog == catalog, LIVE
+            )
+        ).all()
+    return {(ns, name): location for ns, name, location in rows}
+
+
+def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
+    """Follow the catalog's table list (`_follow`), then refresh every managed table of it
+    whose metadata pointer moved (tables just adopted included). A table that fails is
+    alerted (`lakewarden.isolation`) and retried on the next poll."""
+    result = PollResult(entry.name)
+    isolated = PerTable("poller")
+    if entry.type == "jdbc":
+        pointers, result.commit_trigger = jdbc_listing(rt, entry)
+        result.requests = 1
+        if pointers is not None:
+            result.tables_seen = len(pointers)
+            _follow(rt, entry, pointers)
+        managed = _managed(rt, entry.name)
+        for (namespace, name), known in managed.items():
+            if pointers is not None and pointers.get((namespace, name)) == known:
+                continue
+            result.refreshed += _refresh(rt, entry.name, namespace, name, isolated, None)
+    else:
+        client = rt.catalogs.load(entry.name)
+        listing, result.requests = rest_listing(client)
+        result.tables_seen = len(listing)
+        _follow(rt, entry, listing)
+        managed = _managed(rt, entry.name)
+
+        def check(key: tuple[str, str]) -> int:
+            namespace, name = key
+            with isolated.table(f"{namespace}.{name}"):
+                table = find_table(client, TableRef(namespace, name))
+                if table is not None and table.metadata_location == managed[key]:
+                    return 0
+                return _refresh(rt, entry.name, namespace, name, isolated, table)
+            return 0
+
+        with ThreadPoolExecutor(max(1, entry.poll_concurrency), "poll") as pool:
+            result.refreshed = sum(pool.map(check, list(managed)))
+        result.requests += len(managed)
+    with transaction(rt.engine) as session:
+        isolated.record(session)
+    result.errors = sorted(isolated.failed)
+    return result
+
+
+def _refresh(
+    rt: Runtime,
+    catalog: str,
+    namespace: str,
+    name: str,
+    isolated: PerTable,
+    table: Table | None,
+) -> int:
+    with isolated.table(f"{namespace}.{name}"):
+        try:
+            ref = TableRef(namespace, name)
+        except InvalidIdentifier:
+            return 0
+        outcome = refresh_table(rt, catalog, ref, source="poll", table=table)
+        return 1 if outcome and outcome.new_event_ids else 0
+    return 0
 
 
 def poll_once(rt: Runtime) -> int:
-    """Refresh every managed table whose metadata pointer moved; returns how many did.
-    A table that fails is alerted (`lakewarden.isolation`) and retried on the next poll."""
-    with transaction(rt.engine) as session:
-        managed = session.execute(
-            select(ManagedTable.namespace, ManagedTable.name, ManagedTable.metadata_location).where(
-                ManagedTable.catalog == rt.settings.catalog_name, LIVE
-            )
-        ).all()
-    pointers = _jdbc_catalog_pointers(rt)
-    isolated = PerTable("poller")
+    """Poll every catalog now; returns how many tables got new commits."""
+    return sum(_poll_recorded(rt, entry).refreshed for entry in rt.catalogs.entries())
+
+
+_CLAIM = text(
+    """
+    INSERT INTO catalog_polls AS p (catalog, due_at, polled_by)
+    VALUES (:catalog, now() + make_interval(secs => :interval), :me)
+    ON CONFLICT (catalog) DO UPDATE
+        SET due_at = EXCLUDED.due_at, polled_by = EXCLUDED.polled_by
+        WHERE p.due_at <= now()
+    RETURNING catalog
+    """
+)
+
+
+def poll_due(rt: Runtime, poll: Callable[[Runtime, CatalogEntry], PollResult] | None = None) -> int:
+    """Poll each catalog that is due and that this replica wins (see the module doc)."""
     refreshed = 0
-    for namespace, name, known_location in managed:
-        if pointers is not None and pointers.get((namespace, name)) == known_location:
-            continue
-        with isolated.table(f"{namespace}.{name}"):
-            result = refresh_table(rt, TableRef(namespace, name), source="poll")
-            if result and result.new_event_ids:
-                refreshed += 1
-    with transaction(rt.engine) as session:
-        isolated.record(session)
+    for entry in rt.catalogs.entries():
+        with transaction(rt.engine) as session:
+            won = session.execute(
+                _CLAIM,
+                {"catalog": entry.name, "interval": entry.poll_interval_s, "me": rt.process_id},
+            ).scalar()
+        if won:
+            refreshed += _poll_recorded(rt, entry, poll).refreshed
     return refreshed
+
+
+def _poll_recorded(
+    rt: Runtime,
+    entry: CatalogEntry,
+    poll: Callable[[Runtime, CatalogEntry], PollResult] | None = None,
+) -> PollResult:
+    """Poll one catalog and record how it went in `catalog_polls` (operators read it)."""
+    started = time.monotonic()
+    try:
+        result = (poll or poll_catalog)(rt, entry)
+        error = "; ".join(result.errors[:5]) or None
+    except Exception as exc:
+        log.exception("could not poll catalog %s", entry.name)
+        result, error = PollResult(entry.name), error_line(exc)
+    with transaction(rt.engine) as session:
+        session.execute(
+            text(
+                """
+                INSERT INTO catalog_polls AS p (catalog, due_at, polled_by, polled_at,
+                    duration_ms, tables_seen, tables_refreshed, catalog_requests,
+                    commit_trigger, error)
+                VALUES (:catalog, now() + make_interval(secs => :interval), :me, now(), :ms,
+                    :seen, :refreshed, :requests, :trigger, :error)
+                ON CONFLICT (catalog) DO UPDATE SET polled_by = EXCLUDED.polled_by,
+                    polled_at = now(), duration_ms = EXCLUDED.duration_ms,
+                    tables_seen = EXCLUDED.tables_seen,
+                    tables_refreshed = EXCLUDED.tables_refreshed,
+                    catalog_requests = EXCLUDED.catalog_requests,
+                    commit_trigger = EXCLUDED.commit_trigger, error = EXCLUDED.error
+                """
+            ),
+            {
+                "catalog": entry.name,
+                "interval": entry.poll_interval_s,
+                "me": rt.process_id,
+                "ms": int((time.monotonic() - started) * 1000),
+                "seen": result.tables_seen,
+                "refreshed": result.refreshed,
+                "requests": result.requests,
+                "trigger": result.commit_trigger,
+                "error": error,
+            },
+        )
+    return result

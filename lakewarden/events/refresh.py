@@ -13,6 +13,8 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
 from lakewarden.events.ingest import MAX_WALK, Ingested, sync_table
+from lakewarden.foreign import detect_table
+from lakewarden.rules import retire_tables
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, TableGone, get_table
 
@@ -51,6 +53,16 @@ def ingest_commits(
     locked = _lock_row(session, row.id)
     if locked is None:
         raise TableGone(f"table {row.namespace}.{row.name} is no longer managed")
+    if locked.metadata_location is None and locked.managed_by != "api":
+        # Adopted by a management rule and seen for the first time.
+        foreign = detect_table(table)
+        if foreign is not None:
+            # Never fight another optimizer: registering it explicitly (force) overrides.
+            reason = f"maintained by {foreign.who}: {foreign.evidence}"
+            retire_tables(session, [locked.id], reason=reason, by=f"{source}:{rt.process_id}")
+            log.info("%s.%s not managed: %s", locked.namespace, locked.name, reason)
+            return Ingested([], None)
+        max_walk = 1  # as a registration: its history before lakewarden is not replayed
     ingested = sync_table(session, locked, table, source=source, max_walk=max_walk)
     evaluate_events(session, locked, ingested.new_event_ids, actor=f"{source}:{rt.process_id}")
     if ingested.new_event_ids:
@@ -64,22 +76,36 @@ def ingest_commits(
     return ingested
 
 
-def refresh_table(rt: Runtime, ref: TableRef, *, source: str) -> Ingested | None:
+def refresh_table(
+    rt: Runtime,
+    catalog: str,
+    ref: TableRef,
+    *,
+    source: str,
+    table: Table | None = None,
+    location: str | None = None,
+) -> Ingested | None:
     """Ingest and evaluate every unseen commit of a managed table; None if not managed.
+    `table`: the table as just loaded by the caller (a poll that compared its pointer), so
+    it is not loaded twice. `location`: the metadata pointer a notification reported; if
+    it is the one already ingested, there is nothing to read.
 
     No transaction is open while the catalog is read. The write that follows is guarded:
     if the row's metadata pointer moved since it was read (another refresh recorded the
     table meanwhile, perhaps from an older read), the catalog is read again, so the row
     never goes back to an older state of the table."""
     with transaction(rt.engine) as session:
-        row = get_table(session, rt.settings.catalog_name, ref)
+        row = get_table(session, catalog, ref)
         if row is None:
             return None
         table_id, seen = row.id, row.metadata_location
+        if location is not None and location == seen:
+            return Ingested([], row.current_snapshot_id)
     for _ in range(REFRESH_TRIES):
-        table = find_table(rt.catalog, ref)
         if table is None:
-            log.warning("managed table %s is gone from the catalog", ref.dotted)
+            table = find_table(rt.catalogs.load(catalog), ref)
+        if table is None:
+            log.warning("managed table %s.%s is gone from the catalog", catalog, ref.dotted)
             return None
         with transaction(rt.engine) as session:
             row = _lock_row(session, table_id)
@@ -87,7 +113,7 @@ def refresh_table(rt: Runtime, ref: TableRef, *, source: str) -> Ingested | None
                 return None
             if row.metadata_location == seen:
                 return ingest_commits(session, rt, row, table, source=source)
-            seen = row.metadata_location
+            seen, table = row.metadata_location, None
     log.info(
         "%s: refreshed by others meanwhile %d times; leaving it to them", ref.dotted, REFRESH_TRIES
     )

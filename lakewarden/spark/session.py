@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from lakewarden.catalog import catalog_db_url, jdbc_params
+from lakewarden.catalog import CatalogEntry, default_entry, jdbc_params
 from lakewarden.redact import is_secret_key
 from lakewarden.settings import Settings
 from lakewarden.spark.jars import resolve_jars
@@ -64,40 +64,63 @@ def set_secrets(spark: SparkSession, secrets: dict[str, str]) -> None:
             ) from None
 
 
+def catalog_conf(entry: CatalogEntry) -> dict[str, str]:
+    """The `spark.sql.catalog.<name>.*` settings of one catalog (secrets included: callers
+    split them off with `_is_secret`). pyiceberg's catalog properties and Iceberg-Java's
+    share their names (`warehouse`, `credential`, `token`, `prefix`, `s3.*`, ...), so
+    they pass through; only a JDBC catalog's URL is translated."""
+    cat = f"{_CATALOG}{entry.name}"
+    props = entry.resolved
+    conf = {
+        cat: "org.apache.iceberg.spark.SparkCatalog",
+        # Maintenance must plan against the table as it is now, not as a cached load from
+        # an earlier job (writers commit all the time).
+        f"{cat}.cache-enabled": "false",
+    }
+    if entry.type == "rest":
+        conf[f"{cat}.type"] = "rest"
+        conf.update({f"{cat}.{k}": v for k, v in props.items()})
+        return conf
+    jdbc = jdbc_params(entry.jdbc_url or "")
+    conf.update({f"{cat}.{k}": v for k, v in props.items() if k != "uri"})
+    conf[f"{cat}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+    conf[f"{cat}.uri"] = jdbc.url
+    conf[f"{cat}.jdbc.schema-version"] = "V1"
+    if jdbc.user:
+        conf[f"{cat}.jdbc.user"] = jdbc.user
+    if jdbc.password:
+        conf[f"{cat}.jdbc.password"] = jdbc.password
+    return conf
+
+
+def use_catalog(spark: SparkSession, entry: CatalogEntry) -> None:
+    """Make a registered catalog usable by the running session. Spark builds a catalog from
+    the session's SQL conf the first time a statement names it, so settings made now (the
+    credentials too: never on a command line) are the ones it uses. A catalog Spark has
+    already built keeps its settings until the session is rebuilt."""
+    if spark.conf.get(f"{_CATALOG}{entry.name}", None) is not None:
+        return
+    for key, value in sorted(catalog_conf(entry).items(), key=lambda kv: kv[0].count(".")):
+        spark.conf.set(key, value)
+
+
 def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
-    cat = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         "spark.master": settings.spark_master,
         "spark.app.name": "lakewarden",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        cat: "org.apache.iceberg.spark.SparkCatalog",
-        # Maintenance must plan against the table as it is now, not as a cached load from
-        # an earlier job (writers commit all the time).
-        f"{cat}.cache-enabled": "false",
-        f"{cat}.warehouse": settings.warehouse_uri,
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # Timestamps in plans are UTC; so is every literal lakewarden builds.
         "spark.sql.session.timeZone": "UTC",
     }
+    conf.update(catalog_conf(default_entry(settings, control_plane_url)))
     if settings.spark_master.startswith("local"):
         # Stay on loopback: a local driver has no business on other interfaces.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-    if settings.catalog_type == "rest":
-        conf[f"{cat}.type"] = "rest"
-        conf[f"{cat}.uri"] = settings.catalog_uri or ""
-    else:
-        jdbc = jdbc_params(catalog_db_url(settings, control_plane_url))
-        conf[f"{cat}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
-        conf[f"{cat}.uri"] = jdbc.url
-        conf[f"{cat}.jdbc.schema-version"] = "V1"
-        if jdbc.user:
-            conf[f"{cat}.jdbc.user"] = jdbc.user
-        if jdbc.password:
-            conf[f"{cat}.jdbc.password"] = jdbc.password
     jars = resolve_jars(settings)
     if jars.jars:
         conf["spark.jars"] = ",".join(jars.jars)

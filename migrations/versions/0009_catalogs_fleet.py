@@ -34,6 +34,23 @@ def upgrade() -> None:
         sa.CheckConstraint("type IN ('jdbc', 'rest')", name=op.f("ck_catalogs_type")),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_catalogs")),
     )
+    # One row per catalog: when it is next due for a poll, and who polled it last. A replica
+    # polls a catalog only when it wins the row's due time, so each catalog is polled once
+    # per interval however many replicas there are.
+    op.create_table(
+        "catalog_polls",
+        sa.Column("catalog", sa.String(length=128), nullable=False),
+        sa.Column("due_at", TS, server_default=sa.text("now()"), nullable=False),
+        sa.Column("polled_by", sa.String(length=255), nullable=True),
+        sa.Column("polled_at", TS, nullable=True),
+        sa.Column("duration_ms", sa.BigInteger(), nullable=True),
+        sa.Column("tables_seen", sa.Integer(), nullable=True),
+        sa.Column("tables_refreshed", sa.Integer(), nullable=True),
+        sa.Column("catalog_requests", sa.Integer(), nullable=True),
+        sa.Column("commit_trigger", sa.Boolean(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.PrimaryKeyConstraint("catalog", name=op.f("pk_catalog_polls")),
+    )
     op.create_table(
         "management_rules",
         sa.Column("id", sa.BigInteger(), nullable=False),
@@ -78,4 +95,5 @@ def downgrade() -> None:
         op.drop_column("managed_tables", column)
     op.drop_index(op.f("ix_management_rules_catalog"), table_name="management_rules")
     op.drop_table("management_rules")
+    op.drop_table("catalog_polls")
     op.drop_table("catalogs")

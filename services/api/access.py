@@ -33,7 +33,7 @@ from lakewarden.auth.sql import in_scope
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
-from services.api.deps import RefDep, RuntimeDep, SessionDep, managed, operation_id
+from services.api.deps import CatalogDep, RefDep, RuntimeDep, SessionDep, managed, operation_id
 
 log = logging.getLogger(__name__)
 
@@ -268,12 +268,12 @@ class AuditRefusals:
 
 
 def table_in_scope(
-    ref: RefDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+    catalog: CatalogDep, ref: RefDep, session: SessionDep, access: AccessDep
 ) -> ManagedTable:
     """The managed table of the path, once the caller may at least see its namespace (so a
     caller learns nothing of tables outside their grants, not even whether they exist)."""
-    access.need(Role.viewer, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
-    return managed(session, rt, ref)
+    access.need(Role.viewer, catalog, ref.namespace, target=ref.dotted)
+    return managed(session, catalog, ref)
 
 
 TableDep = Annotated[ManagedTable, Depends(table_in_scope, scope="function")]

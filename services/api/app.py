@@ -12,28 +12,34 @@ from fastapi import FastAPI
 from lakewarden import __version__, process
 from lakewarden.alerts.tick import alert_tick
 from lakewarden.events.listener import CommitListener
-from lakewarden.events.poller import poll_once
+from lakewarden.events.poller import poll_due
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from services.api import access, errors
 from services.api.access import AuditRefusals
+from services.api.aliases import DefaultCatalogAliases
 from services.api.deps import operation_id
 from services.api.limits import RequestLimits
 from services.api.routes import (
     alerts,
     audit,
     blockers,
+    catalogs,
     events,
     health,
     metrics,
     namespaces,
     ops,
+    rules,
     tables,
     tasks,
     tokens,
 )
 
 log = logging.getLogger(__name__)
+
+# How often an API replica looks for a catalog that is due for a poll.
+POLL_TICK_S = 2.0
 
 
 def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
@@ -46,11 +52,13 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         if background:
             s = rt.settings
             Ticker("heartbeat", s.heartbeat_interval_s, lambda: process.beat(rt), stop).start()
-            Ticker("poller", s.poll_interval_s, lambda: poll_once(rt), stop).start()
+            # Each catalog is polled at its own interval, by one replica (poller.poll_due).
+            tick = min(POLL_TICK_S, s.poll_interval_s)
+            Ticker("poller", tick, lambda: poll_due(rt), stop).start()
             Ticker(
                 "alerts", s.alert_interval_s, lambda: alert_tick(rt, as_leader=False), stop
             ).start()
-            if s.listen_for_commits and s.catalog_type == "jdbc":
+            if s.listen_for_commits:
                 app.state.listener = CommitListener(rt, stop)
                 app.state.listener.start()
         yield
@@ -67,8 +75,11 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     app.state.runtime = rt
     app.add_middleware(AuditRefusals)  # refused and failed changes are audited too
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
+    # The paths from before catalogs: aliases for the default catalog.
+    app.add_middleware(DefaultCatalogAliases)
     modules = (
         ops,
+        catalogs,
         tables,
         namespaces,
         health,
@@ -79,11 +90,13 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         blockers,
         tokens,
         audit,
+        rules,
     )
-    for module in modules:
-        app.include_router(module.router)
+    routers = [module.router for module in modules] + [tables.fleet]
+    for router in routers:
+        app.include_router(router)
     # Every error: one body (ErrorOut), a 409 for conflicts, no 500 text, a complete Allow.
-    errors.register(app, [route for module in modules for route in module.router.routes])
+    errors.register(app, [route for router in routers for route in router.routes])
     access.document_security(app)
     return app
 

@@ -14,7 +14,7 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tables import get_table
-from services.api.schemas import IDENTIFIER_PATTERN, documented_pattern
+from services.api.schemas import IDENTIFIER_PATTERN, NAMESPACE_PATTERN, documented_pattern
 
 BIGINT_MAX = 2**63 - 1  # ids are Postgres bigints: a larger one is a 422, not a 500
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
@@ -51,21 +51,48 @@ Identifier = Annotated[
 ]
 
 
-def table_ref(namespace: Identifier, name: Identifier) -> TableRef:
+# A namespace in a path: one level, or several joined by dots (`a.b.c`).
+NamespacePath = Annotated[
+    str, Path(max_length=255, json_schema_extra=documented_pattern(NAMESPACE_PATTERN))
+]
+
+
+def table_ref(namespace: NamespacePath, name: Identifier) -> TableRef:
     return TableRef(namespace, name)  # InvalidIdentifier: a 422 (services/api/errors.py)
 
 
 RefDep = Annotated[TableRef, Depends(table_ref)]
 
 
-def managed(session: Session, rt: Runtime, ref: TableRef) -> ManagedTable:
+def catalog_in_path(
+    catalog: Annotated[
+        str,
+        Path(
+            max_length=128,
+            description="a registered catalog (GET /api/v1/catalogs); the paths without "
+            "/catalogs/{catalog} are aliases for the default catalog",
+            json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+        ),
+    ],
+    rt: RuntimeDep,
+) -> str:
+    """The catalog of the path, once known to exist (UnknownCatalog: a 404)."""
+    return rt.catalogs.entry(catalog).name
+
+
+CatalogDep = Annotated[str, Depends(catalog_in_path)]
+
+
+def managed(session: Session, catalog: str, ref: TableRef) -> ManagedTable:
     """The managed table, or a 404 that says how to manage it."""
-    row = get_table(session, rt.settings.catalog_name, ref)
+    row = get_table(session, catalog, ref)
     if row is None:
+        retired = get_table(session, catalog, ref, include_retired=True)
+        why = f" ({retired.retired_reason})" if retired and retired.retired_reason else ""
         raise HTTPException(
             404,
-            f"table {ref.dotted} is not managed by lakewarden; "
-            "register it with POST /api/v1/tables",
+            f"table {ref.dotted} of catalog {catalog!r} is not managed by lakewarden{why}; "
+            f"register it with POST /api/v1/catalogs/{catalog}/tables",
         )
     return row
 

@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from lakewarden.catalog import InvalidIdentifier
+from lakewarden.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
 from lakewarden.tables import TableGone
 from lakewarden.tasks.repo import TransitionRejected
 from lakewarden.tasks.states import TERMINAL_STATES
@@ -150,6 +150,16 @@ async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
     return error_response(404, str(exc))  # lakewarden.catalog.load_table names both
 
 
+async def _unknown_catalog(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(404, str(exc))  # names the catalog and how to list them
+
+
+async def _catalog_unusable(_: Request, exc: Exception) -> JSONResponse:
+    # A registered catalog whose secret reference this replica cannot resolve: the
+    # deployment must be fixed, not the request. The message names the reference only.
+    return error_response(503, f"{exc}; fix the deployment of this replica or the catalog")
+
+
 async def _table_gone(_: Request, exc: Exception) -> JSONResponse:
     # Unregistered by a concurrent request after this one looked the table up.
     return error_response(404, f"{exc}; register it again with POST /api/v1/tables")
@@ -202,6 +212,8 @@ def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(InvalidIdentifier, _invalid_identifier)
     app.add_exception_handler(NoSuchTableError, _no_such_table)
+    app.add_exception_handler(UnknownCatalog, _unknown_catalog)
+    app.add_exception_handler(CatalogConfigError, _catalog_unusable)
     app.add_exception_handler(TableGone, _table_gone)
     app.add_exception_handler(TransitionRejected, _transition_rejected)
     app.add_exception_handler(DBAPIError, _database_error)

@@ -18,7 +18,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from lakewarden.auth.grants import Grant
 from lakewarden.db import paging
@@ -31,7 +39,10 @@ T = TypeVar("T")
 
 # ECMA-262 regular expressions, as JSON Schema wants them.
 IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}$"  # lakewarden.catalog.IDENTIFIER
-TABLE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}[.][A-Za-z_][A-Za-z0-9_]{0,127}$"  # ns.name
+# One or more identifiers joined by dots (lakewarden.catalog.TableRef checks each level).
+NAMESPACE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}(\\.[A-Za-z_][A-Za-z0-9_]{0,127})*$"
+# namespace.name, the namespace of one or more levels
+TABLE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}([.][A-Za-z_][A-Za-z0-9_]{0,127})+$"
 TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"  # no control characters
 # role[@catalog[/namespace-glob]], as lakewarden.auth.grants.Grant.parse reads it
 GRANT_PATTERN = "^(viewer|operator|admin)(@[A-Za-z0-9_.*?-]{1,128}(/[A-Za-z0-9_.*?-]{1,128})?)?$"
@@ -77,9 +88,9 @@ class ErrorOut(ResponseModel):
 class TableIn(RequestModel):
     namespace: str = Field(
         min_length=1,
-        max_length=128,
-        examples=["sales"],
-        json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+        max_length=255,
+        examples=["sales", "lake.sales.eu"],
+        json_schema_extra=documented_pattern(NAMESPACE_PATTERN),
     )
     name: str = Field(
         min_length=1,
@@ -88,6 +99,11 @@ class TableIn(RequestModel):
         json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
     )
     policy: Policy = Field(default_factory=Policy)
+    force: bool = Field(
+        default=False,
+        description="manage it although another optimizer maintains it (Amoro, S3 Tables, "
+        "Databricks, a streaming writer compacting inline, ...): without it, a 409 says which",
+    )
 
 
 class TaskIn(RequestModel):
@@ -748,3 +764,81 @@ class PolicyVersionOut(ResponseModel):
     author: str | None
     created_at: datetime
     current: bool
+
+
+# --- catalogs ---------------------------------------------------------------------------
+class SecretRef(RequestModel):
+    """Where a secret is kept, so that it is never stored nor echoed: an environment
+    variable of the lakewarden processes, or a file they can read (a mounted secret)."""
+
+    env: str | None = Field(default=None, min_length=1, max_length=255, pattern=r"^[A-Za-z_]\w*$")
+    file: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError('give exactly one of "env" or "file"')
+        return self
+
+
+CatalogProperties = dict[
+    Annotated[str, StringConstraints(min_length=1, max_length=255)],
+    Annotated[str, StringConstraints(max_length=4096)] | SecretRef,
+]
+
+
+class CatalogIn(RequestModel):
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        description="the Iceberg catalog's own name (a JDBC catalog's `catalog_name`)",
+        json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+    )
+    type: Literal["jdbc", "rest"]
+    properties: CatalogProperties = Field(
+        description="pyiceberg's catalog properties (`uri`, `warehouse`, `credential`, "
+        '`token`, `s3.*`, ...); a secret only as a reference: {"env": NAME} or '
+        '{"file": PATH}',
+        max_length=100,
+    )
+    poll_interval_s: float = Field(default=30.0, ge=1, le=86400)
+    poll_concurrency: int = Field(default=4, ge=1, le=64)
+
+
+class CatalogPatch(RequestModel):
+    properties: (
+        dict[
+            Annotated[str, StringConstraints(min_length=1, max_length=255)],
+            Annotated[str, StringConstraints(max_length=4096)] | SecretRef | None,
+        ]
+        | None
+    ) = Field(default=None, description="merged; a property set to null is removed")
+    poll_interval_s: float | None = Field(default=None, ge=1, le=86400)
+    poll_concurrency: int | None = Field(default=None, ge=1, le=64)
+
+
+class CatalogPollOut(ResponseModel):
+    polled_at: datetime | None
+    polled_by: str | None
+    duration_ms: int | None
+    tables_seen: int | None
+    tables_refreshed: int | None
+    catalog_requests: int | None
+    commit_trigger: bool | None = Field(
+        description="JDBC: commits are heard through lakewarden's trigger (false: polled only)"
+    )
+    error: str | None
+
+
+class CatalogOut(ResponseModel):
+    name: str
+    type: str
+    properties: dict[str, str | dict[str, str]] = Field(
+        description="as given: secrets appear as their references"
+    )
+    default: bool = Field(description="the settings-configured catalog (LAKEWARDEN_CATALOG_*)")
+    poll_interval_s: float
+    poll_concurrency: int
+    version: int
+    managed_tables: int
+    last_poll: CatalogPollOut | None

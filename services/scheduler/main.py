@@ -24,6 +24,7 @@ from sqlalchemy import Engine, select, text
 
 from lakewarden import policy_gate, process
 from lakewarden.alerts.tick import alert_tick
+from lakewarden.catalog import load_table
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
@@ -33,6 +34,7 @@ from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
+from lakewarden.spark.session import use_catalog
 from lakewarden.states import RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
@@ -248,12 +250,15 @@ class Scheduler:
                     )
                 )
                 plan, kind, ref = dict(task.plan or {}), task.kind, ref_of(row)
+                catalog = row.catalog
                 timeout_s = effective_policy_for(s, row).for_kind(kind).timeout_minutes * 60
         except FencedOut as exc:
             log.warning("dispatch refused: %s", exc)
             return False
         log.info("task %d: running %s on %s (attempt %d)", task_id, kind, ref.dotted, attempt)
-        future = self.pool.submit(self._run_job, fence, task_id, attempt, kind, ref, plan, group)
+        future = self.pool.submit(
+            self._run_job, fence, task_id, attempt, kind, catalog, ref, plan, group
+        )
         self.inflight[task_id] = Inflight(future, group, timeout_s)
         future.add_done_callback(functools.partial(self._forget, task_id))
         return True
@@ -267,6 +272,7 @@ class Scheduler:
         task_id: int,
         attempt: int,
         kind: str,
+        catalog: str,
         ref: Any,
         plan: dict[str, Any],
         group: str,
@@ -282,7 +288,7 @@ class Scheduler:
             if attempt > 1:
                 # Never commit twice: an earlier attempt (perhaps under a deposed leader)
                 # may have committed before it lost track of the outcome.
-                table = self.rt.catalog.load_table((ref.namespace, ref.name))
+                table = load_table(self.rt.catalogs.load(catalog), ref)
                 earlier = find_commit(table, task_id)
                 if earlier is not None:
                     return finish_run(
@@ -293,6 +299,7 @@ class Scheduler:
                         metrics={"recovered_commit_of_attempt": earlier[1]},
                         committed_snapshot_id=earlier[0],
                     )
+            use_catalog(spark, self.rt.catalogs.entry(catalog))
             # This pool thread must see the session's SQL conf (catalogs) on the JVM side too.
             spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
                 spark._jsparkSession
@@ -303,7 +310,7 @@ class Scheduler:
             except KeyError as exc:
                 raise PlanRejected(str(exc)) from exc
             with committing_as(task_id, attempt), guarded_by(self._policy_check(task_id)):
-                result = runner(spark, self.rt.settings.catalog_name, ref, plan)
+                result = runner(spark, catalog, ref, plan)
         except PlanRejected as exc:
             return finish_run(self.rt, fence, task_id, attempt, error=exc, retryable=False)
         except JobHeld as exc:

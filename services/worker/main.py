@@ -12,6 +12,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden import policy_gate, process
 from lakewarden.backoff import retry_delay_s
+from lakewarden.catalog import load_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
@@ -45,6 +46,7 @@ class Worker:
             row = s.get(ManagedTable, task.table_id)
             assert row is not None  # FK
             ref, verdict = ref_of(row), policy_gate.judge(s, row, task)
+            catalog = row.catalog
         if verdict.section is None or verdict.action == "cancel":
             self._finish(task.id, TaskState.CANCELLED, verdict.reason)
             return True
@@ -53,7 +55,7 @@ class Worker:
         if self.rt.settings.fault_plan_delay_s:
             self.stop.wait(self.rt.settings.fault_plan_delay_s)  # failpoint: die mid-plan
         try:
-            table = self.rt.catalog.load_table((ref.namespace, ref.name))
+            table = load_table(self.rt.catalogs.load(catalog), ref)
             kind = get_kind(task.kind)
             outcome = kind.plan(section, table, datetime.now(UTC))
         except NoSuchTableError:

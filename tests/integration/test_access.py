@@ -40,23 +40,25 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(None),
     ("GET", "/readyz"): Rule(None),
     ("GET", "/api/v1/scheduler/leader"): Rule("viewer", "any"),
-    ("POST", "/api/v1/tables"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables"): Rule("operator"),
+    ("POST", "/api/v1/tables"): Rule("operator"),  # the default catalog's
     ("GET", "/api/v1/tables"): Rule("viewer", "any"),
-    ("GET", "/api/v1/tables/{namespace}/{name}"): Rule("viewer"),
-    ("PUT", "/api/v1/tables/{namespace}/{name}/policy"): Rule("operator"),
-    ("DELETE", "/api/v1/tables/{namespace}/{name}"): Rule("admin"),
-    ("GET", "/api/v1/tables/{namespace}/{name}/events"): Rule("viewer"),
-    ("GET", "/api/v1/tables/{namespace}/{name}/policy/versions"): Rule("viewer"),
-    ("POST", "/api/v1/tables/{namespace}/{name}/policy/versions/{version}/restore"): Rule(
-        "operator"
-    ),
-    ("GET", "/api/v1/namespaces/{namespace}/policy"): Rule("viewer"),
-    ("PUT", "/api/v1/namespaces/{namespace}/policy"): Rule("operator"),
-    ("GET", "/api/v1/tables/{namespace}/{name}/health"): Rule("viewer"),
-    ("GET", "/api/v1/tables/{namespace}/{name}/explain"): Rule("viewer"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}"): Rule("viewer"),
+    ("PUT", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/policy"): Rule("operator"),
+    ("DELETE", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}"): Rule("admin"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/events"): Rule("viewer"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/policy/versions"): Rule("viewer"),
+    (
+        "POST",
+        "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/policy/versions/{version}/restore",
+    ): Rule("operator"),
+    ("GET", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): Rule("viewer"),
+    ("PUT", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): Rule("operator"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/health"): Rule("viewer"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): Rule("viewer"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer"),
-    ("POST", "/api/v1/tables/{namespace}/{name}/tasks"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),
     ("POST", "/api/v1/tasks/{task_id}/cancel"): Rule("operator"),
     ("POST", "/api/v1/events"): Rule("operator"),
     # operator somewhere; each notification needs it on its table (refused item by item)
@@ -64,13 +66,20 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/alerts"): Rule("viewer", "any"),
     ("POST", "/api/v1/alerts/{alert_id}/ack"): Rule("operator"),
     ("GET", "/metrics"): Rule("viewer", "fleet"),
-    ("POST", "/api/v1/tables/{namespace}/{name}/blockers"): Rule("operator"),
-    ("GET", "/api/v1/tables/{namespace}/{name}/blockers"): Rule("viewer"),
-    ("DELETE", "/api/v1/tables/{namespace}/{name}/blockers/{blocker_id}"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers"): Rule("operator"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers"): Rule("viewer"),
+    ("DELETE", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers/{blocker_id}"): Rule(
+        "operator"
+    ),
     ("POST", "/api/v1/tokens"): Rule("admin"),  # grants within the caller's: sales here
     ("GET", "/api/v1/tokens"): Rule("admin", "fleet"),
     ("DELETE", "/api/v1/tokens/{token_id}"): Rule("admin", "fleet"),
     ("GET", "/api/v1/audit"): Rule("admin", "any"),
+    ("GET", "/api/v1/catalogs"): Rule("viewer", "any"),
+    ("GET", "/api/v1/catalogs/{name}"): Rule("viewer", "any"),
+    ("POST", "/api/v1/catalogs"): Rule("admin", "fleet"),
+    ("PATCH", "/api/v1/catalogs/{name}"): Rule("admin", "fleet"),
+    ("DELETE", "/api/v1/catalogs/{name}"): Rule("admin", "fleet"),
 }
 
 ROLES = ("viewer", "operator", "admin")
@@ -150,7 +159,8 @@ def world(rt: Runtime) -> Iterator[dict[str, Any]]:
 def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[str, Any]:
     """A request to the route that would succeed for a caller allowed to make it."""
     target = (
-        path.replace("{namespace}", NS)
+        path.replace("{catalog}", "lake")
+        .replace("{namespace}", NS)
         .replace("{name}", "gone" if method == "DELETE" and path.endswith("{name}") else "orders")
         .replace("{task_id}", str(w["task_id"]))
         .replace("{blocker_id}", str(w["blocker_id"]))
@@ -158,15 +168,32 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         .replace("{version}", "1")
     )
     bodies: dict[tuple[str, str], Any] = {
+        ("POST", "/api/v1/catalogs/{catalog}/tables"): {"namespace": NS, "name": "orders"},
         ("POST", "/api/v1/tables"): {"namespace": NS, "name": "orders"},
-        ("PUT", "/api/v1/tables/{namespace}/{name}/policy"): {"slo": {"min_score": 45}},
-        ("PUT", "/api/v1/namespaces/{namespace}/policy"): {"slo": {"window_minutes": 30}},
-        ("POST", "/api/v1/tables/{namespace}/{name}/tasks"): {"kind": "compaction"},
+        ("PUT", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/policy"): {
+            "slo": {"min_score": 45}
+        },
+        ("PUT", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): {
+            "slo": {"window_minutes": 30}
+        },
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): {
+            "kind": "compaction"
+        },
         ("POST", "/api/v1/events"): {"namespace": NS, "name": "orders"},
         ("POST", "/api/v1/events/batch"): {"events": [{"namespace": NS, "name": "orders"}]},
         ("POST", "/api/v1/alerts/{alert_id}/ack"): {"by": "oncall"},
-        ("POST", "/api/v1/tables/{namespace}/{name}/blockers"): {"holder": "w", "ttl_s": 60},
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers"): {
+            "holder": "w",
+            "ttl_s": 60,
+        },
         ("POST", "/api/v1/tokens"): {"name": "made", "grants": [f"viewer@lake/{NS}"]},
+        # nothing answers there: a quick 422 for whoever may register it
+        ("POST", "/api/v1/catalogs"): {
+            "name": "other",
+            "type": "jdbc",
+            "properties": {"uri": "postgresql://127.0.0.1:1/none"},
+        },
+        ("PATCH", "/api/v1/catalogs/{name}"): {"poll_interval_s": 60},
     }
     if path == "/api/v1/tokens/{token_id}":
         target = path.replace("{token_id}", str(_throwaway_token_id(rt)))

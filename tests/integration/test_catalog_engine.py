@@ -48,11 +48,11 @@ def _backends(rt: Runtime, database: str) -> set[int]:
 def test_polling_a_separate_catalog_database_reuses_one_engine(
     rt: Runtime, catalog_db: str
 ) -> None:
-    rt.settings.catalog_database_url = catalog_db
+    rt.settings.catalog_database_url = catalog_db  # before the registry reads the settings
     database = make_url(catalog_db).database
     assert database is not None
-    engine = catalog_engine(rt.settings, rt.engine)
-    assert engine is not rt.engine and engine is catalog_engine(rt.settings, rt.engine)
+    engine = catalog_engine(catalog_db, rt.engine)
+    assert engine is not rt.engine and engine is catalog_engine(catalog_db, rt.engine)
     poll_once(rt)
     first = _backends(rt, database)
     assert len(first) == 1  # the poll read the catalog's database, and its connection is pooled
@@ -63,6 +63,4 @@ def test_polling_a_separate_catalog_database_reuses_one_engine(
 
 
 def test_the_same_database_is_the_control_plane_engine(rt: Runtime) -> None:
-    assert catalog_engine(rt.settings, rt.engine) is rt.engine
-    rt.settings.catalog_database_url = rt.db_url
-    assert catalog_engine(rt.settings, rt.engine) is rt.engine
+    assert catalog_engine(rt.db_url, rt.engine) is rt.engine

@@ -154,7 +154,7 @@ def _managed(rt: Runtime, policy: dict[str, Any] | None = None) -> Table:
 
 
 def _refreshes(rt: Runtime) -> bool:
-    ingested = refresh_table(rt, REF, source="notify")
+    ingested = refresh_table(rt, rt.settings.catalog_name, REF, source="notify")
     return ingested is not None and len(ingested.new_event_ids) == 2
 
 
@@ -179,7 +179,7 @@ def test_a_refresh_from_an_older_read_does_not_set_the_table_back(
     """Refresh A reads the catalog, then refresh B records a newer commit before A writes:
     A reads again instead of recording its older state, and every commit is one event."""
     table = _managed(rt)
-    assert refresh_table(rt, REF, source="poll") is not None
+    assert refresh_table(rt, rt.settings.catalog_name, REF, source="poll") is not None
     table = append_batches(table, 1)
     a_read, b_done = threading.Event(), threading.Event()
     real = rt.catalog.load_table
@@ -192,11 +192,14 @@ def test_a_refresh_from_an_older_read_does_not_set_the_table_back(
         return loaded
 
     monkeypatch.setattr(rt.catalog, "load_table", load_table)
-    a = threading.Thread(target=lambda: refresh_table(rt, REF, source="notify"), name="refresh-a")
+    a = threading.Thread(
+        target=lambda: refresh_table(rt, rt.settings.catalog_name, REF, source="notify"),
+        name="refresh-a",
+    )
     a.start()
     assert a_read.wait(10)
     newest = append_batches(table, 1)
-    refresh_table(rt, REF, source="webhook")  # B
+    refresh_table(rt, rt.settings.catalog_name, REF, source="webhook")  # B
     b_done.set()
     a.join(10)
     with transaction(rt.engine) as s:

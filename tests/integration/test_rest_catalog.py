@@ -22,7 +22,6 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.types import LongType
 from pyspark.sql import SparkSession
-from rest_catalog import add_to_spark, spark_rest_jar
 
 from lakewarden.runtime import Runtime
 
@@ -167,10 +166,6 @@ def test_racing_commits_one_wins_the_rest_get_409(rest_catalog: str) -> None:
 def test_spark_compacts_a_table_through_the_rest_catalog(
     rest_catalog: str, spark: SparkSession, spark_rt: Runtime
 ) -> None:
-    jar = spark_rest_jar(spark_rt.settings.jars_cache_dir)
-    if jar is None:
-        pytest.skip("Spark's REST client needs Debian's libhttpclient5-java and libhttpcore5-java")
-    add_to_spark(spark, jar)
     # A catalog per test server: Spark loads a catalog once, on first use, and keeps it.
     name = f"rest_{rest_catalog.rsplit(':', 1)[1]}"
     for key, value in {

@@ -93,7 +93,7 @@ def test_unregister_keeps_the_history_and_cancels_the_open_tasks(rt: Runtime) ->
     table = make_table(rt)
     table_id = _register(rt, COMPACT)
     append_batches(table, 4)
-    ingested = refresh_table(rt, REF, source="poll")
+    ingested = refresh_table(rt, rt.settings.catalog_name, REF, source="poll")
     assert ingested is not None and len(ingested.new_event_ids) == 4
     with transaction(rt.engine) as s:
         compaction = repo.open_task(s, table_id, "compaction")
@@ -148,7 +148,7 @@ def test_a_retired_table_is_not_polled_swept_measured_or_alerted(rt: Runtime) ->
     table = make_table(rt)
     table_id = _register(rt, COMPACT | TTL)
     table = append_batches(table, 1)
-    assert refresh_table(rt, REF, source="poll") is not None
+    assert refresh_table(rt, rt.settings.catalog_name, REF, source="poll") is not None
     with rt.engine.begin() as conn:  # below its SLO for long: the rule would fire
         conn.execute(
             text(
@@ -171,7 +171,7 @@ def test_a_retired_table_is_not_polled_swept_measured_or_alerted(rt: Runtime) ->
     append_batches(table, 4, start=100)  # commits while unmanaged
 
     assert poll_once(rt) == 0
-    assert refresh_table(rt, REF, source="notify") is None
+    assert refresh_table(rt, rt.settings.catalog_name, REF, source="notify") is None
     assert sweep_due_tasks(rt, _leader(rt), datetime.now(UTC)) == []
     assert measure_due_tables(rt, datetime.now(UTC) + timedelta(days=1)) == 0
     with transaction(rt.engine) as s:
@@ -209,7 +209,7 @@ def test_an_ingest_waiting_on_the_unregistration_records_nothing(rt: Runtime) ->
         assert row is not None
         assert remove_table(s, row, by="bob")  # holds the row's lock until commit
         with ThreadPoolExecutor(1) as pool:
-            refresh = pool.submit(refresh_table, rt, REF, source="notify")
+            refresh = pool.submit(refresh_table, rt, rt.settings.catalog_name, REF, source="notify")
             with pytest.raises(TimeoutError):
                 refresh.result(timeout=1.0)  # waiting for the row lock
             s.commit()
@@ -221,7 +221,7 @@ def test_registering_again_continues_the_same_history(rt: Runtime) -> None:
     table = make_table(rt)
     table_id = _register(rt, COMPACT, author="alice")
     table = append_batches(table, 4)
-    assert refresh_table(rt, REF, source="poll") is not None
+    assert refresh_table(rt, rt.settings.catalog_name, REF, source="poll") is not None
     with transaction(rt.engine) as s:
         row = get_table(s, rt.settings.catalog_name, REF)
         assert row is not None
@@ -251,7 +251,7 @@ def test_registering_again_continues_the_same_history(rt: Runtime) -> None:
             add_table(s, rt.settings.catalog_name, REF, {}, author="erin")
     # The old events stay, and the commits since are ingested after them.
     append_batches(table, 1, start=500)
-    ingested = refresh_table(rt, REF, source="poll")
+    ingested = refresh_table(rt, rt.settings.catalog_name, REF, source="poll")
     assert ingested is not None and len(ingested.new_event_ids) == 1
     assert _counts(rt, table_id)["TimelineEvent"] == old_events + 1
 

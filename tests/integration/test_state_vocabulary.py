@@ -11,7 +11,7 @@ from sqlalchemy import CheckConstraint, Connection, create_engine, text
 from sqlalchemy.exc import IntegrityError
 
 from lakewarden.db.models import Base
-from lakewarden.states import AlertState, RunState, TaskState
+from lakewarden.states import AlertState, CatalogType, RunState, TaskState
 
 # Which enum each state column holds.
 COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
@@ -21,6 +21,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("job_runs", "state"): RunState,
     ("alerts", "state"): AlertState,
     ("alerts", "delivered_state"): AlertState,
+    ("catalogs", "type"): CatalogType,
 }
 VALUES = {column: {s.value for s in enum} for column, enum in COLUMNS.items()}
 

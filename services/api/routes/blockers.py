@@ -11,7 +11,7 @@ from services.api.access import AccessDep, TableDep
 from services.api.deps import Id, SessionDep
 from services.api.schemas import BlockerIn, BlockerOut
 
-router = APIRouter(prefix="/api/v1/tables", tags=["blockers"])
+router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["blockers"])
 
 
 @router.post(

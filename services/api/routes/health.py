@@ -26,7 +26,7 @@ from services.api.deps import RuntimeDep, SessionDep
 from services.api.policies import current_policy
 from services.api.schemas import ExplainOut, HealthOut
 
-router = APIRouter(prefix="/api/v1/tables", tags=["health"])
+router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["health"])
 
 GONE = {
     **errors.ON_TABLE,
@@ -40,7 +40,7 @@ def _read_only(session: Session) -> None:
 
 
 def _load(rt: Runtime, row: ManagedTable) -> Table:
-    table = find_table(rt.catalog, ref_of(row))
+    table = find_table(rt.catalogs.load(row.catalog), ref_of(row))
     if table is None:  # a 409, not the 404 of a table the catalog never had
         raise HTTPException(
             409,

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
 
 from lakewarden import policy_gate
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import IDENTIFIER, find_table
+from lakewarden.catalog import find_table, valid_namespace
+from lakewarden.db.models import ManagedTable
 from lakewarden.policy import Policy, effective_policy
+from lakewarden.runtime import Runtime
 from lakewarden.tables import (
     lock_namespace,
     namespace_defaults,
@@ -17,32 +23,39 @@ from lakewarden.tables import (
     tables_in_namespace,
 )
 from services.api import errors
-from services.api.access import AccessDep
-from services.api.deps import Identifier, RuntimeDep, SessionDep
+from services.api.access import Access, AccessDep
+from services.api.deps import CatalogDep, NamespacePath, RuntimeDep, SessionDep
 from services.api.policies import (
     authorize_policy_change,
     check_policy,
-    policy_or_none,
     record_policy_change,
 )
 from services.api.schemas import PolicyOut
 
-router = APIRouter(prefix="/api/v1/namespaces", tags=["namespaces"])
-Namespace = Identifier  # checked by _check_name (a 422 that says what is wrong)
+router = APIRouter(prefix="/api/v1/catalogs/{catalog}/namespaces", tags=["namespaces"])
 
 
 def _check_name(namespace: str) -> None:
-    if not IDENTIFIER.match(namespace):
-        raise HTTPException(422, f"invalid namespace {namespace!r}")
+    if not valid_namespace(namespace):
+        raise HTTPException(
+            422,
+            f"invalid namespace {namespace!r}: one or more levels of letters, digits and "
+            "underscores (each starting with a letter or underscore) joined by dots",
+        )
+
+
+# A namespace policy change reads the schema of the tables whose policy now names columns
+# it did not before; this many at once.
+SCHEMA_READS = 8
 
 
 @router.get("/{namespace}/policy", response_model=PolicyOut)
 def get_namespace_policy(
-    namespace: Namespace, rt: RuntimeDep, session: SessionDep, access: AccessDep
+    catalog: CatalogDep, namespace: NamespacePath, session: SessionDep, access: AccessDep
 ) -> PolicyOut:
     _check_name(namespace)
-    access.need(Role.viewer, rt.settings.catalog_name, namespace)
-    row = namespace_defaults(session, rt.settings.catalog_name, namespace)
+    access.need(Role.viewer, catalog, namespace)
+    row = namespace_defaults(session, catalog, namespace)
     if row is None:
         return PolicyOut(namespace=namespace, policy={}, version=0, updated_at=None)
     return PolicyOut.model_validate(row)
@@ -61,12 +74,16 @@ def get_namespace_policy(
     ),
 )
 def put_namespace_policy(
-    namespace: Namespace, policy: Policy, rt: RuntimeDep, session: SessionDep, access: AccessDep
+    catalog: CatalogDep,
+    namespace: NamespacePath,
+    policy: Policy,
+    rt: RuntimeDep,
+    session: SessionDep,
+    access: AccessDep,
 ) -> PolicyOut:
     """Set the namespace's defaults. Refused (422) if a managed table of the namespace
     would end up with an invalid policy."""
     _check_name(namespace)
-    catalog = rt.settings.catalog_name
     access.need(Role.operator, catalog, namespace)
     defaults = policy.model_dump(exclude_unset=True)
     # Waits for policy changes and registrations of the namespace's tables in flight, and
@@ -76,25 +93,79 @@ def put_namespace_policy(
     # a change that can delete data on any of them needs admin on the namespace.
     old = namespace_defaults(session, catalog, namespace)
     members = tables_in_namespace(session, catalog, namespace)
-    before = {t.id: policy_or_none(session, t) for t in members}
-    try:
-        inherited_before: Policy | None = effective_policy({}, old.policy if old else None)
-    except ValidationError:  # stored defaults that no longer validate: compared with none
-        inherited_before = None
     row = set_namespace_defaults(session, catalog, namespace, defaults)
+    inherited_before = _effective({}, old.policy if old else None)
     inherited = check_policy(session, catalog, namespace, {}, None)
     authorize_policy_change(
         access, catalog, namespace, inherited_before, inherited, "the new defaults"
     )
     record_policy_change(access, inherited_before, inherited)  # the defaults' own change
-    for t in members:
-        iceberg = find_table(rt.catalog, ref_of(t))
-        try:
-            after = check_policy(session, catalog, namespace, t.policy, iceberg)
-        except HTTPException as exc:
-            raise HTTPException(422, f"table {namespace}.{t.name}: {exc.detail}") from exc
-        what = f"for table {namespace}.{t.name}, the new defaults"
-        authorize_policy_change(access, catalog, namespace, before.get(t.id), after, what)
+    _check_members(rt, access, catalog, namespace, members, old.policy if old else None, defaults)
     # Every table of the namespace inherits the change: its open tasks obey it at once.
     policy_gate.apply_policy_change(session, members, actor=access.actor)
     return PolicyOut.model_validate(row)
+
+
+def _effective(overrides: dict[str, Any], defaults: dict[str, Any] | None) -> Policy | None:
+    try:
+        return effective_policy(overrides, defaults)
+    except ValidationError:  # stored settings that no longer validate: compared with none
+        return None
+
+
+def _check_members(
+    rt: Runtime,
+    access: Access,
+    catalog: str,
+    namespace: str,
+    members: list[ManagedTable],
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+) -> None:
+    """Each table's policy under the new defaults must validate, and its change be allowed
+    to the caller. Tables with the same own settings get the same policy, so each distinct
+    setting is checked once (a namespace of 10,000 tables has a handful); a table's schema
+    is read only when its policy now names columns it did not before."""
+    groups: dict[str, list[ManagedTable]] = {}
+    for t in members:
+        groups.setdefault(json.dumps(t.policy, sort_keys=True), []).append(t)
+    to_read: list[tuple[ManagedTable, set[str]]] = []
+    for group in groups.values():
+        first = group[0]
+        before = _effective(first.policy, old)
+        try:
+            after = effective_policy(first.policy, new)
+        except ValidationError as exc:
+            raise HTTPException(
+                422,
+                f"table {namespace}.{first.name}"
+                + (f" (and {len(group) - 1} more with the same settings)" if len(group) > 1 else "")
+                + ": "
+                + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()),
+            ) from exc
+        what = f"for table {namespace}.{first.name}, the new defaults"
+        authorize_policy_change(access, catalog, namespace, before, after, what)
+        added = after.columns_used() - (before.columns_used() if before else set())
+        to_read += [(t, added) for t in group] if added else []
+    if not to_read:
+        return
+    client = rt.catalogs.load(catalog)
+
+    def missing(item: tuple[ManagedTable, set[str]]) -> str | None:
+        t, columns = item
+        table = find_table(client, ref_of(t))
+        if table is None:
+            return None
+        absent = sorted(columns - {f.name for f in table.schema().fields})
+        if absent:
+            return f"table {namespace}.{t.name} has no column {', '.join(absent)}"
+        return None
+
+    with ThreadPoolExecutor(SCHEMA_READS, "schema") as pool:
+        problems = [p for p in pool.map(missing, to_read) if p]
+    if problems:
+        more = f" (and {len(problems) - 3} more tables)" if len(problems) > 3 else ""
+        raise HTTPException(
+            422,
+            "the policy names columns some tables do not have: " + "; ".join(problems[:3]) + more,
+        )

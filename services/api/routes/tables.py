@@ -12,10 +12,11 @@ from lakewarden.catalog import TableRef, find_table, load_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.events.ingest import list_events
 from lakewarden.events.refresh import ingest_commits
+from lakewarden.foreign import detect_table
 from lakewarden.policy import Policy
 from services.api import errors
 from services.api.access import AccessDep, TableDep
-from services.api.deps import RuntimeDep, SessionDep
+from services.api.deps import CatalogDep, RuntimeDep, SessionDep
 from services.api.paging import PageDep, read_sorted_cursor, sorted_cursor
 from services.api.policies import (
     authorize_policy_change,
@@ -34,12 +35,15 @@ from services.api.schemas import (
     TablePage,
 )
 
-router = APIRouter(prefix="/api/v1/tables", tags=["tables"])
+router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["tables"])
+# The fleet: the tables of every catalog (`?catalog=` narrows it).
+fleet = APIRouter(prefix="/api/v1/tables", tags=["tables"])
 
 
 REGISTER_ERRORS = {
     404: "the catalog has no such table",
-    409: "the table is already managed, or a concurrent change won",
+    409: "the table is already managed, another optimizer maintains it (see `force`), or "
+    "a concurrent change won",
 }
 
 
@@ -50,18 +54,24 @@ REGISTER_ERRORS = {
     responses=errors.documented(body=True, notes=REGISTER_ERRORS),
 )
 def register_table(
-    body: TableIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+    catalog: CatalogDep, body: TableIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> TableOut:
     """Start managing an existing Iceberg table with a policy (defaults fill the gaps).
     Operator; admin if the policy enables something destructive (TTL, orphan removal)."""
     ref = TableRef(body.namespace, body.name)
-    catalog = rt.settings.catalog_name
     access.need(Role.operator, catalog, ref.namespace, target=ref.dotted)
     # Checked against the namespace's defaults: no change to them until this commits.
     tables.lock_namespace(session, catalog, ref.namespace, exclusive=False)
     if tables.get_table(session, catalog, ref) is not None:
         raise HTTPException(409, f"table {ref.dotted} is already managed")
-    table = load_table(rt.catalog, ref)
+    table = load_table(rt.catalogs.load(catalog), ref)
+    foreign = detect_table(table)
+    if foreign is not None and not body.force:
+        raise HTTPException(
+            409,
+            f"table {ref.dotted} is maintained by {foreign.who} ({foreign.evidence}); "
+            'lakewarden would fight it. Register it with "force": true to manage it anyway',
+        )
     overrides = body.policy.model_dump(exclude_unset=True)
     policy = check_policy(session, catalog, ref.namespace, overrides, table)
     inherited = check_policy(session, catalog, ref.namespace, {}, None)
@@ -76,7 +86,20 @@ def register_table(
     return table_out(session, row)
 
 
-@router.get("", response_model=TablePage)
+@fleet.post(
+    "",
+    status_code=201,
+    response_model=TableOut,
+    responses=errors.documented(body=True, notes=REGISTER_ERRORS),
+)
+def register_default_catalog_table(
+    body: TableIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> TableOut:
+    """Register a table of the default catalog: POST /api/v1/catalogs/{default}/tables."""
+    return register_table(rt.settings.catalog_name, body, rt, session, access)
+
+
+@fleet.get("", response_model=TablePage)
 def list_tables(
     query: Annotated[TableListQuery, Query()], session: SessionDep, access: AccessDep
 ) -> TablePage:
@@ -141,7 +164,7 @@ def replace_policy(
 ) -> TableOut:
     """Set the table's own settings (a PUT, or a restored version): checked, authorized,
     versioned with its author, and obeyed by the open tasks at once."""
-    table = find_table(rt.catalog, tables.ref_of(row))
+    table = find_table(rt.catalogs.load(row.catalog), tables.ref_of(row))
     after = check_policy(session, row.catalog, row.namespace, overrides, table)
     before = policy_or_none(session, row)
     authorize_policy_change(access, row.catalog, row.namespace, before, after, what)

@@ -57,9 +57,17 @@ def list_tasks(
     table: Annotated[
         str | None,
         Query(
-            max_length=257,
-            description="namespace.name",
+            max_length=384,
+            description="namespace.name (a namespace may have several levels: a.b.name)",
             json_schema_extra=documented_pattern(TABLE_PATTERN),  # enforced by TableRef
+        ),
+    ] = None,
+    catalog_name: Annotated[
+        str | None,
+        Query(
+            alias="catalog",
+            max_length=128,
+            description="the catalog of `table` (default: the default catalog)",
         ),
     ] = None,
     state: Annotated[Literal[ALL_STATES] | None, Query()] = None,  # type: ignore[valid-type]
@@ -70,8 +78,9 @@ def list_tasks(
     table_id = None
     if table is not None:
         ref = TableRef.parse(table)
-        access.need(Role.viewer, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
-        table_id = managed(session, rt, ref).id
+        catalog = rt.catalogs.entry(catalog_name or rt.settings.catalog_name).name
+        access.need(Role.viewer, catalog, ref.namespace, target=ref.dotted)
+        table_id = managed(session, catalog, ref).id
     found = repo.list_tasks(session, page, table_id=table_id, state=state, kind=kind, where=visible)
     return TaskPage.of(found, lambda row: TaskOut.of(*row))
 
@@ -98,7 +107,7 @@ TRIGGER_ERRORS = {
 
 
 @router.post(
-    "/tables/{namespace}/{name}/tasks",
+    "/catalogs/{catalog}/tables/{namespace}/{name}/tasks",
     status_code=201,
     response_model=TaskDetail,
     responses=errors.documented(body=True, notes=TRIGGER_ERRORS),

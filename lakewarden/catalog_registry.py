@@ -1,0 +1,125 @@
+"""The catalogs a deployment watches: the settings' default entry and those registered
+through the API (`catalogs` rows), with their pyiceberg clients; and the rules for
+registering one (`check_properties`: secrets only as references)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pyiceberg.catalog import Catalog
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from lakewarden.catalog import (
+    CatalogConfigError,
+    CatalogEntry,
+    PropertyValue,
+    UnknownCatalog,
+    build_catalog,
+    default_entry,
+)
+from lakewarden.db.models import Catalog as CatalogRow
+from lakewarden.redact import is_secret_key, url_secrets
+from lakewarden.settings import Settings
+
+# How long a process trusts its list of registered catalogs before reading it again: a
+# catalog registered on one API replica is known to every process this soon after.
+REGISTRY_TTL_S = 5.0
+
+
+class CatalogRegistry:
+    """Every catalog this deployment watches: the settings' default entry and the `catalogs`
+    rows. Clients are built once per catalog version and shared (pyiceberg's catalogs are
+    thread-safe for loads)."""
+
+    def __init__(self, settings: Settings, control_plane_url: str, engine: Engine) -> None:
+        self._default = default_entry(settings, control_plane_url)
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._entries: dict[str, CatalogEntry] = {}
+        self._read_at = -REGISTRY_TTL_S
+        self._clients: dict[str, tuple[int, Catalog]] = {}
+
+    @property
+    def default(self) -> CatalogEntry:
+        return self._default
+
+    def entries(self) -> list[CatalogEntry]:
+        """The default entry first, then the registered ones by name."""
+        self._refresh()
+        return [self._default, *sorted(self._entries.values(), key=lambda e: e.name)]
+
+    def entry(self, name: str) -> CatalogEntry:
+        if name == self._default.name:
+            return self._default
+        self._refresh()
+        if name not in self._entries:
+            self._refresh(force=True)  # registered a moment ago, perhaps on another replica
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownCatalog(
+                f"no catalog {name!r}: GET /api/v1/catalogs lists them, POST registers one"
+            ) from None
+
+    def load(self, name: str) -> Catalog:
+        """pyiceberg's client of the catalog called `name`."""
+        entry = self.entry(name)
+        with self._lock:
+            cached = self._clients.get(name)
+            if cached is not None and cached[0] == entry.version:
+                return cached[1]
+        client = build_catalog(entry)
+        with self._lock:
+            self._clients[name] = (entry.version, client)
+        return client
+
+    def forget(self) -> None:
+        """Read the registered catalogs again at the next use (after this process changed them)."""
+        with self._lock:
+            self._read_at = -REGISTRY_TTL_S
+
+    def _refresh(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if not force and now - self._read_at < REGISTRY_TTL_S:
+                return
+        with Session(self._engine) as session:
+            rows = session.scalars(select(CatalogRow)).all()
+            entries = {row.name: entry_of(row) for row in rows}
+        with self._lock:
+            self._entries, self._read_at = entries, now
+
+
+def entry_of(row: CatalogRow) -> CatalogEntry:
+    """The registry entry of a `catalogs` row."""
+    return CatalogEntry(
+        name=row.name,
+        type=row.type,
+        properties=dict(row.properties),
+        poll_interval_s=row.poll_interval_s,
+        poll_concurrency=row.poll_concurrency,
+        version=row.version,
+    )
+
+
+def check_properties(kind: str, properties: dict[str, PropertyValue]) -> None:
+    """CatalogConfigError unless the properties can be stored: what the catalog type needs
+    is there, and no secret is given as a value (only as a reference)."""
+    if "uri" not in properties:
+        what = "its database URL" if kind == "jdbc" else "the REST endpoint"
+        raise CatalogConfigError(f"a {kind} catalog needs the property 'uri' ({what})")
+    for key, value in properties.items():
+        if not isinstance(value, str):
+            continue
+        if is_secret_key(key):
+            raise CatalogConfigError(
+                f"property {key!r} is a secret: give it as a reference, "
+                '{"env": "VARIABLE"} or {"file": "/path"}, never as a value'
+            )
+        if url_secrets(value):
+            raise CatalogConfigError(
+                f"property {key!r} holds a URL with a password: give the whole URL as a "
+                'reference, {"env": "VARIABLE"} or {"file": "/path"}'
+            )

@@ -1,0 +1,219 @@
+"""Catalogs: the settings-configured default entry and those registered here.
+
+Registering, changing or removing a catalog brings credentials (as references) into the
+deployment or takes a fleet out of it: admin on everything. Reading needs a role anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Response
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from lakewarden.auth.grants import Role
+from lakewarden.catalog import (
+    IDENTIFIER,
+    CatalogConfigError,
+    CatalogEntry,
+    PropertyValue,
+    build_catalog,
+)
+from lakewarden.catalog_registry import check_properties, entry_of
+from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
+from lakewarden.isolation import error_line
+from lakewarden.redact import redact, url_secrets
+from lakewarden.tables import LIVE
+from services.api import errors
+from services.api.access import AccessDep
+from services.api.deps import RuntimeDep, SessionDep
+from services.api.schemas import CatalogIn, CatalogOut, CatalogPatch, CatalogPollOut, SecretRef
+
+router = APIRouter(prefix="/api/v1/catalogs", tags=["catalogs"])
+
+NOT_FOUND = {404: "no such catalog"}
+CONFIGURED = (
+    "is the settings-configured default (LAKEWARDEN_CATALOG_*): change it there and restart"
+)
+
+
+def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, PropertyValue]:
+    return {
+        k: v if isinstance(v, str) else v.model_dump(exclude_none=True)
+        for k, v in properties.items()
+        if v is not None
+    }
+
+
+def _check(entry: CatalogEntry) -> None:
+    """422 unless the entry is storable and the catalog answers (its namespaces listed)."""
+    try:
+        check_properties(entry.type, entry.properties)
+        build_catalog(entry).list_namespaces()
+    except CatalogConfigError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    except Exception as exc:  # unreachable, refused, wrong credentials: say so, no secrets
+        raise HTTPException(
+            422,
+            f"catalog {entry.name!r} does not answer with these properties: {error_line(exc)}",
+        ) from exc
+
+
+def _out(session: Session, entry: CatalogEntry) -> CatalogOut:
+    count = session.scalar(select(func.count()).where(ManagedTable.catalog == entry.name, LIVE))
+    poll = session.get(CatalogPoll, entry.name)
+    properties: dict[str, Any] = dict(entry.properties)
+    if entry.default:  # from settings, as values: their credentials are masked
+        secrets = [s for v in properties.values() for s in url_secrets(str(v))]
+        properties = {k: redact(str(v), secrets) for k, v in properties.items()}
+    return CatalogOut(
+        name=entry.name,
+        type=entry.type,
+        properties=properties,
+        default=entry.default,
+        poll_interval_s=entry.poll_interval_s,
+        poll_concurrency=entry.poll_concurrency,
+        version=entry.version,
+        managed_tables=count or 0,
+        last_poll=CatalogPollOut.model_validate(poll) if poll and poll.polled_at else None,
+    )
+
+
+def _row(session: Session, rt: RuntimeDep, name: str, *, lock: bool = False) -> Catalog:
+    if name == rt.settings.catalog_name:
+        raise HTTPException(409, f"catalog {name!r} {CONFIGURED}")
+    row = session.get(Catalog, name, with_for_update=lock)
+    if row is None:
+        raise HTTPException(404, f"no catalog {name!r}: GET /api/v1/catalogs lists them")
+    return row
+
+
+@router.get("", response_model=list[CatalogOut])
+def list_catalogs(rt: RuntimeDep, session: SessionDep, access: AccessDep) -> list[CatalogOut]:
+    """Every catalog, the default first, with its managed tables and its last poll."""
+    access.need_somewhere(Role.viewer)
+    rt.catalogs.forget()  # this request reads the rows anyway: show them as they are now
+    return [_out(session, e) for e in rt.catalogs.entries()]
+
+
+@router.get("/{name}", response_model=CatalogOut, responses=errors.documented(notes=NOT_FOUND))
+def get_catalog(name: str, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> CatalogOut:
+    access.need_somewhere(Role.viewer)
+    if name == rt.settings.catalog_name:
+        return _out(session, rt.catalogs.default)
+    row = session.get(Catalog, name)
+    if row is None:
+        raise HTTPException(404, f"no catalog {name!r}: GET /api/v1/catalogs lists them")
+    return _out(session, entry_of(row))
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=CatalogOut,
+    responses=errors.documented(
+        409,
+        body=True,
+        notes={
+            409: "a catalog of that name exists",
+            422: "invalid properties (a secret given as a value), or the catalog does not "
+            "answer with them",
+        },
+    ),
+)
+def register_catalog(
+    body: CatalogIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> CatalogOut:
+    """Watch another Iceberg catalog (admin). It is checked first: its namespaces must list."""
+    access.need(Role.admin, None, None, target=f"catalog {body.name}")
+    if not IDENTIFIER.match(body.name):
+        raise HTTPException(422, f"invalid catalog name {body.name!r}")
+    if body.name == rt.settings.catalog_name or session.get(Catalog, body.name) is not None:
+        raise HTTPException(409, f"catalog {body.name!r} already exists")
+    entry = CatalogEntry(
+        name=body.name,
+        type=body.type,
+        properties=_stored(dict(body.properties)),
+        poll_interval_s=body.poll_interval_s,
+        poll_concurrency=body.poll_concurrency,
+    )
+    _check(entry)
+    access.change = {"catalog": {"type": entry.type, "properties": entry.properties}}
+    session.add(
+        Catalog(
+            name=entry.name,
+            type=entry.type,
+            properties=entry.properties,
+            poll_interval_s=entry.poll_interval_s,
+            poll_concurrency=entry.poll_concurrency,
+            version=1,
+            created_by=access.actor,
+        )
+    )
+    session.flush()
+    rt.catalogs.forget()
+    return _out(session, entry)
+
+
+@router.patch(
+    "/{name}",
+    response_model=CatalogOut,
+    responses=errors.documented(409, body=True, notes=NOT_FOUND),
+)
+def update_catalog(
+    name: str, body: CatalogPatch, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> CatalogOut:
+    """Change a registered catalog's properties (merged) or polling (admin); checked again.
+    A Spark session that already used the catalog keeps its old settings until restarted."""
+    access.need(Role.admin, None, None, target=f"catalog {name}")
+    row = _row(session, rt, name, lock=True)
+    properties = dict(row.properties)
+    for key, value in (body.properties or {}).items():
+        properties.pop(key, None)
+        if value is not None:
+            properties.update(_stored({key: value}))
+    entry = CatalogEntry(
+        name=row.name,
+        type=row.type,
+        properties=properties,
+        poll_interval_s=body.poll_interval_s or row.poll_interval_s,
+        poll_concurrency=body.poll_concurrency or row.poll_concurrency,
+        version=row.version + 1,
+    )
+    _check(entry)
+    access.change = {"catalog": {"properties": [row.properties, entry.properties]}}
+    row.properties, row.version = entry.properties, entry.version
+    row.poll_interval_s, row.poll_concurrency = entry.poll_interval_s, entry.poll_concurrency
+    row.updated_at = func.now()
+    session.flush()
+    rt.catalogs.forget()
+    return _out(session, entry)
+
+
+@router.delete(
+    "/{name}",
+    status_code=204,
+    responses=errors.documented(
+        409, notes={**NOT_FOUND, 409: "the catalog still has managed tables"}
+    ),
+)
+def remove_catalog(name: str, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> Response:
+    """Stop watching a registered catalog (admin): refused while it has managed tables
+    (unregister them, or delete its management rules and let them retire). Its rules go
+    with it; the Iceberg catalog is untouched."""
+    access.need(Role.admin, None, None, target=f"catalog {name}")
+    row = _row(session, rt, name, lock=True)
+    live = session.scalar(select(func.count()).where(ManagedTable.catalog == name, LIVE))
+    if live:
+        raise HTTPException(
+            409,
+            f"catalog {name!r} still has {live} managed table(s): unregister them first "
+            f"(GET /api/v1/tables?catalog={name} lists them)",
+        )
+    session.execute(delete(ManagementRule).where(ManagementRule.catalog == name))
+    session.execute(delete(CatalogPoll).where(CatalogPoll.catalog == name))
+    session.delete(row)
+    session.flush()
+    rt.catalogs.forget()
+    return Response(status_code=204)

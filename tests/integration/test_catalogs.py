@@ -1,0 +1,279 @@
+"""Catalogs are first-class: registered through the API (secrets only as references), each
+table of each catalog addressed, polled and heard on its own; namespaces of several levels."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from helpers import SCHEMA, append_batches, wait_for
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from lakewarden.catalog import CatalogEntry
+from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.db.session import engine_for, transaction
+from lakewarden.events.listener import CommitListener
+from lakewarden.events.poller import PollResult, poll_due, poll_once
+from lakewarden.runtime import Runtime
+
+ENV = "LW_TEST_SECOND_CATALOG_URL"
+
+
+@dataclass
+class Second:
+    url: str  # SQLAlchemy URL of its database (not lakewarden's)
+    catalog: SqlCatalog  # a writer's client of it
+    body: dict[str, object]  # what registers it
+
+
+def _admin(server_url: str) -> psycopg.Connection:
+    url = make_url(server_url).set(drivername="postgresql", database="postgres")
+    return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+
+
+@pytest.fixture
+def second(server_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Second]:
+    """A JDBC catalog called `second` in a database of its own, with its URL (password and
+    all) given to lakewarden as an environment variable reference."""
+    name = f"lw_test_second_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    warehouse = (tmp_path / "second-warehouse").as_uri()
+    writer = SqlCatalog("second", uri=url, warehouse=warehouse)
+    monkeypatch.setenv(ENV, url)
+    body = {
+        "name": "second",
+        "type": "jdbc",
+        "properties": {"uri": {"env": ENV}, "warehouse": warehouse},
+        "poll_interval_s": 5,
+    }
+    yield Second(url, writer, body)
+    writer.engine.dispose()
+    engine_for(url).dispose()
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _table(catalog: Catalog, namespace: str = "sales", name: str = "orders") -> Table:
+    catalog.create_namespace_if_not_exists(namespace)
+    return catalog.create_table(f"{namespace}.{name}", schema=SCHEMA)
+
+
+def test_register_list_change_and_remove_a_catalog(
+    client: TestClient, rt: Runtime, second: Second
+) -> None:
+    r = client.post("/api/v1/catalogs", json=second.body)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert out["properties"]["uri"] == {"env": ENV}  # the reference, never the URL
+    assert out["default"] is False and out["version"] == 1 and out["managed_tables"] == 0
+    listed = client.get("/api/v1/catalogs").json()
+    assert [c["name"] for c in listed] == ["lake", "second"]
+    default = listed[0]
+    assert default["default"] is True
+    password = make_url(rt.db_url).password
+    assert password and password not in client.get("/api/v1/catalogs").text
+    assert client.post("/api/v1/catalogs", json=second.body).status_code == 409
+    assert client.post("/api/v1/catalogs", json=second.body | {"name": "lake"}).status_code == 409
+
+    r = client.patch("/api/v1/catalogs/second", json={"poll_interval_s": 60})
+    assert r.status_code == 200 and r.json()["version"] == 2
+    assert r.json()["poll_interval_s"] == 60
+    assert client.patch("/api/v1/catalogs/lake", json={"poll_interval_s": 60}).status_code == 409
+    assert client.patch("/api/v1/catalogs/nope", json={}).status_code == 404
+
+    _table(second.catalog)
+    body = {"namespace": "sales", "name": "orders"}
+    assert client.post("/api/v1/catalogs/second/tables", json=body).status_code == 201
+    r = client.delete("/api/v1/catalogs/second")
+    assert r.status_code == 409 and "still has 1 managed table" in r.json()["detail"]
+    assert client.delete("/api/v1/catalogs/second/tables/sales/orders").status_code == 204
+    assert client.delete("/api/v1/catalogs/second").status_code == 204
+    assert client.get("/api/v1/catalogs/second").status_code == 404
+    assert client.delete("/api/v1/catalogs/lake").status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("properties", "says"),
+    [
+        ({"uri": "postgresql://u:hunter2hunter2@127.0.0.1:1/x"}, "URL with a password"),
+        ({"uri": {"env": "LW_TEST_NOT_SET_ANYWHERE"}}, "LW_TEST_NOT_SET_ANYWHERE"),
+        ({"uri": {"env": ENV}, "token": "s3cr3t-t0ken"}, "give it as a reference"),
+        ({"warehouse": "file:///tmp"}, "needs the property 'uri'"),
+        ({"uri": "postgresql://127.0.0.1:1/nothing-listens"}, "does not answer"),
+        ({"uri": {"env": ENV, "file": "/etc/x"}}, "exactly one"),
+    ],
+)
+def test_bad_catalogs_get_a_422_that_says_what_to_fix(
+    client: TestClient, second: Second, properties: dict[str, object], says: str
+) -> None:
+    r = client.post("/api/v1/catalogs", json=second.body | {"properties": properties})
+    assert r.status_code == 422, r.text
+    assert says in r.text
+    assert "hunter2" not in r.text and "s3cr3t" not in r.text
+    assert client.get("/api/v1/catalogs/second").status_code == 404  # nothing half-written
+
+
+def test_two_catalogs_same_names_kept_apart_and_polled_each(
+    client: TestClient, rt: Runtime, second: Second
+) -> None:
+    assert client.post("/api/v1/catalogs", json=second.body).status_code == 201
+    ours = append_batches(_table(rt.catalog), 1)
+    theirs = append_batches(_table(second.catalog), 1)
+    body = {"namespace": "sales", "name": "orders"}
+    assert client.post("/api/v1/tables", json=body).status_code == 201  # the default's alias
+    r = client.post("/api/v1/catalogs/second/tables", json=body)
+    assert r.status_code == 201 and r.json()["catalog"] == "second"
+    assert r.json()["current_snapshot_id"] == theirs.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    one = client.get("/api/v1/catalogs/second/tables/sales/orders").json()
+    other = client.get("/api/v1/tables/sales/orders").json()
+    assert (one["catalog"], other["catalog"]) == ("second", "lake") and one["id"] != other["id"]
+    listed = client.get("/api/v1/tables", params={"catalog": "second"}).json()
+    assert [t["id"] for t in listed["items"]] == [one["id"]]
+    assert client.get("/api/v1/catalogs/nope/tables/sales/orders").status_code == 404
+
+    append_batches(theirs, 2)
+    assert poll_once(rt) == 1
+    with transaction(rt.engine) as s:
+        per_table = dict(
+            s.execute(select(ManagedTable.catalog, ManagedTable.current_snapshot_id)).all()
+        )
+    assert per_table["second"] == theirs.refresh().current_snapshot().snapshot_id  # type: ignore[union-attr]
+    assert per_table["lake"] == ours.current_snapshot().snapshot_id  # type: ignore[union-attr]
+
+
+def test_each_catalog_is_polled_once_per_interval_however_many_replicas(
+    client: TestClient, rt: Runtime, second: Second
+) -> None:
+    assert client.post("/api/v1/catalogs", json=second.body).status_code == 201
+    polls: list[tuple[str, str]] = []
+
+    def record(name: str) -> Callable[[Runtime, CatalogEntry], PollResult]:
+        def poll(_: Runtime, entry: CatalogEntry) -> PollResult:
+            polls.append((name, entry.name))
+            return PollResult(entry.name)
+
+        return poll
+
+    threads = [threading.Thread(target=poll_due, args=(rt, record(f"r{i}"))) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(c for _, c in polls) == ["lake", "second"]  # each once, by one replica
+    polls.clear()
+    poll_due(rt, record("again"))
+    assert polls == []  # not due again before its interval
+    r = client.get("/api/v1/catalogs/second").json()
+    assert r["last_poll"]["polled_by"] == rt.process_id
+
+
+def test_a_catalog_database_that_is_not_ours_is_heard_through_its_trigger(
+    client: TestClient, rt: Runtime, second: Second
+) -> None:
+    assert client.post("/api/v1/catalogs", json=second.body).status_code == 201
+    table = append_batches(_table(second.catalog), 1)
+    assert (
+        client.post(
+            "/api/v1/catalogs/second/tables", json={"namespace": "sales", "name": "orders"}
+        ).status_code
+        == 201
+    )
+    stop = threading.Event()
+    listener = CommitListener(rt, stop)
+    listener.start()
+    try:
+        assert listener.connected.wait(20)
+        append_batches(table, 2)
+
+        def heard() -> list[str] | None:
+            with transaction(rt.engine) as s:
+                sources = list(s.scalars(select(TimelineEvent.source).order_by(TimelineEvent.id)))
+            return sources if sources.count("notify") == 2 else None
+
+        assert wait_for(heard, 15, "two notified commits") == ["register", "notify", "notify"]
+    finally:
+        stop.set()
+        listener.join(5)
+
+
+def test_without_rights_on_the_catalog_database_it_is_polled(
+    client: TestClient,
+    rt: Runtime,
+    second: Second,
+    server_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A role that may read the catalog table but not create functions: no trigger (the
+    poll says so), and polling still finds every commit."""
+    table = append_batches(_table(second.catalog), 1)
+    role = f"lw_reader_{uuid.uuid4().hex[:8]}"
+    with _admin(server_url) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'reader-pass-1'")
+    with psycopg.connect(
+        make_url(second.url).set(drivername="postgresql").render_as_string(False)
+    ) as conn:
+        conn.execute(f"GRANT SELECT ON iceberg_tables, iceberg_namespace_properties TO {role}")
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    try:
+        reader = make_url(second.url).set(username=role, password="reader-pass-1")
+        monkeypatch.setenv(ENV, reader.render_as_string(hide_password=False))
+        assert client.post("/api/v1/catalogs", json=second.body).status_code == 201
+        body = {"namespace": "sales", "name": "orders"}
+        assert client.post("/api/v1/catalogs/second/tables", json=body).status_code == 201
+        append_batches(table, 1)
+        assert poll_once(rt) == 1
+        poll = client.get("/api/v1/catalogs/second").json()["last_poll"]
+        assert poll["commit_trigger"] is False and poll["tables_seen"] == 1
+    finally:
+        engine_for(
+            make_url(second.url)
+            .set(username=role, password="reader-pass-1")
+            .render_as_string(hide_password=False)
+        ).dispose()
+        with _admin(server_url) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [role],
+            )
+        with psycopg.connect(
+            make_url(second.url).set(drivername="postgresql").render_as_string(False)
+        ) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+        with _admin(server_url) as conn:
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_namespaces_of_several_levels(client: TestClient, rt: Runtime) -> None:
+    rt.catalog.create_namespace_if_not_exists(("lake2", "sales"))
+    table = rt.catalog.create_table(("lake2", "sales", "eu_orders"), schema=SCHEMA)
+    append_batches(table, 1)
+    body = {"namespace": "lake2.sales", "name": "eu_orders"}
+    r = client.post("/api/v1/tables", json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["namespace"] == "lake2.sales"
+    assert client.get("/api/v1/tables/lake2.sales/eu_orders").status_code == 200
+    assert (
+        client.get("/api/v1/catalogs/lake/tables/lake2.sales/eu_orders/health").status_code == 200
+    )
+    r = client.put("/api/v1/namespaces/lake2.sales/policy", json={"slo": {"min_score": 45}})
+    assert r.status_code == 200, r.text
+    for bad in ("lake2..sales", "lake2.1sales", ".lake2"):
+        assert client.get(f"/api/v1/tables/{bad}/eu_orders").status_code == 422, bad
+    append_batches(table, 1)
+    assert poll_once(rt) == 1
+    assert (
+        client.get("/api/v1/tables", params={"namespace": "lake2.*"}).json()["items"][0]["name"]
+        == "eu_orders"
+    )
