@@ -4,7 +4,6 @@ that no longer validates (stored before a bound was tightened) is reported, neve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,20 +71,21 @@ def table_out(session: Session, row: ManagedTable) -> TableOut:
 
 def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]:
     """Each table with its effective policy. The namespaces' defaults are read in one
-    query for all the rows, and each distinct (defaults, settings) pair is validated once:
-    a page of tables costs two queries, not one per table."""
+    query for all the rows, and the policy of a table without settings of its own (most
+    of them) is validated once per namespace: a page costs two queries, not one per table."""
     defaults = namespaces_defaults(session, rows)
-    parsed: dict[str, dict[str, Any] | ValidationError] = {}
+    inherited: dict[tuple[str, str], dict[str, Any] | ValidationError] = {}
     out = []
     for row in rows:
-        ns = defaults.get((row.catalog, row.namespace))
-        key = json.dumps([ns, row.policy], sort_keys=True)
-        if key not in parsed:
+        scope = (row.catalog, row.namespace)
+        found = inherited.get(scope) if not row.policy else None
+        if found is None:
             try:
-                parsed[key] = effective_policy(row.policy, ns).model_dump()
+                found = effective_policy(row.policy, defaults.get(scope)).model_dump()
             except ValidationError as exc:
-                parsed[key] = exc
-        found = parsed[key]
+                found = exc
+            if not row.policy:
+                inherited[scope] = found
         policy, policy_error = (
             (None, invalid_stored_policy(row, found))
             if isinstance(found, ValidationError)
