@@ -292,6 +292,11 @@ def add_table(
             )
             .values(
                 retired_at=None,
+                # registered explicitly now: whatever retired it (a drop, an opt-out,
+                # another optimizer) the owner has overruled
+                retired_reason=None,
+                opt_out=False,
+                managed_by="api",
                 policy=overrides,
                 policy_version=ManagedTable.policy_version + 1,
                 # measured under the old policy, before the unmanaged gap: measure again
