@@ -1,0 +1,113 @@
+"""Compaction through Spark on tables of registered catalogs: a JDBC catalog in a database
+that is not lakewarden's, and an Iceberg REST catalog (a real REST server), each checked
+with pyiceberg through that catalog's own client."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from helpers import SCHEMA, append_batches, run_one
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.transforms import IdentityTransform
+from sqlalchemy import delete, text
+from sqlalchemy.engine import make_url
+
+from lakewarden.catalog import TableRef
+from lakewarden.db.models import Catalog as CatalogRow
+from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import engine_for, transaction
+from lakewarden.runtime import Runtime
+from lakewarden.tasks import repo
+from lakewarden.verify import fingerprint
+from services.scheduler.main import Scheduler
+from services.worker.main import Worker
+
+pytestmark = pytest.mark.spark
+
+
+def _register(rt: Runtime, name: str, kind: str, properties: dict[str, object]) -> None:
+    with transaction(rt.engine) as s:
+        s.execute(delete(CatalogRow).where(CatalogRow.name == name))
+        s.add(CatalogRow(name=name, type=kind, properties=properties, version=1))
+    rt.catalogs.forget()
+
+
+def _compact(rt: Runtime, scheduler: Scheduler, catalog: str, client: Catalog) -> None:
+    """A partitioned table of 6 small files in `catalog`, compacted by the scheduler's Spark
+    job into one file per partition, every row kept (read back through `client`)."""
+    ns = f"ns_{uuid.uuid4().hex[:6]}"
+    client.create_namespace_if_not_exists(ns)
+    table = client.create_table(f"{ns}.orders", schema=SCHEMA)
+    with table.update_spec() as spec:
+        spec.add_field("region", IdentityTransform(), "region")
+    table = append_batches(client.load_table(f"{ns}.orders"), 3)
+    before = fingerprint(table)
+    assert before.data_files == 6
+    with transaction(rt.engine) as s:
+        row = ManagedTable(
+            catalog=catalog,
+            namespace=ns,
+            name="orders",
+            policy={"compaction": {"min_small_files": 2, "min_input_files": 2}},
+        )
+        s.add(row)
+        s.flush()
+        task_id = repo.create_task(
+            s, table_id=row.id, kind="compaction", trigger={"reason": "test"}, actor="test"
+        )
+    assert Worker(rt).run_once()  # planned through the catalog's own pyiceberg client
+    assert run_one(scheduler) == "succeeded", task_id
+    after = fingerprint(client.load_table(TableRef(ns, "orders").identifier))
+    assert after.data_files == 2  # one per partition
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+
+
+@pytest.fixture
+def other_database(server_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = f"lw_test_other_{uuid.uuid4().hex[:10]}"
+    admin = make_url(server_url).set(drivername="postgresql", database="postgres")
+    import psycopg
+
+    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    monkeypatch.setenv("LW_TEST_OTHER_CATALOG_URL", url)
+    yield url
+    engine_for(url).dispose()
+    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_compaction_on_a_jdbc_catalog_in_another_database(
+    scheduler: Scheduler,
+    spark_rt: Runtime,
+    other_database: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    name = f"other_{uuid.uuid4().hex[:6]}"  # Spark keeps a catalog once used: one per test
+    warehouse = tmp_path_factory.mktemp("other").as_uri()
+    _register(
+        spark_rt,
+        name,
+        "jdbc",
+        {"uri": {"env": "LW_TEST_OTHER_CATALOG_URL"}, "warehouse": warehouse},
+    )
+    writer = SqlCatalog(name, uri=other_database, warehouse=warehouse)
+    try:
+        _compact(spark_rt, scheduler, name, writer)
+    finally:
+        writer.engine.dispose()
+
+
+def test_compaction_on_a_rest_catalog(
+    scheduler: Scheduler, spark_rt: Runtime, rest_catalog: str
+) -> None:
+    name = f"rest_{uuid.uuid4().hex[:6]}"
+    _register(spark_rt, name, "rest", {"uri": rest_catalog})
+    _compact(spark_rt, scheduler, name, RestCatalog(name, uri=rest_catalog))
+    with spark_rt.engine.begin() as conn:  # the shared database: leave no catalogs behind
+        conn.execute(text("DELETE FROM catalogs"))
