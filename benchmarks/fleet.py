@@ -81,7 +81,7 @@ class FleetSizes:
 
 
 SIZES = {
-    "smoke": FleetSizes(tables=2_000, real=6, subset=20, new_tables=4, commits=10, requests=5),
+    "smoke": FleetSizes(tables=2_000, real=6, subset=10, new_tables=4, commits=10, requests=3),
     "full": FleetSizes(
         tables=100_000, real=150, subset=300, new_tables=20, commits=150, requests=30
     ),
