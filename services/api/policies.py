@@ -103,6 +103,7 @@ def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]
                 policy_version=row.policy_version,
                 current_snapshot_id=row.current_snapshot_id,
                 metadata_location=row.metadata_location,
+                managed_by=row.managed_by,
                 created_at=row.created_at,
                 updated_at=row.updated_at,
             )

@@ -135,7 +135,12 @@ class EventIn(RequestModel):
     name: str = Field(
         min_length=1, max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN)
     )
-    snapshot_id: int | None = Field(default=None, description="the committed snapshot, if known")
+    snapshot_id: int | None = Field(
+        default=None,
+        ge=-(2**63),
+        le=2**63 - 1,
+        description="the committed snapshot, if known (an Iceberg snapshot id: a 64-bit integer)",
+    )
     metadata_location: str | None = Field(
         default=None,
         min_length=1,
@@ -256,6 +261,7 @@ class TableOut(ResponseModel):
     policy_version: int
     current_snapshot_id: int | None
     metadata_location: str | None
+    managed_by: str = Field(description="`api` (registered) or `rule:<id>` (a management rule)")
     created_at: datetime
     updated_at: datetime
 

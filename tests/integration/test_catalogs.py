@@ -14,13 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from helpers import SCHEMA, append_batches, wait_for
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from lakewarden.catalog import CatalogEntry
-from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.db.models import ManagedTable, ManagementRule, TimelineEvent
 from lakewarden.db.session import engine_for, transaction
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import PollResult, poll_due, poll_once
@@ -277,3 +278,27 @@ def test_namespaces_of_several_levels(client: TestClient, rt: Runtime) -> None:
         client.get("/api/v1/tables", params={"namespace": "lake2.*"}).json()["items"][0]["name"]
         == "eu_orders"
     )
+
+
+def test_a_rest_catalog_is_polled_and_its_new_tables_adopted(
+    client: TestClient, rt: Runtime, rest_catalog: str
+) -> None:
+    """A REST catalog has no trigger: one poll follows its table list (a rule adopts a new
+    table, multi-level namespaces walked) and finds the commits of its managed tables."""
+    body = {"name": "restcat", "type": "rest", "properties": {"uri": rest_catalog}}
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201, body
+    writer = RestCatalog("restcat", uri=rest_catalog)
+    writer.create_namespace(("lake", "sales"))
+    table = append_batches(writer.create_table(("lake", "sales", "orders"), schema=SCHEMA), 1)
+    with transaction(rt.engine) as s:
+        s.add(ManagementRule(catalog="restcat", namespace="lake.*", include=["*"], exclude=[]))
+    assert poll_once(rt) == 1  # adopted, then its baseline ingested
+    got = client.get("/api/v1/catalogs/restcat/tables/lake.sales/orders")
+    assert got.status_code == 200 and got.json()["managed_by"].startswith("rule:")
+    append_batches(table, 2)
+    assert poll_once(rt) == 1
+    events = client.get("/api/v1/catalogs/restcat/tables/lake.sales/orders/events").json()
+    assert [e["source"] for e in events["items"]] == ["poll", "poll", "poll"]
+    poll = client.get("/api/v1/catalogs/restcat").json()["last_poll"]
+    assert poll["commit_trigger"] is None and poll["tables_seen"] == 1
+    assert poll["catalog_requests"] >= 3  # the namespace walk, the table list, one load
