@@ -131,15 +131,19 @@ class _Sweep:
         self, table_policy: dict[str, Any] | None, namespace_policy: dict[str, Any] | None
     ) -> list[tuple[Kind, SweptPolicy]]:
         key = json.dumps(table_policy, sort_keys=True), json.dumps(namespace_policy, sort_keys=True)
-        if key not in self._sections:
+        found = self._sections.get(key)
+        if found is None:
             try:
                 policy = effective_policy(table_policy, namespace_policy)
-                self._sections[key] = _swept_sections(policy, self.swept)
+                found = _swept_sections(policy, self.swept)
             except Exception as exc:
                 self._sections[key] = exc
-        found = self._sections[key]
+                raise
+            self._sections[key] = found
         if isinstance(found, Exception):
-            raise found
+            # The same error for each table with these settings, with a fresh traceback
+            # (raising one object again and again would grow its traceback table by table).
+            raise found.with_traceback(None)
         return found
 
     def _create(
