@@ -25,7 +25,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Select, delete, exists, func, literal, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session, aliased
 
@@ -123,18 +135,19 @@ def _json(value: bool) -> ColumnElement[Any]:
 
 
 def kind_enabled(kind: str) -> ColumnElement[bool]:
-    """SQL: the table's effective policy enables `kind` (see `TableQuery`)."""
+    """SQL: the table's effective policy enables `kind` (see `TableQuery`): its own
+    `enabled` if set, else its namespace's, else the built-in default. The namespaces are
+    read as uncorrelated IN lists (hashed once per query), not looked up row by row."""
     default = Policy().for_kind(kind).enabled  # KeyError for an unknown kind
-    namespace_says = (
-        select(NamespacePolicy.policy[kind]["enabled"])
-        .where(
-            NamespacePolicy.catalog == ManagedTable.catalog,
-            NamespacePolicy.namespace == ManagedTable.namespace,
-        )
-        .scalar_subquery()
-    )
-    says = func.coalesce(ManagedTable.policy[kind]["enabled"], namespace_says, _json(default))
-    return says == _json(True)
+    own = ManagedTable.policy[kind]["enabled"]
+    said = NamespacePolicy.policy[kind]["enabled"]
+    scope = tuple_(ManagedTable.catalog, ManagedTable.namespace)
+    namespaces = select(NamespacePolicy.catalog, NamespacePolicy.namespace)
+    if default:  # unless the namespace says something other than true
+        inherited = scope.not_in(namespaces.where(said.is_not(None), said != _json(True)))
+    else:  # only if the namespace says true
+        inherited = scope.in_(namespaces.where(said == _json(True)))
+    return or_(own == _json(True), and_(own.is_(None), inherited))
 
 
 def has_open_tasks() -> ColumnElement[bool]:

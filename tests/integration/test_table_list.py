@@ -42,7 +42,11 @@ TABLES: list[tuple[str, str, str, int | None, dict[str, Any], list[tuple[str, Ta
     ("other", "sales", "orders", 95, {}, []),
     ("lake", "ops", "new", None, {}, []),  # never measured, as `de`
 ]
-NAMESPACE_DEFAULTS = [("lake", "hr", OFF)]
+TTL = {"ttl": {"enabled": True, "column": "id", "retention_days": 30}}
+NAMESPACE_DEFAULTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("lake", "hr", OFF),
+    ("lake", "ops", TTL),
+]
 ALL = ["orders", "fr", "de", "staff", "pay", "other:orders", "new"]
 
 
@@ -117,7 +121,8 @@ def _walk(client: TestClient, limit: int = 2, **params: Any) -> list[str]:
         ({"has_failed_tasks": "false"}, ["orders", "fr", "pay", "other:orders", "new"]),
         # table settings over namespace defaults over the built-in default (enabled)
         ({"kind_enabled": "compaction"}, ["orders", "de", "pay", "other:orders", "new"]),
-        ({"kind_enabled": "ttl"}, []),  # off by default
+        ({"kind_enabled": "zorder"}, []),  # off by default
+        ({"kind_enabled": "ttl"}, ["new"]),  # off by default, on in its namespace
         ({"kind_enabled": "clean"}, ALL),
         ({"namespace": "sales*", "health_below": 50, "catalog": "lake"}, ["fr"]),
         ({"catalog": "lake", "has_failed_tasks": "true", "kind_enabled": "compaction"}, ["de"]),
