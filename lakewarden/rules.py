@@ -694,15 +694,16 @@ def opt_out(session: Session, catalog: str, ref: TableRef, *, by: str) -> OptOut
 def clear_opt_out(session: Session, catalog: str, ref: TableRef) -> ManagedTable | None:
     """Clear the table's opt-out: a rule that covers it adopts it again at the next
     adoption (its retirement reason becomes `OPT_OUT_CLEARED`); registering it explicitly
-    also manages it again. None if the table is not opted out."""
+    also manages it again. Idempotent: a table not opted out is left as it is. None if
+    lakewarden has no row for the table."""
+    key = (
+        ManagedTable.catalog == catalog,
+        ManagedTable.namespace == ref.namespace,
+        ManagedTable.name == ref.name,
+    )
     table_id = session.execute(
         update(ManagedTable)
-        .where(
-            ManagedTable.catalog == catalog,
-            ManagedTable.namespace == ref.namespace,
-            ManagedTable.name == ref.name,
-            ManagedTable.opt_out,
-        )
+        .where(*key, ManagedTable.opt_out)
         .values(
             opt_out=False,
             retired_reason=case(
@@ -715,7 +716,7 @@ def clear_opt_out(session: Session, catalog: str, ref: TableRef) -> ManagedTable
         .execution_options(synchronize_session=False)
     ).scalar_one_or_none()
     if table_id is None:
-        return None
+        return session.scalars(select(ManagedTable).where(*key)).one_or_none()
     return session.get(ManagedTable, table_id, populate_existing=True)
 
 

@@ -412,7 +412,7 @@ def test_rules_crud(client: TestClient, rt: Runtime) -> None:
         "createRule",
         "updateRule",
         "updateRule",
-        "removeRule",
+        "deleteRule",
     ]
     assert actions[-1][1] == f"rule:{rule['id']}"
 
@@ -576,7 +576,8 @@ def test_opting_out_retires_the_table_and_keeps_rules_off_it(
 
     # Clearing: the rule takes both back at the next adoption.
     assert client.delete(path).json()["opt_out"] is False
-    assert client.delete(path).status_code == 404  # not opted out any more
+    assert client.delete(path).json()["opt_out"] is False  # idempotent
+    assert client.delete(f"/api/v1/catalogs/{cat}/tables/ns1/never/opt-out").status_code == 404
     assert client.delete(f"/api/v1/catalogs/{cat}/tables/a.b/later/opt-out").is_success
     result = run_adopt(rt, [*listing, ("a.b", "later", None)])
     assert len(result.revived) == 2

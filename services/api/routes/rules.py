@@ -222,7 +222,7 @@ def update_rule(
 @router.delete(
     "/rules/{rule_id}", status_code=204, responses=errors.as_json(errors.documented(notes=NO_RULE))
 )
-def remove_rule(
+def delete_rule(
     catalog: CatalogDep,
     rule_id: Id,
     session: SessionDep,
@@ -286,17 +286,24 @@ def opt_out_table(
 @router.delete(
     "/tables/{namespace}/{name}/opt-out",
     response_model=OptOutOut,
-    responses=errors.documented(notes={404: "no such catalog, or the table is not opted out"}),
+    responses=errors.documented(
+        notes={404: "no such catalog, or lakewarden has never known the table"}
+    ),
 )
 def clear_table_opt_out(
     catalog: CatalogDep, ref: RefDep, session: SessionDep, access: AccessDep
 ) -> OptOutOut:
     """Clear the table's opt-out (operator, as registering): a management rule that covers
     it adopts it again at the catalog's next adoption; registering it with POST
-    /api/v1/catalogs/{catalog}/tables manages it at once."""
+    /api/v1/catalogs/{catalog}/tables manages it at once. Idempotent: a table that is not
+    opted out is answered as it is."""
     access.need(Role.operator, catalog, ref.namespace, target=ref.dotted)
     row = rules.clear_opt_out(session, catalog, ref)
     if row is None:
-        raise HTTPException(404, f"table {ref.dotted} of catalog {catalog!r} is not opted out")
+        raise HTTPException(
+            404,
+            f"lakewarden knows no table {ref.dotted} of catalog {catalog!r}, so it is not "
+            "opted out",
+        )
     access.change = {"opt_out": [True, False]}
     return _opt_out_out(catalog, row)
