@@ -13,6 +13,7 @@ from lakewarden import policy_gate
 from lakewarden.auth.grants import Role
 from lakewarden.catalog import find_table, valid_namespace
 from lakewarden.db.models import ManagedTable
+from lakewarden.isolation import error_line
 from lakewarden.policy import Policy, effective_policy
 from lakewarden.runtime import Runtime
 from lakewarden.tables import (
@@ -91,16 +92,17 @@ def put_namespace_policy(
     lock_namespace(session, catalog, namespace, exclusive=True)
     # What the defaults give, and what each table's policy is, before and after the change:
     # a change that can delete data on any of them needs admin on the namespace.
-    old = namespace_defaults(session, catalog, namespace)
+    found = namespace_defaults(session, catalog, namespace)
+    old = dict(found.policy) if found else None  # a copy: the row is changed below
     members = tables_in_namespace(session, catalog, namespace)
     row = set_namespace_defaults(session, catalog, namespace, defaults)
-    inherited_before = _effective({}, old.policy if old else None)
+    inherited_before = _effective({}, old)
     inherited = check_policy(session, catalog, namespace, {}, None)
     authorize_policy_change(
         access, catalog, namespace, inherited_before, inherited, "the new defaults"
     )
     record_policy_change(access, inherited_before, inherited)  # the defaults' own change
-    _check_members(rt, access, catalog, namespace, members, old.policy if old else None, defaults)
+    _check_members(rt, access, catalog, namespace, members, old, defaults)
     # Every table of the namespace inherits the change: its open tasks obey it at once.
     policy_gate.apply_policy_change(session, members, actor=access.actor)
     return PolicyOut.model_validate(row)
@@ -153,7 +155,10 @@ def _check_members(
 
     def missing(item: tuple[ManagedTable, set[str]]) -> str | None:
         t, columns = item
-        table = find_table(client, ref_of(t))
+        try:
+            table = find_table(client, ref_of(t))
+        except Exception as exc:  # unreadable metadata: the change cannot be checked
+            return f"table {namespace}.{t.name} cannot be read to check ({error_line(exc)})"
         if table is None:
             return None
         absent = sorted(columns - {f.name for f in table.schema().fields})
@@ -167,5 +172,5 @@ def _check_members(
         more = f" (and {len(problems) - 3} more tables)" if len(problems) > 3 else ""
         raise HTTPException(
             422,
-            "the policy names columns some tables do not have: " + "; ".join(problems[:3]) + more,
+            "the policy names columns not every table has: " + "; ".join(problems[:3]) + more,
         )
