@@ -107,9 +107,14 @@ def test_a_batch_records_each_commit_once_and_says_which_items_failed(
 
 
 def test_batch_size_and_shape_are_checked(client: TestClient, rt: Runtime) -> None:
+    make_table(rt)
+    _register(client)
     assert client.post("/api/v1/events/batch", json={"events": []}).status_code == 422
     too_many = {"events": [ORDERS] * (MAX_EVENT_BATCH + 1)}
     assert client.post("/api/v1/events/batch", json=too_many).status_code == 422
+    huge = {"events": [ORDERS | {"snapshot_id": 2**63}]}  # not a 64-bit id: no 500
+    assert client.post("/api/v1/events/batch", json=huge).status_code == 422
+    assert client.post("/api/v1/events", json=huge["events"][0]).status_code == 422
     typo = {"events": [ORDERS | {"snapshot": 1}]}  # unknown field: a 422 for the batch
     r = client.post("/api/v1/events/batch", json=typo)
     assert r.status_code == 422 and "events.0" in r.text

@@ -138,7 +138,7 @@ def post_event(
     ref = TableRef(body.namespace, body.name)
     # An engine reporting its commits needs operator on the table's namespace.
     access.need(Role.operator, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
-    row = managed(session, rt, ref)
+    row = managed(session, rt.settings.catalog_name, ref)
     known = _known_event(session, row, body)
     if _is_duplicate(row.metadata_location, body, known):
         return EventAccepted(
