@@ -80,6 +80,13 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/catalogs"): Rule("admin", "fleet"),
     ("PATCH", "/api/v1/catalogs/{name}"): Rule("admin", "fleet"),
     ("DELETE", "/api/v1/catalogs/{name}"): Rule("admin", "fleet"),
+    ("GET", "/api/v1/catalogs/{catalog}/rules"): Rule("viewer", "any"),
+    ("POST", "/api/v1/catalogs/{catalog}/rules"): Rule("admin"),
+    ("GET", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): Rule("viewer"),
+    ("PATCH", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): Rule("admin"),
+    ("DELETE", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): Rule("admin"),
+    ("PUT", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/opt-out"): Rule("admin"),
+    ("DELETE", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/opt-out"): Rule("operator"),
 }
 
 ROLES = ("viewer", "operator", "admin")
@@ -147,8 +154,12 @@ def world(rt: Runtime) -> Iterator[dict[str, Any]]:
                 runbook="-",
             )
         alerts = c.get("/api/v1/alerts").json()["items"]
+        rule = c.post("/api/v1/catalogs/lake/rules", json={"namespace": NS})
+        assert rule.status_code == 201, rule.text
         c.headers.pop("Authorization")
         yield {
+            "admin": admin,
+            "rule_id": rule.json()["id"],
             "client": c,
             "task_id": task.json()["id"],
             "blocker_id": blocker.json()["id"],
@@ -161,7 +172,7 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
     target = (
         path.replace("{catalog}", "lake")
         .replace("{namespace}", NS)
-        .replace("{name}", "gone" if method == "DELETE" and path.endswith("{name}") else "orders")
+        .replace("{name}", _table_for(method, path))
         .replace("{task_id}", str(w["task_id"]))
         .replace("{blocker_id}", str(w["blocker_id"]))
         .replace("{alert_id}", str(w["alert_id"]))
@@ -194,10 +205,30 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
             "properties": {"uri": "postgresql://127.0.0.1:1/none"},
         },
         ("PATCH", "/api/v1/catalogs/{name}"): {"poll_interval_s": 60},
+        ("POST", "/api/v1/catalogs/{catalog}/rules"): {"namespace": NS},
+        ("PATCH", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): {},
     }
+    if "{rule_id}" in path:  # a rule on sales; each DELETE removes a throwaway one
+        rule = w["rule_id"] if method != "DELETE" else _throwaway_rule_id(w)
+        target = target.replace("{rule_id}", str(rule))
     if path == "/api/v1/tokens/{token_id}":
         target = path.replace("{token_id}", str(_throwaway_token_id(rt)))
     return {"method": method, "url": target, "json": bodies.get((method, path))}
+
+
+def _table_for(method: str, path: str) -> str:
+    """sales.orders, but a table of its own for what takes one out of management."""
+    if path.endswith("/opt-out"):
+        return "optout"
+    return "gone" if method == "DELETE" and path.endswith("{name}") else "orders"
+
+
+def _throwaway_rule_id(w: dict[str, Any]) -> int:
+    r = w["client"].post(
+        "/api/v1/catalogs/lake/rules", json={"namespace": NS}, headers=bearer(w["admin"])
+    )
+    assert r.status_code == 201, r.text
+    return int(r.json()["id"])
 
 
 def _throwaway_token_id(rt: Runtime) -> int:

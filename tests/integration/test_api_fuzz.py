@@ -37,14 +37,21 @@ CONFIG = """
 #   need allow_below_safety_floors, a layout that needs columns, ...), and strict integers:
 #   JSON Schema calls 5.0 an integer, the policy refuses it like "5" (lakewarden.policy);
 # - POST /events: snapshot_id must be a snapshot in the table's metadata (the 422 names the
-#   current one), and is a strict integer: a float has lost the digits of a 64-bit id.
+#   current one), and is a strict integer: a float has lost the digits of a 64-bit id;
+# - a catalog (POST, PATCH): it must answer with the properties given (a 422 says it does
+#   not); a management rule (POST, PATCH): a policy, checked over the namespaces' defaults.
 # Every other check still runs on them, and positive_data_acceptance on all the others.
 [[operations]]
 include-name = [
     "POST /api/v1/tables",
-    "PUT /api/v1/tables/{namespace}/{name}/policy",
-    "PUT /api/v1/namespaces/{namespace}/policy",
+    "POST /api/v1/catalogs/{catalog}/tables",
+    "PUT /api/v1/catalogs/{catalog}/tables/{namespace}/{name}/policy",
+    "PUT /api/v1/catalogs/{catalog}/namespaces/{namespace}/policy",
     "POST /api/v1/events",
+    "POST /api/v1/catalogs",
+    "PATCH /api/v1/catalogs/{name}",
+    "POST /api/v1/catalogs/{catalog}/rules",
+    "PATCH /api/v1/catalogs/{catalog}/rules/{rule_id}",
 ]
 checks.positive_data_acceptance.enabled = false
 
@@ -55,10 +62,10 @@ checks.positive_data_acceptance.enabled = false
 # other phases.
 [[operations]]
 include-name = [
-    "POST /api/v1/tables/{namespace}/{name}/tasks",
-    "POST /api/v1/tables/{namespace}/{name}/blockers",
-    "GET /api/v1/tables/{namespace}/{name}/blockers",
-    "DELETE /api/v1/tables/{namespace}/{name}/blockers/{blocker_id}",
+    "POST /api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks",
+    "POST /api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers",
+    "GET /api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers",
+    "DELETE /api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers/{blocker_id}",
 ]
 phases.stateful.checks.positive_data_acceptance.enabled = false
 """

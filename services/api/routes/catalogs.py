@@ -6,6 +6,8 @@ deployment or takes a fleet out of it: admin on everything. Reading needs a role
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
@@ -33,6 +35,7 @@ from services.api.schemas import CatalogIn, CatalogOut, CatalogPatch, CatalogPol
 router = APIRouter(prefix="/api/v1/catalogs", tags=["catalogs"])
 
 NOT_FOUND = {404: "no such catalog"}
+CHECK_TIMEOUT_S = 10.0
 CONFIGURED = (
     "is the settings-configured default (LAKEWARDEN_CATALOG_*): change it there and restart"
 )
@@ -47,12 +50,21 @@ def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, Property
 
 
 def _check(entry: CatalogEntry) -> None:
-    """422 unless the entry is storable and the catalog answers (its namespaces listed)."""
+    """422 unless the entry is storable and the catalog answers (its namespaces listed)
+    within CHECK_TIMEOUT_S (a host that drops packets must not hold the request)."""
     try:
         check_properties(entry.type, entry.properties)
-        build_catalog(entry).list_namespaces()
+        pool = ThreadPoolExecutor(1, "catalog-check")
+        try:
+            pool.submit(lambda: build_catalog(entry).list_namespaces()).result(CHECK_TIMEOUT_S)
+        finally:
+            pool.shutdown(wait=False)
     except CatalogConfigError as exc:
         raise HTTPException(422, str(exc)) from exc
+    except FutureTimeout as exc:
+        raise HTTPException(
+            422, f"catalog {entry.name!r} did not answer within {CHECK_TIMEOUT_S:.0f} s"
+        ) from exc
     except Exception as exc:  # unreachable, refused, wrong credentials: say so, no secrets
         raise HTTPException(
             422,
