@@ -134,7 +134,8 @@ class PerTable:
                     severity=SEVERITY,
                     summary=f"{name} is skipped: "
                     + "; ".join(f"{loop} failed: {error}" for loop, error in sorted(loops.items())),
-                    details={"table": name, "loops": loops},
+                    # `name` is the loop's label of the table: namespace.name
+                    details={"table": name, "namespace": name.rpartition(".")[0], "loops": loops},
                     runbook=RUNBOOK,
                 )
         if set(current) - keep:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from lakewarden.alerts.store import fire, resolve_absent
+from lakewarden.alerts.store import fire, resolve_absent, table_details
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable
 from lakewarden.isolation import RULE as UNREADABLE_RULE
@@ -61,6 +61,12 @@ def _apply(
     resolve_absent(session, rule, set(conditions) | keep)
 
 
+def label(default: str, catalog: str, namespace: str, name: str) -> str:
+    """How alerts name a table: namespace.name, prefixed with its catalog when that is not
+    the default one (so that tables of two catalogs never share an alert)."""
+    return f"{namespace}.{name}" if catalog == default else f"{catalog}:{namespace}.{name}"
+
+
 def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> None:
     """The rules the scheduler leader evaluates (it sees the task tables)."""
     # The latest finished task of each (table, kind): failed for good, or a held TTL.
@@ -68,24 +74,28 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
         text(
             f"""
             SELECT DISTINCT ON (t.table_id, t.kind)
-                   t.id, t.kind, t.state, t.reason, m.namespace || '.' || m.name
+                   t.id, t.kind, t.state, t.reason, m.catalog, m.namespace, m.name
             FROM tasks t JOIN managed_tables m ON m.id = t.table_id
             WHERE {sql_in("t.state", FINISHED_TASK_STATES)} AND m.retired_at IS NULL
             ORDER BY t.table_id, t.kind, t.id DESC
             """
         )
     ).all()
+    default = settings.catalog_name
     failed = {
-        f"{table}:{kind}": (
-            f"{kind} of {table} failed for good (task {tid}): {reason}",
-            {"task_id": tid, "table": table, "kind": kind},
+        f"{label(default, c, ns, n)}:{kind}": (
+            f"{kind} of {label(default, c, ns, n)} failed for good (task {tid}): {reason}",
+            {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
         )
-        for tid, kind, state, reason, table in latest
+        for tid, kind, state, reason, c, ns, n in latest
         if state == TaskState.FAILED
     }
     held = {
-        table: (f"TTL of {table} is held (task {tid}): {reason}", {"task_id": tid, "table": table})
-        for tid, kind, state, reason, table in latest
+        label(default, c, ns, n): (
+            f"TTL of {label(default, c, ns, n)} is held (task {tid}): {reason}",
+            {"task_id": tid, **table_details(c, ns, n)},
+        )
+        for tid, kind, state, reason, c, ns, n in latest
         if kind == "ttl" and state == TaskState.SKIPPED and (reason or "").startswith("held:")
     }
     _apply(session, "task_failed", "critical", failed)
@@ -142,7 +152,7 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     for row in session.scalars(
         select(ManagedTable).where(ManagedTable.unhealthy_since.is_not(None), LIVE)
     ).all():
-        table = f"{row.namespace}.{row.name}"
+        table = label(default, row.catalog, row.namespace, row.name)
         with isolated.table(table, session):
             slo = effective_policy_for(session, row).slo
             since = row.unhealthy_since
@@ -154,7 +164,11 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
                     if row.health_score is not None
                     else f"{table} has been below SLO {slo.min_score} since "
                     f"{since.isoformat()}; its latest measurement failed",
-                    {"table": table, "score": row.health_score, "min_score": slo.min_score},
+                    {
+                        "score": row.health_score,
+                        "min_score": slo.min_score,
+                        **table_details(row.catalog, row.namespace, row.name),
+                    },
                 )
     # A table whose rule could not be judged keeps its alert as it is.
     _apply(session, "table_unhealthy", "warning", unhealthy, keep=set(isolated.failed))

@@ -96,15 +96,33 @@ def list_alerts(
     return keyset_page(session, q, Alert.id, page)
 
 
-# An alert about one table names it in details["table"] (namespace.name); its namespace is
-# what a scoped grant is checked against. Fleet-wide alerts have none (NULL).
-ALERT_NAMESPACE = func.split_part(Alert.details["table"].astext, ".", 1)
+# An alert about one table names it in details["table"] (namespace.name), its catalog in
+# details["catalog"] (absent: the default catalog) and its namespace in details["namespace"]
+# (absent, in alerts from before namespaces had levels: the table's first part); a scoped
+# grant is checked against these. Fleet-wide alerts have none (NULL).
+ALERT_NAMESPACE = func.coalesce(
+    Alert.details["namespace"].astext, func.split_part(Alert.details["table"].astext, ".", 1)
+)
 
 
-def table_of(session: Session, alert_id: int) -> tuple[bool, str | None]:
-    """(whether the alert exists, the namespace.name it is about or None if fleet-wide)."""
+def alert_catalog(default: str) -> ColumnElement[str]:
+    """The catalog of an alert's table (`default` when the alert does not name one)."""
+    return func.coalesce(Alert.details["catalog"].astext, default)
+
+
+def table_details(catalog: str, namespace: str, name: str) -> dict[str, str]:
+    """What an alert about one table says of it (see ALERT_NAMESPACE)."""
+    return {"table": f"{namespace}.{name}", "catalog": catalog, "namespace": namespace}
+
+
+def table_of(session: Session, alert_id: int) -> tuple[bool, tuple[str | None, str] | None]:
+    """(whether the alert exists, (its table's catalog or None for the default, namespace),
+    or None if fleet-wide)."""
     details = session.scalar(select(Alert.details).where(Alert.id == alert_id))
     if details is None:
         return False, None
     table = details.get("table")
-    return True, table if isinstance(table, str) and "." in table else None
+    if not isinstance(table, str) or "." not in table:
+        return True, None
+    namespace = details.get("namespace") or table.split(".", 1)[0]
+    return True, (details.get("catalog"), str(namespace))

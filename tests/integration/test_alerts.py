@@ -185,3 +185,37 @@ def test_table_unhealthy_beyond_its_slo_window(rt: Runtime) -> None:
     with transaction(rt.engine) as s:
         evaluate_task_rules(s, rt.settings, now + timedelta(minutes=31))
     assert _open_alerts(rt) == []
+
+
+def test_tables_of_two_catalogs_never_share_an_alert_and_scopes_follow_the_catalog(
+    rt: Runtime,
+) -> None:
+    """The same namespace.name in two catalogs: two alerts, each visible (and acknowledged)
+    only where a grant covers its own catalog."""
+    from fastapi.testclient import TestClient
+    from helpers import bearer, issue_token
+
+    from services.api.app import create_app
+
+    ids = []
+    for catalog in ("lake", "second"):
+        with transaction(rt.engine) as s:
+            row = ManagedTable(catalog=catalog, namespace="ns.eu", name="t", policy={})
+            s.add(row)
+            s.flush()
+            ids.append(
+                repo.create_task(s, table_id=row.id, kind="compaction", trigger={}, actor="t")
+            )
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = 'failed', reason = 'boom'"))
+    with transaction(rt.engine) as s:
+        evaluate_task_rules(s, rt.settings, datetime.now(UTC))
+    keys = sorted(a.key for a in _open_alerts(rt))
+    assert keys == ["ns.eu.t:compaction", "second:ns.eu.t:compaction"]
+    viewer = issue_token(rt, "operator@second/ns.*", name="second-ops")
+    with TestClient(create_app(rt, background=False), headers=bearer(viewer)) as c:
+        (seen,) = c.get("/api/v1/alerts").json()["items"]
+        assert seen["key"] == "second:ns.eu.t:compaction"
+        other = next(a.id for a in _open_alerts(rt) if a.key.startswith("ns.eu"))
+        assert c.post(f"/api/v1/alerts/{other}/ack", json={"by": "x"}).status_code == 403
+        assert c.post(f"/api/v1/alerts/{seen['id']}/ack", json={"by": "x"}).status_code == 200

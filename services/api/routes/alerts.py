@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
-from sqlalchemy import literal
 
 from lakewarden.alerts import store
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import TableRef
 from lakewarden.states import AlertState
 from services.api import errors
 from services.api.access import AccessDep
@@ -33,7 +31,7 @@ def list_alerts(
     ] = None,
 ) -> AlertPage:
     """Alerts, newest first; without `state`, the open ones (firing or acknowledged)."""
-    catalog = literal(rt.settings.catalog_name)
+    catalog = store.alert_catalog(rt.settings.catalog_name)
     visible = access.scope(Role.viewer, catalog, store.ALERT_NAMESPACE)
     return AlertPage.of(store.list_alerts(session, page, state=state, where=visible))
 
@@ -56,8 +54,8 @@ def ack_alert(
     exists, table = store.table_of(session, alert_id)
     if not exists:
         raise HTTPException(404, f"alert {alert_id} does not exist")
-    namespace = TableRef.parse(table).namespace if table else None
-    catalog = rt.settings.catalog_name if table else None
+    catalog = (table[0] or rt.settings.catalog_name) if table else None
+    namespace = table[1] if table else None
     access.need(Role.operator, catalog, namespace, target=f"alert {alert_id}")
     alert = store.acknowledge(session, alert_id, body.by)
     if alert is None:
