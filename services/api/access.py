@@ -279,6 +279,9 @@ def table_in_scope(
 TableDep = Annotated[ManagedTable, Depends(table_in_scope, scope="function")]
 
 
+NO_CATALOG = "no such catalog (GET /api/v1/catalogs lists them), or as the operation says"
+
+
 def document_security(app: Any) -> None:
     """The OpenAPI says what `AccessDep` enforces: a bearer scheme on every operation but
     the public ones, with their 401 and 403, and 429 on the mutating ones (clients and the
@@ -315,6 +318,8 @@ def document_security(app: Any) -> None:
                 codes = ["401", "403"] + (["429"] if method.upper() in MUTATING else [])
                 for code in codes:
                     op["responses"].setdefault(code, {"description": statuses[code], **ref})
+                if "{catalog}" in path:  # deps.catalog_in_path
+                    op["responses"].setdefault("404", {"description": NO_CATALOG, **ref})
         app.openapi_schema = spec
         return spec
 

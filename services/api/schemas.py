@@ -145,6 +145,7 @@ class EventIn(RequestModel):
         default=None,
         min_length=1,
         max_length=1024,
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
         description="the table's metadata file after the commit, if known. When lakewarden "
         "already holds this pointer for the table, nothing is new: the event is answered "
         "from lakewarden's database without reading the catalog",
@@ -778,7 +779,12 @@ class SecretRef(RequestModel):
     variable of the lakewarden processes, or a file they can read (a mounted secret)."""
 
     env: str | None = Field(default=None, min_length=1, max_length=255, pattern=r"^[A-Za-z_]\w*$")
-    file: str | None = Field(default=None, min_length=1, max_length=4096)
+    file: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+    )
 
     @model_validator(mode="after")
     def _one(self) -> SecretRef:
@@ -787,10 +793,18 @@ class SecretRef(RequestModel):
         return self
 
 
-CatalogProperties = dict[
-    Annotated[str, StringConstraints(min_length=1, max_length=255)],
-    Annotated[str, StringConstraints(max_length=4096)] | SecretRef,
+# Keys and values of catalog properties: no control characters (RequestModel refuses them).
+PropertyKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255),
+    Field(json_schema_extra=documented_pattern(TEXT_PATTERN)),
 ]
+PropertyText = Annotated[
+    str,
+    StringConstraints(max_length=4096),
+    Field(json_schema_extra=documented_pattern(TEXT_PATTERN)),
+]
+CatalogProperties = dict[PropertyKey, PropertyText | SecretRef]
 
 
 class CatalogIn(RequestModel):
@@ -812,13 +826,9 @@ class CatalogIn(RequestModel):
 
 
 class CatalogPatch(RequestModel):
-    properties: (
-        dict[
-            Annotated[str, StringConstraints(min_length=1, max_length=255)],
-            Annotated[str, StringConstraints(max_length=4096)] | SecretRef | None,
-        ]
-        | None
-    ) = Field(default=None, description="merged; a property set to null is removed")
+    properties: dict[PropertyKey, PropertyText | SecretRef | None] | None = Field(
+        default=None, description="merged; a property set to null is removed"
+    )
     poll_interval_s: float | None = Field(default=None, ge=1, le=86400)
     poll_concurrency: int | None = Field(default=None, ge=1, le=64)
 

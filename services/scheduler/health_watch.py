@@ -107,10 +107,11 @@ def _measure(rt: Runtime, table_id: int, now: datetime) -> int:
             return 0
         policy = effective_policy_for(s, row)
         ref, version, measured_at = ref_of(row), row.policy_version, row.health_measured_at
+        catalog = row.catalog
         # The pointer this measurement stands for (it may move on while we measure: then
         # the table counts as moved and comes first next time, which is right).
         pointer = row.metadata_location
-    health = measure(load_table(rt.catalog, ref), policy, now)
+    health = measure(load_table(rt.catalogs.load(catalog), ref), policy, now)
     unhealthy = health.score < policy.slo.min_score
     with transaction(rt.engine) as s:
         stored = s.execute(

@@ -48,6 +48,7 @@ include-name = [
     "PUT /api/v1/catalogs/{catalog}/tables/{namespace}/{name}/policy",
     "PUT /api/v1/catalogs/{catalog}/namespaces/{namespace}/policy",
     "POST /api/v1/events",
+    "POST /api/v1/events/batch",
     "POST /api/v1/catalogs",
     "PATCH /api/v1/catalogs/{name}",
     "POST /api/v1/catalogs/{catalog}/rules",

@@ -351,6 +351,8 @@ def _fail_unexpected(batch: _Batch, indexes: list[int], ref: TableRef) -> None:
     status_code=202,
     response_model=EventBatchAccepted,
     responses=errors.documented(
+        409,
+        body=True,
         notes={
             422: "the body is not a batch (not a list of 1 to 1000 notifications of the "
             "right types): nothing was ingested. A notification that is well-formed but "

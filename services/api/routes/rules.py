@@ -153,7 +153,7 @@ def list_rules(catalog: CatalogDep, session: SessionDep, access: AccessDep) -> l
     "/rules",
     status_code=201,
     response_model=RuleOut,
-    responses=errors.documented(body=True, notes=NO_RULE),
+    responses=errors.documented(409, body=True, notes=NO_RULE),
 )
 def create_rule(
     catalog: CatalogDep, body: RuleIn, session: SessionDep, access: AccessDep
@@ -220,7 +220,9 @@ def update_rule(
 
 
 @router.delete(
-    "/rules/{rule_id}", status_code=204, responses=errors.as_json(errors.documented(notes=NO_RULE))
+    "/rules/{rule_id}",
+    status_code=204,
+    responses=errors.as_json(errors.documented(409, notes=NO_RULE)),
 )
 def delete_rule(
     catalog: CatalogDep,
@@ -268,7 +270,7 @@ def _opt_out_out(catalog: str, row: Any) -> OptOutOut:
 @router.put(
     "/tables/{namespace}/{name}/opt-out",
     response_model=OptOutOut,
-    responses=errors.documented(notes={404: "no such catalog"}),
+    responses=errors.documented(409, notes={404: "no such catalog"}),
 )
 def opt_out_table(
     catalog: CatalogDep, ref: RefDep, session: SessionDep, access: AccessDep
@@ -287,7 +289,7 @@ def opt_out_table(
     "/tables/{namespace}/{name}/opt-out",
     response_model=OptOutOut,
     responses=errors.documented(
-        notes={404: "no such catalog, or lakewarden has never known the table"}
+        409, notes={404: "no such catalog, or lakewarden has never known the table"}
     ),
 )
 def clear_table_opt_out(
