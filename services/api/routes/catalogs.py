@@ -29,10 +29,11 @@ from lakewarden.redact import redact, url_secrets
 from lakewarden.tables import LIVE
 from services.api import errors
 from services.api.access import AccessDep
-from services.api.deps import RuntimeDep, SessionDep
+from services.api.deps import Identifier, RuntimeDep, SessionDep
 from services.api.schemas import CatalogIn, CatalogOut, CatalogPatch, CatalogPollOut, SecretRef
 
 router = APIRouter(prefix="/api/v1/catalogs", tags=["catalogs"])
+CatalogName = Identifier  # a catalog's name in a path
 
 NOT_FOUND = {404: "no such catalog"}
 CHECK_TIMEOUT_S = 10.0
@@ -110,7 +111,9 @@ def list_catalogs(rt: RuntimeDep, session: SessionDep, access: AccessDep) -> lis
 
 
 @router.get("/{name}", response_model=CatalogOut, responses=errors.documented(notes=NOT_FOUND))
-def get_catalog(name: str, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> CatalogOut:
+def get_catalog(
+    name: CatalogName, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> CatalogOut:
     access.need_somewhere(Role.viewer)
     if name == rt.settings.catalog_name:
         return _out(session, rt.catalogs.default)
@@ -174,7 +177,7 @@ def register_catalog(
     responses=errors.documented(409, body=True, notes=NOT_FOUND),
 )
 def update_catalog(
-    name: str, body: CatalogPatch, rt: RuntimeDep, session: SessionDep, access: AccessDep
+    name: CatalogName, body: CatalogPatch, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> CatalogOut:
     """Change a registered catalog's properties (merged) or polling (admin); checked again.
     A Spark session that already used the catalog keeps its old settings until restarted."""
@@ -210,7 +213,9 @@ def update_catalog(
         409, notes={**NOT_FOUND, 409: "the catalog still has managed tables"}
     ),
 )
-def remove_catalog(name: str, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> Response:
+def remove_catalog(
+    name: CatalogName, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> Response:
     """Stop watching a registered catalog (admin): refused while it has managed tables
     (unregister them, or delete its management rules and let them retire). Its rules go
     with it; the Iceberg catalog is untouched."""
