@@ -129,8 +129,15 @@ class EventIn(RequestModel):
     catalog, so a notification can be neither forged nor half-filled.
     """
 
+    catalog: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="the table's catalog (GET /api/v1/catalogs); default: the default catalog",
+        json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+    )
     namespace: str = Field(
-        min_length=1, max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN)
+        min_length=1, max_length=255, json_schema_extra=documented_pattern(NAMESPACE_PATTERN)
     )
     name: str = Field(
         min_length=1, max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN)

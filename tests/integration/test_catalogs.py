@@ -335,3 +335,30 @@ def test_namespace_defaults_read_only_the_tables_whose_columns_change(
         json={"zorder": {"enabled": True, "columns": ["id", "nope"]}},
     )
     assert r.status_code == 422 and "sales.orders has no column nope" in r.json()["detail"]
+
+
+def test_commit_notifications_name_their_catalog(
+    client: TestClient, rt: Runtime, second: Second
+) -> None:
+    assert client.post("/api/v1/catalogs", json=second.body).status_code == 201
+    theirs = append_batches(_table(second.catalog), 1)
+    ours = append_batches(_table(rt.catalog), 1)
+    body = {"namespace": "sales", "name": "orders"}
+    assert client.post("/api/v1/catalogs/second/tables", json=body).status_code == 201
+    assert client.post("/api/v1/tables", json=body).status_code == 201
+    theirs, ours = append_batches(theirs, 1), append_batches(ours, 1)
+    r = client.post("/api/v1/events", json=body | {"catalog": "second"})
+    assert r.status_code == 202 and r.json()["new_events"] == 1
+    assert r.json()["current_snapshot_id"] == theirs.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    r = client.post("/api/v1/events", json=body | {"catalog": "nope"})
+    assert r.status_code == 404 and "no catalog 'nope'" in r.json()["detail"]
+    theirs = append_batches(theirs, 1)
+    items = [body, body | {"catalog": "second"}, body | {"catalog": "nope"}]
+    r = client.post("/api/v1/events/batch", json={"events": items})
+    assert r.status_code == 202, r.text
+    results = r.json()["results"]
+    assert [x["status"] for x in results] == [202, 202, 404]
+    assert [x["current_snapshot_id"] for x in results[:2]] == [
+        ours.current_snapshot().snapshot_id,  # type: ignore[union-attr]
+        theirs.current_snapshot().snapshot_id,  # type: ignore[union-attr]
+    ]

@@ -86,7 +86,7 @@ def test_a_batch_records_each_commit_once_and_says_which_items_failed(
     assert [x["accepted"] for x in results] == [1, 1, 0, 0, 0, 1, 1, 1, 0]
     assert [x["status"] for x in results] == [202, 202, 422, 404, 422, 202, 202, 202, 403]
     assert "snapshot 12345 is not in the metadata of sales.orders" in results[2]["error"]
-    assert "sales.unmanaged is not managed" in results[3]["error"]
+    assert "sales.unmanaged of catalog 'lake' is not managed" in results[3]["error"]
     assert "invalid table name" in results[4]["error"]
     assert "needs the operator role on lake/hr" in results[8]["error"]
     # Three commits recorded once, counted once over the items, each item its own event.

@@ -34,7 +34,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import InvalidIdentifier, TableRef, find_table, load_table
+from lakewarden.catalog import (
+    InvalidIdentifier,
+    TableRef,
+    UnknownCatalog,
+    find_table,
+    load_table,
+)
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
 from lakewarden.events.refresh import ingest_commits
@@ -103,7 +109,7 @@ def _ingest(
     table is read again under the lock (it then is the newest), so the row never goes back
     to an older state of the table. Returns the table ingested and what it recorded."""
     if row.metadata_location not in (seen, table.metadata_location):
-        again = find_table(rt.catalog, ref)
+        again = find_table(rt.catalogs.load(row.catalog), ref)
         if again is None:
             raise TableGone(f"table {ref.dotted} is gone from the catalog")
         table = again
@@ -136,9 +142,10 @@ def post_event(
     reading the catalog.
     """
     ref = TableRef(body.namespace, body.name)
+    catalog = rt.catalogs.entry(body.catalog or rt.settings.catalog_name).name
     # An engine reporting its commits needs operator on the table's namespace.
-    access.need(Role.operator, rt.settings.catalog_name, ref.namespace, target=ref.dotted)
-    row = managed(session, rt.settings.catalog_name, ref)
+    access.need(Role.operator, catalog, ref.namespace, target=ref.dotted)
+    row = managed(session, catalog, ref)
     known = _known_event(session, row, body)
     if _is_duplicate(row.metadata_location, body, known):
         return EventAccepted(
@@ -147,7 +154,7 @@ def post_event(
             current_snapshot_id=row.current_snapshot_id,
             event=EventOut.model_validate(known) if known else None,
         )
-    table = load_table(rt.catalog, ref)
+    table = load_table(rt.catalogs.load(catalog), ref)
     problem = _unknown_snapshot(table, ref, body.snapshot_id)
     if problem:
         raise HTTPException(422, problem)
@@ -171,6 +178,7 @@ def post_event(
 class _Group:
     """The notifications of one table in a batch, and its row as first read."""
 
+    catalog: str
     ref: TableRef
     indexes: list[int] = field(default_factory=list)
     row: ManagedTable | None = None
@@ -271,12 +279,12 @@ def _read_group(
     left to ingest."""
     ref = group.ref
     try:
-        table = find_table(rt.catalog, ref)
+        table = find_table(rt.catalogs.load(group.catalog), ref)
     except Exception:
         _fail_unexpected(batch, pending, ref)
         return None
     if table is None:
-        _fail_all(batch, pending, 404, f"catalog {rt.catalog.name!r} has no table {ref.dotted}")
+        _fail_all(batch, pending, 404, f"catalog {group.catalog!r} has no table {ref.dotted}")
         return None
     valid: list[int] = []
     for i in pending:
@@ -377,13 +385,17 @@ def post_events_batch(
     rate limit.
     """
     access.need_somewhere(Role.operator)
-    catalog = rt.settings.catalog_name
     batch = _Batch(body.events)
-    groups: dict[TableRef, _Group] = {}
+    groups: dict[tuple[str, TableRef], _Group] = {}
     for i, ev in enumerate(body.events):
         ref = _table_of(ev)
         if isinstance(ref, str):
             batch.fail(i, 422, ref)
+            continue
+        try:
+            catalog = rt.catalogs.entry(ev.catalog or rt.settings.catalog_name).name
+        except UnknownCatalog as exc:
+            batch.fail(i, 404, str(exc))
             continue
         if not access.caller.may(Role.operator, catalog, ref.namespace):
             batch.fail(
@@ -393,10 +405,14 @@ def post_events_batch(
                 f"{access.caller.subject} has {access.caller.grants_text()}",
             )
             continue
-        groups.setdefault(ref, _Group(ref)).indexes.append(i)
-    rows = _rows(session, catalog, groups)
-    for ref, group in groups.items():
-        group.row = rows.get(ref)
+        groups.setdefault((catalog, ref), _Group(catalog, ref)).indexes.append(i)
+    rows = {
+        (name, ref): row
+        for name in {c for c, _ in groups}
+        for ref, row in _rows(session, name, [r for c, r in groups if c == name]).items()
+    }
+    for (catalog, ref), group in groups.items():
+        group.row = rows.get((catalog, ref))
         if group.row is not None:
             group.table_id = group.row.id
             group.seen = group.row.metadata_location
@@ -406,8 +422,8 @@ def post_events_batch(
                 batch.fail(
                     i,
                     404,
-                    f"table {ref.dotted} is not managed by lakewarden; register it with "
-                    "POST /api/v1/tables",
+                    f"table {ref.dotted} of catalog {catalog!r} is not managed by lakewarden; "
+                    f"register it with POST /api/v1/catalogs/{catalog}/tables",
                 )
     # In table id order: concurrent batches lock the rows they share in one order.
     live = sorted((g for g in groups.values() if g.row is not None), key=lambda g: g.table_id)
@@ -443,7 +459,8 @@ def post_events_batch(
                 table, valid = read
                 _ingest_group(session, rt, batch, group, valid, table)
     answer = batch.answer()
-    access.catalog = catalog
+    catalogs = {g.catalog for g in groups.values()}
+    access.catalog = catalogs.pop() if len(catalogs) == 1 else None
     namespaces = {g.ref.namespace for g in groups.values()}
     access.namespace = namespaces.pop() if len(namespaces) == 1 else None
     access.target = f"{len(body.events)} events"
