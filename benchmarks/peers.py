@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from benchmarks.data import Shape, create
 from benchmarks.harness import Context, Figure, Stat, measuring, timed
 from benchmarks.rewrite import compact
-from lakewarden.catalog import TableRef, catalog_db_url
+from lakewarden.catalog import TableRef
 from lakewarden.policy import CompactionPolicy
 from lakewarden.verify import Fingerprint, fingerprint
 
@@ -136,7 +136,7 @@ def b9(ctx: Context) -> Figure:
         }
         python, setup_s = peer_python()
         fig.values["peer_venv_setup_s"] = setup_s
-        uri = catalog_db_url(rt.settings, rt.db_url)
+        uri = rt.catalogs.default.jdbc_url or ""
         env = {
             "B9_CATALOG": rt.settings.catalog_name,
             "B9_CATALOG_URI": uri,
