@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from lakewarden.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.trigger import CHANNEL
-from lakewarden.events.poller import poll_catalog
+from lakewarden.events.poller import follow_tables, poll_catalog
 from lakewarden.events.refresh import refresh_table
 from lakewarden.runtime import Runtime
 
@@ -46,13 +46,16 @@ class Note:
     catalog: str
     ref: TableRef
     location: str | None  # the metadata pointer it moved to
+    old: TableRef | None = None  # a renamed table's previous name
 
 
 def parse(payload: str) -> Note | None:
     try:
         msg = json.loads(payload)
         ref = TableRef(msg["namespace"], msg["name"])
-        return Note(msg.get("op", "commit"), msg["catalog"], ref, msg.get("metadata_location"))
+        old = TableRef(msg["old_namespace"], msg["old_name"]) if msg.get("old_name") else None
+        op = msg.get("op", "commit")
+        return Note(op, msg["catalog"], ref, msg.get("metadata_location"), old)
     except (ValueError, KeyError, TypeError, InvalidIdentifier):
         log.warning("ignoring commit notification %r", payload)
         return None
@@ -122,22 +125,35 @@ class DatabaseListener(threading.Thread):
     def _drain(self, conn: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
         """Wait up to 1 s for a notification, then take the rest of the burst."""
         notes: list[Note] = []
-        for timeout in (1.0, DRAIN_S):
-            for raw in conn.notifies(timeout=timeout):
+        # The first notification ends the wait at once; the rest of its burst follows it.
+        for timeout, stop_after in ((1.0, 1), (DRAIN_S, None)):
+            for raw in conn.notifies(timeout=timeout, stop_after=stop_after):
                 note = parse(raw.payload)
                 if note is not None and note.catalog in self.catalogs:
                     notes.append(note)
             if not notes:
                 return
-        changed = {n.catalog for n in notes if n.op != "commit"}
-        for name in sorted(changed):  # its poll refreshes every table of it that moved
-            self._changed(name)
-        commits = {(n.catalog, n.ref): n.location for n in notes if n.catalog not in changed}
-        list(pool.map(lambda k: self._refresh(k[0], k[1], commits[k]), commits))
+        # Each table as the burst leaves it: dropped (None), or there at a metadata pointer.
+        final: dict[tuple[str, TableRef], str | None] = {}
+        for n in notes:  # in commit order: the last word on a table wins
+            if n.old is not None:
+                final[(n.catalog, n.old)] = None
+            final[(n.catalog, n.ref)] = None if n.op == "drop" else (n.location or "")
+        for catalog in sorted({n.catalog for n in notes if n.op != "commit"}):
+            self._follow(catalog, {ref: at for (c, ref), at in final.items() if c == catalog})
+        # A table created is refreshed too: adopted by a rule just now, it gets its baseline.
+        commits = {key: at for key, at in final.items() if at is not None}
+        list(pool.map(lambda k: self._refresh(k[0], k[1], commits[k] or None), commits))
 
-    def _changed(self, catalog: str) -> None:
+    def _follow(self, catalog: str, tables: dict[TableRef, str | None]) -> None:
+        """Tables created, dropped or renamed: only those (`follow_tables`), not the whole
+        catalog (the next poll checks the rest)."""
+        there = [
+            (ref.namespace, ref.name, at or None) for ref, at in tables.items() if at is not None
+        ]
+        gone = [ref for ref, at in tables.items() if at is None]
         try:
-            poll_catalog(self.rt, self.rt.catalogs.entry(catalog))
+            follow_tables(self.rt, catalog, there, gone)
         except Exception:
             log.exception("could not follow the tables of catalog %s (the poller will)", catalog)
 

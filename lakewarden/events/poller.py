@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
-from sqlalchemy import select, text
+from sqlalchemy import select, text, tuple_
 
 from lakewarden.catalog import CatalogEntry, InvalidIdentifier, TableRef, find_table
 from lakewarden.db.models import ManagedTable
@@ -29,7 +29,7 @@ from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable, error_line
-from lakewarden.rules import AdoptResult, adopt
+from lakewarden.rules import DROPPED, AdoptResult, adopt, retire_tables
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE
 
@@ -115,6 +115,31 @@ def _follow(rt: Runtime, entry: CatalogEntry, listing: Listing) -> AdoptResult |
     for problem in result.problems:
         log.warning("catalog %s: %s", entry.name, problem)
     return result
+
+
+def follow_tables(
+    rt: Runtime,
+    catalog: str,
+    created: list[tuple[str, str, str | None]],
+    gone: list[TableRef],
+) -> AdoptResult:
+    """Follow a few tables a notification named, without listing the catalog: those `gone`
+    (dropped, or the old name of a rename) are retired as dropped, then those `created`
+    (or renamed to) are adopted by the rules, a rename recognised by its metadata pointer."""
+    actor = f"notify:{rt.process_id}"
+    with transaction(rt.engine) as session:
+        if gone:
+            ids = session.scalars(
+                select(ManagedTable.id).where(
+                    ManagedTable.catalog == catalog,
+                    LIVE,
+                    tuple_(ManagedTable.namespace, ManagedTable.name).in_(
+                        [(ref.namespace, ref.name) for ref in gone]
+                    ),
+                )
+            ).all()
+            retire_tables(session, ids, reason=DROPPED, by=actor)
+        return adopt(session, catalog, created, actor=actor, complete=False)
 
 
 class PollFailed(RuntimeError):
