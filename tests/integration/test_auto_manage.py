@@ -134,9 +134,12 @@ def test_the_listener_follows_drops_and_renames_without_listing_the_catalog(
 
     def ingested() -> bool:
         row = _row(rt, "sales", "keep")
-        return row is not None and row.metadata_location == keep.metadata_location
+        gone = _row(rt, "sales", "gone")  # (created and dropped in one burst: never managed)
+        return (
+            gone is not None and row is not None and row.metadata_location == keep.metadata_location
+        )
 
-    wait_for(ingested, 10, "sales.keep adopted and ingested")
+    wait_for(ingested, 10, "sales.keep and sales.gone adopted, sales.keep ingested")
     before = _row(rt, "sales", "keep")
     assert before is not None
     rt.catalog.drop_table("sales.gone")
