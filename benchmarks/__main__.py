@@ -34,6 +34,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B8": ("benchmarks.control_plane", "b8"),
     "B9": ("benchmarks.peers", "b9"),
     "B10": ("benchmarks.fleet", "b10"),
+    "B11": ("benchmarks.rest_polling", "b11"),
 }
 
 

@@ -7,6 +7,9 @@ Errors are the spec's `{"error": {"message", "type", "code"}}` bodies: 404
 NoSuchNamespaceException / NoSuchTableException, 409 AlreadyExistsException /
 NamespaceNotEmptyException / CommitFailedException, 400 BadRequestException.
 
+`GET /test/requests` answers how many requests the catalog has served (that route's own
+not counted): benchmarks count a poller's catalog requests there.
+
 Not served: views, staged creates (`stage-create`), multi-table transactions, register,
 credentials vending, scan planning, paging (every list is one page), authentication (any
 token or none is accepted). Multi-level namespaces travel as `a%1Fb` in paths and are
@@ -45,6 +48,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
     pass
@@ -84,6 +88,7 @@ _ERRORS: list[tuple[type[Exception], int, str]] = [
     (ValueError, 400, "BadRequestException"),
 ]
 
+COUNTER_PATH = "/test/requests"  # how many requests were served (not an Iceberg route)
 JsonBody = Annotated[dict[str, Any], Body()]
 _REQUIREMENTS: TypeAdapter[list[TableRequirement]] = TypeAdapter(list[TableRequirement])
 _UPDATES: TypeAdapter[list[TableUpdate]] = TypeAdapter(list[TableUpdate])
@@ -115,12 +120,32 @@ def _table_result(table: Table) -> dict[str, Any]:
     }
 
 
+class RequestCounter:
+    """ASGI middleware counting the HTTP requests served, but for `COUNTER_PATH`'s own (it
+    runs on the event loop's one thread: a plain int is safe)."""
+
+    def __init__(self, app: ASGIApp, counts: dict[str, int]) -> None:
+        self.app = app
+        self.counts = counts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != COUNTER_PATH:
+            self.counts["requests"] += 1
+        await self.app(scope, receive, send)
+
+
 def create_app(catalog: SqlCatalog) -> FastAPI:
     """The REST routes over `catalog`. Handlers are plain `def`s: FastAPI runs them in its
     thread pool, and SqlCatalog's commit is an optimistic compare-and-swap on the metadata
     pointer, so concurrent commits to one table end in one success and 409s."""
     app = FastAPI(title="test Iceberg REST catalog")
     table_path = "/v1/namespaces/{namespace}/tables/{table}"
+    counts = {"requests": 0}
+    app.add_middleware(RequestCounter, counts=counts)
+
+    @app.get(COUNTER_PATH)
+    def requests_served() -> dict[str, int]:
+        return {"requests": counts["requests"]}
 
     for kind, status, name in _ERRORS:
 

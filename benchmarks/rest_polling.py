@@ -1,0 +1,469 @@
+"""B11, polling a REST catalog (issue 11): catalog requests and CPU per minute as API
+replicas are added.
+
+A real Iceberg REST catalog (tests/rest_catalog.py, a process of its own over pyiceberg's
+SqlCatalog in a database of its own) holds N tables, every one adopted by a management rule.
+Then K = 1, 2, 4 replica processes (each its own Runtime, as an API replica) run `poll_due`
+every POLL_TICK_S, as the API's poller ticker does, for a window of W seconds each. Measured
+per window: the catalog requests the REST server served (its request counter), the CPU
+seconds of the replicas together and of the REST server (psutil: user + system), the polls
+performed. The target: requests and CPU per minute stay flat as K grows (a catalog is polled
+once per interval, by the one replica that wins its due time).
+
+    python -m benchmarks.rest_polling CATALOG   # one replica (the figure starts these)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from benchmarks import data
+from benchmarks.control_plane import _runtime
+from benchmarks.fleet import _admin_conn
+from benchmarks.harness import Context, Figure, Stat, measuring
+from lakewarden.db.models import Catalog as CatalogRow
+from lakewarden.db.models import ManagementRule
+from lakewarden.db.session import transaction
+from lakewarden.events.poller import _follow, poll_catalog, rest_listing
+from lakewarden.runtime import Runtime
+
+RUN = uuid.uuid4().hex[:6]
+PREFIX = f"rp{RUN}"  # the rule's namespaces: f"{PREFIX}_*"
+TEMPLATES_NS = f"rptpl{RUN}"  # two real tables whose metadata files the rows point at
+ROOT = Path(__file__).resolve().parents[1]
+POLL_TICK_S = 2.0  # services.api.app.POLL_TICK_S: how often a replica runs poll_due
+CONCURRENCY = 4  # the catalogs row's poll_concurrency (its default)
+REPLICAS = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class RestSizes:
+    tables: int
+    namespaces: int
+    interval_s: float  # the catalog's poll_interval_s
+    window_s: float  # how long each K runs
+
+
+SIZES = {
+    "smoke": RestSizes(tables=50, namespaces=5, interval_s=2.0, window_s=5.0),
+    "full": RestSizes(tables=10_000, namespaces=50, interval_s=30.0, window_s=90.0),
+}
+
+
+def _sizes(ctx: Context) -> RestSizes:
+    """The sizes of `ctx`'s run; LAKEWARDEN_BENCH_REST_TABLES and
+    LAKEWARDEN_BENCH_REST_INTERVAL_S override the table count and the poll interval."""
+    sizes = SIZES[ctx.sizes.name]
+    tables = os.environ.get("LAKEWARDEN_BENCH_REST_TABLES")
+    interval = os.environ.get("LAKEWARDEN_BENCH_REST_INTERVAL_S")
+    if tables:
+        sizes = replace(sizes, tables=int(tables), namespaces=max(1, int(tables) // 200))
+    if interval:
+        sizes = replace(sizes, interval_s=float(interval))
+    return sizes
+
+
+# --- a replica (a process of its own) ---------------------------------------------------
+
+
+def replica(catalog: str) -> None:
+    """One API replica's poller: `poll_due` every POLL_TICK_S once told "go" on stdin;
+    "report" answers with the polls started and those finished (one JSON line). Only the
+    benchmark's catalog is polled (not the bench database's default catalog)."""
+    from lakewarden.events.poller import poll_due
+    from lakewarden.runtime import make_runtime
+
+    rt = make_runtime("bench-replica")
+    registry = rt.catalogs
+    registry.entries = lambda: [registry.entry(catalog)]  # type: ignore[method-assign]
+    registry.load(catalog)  # the client's GET /v1/config: before the window
+    started: list[float] = []
+    polls: list[dict[str, Any]] = []
+
+    def poll(rt: Runtime, entry: Any) -> Any:
+        start = time.monotonic()
+        started.append(start)
+        result = poll_catalog(rt, entry)
+        polls.append(
+            {
+                "s": time.monotonic() - start,
+                "requests": result.requests,
+                "seen": result.tables_seen,
+                "refreshed": result.refreshed,
+                "errors": len(result.errors),
+            }
+        )
+        return result
+
+    def loop() -> None:
+        while True:
+            start = time.monotonic()
+            poll_due(rt, poll)
+            time.sleep(max(0.0, POLL_TICK_S - (time.monotonic() - start)))
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "go":
+            threading.Thread(target=loop, name="poller", daemon=True).start()
+        elif command == "report":
+            print(json.dumps({"started": len(started), "finished": polls}), flush=True)
+        elif command == "quit":
+            break
+
+
+class Replica:
+    def __init__(self, db_url: str, catalog: str) -> None:
+        env = {**os.environ, "LAKEWARDEN_DATABASE_URL": db_url}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.rest_polling", catalog],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.ps = psutil.Process(self.proc.pid)
+
+    @property
+    def _stdin(self) -> IO[str]:
+        assert self.proc.stdin is not None
+        return self.proc.stdin
+
+    def read(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"replica {self.proc.pid} ended (exit {self.proc.poll()})")
+        return line
+
+    def send(self, command: str) -> None:
+        self._stdin.write(command + "\n")
+        self._stdin.flush()
+
+    def cpu(self) -> float:
+        t = self.ps.cpu_times()
+        return float(t.user + t.system)
+
+    def close(self) -> None:
+        """Ended at once (a poll under way is cut short)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+def _cpu(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
+# --- setup ------------------------------------------------------------------------------
+
+
+def _catalog_database(rt: Runtime) -> tuple[str, str]:
+    database = f"lw_bench_rest_{RUN}"
+    with _admin_conn(rt.db_url) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    url = make_url(rt.db_url).set(database=database).render_as_string(hide_password=False)
+    return database, url
+
+
+def _server(sql_url: str, warehouse: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "tests/rest_catalog.py", sql_url, warehouse],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    uri = proc.stdout.readline().strip()
+    if not uri.startswith("http"):
+        proc.kill()
+        raise RuntimeError(f"the REST catalog did not start (exit {proc.poll()})")
+    return proc, uri
+
+
+def _tables(sql_url: str, warehouse: Path, sizes: RestSizes) -> dict[tuple[str, str], str]:
+    """Two real template tables (pyiceberg create_table + one append, outside the rule's
+    scope), then N rows in the catalog's `iceberg_tables` (as SqlCatalog's create leaves
+    them) over `namespaces` namespaces, pointing at the templates' metadata files in turn;
+    returns each row's (namespace, name) -> metadata location."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    writer = SqlCatalog("rest", uri=sql_url, warehouse=warehouse.as_uri())
+    try:
+        writer.create_namespace(TEMPLATES_NS)
+        templates = []
+        for k in range(2):
+            table = writer.create_table(f"{TEMPLATES_NS}.t{k}", schema=data.SCHEMA)
+            table.append(data.batch(k, 0, 10))
+            templates.append(table.metadata_location)
+        for n in range(sizes.namespaces):
+            writer.create_namespace(f"{PREFIX}_{n}")
+    finally:
+        writer.engine.dispose()
+    rows = {
+        (f"{PREFIX}_{i % sizes.namespaces}", f"t{i}"): templates[i % 2] for i in range(sizes.tables)
+    }
+    engine = create_engine(sql_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, "
+                    "metadata_location, previous_metadata_location) VALUES ('rest', :ns, :t, :m, "
+                    "NULL)"
+                ),
+                [{"ns": ns, "t": t, "m": m} for (ns, t), m in rows.items()],
+            )
+    finally:
+        engine.dispose()
+    return rows
+
+
+def _register(rt: Runtime, name: str, uri: str, sizes: RestSizes) -> None:
+    with transaction(rt.engine) as session:
+        session.add(
+            CatalogRow(
+                name=name,
+                type="rest",
+                properties={"uri": uri},
+                poll_interval_s=sizes.interval_s,
+                poll_concurrency=CONCURRENCY,
+                version=1,
+                created_by="bench",
+            )
+        )
+        rule = ManagementRule(catalog=name, namespace=f"{PREFIX}_*", include=["*"], exclude=[])
+        session.add(rule)
+
+
+def _adopt(api: Runtime, name: str, rows: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """The rule adopts every row (REST listing + adopt, the poll's first steps); then each
+    row's pointer is recorded as its metadata_location in SQL (what its first refresh
+    records), so the windows see a fleet that is all known: the steady state."""
+    entry = api.catalogs.entry(name)
+    start = time.perf_counter()
+    listing, requests = rest_listing(api.catalogs.load(name))
+    listing_s = time.perf_counter() - start
+    start = time.perf_counter()
+    adopted = _follow(api, entry, {k: rows.get(k) for k in listing})
+    adopt_s = time.perf_counter() - start
+    payload = [{"ns": ns, "t": t, "m": m} for (ns, t), m in rows.items()]
+    with api.engine.begin() as conn:
+        marked = conn.execute(
+            text(
+                "UPDATE managed_tables m SET metadata_location = v.m "
+                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(ns text, t text, m text) "
+                "WHERE m.catalog = :c AND m.namespace = v.ns AND m.name = v.t"
+            ),
+            {"rows": json.dumps(payload), "c": name},
+        ).rowcount
+    return {
+        "listed": len(listing),
+        "listing_requests": requests,
+        "listing_s": listing_s,
+        "adopted": len(adopted.adopted) if adopted else 0,
+        "adopt_s": adopt_s,
+        "marked_refreshed": marked,
+    }
+
+
+def _cleanup(rt: Runtime, name: str, database: str | None, work: Path) -> None:
+    with rt.engine.begin() as conn:
+        for table in ("managed_tables", "management_rules", "catalog_polls"):
+            conn.execute(text(f"DELETE FROM {table} WHERE catalog = :c"), {"c": name})
+        conn.execute(text("DELETE FROM catalogs WHERE name = :c"), {"c": name})
+    if database is not None:
+        with _admin_conn(rt.db_url) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the windows ------------------------------------------------------------------------
+
+
+def _served(uri: str) -> int:
+    import httpx
+
+    return int(httpx.get(f"{uri}/test/requests", timeout=30).json()["requests"])
+
+
+def _window(
+    rt: Runtime, db_url: str, name: str, uri: str, server: psutil.Process, k: int, w: float
+) -> dict[str, Any]:
+    """K fresh replicas poll for `w` seconds, the catalog due at the start; then they are
+    ended (a poll under way is cut short)."""
+    with rt.engine.begin() as conn:
+        conn.execute(text("DELETE FROM catalog_polls WHERE catalog = :c"), {"c": name})
+    replicas = [Replica(db_url, name) for _ in range(k)]
+    try:
+        for r in replicas:
+            if r.read().strip() != "ready":
+                raise RuntimeError("a replica did not start")
+        time.sleep(1)  # let in-flight requests of the last window drain
+        requests0, server0 = _served(uri), _cpu(server)
+        cpu0 = [r.cpu() for r in replicas]
+        start = time.perf_counter()
+        for r in replicas:
+            r.send("go")
+        time.sleep(w)
+        seconds = time.perf_counter() - start
+        requests1, server1 = _served(uri), _cpu(server)
+        cpu1 = [r.cpu() for r in replicas]
+        reports = []
+        for r in replicas:
+            r.send("report")
+            reports.append(json.loads(r.read()))
+    finally:
+        for r in replicas:
+            r.close()
+    polls = [p for report in reports for p in report["finished"]]
+    per_min = 60.0 / seconds
+    cpu = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    return {
+        "replicas": k,
+        "window_s": seconds,
+        "catalog_requests": requests1 - requests0,
+        "requests_per_min": (requests1 - requests0) * per_min,
+        "replica_cpu_s": sum(cpu),
+        "replica_cpu_s_per_min": sum(cpu) * per_min,
+        "replica_cpu_s_each": cpu,
+        "server_cpu_s_per_min": (server1 - server0) * per_min,
+        "polls_started": sum(report["started"] for report in reports),
+        "polls_started_by_replica": [report["started"] for report in reports],
+        "polls_finished": len(polls),
+        "poll_s": [p["s"] for p in polls],
+        "poll_requests": [p["requests"] for p in polls],
+        "refreshed": sum(p["refreshed"] for p in polls),
+        "poll_errors": sum(p["errors"] for p in polls),
+    }
+
+
+# --- the figure -------------------------------------------------------------------------
+
+
+def b11(ctx: Context) -> Figure:
+    with measuring(
+        "B11",
+        "REST catalog polling: catalog requests and replica CPU per minute, N tables all "
+        "managed by a rule, K = 1, 2, 4 API replicas each running poll_due",
+        "the same with 1 replica",
+        "flat as replicas are added: K=4 / K=1 within 0.8-1.25 for requests and CPU per minute",
+    ) as fig:
+        sizes = _sizes(ctx)
+        work = ctx.work_dir / f"rest-{RUN}"
+        work.mkdir(parents=True, exist_ok=True)
+        name = f"rest_{RUN}"
+        database: str | None = None
+        server_proc: subprocess.Popen[str] | None = None
+        phases: dict[str, float] = {}
+        try:
+            mark = time.perf_counter()
+            database, sql_url = _catalog_database(ctx.rt)
+            server_proc, uri = _server(sql_url, (work / "wh").resolve().as_uri())
+            server = psutil.Process(server_proc.pid)
+            rows = _tables(sql_url, (work / "wh").resolve(), sizes)
+            phases["create_tables"], mark = time.perf_counter() - mark, time.perf_counter()
+            _register(ctx.rt, name, uri, sizes)
+            api = _runtime(ctx.rt)
+            adoption = _adopt(api, name, rows)
+            phases["adopt"], mark = time.perf_counter() - mark, time.perf_counter()
+            # one poll at N, in this process: its duration and requests
+            requests0 = _served(uri)
+            start = time.perf_counter()
+            one = poll_catalog(api, api.catalogs.entry(name))
+            one_poll = {
+                "seconds": time.perf_counter() - start,
+                "requests_counted": _served(uri) - requests0,
+                "requests_reported": one.requests,
+                "tables_seen": one.tables_seen,
+                "refreshed": one.refreshed,
+                "errors": len(one.errors),
+            }
+            phases["one_poll"], mark = time.perf_counter() - mark, time.perf_counter()
+            windows = {
+                k: _window(ctx.rt, ctx.rt.db_url, name, uri, server, k, sizes.window_s)
+                for k in REPLICAS
+            }
+            phases["windows"] = time.perf_counter() - mark
+        finally:
+            mark = time.perf_counter()
+            if server_proc is not None:
+                server_proc.terminate()
+                try:
+                    server_proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    server_proc.kill()
+                    server_proc.wait(10)
+            _cleanup(ctx.rt, name, database, work)
+            phases["cleanup"] = time.perf_counter() - mark
+
+        first, last = windows[REPLICAS[0]], windows[REPLICAS[-1]]
+        req_ratio = last["requests_per_min"] / first["requests_per_min"]
+        cpu_ratio = last["replica_cpu_s_per_min"] / first["replica_cpu_s_per_min"]
+        flat = all(0.8 <= r <= 1.25 for r in (req_ratio, cpu_ratio))
+        fig.ratio = Stat.of([req_ratio])
+        fig.ratio_label = f"K={REPLICAS[-1]} / K=1 catalog requests per minute"
+        fig.goal_met = flat if sizes.tables >= 10_000 else None
+        fig.values = {
+            "tables": sizes.tables,
+            "namespaces": sizes.namespaces,
+            "poll_interval_s": sizes.interval_s,
+            "poll_concurrency": CONCURRENCY,
+            "window_s": sizes.window_s,
+            "requests_per_min_ratio": req_ratio,
+            "replica_cpu_per_min_ratio": cpu_ratio,
+            "one_poll": one_poll,
+            "by_replicas": {str(k): v for k, v in windows.items()},
+            "adoption": adoption,
+            "phase_s": phases,
+        }
+        fig.notes = [
+            "catalog: tests/rest_catalog.py (the REST protocol over pyiceberg's SqlCatalog) "
+            "as a process of its own, in a Postgres database of its own on the bench's server; "
+            "its requests counted by its own middleware (GET /test/requests, not counted)",
+            f"tables: two real template tables (pyiceberg create_table + one append, outside "
+            f"the rule's scope) and N rows INSERTed into the SqlCatalog's iceberg_tables over "
+            f"{sizes.namespaces} namespaces, each pointing at a template's metadata.json (many "
+            "rows share one file; a load reads and returns it like any table's)",
+            "adoption: a management rule (namespace glob over the N rows' namespaces, include "
+            "'*') adopted every row through the poll's own steps (rest_listing, _follow); each "
+            "row's pointer was then recorded as its metadata_location in SQL (what its first "
+            "refresh records), so the windows measure the steady state: listing + one load per "
+            "managed table, no pointer moved",
+            f"replicas: K processes (python -m benchmarks.rest_polling), each its own Runtime on "
+            f"the bench database, running poll_due every {POLL_TICK_S:g} s (the API's poller "
+            "tick) over the benchmark's catalog only; K fresh ones per window (their start-up "
+            "not measured), killed at its end; the catalog made due at each window's start (its "
+            "catalog_polls row deleted)",
+            "requests per minute: the REST server's count over the window; CPU: psutil user + "
+            "system seconds of the active replicas (and of the REST server, apart) over the "
+            "window; a poll under way at the window's end is counted as far as it got (its "
+            "requests and CPU; polls_started counts it, polls_finished does not)",
+            "one_poll: poll_catalog at N in the bench process (duration, requests counted at "
+            "the server and as the poll reports them)",
+            "everything is removed at the end: the catalog row, rule, managed rows, its poll "
+            "row, the catalog's database and files",
+        ]
+    return fig
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m benchmarks.rest_polling CATALOG")
+    replica(sys.argv[1])
