@@ -231,12 +231,20 @@ def poll_once(rt: Runtime) -> int:
     return sum(_poll_recorded(rt, entry).refreshed for entry in rt.catalogs.entries())
 
 
+# A claim holds the catalog while its poll runs: due again only after POLL_LEASE_S (or
+# three times its last poll's duration, if longer), when the claimer is taken to have died
+# mid-poll. A finished poll makes it due `poll_interval_s` later (`_poll_recorded`). So
+# polls of one catalog never overlap, however long one takes: a poll that outlasts the
+# interval is followed by the next one, not joined by another replica's.
+POLL_LEASE_S = 600.0
 _CLAIM = text(
     """
     INSERT INTO catalog_polls AS p (catalog, due_at, polled_by)
-    VALUES (:catalog, now() + make_interval(secs => :interval), :me)
+    VALUES (:catalog, now() + make_interval(secs => :lease), :me)
     ON CONFLICT (catalog) DO UPDATE
-        SET due_at = EXCLUDED.due_at, polled_by = EXCLUDED.polled_by
+        SET due_at = now() + make_interval(
+                secs => greatest(:lease, 3 * coalesce(p.duration_ms, 0) / 1000.0)),
+            polled_by = EXCLUDED.polled_by
         WHERE p.due_at <= now()
     RETURNING catalog
     """
@@ -250,7 +258,7 @@ def poll_due(rt: Runtime, poll: Callable[[Runtime, CatalogEntry], PollResult] | 
         with transaction(rt.engine) as session:
             won = session.execute(
                 _CLAIM,
-                {"catalog": entry.name, "interval": entry.poll_interval_s, "me": rt.process_id},
+                {"catalog": entry.name, "lease": POLL_LEASE_S, "me": rt.process_id},
             ).scalar()
         if won:
             refreshed += _poll_recorded(rt, entry, poll).refreshed
@@ -280,6 +288,10 @@ def _poll_recorded(
                 VALUES (:catalog, now() + make_interval(secs => :interval), :me, now(), :ms,
                     :seen, :refreshed, :requests, :trigger, :error)
                 ON CONFLICT (catalog) DO UPDATE SET polled_by = EXCLUDED.polled_by,
+                    -- the claimer's poll ended: due an interval from now (another's
+                    -- unclaimed poll, poll_once, leaves the claim as it is)
+                    due_at = CASE WHEN p.polled_by = EXCLUDED.polled_by
+                                  THEN EXCLUDED.due_at ELSE p.due_at END,
                     polled_at = now(), duration_ms = EXCLUDED.duration_ms,
                     tables_seen = EXCLUDED.tables_seen,
                     tables_refreshed = EXCLUDED.tables_refreshed,

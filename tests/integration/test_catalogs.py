@@ -4,6 +4,7 @@ table of each catalog addressed, polled and heard on its own; namespaces of seve
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
 from lakewarden.catalog import CatalogEntry
@@ -362,3 +363,34 @@ def test_commit_notifications_name_their_catalog(
         ours.current_snapshot().snapshot_id,  # type: ignore[union-attr]
         theirs.current_snapshot().snapshot_id,  # type: ignore[union-attr]
     ]
+
+
+def test_a_poll_that_outlasts_its_interval_is_not_joined_by_another_replica(
+    client: TestClient, rt: Runtime, second: Second
+) -> None:
+    """A REST poll of 10,000 tables took 159 s against a 30 s interval (B11), and other
+    replicas started overlapping polls. The claim holds the catalog while its poll runs."""
+    body = second.body | {"poll_interval_s": 1}
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201
+    started: list[str] = []
+
+    def slow(name: str) -> Callable[[Runtime, CatalogEntry], PollResult]:
+        def poll(_: Runtime, entry: CatalogEntry) -> PollResult:
+            if entry.name == "second":
+                started.append(name)
+                time.sleep(3)  # three intervals
+            return PollResult(entry.name)
+
+        return poll
+
+    first = threading.Thread(target=poll_due, args=(rt, slow("first")))
+    first.start()
+    wait_for(lambda: started, 5, "the first poll started")
+    time.sleep(1.5)  # its interval has passed since it started
+    poll_due(rt, slow("second"))
+    first.join()
+    assert started == ["first"]
+    with transaction(rt.engine) as s:
+        due = s.execute(text("SELECT due_at - now() FROM catalog_polls WHERE catalog = 'second'"))
+        left = due.scalar_one().total_seconds()
+    assert 0 < left <= 1  # due an interval after the poll ended
