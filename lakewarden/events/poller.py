@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.table import Table
-from sqlalchemy import select, text, tuple_
+from sqlalchemy import Engine, select, text, tuple_
 
 from lakewarden.catalog import CatalogEntry, InvalidIdentifier, TableRef, find_table
 from lakewarden.db.models import ManagedTable
@@ -74,7 +73,7 @@ def jdbc_listing(rt: Runtime, entry: CatalogEntry) -> tuple[Listing | None, bool
             ),
             {"c": entry.name},
         ).all()
-    return {(r[0], r[1]): r[2] for r in rows}, _ensure_trigger(rt, entry)
+    return {(r[0], r[1]): r[2] for r in rows}, _ensure_trigger(engine, entry)
 
 
 def rest_listing(client: Catalog) -> tuple[Listing, int]:
@@ -146,8 +145,7 @@ class PollFailed(RuntimeError):
     pass
 
 
-def _ensure_trigger(rt: Runtime, entry: CatalogEntry) -> bool:
-    engine = catalog_engine(entry.jdbc_url or "", rt.engine)
+def _ensure_trigger(engine: Engine, entry: CatalogEntry) -> bool:
     try:
         with engine.begin() as conn:
             return install_commit_trigger(conn)
@@ -179,10 +177,10 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
             result.tables_seen = len(pointers)
             _follow(rt, entry, pointers)
         managed = _managed(rt, entry.name)
-        for (namespace, name), known in managed.items():
-            if pointers is not None and pointers.get((namespace, name)) == known:
+        for key, known in managed.items():
+            if pointers is not None and pointers.get(key) == known:
                 continue
-            result.refreshed += _refresh(rt, entry.name, namespace, name, isolated, None)
+            result.refreshed += _refresh(rt, entry.name, key, isolated)
     else:
         client = rt.catalogs.load(entry.name)
         listing, result.requests = rest_listing(client)
@@ -191,13 +189,7 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
         managed = _managed(rt, entry.name)
 
         def check(key: tuple[str, str]) -> int:
-            namespace, name = key
-            with isolated.table(f"{namespace}.{name}"):
-                table = find_table(client, TableRef(namespace, name))
-                if table is not None and table.metadata_location == managed[key]:
-                    return 0
-                return _refresh(rt, entry.name, namespace, name, isolated, table)
-            return 0
+            return _refresh(rt, entry.name, key, isolated, client, managed[key])
 
         with ThreadPoolExecutor(max(1, entry.poll_concurrency), "poll") as pool:
             result.refreshed = sum(pool.map(check, list(managed)))
@@ -211,16 +203,25 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
 def _refresh(
     rt: Runtime,
     catalog: str,
-    namespace: str,
-    name: str,
+    key: tuple[str, str],
     isolated: PerTable,
-    table: Table | None,
+    client: Catalog | None = None,
+    known: str | None = None,
 ) -> int:
+    """Refresh one managed table (isolated: a failure is alerted, the poll goes on); 1 if
+    it had new commits. With `client` (a REST catalog, which lists no pointers), the table
+    is loaded first and refreshed only if its pointer moved from `known`."""
+    namespace, name = key
     with isolated.table(f"{namespace}.{name}"):
         try:
             ref = TableRef(namespace, name)
         except InvalidIdentifier:
             return 0
+        table = None
+        if client is not None:
+            table = find_table(client, ref)
+            if table is not None and table.metadata_location == known:
+                return 0
         outcome = refresh_table(rt, catalog, ref, source="poll", table=table)
         return 1 if outcome and outcome.new_event_ids else 0
     return 0
