@@ -342,6 +342,11 @@ def parse_policy(raw: dict[str, Any] | None) -> Policy:
     return Policy.model_validate(raw or {})
 
 
+def validation_problems(exc: ValidationError) -> str:
+    """Why a policy did not validate, field by field (`compaction.min_files: ...; ...`)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+
+
 def effective_policy(
     table_overrides: dict[str, Any] | None, namespace_defaults: dict[str, Any] | None = None
 ) -> Policy:

@@ -51,7 +51,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalog import IDENTIFIER, TableRef
 from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy, PolicyVersion
-from lakewarden.policy import effective_policy
+from lakewarden.policy import effective_policy, validation_problems
 from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tables import lock_namespace
 
@@ -549,7 +549,7 @@ def _valid_policies(
         try:
             effective_policy(rules[rule_id].policy or {}, defaults.get(ns))
         except ValidationError as exc:
-            why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            why = validation_problems(exc)
             problems.append(
                 f"rule {rule_id}: its policy over the defaults of namespace {ns!r} is not "
                 f"valid ({why}); that namespace's tables were not adopted"

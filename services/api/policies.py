@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
-from lakewarden.policy import Policy, destructive_changes, effective_policy
+from lakewarden.policy import Policy, destructive_changes, effective_policy, validation_problems
 from lakewarden.tables import effective_policy_for, namespace_defaults, namespaces_defaults
 from services.api.access import Access
 from services.api.schemas import TableOut
@@ -32,7 +32,7 @@ def check_policy(
         raise HTTPException(
             422,
             f"with the defaults of namespace {namespace!r}, the policy is invalid: "
-            + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()),
+            + validation_problems(exc),
         ) from exc
     if table is not None:
         names = {f.name for f in table.schema().fields}
@@ -49,7 +49,7 @@ def check_policy(
 def invalid_stored_policy(row: ManagedTable, exc: ValidationError) -> str:
     """Why the table's stored settings (over its namespace's) are no longer a valid policy,
     and how to fix that."""
-    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    problems = validation_problems(exc)
     return (
         f"the stored policy of {row.namespace}.{row.name} (its own settings over the defaults "
         f"of namespace {row.namespace!r}) is no longer valid: {problems}. Replace it with PUT "

@@ -117,10 +117,7 @@ def get_catalog(
     access.need_somewhere(Role.viewer)
     if name == rt.settings.catalog_name:
         return _out(session, rt.catalogs.default)
-    row = session.get(Catalog, name)
-    if row is None:
-        raise HTTPException(404, f"no catalog {name!r}: GET /api/v1/catalogs lists them")
-    return _out(session, entry_of(row))
+    return _out(session, entry_of(_row(session, rt, name)))
 
 
 @router.post(

@@ -14,7 +14,7 @@ from lakewarden.auth.grants import Role
 from lakewarden.catalog import find_table, valid_namespace
 from lakewarden.db.models import ManagedTable
 from lakewarden.isolation import error_line
-from lakewarden.policy import Policy, effective_policy
+from lakewarden.policy import Policy, effective_policy, validation_problems
 from lakewarden.runtime import Runtime
 from lakewarden.tables import (
     lock_namespace,
@@ -143,7 +143,7 @@ def _check_members(
                 f"table {namespace}.{first.name}"
                 + (f" (and {len(group) - 1} more with the same settings)" if len(group) > 1 else "")
                 + ": "
-                + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()),
+                + validation_problems(exc),
             ) from exc
         what = f"for table {namespace}.{first.name}, the new defaults"
         authorize_policy_change(access, catalog, namespace, before, after, what)

@@ -21,7 +21,7 @@ from lakewarden import rules
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Grant, Role, glob_to_like
 from lakewarden.db.models import ManagementRule, NamespacePolicy
-from lakewarden.policy import effective_policy
+from lakewarden.policy import effective_policy, validation_problems
 from services.api import errors
 from services.api.access import Access, AccessDep
 from services.api.deps import CatalogDep, Id, RefDep, SessionDep
@@ -76,7 +76,7 @@ def _check_rule_policy(
     try:
         effective_policy(overrides, None)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = validation_problems(exc)
         raise HTTPException(422, f"the rule's policy is invalid: {problems}") from exc
     covered = session.scalars(
         select(NamespacePolicy.namespace)
