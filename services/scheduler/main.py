@@ -14,7 +14,6 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,22 +23,19 @@ from sqlalchemy import Engine, select, text
 
 from lakewarden import policy_gate, process
 from lakewarden.alerts.tick import alert_tick
-from lakewarden.catalog import load_table
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
-from lakewarden.kinds import get_kind
+from lakewarden.execute import Job, run_job
 from lakewarden.leader import Fence, FencedOut, acquire_or_renew, lease_engine, resign
-from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from lakewarden.spark.commits import committing_as, find_commit, guarded_by
-from lakewarden.spark.session import use_catalog
 from lakewarden.states import RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
+from lakewarden.tasks.runs import finish_run
 from services.scheduler.health_watch import measure_due_tables
-from services.scheduler.runs import abandon_orphans, finish_run
+from services.scheduler.runs import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
 
 if TYPE_CHECKING:
@@ -238,7 +234,15 @@ class Scheduler:
                     attempt=attempt,
                     holder=self.rt.process_id,
                 )
-                group = f"lakewarden-task-{task_id}-{attempt}"
+                job = Job(
+                    task_id,
+                    attempt,
+                    task.kind,
+                    row.catalog,
+                    ref_of(row),
+                    dict(task.plan or {}),
+                    task.pool,
+                )
                 s.add(
                     JobRun(
                         task_id=task_id,
@@ -246,125 +250,46 @@ class Scheduler:
                         state=RunState.RUNNING,
                         scheduler_id=self.rt.process_id,
                         leader_epoch=fence.epoch,
-                        spark_job_group=group,
+                        spark_job_group=job.group,
                     )
                 )
-                plan, kind, ref = dict(task.plan or {}), task.kind, ref_of(row)
-                catalog = row.catalog
-                timeout_s = effective_policy_for(s, row).for_kind(kind).timeout_minutes * 60
+                timeout_s = effective_policy_for(s, row).for_kind(job.kind).timeout_minutes * 60
         except FencedOut as exc:
             log.warning("dispatch refused: %s", exc)
             return False
-        log.info("task %d: running %s on %s (attempt %d)", task_id, kind, ref.dotted, attempt)
-        future = self.pool.submit(
-            self._run_job, fence, task_id, attempt, kind, catalog, ref, plan, group
+        log.info(
+            "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
         )
-        self.inflight[task_id] = Inflight(future, group, timeout_s)
+        future = self.pool.submit(self._run_job, fence, job)
+        self.inflight[task_id] = Inflight(future, job.group, timeout_s)
         future.add_done_callback(functools.partial(self._forget, task_id))
         return True
 
     def _forget(self, task_id: int, _future: Future[Any]) -> None:
         self.inflight.pop(task_id, None)
 
-    def _run_job(
-        self,
-        fence: Fence,
-        task_id: int,
-        attempt: int,
-        kind: str,
-        catalog: str,
-        ref: Any,
-        plan: dict[str, Any],
-        group: str,
-    ) -> str:
-        try:
-            spark = self.spark()
-            with transaction(self.rt.engine) as s:
-                s.execute(
-                    JobRun.__table__.update()  # type: ignore[attr-defined]
-                    .where(JobRun.task_id == task_id, JobRun.attempt == attempt)
-                    .values(spark_app_id=spark.sparkContext.applicationId)
-                )
-            if attempt > 1:
-                # Never commit twice: an earlier attempt (perhaps under a deposed leader)
-                # may have committed before it lost track of the outcome.
-                table = load_table(self.rt.catalogs.load(catalog), ref)
-                earlier = find_commit(table, task_id)
-                if earlier is not None:
-                    return finish_run(
-                        self.rt,
-                        fence,
-                        task_id,
-                        attempt,
-                        metrics={"recovered_commit_of_attempt": earlier[1]},
-                        committed_snapshot_id=earlier[0],
-                    )
-            use_catalog(spark, self.rt.catalogs.entry(catalog))
-            # This pool thread must see the session's SQL conf (catalogs) on the JVM side too.
-            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
-                spark._jsparkSession
-            )
-            spark.sparkContext.setJobGroup(group, f"lakewarden task {task_id}", True)
-            try:
-                runner = get_kind(kind).run
-            except KeyError as exc:
-                raise PlanRejected(str(exc)) from exc
-            with committing_as(task_id, attempt), guarded_by(self._policy_check(task_id)):
-                result = runner(spark, catalog, ref, plan)
-        except PlanRejected as exc:
-            return finish_run(self.rt, fence, task_id, attempt, error=exc, retryable=False)
-        except JobHeld as exc:
-            return finish_run(
-                self.rt,
-                fence,
-                task_id,
-                attempt,
-                metrics=exc.metrics,
-                moved_to=(TaskState.SKIPPED, str(exc)),
-            )
-        except PolicyChanged as exc:
-            to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
-            return finish_run(self.rt, fence, task_id, attempt, moved_to=(to, str(exc)))
-        except Exception as exc:
-            entry = self.inflight.get(task_id)
-            error: BaseException = exc
+    def _run_job(self, fence: Fence, job: Job) -> str:
+        def explain(exc: BaseException) -> BaseException:
+            entry = self.inflight.get(job.task_id)
             if entry is not None and entry.timed_out:
-                error = TimeoutError(
+                return TimeoutError(
                     f"job exceeded its timeout of {entry.timeout_s:.0f}s and was cancelled"
                 )
-            log.exception("task %d attempt %d failed", task_id, attempt)
-            self._drop_spark_if_dead()
-            return finish_run(self.rt, fence, task_id, attempt, error=error)
-        state = finish_run(
+            return exc
+
+        try:
+            spark = self.spark()
+        except Exception as exc:
+            log.exception("task %d: no Spark session", job.task_id)
+            return finish_run(self.rt, fence, job.task_id, job.attempt, error=exc)
+        return run_job(
             self.rt,
-            fence,
-            task_id,
-            attempt,
-            metrics=result.metrics,
-            committed_snapshot_id=result.committed_snapshot_id,
+            spark,
+            lambda: fence,
+            job,
+            explain_error=explain,
+            after_failure=self._drop_spark_if_dead,
         )
-        log.info("task %d: %s %s", task_id, state, result.metrics)
-        return state
-
-    def _policy_check(self, task_id: int) -> Callable[[], None]:
-        """The job's last look at the current policy, right before it commits."""
-
-        def check() -> None:
-            with transaction(self.rt.engine) as s:
-                task = s.get(Task, task_id)
-                row = s.get(ManagedTable, task.table_id) if task is not None else None
-                if task is None or row is None:
-                    raise PolicyChanged("the table is no longer managed", cancel=True)
-                if task.state != TaskState.RUNNING:
-                    raise PolicyChanged(f"the task is {task.state}", cancel=True)
-                verdict = policy_gate.judge(s, row, task)
-            if not verdict.go:
-                raise PolicyChanged(
-                    f"stopped before committing: {verdict.reason}",
-                    cancel=verdict.action == "cancel",
-                )
-
-        return check
 
     def cancel_requested_jobs(self) -> None:
         """Cancel the Spark job groups of tasks cancelled through the API or past their timeout."""

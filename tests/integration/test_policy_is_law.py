@@ -21,6 +21,7 @@ from helpers import manage, run_one, task_of
 from sqlalchemy import text
 
 from lakewarden.db.session import transaction
+from lakewarden.execute import policy_check
 from lakewarden.kinds import clean, ttl
 from lakewarden.outcomes import PolicyChanged
 from lakewarden.runtime import Runtime
@@ -213,7 +214,7 @@ def test_the_job_asks_the_policy_again_right_before_it_deletes(
         s.execute(text("UPDATE tasks SET state = 'running' WHERE id = :i"), {"i": task_id})
     _set_policy_in_db(spark_rt, "pl_guard", _ttl(False))  # disabled while the job runs
 
-    with guarded_by(scheduler._policy_check(task_id)), pytest.raises(PolicyChanged) as exc:
+    with guarded_by(policy_check(scheduler.rt, task_id)), pytest.raises(PolicyChanged) as exc:
         ttl.run(spark, spark_rt.settings.catalog_name, ttl_ref("pl_guard"), plan)
     assert exc.value.cancel and "ttl is disabled" in str(exc.value)
     assert _count(spark_rt, "pl_guard") == 100

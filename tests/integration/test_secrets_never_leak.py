@@ -35,9 +35,9 @@ from lakewarden.db.session import transaction
 from lakewarden.leader import acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
+from lakewarden.tasks.runs import finish_run
 from services.api.app import create_app
 from services.api.schemas import AlertOut
-from services.scheduler.runs import finish_run
 
 CATALOG_PASSWORD = "JDBC-SEEKRIT-catalog-pw"
 SLACK_PATH = "/services/T000/B000/SEEKRIT-xyz"

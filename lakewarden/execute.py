@@ -1,0 +1,153 @@
+"""Execute one planned job on a Spark session and record its outcome: the one way a job runs,
+whether in the scheduler's warm session or as a submitted application
+(`lakewarden.spark.entry`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import update
+
+from lakewarden import policy_gate
+from lakewarden.catalog import TableRef, load_table
+from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.kinds import get_kind
+from lakewarden.leader import Fence
+from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
+from lakewarden.runtime import Runtime
+from lakewarden.spark.commits import committing_as, find_commit, guarded_by
+from lakewarden.spark.session import use_catalog
+from lakewarden.states import TaskState
+from lakewarden.tasks.runs import finish_run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One attempt of a task, as dispatched: everything needed to run it without a lookup."""
+
+    task_id: int
+    attempt: int
+    kind: str
+    catalog: str
+    ref: TableRef
+    plan: dict[str, Any] = field(default_factory=dict)
+    pool: str = "default"
+
+    @property
+    def group(self) -> str:
+        """The Spark job group (and application name) of this attempt: cancellable by it."""
+        return f"lakewarden-task-{self.task_id}-{self.attempt}"
+
+
+def record_app_id(rt: Runtime, job: Job, app_id: str) -> None:
+    """Store the Spark application id on the run as soon as it is known."""
+    with transaction(rt.engine) as s:
+        s.execute(
+            update(JobRun)
+            .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
+            .values(spark_app_id=app_id)
+        )
+
+
+def run_job(
+    rt: Runtime,
+    spark: SparkSession,
+    fence: Callable[[], Fence],
+    job: Job,
+    *,
+    explain_error: Callable[[BaseException], BaseException] = lambda exc: exc,
+    after_failure: Callable[[], None] = lambda: None,
+) -> str:
+    """Run `job` on `spark` and record the outcome (`finish_run`); returns the task's new state.
+
+    `fence` is asked for the fence at the moment the outcome is written, so a run whose
+    holder changed while it ran (a new leader re-attached it) reports under the new one.
+    `explain_error` may replace a failure's error (a timeout says so); `after_failure` runs
+    before a failure is recorded (the scheduler checks whether its JVM died).
+    """
+    try:
+        record_app_id(rt, job, spark.sparkContext.applicationId)
+        if job.attempt > 1:
+            # Never commit twice: an earlier attempt (perhaps under a deposed leader) may
+            # have committed before it lost track of the outcome.
+            table = load_table(rt.catalogs.load(job.catalog), job.ref)
+            earlier = find_commit(table, job.task_id)
+            if earlier is not None:
+                return finish_run(
+                    rt,
+                    fence(),
+                    job.task_id,
+                    job.attempt,
+                    metrics={"recovered_commit_of_attempt": earlier[1]},
+                    committed_snapshot_id=earlier[0],
+                )
+        use_catalog(spark, rt.catalogs.entry(job.catalog))
+        # This thread must see the session's SQL conf (catalogs) on the JVM side too.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
+            spark._jsparkSession
+        )
+        spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+        try:
+            runner = get_kind(job.kind).run
+        except KeyError as exc:
+            raise PlanRejected(str(exc)) from exc
+        with committing_as(job.task_id, job.attempt), guarded_by(policy_check(rt, job.task_id)):
+            result = runner(spark, job.catalog, job.ref, job.plan)
+    except PlanRejected as exc:
+        return finish_run(rt, fence(), job.task_id, job.attempt, error=exc, retryable=False)
+    except JobHeld as exc:
+        return finish_run(
+            rt,
+            fence(),
+            job.task_id,
+            job.attempt,
+            metrics=exc.metrics,
+            moved_to=(TaskState.SKIPPED, str(exc)),
+        )
+    except PolicyChanged as exc:
+        to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
+        return finish_run(rt, fence(), job.task_id, job.attempt, moved_to=(to, str(exc)))
+    except Exception as exc:
+        log.exception("task %d attempt %d failed", job.task_id, job.attempt)
+        after_failure()
+        return finish_run(rt, fence(), job.task_id, job.attempt, error=explain_error(exc))
+    state = finish_run(
+        rt,
+        fence(),
+        job.task_id,
+        job.attempt,
+        metrics=result.metrics,
+        committed_snapshot_id=result.committed_snapshot_id,
+    )
+    log.info("task %d: %s %s", job.task_id, state, result.metrics)
+    return state
+
+
+def policy_check(rt: Runtime, task_id: int) -> Callable[[], None]:
+    """The job's last look at the current policy, right before it commits."""
+
+    def check() -> None:
+        with transaction(rt.engine) as s:
+            task = s.get(Task, task_id)
+            row = s.get(ManagedTable, task.table_id) if task is not None else None
+            if task is None or row is None:
+                raise PolicyChanged("the table is no longer managed", cancel=True)
+            if task.state != TaskState.RUNNING:
+                raise PolicyChanged(f"the task is {task.state}", cancel=True)
+            verdict = policy_gate.judge(s, row, task)
+        if not verdict.go:
+            raise PolicyChanged(
+                f"stopped before committing: {verdict.reason}",
+                cancel=verdict.action == "cancel",
+            )
+
+    return check

@@ -1,0 +1,157 @@
+"""The outcome of a finished job run: the run recorded and the task moved on, fenced.
+
+Shared by the scheduler (jobs in its warm Spark session) and a submitted application
+(`lakewarden.spark.entry`), which reports its own result under the fence of the leader
+that holds its run."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+
+from lakewarden.backoff import retry_delay_s
+from lakewarden.db.models import JobRun, Task
+from lakewarden.db.session import transaction
+from lakewarden.leader import Fence, FencedOut
+from lakewarden.redact import redact, secrets_of
+from lakewarden.runtime import Runtime
+from lakewarden.states import RunState, TaskState
+from lakewarden.tasks import repo
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_CHARS = 4000
+# A run stopped on purpose, by the task state it moves to.
+RUN_STATE_OF = {
+    TaskState.SKIPPED: RunState.HELD,
+    TaskState.CANCELLED: RunState.CANCELLED,
+    TaskState.PENDING: RunState.STOPPED,
+}
+
+
+def finish_run(
+    rt: Runtime,
+    fence: Fence,
+    task_id: int,
+    attempt: int,
+    *,
+    metrics: dict[str, Any] | None = None,
+    committed_snapshot_id: int | None = None,
+    error: BaseException | None = None,
+    retryable: bool = True,
+    moved_to: tuple[TaskState, str] | None = None,
+) -> str:
+    """Record the run and move the task on. Returns the task's new state (or why not).
+
+    `moved_to` (state, reason): the job stopped on purpose without committing: held
+    ("skipped"), or the policy changed under it ("cancelled", or "pending" to re-plan).
+    """
+    # Spark's and the catalog's messages may quote a setting or a URL: never a secret.
+    text_error = (
+        redact(f"{type(error).__name__}: {error}", secrets_of(rt.settings, rt.db_url))
+        if error
+        else None
+    )
+    try:
+        with transaction(rt.engine) as s:
+            run = s.scalars(
+                select(JobRun)
+                .where(JobRun.task_id == task_id, JobRun.attempt == attempt)
+                .with_for_update()
+            ).one_or_none()
+            task = s.get(Task, task_id)
+            if task is None:
+                return "gone"  # table unregistered while the job ran
+            cancelled = task.state == TaskState.CANCELLED
+            if run is not None:
+                run.state = (
+                    RunState.CANCELLED
+                    if cancelled
+                    else RUN_STATE_OF[moved_to[0]]
+                    if moved_to
+                    else (RunState.FAILED if error else RunState.SUCCEEDED)
+                )
+                run.finished_at = func.now()
+                run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
+                run.metrics = metrics
+                run.committed_snapshot_id = committed_snapshot_id
+                if text_error:
+                    run.error = text_error.splitlines()[0][:1000]
+                    run.log_tail = text_error[-LOG_TAIL_CHARS:]
+            if cancelled:
+                return TaskState.CANCELLED
+            if moved_to is not None:
+                to, reason = moved_to
+                if run is not None:
+                    run.error = reason[:1000]
+                repo.transition(
+                    s,
+                    task_id,
+                    to,
+                    actor=rt.process_id,
+                    expected=(TaskState.RUNNING,),
+                    fence=fence,
+                    reason=reason[:2000],
+                    **_stop_fields(to, metrics),
+                )
+                return to
+            if error is None:
+                result = {**(metrics or {}), "committed_snapshot_id": committed_snapshot_id}
+                repo.transition(
+                    s,
+                    task_id,
+                    TaskState.SUCCEEDED,
+                    actor=rt.process_id,
+                    expected=(TaskState.RUNNING,),
+                    fence=fence,
+                    reason="job committed"
+                    if committed_snapshot_id
+                    else "job finished with nothing to commit",
+                    result=result,
+                )
+                return TaskState.SUCCEEDED
+            assert text_error is not None
+            if not retryable or attempt >= task.max_attempts:
+                why = "not retryable" if not retryable else f"attempt {attempt}/{task.max_attempts}"
+                repo.transition(
+                    s,
+                    task_id,
+                    TaskState.FAILED,
+                    actor=rt.process_id,
+                    expected=(TaskState.RUNNING,),
+                    fence=fence,
+                    reason=f"{why}: {text_error.splitlines()[0][:1000]}",
+                )
+                return TaskState.FAILED
+            delay = retry_delay_s(attempt, rt.settings.retry_base_s, rt.settings.retry_cap_s)
+            repo.transition(
+                s,
+                task_id,
+                TaskState.PENDING,
+                actor=rt.process_id,
+                expected=(TaskState.RUNNING,),
+                fence=fence,
+                reason=f"attempt {attempt}/{task.max_attempts} failed, re-planning in "
+                f"{delay:.0f}s: {text_error.splitlines()[0][:500]}",
+                not_before=datetime.now(UTC) + timedelta(seconds=delay),
+                holder=None,
+                plan=None,
+            )
+            return TaskState.PENDING
+    except FencedOut as exc:
+        log.warning("task %d: result not recorded, %s", task_id, exc)
+        return "fenced"
+    except repo.TransitionRejected as exc:
+        log.warning("task %d: %s", task_id, exc)
+        return "rejected"
+
+
+def _stop_fields(to: str, metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """A re-planned task drops its plan and holder; a held one keeps what it measured."""
+    fields: dict[str, Any] = {"plan": None, "holder": None} if to == TaskState.PENDING else {}
+    if metrics:
+        fields["result"] = metrics
+    return fields
