@@ -6,6 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from lakewarden.db.models import Base
+from lakewarden.db.schema_compat import record
 from lakewarden.db.session import resolve_database_url
 from lakewarden.settings import get_settings
 
@@ -19,6 +20,7 @@ def run_migrations_online() -> None:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
             context.run_migrations()
+            record(connection, context.script)
         return
     url = config.get_main_option("sqlalchemy.url") or resolve_database_url(get_settings())
     engine = create_engine(url)
@@ -26,6 +28,9 @@ def run_migrations_online() -> None:
         context.configure(connection=conn, target_metadata=target_metadata)
         with context.begin_transaction():
             context.run_migrations()
+            # Which code heads this schema serves, read by every replica's /readyz: code
+            # older than the schema cannot read the newer migration files.
+            record(conn, context.script)
     engine.dispose()
 
 

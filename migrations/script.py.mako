@@ -16,6 +16,10 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
+# Expand/contract (lakewarden/db/schema_compat.py): a migration that only adds to the schema
+# (a table, a nullable column, an index) declares the oldest code head that still runs on
+# it, so that code's replicas stay ready during an upgrade. Left out: none older does.
+# oldest_compatible_head = ${repr(down_revision)}
 
 
 def upgrade() -> None:

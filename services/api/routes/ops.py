@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from lakewarden.auth.grants import Role
-from lakewarden.db.migrate import schema_is_current
+from lakewarden.db.schema_compat import schema_fit
 from lakewarden.leader import leader_status
 from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep
@@ -28,17 +28,18 @@ def get_liveness() -> dict[str, str]:
     responses={503: {"model": ReadyOut, "description": "not ready: `reason` says why"}},
 )
 def get_readiness(rt: RuntimeDep) -> JSONResponse:
-    """Ready to serve: the database answers and its schema is at the migrations' head."""
+    """Ready to serve: the database answers and this code may run on its schema: at this
+    code's migration head, or ahead of it by migrations that declare this head compatible
+    (an upgrade's pre-upgrade migration leaves the old replicas ready; README "Deployment
+    and upgrades")."""
     try:
         with rt.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-        current = schema_is_current(rt.engine)
+        fit = schema_fit(rt.engine)
     except Exception as exc:
         return JSONResponse({"status": "unavailable", "reason": f"database: {exc}"}, 503)
-    if not current:
-        return JSONResponse(
-            {"status": "unavailable", "reason": "schema not at head: run `lakewarden migrate`"}, 503
-        )
+    if not fit.ready:
+        return JSONResponse({"status": "unavailable", "reason": fit.reason}, 503)
     return JSONResponse({"status": "ready"})
 
 
