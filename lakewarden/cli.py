@@ -168,6 +168,51 @@ def _cmd_jars(_: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    """A probe for Kubernetes (exec): is this pod's `role` process beating? Its heartbeat row
+    in process_heartbeats is found by (role, hostname): a container's hostname is its pod's
+    name, unique in the cluster, and a pod runs one lakewarden process (the process id's
+    random suffix cannot be known from outside). Stale means older than STALE_AFTER_S, when
+    the fleet itself takes the process's work away; the age is the database's own clock."""
+    import socket
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    from lakewarden.db.session import resolve_database_url
+
+    s = get_settings()
+    host = args.hostname or socket.gethostname()
+    max_age = args.max_age if args.max_age is not None else s.stale_after_s
+    engine = create_engine(
+        resolve_database_url(s), poolclass=NullPool, connect_args={"connect_timeout": 5}
+    )
+    try:
+        with engine.connect() as conn:
+            age = conn.execute(
+                text(
+                    "SELECT extract(epoch FROM now() - max(last_seen)) FROM process_heartbeats "
+                    "WHERE role = :role AND hostname = :host"
+                ),
+                {"role": args.role, "host": host},
+            ).scalar()
+    except Exception as exc:
+        # Liveness: a database outage is not this process's fault, and restarting every pod
+        # would not end it; readiness (the default) reports it.
+        print(f"cannot read heartbeats: {type(exc).__name__}", file=sys.stderr)
+        return 0 if args.liveness else 1
+    finally:
+        engine.dispose()
+    if age is None:
+        print(f"no {args.role} heartbeat from {host}", file=sys.stderr)
+        return 1
+    if float(age) > max_age:
+        print(f"{args.role} on {host}: last heartbeat {float(age):.0f}s ago", file=sys.stderr)
+        return 1
+    print(f"{args.role} on {host}: heartbeat {float(age):.1f}s ago")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lakewarden", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -189,6 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="url: print the password too (else ***; the embedded one is in <data_dir>/pg)",
     )
     sub.add_parser("jars", help="resolve (and build, if needed) the Spark jars")
+    check = sub.add_parser(
+        "check", help="probe: exit 1 unless this host's ROLE process beat within STALE_AFTER_S"
+    )
+    check.add_argument("--role", required=True, choices=["api", "worker", "scheduler"])
+    check.add_argument("--liveness", action="store_true", help="a database outage passes")
+    check.add_argument("--max-age", type=float, help="seconds (default: STALE_AFTER_S)")
+    check.add_argument("--hostname", help="whose heartbeat (default: this host's name)")
     token = sub.add_parser("token", help="API tokens, straight in the database (bootstrap)")
     tsub = token.add_subparsers(dest="action", required=True)
     create = tsub.add_parser("create", help="print a new token's secret (shown once)")
@@ -217,6 +269,7 @@ COMMANDS = {
     "demo": _cmd_demo,
     "db": _cmd_db,
     "jars": _cmd_jars,
+    "check": _cmd_check,
     "token": _cmd_token,
 }
 
