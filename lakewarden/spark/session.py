@@ -131,7 +131,14 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
 
 
 def build_session(settings: Settings, control_plane_url: str, app_name: str) -> SparkSession:
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        # The api and worker images leave PySpark out; only where Spark runs needs it.
+        raise ImportError(
+            "PySpark is not installed: pip install 'lakewarden[spark]' where Spark runs "
+            "(the scheduler, the demo)"
+        ) from exc
 
     os.environ.setdefault("PYSPARK_PIN_THREAD", "true")  # job groups follow Python threads
     builder = SparkSession.builder
