@@ -75,6 +75,15 @@ def acquire_or_renew(conn: Connection | Session, name: str, me: str, ttl_s: floa
     return Fence(name, me, int(epoch)) if epoch is not None else None
 
 
+def lease_expires_in(conn: Connection | Session, name: str) -> float | None:
+    """Seconds until the lease lapses, by the database clock (None: no lease yet)."""
+    left = conn.execute(
+        text("SELECT extract(epoch FROM expires_at - now()) FROM leader_lease WHERE name = :name"),
+        {"name": name},
+    ).scalar()
+    return float(left) if left is not None else None
+
+
 def lease_engine(engine: Engine, timeout_s: float) -> Engine:
     """Connections of the lease renewal's own, to `engine`'s database: a renewal never waits
     for a connection the leader's other work holds, and no statement of it waits longer

@@ -51,7 +51,9 @@ class Ticker(threading.Thread):
     another's); errors are logged, not fatal. `wait_first`: wait one interval before the
     first run, not run at once. `fixed_rate`: the interval runs from one start to the
     next (a slow run does not push the next one back, e.g. a lease renewal), instead of
-    from one run's end to the next's start (a slow sweep is not run back to back)."""
+    from one run's end to the next's start (a slow sweep is not run back to back). `due_in`:
+    asked after each run, the seconds until the next run is wanted when that is sooner than
+    the interval (a standby tries the lease the moment it expires)."""
 
     def __init__(
         self,
@@ -62,10 +64,12 @@ class Ticker(threading.Thread):
         *,
         wait_first: bool = False,
         fixed_rate: bool = False,
+        due_in: Callable[[], float | None] | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.interval, self.fn, self.stop, self.wait_first = interval, fn, stop, wait_first
         self.fixed_rate = fixed_rate
+        self.due_in = due_in
 
     def run(self) -> None:
         if self.wait_first:
@@ -77,4 +81,8 @@ class Ticker(threading.Thread):
             except Exception:
                 log.exception("%s failed", self.name)
             took = time.monotonic() - started if self.fixed_rate else 0.0
-            self.stop.wait(max(0.0, self.interval - took))
+            wait = self.interval - took
+            sooner = self.due_in() if self.due_in is not None else None
+            if sooner is not None:
+                wait = min(wait, sooner)
+            self.stop.wait(max(0.0, wait))

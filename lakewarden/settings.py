@@ -72,8 +72,11 @@ class Settings(BaseSettings):
     stale_after_s: float = 30.0  # a holder silent this long loses its work
 
     # --- scheduler -----------------------------------------------------------------
-    lease_ttl_s: float = 15.0
-    lease_renew_interval_s: float = 5.0
+    # A standby takes over within lease_ttl_s of the leader's death (it tries again right
+    # when the lease lapses); the leader renews every lease_renew_interval_s, so it has
+    # three tries before its own margin (80% of the TTL) runs out.
+    lease_ttl_s: float = 8.0
+    lease_renew_interval_s: float = 2.0
     scheduler_poll_interval_s: float = 1.0
     max_concurrent_jobs: int = 1
     # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).

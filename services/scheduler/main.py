@@ -27,7 +27,14 @@ from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.execute import Job, run_job
-from lakewarden.leader import Fence, FencedOut, acquire_or_renew, lease_engine, resign
+from lakewarden.leader import (
+    Fence,
+    FencedOut,
+    acquire_or_renew,
+    lease_engine,
+    lease_expires_in,
+    resign,
+)
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState, sql_in
@@ -99,6 +106,7 @@ class Scheduler:
         self.stop = threading.Event()
         self.fence: Fence | None = None
         self._valid_until = 0.0  # monotonic deadline of our last successful renewal
+        self._next_try: float | None = None  # a standby's next try: when the lease lapses
         self.pool = ThreadPoolExecutor(
             max_workers=rt.settings.max_concurrent_jobs, thread_name_prefix="job"
         )
@@ -120,6 +128,10 @@ class Scheduler:
         started = time.monotonic()
         with self._lease_db.begin() as conn:
             fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, self.rt.process_id, ttl)
+            # A standby tries again the moment the leader's lease lapses, not up to a
+            # renewal interval later: failover is the lease's TTL, not TTL + interval.
+            left = None if fence else lease_expires_in(conn, DBLocks.SCHEDULER_LEASE)
+        self._next_try = None if left is None else started + max(0.0, left) + 0.05
         if fence is not None:
             if self.fence is None or fence.epoch != self.fence.epoch:
                 log.info("%s leads the scheduler (epoch %d)", self.rt.process_id, fence.epoch)
@@ -128,6 +140,9 @@ class Scheduler:
         elif self.fence is not None:
             log.warning("%s lost scheduler leadership", self.rt.process_id)
         self.fence = fence
+
+    def _lease_due_in(self) -> float | None:
+        return None if self._next_try is None else self._next_try - time.monotonic()
 
     def beat(self) -> None:
         """Say this process is alive and still runs its jobs (its own ticker: these writes
@@ -331,11 +346,12 @@ class Scheduler:
                 self.stop,
                 wait_first=True,
                 fixed_rate=True,
+                due_in=self._lease_due_in,
             ),
             *(
                 Ticker(name, seconds, fn, self.stop, wait_first=True)
                 for name, seconds, fn in (
-                    ("heartbeat", s.lease_renew_interval_s, self.beat),
+                    ("heartbeat", s.heartbeat_interval_s, self.beat),
                     ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
                     ("health-and-alerts", s.alert_interval_s, self.measure_and_alert),
                     ("sweep", s.sweep_interval_s, self.sweep),

@@ -16,13 +16,21 @@ import pytest
 from helpers import wait_for
 from sqlalchemy import Engine, create_engine, text
 
+from lakewarden.settings import Settings
+
 TTL_S = 3.0
 
+
+# The defaults a new user runs with must fail over within this (issue 12: 13.5-17.3 s
+# with a 15 s TTL and a standby that tried again only at its next renewal tick).
+DEFAULTS_FAILOVER_S = 10.0
 
 CLOCKS = {
     "same clocks": (None, None),
     # libfaketime shifts each process's wall and monotonic clocks: an hour apart.
     "clocks an hour apart": ("+1h", "-1h"),
+    # No lease settings at all: what a new user gets.
+    "default lease settings": (None, None),
 }
 
 
@@ -31,13 +39,14 @@ def schedulers(
     request: pytest.FixtureRequest, db_url: str, tmp_path: Path
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_LEASE_")},
         "LAKEWARDEN_DATABASE_URL": db_url,
         "LAKEWARDEN_DATA_DIR": str(tmp_path),
-        "LAKEWARDEN_LEASE_TTL_S": str(TTL_S),
-        "LAKEWARDEN_LEASE_RENEW_INTERVAL_S": "0.5",
         "LAKEWARDEN_SPARK_WARMUP": "false",  # leadership needs no JVM
     }
+    if request.param != "default lease settings":
+        env["LAKEWARDEN_LEASE_TTL_S"] = str(TTL_S)
+        env["LAKEWARDEN_LEASE_RENEW_INTERVAL_S"] = "0.5"
     logs = [open(tmp_path / f"scheduler-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
     skews = CLOCKS[request.param]
     libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))
@@ -90,8 +99,11 @@ def _live_lease(engine: Engine) -> tuple[str, int, bool, datetime]:
 
 
 def test_kill_the_leader_and_the_standby_takes_over(
-    schedulers: list[subprocess.Popen[bytes]], db_url: str
+    schedulers: list[subprocess.Popen[bytes]], db_url: str, request: pytest.FixtureRequest
 ) -> None:
+    defaults = "default lease settings" in request.node.callspec.id
+    ttl_s = Settings().lease_ttl_s if defaults else TTL_S
+    allowed_s = DEFAULTS_FAILOVER_S if defaults else TTL_S + 2.0
     engine = create_engine(db_url)
     holder, epoch, _, renewed = wait_for(lambda: _lease(engine), 30, "a leader")
     # Both processes are up; exactly one holds the lease (its pid is in its id).
@@ -113,11 +125,11 @@ def test_kill_the_leader_and_the_standby_takes_over(
 
     leader.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    new_holder, new_epoch, live, _ = wait_for(taken_over, TTL_S + 10, "the standby to take over")
+    new_holder, new_epoch, live, _ = wait_for(taken_over, ttl_s + 10, "the standby to take over")
     failover_s = time.monotonic() - killed_at
     assert f"-{standby.pid}-" in new_holder and new_epoch == epoch + 1 and live
-    print(f"failover after kill -9: {failover_s:.2f}s (lease TTL {TTL_S}s)")
-    assert failover_s <= TTL_S + 2.0, f"failover took {failover_s:.1f}s"
+    print(f"failover after kill -9: {failover_s:.2f}s (lease TTL {ttl_s}s)")
+    assert failover_s <= allowed_s, f"failover took {failover_s:.1f}s, allowed {allowed_s}s"
 
     # A clean shutdown resigns: the lease is released at once, not after the TTL.
     standby.send_signal(signal.SIGTERM)

@@ -65,3 +65,20 @@ def test_fixed_rate_counts_the_interval_from_one_start_to_the_next() -> None:
 
     assert all(gap < 0.6 for gap in start_gaps(fixed_rate=True))  # 0.4: start to start
     assert all(gap >= 0.65 for gap in start_gaps(fixed_rate=False))  # 0.3 run + 0.4 wait
+
+
+def test_due_in_brings_the_next_run_forward_of_a_long_interval() -> None:
+    """A standby asks to try the lease when it lapses, not a whole interval later."""
+    stop, runs = threading.Event(), [0]
+
+    def job() -> None:
+        runs[0] += 1
+
+    ticker = Ticker("lease", 300.0, job, stop, due_in=lambda: 0.01 if runs[0] < 3 else None)
+    ticker.start()
+    deadline = time.monotonic() + 10
+    while runs[0] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    ticker.join(2)
+    assert runs[0] == 3  # the interval alone (300 s) would have allowed one run
