@@ -7,6 +7,7 @@ fsync, for speed) and stops it at the end.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import stat
 import subprocess
@@ -19,7 +20,13 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from lakewarden.db import embedded
-from lakewarden.db.embedded import _any_free_port, ensure_server, password_file, stop_server
+from lakewarden.db.embedded import (
+    _any_free_port,
+    _port_free,
+    ensure_server,
+    password_file,
+    stop_server,
+)
 
 
 @pytest.fixture
@@ -111,9 +118,22 @@ def _older_version(data_dir: Path, port: int, *, running: bool) -> None:
     assert not password_file(data_dir).exists()
 
 
+def _port_no_client_takes() -> int:
+    """A free port below the kernel's ephemeral range: while the server is stopped, no
+    process's outgoing connection can be given it (one from `_any_free_port` could, and
+    the server then rightly moves to another port)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        if _port_free(port):
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 @pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
 def test_an_older_trust_data_dir_is_upgraded_in_place(data_dir: Path, running: bool) -> None:
-    port = _any_free_port()
+    port = _port_no_client_takes()
     _older_version(data_dir, port, running=running)
     url = ensure_server(data_dir, port)
     assert make_url(url).port == port
