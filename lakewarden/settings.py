@@ -81,6 +81,23 @@ class Settings(BaseSettings):
     max_concurrent_jobs: int = 1
     # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).
     pool_limits: dict[str, int] = Field(default_factory=dict)
+    # How a pool's jobs run (JSON, e.g. {"big": "application"}): "session" (default: in the
+    # scheduler's warm Spark session) or "application" (each job its own Spark application
+    # through spark-submit: lakewarden.spark.submit, lakewarden.application).
+    pool_modes: dict[str, str] = Field(default_factory=dict)
+    max_concurrent_applications: int = Field(default=4, ge=1)  # per scheduler
+    application_master: str | None = None  # default: spark_master
+    application_deploy_mode: str = "client"  # or "cluster" (Kubernetes)
+    application_driver_memory: str = "1g"
+    spark_master_web_url: str | None = None  # a standalone master's web UI (its /json)
+    kubernetes_namespace: str = "default"
+    kubernetes_image: str | None = None  # the lakewarden image, for driver and executors
+    # The Kubernetes Secret whose keys are the secret LAKEWARDEN_* variables (database URL,
+    # ...): a driver pod gets them by reference, never by value on a command line.
+    kubernetes_secret: str | None = None
+    # A submitted application refused as fenced (its leader was deposed) tries to report
+    # for this long while a new leader re-attaches it, then leaves the verdict to that leader.
+    application_report_deadline_s: float = 120.0
     # Start Spark when the scheduler starts (standbys too), so a job or failover finds it warm.
     spark_warmup: bool = True
     sweep_interval_s: float = 60.0  # how often the leader looks for due TTL/clean work

@@ -1,0 +1,185 @@
+"""`lakewarden.spark.submit`: the spark-submit command line of a submitted application,
+pure. A secret (in LAKEWARDEN_SPARK_CONF, the database or catalog URL) never reaches it,
+and is masked if one is forced in; Kubernetes gets references to a Secret, not values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lakewarden.settings import Settings
+from lakewarden.spark.submit import (
+    driver_pod_name,
+    kubernetes_argv,
+    masked,
+    secrets_of,
+    settings_env,
+    submit_argv,
+)
+
+DB = "postgresql+psycopg://lw:DB-pw-123@127.0.0.1:5432/lw"
+SECRETS = ("S3-secret-value", "S3-access-value", "CATALOG-pw-456", "DB-pw-123")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    jar = tmp_path / "x.jar"
+    jar.write_text("")
+    # As an operator sets it: in the environment.
+    monkeypatch.setenv(
+        "LAKEWARDEN_SPARK_CONF",
+        json.dumps(
+            {
+                "spark.hadoop.fs.s3a.secret.key": "S3-secret-value",
+                "spark.hadoop.fs.s3a.access.key": "S3-access-value",
+                "spark.executor.cores": "2",
+            }
+        ),
+    )
+    return Settings(
+        data_dir=tmp_path,
+        spark_jars=str(jar),
+        database_url=DB,
+        catalog_database_url="postgresql://cat:CATALOG-pw-456@127.0.0.1:5432/cat",
+        application_driver_memory="512m",
+    )
+
+
+def _argv(settings: Settings, **kw: object) -> list[str]:
+    return submit_argv(
+        settings,
+        DB,
+        spark_submit="/spark/bin/spark-submit",
+        entry="/app/lakewarden/application.py",
+        python="/venv/bin/python",
+        task_id=12,
+        attempt=2,
+        group="lakewarden-task-12-2",
+        **kw,
+    ).argv
+
+
+def _confs(argv: list[str]) -> dict[str, str]:
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf")
+
+
+def test_argv_runs_the_entry_for_one_attempt_with_every_launch_setting(settings: Settings) -> None:
+    argv = _argv(settings)
+    assert argv[:9] == [
+        "/spark/bin/spark-submit",
+        "--master",
+        "local[2]",
+        "--deploy-mode",
+        "client",
+        "--name",
+        "lakewarden-task-12-2",
+        "--driver-memory",
+        "512m",
+    ]
+    assert argv[-5:] == ["/app/lakewarden/application.py", "--task-id", "12", "--attempt", "2"]
+    conf = _confs(argv)
+    assert conf["spark.executor.cores"] == "2"
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
+    assert conf["spark.pyspark.driver.python"] == "/venv/bin/python"
+    assert "spark.master" not in conf and "spark.app.name" not in conf
+
+
+def test_no_secret_from_the_environment_reaches_the_argv(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "\0".join(_argv(settings))
+    for secret in SECRETS:
+        assert secret not in text
+    assert "fs.s3a.secret.key" not in text and "jdbc.password" not in text
+    # ...while the child's environment carries them (owner-only /proc/<pid>/environ).
+    env = settings_env(settings, DB)
+    assert env["LAKEWARDEN_DATABASE_URL"] == DB
+    assert "S3-secret-value" in env["LAKEWARDEN_SPARK_CONF"]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert Settings() == settings  # the child reads back the very same settings
+
+
+def test_masked_hides_a_secret_forced_into_the_argv(settings: Settings) -> None:
+    argv = [
+        *_argv(settings),
+        "--conf",
+        "spark.hadoop.fs.s3a.secret.key=S3-secret-value",
+        "--conf",
+        "spark.sql.catalog.x.uri=jdbc:postgresql://u:CATALOG-pw-456@h/db",
+        "--conf",
+        "spark.whatever=DB-pw-123",
+    ]
+    shown = masked(argv, secrets_of(settings, DB))
+    text = " ".join(shown)
+    for secret in SECRETS[:1] + SECRETS[2:]:
+        assert secret not in text
+    assert "spark.hadoop.fs.s3a.secret.key=***" in shown
+    assert shown[:9] == argv[:9]  # the rest stays readable
+
+
+def test_kubernetes_cluster_mode_knows_its_submission_id_and_refers_to_secrets(
+    settings: Settings,
+) -> None:
+    k8s = settings.model_copy(
+        update={
+            "application_master": "k8s://https://kube:6443",
+            "application_deploy_mode": "cluster",
+            "kubernetes_image": "lakewarden:1",
+            "kubernetes_namespace": "lake",
+            "kubernetes_secret": "lakewarden-env",
+        }
+    )
+    sub = submit_argv(
+        k8s,
+        DB,
+        spark_submit="spark-submit",
+        entry="/app/lakewarden/application.py",
+        python="python",
+        task_id=12,
+        attempt=2,
+        group="lakewarden-task-12-2",
+    )
+    assert sub.submission_id == "lake:lakewarden-task-12-2-driver"
+    conf = _confs(sub.argv)
+    assert conf["spark.kubernetes.driver.pod.name"] == "lakewarden-task-12-2-driver"
+    assert conf["spark.kubernetes.container.image"] == "lakewarden:1"
+    assert (
+        conf["spark.kubernetes.driver.secretKeyRef.LAKEWARDEN_DATABASE_URL"]
+        == "lakewarden-env:LAKEWARDEN_DATABASE_URL"
+    )
+    assert conf["spark.kubernetes.driverEnv.LAKEWARDEN_KUBERNETES_NAMESPACE"] == "lake"
+    assert "local:///app/lakewarden/application.py" in sub.argv
+    text = "\0".join(sub.argv)
+    for secret in SECRETS:
+        assert secret not in text
+    assert kubernetes_argv(
+        "spark-submit", "k8s://https://kube:6443", "kill", sub.submission_id
+    ) == [
+        "spark-submit",
+        "--master",
+        "k8s://https://kube:6443",
+        "--kill",
+        "lake:lakewarden-task-12-2-driver",
+    ]
+
+
+def test_a_secret_needs_a_kubernetes_secret_to_refer_to(settings: Settings) -> None:
+    k8s = settings.model_copy(
+        update={"application_master": "k8s://https://kube:6443", "kubernetes_image": "i"}
+    )
+    with pytest.raises(ValueError, match="kubernetes_secret"):
+        _argv(k8s)
+
+
+def test_cluster_mode_is_refused_off_kubernetes(settings: Settings) -> None:
+    with pytest.raises(ValueError, match="Kubernetes"):
+        _argv(settings.model_copy(update={"application_deploy_mode": "cluster"}))
+
+
+def test_driver_pod_names_are_dns_labels() -> None:
+    name = driver_pod_name("LakeWarden_task-" + "9" * 80)
+    assert len(name) <= 63 and name.endswith("-driver")
+    assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
