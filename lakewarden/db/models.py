@@ -265,7 +265,11 @@ class JobRun(Base):
     """One attempt at executing a planned task on Spark."""
 
     __tablename__ = "job_runs"
-    __table_args__ = (UniqueConstraint("task_id", "attempt"), _one_of("state", RunState))
+    __table_args__ = (
+        UniqueConstraint("task_id", "attempt"),
+        _one_of("state", RunState),
+        CheckConstraint("mode IN ('session', 'application')", name="mode"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
@@ -282,6 +286,13 @@ class JobRun(Base):
     committed_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     error: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
+    # "session" (the scheduler's warm session) or "application" (spark-submit: below).
+    mode: Mapped[str] = mapped_column(String(16), server_default="session")
+    master: Mapped[str | None] = mapped_column(String(255))
+    deploy_mode: Mapped[str | None] = mapped_column(String(16))
+    # Kubernetes: "<namespace>:<driver pod>"; a local process: "pid:<host>:<pid>".
+    submission_id: Mapped[str | None] = mapped_column(String(255))
+    heartbeat_at: Mapped[datetime | None]  # the application's, while it runs
 
 
 class LeaderLease(Base):

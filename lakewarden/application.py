@@ -1,0 +1,193 @@
+"""One job as its own Spark application: spark-submit's primary resource.
+
+    spark-submit ... lakewarden/application.py --task-id N --attempt A
+
+(`lakewarden.spark.submit` builds that command line; `services.scheduler.applications`
+launches and tracks it.) Settings come from the `LAKEWARDEN_*` environment, secrets
+included (never from the command line). The application loads its run, builds its own
+Spark session named after the job group, stores its app id at once, heartbeats on its
+job_runs row, runs the job (`lakewarden.execute.run_job`) and records the outcome itself.
+
+Fenced: the outcome is written under the fence of the leader its run is *currently*
+assigned to (job_runs' scheduler id and epoch). A deposed leader's epoch is refused; while
+the assignment names a lease that is not live, the application waits for a new leader to
+re-attach it (which moves the assignment to its own epoch), up to
+`application_report_deadline_s`. Past that it gives up (exit 3) and the leader judges the
+run from the table's commits (`find_commit`): a committed job is never run again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    # Run as a script, this file's directory (lakewarden/) would come first on sys.path and
+    # its modules (settings, catalog, ...) would shadow top-level ones: drop it.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+
+import argparse
+import logging
+import threading
+import time
+
+from sqlalchemy import func, select, text, update
+
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.execute import Job, run_job
+from lakewarden.leader import Fence
+from lakewarden.redact import RedactingFilter, secrets_of
+from lakewarden.runtime import Runtime, make_runtime
+from lakewarden.states import RunState, TaskState
+from lakewarden.tables import ref_of
+from lakewarden.tasks.runs import finish_run
+
+log = logging.getLogger("lakewarden.application")
+
+# Exit codes the scheduler reads.
+REPORTED, NOTHING_TO_DO, NOT_REPORTED = 0, 2, 3
+
+
+def load_job(rt: Runtime, task_id: int, attempt: int) -> Job | None:
+    """The attempt to run, if its run is still running (None: cancelled or judged meanwhile)."""
+    with transaction(rt.engine) as s:
+        run = s.scalars(
+            select(JobRun).where(JobRun.task_id == task_id, JobRun.attempt == attempt)
+        ).one_or_none()
+        task = s.get(Task, task_id)
+        if run is None or task is None or run.state != RunState.RUNNING:
+            return None
+        if task.state != TaskState.RUNNING or task.attempt != attempt:
+            return None
+        row = s.get(ManagedTable, task.table_id)
+        if row is None:
+            return None
+        return Job(
+            task_id, attempt, task.kind, row.catalog, ref_of(row), dict(task.plan or {}), task.pool
+        )
+
+
+def assigned_fence(rt: Runtime, task_id: int, attempt: int) -> tuple[Fence, bool]:
+    """The fence of the leader the run is assigned to now, and whether that lease is live
+    (held by that leader at that epoch, by the database's clock)."""
+    with transaction(rt.engine) as s:
+        holder, epoch, live = s.execute(
+            select(
+                JobRun.scheduler_id,
+                JobRun.leader_epoch,
+                text(
+                    "EXISTS (SELECT 1 FROM leader_lease l WHERE l.name = :lease "
+                    "AND l.holder = job_runs.scheduler_id AND l.epoch = job_runs.leader_epoch "
+                    "AND l.expires_at > now())"
+                ).bindparams(lease=DBLocks.SCHEDULER_LEASE),
+            ).where(JobRun.task_id == task_id, JobRun.attempt == attempt)
+        ).one()
+    return Fence(DBLocks.SCHEDULER_LEASE, holder, int(epoch)), bool(live)
+
+
+def fence_waiting_for_leader(
+    rt: Runtime, task_id: int, attempt: int, deadline_s: float, poll_s: float = 0.5
+) -> Fence:
+    """The run's current fence, once its lease is live (a new leader re-attached the run
+    after a failover), or as it stands at the deadline: `finish_run` then refuses it."""
+    until = time.monotonic() + deadline_s
+    while True:
+        fence, live = assigned_fence(rt, task_id, attempt)
+        if live or time.monotonic() >= until:
+            if not live:
+                log.warning(
+                    "task %d: its leader %s (epoch %d) is gone and no leader re-attached it "
+                    "within %.0fs",
+                    task_id,
+                    fence.holder,
+                    fence.epoch,
+                    deadline_s,
+                )
+            return fence
+        time.sleep(poll_s)
+
+
+class Heartbeat(threading.Thread):
+    """Keeps the run's heartbeat_at fresh: how a new leader tells a live application from a
+    dead one without asking the process that launched it (gone after a failover)."""
+
+    def __init__(self, rt: Runtime, task_id: int, attempt: int) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.rt, self.task_id, self.attempt = rt, task_id, attempt
+        self.stop = threading.Event()
+
+    def beat(self) -> None:
+        with transaction(self.rt.engine) as s:
+            s.execute(
+                update(JobRun)
+                .where(
+                    JobRun.task_id == self.task_id,
+                    JobRun.attempt == self.attempt,
+                    JobRun.state == RunState.RUNNING,
+                )
+                .values(heartbeat_at=func.now())
+            )
+
+    def run(self) -> None:
+        while not self.stop.wait(self.rt.settings.heartbeat_interval_s):
+            try:
+                self.beat()
+            except Exception:
+                log.exception("heartbeat failed")
+
+
+def run_application(rt: Runtime, task_id: int, attempt: int) -> int:
+    job = load_job(rt, task_id, attempt)
+    if job is None:
+        log.info("task %d attempt %d: no longer running, nothing to do", task_id, attempt)
+        return NOTHING_TO_DO
+    heartbeat = Heartbeat(rt, task_id, attempt)
+    heartbeat.beat()
+    heartbeat.start()
+    deadline_s = rt.settings.application_report_deadline_s
+
+    def fence() -> Fence:
+        return fence_waiting_for_leader(rt, task_id, attempt, deadline_s)
+
+    try:
+        try:
+            from lakewarden.spark.session import build_session
+
+            spark = build_session(rt.settings, rt.db_url, job.group)
+        except Exception as exc:
+            log.exception("task %d: no Spark session", task_id)
+            state = finish_run(rt, fence(), task_id, attempt, error=exc)
+        else:
+            try:
+                state = run_job(rt, spark, fence, job)
+            finally:
+                spark.stop()
+    finally:
+        heartbeat.stop.set()
+    log.info("task %d attempt %d: %s", task_id, attempt, state)
+    return NOT_REPORTED if state == "fenced" else REPORTED
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lakewarden.application", description=__doc__)
+    parser.add_argument("--task-id", type=int, required=True)
+    parser.add_argument("--attempt", type=int, required=True)
+    args = parser.parse_args(argv)
+    rt = make_runtime("application")
+    logging.basicConfig(
+        level=rt.settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+    )
+    for noisy in ("py4j", "httpx", "httpcore", "pyiceberg"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    redacting = RedactingFilter(secrets_of(rt.settings, rt.db_url))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redacting)
+    return run_application(rt, args.task_id, args.attempt)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
