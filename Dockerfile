@@ -1,28 +1,35 @@
-# lakewarden: one image for every role (migrate | api | worker | scheduler | demo).
+# lakewarden images. Two targets from one file:
+#
+#   full (the default, last stage): every role (migrate | api | worker | scheduler | demo),
+#        with Java, PySpark (extra `spark`), the embedded Postgres (extra `embedded`, for
+#        `demo` alone) and the Iceberg runtime jars baked in, assembled at build time from
+#        PyPI wheels and Debian packages (lakewarden/spark/jars.py): a scheduler needs no
+#        Maven at run time and works air-gapped. Also the Spark standalone master/worker
+#        (`spark-class`) of docker-compose.yml.
+#   slim: api, worker and migrate only: no Java, no PySpark (several hundred MB smaller). The
+#        api and worker never start Spark; the scheduler needs the full image.
 #
 #   docker build -t lakewarden:0.1.0 .
+#   docker build --target slim -t lakewarden-slim:0.1.0 .
 #   docker run --rm -e LAKEWARDEN_DATABASE_URL=... lakewarden:0.1.0 migrate
 #   docker run --rm -p 8080:8080 -e LAKEWARDEN_DATABASE_URL=... lakewarden:0.1.0   # api
 #
-# The scheduler runs PySpark in-process, so the image carries a Java 17 JRE and
-# Debian's PostgreSQL JDBC driver (/usr/share/java/postgresql.jar) for the
-# Iceberg JDBC catalog.
-FROM python:3.11-slim-bookworm
+# One Dockerfile with targets rather than a build argument: both images share the base
+# layers (user, sources), and which image a role needs is a name, not a flag to remember.
+FROM python:3.11-slim-bookworm AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 
-# openjdk's postinst writes man-page alternatives; slim images drop /usr/share/man.
-# hadolint ignore=DL3008
-RUN mkdir -p /usr/share/man/man1 \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends \
-        openjdk-17-jre-headless \
-        libpostgresql-jdbc-java \
-        procps \
-    && rm -rf /var/lib/apt/lists/*
+# Non-root runtime user. /warehouse is created here, owned by that user, so a
+# fresh named volume mounted on it inherits the ownership.
+RUN groupadd --system --gid 10001 lakewarden \
+    && useradd --system --uid 10001 --gid lakewarden --create-home \
+        --home-dir /home/lakewarden --shell /usr/sbin/nologin lakewarden \
+    && mkdir -p /warehouse /var/lib/lakewarden \
+    && chown lakewarden:lakewarden /warehouse /var/lib/lakewarden
 
 WORKDIR /app
 
@@ -34,25 +41,77 @@ COPY lakewarden/ lakewarden/
 COPY services/ services/
 COPY migrations/ migrations/
 
-RUN pip install --no-cache-dir . \
-    && rm -rf build ./*.egg-info
-
-# Non-root runtime user. /warehouse is created here, owned by that user, so a
-# fresh named volume mounted on it inherits the ownership.
-RUN groupadd --system --gid 10001 lakewarden \
-    && useradd --system --uid 10001 --gid lakewarden --create-home \
-        --home-dir /home/lakewarden --shell /usr/sbin/nologin lakewarden \
-    && mkdir -p /warehouse /var/lib/lakewarden \
-    && chown lakewarden:lakewarden /warehouse /var/lib/lakewarden
-
 ENV LAKEWARDEN_DATA_DIR=/var/lib/lakewarden \
     LAKEWARDEN_API_HOST=0.0.0.0 \
     LAKEWARDEN_API_PORT=8080
 
+
+# --- jars: the offline Iceberg assembly, built once here and copied into `full` -----------
+FROM base AS jars
+
+# Java runs jarjar; Debian's HttpClient 5 and the PostgreSQL JDBC driver go into the assembly.
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends \
+        openjdk-17-jre-headless \
+        libjarjar-java \
+        libhttpclient5-java \
+        libhttpcore5-java \
+        libpostgresql-jdbc-java \
+    && rm -rf /var/lib/apt/lists/*
+
+# The wheels carrying Apache Iceberg 1.10.2 and Jackson 2.18 (as scripts/setup.sh installs).
+RUN pip install --no-cache-dir . \
+    && pip install --no-cache-dir --no-deps \
+        "snowpark-connect-deps-iceberg==1.0.3" "snowpark-connect-deps-2==3.56.7"
+
+# The same assembly `lakewarden jars` builds, into /opt/lakewarden/jars; the runtime jar is
+# copied out of its wheel so that the wheels stay behind in this stage.
+RUN python -c "import shutil; from pathlib import Path; from lakewarden.spark.jars import offline_assembly; out = Path('/opt/lakewarden/jars'); runtime, *_ = offline_assembly(out); shutil.copy(runtime, out)" \
+    && ls -l /opt/lakewarden/jars
+
+
+# --- slim: api, worker, migrate ---------------------------------------------------------------
+FROM base AS slim
+
+RUN pip install --no-cache-dir . \
+    && rm -rf build ./*.egg-info
+
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["lakewarden"]
+CMD ["api"]
+
+
+# --- full (default): every role, Spark included -----------------------------------------------
+FROM base AS full
+
+# openjdk's postinst writes man-page alternatives; slim images drop /usr/share/man.
+# Debian's PostgreSQL JDBC driver (/usr/share/java/postgresql.jar): the Iceberg JDBC catalog.
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends \
+        openjdk-17-jre-headless \
+        libpostgresql-jdbc-java \
+        procps \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN pip install --no-cache-dir ".[spark,embedded]" \
+    && rm -rf build ./*.egg-info
+
+COPY --from=jars /opt/lakewarden/jars/ /opt/lakewarden/jars/
+
+# Explicit jars come first in lakewarden's resolution order (lakewarden/spark/jars.py), so
+# nothing is fetched or rebuilt at run time. tests/deploy checks these names against jars.py.
+ENV LAKEWARDEN_SPARK_JARS=/opt/lakewarden/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar,/opt/lakewarden/jars/iceberg-shaded-jackson-2.18.8.jar,/opt/lakewarden/jars/iceberg-shaded-httpclient5.jar,/usr/share/java/postgresql.jar
+
 USER 10001:10001
 
-# api; 4040 is the scheduler's optional Spark UI.
-EXPOSE 8080 4040
+# api; 4040 is the scheduler's optional Spark UI; 7077 and 8081 the Spark standalone
+# master's and worker's (docker-compose.yml).
+EXPOSE 8080 4040 7077 8081
 
 ENTRYPOINT ["lakewarden"]
 CMD ["api"]

@@ -8,6 +8,7 @@ one is on PATH, else with the Helm Go SDK through `helm_python` (PyPI
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -47,17 +48,58 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def test_dockerfile_base_runtime_and_entrypoint() -> None:
-    instr = dockerfile_instructions()
-    assert instr[0] == ("FROM", "python:3.11-slim-bookworm")
-    runs = " ".join(rest for op, rest in instr if op == "RUN")
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """Each build stage's instructions, by the stage's name."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for op, rest in dockerfile_instructions():
+        if op == "FROM":
+            current = []
+            stages[rest.split(" AS ")[-1].strip()] = current
+        current.append((op, rest))
+    return stages
+
+
+def test_dockerfile_targets() -> None:
+    """`full` (the default: the last stage) runs every role; `slim` api, worker, migrate."""
+    stages = dockerfile_stages()
+    assert list(stages) == ["base", "jars", "slim", "full"]
+    assert stages["base"][0] == ("FROM", "python:3.11-slim-bookworm AS base")
+    for target in ("slim", "full"):
+        instr = stages[target]
+        assert instr[0] == ("FROM", f"base AS {target}")
+        assert ("ENTRYPOINT", '["lakewarden"]') in instr
+        assert [rest for op, rest in instr if op == "CMD"][-1] == '["api"]'
+        user = [rest for op, rest in instr if op == "USER"][-1]
+        assert user.split(":")[0] not in {"root", "0"}
+    slim_runs = " ".join(rest for op, rest in stages["slim"] if op == "RUN")
+    assert "pip install --no-cache-dir ." in slim_runs
+    assert "openjdk" not in slim_runs and "[spark" not in slim_runs
+    full_runs = " ".join(rest for op, rest in stages["full"] if op == "RUN")
     for pkg in ("openjdk-17-jre-headless", "libpostgresql-jdbc-java"):
-        assert pkg in runs
-    assert "pip install --no-cache-dir ." in runs
-    assert ("ENTRYPOINT", '["lakewarden"]') in instr
-    assert [rest for op, rest in instr if op == "CMD"][-1] == '["api"]'
-    user = [rest for op, rest in instr if op == "USER"][-1]
-    assert user.split(":")[0] not in {"root", "0"}
+        assert pkg in full_runs
+    assert 'pip install --no-cache-dir ".[spark,embedded]"' in full_runs
+
+
+def test_dockerfile_bakes_the_iceberg_jars_it_names() -> None:
+    """The jars stage runs the offline assembly; the full image's LAKEWARDEN_SPARK_JARS names
+    exactly what that assembly builds (lakewarden/spark/jars.py), so no Maven at run time."""
+    from lakewarden.spark import jars
+
+    stages = dockerfile_stages()
+    jar_runs = " ".join(rest for op, rest in stages["jars"] if op == "RUN")
+    assert "offline_assembly" in jar_runs and "libjarjar-java" in jar_runs
+    assert ("COPY", "--from=jars /opt/lakewarden/jars/ /opt/lakewarden/jars/") in stages["full"]
+    env = " ".join(rest for op, rest in stages["full"] if op == "ENV")
+    named = re.search(r"LAKEWARDEN_SPARK_JARS=(\S+)", env)
+    assert named is not None
+    assert named.group(1).split(",") == [
+        f"/opt/lakewarden/jars/{jars.ICEBERG_RUNTIME}",
+        f"/opt/lakewarden/jars/iceberg-shaded-jackson-{jars.JACKSON_VERSION}.jar",
+        "/opt/lakewarden/jars/iceberg-shaded-httpclient5.jar",
+        *jars.PG_JDBC_CANDIDATES,
+    ]
+    assert "SPARK_PACKAGES" not in DOCKERFILE.read_text()
 
 
 def test_dockerfile_copies_existing_paths() -> None:
@@ -80,10 +122,11 @@ def compose() -> dict[str, Any]:
 
 
 def lakewarden_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The services that run the `lakewarden` entrypoint (not Spark's, not the writer)."""
     return {
         name: svc
         for name, svc in compose["services"].items()
-        if str(svc.get("image", "")).startswith("lakewarden") or "build" in svc
+        if str(svc.get("image", "")).startswith("lakewarden") and "entrypoint" not in svc
     }
 
 
@@ -95,6 +138,8 @@ def test_compose_services_run_known_subcommands(compose: dict[str, Any]) -> None
         assert isinstance(command, list) and command, name
         assert command[0] in SUBCOMMANDS, f"{name} runs unknown sub-command {command[0]!r}"
         assert command[0] == name
+    images = {svc.get("image") for svc in compose["services"].values() if "build" in svc}
+    assert images == {"lakewarden:0.1.0"}, "one image, built once, for every service"
 
 
 def test_compose_dependencies_and_health(compose: dict[str, Any]) -> None:
@@ -115,7 +160,46 @@ def test_compose_dependencies_and_health(compose: dict[str, Any]) -> None:
     api = services["api"]
     assert "/readyz" in " ".join(api["healthcheck"]["test"])
     assert all(":" not in str(p) for p in api["ports"]), "replicas cannot share a host port"
+    for role in ("worker", "scheduler"):
+        assert services[role]["healthcheck"]["test"][1:] == ["lakewarden", "check", "--role", role]
     assert {"pgdata", "warehouse"} <= set(compose["volumes"])
+
+
+def test_compose_spark_standalone_cluster(compose: dict[str, Any]) -> None:
+    """Master and worker from the image's PySpark; the schedulers use them."""
+    services = compose["services"]
+    master, worker = services["spark-master"], services["spark-worker"]
+    for svc in (master, worker):
+        assert svc["entrypoint"] == ["spark-class"]
+        assert "warehouse:/warehouse" in svc["volumes"]  # executors write the data files
+    assert master["command"][0] == "org.apache.spark.deploy.master.Master"
+    port = master["command"][master["command"].index("--port") + 1]
+    assert worker["command"][:2] == [
+        "org.apache.spark.deploy.worker.Worker",
+        f"spark://spark-master:{port}",
+    ]
+    assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    env = compose["x-lakewarden-env"]
+    assert env["LAKEWARDEN_SPARK_MASTER"] == f"spark://spark-master:{port}"
+    assert services["scheduler"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    # Jars come from the image, never from Maven (air-gapped).
+    assert "LAKEWARDEN_SPARK_PACKAGES" not in env
+
+
+def test_compose_writer(compose: dict[str, Any]) -> None:
+    writer = compose["services"]["writer"]
+    assert writer["entrypoint"] == ["python", "/scripts/demo_writer.py"]
+    host_path = writer["volumes"][1].split(":")[0]
+    assert (ROOT / host_path).is_file()
+    assert writer["restart"] == "no"
+    assert writer["depends_on"]["api"]["condition"] == "service_healthy"
+    assert writer["environment"]["LAKEWARDEN_API_URL"] == "http://api:8080"
+    env = {k: v for k, v in writer["environment"].items() if k != "LAKEWARDEN_API_URL"}
+    assert env == compose["x-lakewarden-env"]
+    from scripts import demo_writer
+
+    args = demo_writer.build_parser().parse_args(writer["command"])
+    assert args.commits > args.min_small_files  # enough small files to trigger a compaction
 
 
 def test_compose_env_is_shared_and_prefixed(compose: dict[str, Any]) -> None:
@@ -127,6 +211,7 @@ def test_compose_env_is_shared_and_prefixed(compose: dict[str, Any]) -> None:
     assert re.match(r"postgresql\+psycopg://[^@]+@postgres:5432/", env["LAKEWARDEN_DATABASE_URL"])
     assert env["LAKEWARDEN_WAREHOUSE"] == "file:///warehouse"
     assert "x-lakewarden-env" in compose
+    json.loads(env["LAKEWARDEN_SPARK_CONF"])  # the settings parse it as JSON
 
 
 def _compose_command() -> list[str] | None:
