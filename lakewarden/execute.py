@@ -96,6 +96,9 @@ def run_job(
             spark._jsparkSession
         )
         spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+        # The job's lakewarden pool is its Spark FAIR pool: concurrent jobs share the
+        # session's cores pool by pool (a thread-local property, like the job group).
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.pool)
         try:
             runner = get_kind(job.kind).run
         except KeyError as exc:

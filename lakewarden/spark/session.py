@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape
 
 from lakewarden.catalog import CatalogEntry, default_entry, jdbc_params
 from lakewarden.redact import is_secret_key
@@ -115,6 +117,10 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         # Timestamps in plans are UTC; so is every literal lakewarden builds.
         "spark.sql.session.timeZone": "UTC",
+        # Several jobs share the scheduler's one session: each lakewarden pool is a Spark
+        # pool (lakewarden.execute sets spark.scheduler.pool), and pools share the cores
+        # fairly instead of the first job's tasks holding them all (FIFO).
+        "spark.scheduler.mode": "FAIR",
     }
     conf.update(catalog_conf(default_entry(settings, control_plane_url)))
     if settings.spark_master.startswith("local"):
@@ -130,6 +136,26 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
     return conf
 
 
+def fair_pools_xml(pools: list[str]) -> str:
+    """Spark's FAIR allocation file: every pool FAIR inside too, so two jobs of one pool
+    share its cores rather than queue. A pool not listed (one named only by a policy) is
+    made by Spark when first used, FIFO inside."""
+    body = "".join(
+        f'  <pool name="{escape(p, {chr(34): "&quot;"})}"><schedulingMode>FAIR</schedulingMode>'
+        "<weight>1</weight><minShare>0</minShare></pool>\n"
+        for p in pools
+    )
+    return f'<?xml version="1.0"?>\n<allocations>\n{body}</allocations>\n'
+
+
+def write_fair_pools(settings: Settings) -> Path:
+    """Write the allocation file of the known pools (`default` and those of pool_limits)."""
+    path = settings.data_dir / "spark" / "fair-pools.xml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(fair_pools_xml(sorted({"default", *settings.pool_limits})))
+    return path
+
+
 def build_session(settings: Settings, control_plane_url: str, app_name: str) -> SparkSession:
     try:
         from pyspark.sql import SparkSession
@@ -140,9 +166,15 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
             "(the scheduler, the demo)"
         ) from exc
 
-    os.environ.setdefault("PYSPARK_PIN_THREAD", "true")  # job groups follow Python threads
+    # Job groups and the pool (local properties) must follow Python threads: PySpark's
+    # default since 3.2, forced, since with it off concurrent jobs would set each other's
+    # (a py4j connection thread serves whichever Python thread calls).
+    os.environ["PYSPARK_PIN_THREAD"] = "true"
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, control_plane_url).items():
+    conf = spark_conf(settings, control_plane_url)
+    if "spark.scheduler.allocation.file" not in conf:
+        conf["spark.scheduler.allocation.file"] = str(write_fair_pools(settings))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.appName(app_name).getOrCreate()
     # Only now, on the running session: never on spark-submit's command line. Set before

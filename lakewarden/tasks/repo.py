@@ -16,6 +16,7 @@ from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
 from lakewarden.states import HELD_TASK_STATES, OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tasks.states import can_transition, sources_of
+from lakewarden.tasks.wakeup import announce
 
 
 class TransitionRejected(RuntimeError):
@@ -86,6 +87,7 @@ def create_task(
             )
         )
         session.flush()
+        announce(session, TaskState.PENDING)  # a worker waiting for work wakes at commit
     return new_id
 
 
@@ -153,6 +155,8 @@ def transition(
             leader_epoch=fence.epoch if fence else None,
         )
     )
+    if to in (TaskState.PENDING, TaskState.PLANNED):
+        announce(session, to)  # the worker (pending) or scheduler (planned) wakes at commit
     session.flush()
     session.refresh(task)
     return task
@@ -187,6 +191,20 @@ def claim_for_planning(session: Session, worker_id: str) -> Task | None:
     if task_id is None:
         return None
     return session.get(Task, task_id, populate_existing=True)
+
+
+_NEXT_PENDING_DUE = text(
+    f"""
+    SELECT extract(epoch FROM min(not_before) - now()) FROM tasks
+    WHERE {sql_in("state", TaskState.PENDING)} AND not_before > now()
+    """
+)
+
+
+def next_pending_due_in(session: Session) -> float | None:
+    """Seconds until the earliest pending task waiting out a backoff becomes claimable."""
+    due = session.execute(_NEXT_PENDING_DUE).scalar()
+    return None if due is None else float(due)
 
 
 def heartbeat(session: Session, task_id: int, holder: str) -> bool:

@@ -1,10 +1,14 @@
-"""The worker loop: claim → heartbeat → plan → planned | skipped, one task at a time."""
+"""The worker loop: claim → heartbeat → plan → planned | skipped, one task at a time.
+
+Idle, it sleeps until a task becomes pending (a NOTIFY: lakewarden.tasks.wakeup), a retry's
+backoff ends, or the poll fallback (worker_poll_interval_s) comes round."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,12 +19,14 @@ from lakewarden.backoff import retry_delay_s
 from lakewarden.catalog import load_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
+from lakewarden.events.listener import libpq_url
 from lakewarden.kinds import get_kind
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
+from lakewarden.tasks.wakeup import TaskWakeup
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,7 @@ class Worker:
         self.rt = rt
         self.stop = threading.Event()
         self.current_task: int | None = None
+        self.wake = threading.Event()  # a task became pending (lakewarden.tasks.wakeup)
 
     def _beat(self) -> None:
         process.beat(self.rt, self.current_task)
@@ -117,16 +124,35 @@ class Worker:
 
     def serve(self) -> None:
         Ticker("heartbeat", self.rt.settings.heartbeat_interval_s, self._beat, self.stop).start()
+        TaskWakeup(libpq_url(self.rt.db_url), {TaskState.PENDING: self.wake}, self.stop).start()
         log.info("worker %s started", self.rt.process_id)
         while not self.stop.is_set():
+            self.wake.clear()  # before looking: a wake-up while we look is kept
             try:
                 claimed = self.run_once()
             except Exception:
                 log.exception("worker loop error")
                 claimed = False
             if not claimed:
-                self.stop.wait(self.rt.settings.worker_poll_interval_s)
+                self._wait_for_work()
         process.forget(self.rt)
+
+    def _wait_for_work(self) -> None:
+        """Sleep until a task becomes pending, the earliest retry's backoff ends, or the
+        poll fallback; looks at stop each second."""
+        wait = self.rt.settings.worker_poll_interval_s
+        try:
+            with transaction(self.rt.engine) as s:
+                due = repo.next_pending_due_in(s)
+            if due is not None:
+                wait = min(wait, max(0.0, due))
+        except Exception:
+            log.exception("could not read when the next retry is due")
+        deadline = time.monotonic() + wait
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.wake.wait(min(1.0, left)):
+                return
 
 
 def main(rt: Runtime) -> None:
