@@ -41,6 +41,7 @@ from lakewarden.states import RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
+from services.scheduler.applications import APPLICATION, SESSION, Applications, mode_of
 from services.scheduler.health_watch import measure_due_tables
 from services.scheduler.runs import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
@@ -79,6 +80,9 @@ _NEXT_PLANNED = text(
       AND (SELECT count(*) FROM tasks p
            WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
           < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
+      -- not a pool whose execution mode (pool_modes) this scheduler has no room for
+      AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, 'session')
+          <> ALL(CAST(:full_modes AS text[]))
     ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
@@ -111,6 +115,8 @@ class Scheduler:
             max_workers=rt.settings.max_concurrent_jobs, thread_name_prefix="job"
         )
         self.inflight: dict[int, Inflight] = {}
+        # Jobs of application-mode pools (pool_modes): each its own Spark application.
+        self.applications = Applications(rt)
         self._spark: SparkSession | None = None
         self._spark_lock = threading.Lock()
         self.tickers: list[Ticker] = []
@@ -164,7 +170,11 @@ class Scheduler:
         if fence is None:
             return
         returned = abandon_orphans(
-            self.rt, fence, self.rt.settings.stale_after_s, set(self.inflight)
+            self.rt,
+            fence,
+            self.rt.settings.stale_after_s,
+            set(self.inflight),
+            applications=self.applications,
         )
         if returned:
             log.info("returned %d orphaned task(s) to pending", returned)
@@ -205,12 +215,25 @@ class Scheduler:
     # --- dispatch --------------------------------------------------------------
     def dispatch_once(self) -> bool:
         fence = self.leading()
-        if fence is None or len(self.inflight) >= self.rt.settings.max_concurrent_jobs:
+        full_modes = [
+            mode
+            for mode, full in (
+                (SESSION, len(self.inflight) >= self.rt.settings.max_concurrent_jobs),
+                (APPLICATION, not self.applications.has_room()),
+            )
+            if full
+        ]
+        if fence is None or len(full_modes) == 2:
             return False
         try:
             with transaction(self.rt.engine) as s:
                 pick = s.execute(
-                    _NEXT_PLANNED, {"pool_limits": json.dumps(self.rt.settings.pool_limits)}
+                    _NEXT_PLANNED,
+                    {
+                        "pool_limits": json.dumps(self.rt.settings.pool_limits),
+                        "pool_modes": json.dumps(self.rt.settings.pool_modes),
+                        "full_modes": full_modes,
+                    },
                 ).one_or_none()
                 if pick is None:
                     return False
@@ -266,6 +289,7 @@ class Scheduler:
                         scheduler_id=self.rt.process_id,
                         leader_epoch=fence.epoch,
                         spark_job_group=job.group,
+                        mode=mode_of(self.rt.settings, job.pool),
                     )
                 )
                 timeout_s = effective_policy_for(s, row).for_kind(job.kind).timeout_minutes * 60
@@ -275,6 +299,9 @@ class Scheduler:
         log.info(
             "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
         )
+        if mode_of(self.rt.settings, job.pool) == APPLICATION:
+            self.applications.launch(fence, job, timeout_s)
+            return True
         future = self.pool.submit(self._run_job, fence, job)
         self.inflight[task_id] = Inflight(future, job.group, timeout_s)
         future.add_done_callback(functools.partial(self._forget, task_id))
@@ -369,6 +396,7 @@ class Scheduler:
         while not self.stop.is_set():
             try:
                 self.cancel_requested_jobs()
+                self.applications.poll(self.leading())
                 while self.dispatch_once():
                     pass
             except Exception:

@@ -13,16 +13,26 @@ from lakewarden.leader import Fence, FencedOut
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
+from services.scheduler.applications import Applications, reattach
 
 log = logging.getLogger(__name__)
 
 
-def abandon_orphans(rt: Runtime, fence: Fence, stale_after_s: float, inflight: set[int]) -> int:
+def abandon_orphans(
+    rt: Runtime,
+    fence: Fence,
+    stale_after_s: float,
+    inflight: set[int],
+    applications: Applications | None = None,
+) -> int:
     """Return work whose holder went silent: planners (stale heartbeat) and jobs of other leaders.
 
     A running task this leader does not hold was dispatched by a previous
     leader; it is re-planned from the table's real state, so a job that did
     commit before its leader died leaves nothing for the new plan to redo.
+    A submitted application outlives its leader: a live one is re-attached (this leader
+    watches it and it reports under this leader's fence), a dead one that committed is
+    finished as succeeded; only a dead one without a commit is re-planned.
     """
     returned = 0
     with transaction(rt.engine) as s:
@@ -42,6 +52,14 @@ def abandon_orphans(rt: Runtime, fence: Fence, stale_after_s: float, inflight: s
     for task_id in orphaned:
         if task_id in inflight:
             continue
+        if applications is not None:
+            try:
+                if reattach(rt, fence, task_id, applications) is not None:
+                    continue
+            except Exception:
+                # Unknown (the catalog did not answer): neither re-attached nor re-planned.
+                log.exception("task %d: could not judge its application", task_id)
+                continue
         returned += _return_to_pending(
             rt,
             fence,

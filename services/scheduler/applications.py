@@ -1,0 +1,549 @@
+"""Jobs of application-mode pools: each its own Spark application (`spark-submit`), launched,
+watched, killed and judged by the leader, and re-attached by the next leader after a failover.
+
+Why: big rewrites should not share a driver with hundreds of small ones, and the leader's
+own capacity (one JVM) stops being the limit: an application's driver is its own process
+(client mode) or pod (Kubernetes cluster mode). `pool_modes` says which pools run this way.
+
+The application records its own outcome (`lakewarden.application`, fenced by the run's
+current assignment). The leader steps in only when it ends without doing so: then the
+table's commits decide (`find_commit`): a commit by this task means succeeded, never a
+second run; none means the attempt failed (retried as any failure is).
+
+Status, by master: `local[...]` and standalone client mode: the spark-submit process (the
+driver runs in it) while this leader launched it; after a failover, that process by pid on
+the same host, or the run's heartbeat (the application writes it). Standalone: also the
+master's JSON API. Kubernetes: `spark-submit --status/--kill <namespace>:<driver pod>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from lakewarden import application as entry
+from lakewarden.catalog import load_table
+from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
+from lakewarden.db.session import transaction
+from lakewarden.execute import Job
+from lakewarden.leader import Fence, FencedOut, check_fence
+from lakewarden.redact import secrets_of
+from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
+from lakewarden.spark.commits import find_commit
+from lakewarden.spark.submit import (
+    is_kubernetes,
+    is_local,
+    kubernetes_argv,
+    masked,
+    settings_env,
+    spark_submit_path,
+    submit_argv,
+)
+from lakewarden.states import RunState, TaskState
+from lakewarden.tables import ref_of
+from lakewarden.tasks import repo
+from lakewarden.tasks.runs import LOG_TAIL_CHARS, finish_run
+
+log = logging.getLogger(__name__)
+
+SESSION, APPLICATION = "session", "application"
+KILL_GRACE_S = 10.0  # SIGTERM, then SIGKILL this much later
+CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every loop
+
+
+def mode_of(settings: Settings, pool: str) -> str:
+    return settings.pool_modes.get(pool, SESSION)
+
+
+class ApplicationEnded(RuntimeError):
+    """The application ended without recording its outcome (its log's tail follows)."""
+
+
+@dataclass
+class Application:
+    """A submitted application this leader watches."""
+
+    task_id: int
+    attempt: int
+    group: str
+    master: str
+    submission_id: str | None
+    timeout_s: float
+    deadline: float  # monotonic
+    process: subprocess.Popen[bytes] | None = None  # None: launched by an earlier leader
+    log_path: Path | None = None
+    killed: str | None = None  # why we killed it
+    killed_at: float = 0.0
+    state_checked_at: float = 0.0
+    cluster_state: str | None = None  # the cluster's last word (RUNNING, FINISHED, ...)
+
+
+class Applications:
+    """The leader's submitted applications: launch, poll each loop, kill, judge, adopt."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.running: dict[int, Application] = {}
+        self.lock = threading.Lock()  # the main loop polls, the reaper adopts
+        self.log_dir = rt.settings.data_dir / "applications"
+
+    def task_ids(self) -> set[int]:
+        with self.lock:
+            return set(self.running)
+
+    def has_room(self) -> bool:
+        return len(self.running) < self.rt.settings.max_concurrent_applications
+
+    # --- launch -------------------------------------------------------------------
+    def launch(self, fence: Fence, job: Job, timeout_s: float) -> None:
+        """spark-submit the job (its own process group: it outlives this leader, so the next
+        one can re-attach it) and store its submission at once."""
+        s = self.rt.settings
+        sub = submit_argv(
+            s,
+            self.rt.db_url,
+            spark_submit=spark_submit_path(),
+            entry=str(Path(entry.__file__).resolve()),
+            python=sys.executable,
+            task_id=job.task_id,
+            attempt=job.attempt,
+            group=job.group,
+        )
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{job.group}.log"
+        log.info("task %d: submitting %s", job.task_id, " ".join(masked(sub.argv, self._secrets())))
+        try:
+            with open(log_path, "ab") as out:
+                process = subprocess.Popen(
+                    sub.argv,
+                    env={**os.environ, **settings_env(s, self.rt.db_url)},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            finish_run(self.rt, fence, job.task_id, job.attempt, error=exc)
+            return
+        submission_id = sub.submission_id or local_submission_id(process.pid)
+        app = Application(
+            job.task_id,
+            job.attempt,
+            job.group,
+            sub.master,
+            submission_id,
+            timeout_s,
+            time.monotonic() + timeout_s,
+            process,
+            log_path,
+        )
+        with self.lock:
+            self.running[job.task_id] = app
+        with transaction(self.rt.engine) as session:
+            session.execute(
+                update(JobRun)
+                .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
+                .values(submission_id=submission_id, master=sub.master, deploy_mode=sub.deploy_mode)
+            )
+
+    # --- adopt (after a failover) --------------------------------------------------
+    def adopt(self, run: JobRun, timeout_s: float, elapsed_s: float) -> None:
+        """Watch a live application an earlier leader launched (`reattach` moved it to us)."""
+        app = Application(
+            run.task_id,
+            run.attempt,
+            run.spark_job_group or f"lakewarden-task-{run.task_id}-{run.attempt}",
+            run.master or "",
+            run.submission_id,
+            timeout_s,
+            time.monotonic() + max(0.0, timeout_s - elapsed_s),
+        )
+        with self.lock:
+            self.running.setdefault(run.task_id, app)
+
+    # --- each loop -------------------------------------------------------------------
+    def poll(self, fence: Fence | None) -> None:
+        """Cancel, time out, and judge the applications that ended without reporting."""
+        if fence is None or not self.running:
+            return
+        with self.lock:
+            apps = list(self.running.values())
+        self._keep_assigned(fence, [a.task_id for a in apps])
+        for app in apps:
+            try:
+                self._poll_one(fence, app)
+            except FencedOut as exc:
+                log.warning("task %d: %s", app.task_id, exc)
+            except Exception:
+                log.exception("task %d: could not poll its application", app.task_id)
+
+    def _keep_assigned(self, fence: Fence, task_ids: list[int]) -> None:
+        """Our runs carry our current epoch (it changes if our own lease lapsed and we took
+        it again), so their applications report under a live fence; and our tasks'
+        heartbeat says we still hold them."""
+        with transaction(self.rt.engine) as s:
+            check_fence(s, fence)
+            s.execute(
+                update(JobRun)
+                .where(
+                    JobRun.task_id.in_(task_ids),
+                    JobRun.state == RunState.RUNNING,
+                    JobRun.scheduler_id == fence.holder,
+                    JobRun.leader_epoch != fence.epoch,
+                )
+                .values(leader_epoch=fence.epoch)
+            )
+            for task_id in task_ids:
+                repo.heartbeat(s, task_id, fence.holder)
+
+    def _poll_one(self, fence: Fence, app: Application) -> None:
+        # The process first, the rows second: an application that reported and exited is
+        # then seen as reported, never as ended without a word.
+        ended = self._ended(app)
+        with transaction(self.rt.engine) as s:
+            task_state = s.scalar(select(Task.state).where(Task.id == app.task_id))
+            run_state, stale = s.execute(
+                select(
+                    JobRun.state,
+                    func.coalesce(JobRun.heartbeat_at, JobRun.started_at)
+                    < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, self._stale_s()),
+                ).where(JobRun.task_id == app.task_id, JobRun.attempt == app.attempt)
+            ).one()
+        if run_state != RunState.RUNNING:
+            if ended is not None or app.process is None:
+                self._forget(app)  # it reported (or someone judged it): nothing to do
+            return
+        if ended is None and app.process is None and stale and app.cluster_state is None:
+            ended = "its heartbeat stopped"
+        if ended is not None:
+            self._judge(fence, app, ended)
+            return
+        if task_state == TaskState.CANCELLED and app.killed is None:
+            log.info("task %d cancelled: killing its application", app.task_id)
+            self.kill(app, "cancelled")
+        elif time.monotonic() > app.deadline and app.killed is None:
+            log.warning(
+                "task %d exceeded %.0fs: killing its application", app.task_id, app.timeout_s
+            )
+            self.kill(app, "timeout")
+        elif app.killed and time.monotonic() - app.killed_at > KILL_GRACE_S:
+            self.kill(app, app.killed, hard=True)
+
+    def _stale_s(self) -> float:
+        return self.rt.settings.stale_after_s
+
+    def _ended(self, app: Application) -> str | None:
+        """Why the application is over, or None while it (may) run."""
+        if is_kubernetes(app.master):
+            return self._cluster_ended(app)
+        if app.process is not None:
+            code = app.process.poll()
+            return None if code is None else f"spark-submit exited with code {code}"
+        pid = local_pid(app.submission_id)
+        if pid is not None and not _alive(pid):
+            return f"its process {pid} is gone"
+        if app.master.startswith("spark://") and self.rt.settings.spark_master_web_url:
+            return self._cluster_ended(app)
+        return None  # judged by its heartbeat
+
+    def _cluster_ended(self, app: Application) -> str | None:
+        if time.monotonic() - app.state_checked_at < CLUSTER_STATUS_EVERY_S:
+            return None
+        app.state_checked_at = time.monotonic()
+        state = cluster_state(self.rt, app)
+        app.cluster_state = state
+        if state in ("FINISHED", "FAILED", "KILLED", "SUCCEEDED", "ERROR", "UNKNOWN_GONE"):
+            return f"the cluster says {state}"
+        return None
+
+    def _judge(self, fence: Fence, app: Application, why: str) -> None:
+        """The application ended without recording its outcome: its commits decide."""
+        state = judge_ended_run(
+            self.rt,
+            fence,
+            app.task_id,
+            app.attempt,
+            why=f"application {app.group} ended without reporting ({why})"
+            + (f" after it was killed ({app.killed})" if app.killed else ""),
+            log_tail=_tail(app.log_path),
+            timed_out=app.killed == "timeout",
+            timeout_s=app.timeout_s,
+        )
+        log.info("task %d: %s: %s", app.task_id, why, state)
+        self._forget(app)
+
+    def _forget(self, app: Application) -> None:
+        with self.lock:
+            self.running.pop(app.task_id, None)
+
+    def _secrets(self) -> list[str]:
+        return secrets_of(self.rt.settings, self.rt.db_url)
+
+    # --- kill ------------------------------------------------------------------------
+    def kill(self, app: Application, why: str, *, hard: bool = False) -> None:
+        app.killed, app.killed_at = why, app.killed_at or time.monotonic()
+        if is_kubernetes(app.master) and app.submission_id:
+            argv = kubernetes_argv(spark_submit_path(), app.master, "kill", app.submission_id)
+            subprocess.run(argv, capture_output=True, timeout=120, check=False)
+            return
+        if app.master.startswith("spark://") and self.rt.settings.spark_master_web_url:
+            app_id = _app_id(self.rt, app)
+            if app_id:
+                kill_standalone_app(self.rt.settings.spark_master_web_url, app_id)
+        pid = app.process.pid if app.process is not None else local_pid(app.submission_id)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        elif not is_local(app.master):
+            log.warning("task %d: cannot kill %s from here", app.task_id, app.submission_id)
+
+    def kill_all(self) -> None:
+        """For tests and benchmarks: every application this leader watches, at once."""
+        for app in list(self.running.values()):
+            self.kill(app, "shutdown", hard=True)
+
+
+def judge_ended_run(
+    rt: Runtime,
+    fence: Fence,
+    task_id: int,
+    attempt: int,
+    *,
+    why: str,
+    log_tail: str = "",
+    timed_out: bool = False,
+    timeout_s: float = 0.0,
+) -> str:
+    """A run whose application is over without its outcome recorded: a commit of this task
+    in the table means it succeeded (never run again); none, it failed with `why`."""
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        row = s.get(ManagedTable, task.table_id) if task is not None else None
+    if task is None or row is None:
+        return "gone"
+    table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
+    commit = find_commit(table, task_id)
+    if commit is not None:
+        return finish_run(
+            rt,
+            fence,
+            task_id,
+            attempt,
+            metrics={"recovered_commit_of_attempt": commit[1], "judged": why},
+            committed_snapshot_id=commit[0],
+        )
+    error: BaseException = (
+        TimeoutError(f"job exceeded its timeout of {timeout_s:.0f}s and was killed")
+        if timed_out
+        else ApplicationEnded(why)
+    )
+    if log_tail:
+        error = type(error)(f"{error}\n--- application log (tail) ---\n{log_tail}")
+    return finish_run(rt, fence, task_id, attempt, error=error)
+
+
+def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications) -> str | None:
+    """An application-mode run of a task an earlier leader held: re-attach it if its
+    application is alive (fresh heartbeat, or its process here), finish it as succeeded if
+    it committed, or None: re-plan it as any orphan."""
+    stale_s = rt.settings.stale_after_s
+    with transaction(rt.engine) as s:
+        found = s.execute(
+            select(
+                JobRun,
+                func.coalesce(JobRun.heartbeat_at, JobRun.started_at)
+                > func.now() - func.make_interval(0, 0, 0, 0, 0, 0, stale_s),
+                func.extract("epoch", func.now() - JobRun.started_at),
+            ).where(
+                JobRun.task_id == task_id,
+                JobRun.state == RunState.RUNNING,
+                JobRun.mode == APPLICATION,
+            )
+        ).one_or_none()
+        if found is None:
+            return None
+        run, fresh, elapsed = found
+        s.expunge(run)
+    pid = local_pid(run.submission_id)
+    alive = _alive(pid) if pid is not None else bool(fresh)
+    if alive:
+        try:
+            with transaction(rt.engine) as s:
+                take_over(
+                    s,
+                    rt,
+                    fence,
+                    task_id,
+                    run.scheduler_id,
+                    f"re-attached to its running application {run.submission_id} "
+                    f"(leadership moved to epoch {fence.epoch})",
+                )
+                s.execute(
+                    update(JobRun)
+                    .where(JobRun.id == run.id, JobRun.state == RunState.RUNNING)
+                    .values(scheduler_id=fence.holder, leader_epoch=fence.epoch)
+                )
+        except (repo.TransitionRejected, FencedOut) as exc:
+            log.info("task %d not re-attached: %s", task_id, exc)
+            return "rejected"
+        applications.adopt(run, _timeout_s(rt, task_id), float(elapsed))
+        log.info("task %d: re-attached to application %s", task_id, run.submission_id)
+        return "reattached"
+    # Dead. A commit says it succeeded (judge_ended_run finishes it so); without one the
+    # caller re-plans it from the table's real state.
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        row = s.get(ManagedTable, task.table_id) if task is not None else None
+    if task is None or row is None:
+        return None
+    commit = find_commit(load_table(rt.catalogs.load(row.catalog), ref_of(row)), task_id)
+    if commit is None:
+        return None
+    try:
+        with transaction(rt.engine) as s:
+            take_over(s, rt, fence, task_id, run.scheduler_id, "its application is gone")
+    except (repo.TransitionRejected, FencedOut) as exc:
+        log.info("task %d not taken over: %s", task_id, exc)
+        return "rejected"
+    return judge_ended_run(rt, fence, task_id, run.attempt, why="its application is gone")
+
+
+def take_over(
+    s: Session, rt: Runtime, fence: Fence, task_id: int, from_holder: str, reason: str
+) -> None:
+    """Fenced: a running task an earlier leader held becomes ours, still running (no state
+    change, so not `repo.transition`; the history records it as running -> running)."""
+    check_fence(s, fence)
+    moved = s.execute(
+        update(Task)
+        .where(Task.id == task_id, Task.state == TaskState.RUNNING, Task.holder == from_holder)
+        .values(holder=fence.holder, heartbeat_at=func.now(), updated_at=func.now())
+    )
+    if not moved.rowcount:  # type: ignore[attr-defined]
+        raise repo.TransitionRejected(
+            f"task {task_id} is no longer running under {from_holder}",
+            task_id=task_id,
+            state=None,
+        )
+    s.add(
+        TaskTransition(
+            task_id=task_id,
+            from_state=TaskState.RUNNING,
+            to_state=TaskState.RUNNING,
+            actor=rt.process_id,
+            reason=reason,
+            leader_epoch=fence.epoch,
+        )
+    )
+
+
+def _timeout_s(rt: Runtime, task_id: int) -> float:
+    from lakewarden.tables import effective_policy_for
+
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        row = s.get(ManagedTable, task.table_id) if task is not None else None
+        if task is None or row is None:
+            return 0.0
+        return float(effective_policy_for(s, row).for_kind(task.kind).timeout_minutes * 60)
+
+
+# --- where an application runs --------------------------------------------------------------
+
+
+def local_submission_id(pid: int) -> str:
+    """A process on this host: its pid is also its process group (start_new_session)."""
+    return f"pid:{socket.gethostname()}:{pid}"
+
+
+def local_pid(submission_id: str | None) -> int | None:
+    """The pid of a `pid:<host>:<pid>` submission, when that host is this one."""
+    if not submission_id or not submission_id.startswith("pid:"):
+        return None
+    _, host, pid = submission_id.split(":", 2)
+    return int(pid) if host == socket.gethostname() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _app_id(rt: Runtime, app: Application) -> str | None:
+    with transaction(rt.engine) as s:
+        return s.scalar(
+            select(JobRun.spark_app_id).where(
+                JobRun.task_id == app.task_id, JobRun.attempt == app.attempt
+            )
+        )
+
+
+def cluster_state(rt: Runtime, app: Application) -> str | None:
+    """The cluster's word on the application: a standalone master's JSON API, or
+    Kubernetes' `spark-submit --status` (its driver pod's phase). None: no word yet."""
+    if is_kubernetes(app.master) and app.submission_id:
+        argv = kubernetes_argv(spark_submit_path(), app.master, "status", app.submission_id)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        return kubernetes_phase(done.stdout + done.stderr)
+    web = rt.settings.spark_master_web_url
+    app_id = _app_id(rt, app)
+    if web and app_id:
+        return standalone_state(web, app_id)
+    return None
+
+
+def kubernetes_phase(output: str) -> str | None:
+    """The driver pod's phase in `spark-submit --status`'s output (`phase: Running`)."""
+    for line in output.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key.strip().lower() == "phase" and value.strip():
+            phase = value.strip().upper()
+            return {"SUCCEEDED": "FINISHED", "FAILED": "FAILED"}.get(phase, phase)
+    if "not found" in output.lower():
+        return "UNKNOWN_GONE"
+    return None
+
+
+def standalone_state(web_url: str, app_id: str) -> str | None:
+    """A standalone master's state of `app_id` (RUNNING, WAITING, FINISHED, KILLED, FAILED),
+    from its web UI's JSON (`/json/`). None: not listed (yet)."""
+    body = httpx.get(f"{web_url.rstrip('/')}/json/", timeout=10).json()
+    for key in ("activeapps", "completedapps"):
+        for item in body.get(key, []):
+            if item.get("id") == app_id:
+                return str(item.get("state"))
+    return None
+
+
+def kill_standalone_app(web_url: str, app_id: str) -> None:
+    """Ask a standalone master to kill `app_id` (its web UI's kill action)."""
+    httpx.post(
+        f"{web_url.rstrip('/')}/app/kill/", data={"id": app_id, "terminate": "true"}, timeout=10
+    )
+
+
+def _tail(path: Path | None) -> str:
+    if path is None or not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - LOG_TAIL_CHARS))
+        return f.read().decode(errors="replace")

@@ -1,0 +1,175 @@
+"""Jobs of an application-mode pool run as their own Spark application (spark-submit of
+`lakewarden.application`, real processes), checked with pyiceberg; cancelling kills it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import append_batches, make_table, manage, task_of, wait_for
+from sqlalchemy import create_engine, select, text
+
+from lakewarden.db.models import JobRun
+from lakewarden.db.session import transaction
+from lakewarden.process import Ticker
+from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
+from lakewarden.spark.commits import TASK_KEY
+from lakewarden.states import TaskState
+from lakewarden.tasks import repo
+from lakewarden.verify import fingerprint
+from services.scheduler.applications import local_pid
+from services.scheduler.main import Scheduler
+from services.worker.main import Worker
+
+pytestmark = pytest.mark.slow
+
+# Small JVMs: several may run at once on 2 cores.
+APPLICATION_SETTINGS = {
+    "pool_modes": {"big": "application"},
+    "application_master": "local[1]",
+    "application_driver_memory": "512m",
+    "heartbeat_interval_s": 1.0,
+    "spark_warmup": False,
+    "retry_base_s": 0.1,
+}
+
+
+def app_runtime(db_url: str, tmp: Path, **overrides: object) -> Runtime:
+    settings = Settings(
+        database_url=db_url,
+        data_dir=tmp,
+        warehouse=(tmp / "warehouse").as_uri(),
+        **{**APPLICATION_SETTINGS, **overrides},  # type: ignore[arg-type]
+    )
+    url = settings.database_url or db_url
+    return Runtime(settings, url, create_engine(url, pool_size=5), role="scheduler")
+
+
+@pytest.fixture
+def app_rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    rt = app_runtime(db_url, tmp_path)
+    yield rt
+    rt.engine.dispose()
+
+
+@pytest.fixture
+def leader(app_rt: Runtime) -> Iterator[Scheduler]:
+    """A leading scheduler (no Spark session of its own: its jobs are applications)."""
+    sched = Scheduler(app_rt)
+    sched.renew()
+    stop = threading.Event()
+    Ticker("lease", 1.0, sched.renew, stop).start()
+    yield sched
+    stop.set()
+    sched.applications.kill_all()
+
+
+def planned_in_big_pool(rt: Runtime, name: str, batches: int = 8) -> int:
+    append_batches(make_table(rt, name=name), batches, rows=20, regions=("a", "b"))
+    task_id = manage(rt, name, {"compaction": {"min_small_files": 4, "min_input_files": 4}})
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET pool = 'big' WHERE id = :id"), {"id": task_id})
+    assert Worker(rt).run_once()
+    assert task_of(rt, task_id).state == "planned"
+    return task_id
+
+
+def until_done(sched: Scheduler, task_id: int, timeout: float = 300) -> str:
+    """Run the leader's loop (poll its applications) until the task is terminal."""
+
+    def done() -> str | None:
+        sched.applications.poll(sched.leading())
+        state = task_of(sched.rt, task_id).state
+        return state if state in ("succeeded", "failed", "cancelled", "pending") else None
+
+    return wait_for(done, timeout, f"task {task_id} to finish", lambda: _logs(sched))
+
+
+def _logs(sched: Scheduler) -> str:
+    logs = sorted(sched.applications.log_dir.glob("*.log"))
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
+
+
+def polled(sched: Scheduler) -> Scheduler:
+    """The leader after one more look at its applications (as its loop takes)."""
+    sched.applications.poll(sched.leading())
+    return sched
+
+
+def run_of(rt: Runtime, task_id: int) -> JobRun:
+    with transaction(rt.engine) as s:
+        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
+        s.expunge(run)
+    return run
+
+
+def test_compaction_in_an_application_pool_runs_as_its_own_application(
+    leader: Scheduler, app_rt: Runtime
+) -> None:
+    task_id = planned_in_big_pool(app_rt, "orders")
+    before = fingerprint(app_rt.catalog.load_table("sales.orders"))
+    assert leader.dispatch_once()
+    assert not leader.inflight and leader.applications.task_ids() == {task_id}
+    # The submission is stored as soon as it is launched.
+    submitted = run_of(app_rt, task_id)
+    assert submitted.mode == "application" and submitted.master == "local[1]"
+    assert local_pid(submitted.submission_id) is not None
+    assert submitted.deploy_mode == "client"
+
+    assert until_done(leader, task_id) == "succeeded", _logs(leader)
+    table = app_rt.catalog.load_table("sales.orders")
+    after = fingerprint(table)
+    assert after.data_files == 2  # one per partition
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary.get(TASK_KEY) == str(task_id)
+    run = run_of(app_rt, task_id)
+    assert run.state == "succeeded" and run.committed_snapshot_id == snapshot.snapshot_id
+    # Its own application (not the scheduler's session: it has none), heartbeating.
+    assert run.spark_app_id and run.spark_app_id.startswith("local-")
+    assert run.heartbeat_at is not None
+    assert leader._spark is None
+    wait_for(
+        lambda: not polled(leader).applications.running,
+        60,
+        "the leader to forget the ended application",
+    )
+
+
+def test_cancelling_the_task_kills_its_application(leader: Scheduler, app_rt: Runtime) -> None:
+    task_id = planned_in_big_pool(app_rt, "cancelled")
+    assert leader.dispatch_once()
+    # Running: its driver stored the application id.
+    wait_for(lambda: run_of(app_rt, task_id).spark_app_id, 120, "the app id", lambda: _logs(leader))
+    pid = local_pid(run_of(app_rt, task_id).submission_id)
+    assert pid is not None
+    app = leader.applications.running[task_id]
+    with transaction(app_rt.engine) as s:
+        repo.transition(s, task_id, TaskState.CANCELLED, actor="test", reason="by hand")
+    assert until_done(leader, task_id) == "cancelled"
+    wait_for(
+        lambda: polled(leader) and run_of(app_rt, task_id).state == "cancelled",
+        60,
+        "the run to be cancelled",
+    )
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(group_gone, 60, "the application's processes to end")
+    assert app.killed == "cancelled"  # killed by the leader, not ended by itself
+    assert app.process is not None and app.process.returncode not in (None, 0)
+    # Nothing of it reached the table.
+    table = app_rt.catalog.load_table("sales.cancelled")
+    assert all(
+        s.summary is None or s.summary.get(TASK_KEY) != str(task_id) for s in table.snapshots()
+    )
