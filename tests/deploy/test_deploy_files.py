@@ -269,6 +269,10 @@ def test_values_yaml() -> None:
 # --- Helm chart: rendered -----------------------------------------------------------------------
 
 
+class RenderRefused(Exception):
+    """Helm refused the values (schema, `required`, `fail`)."""
+
+
 def _render_with_binary(helm: str, values: dict[str, Any], tmp: Path) -> str:
     values_file = tmp / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
@@ -277,15 +281,19 @@ def _render_with_binary(helm: str, values: dict[str, Any], tmp: Path) -> str:
         capture_output=True,
         text=True,
     )
-    assert result.returncode == 0, result.stderr
+    if result.returncode != 0:
+        raise RenderRefused(result.stderr)
     return result.stdout
 
 
 def _render_with_sdk(values: dict[str, Any]) -> str:
     import helm_python
 
-    with helm_python.Chart.load(str(CHART)) as chart:
-        manifests = chart.render(values, name="lw", namespace="lake", is_install=True)
+    try:
+        with helm_python.Chart.load(str(CHART)) as chart:
+            manifests = chart.render(values, name="lw", namespace="lake", is_install=True)
+    except helm_python.HelmError as exc:
+        raise RenderRefused(str(exc)) from exc
     return "\n---\n".join(
         text for path, text in sorted(manifests.items()) if not path.endswith("NOTES.txt")
     )
@@ -398,3 +406,389 @@ def test_rendered_existing_secret(tmp_path: Path) -> None:
                 if e["name"] == "LAKEWARDEN_DATABASE_URL"
             )
             assert ref == {"name": "pg-url", "key": "uri"}
+
+
+# --- Helm chart: values schema, every option on, Kubernetes schemas ------------------------------
+
+# Every option of the chart turned on at once.
+ALL_ON: dict[str, Any] = {
+    "image": {"repository": "registry.example.com/lakewarden", "tag": "0.1.0"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "database": {"existingSecret": "pg", "existingSecretKey": "url"},
+    "warehouse": "s3://lake/warehouse",
+    "warehouseVolume": {"existingClaim": "warehouse-rwx"},
+    "catalog": {"type": "jdbc", "databaseSecret": {"name": "catalog-db", "key": "url"}},
+    "catalogs": [
+        {
+            "name": "sales",
+            "type": "rest",
+            "properties": {"uri": "https://rest.example.com", "token": {"env": "SALES_TOKEN"}},
+            "pollIntervalS": 60,
+            "pollConcurrency": 8,
+        }
+    ],
+    "catalogRegistration": {"tokenSecret": {"name": "lakewarden-admin", "key": "token"}},
+    "alerts": {
+        "webhook": {"secretName": "alerts", "secretKey": "webhook"},
+        "slack": {"secretName": "alerts", "secretKey": "slack"},
+        "alertmanager": {"secretName": "alerts", "secretKey": "alertmanager"},
+        "intervalS": 30,
+        "backlogAgeS": 1800,
+        "noLeaderS": 120,
+    },
+    "spark": {
+        "master": "k8s://https://kubernetes.default.svc",
+        "driverMemory": "4g",
+        "conf": {"spark.executor.instances": "2", "spark.sql.shuffle.partitions": "16"},
+        "kubernetes": {"enabled": True},
+    },
+    "extraEnv": [{"name": "SALES_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}}],
+    "extraEnvFrom": [{"secretRef": {"name": "s3-credentials"}}],
+    "extraVolumes": [{"name": "certs", "secret": {"secretName": "ca"}}],
+    "extraVolumeMounts": [{"name": "certs", "mountPath": "/etc/certs", "readOnly": True}],
+    "ingress": {
+        "enabled": True,
+        "className": "nginx",
+        "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+        "hosts": [{"host": "lw.example.com", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+        "tls": [{"secretName": "lw-tls", "hosts": ["lw.example.com"]}],
+    },
+    "serviceMonitor": {
+        "enabled": True,
+        "labels": {"release": "prometheus"},
+        "bearerTokenSecret": {"name": "lakewarden-viewer", "key": "token"},
+    },
+    "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/lw"}},
+    "api": {
+        "replicas": 3,
+        "image": "registry.example.com/lakewarden-slim",
+        "resources": {"requests": {"cpu": "100m"}},
+        "podDisruptionBudget": {"enabled": True, "minAvailable": 2},
+    },
+    "worker": {"replicas": 3, "resources": {}},
+    "scheduler": {
+        "replicas": 2,
+        "resources": {},
+        "maxConcurrentJobs": 2,
+        "poolLimits": {"default": 4, "big": 1},
+    },
+    "podAnnotations": {"team": "data"},
+    "nodeSelector": {"pool": "lake"},
+    "tolerations": [{"key": "lake", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [{"key": "ssd", "operator": "In", "values": ["y"]}]
+                    },
+                }
+            ]
+        }
+    },
+}
+
+
+def render_refusal(values: dict[str, Any], tmp: Path) -> str:
+    with pytest.raises(RenderRefused) as refused:
+        render(values, tmp)
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "values, says",
+    [
+        ({"api": {"replicas": "two"}}, "/api/replicas"),
+        ({"api": {"replicas": 2, "resources": {}, "replcias": 3}}, "replcias"),
+        ({"shceduler": {}}, "shceduler"),
+        ({"spark": {"master": "local[2]", "kubernetes": {"enabeld": True}}}, "enabeld"),
+        ({"logLevel": "LOUD"}, "/logLevel"),
+        ({"catalogs": [{"name": "x", "type": "hive", "properties": {}}]}, "/catalogs/0/type"),
+        # a secret given as a value in a catalog's properties is no string and no reference
+        ({"catalogs": [{"name": "x", "type": "jdbc", "properties": {"uri": {"v": 1}}}]}, "uri"),
+    ],
+)
+def test_values_schema_rejects_wrong_types_and_unknown_keys(
+    values: dict[str, Any], says: str, tmp_path: Path
+) -> None:
+    assert says in render_refusal(values, tmp_path)
+
+
+def test_values_schema_is_strict_everywhere() -> None:
+    """additionalProperties: false on every object the chart defines (free-form maps and
+    Kubernetes objects excepted: they say what their values must be, or pass through)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                assert node.get("additionalProperties") is False, where
+            elif node.get("type") == "object" and not where.endswith("/global"):
+                kubernetes = node.get("description", "").startswith("a Kubernetes object")
+                assert "additionalProperties" in node or kubernetes, where
+            for key, child in node.items():
+                walk(child, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                walk(child, f"{where}/{i}")
+
+    walk(schema, "")
+    values = load_yaml(CHART / "values.yaml")
+    assert set(values) <= set(schema["properties"])
+
+
+def test_refusals_that_need_the_values_together(tmp_path: Path) -> None:
+    assert "tokenSecret" in render_refusal(
+        {"catalogs": [{"name": "x", "type": "jdbc", "properties": {}}]}, tmp_path
+    )
+    assert "bearerTokenSecret" in render_refusal({"serviceMonitor": {"enabled": True}}, tmp_path)
+    assert "catalog.uri" in render_refusal({"catalog": {"type": "rest"}}, tmp_path)
+    secret = {"name": "s", "key": "k"}
+    both = {"spark": {"master": "local[2]", "conf": {"spark.a": "1"}, "confSecret": secret}}
+    assert "exclude each other" in render_refusal(both, tmp_path)
+
+
+def test_helm_lint_with_every_option_on(tmp_path: Path) -> None:
+    helm = _helm_binary()
+    if helm is not None:
+        values = tmp_path / "all-on.yaml"
+        values.write_text(yaml.safe_dump(ALL_ON))
+        result = subprocess.run(
+            [helm, "lint", "--strict", str(CHART), "-f", str(values)],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    elif _sdk_available():
+        import helm_python
+
+        report = helm_python.lint(str(CHART), ALL_ON, strict=True)
+        warnings = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not warnings and not report["errors"], report
+    else:
+        pytest.skip("no `helm` binary on PATH and `helm_python` is not installed")
+
+
+@pytest.fixture(scope="module")
+def all_on(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return render(ALL_ON, tmp_path_factory.mktemp("all-on"))
+
+
+def containers_of(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        f"{d['kind']}/{c['name']}": c
+        for d in docs
+        if d["kind"] in ("Deployment", "Job")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+
+
+def test_every_option_on_renders_valid_kubernetes(all_on: list[dict[str, Any]]) -> None:
+    """Each manifest validates against the Kubernetes API's own schemas (kubernetes-validate,
+    offline and strict: an unknown field fails). The ServiceMonitor is a CRD: checked by hand."""
+    kv = pytest.importorskip("kubernetes_validate")
+    kinds = sorted({d["kind"] for d in all_on})
+    assert kinds == sorted(
+        [
+            "ConfigMap",
+            "Deployment",
+            "Ingress",
+            "Job",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor",
+        ]
+    )
+    for doc in all_on:
+        if doc["kind"] == "ServiceMonitor":
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            (endpoint,) = doc["spec"]["endpoints"]
+            assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
+            assert endpoint["authorization"]["credentials"] == {
+                "name": "lakewarden-viewer",
+                "key": "token",
+            }
+            continue
+        try:
+            kv.validate(doc, "1.30.0", strict=True)
+        except kv.ValidationError as exc:
+            raise AssertionError(f"{doc['kind']}/{doc['metadata']['name']}: {exc}") from exc
+
+
+def test_defaults_render_valid_kubernetes(tmp_path: Path) -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    for doc in render({}, tmp_path):
+        kv.validate(doc, "1.30.0", strict=True)
+
+
+def test_pods_are_locked_down_with_writable_dirs_mounted(all_on: list[dict[str, Any]]) -> None:
+    for doc in all_on:
+        if doc["kind"] not in ("Deployment", "Job"):
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, c["name"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            mounts = {m["mountPath"] for m in c["volumeMounts"]}
+            assert "/tmp" in mounts, c["name"]
+            if c["name"] in LONG_RUNNING | {"migrate"}:
+                assert {"/tmp", "/var/lib/lakewarden", "/home/lakewarden", "/warehouse"} <= mounts
+                assert "/etc/certs" in mounts  # extraVolumeMounts
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for name in {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}:
+            assert name in volumes, f"{doc['metadata']['name']} mounts undeclared volume {name}"
+
+
+def test_worker_and_scheduler_probe_their_heartbeat(all_on: list[dict[str, Any]]) -> None:
+    deployments = by_kind(all_on, "Deployment")
+    for role in ("worker", "scheduler"):
+        c = deployments[f"lw-lakewarden-{role}"]["spec"]["template"]["spec"]["containers"][0]
+        check = ["lakewarden", "check", "--role", role]
+        assert c["readinessProbe"]["exec"]["command"] == check
+        assert c["startupProbe"]["exec"]["command"] == check
+        assert c["livenessProbe"]["exec"]["command"] == [*check, "--liveness"]
+        # the probe's own timeout covers its database connect timeout (5 s)
+        assert c["readinessProbe"]["timeoutSeconds"] >= 6
+    # the check parses what the probe passes
+    from lakewarden.cli import build_parser
+
+    args = build_parser().parse_args(["check", "--role", "worker", "--liveness"])
+    assert args.role == "worker" and args.liveness
+
+
+def test_pdbs_and_topology_spread(all_on: list[dict[str, Any]]) -> None:
+    pdbs = by_kind(all_on, "PodDisruptionBudget")
+    deployments = by_kind(all_on, "Deployment")
+    assert set(pdbs) == {f"lw-lakewarden-{c}" for c in LONG_RUNNING}
+    assert pdbs["lw-lakewarden-api"]["spec"]["minAvailable"] == 2
+    assert pdbs["lw-lakewarden-scheduler"]["spec"]["maxUnavailable"] == 1
+    for component in LONG_RUNNING:
+        dep = deployments[f"lw-lakewarden-{component}"]
+        labels = dep["spec"]["selector"]["matchLabels"]
+        assert pdbs[f"lw-lakewarden-{component}"]["spec"]["selector"]["matchLabels"] == labels
+        spread = dep["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert {s["topologyKey"] for s in spread} == {
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        }
+        assert all(s["labelSelector"]["matchLabels"] == labels for s in spread)
+    api = deployments["lw-lakewarden-api"]["spec"]
+    assert api["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_spark_on_kubernetes_rbac_and_driver(all_on: list[dict[str, Any]]) -> None:
+    (role,) = by_kind(all_on, "Role").values()
+    (rule,) = role["rules"]
+    assert set(rule["resources"]) == {"pods", "services", "configmaps", "persistentvolumeclaims"}
+    assert {"create", "delete", "get", "list", "watch"} <= set(rule["verbs"])
+    (binding,) = by_kind(all_on, "RoleBinding").values()
+    (sa,) = by_kind(all_on, "ServiceAccount").values()
+    assert binding["subjects"][0]["name"] == sa["metadata"]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    deployments = by_kind(all_on, "Deployment")
+    for component in LONG_RUNNING:
+        pod = deployments[f"lw-lakewarden-{component}"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == sa["metadata"]["name"]
+        # only the Spark driver talks to the API server
+        assert pod["automountServiceAccountToken"] is (component == "scheduler")
+    scheduler = deployments["lw-lakewarden-scheduler"]["spec"]["template"]["spec"]
+    env = scheduler["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    # $(POD_IP) expands only from a variable defined earlier in the list
+    assert names.index("POD_IP") < names.index("LAKEWARDEN_SPARK_CONF")
+    conf = json.loads(next(e["value"] for e in env if e["name"] == "LAKEWARDEN_SPARK_CONF"))
+    assert conf["spark.driver.host"] == "$(POD_IP)"
+    assert conf["spark.kubernetes.namespace"] == "lake"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == sa["metadata"]["name"]
+    assert conf["spark.executor.instances"] == "2"  # the values' conf kept
+    ports = {p["containerPort"] for p in scheduler["containers"][0]["ports"]}
+    assert {int(conf["spark.driver.port"]), int(conf["spark.blockManager.port"])} <= ports
+
+
+def test_rbac_off_by_default(tmp_path: Path) -> None:
+    docs = render({}, tmp_path)
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    for dep in by_kind(docs, "Deployment").values():
+        assert dep["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert not by_kind(docs, "Ingress") and not by_kind(docs, "ServiceMonitor")
+
+
+def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
+    """Catalog, alert sinks and Spark settings reach every process as LAKEWARDEN_* env: plain
+    ones in the ConfigMap, secrets only as secretKeyRefs."""
+    from lakewarden.settings import Settings
+
+    data = by_kind(all_on, "ConfigMap")["lw-lakewarden"]["data"]
+    assert data["LAKEWARDEN_CATALOG_TYPE"] == "jdbc"
+    assert data["LAKEWARDEN_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
+    assert data["LAKEWARDEN_SPARK_DRIVER_MEMORY"] == "4g"
+    assert json.loads(data["LAKEWARDEN_POOL_LIMITS"]) == {"default": 4, "big": 1}
+    assert "LAKEWARDEN_SPARK_JARS" not in data  # the image's baked-in jars apply
+    known = {f"LAKEWARDEN_{name.upper()}" for name in Settings.model_fields}
+    assert set(data) <= known, set(data) - known
+    for name, c in containers_of(all_on).items():
+        if not name.endswith(tuple(LONG_RUNNING | {"migrate"})):
+            continue
+        refs = {
+            e["name"]: e["valueFrom"]["secretKeyRef"]
+            for e in c["env"]
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        assert refs["LAKEWARDEN_CATALOG_DATABASE_URL"] == {"name": "catalog-db", "key": "url"}
+        assert refs["LAKEWARDEN_ALERT_SLACK_URL"] == {"name": "alerts", "key": "slack"}
+        assert refs["LAKEWARDEN_ALERT_WEBHOOK_URL"]["key"] == "webhook"
+        assert refs["LAKEWARDEN_ALERT_ALERTMANAGER_URL"]["key"] == "alertmanager"
+        plain = {e["name"] for e in c["env"] if "value" in e}
+        assert not plain & {"LAKEWARDEN_DATABASE_URL", "LAKEWARDEN_ALERT_SLACK_URL"}, name
+
+
+def test_ingress_and_api_image(all_on: list[dict[str, Any]]) -> None:
+    (ingress,) = by_kind(all_on, "Ingress").values()
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    (svc,) = by_kind(all_on, "Service").values()
+    assert backend == {"name": svc["metadata"]["name"], "port": {"name": "http"}}
+    containers = containers_of(all_on)
+    assert containers["Deployment/api"]["image"] == "registry.example.com/lakewarden-slim:0.1.0"
+    assert containers["Deployment/scheduler"]["image"] == "registry.example.com/lakewarden:0.1.0"
+
+
+def test_catalogs_hook(all_on: list[dict[str, Any]]) -> None:
+    jobs = by_kind(all_on, "Job")
+    job = jobs["lw-lakewarden-catalogs"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["API_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "lakewarden-admin",
+        "key": "token",
+    }
+    assert env["API_URL"]["value"] == "http://lw-lakewarden-api:8080"
+    config = by_kind(all_on, "ConfigMap")["lw-lakewarden-catalogs"]
+    assert json.loads(config["data"]["catalogs.json"]) == ALL_ON["catalogs"]
+    script = (CHART / "files" / "register_catalogs.py").read_text()
+    assert config["data"]["register_catalogs.py"].strip() == script.strip()
+    assert c["command"] == ["python", "/hook/register_catalogs.py"]
+
+
+def test_compose_file_matches_the_compose_spec(compose: dict[str, Any]) -> None:
+    """Docker Compose's own JSON schema (the compose-spec, vendored by check-jsonschema):
+    what `docker compose config` checks first, without Docker."""
+    pytest.importorskip("check_jsonschema")
+    import importlib.resources
+
+    import jsonschema
+
+    vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+    schema = json.loads(vendor.joinpath("compose-spec.json").read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(compose), key=str)
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]

@@ -33,8 +33,20 @@ app.kubernetes.io/name: {{ include "lakewarden.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The image; a component's own repository (e.g. the slim target) when it names one. */}}
 {{- define "lakewarden.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $root := .root | default . }}
+{{- $repo := $root.Values.image.repository }}
+{{- with .component }}{{ with (index $root.Values .).image }}{{ $repo = . }}{{ end }}{{ end }}
+{{- printf "%s:%s" $repo (default $root.Chart.AppVersion $root.Values.image.tag) }}
+{{- end }}
+
+{{- define "lakewarden.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "lakewarden.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
 {{- end }}
 
 {{/* Secret and key holding LAKEWARDEN_DATABASE_URL. */}}
@@ -52,17 +64,76 @@ database-url
 
 {{/* Non-secret LAKEWARDEN_* settings: the ConfigMap's data, and the migrate hook's env. */}}
 {{- define "lakewarden.config" -}}
+{{- if and .Values.spark.conf .Values.spark.confSecret.name }}
+{{- fail "spark.conf and spark.confSecret exclude each other: put every setting in the Secret's JSON" }}
+{{- end }}
 LAKEWARDEN_WAREHOUSE: {{ .Values.warehouse | quote }}
 LAKEWARDEN_CATALOG_NAME: {{ .Values.catalogName | quote }}
+LAKEWARDEN_CATALOG_TYPE: {{ .Values.catalog.type | quote }}
+{{- if eq .Values.catalog.type "rest" }}
+LAKEWARDEN_CATALOG_URI: {{ required "catalog.uri is required for a rest catalog" .Values.catalog.uri | quote }}
+{{- end }}
 LAKEWARDEN_LOG_LEVEL: {{ .Values.logLevel | quote }}
 LAKEWARDEN_SPARK_MASTER: {{ .Values.spark.master | quote }}
+LAKEWARDEN_SPARK_DRIVER_MEMORY: {{ .Values.spark.driverMemory | quote }}
 {{- with .Values.spark.jars }}
 LAKEWARDEN_SPARK_JARS: {{ . | quote }}
 {{- end }}
 {{- with .Values.spark.packages }}
 LAKEWARDEN_SPARK_PACKAGES: {{ . | quote }}
 {{- end }}
+{{- with .Values.spark.conf }}
+LAKEWARDEN_SPARK_CONF: {{ toJson . | quote }}
+{{- end }}
+LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }}
+{{- with .Values.scheduler.poolLimits }}
+LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
+{{- end }}
+LAKEWARDEN_METRICS_PUBLIC: {{ .Values.metrics.public | quote }}
+{{- with .Values.alerts.intervalS }}
+LAKEWARDEN_ALERT_INTERVAL_S: {{ . | quote }}
+{{- end }}
+{{- with .Values.alerts.backlogAgeS }}
+LAKEWARDEN_ALERT_BACKLOG_AGE_S: {{ . | quote }}
+{{- end }}
+{{- with .Values.alerts.noLeaderS }}
+LAKEWARDEN_ALERT_NO_LEADER_S: {{ . | quote }}
+{{- end }}
 LAKEWARDEN_DATA_DIR: /var/lib/lakewarden
+LAKEWARDEN_JARS_CACHE_DIR: /var/lib/lakewarden/jars
+{{- end }}
+
+{{/* Settings that come from Secrets: the database URL, and the optional ones. */}}
+{{- define "lakewarden.secretEnv" -}}
+{{- $root := .root }}
+- name: LAKEWARDEN_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .databaseSecret }}
+      key: {{ include "lakewarden.databaseSecretKey" $root }}
+{{- with $root.Values.catalog.databaseSecret }}{{ if .name }}
+- name: LAKEWARDEN_CATALOG_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ required "catalog.databaseSecret.key is required" .key }}
+{{- end }}{{ end }}
+{{- range $sink, $env := dict "webhook" "LAKEWARDEN_ALERT_WEBHOOK_URL" "slack" "LAKEWARDEN_ALERT_SLACK_URL" "alertmanager" "LAKEWARDEN_ALERT_ALERTMANAGER_URL" }}
+{{- with index $root.Values.alerts $sink }}{{ if .secretName }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ required (printf "alerts.%s.secretKey is required" $sink) .secretKey }}
+{{- end }}{{ end }}
+{{- end }}
+{{- with $root.Values.spark.confSecret }}{{ if .name }}
+- name: LAKEWARDEN_SPARK_CONF
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ required "spark.confSecret.key is required" .key }}
+{{- end }}{{ end }}
 {{- end }}
 
 {{/* Environment shared by every long-running lakewarden container. */}}
@@ -74,40 +145,51 @@ envFrom:
   {{- toYaml . | nindent 2 }}
   {{- end }}
 env:
-  - name: LAKEWARDEN_DATABASE_URL
-    valueFrom:
-      secretKeyRef:
-        name: {{ include "lakewarden.databaseSecretName" . }}
-        key: {{ include "lakewarden.databaseSecretKey" . }}
+  {{- include "lakewarden.secretEnv" (dict "root" . "databaseSecret" (include "lakewarden.databaseSecretName" .)) | nindent 2 }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
 
-{{/* Pod-level fields shared by every workload. */}}
+{{/* Pod-level fields shared by every workload: (dict "root" . "component" "api"). */}}
 {{- define "lakewarden.podSpecCommon" -}}
-automountServiceAccountToken: false
-{{- with .Values.imagePullSecrets }}
+{{- $root := .root }}
+serviceAccountName: {{ include "lakewarden.serviceAccountName" $root }}
+{{- /* Only a scheduler that drives Spark on Kubernetes talks to the API server. */}}
+automountServiceAccountToken: {{ and (eq .component "scheduler") $root.Values.spark.kubernetes.enabled }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.nodeSelector }}
+  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+{{- with $root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $root.Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- if and $root.Values.topologySpread.enabled (ne .component "migrate") }}
+topologySpreadConstraints:
+  {{- range $root.Values.topologySpread.topologyKeys }}
+  - maxSkew: {{ $root.Values.topologySpread.maxSkew }}
+    topologyKey: {{ . }}
+    whenUnsatisfiable: {{ $root.Values.topologySpread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "lakewarden.selectorLabels" $root | nindent 8 }}
+        app.kubernetes.io/component: {{ $.component }}
+  {{- end }}
+{{- end }}
 {{- end }}
 
-{{/* Volumes for pods that touch the warehouse and the local data dir. */}}
+{{/* Volumes: the warehouse, and an emptyDir for every path written under a read-only root. */}}
 {{- define "lakewarden.volumes" -}}
 volumes:
   - name: warehouse
@@ -121,16 +203,53 @@ volumes:
     emptyDir: {}
   - name: tmp
     emptyDir: {}
+  - name: home
+    emptyDir: {}
+  {{- with .Values.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
 {{- define "lakewarden.volumeMounts" -}}
 volumeMounts:
   - name: warehouse
     mountPath: /warehouse
+  # the data dir and the jar cache (LAKEWARDEN_JARS_CACHE_DIR)
   - name: data
     mountPath: /var/lib/lakewarden
+  # Spark's local dir (spark.local.dir defaults to /tmp), Python's temporary files
   - name: tmp
     mountPath: /tmp
+  # Ivy's cache (~/.ivy2) when spark.packages are resolved, and ~/.cache
+  - name: home
+    mountPath: /home/lakewarden
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/* Probes of a process without an HTTP port: its heartbeat (`lakewarden check`). */}}
+{{- define "lakewarden.heartbeatProbes" -}}
+# Until the first heartbeat (the scheduler may warm Spark first): up to 5 minutes.
+startupProbe:
+  exec:
+    command: ["lakewarden", "check", "--role", "{{ . }}"]
+  periodSeconds: 10
+  timeoutSeconds: 10
+  failureThreshold: 30
+readinessProbe:
+  exec:
+    command: ["lakewarden", "check", "--role", "{{ . }}"]
+  periodSeconds: 15
+  timeoutSeconds: 10
+  failureThreshold: 2
+# A database outage passes (--liveness): restarting every pod would not end it.
+livenessProbe:
+  exec:
+    command: ["lakewarden", "check", "--role", "{{ . }}", "--liveness"]
+  periodSeconds: 30
+  timeoutSeconds: 10
+  failureThreshold: 3
 {{- end }}
 
 {{/* Pod annotations that roll the pods when configuration changes. */}}
