@@ -26,6 +26,7 @@ from lakewarden.alerts.tick import alert_tick
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.events.listener import libpq_url
 from lakewarden.execute import Job, run_job
 from lakewarden.leader import (
     Fence,
@@ -41,6 +42,7 @@ from lakewarden.states import RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
+from lakewarden.tasks.wakeup import TaskWakeup
 from services.scheduler.applications import APPLICATION, SESSION, Applications, mode_of
 from services.scheduler.health_watch import measure_due_tables
 from services.scheduler.runs import abandon_orphans
@@ -111,12 +113,18 @@ class Scheduler:
         self.fence: Fence | None = None
         self._valid_until = 0.0  # monotonic deadline of our last successful renewal
         self._next_try: float | None = None  # a standby's next try: when the lease lapses
+        # Several jobs at once on the one session (Spark FAIR pools share its cores).
         self.pool = ThreadPoolExecutor(
             max_workers=rt.settings.max_concurrent_jobs, thread_name_prefix="job"
         )
         self.inflight: dict[int, Inflight] = {}
         # Jobs of application-mode pools (pool_modes): each its own Spark application.
         self.applications = Applications(rt)
+        # Set when there may be something to dispatch: a task was planned (NOTIFY, see
+        # lakewarden.tasks.wakeup) or a job ended (a slot is free). The loop sleeps on it.
+        self.wake = threading.Event()
+        self.warmed = threading.Event()  # the warm-up job ran (or failed, or is off)
+        self.task_wakeup: TaskWakeup | None = None
         self._spark: SparkSession | None = None
         self._spark_lock = threading.Lock()
         self.tickers: list[Ticker] = []
@@ -309,6 +317,7 @@ class Scheduler:
 
     def _forget(self, task_id: int, _future: Future[Any]) -> None:
         self.inflight.pop(task_id, None)
+        self.wake.set()  # a slot is free (and its table and pool may take the next task)
 
     def _run_job(self, fence: Fence, job: Job) -> str:
         def explain(exc: BaseException) -> BaseException:
@@ -392,8 +401,15 @@ class Scheduler:
         if s.spark_warmup:
             # Warm the Spark session in the background: the first job (or a failover) is fast.
             threading.Thread(target=self._warm, name="spark-warmup", daemon=True).start()
+        else:
+            self.warmed.set()
+        self.task_wakeup = TaskWakeup(
+            libpq_url(self.rt.db_url), {TaskState.PLANNED: self.wake}, self.stop
+        )
+        self.task_wakeup.start()
         log.info("scheduler %s started", self.rt.process_id)
         while not self.stop.is_set():
+            self.wake.clear()  # before looking: a wake-up while we look is kept
             try:
                 self.cancel_requested_jobs()
                 self.applications.poll(self.leading())
@@ -401,14 +417,41 @@ class Scheduler:
                     pass
             except Exception:
                 log.exception("scheduler loop error")
-            self.stop.wait(s.scheduler_poll_interval_s)
+            self._wait_for_work()
         self.shutdown()
 
+    def _wait_for_work(self) -> None:
+        """Sleep until there may be work: a wake-up, leadership just taken, or the poll
+        fallback (scheduler_poll_interval_s; a NOTIFY is lost while its listener
+        reconnects). Looks at stop, leadership and (with jobs running) cancellations and
+        timeouts each second, as the loop did when it polled each second."""
+        deadline = time.monotonic() + self.rt.settings.scheduler_poll_interval_s
+        was_leading = self.leading() is not None
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.wake.wait(min(1.0, left)):
+                return
+            if not was_leading and self.leading() is not None:
+                return
+            if self.applications.task_ids():
+                return  # submitted applications are polled by the loop, each second
+            if self.inflight:
+                try:
+                    self.cancel_requested_jobs()
+                except Exception:
+                    log.exception("could not look for cancelled jobs")
+
     def _warm(self) -> None:
+        """Build the session and run a tiny real Iceberg job on it (a scratch catalog of
+        its own): the first real job then runs as fast as any later one."""
         try:
-            self.spark()
+            from lakewarden.spark.warmup import run_warmup_job
+
+            run_warmup_job(self.spark(), self.rt.settings)
         except Exception:
-            log.exception("could not start Spark; jobs will fail until it can")
+            log.exception("could not warm Spark; jobs will fail until it can start")
+        finally:
+            self.warmed.set()
 
     def shutdown(self) -> None:
         self.stop.set()
