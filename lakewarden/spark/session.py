@@ -106,6 +106,20 @@ def use_catalog(spark: SparkSession, entry: CatalogEntry) -> None:
         spark.conf.set(key, value)
 
 
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _on_loopback(master: str) -> bool:
+    """A local master, or a standalone master on loopback (`spark://127.0.0.1:7077`)."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    # spark://host:port, or several masters (spark://h1:p1,h2:p2) for a standby master.
+    hosts = [hp.rpartition(":")[0] or hp for hp in master[len("spark://") :].split(",")]
+    return all(h in _LOOPBACK_HOSTS for h in hosts)
+
+
 def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
     conf = {
         "spark.master": settings.spark_master,
@@ -123,8 +137,11 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
     }
     conf.update(catalog_conf(default_entry(settings, control_plane_url)))
-    if settings.spark_master.startswith("local"):
-        # Stay on loopback: a local driver has no business on other interfaces.
+    if _on_loopback(settings.spark_master):
+        # Stay on loopback: a local driver, or one of a cluster on this machine's loopback
+        # (whose executors connect back to it here), has no business on other interfaces.
+        # A cluster elsewhere reaches the driver at its host name's address, Spark's
+        # default, or at `spark.driver.host` in LAKEWARDEN_SPARK_CONF (applied below).
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     jars = resolve_jars(settings)

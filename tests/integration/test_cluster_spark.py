@@ -1,19 +1,44 @@
 """A real Spark standalone cluster (master + worker from PySpark's spark-class, on
 loopback): its JSON state, killing an application, and lakewarden's maintenance kinds
-run through it by the real scheduler process (`LAKEWARDEN_SPARK_MASTER=spark://...`),
-their results checked with pyiceberg."""
+(compaction, Z-order, TTL, clean) run through it by the real scheduler process
+(`LAKEWARDEN_SPARK_MASTER=spark://...`), their results checked with pyiceberg.
+
+The scheduler runs in a process of its own: PySpark allows one SparkContext per Python
+process, and the shared `spark` fixture (local[2]) may already hold this one's."""
 
 from __future__ import annotations
 
+import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
-from helpers import wait_for
+from conftest import _Databases, _with_db, make_test_runtime
+from helpers import append_batches, make_table, manage, task_of, wait_for
+from sqlalchemy import select
 
-from lakewarden.spark.local_cluster import LocalCluster, app_state, kill_app, start_cluster
+from lakewarden.db.models import JobRun
+from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
+from lakewarden.spark.local_cluster import (
+    LocalCluster,
+    app_state,
+    apps_by_id,
+    kill_app,
+    start_cluster,
+)
+from lakewarden.states import TaskState
+from lakewarden.verify import Fingerprint, fingerprint
+from services.worker.main import Worker
 
 pytestmark = pytest.mark.slow
 
@@ -62,3 +87,258 @@ def test_app_state_and_kill_app(spark_cluster: LocalCluster, tmp_path: Path) -> 
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+# --- The maintenance kinds, run by a scheduler process on the cluster --------------------
+
+AB = pa.schema(
+    [pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.int64(), nullable=False)]
+)
+EVENTS = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("us", tz="UTC"))]
+)
+TERMINAL = {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.SKIPPED}
+
+
+@dataclass
+class ClusterRun:
+    """What the tables were before, the tasks, and the scheduler's log."""
+
+    rt: Runtime
+    tasks: dict[str, int]
+    before: dict[str, Fingerprint]
+    ttl_rows_before: list[tuple[int, datetime]]
+    clean_snapshots: list[int]
+    log: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _zorder_table(rt: Runtime) -> Any:
+    rt.catalog.create_namespace_if_not_exists("sales")
+    table = rt.catalog.create_table("sales.cl_zorder", schema=AB)
+    rng = random.Random("cl_zorder")
+    for _ in range(12):  # small files that each span the whole a, b range
+        a = [rng.randrange(1000) for _ in range(200)]
+        b = [rng.randrange(1000) for _ in range(200)]
+        table.append(pa.table({"a": a, "b": b}, schema=AB))
+    return rt.catalog.load_table("sales.cl_zorder")
+
+
+def _events_table(rt: Runtime) -> Any:
+    """Rows every two hours over the last 8 days, partitioned by day, a commit per day."""
+    from pyiceberg.transforms import DayTransform
+
+    rt.catalog.create_namespace_if_not_exists("sales")
+    table = rt.catalog.create_table("sales.cl_events", schema=EVENTS)
+    with table.update_spec() as spec:
+        spec.add_field("ts", DayTransform(), "ts_day")
+    now, next_id = datetime.now(UTC), 0
+    for d in range(8, -1, -1):
+        day = (now - timedelta(days=d)).replace(hour=0, minute=0, second=0, microsecond=0)
+        stamps = [t for t in (day + timedelta(hours=h) for h in range(0, 24, 2)) if t <= now]
+        ids = list(range(next_id, next_id + len(stamps)))
+        next_id += len(stamps)
+        rt.catalog.load_table("sales.cl_events").append(
+            pa.table({"id": ids, "ts": stamps}, schema=EVENTS)
+        )
+    return rt.catalog.load_table("sales.cl_events")
+
+
+def _event_rows(rt: Runtime) -> list[tuple[int, datetime]]:
+    rows = rt.catalog.load_table("sales.cl_events").scan().to_arrow().to_pylist()
+    return sorted((r["id"], r["ts"]) for r in rows)
+
+
+def _scheduler_env(rt: Runtime, cluster: LocalCluster) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")},
+        "LAKEWARDEN_DATABASE_URL": rt.db_url,
+        "LAKEWARDEN_DATA_DIR": str(rt.settings.data_dir),
+        "LAKEWARDEN_WAREHOUSE": rt.settings.warehouse_uri,
+        "LAKEWARDEN_SPARK_MASTER": cluster.master_url,
+        "LAKEWARDEN_SPARK_MASTER_WEB_URL": cluster.web_url,
+        "LAKEWARDEN_SPARK_WARMUP": "false",  # the jobs are the proof; no scratch job first
+        "LAKEWARDEN_SCHEDULER_POLL_INTERVAL_S": "1",
+        "LAKEWARDEN_SPARK_CONF": '{"spark.executor.memory": "1g"}',
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster_run(
+    spark_cluster: LocalCluster,
+    server_url: str,
+    _databases: _Databases,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ClusterRun]:
+    """Four tables, one task of each kind planned by a worker, then a scheduler process
+    with LAKEWARDEN_SPARK_MASTER=<the cluster> runs them all and is stopped (SIGTERM)."""
+    name = _databases.take()
+    tmp = tmp_path_factory.mktemp("cluster-run")
+    rt = make_test_runtime(_with_db(server_url, name), tmp)
+    try:
+        orders = append_batches(
+            make_table(rt, name="cl_orders"), 8, rows=30, regions=("a", "b", "c")
+        )
+        zorder = _zorder_table(rt)
+        events = _events_table(rt)
+        churn = append_batches(make_table(rt, name="cl_churn"), 10)
+        total = sum(t.file.file_size_in_bytes for t in zorder.scan().plan_files())
+        tasks = {
+            "compaction": manage(
+                rt, "cl_orders", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
+            ),
+            "zorder": manage(
+                rt,
+                "cl_zorder",
+                {
+                    "zorder": {
+                        "enabled": True,
+                        "columns": ["a", "b"],
+                        "target_file_size_bytes": total // 4,
+                    }
+                },
+                kind="zorder",
+            ),
+            "ttl": manage(
+                rt,
+                "cl_events",
+                {
+                    "ttl": {
+                        "enabled": True,
+                        "column": "ts",
+                        "retention_days": 3.5,
+                        "max_fraction": 0.9,
+                    }
+                },
+                kind="ttl",
+            ),
+            "clean": manage(
+                rt,
+                "cl_churn",
+                {
+                    "clean": {
+                        "keep_last_snapshots": 3,
+                        "max_snapshot_age_hours": 0.0001,  # 0.36 s: all but the last 3
+                        "allow_below_safety_floors": True,
+                        "remove_orphans": False,
+                        "rewrite_manifests_min_count": 1000,
+                    }
+                },
+                kind="clean",
+            ),
+        }
+        time.sleep(1)  # every snapshot of cl_churn older than max_snapshot_age_hours
+        worker = Worker(rt)
+        for _ in tasks:
+            assert worker.run_once()
+        for kind, task_id in tasks.items():
+            planned = task_of(rt, task_id)
+            assert planned.state == TaskState.PLANNED, (kind, planned.state, planned.reason)
+        run = ClusterRun(
+            rt=rt,
+            tasks=tasks,
+            before={
+                "compaction": fingerprint(orders),
+                "zorder": fingerprint(zorder),
+                "ttl": fingerprint(events),
+                "clean": fingerprint(churn),
+            },
+            ttl_rows_before=_event_rows(rt),
+            clean_snapshots=[
+                s.snapshot_id for s in sorted(churn.snapshots(), key=lambda s: s.timestamp_ms)
+            ],
+            log=tmp / "scheduler.log",
+        )
+        with open(run.log, "wb") as log:
+            scheduler = subprocess.Popen(
+                [sys.executable, "-m", "lakewarden", "scheduler"],
+                env=_scheduler_env(rt, spark_cluster),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+
+            def all_done() -> bool:
+                assert scheduler.poll() is None, run.log.read_text()[-5000:]
+                return all(task_of(rt, t).state in TERMINAL for t in tasks.values())
+
+            wait_for(all_done, 240, "the four jobs", lambda: run.log.read_text()[-5000:])
+        finally:
+            scheduler.send_signal(signal.SIGTERM)  # a clean stop: its application FINISHED
+            try:
+                scheduler.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
+                scheduler.wait()
+        yield run
+    finally:
+        rt.engine.dispose()
+        _databases.give_back(name)
+
+
+def _succeeded(run: ClusterRun, kind: str) -> dict[str, Any]:
+    task = task_of(run.rt, run.tasks[kind])
+    assert task.state == TaskState.SUCCEEDED, (task.state, task.reason, run.log.read_text()[-3000:])
+    assert task.result is not None
+    return task.result
+
+
+def test_the_jobs_ran_as_an_application_of_the_cluster_on_its_worker(
+    cluster_run: ClusterRun, spark_cluster: LocalCluster
+) -> None:
+    with transaction(cluster_run.rt.engine) as s:
+        runs = s.scalars(select(JobRun).where(JobRun.task_id.in_(cluster_run.tasks.values()))).all()
+    assert len(runs) == 4
+    # One warm session: every job in the scheduler's one application.
+    (app_id,) = {r.spark_app_id for r in runs}
+    assert app_id and app_id.startswith("app-")  # a standalone master's id (local-...: local)
+    app = apps_by_id(spark_cluster.web_url)[app_id]
+    assert app["name"].startswith("lakewarden")
+    assert app_state(spark_cluster.web_url, app_id) == "FINISHED"  # stopped cleanly
+    # Its executor ran on the worker: the worker's work dir holds the executor's log, with
+    # the tasks it ran.
+    executor_logs = list((spark_cluster.base_dir / "work" / app_id).glob("*/stderr"))
+    assert executor_logs, list((spark_cluster.base_dir / "work").iterdir())
+    ran = sum(p.read_text(errors="replace").count("Finished task") for p in executor_logs)
+    assert ran > 0
+
+
+def test_compaction_on_the_cluster(cluster_run: ClusterRun) -> None:
+    result = _succeeded(cluster_run, "compaction")
+    before = cluster_run.before["compaction"]
+    after = fingerprint(cluster_run.rt.catalog.load_table("sales.cl_orders"))
+    assert before.data_files == 24 and after.data_files == 3  # one per region
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    assert result["rewritten_data_files"] == 24
+    assert result["committed_snapshot_id"] == after.snapshot_id
+
+
+def test_zorder_on_the_cluster(cluster_run: ClusterRun) -> None:
+    result = _succeeded(cluster_run, "zorder")
+    before = cluster_run.before["zorder"]
+    after = fingerprint(cluster_run.rt.catalog.load_table("sales.cl_zorder"))
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    assert result["rewritten_data_files"] == before.data_files == 12
+    assert after.data_files < before.data_files
+    assert result["committed_snapshot_id"] == after.snapshot_id
+
+
+def test_ttl_on_the_cluster(cluster_run: ClusterRun) -> None:
+    result = _succeeded(cluster_run, "ttl")
+    plan = task_of(cluster_run.rt, cluster_run.tasks["ttl"]).plan
+    assert plan is not None
+    cutoff = datetime.fromisoformat(plan["cutoff"])
+    before, after = cluster_run.ttl_rows_before, _event_rows(cluster_run.rt)
+    assert after == [r for r in before if r[1] >= cutoff]  # exactly the old rows went
+    assert 0 < len(after) < len(before)
+    assert result["deleted_records"] == len(before) - len(after)
+
+
+def test_clean_on_the_cluster(cluster_run: ClusterRun) -> None:
+    result = _succeeded(cluster_run, "clean")
+    table = cluster_run.rt.catalog.load_table("sales.cl_churn")
+    ids = cluster_run.clean_snapshots
+    assert len(ids) == 10
+    assert {s.snapshot_id for s in table.snapshots()} == set(ids[-3:])  # 7 expired
+    assert fingerprint(table) == cluster_run.before["clean"]  # the data, file for file
+    assert result["expire_snapshots"]["deleted_manifest_lists_count"] == 7
