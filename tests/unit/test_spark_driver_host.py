@@ -12,11 +12,14 @@ from lakewarden.spark.session import spark_conf
 URL = "postgresql+psycopg://lw@127.0.0.1:5432/lw"
 
 
-def _conf(tmp_path: Path, master: str, **extra: object) -> dict[str, str]:
+def _conf(tmp_path: Path, master: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     jar = tmp_path / "x.jar"
     jar.write_text("")
     return spark_conf(
-        Settings(data_dir=tmp_path, spark_jars=str(jar), spark_master=master, **extra), URL
+        Settings(
+            data_dir=tmp_path, spark_jars=str(jar), spark_master=master, spark_conf=extra or {}
+        ),
+        URL,
     )
 
 
@@ -43,6 +46,6 @@ def test_a_driver_of_a_loopback_master_stays_on_loopback(tmp_path: Path, master:
 def test_a_remote_cluster_reaches_the_driver_at_its_address(tmp_path: Path, master: str) -> None:
     # Spark's default (the host name's address), or what the operator says.
     assert "spark.driver.host" not in _conf(tmp_path, master)
-    conf = _conf(tmp_path, master, spark_conf={"spark.driver.host": "10.0.0.7"})
+    conf = _conf(tmp_path, master, {"spark.driver.host": "10.0.0.7"})
     assert conf["spark.driver.host"] == "10.0.0.7"
     assert "spark.driver.bindAddress" not in conf
