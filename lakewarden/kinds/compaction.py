@@ -15,7 +15,7 @@ from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, Plan
 from lakewarden.metadata import DataFile, Partition, jsonable, read_files
 from lakewarden.policy import CompactionPolicy
 from lakewarden.spark import sql
-from lakewarden.spark.actions import rewrite_data_files
+from lakewarden.spark.actions import COMMITTED, rewrite_data_files
 from lakewarden.states import TaskState
 
 if TYPE_CHECKING:
@@ -230,8 +230,11 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         )
         metrics["rewritten_delete_files"] = pos.get("rewritten_delete_files_count", 0)
         metrics["added_delete_files"] = pos.get("added_delete_files_count", 0)
-    committed = None
-    if metrics["rewritten_data_files"] or metrics.get("rewritten_delete_files"):
+    committed = metrics.pop(COMMITTED, None)
+    if metrics.get("rewritten_delete_files") or (
+        committed is None and metrics["rewritten_data_files"]
+    ):
+        # The delete-file procedure's commit carries no task id: the newest rewrite it is.
         committed = sql.latest_snapshot(spark, catalog, ref, "replace")
     return JobResult(metrics, committed)
 

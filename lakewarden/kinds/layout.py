@@ -47,7 +47,7 @@ from lakewarden.layout import files_per_lookup
 from lakewarden.metadata import DataFile, Partition, jsonable, read_files
 from lakewarden.policy import ClusteringPolicy, ZOrderPolicy
 from lakewarden.spark import sql
-from lakewarden.spark.actions import rewrite_data_files
+from lakewarden.spark.actions import COMMITTED, rewrite_data_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -514,11 +514,9 @@ def _runner(kind: str) -> Runner:
         metrics: dict[str, Any] = rewrite_data_files(
             spark, catalog, ref, plan.get("options", {}), configure
         )
-        committed = (
-            sql.latest_snapshot(spark, catalog, ref, "replace")
-            if metrics["rewritten_data_files"]
-            else None
-        )
+        committed = metrics.pop(COMMITTED, None)
+        if committed is None and metrics["rewritten_data_files"]:
+            committed = sql.latest_snapshot(spark, catalog, ref, "replace")
         return JobResult(metrics, committed)
 
     return run

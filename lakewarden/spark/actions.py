@@ -77,7 +77,35 @@ def rewrite_data_files(
     }
     if codec_set:
         metrics["set_table_codec"] = codec_set
+    committed = committed_by_this_job(table) if metrics["rewritten_data_files"] else None
+    if committed is not None:
+        metrics[COMMITTED] = committed
     return metrics
+
+
+# The metrics key of the snapshot the action committed (a runner pops it into its result).
+COMMITTED = "committed_snapshot_id"
+
+
+def committed_by_this_job(table: Any, max_depth: int = 100) -> int | None:
+    """The newest snapshot in the table's current ancestry that carries this job's commit
+    properties (task id and attempt: lakewarden.spark.commits): what the job committed,
+    read from the metadata the action's commit left on `table`, not by a Spark query of the
+    snapshots table (a Spark job of its own, a few hundred ms for a tiny table). None outside
+    a scheduled job, or when not found within `max_depth` snapshots."""
+    props = commit_properties()
+    if not props:
+        return None
+    snapshot = table.currentSnapshot()  # the table's operations refresh after a commit
+    for _ in range(max_depth):
+        if snapshot is None:
+            return None
+        summary = snapshot.summary()
+        if all(summary.get(k) == v for k, v in props.items()):
+            return int(snapshot.snapshotId())
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    return None
 
 
 def storage_now(spark: SparkSession, catalog: str, ref: TableRef) -> datetime:
