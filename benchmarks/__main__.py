@@ -35,6 +35,9 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B9": ("benchmarks.peers", "b9"),
     "B10": ("benchmarks.fleet", "b10"),
     "B11": ("benchmarks.rest_polling", "b11"),
+    "B12": ("benchmarks.dispatch", "b12"),
+    "B13": ("benchmarks.applications", "b13"),
+    "B14": ("benchmarks.cluster", "b14"),
 }
 
 
