@@ -111,3 +111,12 @@ def test_declaring_a_non_ancestor_fails_loudly(tmp_path: Path) -> None:
     script = ScriptDirectory.from_config(future_scripts(tmp_path, declaration="nope"))
     with pytest.raises(BadDeclaration, match="not one of its ancestors"):
         compatible_heads(script, FUTURE)
+
+
+def test_this_repos_migrations_declare_only_their_ancestors() -> None:
+    """Guards every real migration file, a new one included: a declaration naming anything
+    but an ancestor fails here, not at an operator's `lakewarden migrate`."""
+    script = code_script()
+    served = compatible_heads(script, HEAD)
+    assert served[-1] == HEAD
+    assert served == schema_compat.chain(script, HEAD)[-len(served) :]
