@@ -37,6 +37,18 @@ def application_master(settings: Settings) -> str:
     return settings.application_master or settings.spark_master
 
 
+def application_settings(settings: Settings) -> Settings:
+    """The settings an application runs with: the scheduler's, its master and driver memory
+    the application's. (PySpark's session builder sets `spark.master` from them, over
+    spark-submit's `--master`: the application would otherwise run on the scheduler's.)"""
+    return settings.model_copy(
+        update={
+            "spark_master": application_master(settings),
+            "spark_driver_memory": settings.application_driver_memory,
+        }
+    )
+
+
 def is_kubernetes(master: str) -> bool:
     return master.startswith("k8s://")
 
@@ -105,7 +117,7 @@ def submit_argv(
                 "spark.kubernetes.submission.waitAppCompletion": "false",
             }
         )
-        conf.update(kubernetes_env_conf(settings, control_plane_url))
+        conf.update(kubernetes_env_conf(application_settings(settings), control_plane_url))
         # The image holds lakewarden at the same path as the scheduler's (same image).
         resource = f"local://{entry}"
     else:

@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
@@ -44,7 +43,9 @@ from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark.commits import find_commit
+from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
+    application_settings,
     is_kubernetes,
     is_local,
     kubernetes_argv,
@@ -130,7 +131,7 @@ class Applications:
             with open(log_path, "ab") as out:
                 process = subprocess.Popen(
                     sub.argv,
-                    env={**os.environ, **settings_env(s, self.rt.db_url)},
+                    env={**os.environ, **settings_env(application_settings(s), self.rt.db_url)},
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -303,7 +304,7 @@ class Applications:
         if app.master.startswith("spark://") and self.rt.settings.spark_master_web_url:
             app_id = _app_id(self.rt, app)
             if app_id:
-                kill_standalone_app(self.rt.settings.spark_master_web_url, app_id)
+                kill_app(self.rt.settings.spark_master_web_url, app_id)
         pid = app.process.pid if app.process is not None else local_pid(app.submission_id)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -507,7 +508,7 @@ def cluster_state(rt: Runtime, app: Application) -> str | None:
     web = rt.settings.spark_master_web_url
     app_id = _app_id(rt, app)
     if web and app_id:
-        return standalone_state(web, app_id)
+        return app_state(web, app_id)
     return None
 
 
@@ -521,24 +522,6 @@ def kubernetes_phase(output: str) -> str | None:
     if "not found" in output.lower():
         return "UNKNOWN_GONE"
     return None
-
-
-def standalone_state(web_url: str, app_id: str) -> str | None:
-    """A standalone master's state of `app_id` (RUNNING, WAITING, FINISHED, KILLED, FAILED),
-    from its web UI's JSON (`/json/`). None: not listed (yet)."""
-    body = httpx.get(f"{web_url.rstrip('/')}/json/", timeout=10).json()
-    for key in ("activeapps", "completedapps"):
-        for item in body.get(key, []):
-            if item.get("id") == app_id:
-                return str(item.get("state"))
-    return None
-
-
-def kill_standalone_app(web_url: str, app_id: str) -> None:
-    """Ask a standalone master to kill `app_id` (its web UI's kill action)."""
-    httpx.post(
-        f"{web_url.rstrip('/')}/app/kill/", data={"id": app_id, "terminate": "true"}, timeout=10
-    )
 
 
 def _tail(path: Path | None) -> str:

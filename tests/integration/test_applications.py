@@ -173,3 +173,41 @@ def test_cancelling_the_task_kills_its_application(leader: Scheduler, app_rt: Ru
     assert all(
         s.summary is None or s.summary.get(TASK_KEY) != str(task_id) for s in table.snapshots()
     )
+
+
+def test_an_application_on_a_standalone_cluster_is_watched_through_its_master(
+    db_url: str, tmp_path: Path
+) -> None:
+    from lakewarden.spark.local_cluster import app_state, start_cluster
+
+    with start_cluster(tmp_path / "cluster", worker_cores=1, worker_memory="1g") as cluster:
+        rt = app_runtime(
+            db_url,
+            tmp_path,
+            application_master=cluster.master_url,
+            spark_master_web_url=cluster.web_url,
+            spark_conf={"spark.executor.memory": "512m", "spark.cores.max": "1"},
+        )
+        sched = Scheduler(rt)
+        sched.renew()
+        stop = threading.Event()
+        Ticker("lease", 1.0, sched.renew, stop).start()
+        try:
+            task_id = planned_in_big_pool(rt, "standalone")
+            assert sched.dispatch_once()
+            assert until_done(sched, task_id) == "succeeded", _logs(sched)
+            run = run_of(rt, task_id)
+            assert run.master == cluster.master_url and run.spark_app_id
+            assert run.spark_app_id.startswith("app-")  # the master's id, not a local one
+            # The master knows it, and saw it finish.
+            wait_for(
+                lambda: app_state(cluster.web_url, run.spark_app_id or "") == "FINISHED",
+                60,
+                "the master to list the application as finished",
+            )
+            after = fingerprint(rt.catalog.load_table("sales.standalone"))
+            assert after.data_files == 2
+        finally:
+            stop.set()
+            sched.applications.kill_all()
+            rt.engine.dispose()

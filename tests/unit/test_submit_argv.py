@@ -11,6 +11,7 @@ import pytest
 
 from lakewarden.settings import Settings
 from lakewarden.spark.submit import (
+    application_settings,
     driver_pod_name,
     kubernetes_argv,
     masked,
@@ -183,3 +184,13 @@ def test_driver_pod_names_are_dns_labels() -> None:
     name = driver_pod_name("LakeWarden_task-" + "9" * 80)
     assert len(name) <= 63 and name.endswith("-driver")
     assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def test_the_application_reads_back_its_own_master_not_the_schedulers(settings: Settings) -> None:
+    """PySpark's session builder sets spark.master from the settings, over spark-submit's
+    --master: the child's environment must name the application's master."""
+    s = settings.model_copy(update={"application_master": "spark://m:7077"})
+    env = settings_env(application_settings(s), DB)
+    assert env["LAKEWARDEN_SPARK_MASTER"] == "spark://m:7077"
+    assert env["LAKEWARDEN_SPARK_DRIVER_MEMORY"] == "512m"
+    assert settings_env(s, DB)["LAKEWARDEN_SPARK_MASTER"] == "local[2]"  # the scheduler's
