@@ -89,7 +89,8 @@ _NEXT_PLANNED = text(
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
     """
-)
+    # Defaults: every pool in session mode, no mode full.
+).bindparams(pool_modes="{}", full_modes=[])
 
 
 @dataclass

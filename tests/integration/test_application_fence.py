@@ -146,3 +146,35 @@ def test_a_dead_application_without_a_commit_is_re_planned(rt: Runtime) -> None:
     assert not apps.task_ids()
     assert task_of(rt, task_id).state == "pending"
     assert _run(rt, task_id).state == "abandoned"
+
+
+def test_dispatch_skips_the_pools_of_a_full_mode_only(rt: Runtime) -> None:
+    """A scheduler whose applications are at max_concurrent_applications still dispatches
+    session pools' tasks, and the other way round."""
+    import json
+
+    from services.scheduler.main import _NEXT_PLANNED
+
+    big, small = manage(rt, "big", {}), manage(rt, "small", {})
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = 'planned', plan = '{}'"))
+        conn.execute(
+            text("UPDATE tasks SET pool = 'big', priority = 9 WHERE id = :id"), {"id": big}
+        )
+
+    def pick(full_modes: list[str]) -> int | None:
+        with transaction(rt.engine) as s:
+            row = s.execute(
+                _NEXT_PLANNED,
+                {
+                    "pool_limits": "{}",
+                    "pool_modes": json.dumps({"big": "application"}),
+                    "full_modes": full_modes,
+                },
+            ).one_or_none()
+        return None if row is None else int(row[0])
+
+    assert pick([]) == big  # the higher priority
+    assert pick(["application"]) == small
+    assert pick(["session"]) == big
+    assert pick(["session", "application"]) is None
