@@ -138,15 +138,20 @@ def _round(rt: Runtime, ctx: Context, tag: str) -> dict[str, int]:
         assert task_id is not None
         tasks[kind] = task_id
     time.sleep(1)  # the clean table's snapshots older than its max_snapshot_age_hours
+    return tasks
+
+
+def _plan(rt: Runtime, tasks: dict[str, int]) -> None:
+    """A worker plans them (pyiceberg, this process); the scheduler starts each as soon as
+    it is planned, so a task may be past planned already."""
     worker = Worker(rt)
     for _ in range(20):  # plans ours (and any other figure's left pending)
         if all(_state(rt, t) != "pending" for t in tasks.values()) or not worker.run_once():
             break
     for kind, task_id in tasks.items():
         state = _state(rt, task_id)
-        if state != "planned":
+        if state not in ("planned", "running", "succeeded"):
             raise RuntimeError(f"B14 {kind} task {task_id} was not planned: {state}")
-    return tasks
 
 
 def _state(rt: Runtime, task_id: int) -> str:
@@ -189,7 +194,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _wait_done(
     rt: Runtime, tasks: dict[str, int], proc: subprocess.Popen[bytes], log: Path
 ) -> float:
-    """Seconds until every task is terminal (from now: they are planned)."""
+    """Seconds until every task is terminal."""
     start = time.perf_counter()
     while time.perf_counter() - start < JOB_TIMEOUT_S:
         if proc.poll() is not None:
@@ -229,7 +234,10 @@ def _mode(
     try:
         for n in range(rounds):
             tasks = _round(rt, ctx, f"{mode}_{n}")
-            wall = _wait_done(rt, tasks, proc, log)
+            started = time.perf_counter()
+            _plan(rt, tasks)
+            _wait_done(rt, tasks, proc, log)
+            wall = time.perf_counter() - started  # planning to the last outcome
             runs = _runs(rt, tasks)
             for kind, task_id in tasks.items():
                 run = runs.get(kind)
@@ -321,6 +329,7 @@ def _report(
     }
     fig.notes.append(
         "job seconds: job_runs.duration_ms of each warm job (round 0 of each master left out); "
-        "local[2] measured first, then the cluster, each on its own scheduler process"
+        "local[2] measured first, then the cluster, each on its own scheduler process; "
+        "a round's time runs from planning (a worker, pyiceberg) to the last job's outcome"
     )
     print("\nB14: median seconds per job\n" + "\n".join(lines), file=sys.stderr, flush=True)
