@@ -114,16 +114,20 @@ class Applications:
         """spark-submit the job (its own process group: it outlives this leader, so the next
         one can re-attach it) and store its submission at once."""
         s = self.rt.settings
-        sub = submit_argv(
-            s,
-            self.rt.db_url,
-            spark_submit=spark_submit_path(),
-            entry=str(Path(entry.__file__).resolve()),
-            python=sys.executable,
-            task_id=job.task_id,
-            attempt=job.attempt,
-            group=job.group,
-        )
+        try:
+            sub = submit_argv(
+                s,
+                self.rt.db_url,
+                spark_submit=spark_submit_path(),
+                entry=str(Path(entry.__file__).resolve()),
+                python=sys.executable,
+                task_id=job.task_id,
+                attempt=job.attempt,
+                group=job.group,
+            )
+        except ValueError as exc:  # misconfigured: no attempt can succeed
+            finish_run(self.rt, fence, job.task_id, job.attempt, error=exc, retryable=False)
+            return
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{job.group}.log"
         log.info("task %d: submitting %s", job.task_id, " ".join(masked(sub.argv, self._secrets())))
@@ -217,13 +221,17 @@ class Applications:
         ended = self._ended(app)
         with transaction(self.rt.engine) as s:
             task_state = s.scalar(select(Task.state).where(Task.id == app.task_id))
-            run_state, stale = s.execute(
+            run_state, holder, stale = s.execute(
                 select(
                     JobRun.state,
+                    JobRun.scheduler_id,
                     func.coalesce(JobRun.heartbeat_at, JobRun.started_at)
                     < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, self._stale_s()),
                 ).where(JobRun.task_id == app.task_id, JobRun.attempt == app.attempt)
             ).one()
+        if holder != fence.holder:
+            self._forget(app)  # we lost leadership meanwhile: the new leader re-attached it
+            return
         if run_state != RunState.RUNNING:
             if ended is not None or app.process is None:
                 self._forget(app)  # it reported (or someone judged it): nothing to do

@@ -6,6 +6,7 @@ application's side is `lakewarden.application`'s fence and `finish_run`, called 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 
@@ -178,3 +179,22 @@ def test_dispatch_skips_the_pools_of_a_full_mode_only(rt: Runtime) -> None:
     assert pick(["application"]) == small
     assert pick(["session"]) == big
     assert pick(["session", "application"]) is None
+
+
+def test_an_application_that_cannot_be_submitted_fails_its_task_at_once(rt: Runtime) -> None:
+    """A Kubernetes master without an image: no attempt could ever start. The task fails
+    (not left running with no one watching it)."""
+    from lakewarden.catalog import TableRef
+    from lakewarden.execute import Job
+
+    leader = _lead(rt, rt.process_id)
+    task_id = _running_application(rt, "t4", leader, "")
+    k8s = dataclasses.replace(
+        rt, settings=rt.settings.model_copy(update={"application_master": "k8s://https://k:6443"})
+    )
+    apps = Applications(k8s)
+    apps.launch(leader, Job(task_id, 1, "compaction", "lake", TableRef("sales", "t4")), 60.0)
+    assert not apps.task_ids()
+    task = task_of(rt, task_id)
+    assert task.state == "failed" and "kubernetes_image" in (task.reason or "")
+    assert _run(rt, task_id).state == "failed"
