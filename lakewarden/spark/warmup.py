@@ -6,6 +6,8 @@ JIT the paths they take, several warm jobs' worth of time. This job takes those 
 a throwaway table in a Hadoop catalog of its own under `<data_dir>/warmup` (never a user's
 catalog): create, two appends, the compaction action (`lakewarden.spark.actions`, as the
 compaction kind runs it), `expire_snapshots`, the snapshots metadata table, a read, drop.
+`open_catalog` then builds a user's catalog the way a job does, and only lists it: its
+client (the JDBC driver and connection, or the REST client) is ready for the first job.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalog import CatalogEntry, TableRef
 from lakewarden.settings import Settings
 from lakewarden.spark.actions import rewrite_data_files
+from lakewarden.spark.session import use_catalog
 from lakewarden.spark.sql import latest_snapshot, procedure, table_arg, timestamp_literal
 
 if TYPE_CHECKING:
@@ -43,6 +46,13 @@ def use_scratch_catalog(spark: SparkSession, where: Path) -> None:
     spark.conf.set(f"{prefix}.type", "hadoop")
     spark.conf.set(f"{prefix}.warehouse", where.resolve().as_uri())
     spark.conf.set(f"{prefix}.cache-enabled", "false")  # as lakewarden's catalogs
+
+
+def open_catalog(spark: SparkSession, entry: CatalogEntry) -> int:
+    """Build `entry`'s Spark catalog as a job would (`use_catalog`) and list its top-level
+    namespaces (read only: nothing is created or changed); returns how many."""
+    use_catalog(spark, entry)
+    return len(spark.sql(f"SHOW NAMESPACES IN `{entry.name}`").collect())
 
 
 def run_warmup_job(spark: SparkSession, settings: Settings) -> dict[str, float | int]:

@@ -446,9 +446,11 @@ class Scheduler:
         """Build the session and run a tiny real Iceberg job on it (a scratch catalog of
         its own): the first real job then runs as fast as any later one."""
         try:
-            from lakewarden.spark.warmup import run_warmup_job
+            from lakewarden.spark.warmup import open_catalog, run_warmup_job
 
-            run_warmup_job(self.spark(), self.rt.settings)
+            spark = self.spark()
+            run_warmup_job(spark, self.rt.settings)
+            open_catalog(spark, self.rt.catalogs.default)
         except Exception:
             log.exception("could not warm Spark; jobs will fail until it can start")
         finally:

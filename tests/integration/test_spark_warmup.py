@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lakewarden.runtime import Runtime
-from lakewarden.spark.warmup import CATALOG, run_warmup_job, warmup_dir
+from lakewarden.spark.warmup import CATALOG, open_catalog, run_warmup_job, warmup_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,3 +32,6 @@ def test_warmup_runs_a_real_compaction_and_leaves_nothing_behind(
     assert set(spark_rt.catalog.list_namespaces()) == before
     # Again: a second warm-up (a restart) finds a clean place.
     assert run_warmup_job(spark, spark_rt.settings)["rows"] == 200
+    # The user's catalog is only opened and listed, as the scheduler's warm-up ends.
+    assert open_catalog(spark, spark_rt.catalogs.default) == len(before)
+    assert set(spark_rt.catalog.list_namespaces()) == before
