@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
     from pyspark.sql import SparkSession
 
+    from lakewarden.spark.local_cluster import LocalCluster
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
@@ -347,3 +348,17 @@ def rest_catalog(server_url: str, tmp_path: Path) -> Iterator[str]:
     finally:
         with _admin(server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- A Spark standalone cluster on loopback (lakewarden.spark.local_cluster) --------------
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A master and one worker (2 cores, 2g) from PySpark's spark-class, for the whole run:
+    starting one costs two JVMs (15-30 s on 2 shared cores). A test's driver must be a
+    process of its own (one SparkContext per Python process: `spark` may hold this one's)."""
+    from lakewarden.spark.local_cluster import start_cluster
+
+    with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster

@@ -34,19 +34,12 @@ from lakewarden.spark.local_cluster import (
     app_state,
     apps_by_id,
     kill_app,
-    start_cluster,
 )
 from lakewarden.states import TaskState
 from lakewarden.verify import Fingerprint, fingerprint
 from services.worker.main import Worker
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
-        yield cluster
 
 
 # A driver of its own (one SparkContext per Python process), idle until its context stops.
@@ -98,6 +91,7 @@ EVENTS = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("us", tz="UTC"))]
 )
 TERMINAL = {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.SKIPPED}
+PLANNED_OR_LATER = {TaskState.PLANNED, TaskState.RUNNING, TaskState.SUCCEEDED}
 
 
 @dataclass
@@ -157,7 +151,8 @@ def _scheduler_env(rt: Runtime, cluster: LocalCluster) -> dict[str, str]:
         "LAKEWARDEN_WAREHOUSE": rt.settings.warehouse_uri,
         "LAKEWARDEN_SPARK_MASTER": cluster.master_url,
         "LAKEWARDEN_SPARK_MASTER_WEB_URL": cluster.web_url,
-        "LAKEWARDEN_SPARK_WARMUP": "false",  # the jobs are the proof; no scratch job first
+        # The jobs are the proof; a warm-up job beside them only adds to 2 busy cores.
+        "LAKEWARDEN_SPARK_WARMUP": "false",
         "LAKEWARDEN_SCHEDULER_POLL_INTERVAL_S": "1",
         "LAKEWARDEN_SPARK_CONF": '{"spark.executor.memory": "1g"}',
     }
@@ -170,11 +165,28 @@ def cluster_run(
     _databases: _Databases,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ClusterRun]:
-    """Four tables, one task of each kind planned by a worker, then a scheduler process
-    with LAKEWARDEN_SPARK_MASTER=<the cluster> runs them all and is stopped (SIGTERM)."""
+    """A scheduler process with LAKEWARDEN_SPARK_MASTER=<the cluster> (started first: its
+    start overlaps making the tables), four tables, a task of each kind planned by a
+    worker here; the scheduler runs them (at once: 4 jobs for a cluster master) and is
+    stopped."""
     name = _databases.take()
     tmp = tmp_path_factory.mktemp("cluster-run")
     rt = make_test_runtime(_with_db(server_url, name), tmp)
+    try:
+        yield _run_on_cluster(rt, spark_cluster, tmp / "scheduler.log")
+    finally:
+        rt.engine.dispose()
+        _databases.give_back(name)
+
+
+def _run_on_cluster(rt: Runtime, cluster: LocalCluster, log_path: Path) -> ClusterRun:
+    with open(log_path, "wb") as log:
+        scheduler = subprocess.Popen(
+            [sys.executable, "-m", "lakewarden", "scheduler"],
+            env=_scheduler_env(rt, cluster),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         orders = append_batches(
             make_table(rt, name="cl_orders"), 8, rows=30, regions=("a", "b", "c")
@@ -183,7 +195,22 @@ def cluster_run(
         events = _events_table(rt)
         churn = append_batches(make_table(rt, name="cl_churn"), 10)
         total = sum(t.file.file_size_in_bytes for t in zorder.scan().plan_files())
-        tasks = {
+        run = ClusterRun(
+            rt=rt,
+            tasks={},
+            before={
+                "compaction": fingerprint(orders),
+                "zorder": fingerprint(zorder),
+                "ttl": fingerprint(events),
+                "clean": fingerprint(churn),
+            },
+            ttl_rows_before=_event_rows(rt),
+            clean_snapshots=[
+                s.snapshot_id for s in sorted(churn.snapshots(), key=lambda s: s.timestamp_ms)
+            ],
+            log=log_path,
+        )
+        run.tasks = {
             "compaction": manage(
                 rt, "cl_orders", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
             ),
@@ -229,51 +256,25 @@ def cluster_run(
         }
         time.sleep(1)  # every snapshot of cl_churn older than max_snapshot_age_hours
         worker = Worker(rt)
-        for _ in tasks:
+        for _ in run.tasks:
             assert worker.run_once()
-        for kind, task_id in tasks.items():
-            planned = task_of(rt, task_id)
-            assert planned.state == TaskState.PLANNED, (kind, planned.state, planned.reason)
-        run = ClusterRun(
-            rt=rt,
-            tasks=tasks,
-            before={
-                "compaction": fingerprint(orders),
-                "zorder": fingerprint(zorder),
-                "ttl": fingerprint(events),
-                "clean": fingerprint(churn),
-            },
-            ttl_rows_before=_event_rows(rt),
-            clean_snapshots=[
-                s.snapshot_id for s in sorted(churn.snapshots(), key=lambda s: s.timestamp_ms)
-            ],
-            log=tmp / "scheduler.log",
-        )
-        with open(run.log, "wb") as log:
-            scheduler = subprocess.Popen(
-                [sys.executable, "-m", "lakewarden", "scheduler"],
-                env=_scheduler_env(rt, spark_cluster),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
+        for kind, task_id in run.tasks.items():
+            planned = task_of(rt, task_id)  # the scheduler starts each once it is planned
+            assert planned.state in PLANNED_OR_LATER, (kind, planned.state, planned.reason)
 
-            def all_done() -> bool:
-                assert scheduler.poll() is None, run.log.read_text()[-5000:]
-                return all(task_of(rt, t).state in TERMINAL for t in tasks.values())
+        def all_done() -> bool:
+            assert scheduler.poll() is None, log_path.read_text()[-5000:]
+            return all(task_of(rt, t).state in TERMINAL for t in run.tasks.values())
 
-            wait_for(all_done, 240, "the four jobs", lambda: run.log.read_text()[-5000:])
-        finally:
-            scheduler.send_signal(signal.SIGTERM)  # a clean stop: its application FINISHED
-            try:
-                scheduler.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
-                scheduler.wait()
-        yield run
+        wait_for(all_done, 240, "the four jobs", lambda: log_path.read_text()[-5000:])
     finally:
-        rt.engine.dispose()
-        _databases.give_back(name)
+        scheduler.send_signal(signal.SIGTERM)  # a clean stop: its application FINISHED
+        try:
+            scheduler.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            scheduler.kill()
+            scheduler.wait()
+    return run
 
 
 def _succeeded(run: ClusterRun, kind: str) -> dict[str, Any]:
