@@ -536,5 +536,6 @@ def _tail(path: Path | None) -> str:
     if path is None or not path.exists():
         return ""
     with open(path, "rb") as f:
-        f.seek(max(0, path.stat().st_size - LOG_TAIL_CHARS))
+        # Room left in the run's log_tail (LOG_TAIL_CHARS) for the error line before it.
+        f.seek(max(0, path.stat().st_size - (LOG_TAIL_CHARS - 500)))
         return f.read().decode(errors="replace")

@@ -68,9 +68,11 @@ def leader(app_rt: Runtime) -> Iterator[Scheduler]:
     sched.applications.kill_all()
 
 
-def planned_in_big_pool(rt: Runtime, name: str, batches: int = 8) -> int:
+def planned_in_big_pool(rt: Runtime, name: str, batches: int = 8, **policy: object) -> int:
     append_batches(make_table(rt, name=name), batches, rows=20, regions=("a", "b"))
-    task_id = manage(rt, name, {"compaction": {"min_small_files": 4, "min_input_files": 4}})
+    task_id = manage(
+        rt, name, {"compaction": {"min_small_files": 4, "min_input_files": 4, **policy}}
+    )
     with rt.engine.begin() as conn:
         conn.execute(text("UPDATE tasks SET pool = 'big' WHERE id = :id"), {"id": task_id})
     assert Worker(rt).run_once()
@@ -173,6 +175,21 @@ def test_cancelling_the_task_kills_its_application(leader: Scheduler, app_rt: Ru
     assert all(
         s.summary is None or s.summary.get(TASK_KEY) != str(task_id) for s in table.snapshots()
     )
+
+
+def test_an_application_past_its_timeout_is_killed_and_the_attempt_fails(
+    leader: Scheduler, app_rt: Runtime
+) -> None:
+    # 3 s: the application is still starting its JVM.
+    task_id = planned_in_big_pool(app_rt, "slow", timeout_minutes=0.05, max_attempts=1)
+    assert leader.dispatch_once()
+    app = leader.applications.running[task_id]
+    assert until_done(leader, task_id) == "failed", _logs(leader)
+    assert app.killed == "timeout"
+    assert app.process is not None and app.process.returncode not in (None, 0)
+    run = run_of(app_rt, task_id)
+    assert run.state == "failed" and run.error is not None
+    assert run.error.startswith("TimeoutError: job exceeded its timeout of 3s and was killed")
 
 
 def test_an_application_on_a_standalone_cluster_is_watched_through_its_master(
