@@ -288,6 +288,8 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
 
         _wait(drivers_up, 600, f"{n} running applications")
         running = sum(1 for t in task_ids if _run(rt, t).state == "running")
+        standby = next(p for p in procs if p is not leader)
+        standby_cpu = _cpu_s(standby.pid)
         leader.send_signal(signal.SIGKILL)
         killed = time.monotonic()
         leader.wait(10)
@@ -297,6 +299,9 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
         takeover_s = time.monotonic() - killed
         _wait(lambda: all(_state(rt, t) in TERMINAL for t in task_ids), 600, "every task")
         all_done_s = time.monotonic() - killed
+        # What watching the applications costs the leader: its CPU from the kill (it was
+        # the standby) until every task ended, per second of that time.
+        leader_cpu_share = (_cpu_s(standby.pid) - standby_cpu) / all_done_s
         ends, attempts, commits, reattached, states = [], [], [], 0, []
         for task_id in task_ids:
             with transaction(rt.engine) as s:
@@ -338,12 +343,19 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
             "commits_per_task": commits,
             "re_run": re_run,
             "takeover_s": takeover_s,
+            "new_leader_cpu_share_while_watching": leader_cpu_share,
             "all_terminal_after_kill_s": all_done_s,
             "epochs": [epoch, new_epoch],
             "new_leader_is_standby": new_holder != holder,
         }
     )
     return ok
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _runs_of(rt: Runtime, task_id: int) -> list[JobRun]:
