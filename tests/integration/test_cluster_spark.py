@@ -300,8 +300,12 @@ def test_the_jobs_ran_as_an_application_of_the_cluster_on_its_worker(
     # the tasks it ran.
     executor_logs = list((spark_cluster.base_dir / "work" / app_id).glob("*/stderr"))
     assert executor_logs, list((spark_cluster.base_dir / "work").iterdir())
-    ran = sum(p.read_text(errors="replace").count("Finished task") for p in executor_logs)
-    assert ran > 0
+    text = "".join(p.read_text(errors="replace") for p in executor_logs)
+    assert text.count("Finished task") > 0
+    # spark.jars reached the executor from the driver on loopback: the Iceberg runtime,
+    # and the Postgres JDBC driver the catalog needs.
+    assert "Fetching spark://127.0.0.1:" in text
+    assert "postgresql.jar" in text and "iceberg-spark-runtime" in text
 
 
 def test_compaction_on_the_cluster(cluster_run: ClusterRun) -> None:
