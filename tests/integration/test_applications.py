@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers import append_batches, make_table, manage, task_of, wait_for
@@ -24,6 +25,9 @@ from lakewarden.verify import fingerprint
 from services.scheduler.applications import local_pid
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
+
+if TYPE_CHECKING:
+    from lakewarden.spark.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -193,38 +197,35 @@ def test_an_application_past_its_timeout_is_killed_and_the_attempt_fails(
 
 
 def test_an_application_on_a_standalone_cluster_is_watched_through_its_master(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, spark_cluster: LocalCluster
 ) -> None:
-    from lakewarden.spark.local_cluster import app_state, start_cluster
-
-    with start_cluster(tmp_path / "cluster", worker_cores=1, worker_memory="1g") as cluster:
-        rt = app_runtime(
-            db_url,
-            tmp_path,
-            application_master=cluster.master_url,
-            spark_master_web_url=cluster.web_url,
-            spark_conf={"spark.executor.memory": "512m", "spark.cores.max": "1"},
+    rt = app_runtime(
+        db_url,
+        tmp_path,
+        application_master=spark_cluster.master_url,
+        spark_master_web_url=spark_cluster.web_url,
+        spark_conf={"spark.executor.memory": "512m", "spark.cores.max": "1"},
+    )
+    sched = Scheduler(rt)
+    sched.renew()
+    stop = threading.Event()
+    Ticker("lease", 1.0, sched.renew, stop).start()
+    try:
+        task_id = planned_in_big_pool(rt, "standalone")
+        assert sched.dispatch_once()
+        assert until_done(sched, task_id) == "succeeded", _logs(sched)
+        run = run_of(rt, task_id)
+        assert run.master == spark_cluster.master_url and run.spark_app_id
+        assert run.spark_app_id.startswith("app-")  # the master's id, not a local one
+        # The master knows it, and saw it finish.
+        wait_for(
+            lambda: spark_cluster.app_state(run.spark_app_id or "") == "FINISHED",
+            60,
+            "the master to list the application as finished",
         )
-        sched = Scheduler(rt)
-        sched.renew()
-        stop = threading.Event()
-        Ticker("lease", 1.0, sched.renew, stop).start()
-        try:
-            task_id = planned_in_big_pool(rt, "standalone")
-            assert sched.dispatch_once()
-            assert until_done(sched, task_id) == "succeeded", _logs(sched)
-            run = run_of(rt, task_id)
-            assert run.master == cluster.master_url and run.spark_app_id
-            assert run.spark_app_id.startswith("app-")  # the master's id, not a local one
-            # The master knows it, and saw it finish.
-            wait_for(
-                lambda: app_state(cluster.web_url, run.spark_app_id or "") == "FINISHED",
-                60,
-                "the master to list the application as finished",
-            )
-            after = fingerprint(rt.catalog.load_table("sales.standalone"))
-            assert after.data_files == 2
-        finally:
-            stop.set()
-            sched.applications.kill_all()
-            rt.engine.dispose()
+        after = fingerprint(rt.catalog.load_table("sales.standalone"))
+        assert after.data_files == 2
+    finally:
+        stop.set()
+        sched.applications.kill_all()
+        rt.engine.dispose()
