@@ -162,6 +162,7 @@ def _forget(ctx: Context, names: list[str]) -> None:
 
 
 def _measure(ctx: Context, jobs: int, n: int, repeats: int) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     with _processes(ctx, jobs, ctx.work_dir / "dispatch-logs"):
         first_names = _tables(ctx, f"{jobs}first", 1)
         first_ids = _queue(ctx, first_names)
@@ -178,7 +179,13 @@ def _measure(ctx: Context, jobs: int, n: int, repeats: int) -> dict[str, Any]:
             per_min.append(len(ids) / span * 60)
             per_task.extend(durations)
             _forget(ctx, names)
-    return {"tasks_per_min": per_min, "dispatch_to_committed_s": per_task, "first_job_s": first_s}
+    return {
+        "tasks_per_min": per_min,
+        "dispatch_to_committed_s": per_task,
+        "first_job_s": first_s,
+        # 2 shared cores: the numbers mean little without the machine's load beside them
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def b12(ctx: Context) -> Figure:
@@ -200,6 +207,7 @@ def b12(ctx: Context) -> Figure:
                 "tasks_per_min": Stat.of(r["tasks_per_min"]),
                 "dispatch_to_committed_s": Stat.of(r["dispatch_to_committed_s"]),
                 "first_job_s": r["first_job_s"],
+                "load_avg_1m_before_after": r["load_avg_1m"],
             }
             for jobs, r in raw.items()
         }
@@ -241,12 +249,16 @@ def b12(ctx: Context) -> Figure:
 
 
 def _table(found: dict[int, dict[str, Any]], default: int, checks: dict[str, Any]) -> str:
-    rows = ["max_concurrent_jobs | tasks/min (median) | dispatch->committed median s | first job s"]
+    rows = [
+        "max_concurrent_jobs | tasks/min (median) | dispatch->committed median s | first job s"
+        " | load avg before, after"
+    ]
     for jobs, f in sorted(found.items()):
         mark = " (default)" if jobs == default else ""
         rows.append(
             f"{jobs}{mark} | {f['tasks_per_min'].median:.0f} | "
-            f"{f['dispatch_to_committed_s'].median:.2f} | {f['first_job_s']:.2f}"
+            f"{f['dispatch_to_committed_s'].median:.2f} | {f['first_job_s']:.2f} | "
+            f"{f['load_avg_1m_before_after']}"
         )
     rows.append("target | value | goal | met")
     for name, (value, target, met) in checks.items():
