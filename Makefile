@@ -21,5 +21,5 @@ fmt:
 demo:
 	.venv/bin/lakewarden demo
 
-bench:  ## every performance figure (B1-B14) side by side, ~60 min on 2 cores; JSON in bench-results.json
+bench:  ## every performance figure (B1-B14) side by side (long: run one with --only); JSON in bench-results.json
 	.venv/bin/python -m benchmarks --out bench-results.json
