@@ -6,9 +6,12 @@ import functools
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lakewarden.states import RunMode
 
 
 def _default_data_dir() -> Path:
@@ -90,10 +93,10 @@ class Settings(BaseSettings):
     # How a pool's jobs run (JSON, e.g. {"big": "application"}): "session" (default: in the
     # scheduler's warm Spark session) or "application" (each job its own Spark application
     # through spark-submit: lakewarden.spark.submit, lakewarden.application).
-    pool_modes: dict[str, str] = Field(default_factory=dict)
+    pool_modes: dict[str, RunMode] = Field(default_factory=dict)
     max_concurrent_applications: int = Field(default=4, ge=1)  # per scheduler
     application_master: str | None = None  # default: spark_master
-    application_deploy_mode: str = "client"  # or "cluster" (Kubernetes)
+    application_deploy_mode: Literal["client", "cluster"] = "client"  # cluster: Kubernetes
     application_driver_memory: str = "1g"
     spark_master_web_url: str | None = None  # a standalone master's web UI (its /json)
     kubernetes_namespace: str = "default"

@@ -67,6 +67,13 @@ class CatalogType(StrEnum):
     REST = "rest"  # an Iceberg REST catalog
 
 
+class RunMode(StrEnum):
+    """How a job run executes (`job_runs.mode`, and a pool's mode in `pool_modes`)."""
+
+    SESSION = "session"  # in the scheduler's warm Spark session
+    APPLICATION = "application"  # as its own Spark application (spark-submit)
+
+
 def sql_in(column: str, states: StrEnum | Iterable[StrEnum], *, negate: bool = False) -> str:
     """`column IN ('a', 'b')` (`column = 'a'` for one state), the states as SQL literals;
     `negate`: `column NOT IN (...)` (`column <> 'a'`).

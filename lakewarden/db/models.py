@@ -33,6 +33,7 @@ from lakewarden.states import (
     WAITING_TASK_STATES,
     AlertState,
     CatalogType,
+    RunMode,
     RunState,
     TaskState,
     sql_in,
@@ -268,7 +269,7 @@ class JobRun(Base):
     __table_args__ = (
         UniqueConstraint("task_id", "attempt"),
         _one_of("state", RunState),
-        CheckConstraint("mode IN ('session', 'application')", name="mode"),
+        _one_of("mode", RunMode),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -287,7 +288,7 @@ class JobRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
     # "session" (the scheduler's warm session) or "application" (spark-submit: below).
-    mode: Mapped[str] = mapped_column(String(16), server_default="session")
+    mode: Mapped[str] = mapped_column(String(16), server_default=RunMode.SESSION.value)
     master: Mapped[str | None] = mapped_column(String(255))
     deploy_mode: Mapped[str | None] = mapped_column(String(16))
     # Kubernetes: "<namespace>:<driver pod>"; a local process: "pid:<host>:<pid>".

@@ -92,9 +92,7 @@ def submit_argv(
     group, every `spark_conf` setting (no secrets there), and `entry` (the file of
     `lakewarden.application`) as the primary resource with `--task-id --attempt`."""
     master = application_master(settings)
-    deploy_mode = settings.application_deploy_mode
-    if deploy_mode not in (CLIENT, CLUSTER):
-        raise ValueError(f"application_deploy_mode must be client or cluster, not {deploy_mode!r}")
+    deploy_mode = settings.application_deploy_mode  # client or cluster: Settings checks
     if deploy_mode == CLUSTER and not is_kubernetes(master):
         # Spark itself refuses Python applications in cluster mode on a standalone master.
         raise ValueError("cluster deploy mode is for Kubernetes masters (k8s://...) only")

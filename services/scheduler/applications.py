@@ -54,20 +54,19 @@ from lakewarden.spark.submit import (
     spark_submit_path,
     submit_argv,
 )
-from lakewarden.states import RunState, TaskState
+from lakewarden.states import RunMode, RunState, TaskState
 from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import LOG_TAIL_CHARS, finish_run
 
 log = logging.getLogger(__name__)
 
-SESSION, APPLICATION = "session", "application"
 KILL_GRACE_S = 10.0  # SIGTERM, then SIGKILL this much later
 CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every loop
 
 
-def mode_of(settings: Settings, pool: str) -> str:
-    return settings.pool_modes.get(pool, SESSION)
+def mode_of(settings: Settings, pool: str) -> RunMode:
+    return settings.pool_modes.get(pool, RunMode.SESSION)
 
 
 class ApplicationEnded(RuntimeError):
@@ -380,7 +379,7 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
             ).where(
                 JobRun.task_id == task_id,
                 JobRun.state == RunState.RUNNING,
-                JobRun.mode == APPLICATION,
+                JobRun.mode == RunMode.APPLICATION,
             )
         ).one_or_none()
         if found is None:

@@ -38,12 +38,12 @@ from lakewarden.leader import (
 )
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from lakewarden.states import RunState, TaskState, sql_in
+from lakewarden.states import RunMode, RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from lakewarden.tasks.wakeup import TaskWakeup
-from services.scheduler.applications import APPLICATION, SESSION, Applications, mode_of
+from services.scheduler.applications import Applications, mode_of
 from services.scheduler.health_watch import measure_due_tables
 from services.scheduler.runs import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
@@ -83,7 +83,7 @@ _NEXT_PLANNED = text(
            WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
           < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
       -- not a pool whose execution mode (pool_modes) this scheduler has no room for
-      AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, 'session')
+      AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
           <> ALL(CAST(:full_modes AS text[]))
     ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id
     LIMIT 1
@@ -227,8 +227,8 @@ class Scheduler:
         full_modes = [
             mode
             for mode, full in (
-                (SESSION, len(self.inflight) >= self.rt.settings.max_concurrent_jobs),
-                (APPLICATION, not self.applications.has_room()),
+                (RunMode.SESSION, len(self.inflight) >= self.rt.settings.max_concurrent_jobs),
+                (RunMode.APPLICATION, not self.applications.has_room()),
             )
             if full
         ]
@@ -308,7 +308,7 @@ class Scheduler:
         log.info(
             "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
         )
-        if mode_of(self.rt.settings, job.pool) == APPLICATION:
+        if mode_of(self.rt.settings, job.pool) == RunMode.APPLICATION:
             self.applications.launch(fence, job, timeout_s)
             return True
         future = self.pool.submit(self._run_job, fence, job)

@@ -11,7 +11,7 @@ from sqlalchemy import CheckConstraint, Connection, create_engine, text
 from sqlalchemy.exc import IntegrityError
 
 from lakewarden.db.models import Base
-from lakewarden.states import AlertState, CatalogType, RunState, TaskState
+from lakewarden.states import AlertState, CatalogType, RunMode, RunState, TaskState
 
 # Which enum each state column holds.
 COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
@@ -22,6 +22,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("alerts", "state"): AlertState,
     ("alerts", "delivered_state"): AlertState,
     ("catalogs", "type"): CatalogType,
+    ("job_runs", "mode"): RunMode,
 }
 VALUES = {column: {s.value for s in enum} for column, enum in COLUMNS.items()}
 

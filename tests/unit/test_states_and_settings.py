@@ -131,3 +131,13 @@ def test_settings_and_runtime_show_no_secret_in_their_repr() -> None:
     rt = Runtime(settings=settings, db_url=url, engine=create_engine(url), role="test")
     for shown in (repr(settings), str(settings), repr(rt)):
         assert "SEKRIT" not in shown
+
+
+def test_execution_mode_settings_refuse_what_no_scheduler_runs() -> None:
+    """A misspelt pool mode or deploy mode stops the process at start, naming the choices,
+    instead of quietly running the pool in the warm session."""
+    with pytest.raises(ValidationError, match="'session' or 'application'"):
+        Settings(pool_modes={"big": "aplication"})
+    with pytest.raises(ValidationError, match="'client' or 'cluster'"):
+        Settings(application_deploy_mode="server")
+    assert Settings(pool_modes={"big": "application"}).pool_modes["big"] == "application"
