@@ -137,7 +137,8 @@ def test_execution_mode_settings_refuse_what_no_scheduler_runs() -> None:
     """A misspelt pool mode or deploy mode stops the process at start, naming the choices,
     instead of quietly running the pool in the warm session."""
     with pytest.raises(ValidationError, match="'session' or 'application'"):
-        Settings(pool_modes={"big": "aplication"})
+        Settings.model_validate({"pool_modes": {"big": "aplication"}})
     with pytest.raises(ValidationError, match="'client' or 'cluster'"):
-        Settings(application_deploy_mode="server")
-    assert Settings(pool_modes={"big": "application"}).pool_modes["big"] == "application"
+        Settings.model_validate({"application_deploy_mode": "server"})
+    settings = Settings.model_validate({"pool_modes": {"big": "application"}})
+    assert settings.pool_modes["big"] == "application"
