@@ -367,16 +367,17 @@ def _runs_of(rt: Runtime, task_id: int) -> list[JobRun]:
 
 def b13(ctx: Context) -> Figure:
     smoke = ctx.sizes.name == "smoke"
-    n = 2 if smoke else KILLED_APPS
     with measuring(
         "B13",
         "a task as its own Spark application (spark-submit) on a tiny table; "
-        f"the leader killed with {n} applications running",
+        f"the leader killed with {KILLED_APPS} applications running",
         "the same task in the warm session",
         "report (cold JVM start broken out); after kill -9: each task ends once, none re-run",
     ) as fig:
         _overhead(ctx, fig)
-        fig.goal_met = _leader_killed(ctx, fig, n)
+        # Smoke leaves the leader kill to tests/integration/test_application_failover.py,
+        # which runs it (five applications) in the suite already.
+        fig.goal_met = None if smoke else _leader_killed(ctx, fig, KILLED_APPS)
         fig.notes.append(
             "phases: launch (dispatch + spark-submit started), jvm_and_python (to the "
             "driver's first heartbeat), spark_session (to its app id), job (to the commit), "
