@@ -10,7 +10,7 @@ run_demo=1
 
 # 1. Debian packages: Java for Spark, jarjar for the offline jar assembly, the JDBC driver,
 #    Apache HttpClient 5 (Iceberg's REST catalog client in Spark), faketime for the tests
-#    that give schedulers disagreeing clocks.
+#    that give schedulers disagreeing clocks, chromium for the dashboard's browser tests.
 pkgs=()
 command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
 [ -f /usr/share/java/jarjar.jar ] || pkgs+=(libjarjar-java)
@@ -20,6 +20,7 @@ command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
   || pkgs+=(libhttpcore5-java)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || pkgs+=(python3-venv)
 command -v faketime >/dev/null 2>&1 || pkgs+=(faketime)  # clock-skew fault tests
+[ -x /usr/bin/chromium ] || pkgs+=(chromium)  # the dashboard's browser tests (Playwright)
 if [ ${#pkgs[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "==> apt-get install ${pkgs[*]}"
