@@ -134,6 +134,8 @@ class Settings(BaseSettings):
     fault_plan_delay_s: float = 0.0
 
     log_level: str = "INFO"
+    # `text`: a line per record; `json`: an object per line (lakewarden/logs.py), every process.
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("database_url", "catalog_database_url")
     @classmethod
