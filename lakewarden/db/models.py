@@ -373,19 +373,35 @@ class Alert(Base):
 
 
 class TableBlocker(Base):
-    """A writer's request to keep maintenance off a table until `expires_at`
-    (streaming writers that must not race a rewrite). Expired blockers are ignored."""
+    """Something that keeps maintenance jobs from starting (a running one finishes). One
+    mechanism, three uses:
+
+    - a writer's blocker: a table, until `expires_at` (streaming writers that must not race
+      a rewrite). Expired blockers are ignored;
+    - an operator's pause: a table, no `expires_at`: until resumed;
+    - the global freeze (incidents): no table (every table), no `expires_at`: until
+      unfrozen.
+    """
 
     __tablename__ = "table_blockers"
+    __table_args__ = (
+        # One pause per table and one freeze (NULL table -> 0: table ids start at 1).
+        Index(
+            "uq_table_blockers_hold",
+            text("coalesce(table_id, 0)"),
+            unique=True,
+            postgresql_where=text("expires_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    table_id: Mapped[int] = mapped_column(
+    table_id: Mapped[int | None] = mapped_column(
         ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
     )
     holder: Mapped[str] = mapped_column(String(255))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
-    expires_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):
