@@ -56,6 +56,39 @@ class Signal:
     reason: str
 
 
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+# File-size buckets (label, min bytes inclusive, max bytes exclusive or None): the histogram
+# operators of peer tools read. Their labels and bounds are a contract (the dashboard draws
+# one bar per bucket): change them together with its consumers.
+SIZE_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
+    ("<1 MB", 0, MiB),
+    ("1-8 MB", MiB, 8 * MiB),
+    ("8-32 MB", 8 * MiB, 32 * MiB),
+    ("32-128 MB", 32 * MiB, 128 * MiB),
+    ("128-512 MB", 128 * MiB, 512 * MiB),
+    (">512 MB", 512 * MiB, None),
+)
+OVER_1GB = GiB  # files_over_1gb counts files of at least this many bytes
+
+
+def size_buckets(sizes: Iterable[int]) -> list[dict[str, Any]]:
+    """Files and bytes per `SIZE_BUCKETS` bucket, every bucket listed (empty ones too)."""
+    out: list[dict[str, Any]] = [
+        {"label": label, "min_bytes": lo, "max_bytes": hi, "files": 0, "bytes": 0}
+        for label, lo, hi in SIZE_BUCKETS
+    ]
+    for size in sizes:
+        bucket = next(b for b in reversed(out) if size >= b["min_bytes"])
+        bucket["files"] += 1
+        bucket["bytes"] += size
+    return out
+
+
+def files_over(sizes: Iterable[int], at: int = OVER_1GB) -> int:
+    return sum(1 for s in sizes if s >= at)
+
+
 def size_stats(sizes: list[int]) -> dict[str, int]:
     return {
         "min": min(sizes, default=0),
@@ -75,6 +108,8 @@ class PartitionHealth:
     bytes: int
     records: int
     file_size: dict[str, int]  # min / p50 / max bytes
+    file_size_buckets: list[dict[str, Any]]  # size_buckets() of the data files
+    files_over_1gb: int
     small_files: int
     small_file_ratio: float
     reducible_files: int  # files beyond ceil(bytes / target): what compaction can remove
@@ -110,6 +145,8 @@ class TableHealth:
     deleted_records: float = 0.0
     layout_columns: dict[str, list[str]] = field(default_factory=dict)
     penalties: dict[str, float] = field(default_factory=dict)  # what the score lost, per factor
+    file_size_buckets: list[dict[str, Any]] = field(default_factory=lambda: size_buckets(()))
+    files_over_1gb: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,6 +260,8 @@ def build(
             bytes=size,
             records=recs,
             file_size=size_stats([f.size for f in group]),
+            file_size_buckets=size_buckets(f.size for f in group),
+            files_over_1gb=files_over(f.size for f in group),
             small_files=small,
             small_file_ratio=ratio(small, len(group)),
             reducible_files=len(group) - needed,
@@ -250,6 +289,8 @@ def build(
         bytes=sum(f.size for f in data),
         records=records,
         file_size=size_stats([f.size for f in data]),
+        file_size_buckets=size_buckets(f.size for f in data),
+        files_over_1gb=files_over(f.size for f in data),
         small_files=small,
         small_file_ratio=ratio(small, len(data)),
         small_file_threshold_bytes=small_at,

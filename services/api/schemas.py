@@ -476,6 +476,16 @@ class FileSizesOut(ResponseModel):
     max: int
 
 
+class FileSizeBucketOut(ResponseModel):
+    """One bar of the file-size histogram (MB = 1024 x 1024 bytes)."""
+
+    label: Literal["<1 MB", "1-8 MB", "8-32 MB", "32-128 MB", "128-512 MB", ">512 MB"]
+    min_bytes: int = Field(description="the smallest size in the bucket (inclusive)")
+    max_bytes: int | None = Field(description="the bucket's upper bound (exclusive); null: none")
+    files: int = Field(description="data files of the current snapshot in the bucket")
+    bytes: int
+
+
 class DeleteFilesOut(ResponseModel):
     position: int
     equality: int
@@ -521,6 +531,13 @@ class FilesOut(ResponseModel):
     bytes: int
     records: int
     file_size: FileSizesOut
+    file_size_buckets: list[FileSizeBucketOut] = Field(
+        min_length=6,
+        max_length=6,
+        description="data files by size: <1 MB, 1-8, 8-32, 32-128, 128-512, >512 MB, in "
+        "that order, every bucket listed",
+    )
+    files_over_1gb: int = Field(description="data files of 1 GB (1024^3 bytes) or more")
     small_files: int
     small_file_ratio: float
     reducible_files: int

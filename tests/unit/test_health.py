@@ -27,6 +27,7 @@ from lakewarden.policy import Policy, parse_policy
 from services.api.schemas import HealthOut
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -345,6 +346,40 @@ def test_a_signal_of_a_disabled_kind_says_so() -> None:
     assert not signals(_health(ttl={"files_past_retention": 4}), parse_policy({}))
 
 
+def test_file_size_buckets_count_every_data_file_once_by_its_size() -> None:
+    # each bucket's bounds (min inclusive, max exclusive), per partition and overall
+    a = [_file("a", 0), _file("a", MiB - 1), _file("a", MiB), _file("a", 8 * MiB - 1)]
+    b = [_file("b", 8 * MiB), _file("b", 128 * MiB), _file("b", 512 * MiB), _file("b", GiB)]
+    h = build(Policy(), 1, a + b, [], {}, None)
+    labels = ["<1 MB", "1-8 MB", "8-32 MB", "32-128 MB", "128-512 MB", ">512 MB"]
+    assert [b["label"] for b in h.file_size_buckets] == labels
+    assert [(b["min_bytes"], b["max_bytes"]) for b in h.file_size_buckets] == [
+        (0, MiB),
+        (MiB, 8 * MiB),
+        (8 * MiB, 32 * MiB),
+        (32 * MiB, 128 * MiB),
+        (128 * MiB, 512 * MiB),
+        (512 * MiB, None),
+    ]
+    assert [b["files"] for b in h.file_size_buckets] == [2, 2, 1, 0, 1, 2]
+    assert [b["bytes"] for b in h.file_size_buckets] == [
+        MiB - 1,
+        9 * MiB - 1,
+        8 * MiB,
+        0,
+        128 * MiB,
+        512 * MiB + GiB,
+    ]
+    assert h.files_over_1gb == 1  # 1 GiB itself counts
+    pa_, pb = h.partitions
+    assert [b["files"] for b in pa_.file_size_buckets] == [2, 2, 0, 0, 0, 0]
+    assert [b["files"] for b in pb.file_size_buckets] == [0, 0, 1, 0, 1, 2]
+    assert (pa_.files_over_1gb, pb.files_over_1gb) == (0, 1)
+    empty = build(Policy(), None, [], [], {}, None)
+    assert [b["files"] for b in empty.file_size_buckets] == [0] * 6
+    assert empty.files_over_1gb == 0
+
+
 # --- what the API serves -------------------------------------------------------------------
 
 
@@ -357,6 +392,8 @@ def test_health_is_json_and_fits_the_response_model() -> None:
     body = json.loads(json.dumps(h.to_dict()))
     out = HealthOut.model_validate({"table": "sales.orders", "policy_version": 1, **body})
     assert out.partitions[0].delete_files.position == 1 and out.ttl.files_past_retention == 1
+    assert out.file_size_buckets[0].files == 0 and out.file_size_buckets[1].files == 1
+    assert out.partitions[0].file_size_buckets[1].label == "1-8 MB"
 
 
 def test_expected_gain_from_any_kind_of_plan() -> None:
