@@ -39,7 +39,7 @@ from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.execute import Job, run_job
 from lakewarden.leader import Fence
-from lakewarden.redact import RedactingFilter, secrets_of
+from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.states import RunState, TaskState
 from lakewarden.tables import ref_of
@@ -144,6 +144,12 @@ def run_application(rt: Runtime, task_id: int, attempt: int) -> int:
     if job is None:
         log.info("task %d attempt %d: no longer running, nothing to do", task_id, attempt)
         return NOTHING_TO_DO
+    with log_context(**job.log_fields):
+        return _run_loaded(rt, job)
+
+
+def _run_loaded(rt: Runtime, job: Job) -> int:
+    task_id, attempt = job.task_id, job.attempt
     heartbeat = Heartbeat(rt, task_id, attempt)
     heartbeat.beat()
     heartbeat.start()
@@ -177,16 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempt", type=int, required=True)
     args = parser.parse_args(argv)
     rt = make_runtime("application")
-    logging.basicConfig(
-        level=rt.settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
-    )
-    for noisy in ("py4j", "httpx", "httpcore", "pyiceberg"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    redacting = RedactingFilter(secrets_of(rt.settings, rt.db_url))
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(redacting)
-    return run_application(rt, args.task_id, args.attempt)
+    setup_logging(rt.settings, rt.db_url)  # the format of every lakewarden process
+    with log_context(task_id=args.task_id, attempt=args.attempt):
+        return run_application(rt, args.task_id, args.attempt)
 
 
 if __name__ == "__main__":

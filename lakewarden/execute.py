@@ -47,6 +47,15 @@ class Job:
         """The Spark job group (and application name) of this attempt: cancellable by it."""
         return f"lakewarden-task-{self.task_id}-{self.attempt}"
 
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        """What every log line about this attempt carries (`lakewarden.logs.log_context`)."""
+        return {
+            "task_id": self.task_id,
+            "table": f"{self.catalog}.{self.ref.dotted}",
+            "attempt": self.attempt,
+        }
+
 
 def record_app_id(rt: Runtime, job: Job, app_id: str) -> None:
     """Store the Spark application id on the run as soon as it is known."""

@@ -104,4 +104,13 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
 def main(rt: Runtime, host: str, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(rt), host=host, port=port, log_level=rt.settings.log_level.lower())
+    # log_config=None: uvicorn's loggers (server, access log) keep no handlers of their own
+    # and propagate to the root's, so the API logs in the one format (lakewarden.logs),
+    # with the same redaction.
+    uvicorn.run(
+        create_app(rt),
+        host=host,
+        port=port,
+        log_level=rt.settings.log_level.lower(),
+        log_config=None,
+    )

@@ -39,6 +39,7 @@ from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
 from lakewarden.db.session import transaction
 from lakewarden.execute import Job
 from lakewarden.leader import Fence, FencedOut, check_fence
+from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -188,12 +189,13 @@ class Applications:
             apps = list(self.running.values())
         self._keep_assigned(fence, [a.task_id for a in apps])
         for app in apps:
-            try:
-                self._poll_one(fence, app)
-            except FencedOut as exc:
-                log.warning("task %d: %s", app.task_id, exc)
-            except Exception:
-                log.exception("task %d: could not poll its application", app.task_id)
+            with log_context(task_id=app.task_id, attempt=app.attempt):
+                try:
+                    self._poll_one(fence, app)
+                except FencedOut as exc:
+                    log.warning("task %d: %s", app.task_id, exc)
+                except Exception:
+                    log.exception("task %d: could not poll its application", app.task_id)
 
     def _keep_assigned(self, fence: Fence, task_ids: list[int]) -> None:
         """Our runs carry our current epoch (it changes if our own lease lapsed and we took

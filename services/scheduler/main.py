@@ -36,6 +36,7 @@ from lakewarden.leader import (
     lease_expires_in,
     resign,
 )
+from lakewarden.logs import log_context
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
@@ -305,12 +306,13 @@ class Scheduler:
         except FencedOut as exc:
             log.warning("dispatch refused: %s", exc)
             return False
-        log.info(
-            "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
-        )
-        if mode_of(self.rt.settings, job.pool) == RunMode.APPLICATION:
-            self.applications.launch(fence, job, timeout_s)
-            return True
+        with log_context(**job.log_fields):
+            log.info(
+                "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
+            )
+            if mode_of(self.rt.settings, job.pool) == RunMode.APPLICATION:
+                self.applications.launch(fence, job, timeout_s)
+                return True
         future = self.pool.submit(self._run_job, fence, job)
         self.inflight[task_id] = Inflight(future, job.group, timeout_s)
         future.add_done_callback(functools.partial(self._forget, task_id))
@@ -321,6 +323,10 @@ class Scheduler:
         self.wake.set()  # a slot is free (and its table and pool may take the next task)
 
     def _run_job(self, fence: Fence, job: Job) -> str:
+        with log_context(**job.log_fields):  # a pool thread: the context is bound here
+            return self._run_job_in_context(fence, job)
+
+    def _run_job_in_context(self, fence: Fence, job: Job) -> str:
         def explain(exc: BaseException) -> BaseException:
             entry = self.inflight.get(job.task_id)
             if entry is not None and entry.timed_out:

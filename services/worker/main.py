@@ -16,11 +16,13 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakewarden import policy_gate, process
 from lakewarden.backoff import retry_delay_s
-from lakewarden.catalog import load_table
-from lakewarden.db.models import ManagedTable
+from lakewarden.catalog import TableRef, load_table
+from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.listener import libpq_url
 from lakewarden.kinds import get_kind
+from lakewarden.logs import log_context
+from lakewarden.policy_gate import Verdict
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
@@ -54,6 +56,12 @@ class Worker:
             assert row is not None  # FK
             ref, verdict = ref_of(row), policy_gate.judge(s, row, task)
             catalog = row.catalog
+        # attempt: the one this planning counts as (a failure spends it)
+        table_name = f"{catalog}.{ref.dotted}"
+        with log_context(task_id=task.id, table=table_name, attempt=task.attempt + 1):
+            return self._plan(task, ref, catalog, verdict)
+
+    def _plan(self, task: Task, ref: TableRef, catalog: str, verdict: Verdict) -> bool:
         if verdict.section is None or verdict.action == "cancel":
             self._finish(task.id, TaskState.CANCELLED, verdict.reason)
             return True
