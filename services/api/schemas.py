@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -271,9 +270,6 @@ class TableOut(ResponseModel):
     current_snapshot_id: int | None
     metadata_location: str | None
     managed_by: str = Field(description="`api` (registered) or `rule:<id>` (a management rule)")
-    paused: HoldOut | None = Field(
-        default=None, description="an operator's pause: no job starts until resumed"
-    )
     health_score: int | None = Field(
         description="the last measured health score (0-100); null until first measured"
     )
@@ -336,22 +332,11 @@ class TaskOut(ResponseModel):
     holder: str | None
     created_at: datetime
     updated_at: datetime
-    on_hold: str | None = Field(
-        default=None,
-        description="a task not yet running: what keeps it from starting now (the global "
-        "freeze, its table's pause, a writer's blocker), e.g. `paused by X since T: "
-        "reason`; null when nothing does",
-    )
 
     @classmethod
     def of(cls, task: Task, table: str, **more: Any) -> Self:
-        """The task's own fields, its table's namespace.name, and `more` (computed ones,
-        and a subclass's)."""
-        own = {
-            f: getattr(task, f)
-            for f in cls.model_fields
-            if f not in ("table", "on_hold") and f not in more
-        }
+        """The task's own fields, its table's namespace.name, and `more` (a subclass's)."""
+        own = {f: getattr(task, f) for f in cls.model_fields if f != "table" and f not in more}
         return cls(table=table, **own, **more)
 
 
@@ -360,10 +345,8 @@ class TaskDetail(TaskOut):
     runs: list[RunOut]
 
     @classmethod
-    def of_record(cls, record: TaskRecord, on_hold: str | None = None) -> TaskDetail:
-        return cls.of(
-            record.task, record.table, history=record.history, runs=record.runs, on_hold=on_hold
-        )
+    def of_record(cls, record: TaskRecord) -> TaskDetail:
+        return cls.of(record.task, record.table, history=record.history, runs=record.runs)
 
 
 class EventAccepted(ResponseModel):
@@ -450,37 +433,6 @@ class BlockerOut(ResponseModel):
     @property
     def until(self) -> datetime:
         return self.expires_at
-
-
-class HoldIn(RequestModel):
-    """Why an operator pauses a table or freezes every table (optional)."""
-
-    FREE_TEXT = frozenset({"reason"})
-    reason: str | None = Field(
-        default=None,
-        max_length=2000,
-        description="shown wherever the hold is: the table, explain, the task list",
-        json_schema_extra=documented_pattern(FREE_TEXT_PATTERN),
-    )
-
-
-class HoldOut(ResponseModel):
-    """An operator's pause of a table, or the global freeze: no job starts until it is
-    lifted; jobs already running finish."""
-
-    by: str = Field(validation_alias=AliasChoices("by", "holder"), description="who")
-    since: datetime = Field(validation_alias=AliasChoices("since", "created_at"))
-    reason: str | None
-
-
-class MaintenanceOut(ResponseModel):
-    """The fleet's maintenance switch: frozen (no job starts on any table) or not."""
-
-    frozen: bool
-    by: str | None = Field(description="who froze it; null when not frozen")
-    since: datetime | None
-    reason: str | None
-    paused_tables: int = Field(description="tables paused one by one, among those you may see")
 
 
 class AckIn(RequestModel):
@@ -660,10 +612,6 @@ class ExplainOut(ResponseModel):
     policy_version: int
     summary: str
     blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
-    paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")
-    frozen: HoldOut | None = Field(
-        description="the global freeze: no job starts on any table until unfrozen"
-    )
     kinds: dict[str, KindExplainOut]
 
 
