@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import Depends, HTTPException, Request
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})  # and /metrics when metrics_public
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="lakewarden"'}
+# The dashboard keeps the pasted API token here (HttpOnly, SameSite=Strict: services/api/ui).
+TOKEN_COOKIE = "lakewarden_token"
 
 
 class RateLimiter:
@@ -123,8 +126,16 @@ class Access:
 
 
 def bearer(request: Request) -> str:
+    """The request's credential: the bearer header, else the dashboard's cookie (the token
+    pasted at /ui/login). A change sent with the cookie must come from this server's own
+    pages (`same_origin`): the browser sends the cookie with any site's request."""
     header = request.headers.get("authorization", "")
     scheme, _, credential = header.partition(" ")
+    cookie = request.cookies.get(TOKEN_COOKIE, "").strip()
+    if not header and cookie:
+        if request.method in MUTATING:
+            same_origin(request)
+        return cookie
     if scheme.lower() != "bearer" or not credential.strip():
         raise HTTPException(
             401,
@@ -133,6 +144,21 @@ def bearer(request: Request) -> str:
             headers=CHALLENGE,
         )
     return credential.strip()
+
+
+def same_origin(request: Request) -> None:
+    """403 unless the request's Origin (or, without one, its Referer) is this server: a
+    cross-site form cannot make a change with the dashboard's cookie (SameSite=Strict is
+    the first guard, this the second, for browsers or proxies that drop SameSite)."""
+    source = request.headers.get("origin") or request.headers.get("referer") or ""
+    host = request.headers.get("host", "")
+    if not host or urlsplit(source).netloc != host:
+        raise HTTPException(
+            403,
+            "a change authenticated by the dashboard's cookie must come from the dashboard's "
+            "own pages (Origin or Referer of this server); API clients send "
+            "'Authorization: Bearer <token>'",
+        )
 
 
 def authenticate(request: Request, rt: Runtime, session: Session) -> Caller:

@@ -35,6 +35,7 @@ from services.api.routes import (
     tasks,
     tokens,
 )
+from services.api.ui import create_ui
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     # Every error: one body (ErrorOut), a 409 for conflicts, no 500 text, a complete Allow.
     errors.register(app, [route for router in routers for route in router.routes])
     access.document_security(app)
+    app.mount("/ui", create_ui(app))  # the on-call dashboard (services/api/ui)
     return app
 
 

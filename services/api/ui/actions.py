@@ -1,0 +1,182 @@
+"""The dashboard's buttons (POST forms) and its login. Each action is the API's own request
+(`Api.call`): the same route, grant check, rate limit and audit row. The form must come
+from the dashboard's own pages (`same_origin`, besides the cookie's SameSite=Strict);
+the answer is a 303 back to a page, with the API's message (done, or what went wrong)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from services.api.access import TOKEN_COOKIE, same_origin
+from services.api.deps import Id
+from services.api.ui.api import Api, detail_of
+from services.api.ui.render import page, redirect
+
+router = APIRouter()
+MAX_FORM_BYTES = 16 * 1024
+
+
+async def form(request: Request) -> dict[str, str]:
+    """An url-encoded form's fields (the first value of each)."""
+    body = (await request.body())[:MAX_FORM_BYTES].decode("utf-8", "replace")
+    return {k: v[0].strip() for k, v in parse_qs(body).items()}
+
+
+async def act(
+    request: Request,
+    method: str,
+    path: str,
+    back: str,
+    done: str,
+    body: dict[str, Any] | None = None,
+) -> Response:
+    same_origin(request)
+    r = await Api(request).call(method, path, json=body)
+    if r.status_code == 401:
+        return redirect(f"/ui/login?next={quote(back)}")
+    if r.status_code >= 400:
+        return redirect(back, error=f"{done} refused ({r.status_code}): {detail_of(r)}")
+    return redirect(back, ok=done)
+
+
+def _table(catalog: str, namespace: str, name: str) -> tuple[str, str]:
+    """The API path of a table, and its dashboard page."""
+    parts = f"{quote(catalog)}/tables/{quote(namespace)}/{quote(name)}"
+    return f"/api/v1/catalogs/{parts}", f"/ui/t/{quote(catalog)}/{quote(namespace)}/{quote(name)}"
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/trigger")
+async def trigger(request: Request, catalog: str, namespace: str, name: str) -> Response:
+    same_origin(request)
+    api, back = _table(catalog, namespace, name)
+    kind = (await form(request)).get("kind", "")
+    r = await Api(request).call("POST", f"{api}/tasks", json={"kind": kind})
+    if r.status_code == 201:
+        task = r.json()
+        return redirect(f"/ui/tasks/{task['id']}", ok=f"{kind} task {task['id']} created")
+    return redirect(back, error=f"trigger {kind} refused ({r.status_code}): {detail_of(r)}")
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/pause")
+async def pause(request: Request, catalog: str, namespace: str, name: str) -> Response:
+    api, back = _table(catalog, namespace, name)
+    reason = (await form(request)).get("reason") or None
+    return await act(request, "POST", f"{api}/pause", back, "paused", {"reason": reason})
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/resume")
+async def resume(request: Request, catalog: str, namespace: str, name: str) -> Response:
+    api, back = _table(catalog, namespace, name)
+    return await act(request, "POST", f"{api}/resume", back, "resumed")
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/blockers")
+async def add_blocker(request: Request, catalog: str, namespace: str, name: str) -> Response:
+    api, back = _table(catalog, namespace, name)
+    fields = await form(request)
+    try:
+        ttl_s = float(fields.get("ttl_minutes") or "60") * 60
+    except ValueError:
+        return redirect(back, error="the blocker's minutes must be a number")
+    body = {"holder": fields.get("holder", ""), "reason": fields.get("reason") or None}
+    return await act(
+        request, "POST", f"{api}/blockers", back, "blocker added", body | {"ttl_s": ttl_s}
+    )
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/blockers/{blocker_id}/remove")
+async def remove_blocker(
+    request: Request, catalog: str, namespace: str, name: str, blocker_id: Id
+) -> Response:
+    api, back = _table(catalog, namespace, name)
+    return await act(request, "DELETE", f"{api}/blockers/{blocker_id}", back, "blocker removed")
+
+
+@router.post("/tasks/{task_id}/cancel")
+async def cancel(request: Request, task_id: Id) -> Response:
+    back = f"/ui/tasks/{task_id}"
+    return await act(request, "POST", f"/api/v1/tasks/{task_id}/cancel", back, "cancelled")
+
+
+@router.post("/tasks/{task_id}/retry")
+async def retry(request: Request, task_id: Id) -> Response:
+    same_origin(request)
+    r = await Api(request).call("POST", f"/api/v1/tasks/{task_id}/retry")
+    back = f"/ui/tasks/{task_id}"
+    if r.status_code >= 400:
+        return redirect(back, error=f"retry refused ({r.status_code}): {detail_of(r)}")
+    again = r.json()["id"]
+    return redirect(f"/ui/tasks/{again}", ok=f"retried task {task_id} as task {again}")
+
+
+@router.post("/alerts/{alert_id}/ack")
+async def ack(request: Request, alert_id: Id) -> Response:
+    by = (await form(request)).get("by") or "dashboard"
+    return await act(
+        request, "POST", f"/api/v1/alerts/{alert_id}/ack", "/ui/alerts", "acknowledged", {"by": by}
+    )
+
+
+@router.post("/maintenance/freeze")
+async def freeze(request: Request) -> Response:
+    reason = (await form(request)).get("reason") or None
+    return await act(
+        request, "POST", "/api/v1/maintenance/freeze", "/ui/", "frozen", {"reason": reason}
+    )
+
+
+@router.post("/maintenance/unfreeze")
+async def unfreeze(request: Request) -> Response:
+    return await act(request, "POST", "/api/v1/maintenance/unfreeze", "/ui/", "unfrozen")
+
+
+# --- login: the pasted token goes into an HttpOnly, SameSite=Strict cookie ---------------
+
+
+def _next(target: str | None) -> str:
+    """Where to go after logging in: a dashboard page only (never another site)."""
+    return target if target and target.startswith("/ui/") and "//" not in target else "/ui/"
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request) -> HTMLResponse:
+    return page(request, "login.html", {"next": _next(request.query_params.get("next"))})
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """Check the token the way every request is checked (an API call with it: 401 if it is
+    unknown, expired or revoked), then keep it in the cookie."""
+    same_origin(request)
+    fields = await form(request)
+    token, target = fields.get("token", ""), _next(fields.get("next"))
+    why = "paste an API token (`lakewarden token create`)"
+    if token:
+        probe = Api(request)
+        probe.headers = {"Authorization": f"Bearer {token}"}
+        r = await probe.call("GET", "/api/v1/scheduler/leader")
+        why = detail_of(r) if r.status_code == 401 else ""
+    if why:
+        return page(request, "login.html", {"next": target, "error": why}, status_code=401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    same_origin(request)
+    response = redirect("/ui/login", ok="logged out")
+    response.delete_cookie(TOKEN_COOKIE, path="/")
+    return response

@@ -1,0 +1,293 @@
+"""The dashboard's pages (GET). Each authenticates like any API call (`AccessDep`: the
+bearer header or the login cookie), reads what the API answers through `Api`, and what no
+route answers from `queries`, within the caller's grants. Action buttons are shown only
+where the caller's grants allow the action (the API checks again when it is used)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from lakewarden.auth.grants import Role
+from lakewarden.db.models import ManagedTable
+from lakewarden.policy import KINDS
+from lakewarden.tasks import repo
+from services.api.access import AccessDep
+from services.api.deps import Id, SessionDep
+from services.api.ui import queries, svg
+from services.api.ui.api import Api
+from services.api.ui.render import is_fragment, page
+
+router = APIRouter()
+T = TypeVar("T")
+
+# The overview's filters, passed on to GET /api/v1/tables (which validates them).
+TABLE_FILTERS = ("namespace", "catalog", "health_below", "has_open_tasks", "has_failed_tasks")
+OPEN_STATES = ("pending", "planning", "planned", "running")
+RETRYABLE_STATES = ("failed", "cancelled", "skipped")
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """A blocking read (SQL) off the event loop."""
+    return await anyio.to_thread.run_sync(fn)
+
+
+def _table_path(catalog: str, namespace: str, name: str) -> str:
+    return f"/api/v1/catalogs/{quote(catalog)}/tables/{quote(namespace)}/{quote(name)}"
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, access: AccessDep, session: SessionDep) -> HTMLResponse:
+    """Tables worst health first (a page, filtered in the database), the backlog, the
+    leader, the live processes and the open alerts."""
+    api = Api(request)
+    params = {k: v for k, v in request.query_params.items() if k in TABLE_FILTERS and v}
+    params["sort"] = "health"
+    params["limit"] = request.query_params.get("limit") or "50"
+    if request.query_params.get("cursor"):
+        params["cursor"] = request.query_params["cursor"]
+    listing = await api.get("/api/v1/tables", params)
+    now = datetime.now(UTC)
+    ids = [t["id"] for t in listing["items"]]
+    facts = await _in_thread(lambda: queries.table_facts(session, ids, now))
+    scores = await _in_thread(lambda: _scores(session, ids))
+    rows = [{**t, **scores.get(t["id"], {}), "facts": facts[t["id"]]} for t in listing["items"]]
+    next_params = {k: v for k, v in params.items() if k != "sort"}
+    context: dict[str, Any] = {
+        "rows": rows,
+        "total": listing["total"],
+        "filters": params,
+        "next_url": (
+            "?"
+            + "&".join(f"{k}={quote(str(v))}" for k, v in next_params.items() if k != "cursor")
+            + f"&cursor={quote(listing['next_cursor'])}"
+            if listing["next_cursor"]
+            else None
+        ),
+        "failed_hours": int(queries.FAILED_WINDOW.total_seconds() // 3600),
+    }
+    if is_fragment(request):
+        return page(request, "_tables.html", context)
+    visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
+    live_s = 3 * request.app.state.runtime.settings.heartbeat_interval_s
+    backlog = await _in_thread(lambda: queries.backlog(session, visible))
+    procs = await _in_thread(lambda: queries.processes(session, now, live_s))
+    leader, alerts, maintenance = await asyncio.gather(
+        api.get_or_none("/api/v1/scheduler/leader"),
+        api.get_or_none("/api/v1/alerts?limit=20"),
+        api.get_or_none("/api/v1/maintenance"),
+    )
+    kinds = sorted({k for k, _, _ in backlog})
+    cells = {(k, s): n for k, s, n in backlog}
+    context |= {
+        "backlog": {"kinds": kinds, "states": OPEN_STATES, "cells": cells},
+        "leader": leader,
+        "processes": procs,
+        "alerts": (alerts or {}).get("items", []),
+        "maintenance": maintenance,
+        "can_freeze": access.caller.may_everywhere(Role.operator),
+    }
+    return page(request, "overview.html", context)
+
+
+def _scores(session: SessionDep, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The stored health of the tables `ids` (as the leader last measured it)."""
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(
+            ManagedTable.id,
+            ManagedTable.health_score,
+            ManagedTable.health_measured_at,
+            ManagedTable.unhealthy_since,
+        ).where(ManagedTable.id.in_(ids))
+    )
+    return {
+        r.id: {
+            "score": r.health_score,
+            "measured_at": r.health_measured_at,
+            "unhealthy_since": r.unhealthy_since,
+        }
+        for r in rows
+    }
+
+
+@router.get("/t/{catalog}/{namespace}/{name}", response_class=HTMLResponse)
+async def table_page(
+    request: Request, catalog: str, namespace: str, name: str, access: AccessDep
+) -> HTMLResponse:
+    """One table: its policy (with where each value comes from, and its versions), the
+    commit timeline with decisions, tasks with transitions and runs, blockers; health and
+    explain load after the page (they read the table's metadata)."""
+    api = Api(request)
+    path = _table_path(catalog, namespace, name)
+    table = await api.get(path)  # 404 / 403 as the API says
+    versions, events, tasks, blockers, ns_policy = await asyncio.gather(
+        api.get(f"{path}/policy/versions"),
+        api.get(f"{path}/events", {"limit": 30}),
+        api.get("/api/v1/tasks", {"table": f"{namespace}.{name}", "catalog": catalog, "limit": 20}),
+        api.get(f"{path}/blockers"),
+        api.get_or_none(f"/api/v1/catalogs/{quote(catalog)}/namespaces/{quote(namespace)}/policy"),
+    )
+    details = await asyncio.gather(
+        *(api.get(f"/api/v1/tasks/{t['id']}") for t in tasks["items"][:10])
+    )
+    context = {
+        "table": table,
+        "base": f"/ui/t/{quote(catalog)}/{quote(namespace)}/{quote(name)}",
+        "policy_rows": policy_sources(
+            table.get("policy") or {},
+            table.get("policy_overrides") or {},
+            (ns_policy or {}).get("policy") or {},
+        ),
+        "versions": versions,
+        "events": events["items"],
+        "tasks": list(details) + tasks["items"][10:],
+        "blockers": blockers,
+        "kinds": KINDS,
+        "can_operate": access.caller.may(Role.operator, catalog, namespace),
+        "retryable": RETRYABLE_STATES,
+        "open_states": OPEN_STATES,
+    }
+    return page(request, "table.html", context)
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if isinstance(v, dict) and v:
+            out |= _flatten(v, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = v
+    return out
+
+
+def policy_sources(
+    effective: dict[str, Any], table: dict[str, Any], namespace: dict[str, Any]
+) -> list[tuple[str, Any, str]]:
+    """Each effective setting (dotted), its value, and where it comes from: the table's own
+    settings, its namespace's defaults, or the built-in default."""
+    own, inherited = _flatten(table), _flatten(namespace)
+    return [
+        (key, value, "table" if key in own else "namespace" if key in inherited else "default")
+        for key, value in sorted(_flatten(effective).items())
+    ]
+
+
+@router.get("/t/{catalog}/{namespace}/{name}/health", response_class=HTMLResponse)
+async def table_health(
+    request: Request, catalog: str, namespace: str, name: str, access: AccessDep
+) -> HTMLResponse:
+    """The health panel: score and signals, the file-size histogram, the partitions' file
+    counts and each partition's detail."""
+    health = await Api(request).get(f"{_table_path(catalog, namespace, name)}/health")
+    buckets = health.get("file_size_buckets") or []
+    partitions = sorted(health.get("partitions") or [], key=lambda p: -p["data_files"])
+    return page(
+        request,
+        "_health.html",
+        {
+            "health": health,
+            "partitions": partitions,
+            "histogram": svg.bar_chart(
+                [
+                    svg.Bar(b["label"], b["files"], f"{b['label']}: {b['files']} files")
+                    for b in buckets
+                ],
+                "data files by size",
+            )
+            if buckets
+            else None,
+            "partition_plot": svg.bar_chart(
+                [
+                    svg.Bar(partition_label(p["partition"]), p["data_files"])
+                    for p in partitions[:30]
+                ],
+                "data files per partition",
+            )
+            if partitions
+            else None,
+        },
+    )
+
+
+def partition_label(partition: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in partition.items()) or "(unpartitioned)"
+
+
+@router.get("/t/{catalog}/{namespace}/{name}/explain", response_class=HTMLResponse)
+async def table_explain(
+    request: Request, catalog: str, namespace: str, name: str, access: AccessDep
+) -> HTMLResponse:
+    explain = await Api(request).get(f"{_table_path(catalog, namespace, name)}/explain")
+    return page(request, "_explain.html", {"explain": explain})
+
+
+@router.get("/tasks/{task_id}", response_class=HTMLResponse)
+async def task_page(
+    request: Request, task_id: Id, access: AccessDep, session: SessionDep
+) -> HTMLResponse:
+    """A task: why it exists, its transitions (who, why, leader epoch) and every attempt's
+    Spark run."""
+    task = await Api(request).get(f"/api/v1/tasks/{task_id}")
+    scope = await _in_thread(lambda: repo.scope_of_task(session, task_id))
+    catalog, namespace = scope or ("", "")
+    ns, _, name = task["table"].rpartition(".")
+    return page(
+        request,
+        "task.html",
+        {
+            "task": task,
+            "catalog": catalog,
+            "table_url": f"/ui/t/{quote(catalog)}/{quote(ns)}/{quote(name)}",
+            "can_operate": bool(scope) and access.caller.may(Role.operator, catalog, namespace),
+            "is_open": task["state"] in OPEN_STATES,
+            "retryable": task["state"] in RETRYABLE_STATES,
+        },
+    )
+
+
+@router.get("/alerts", response_class=HTMLResponse)
+async def alerts_page(request: Request, access: AccessDep) -> HTMLResponse:
+    state = request.query_params.get("state") or None
+    found = await Api(request).get("/api/v1/alerts", {"state": state} if state else None)
+    default = request.app.state.runtime.settings.catalog_name
+    rows = []
+    for alert in found["items"]:
+        details = alert.get("details") or {}
+        table = details.get("table")
+        if isinstance(table, str) and "." in table:
+            namespace = details.get("namespace") or table.split(".", 1)[0]
+            allowed = access.caller.may(Role.operator, details.get("catalog") or default, namespace)
+        else:
+            allowed = access.caller.may_everywhere(Role.operator)
+        rows.append({**alert, "can_ack": allowed and alert["state"] == "firing"})
+    return page(request, "alerts.html", {"alerts": rows, "state": state})
+
+
+@router.get("/trends", response_class=HTMLResponse)
+async def trends_page(request: Request, access: AccessDep, session: SessionDep) -> HTMLResponse:
+    """Backlog, task latency and job duration per kind over the last 24 h."""
+    visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
+    t = await _in_thread(lambda: queries.trends(session, visible, datetime.now(UTC)))
+    return page(
+        request,
+        "trends.html",
+        {
+            "backlog": svg.line_chart(t.backlog, t.start, t.end, "open tasks per kind", "tasks"),
+            "latency": svg.line_chart(
+                t.latency_s, t.start, t.end, "created to succeeded, per kind", "seconds"
+            ),
+            "jobs": svg.line_chart(
+                t.job_s, t.start, t.end, "Spark job duration per kind", "seconds"
+            ),
+            "empty": not (t.backlog or t.latency_s or t.job_s),
+        },
+    )
