@@ -4,8 +4,10 @@
 
 What is read (the current snapshot): data files, their sizes, rows, partitions and the bounds
 of the columns the policy names (clustering and Z-order columns, the TTL column); live delete
-files (position and equality) with their rows; every snapshot's time and the snapshots that
-branches and tags hold; the current snapshot's manifests.
+files (position and equality) with their rows; every snapshot's time and operation and the
+snapshots that branches and tags hold; the current snapshot's manifests; the metadata log
+and the table properties on metadata files. Nothing is listed: `add_storage` does that, only
+when asked.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from datetime import UTC, datetime, timedelta
 
 from pyiceberg.manifest import DataFileContent, ManifestContent
 from pyiceberg.table import Table
+from pyiceberg.table import TableProperties as P
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
+from lakewarden import storage
 from lakewarden.health_model import (
     LiveDelete,
     ManifestInfo,
+    MetadataFiles,
     SnapshotInfo,
     TableHealth,
     TTLColumn,
@@ -55,6 +61,24 @@ def _ttl_column(table: Table, policy: Policy, now: datetime) -> TTLColumn | None
     return TTLColumn(t.column, kind, cutoff)
 
 
+def _metadata_files(table: Table) -> MetadataFiles:
+    props = table.metadata.properties
+    try:
+        keep: int | None = int(
+            props.get(P.METADATA_PREVIOUS_VERSIONS_MAX, P.METADATA_PREVIOUS_VERSIONS_MAX_DEFAULT)
+        )
+    except ValueError:  # Iceberg itself would fail on it: shown as unknown, not a 500
+        keep = None
+    # Java's Boolean.parseBoolean, as Iceberg reads it: anything but "true" (any case) is false
+    delete_after_commit = str(props.get(P.METADATA_DELETE_AFTER_COMMIT_ENABLED)).lower()
+    return MetadataFiles(1 + len(table.metadata.metadata_log), delete_after_commit == "true", keep)
+
+
+def _snapshot(s: Snapshot) -> SnapshotInfo:
+    operation = s.summary.operation.value if s.summary else None
+    return SnapshotInfo(s.snapshot_id, s.timestamp_ms, operation)
+
+
 def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableHealth:
     now = now or datetime.now(UTC)
     layout_columns = {
@@ -87,10 +111,25 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
         deletes,
         layout_columns,
         ttl,
-        snapshots=[SnapshotInfo(s.snapshot_id, s.timestamp_ms) for s in table.snapshots()],
+        snapshots=[_snapshot(s) for s in table.snapshots()],
         protected={r.snapshot_id for r in table.metadata.refs.values()},
         manifests=[
             ManifestInfo(m.content == ManifestContent.DELETES, m.manifest_length) for m in manifests
         ],
         now=now,
+        metadata=_metadata_files(table),
     )
+
+
+def add_storage(
+    health: TableHealth, table: Table, policy: Policy, now: datetime, max_files: int
+) -> TableHealth:
+    """`health` with what a listing of the table's storage finds (`lakewarden.storage`, its
+    cost is there): `storage`, and the bytes of the metadata.json files."""
+    store = storage.Storage(table)
+    listing = store.walk(max_files)
+    refs = storage.references(table, store)
+    health.storage = storage.summary(listing, refs, now, policy.clean.orphan_min_age_hours)
+    total, current = storage.metadata_json_bytes(store, listing, refs)
+    health.metadata_files.update(bytes=total, current_bytes=current)
+    return health

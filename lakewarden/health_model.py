@@ -17,16 +17,23 @@ Score = 100 minus five penalties, each capped, rounded, never below 0:
 So a table of well-sized files with no deletes scores 100; one whose files could all be
 merged away scores at most 60; all deletes past the threshold as well: at most 20.
 
+Informational, not scored: file-size buckets, commit rate and whether a streaming writer looks
+active, partition skew, metadata-file bloat, and (read only when asked, `lakewarden.storage`)
+bytes no snapshot references and bytes only old snapshots hold. None of them slows a reader
+the way small files and deletes do, and a score change would move SLO alerts and the
+worst-first order of the fleet: they are shown for the operator to judge.
+
 The layout kinds (files per lookup on the section's columns) are the registry's kinds whose
 section is a clustering or Z-order policy.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -147,6 +154,10 @@ class TableHealth:
     penalties: dict[str, float] = field(default_factory=dict)  # what the score lost, per factor
     file_size_buckets: list[dict[str, Any]] = field(default_factory=lambda: size_buckets(()))
     files_over_1gb: int = 0
+    commits: dict[str, Any] = field(default_factory=dict)  # commit_summary()
+    partition_skew: dict[str, Any] = field(default_factory=dict)  # partition_skew()
+    metadata_files: dict[str, Any] = field(default_factory=dict)  # metadata_summary()
+    storage: dict[str, Any] | None = None  # lakewarden.storage, when asked for
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,6 +176,16 @@ class LiveDelete:
 class SnapshotInfo:
     snapshot_id: int
     timestamp_ms: int
+    operation: str | None = None  # append | overwrite | replace | delete (summary.operation)
+
+
+@dataclass(frozen=True)
+class MetadataFiles:
+    """The table's metadata.json files as its current metadata lists them."""
+
+    files: int  # the current one and those in its metadata log
+    delete_after_commit: bool  # write.metadata.delete-after-commit.enabled
+    previous_versions_max: int | None  # write.metadata.previous-versions-max (None: unreadable)
 
 
 @dataclass(frozen=True)
@@ -221,10 +242,11 @@ def build(
     layout_columns: dict[str, list[str]],
     ttl: TTLColumn | None,
     *,
-    snapshots: Iterable[SnapshotInfo] = (),
+    snapshots: Collection[SnapshotInfo] = (),
     protected: set[int] | frozenset[int] = frozenset(),
     manifests: Iterable[ManifestInfo] = (),
     now: datetime | None = None,
+    metadata: MetadataFiles | None = None,
 ) -> TableHealth:
     """What `measure` read, summed up per partition and overall, with its signals and score
     (`protected`: the snapshots that branches and tags hold)."""
@@ -312,6 +334,9 @@ def build(
         },
         partitions=partitions,
         signals=[],
+        commits=commit_summary(snapshots, now),
+        partition_skew=partition_skew(partitions),
+        metadata_files=metadata_summary(metadata),
     )
 
     health.signals = signals(health, policy)
@@ -340,6 +365,77 @@ def snapshot_summary(
             for s, age in list(zip(snaps, ages, strict=True))[keep:]
             if age > max_age_s and s.snapshot_id not in protected
         ),
+    }
+
+
+# A streaming writer looks active when, in the last hour, at least STREAMING_MIN_COMMITS
+# commits added data (append or overwrite: not a rewrite's replace, not a delete), at a
+# median interval of at most STREAMING_MAX_INTERVAL_S, and the newest of them is no older
+# than twice that median (the cadence goes on now: a burst that ended does not count).
+STREAMING_WINDOW_S = 3600
+STREAMING_MIN_COMMITS = 4
+STREAMING_MAX_INTERVAL_S = 900
+DATA_OPERATIONS = frozenset({"append", "overwrite"})
+DAY_S = 86400
+
+
+def commit_summary(snapshots: Iterable[SnapshotInfo], now: datetime | None) -> dict[str, Any]:
+    """Commits per day from the snapshots the table still holds (an expired snapshot is not
+    counted: after clean, the rate is a lower bound), and the streaming-writer judgement."""
+    now_ms = now.timestamp() * 1000 if now else 0.0
+    # newest first; a snapshot stamped after `now` (the writer's clock ahead) counts as new
+    ages = sorted((max(0.0, (now_ms - s.timestamp_ms) / 1000), s.operation) for s in snapshots)
+    daily = [sum(1 for age, _ in ages if d * DAY_S <= age < (d + 1) * DAY_S) for d in range(7)]
+    writes = [age for age, op in ages if op in DATA_OPERATIONS and age < STREAMING_WINDOW_S]
+    gaps = [b - a for a, b in itertools.pairwise(writes)]
+    median_gap = statistics.median(gaps) if gaps else None
+    active = (
+        len(writes) >= STREAMING_MIN_COMMITS
+        and median_gap is not None
+        and median_gap <= STREAMING_MAX_INTERVAL_S
+        and writes[0] <= max(2 * median_gap, 60.0)
+    )
+    return {
+        "last_24h": daily[0],
+        "last_7d": sum(daily),
+        "per_day_7d": round(sum(daily) / 7, 2),
+        "daily_7d": daily,
+        "data_commits_last_hour": len(writes),
+        "median_interval_s_last_hour": None if median_gap is None else round(median_gap, 1),
+        "streaming_writer_active": active,
+    }
+
+
+def partition_skew(partitions: Iterable[PartitionHealth]) -> dict[str, Any]:
+    """The busiest partition, by bytes and by data files, against the median partition (of
+    the partitions holding data files): ratio = busiest / median (None: no partition)."""
+    holding = [p for p in partitions if p.data_files]
+    out: dict[str, Any] = {"partitions": len(holding)}
+    for measure in ("bytes", "data_files"):
+        values = [getattr(p, measure) for p in holding]
+        busiest = max(holding, key=lambda p: getattr(p, measure), default=None)
+        median = statistics.median(values) if values else None
+        out[measure] = {
+            "median": median,
+            "busiest": max(values, default=None),
+            "busiest_partition": busiest.partition if busiest else None,
+            "ratio": round(max(values) / median, 2) if median else None,
+        }
+    return out
+
+
+def metadata_summary(m: MetadataFiles | None) -> dict[str, Any]:
+    """The metadata.json files: how many the metadata lists and whether the older ones are
+    deleted on commit (when not, every commit leaves one more on storage: beyond
+    previous_versions_max they leave the log but not the storage, until orphan removal).
+    Their bytes need a look at each file: `lakewarden.storage` fills them in when asked."""
+    m = m or MetadataFiles(0, False, None)
+    return {
+        "files": m.files,
+        "bytes": None,
+        "current_bytes": None,
+        "delete_after_commit": m.delete_after_commit,
+        "previous_versions_max": m.previous_versions_max,
     }
 
 

@@ -515,6 +515,88 @@ class ManifestsOut(ResponseModel):
     avg_bytes: float
 
 
+class CommitsOut(ResponseModel):
+    """Commits from the snapshots the table still holds (expired ones are not counted: after
+    clean the rates are a lower bound)."""
+
+    last_24h: int
+    last_7d: int
+    per_day_7d: float = Field(description="last_7d / 7")
+    daily_7d: list[int] = Field(
+        description="commits per day, 7 entries, the last 24 h first (then 24-48 h ago, ...)"
+    )
+    data_commits_last_hour: int = Field(
+        description="commits that added data (append, overwrite) in the last hour"
+    )
+    median_interval_s_last_hour: float | None = Field(
+        description="median seconds between those commits (null: fewer than two)"
+    )
+    streaming_writer_active: bool = Field(
+        description="a streaming writer looks active: >= 4 data commits in the last hour, at "
+        "a median interval <= 15 min, the newest no older than twice that interval (or 60 s)"
+    )
+
+
+class SkewMeasureOut(ResponseModel):
+    median: float | None = Field(description="the median partition's value")
+    busiest: int | None
+    busiest_partition: dict[str, Any] | None
+    ratio: float | None = Field(description="busiest / median (null: no partition)")
+
+
+class PartitionSkewOut(ResponseModel):
+    """The busiest partition against the median one, of the partitions holding data files."""
+
+    partitions: int
+    bytes: SkewMeasureOut
+    data_files: SkewMeasureOut
+
+
+class MetadataFilesOut(ResponseModel):
+    files: int = Field(description="metadata.json files listed: the current one and its log")
+    bytes: int | None = Field(description="their total size; null unless read with ?storage=true")
+    current_bytes: int | None = Field(
+        description="the current metadata.json's size (every read and commit parses it); "
+        "null unless read with ?storage=true"
+    )
+    delete_after_commit: bool = Field(
+        description="write.metadata.delete-after-commit.enabled: when false, every commit "
+        "leaves its metadata.json on storage for good (only orphan removal takes them)"
+    )
+    previous_versions_max: int | None = Field(
+        description="write.metadata.previous-versions-max (how many the log keeps); null "
+        "when the property is not a number"
+    )
+
+
+class StorageOut(ResponseModel):
+    """The table location listed against what its metadata references (?storage=true)."""
+
+    listed_files: int
+    listed_bytes: int
+    capped: bool = Field(
+        description="the listing stopped at max_files: the unreferenced figures are a lower bound"
+    )
+    max_files: int
+    unreferenced_files: int = Field(
+        description="files under the location that no snapshot or metadata file references "
+        "(orphan candidates)"
+    )
+    unreferenced_bytes: int
+    unreferenced_older_files: int = Field(
+        description="of those, files older than orphan_min_age_hours: what clean's orphan "
+        "removal would delete (younger ones may belong to a commit in flight)"
+    )
+    unreferenced_older_bytes: int
+    orphan_min_age_hours: float
+    old_snapshots_only_files: int = Field(
+        description="data and delete files some snapshot holds but neither the current one "
+        "nor any branch or tag head: expiring the old snapshots frees them"
+    )
+    old_snapshots_only_bytes: int
+    manifests_read: int = Field(description="distinct manifests read over every snapshot")
+
+
 class TTLOut(ResponseModel):
     column: str | None = Field(description="the policy's ttl.column; null when none is set")
     cutoff: datetime | None = None
@@ -574,6 +656,12 @@ class HealthOut(FilesOut):
     layout_columns: dict[str, list[str]]
     ttl: TTLOut
     partitions: list[PartitionHealthOut]
+    commits: CommitsOut
+    partition_skew: PartitionSkewOut
+    metadata_files: MetadataFilesOut
+    storage: StorageOut | None = Field(
+        default=None, description="null unless asked for with ?storage=true (it lists files)"
+    )
 
 
 class OpenTaskOut(ResponseModel):

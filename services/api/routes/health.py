@@ -8,8 +8,9 @@ Postgres itself refuses any write; no Iceberg commit is made either.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Query
 from pyiceberg.table import Table
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -17,8 +18,9 @@ from sqlalchemy.orm import Session
 from lakewarden import explain
 from lakewarden.catalog import find_table
 from lakewarden.db.models import ManagedTable
-from lakewarden.health import measure
+from lakewarden.health import add_storage, measure
 from lakewarden.runtime import Runtime
+from lakewarden.storage import DEFAULT_MAX_FILES, LIMIT_MAX_FILES
 from lakewarden.tables import ref_of
 from services.api import errors
 from services.api.access import TableDep
@@ -53,12 +55,35 @@ def _load(rt: Runtime, row: ManagedTable) -> Table:
 @router.get(
     "/{namespace}/{name}/health", response_model=HealthOut, responses=errors.documented(notes=GONE)
 )
-def get_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HealthOut:
-    """File sizes, delete files, snapshots, manifests, layout and TTL state (overall and per
-    partition), a 0-100 score with what each factor cost, and every threshold that fires."""
+def get_table_health(
+    row: TableDep,
+    rt: RuntimeDep,
+    session: SessionDep,
+    storage: Annotated[
+        bool,
+        Query(
+            description="also list the table's location: bytes no snapshot references and "
+            "bytes only old snapshots hold, metadata.json sizes (slow on large tables)"
+        ),
+    ] = False,
+    max_files: Annotated[
+        int,
+        Query(ge=1, le=LIMIT_MAX_FILES, description="with storage: list at most this many files"),
+    ] = DEFAULT_MAX_FILES,
+) -> HealthOut:
+    """File sizes (with a size histogram), delete files, snapshots, commit rate, manifests,
+    metadata files, layout, partition skew and TTL state (overall and per partition), a
+    0-100 score with what each factor cost, and every threshold that fires."""
     _read_only(session)
     policy = current_policy(session, row)
-    health = measure(_load(rt, row), policy, datetime.now(UTC))
+    table = _load(rt, row)
+    now = datetime.now(UTC)
+    health = measure(table, policy, now)
+    if storage:
+        # The listing may take long: no transaction stays open meanwhile (one read-only
+        # transaction holds no row lock, but would hold off a migration's DDL).
+        session.commit()
+        add_storage(health, table, policy, now, max_files)
     return HealthOut.model_validate(
         {
             "table": f"{row.namespace}.{row.name}",
