@@ -25,7 +25,7 @@ from lakewarden.events.ingest import snapshot_fields
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.policy import KindPolicy, Policy, SweptPolicy, is_due
-from lakewarden.tables import live_blockers
+from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
 from lakewarden.tasks.repo import open_task
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,14 @@ def explain_table(
 ) -> dict[str, Any]:
     """Every kind: enabled or not, its open task, whether the next commit or sweep would
     create a task, and the plan its planner would make now (with the expected gain) or why
-    it would skip; and the live blockers (rows of `table_blockers`). The API serves it as
-    `ExplainOut`."""
+    it would skip; and what holds jobs off the table: the live writer blockers, its pause
+    and the global freeze (rows of `table_blockers`). What is held is still explained as
+    if it were free, and says that it would not start. The API serves it as `ExplainOut`."""
     current = table.current_snapshot()
     summary = snapshot_fields(current)["summary"] if current else None
     blockers = live_blockers(session, row.id)
+    paused, frozen = pause_of(session, row.id), freeze_of(session)
+    held = "; ".join(describe_hold(h) for h in (frozen, paused) if h is not None)
     kinds = {
         kind.name: _explain_kind(session, row, kind, policy, table, now, summary)
         for kind in REGISTRY.values()
@@ -51,11 +54,18 @@ def explain_table(
     running = [name for name, k in kinds.items() if k["would_run"]]
     overview = f"would run now: {', '.join(running)}" if running else "nothing would run now"
     if blockers:
-        until = max(b.expires_at for b in blockers)
+        until = max(b.expires_at for b in blockers if b.expires_at is not None)
         overview += (
             f"; blocked by {', '.join(sorted({b.holder for b in blockers}))} until "
             f"{until.isoformat()}: no job starts before then"
         )
+    if held:
+        lifted = " and ".join(
+            w for w, h in (("unfrozen", frozen), ("resumed", paused)) if h is not None
+        )
+        overview += f"; {held}: no job starts until {lifted}"
+        for name in running:
+            kinds[name]["reason"] += f"; it would not start now: {held}"
     return {
         "table": f"{row.namespace}.{row.name}",
         "at": now,
@@ -63,6 +73,8 @@ def explain_table(
         "policy_version": row.policy_version,
         "summary": overview,
         "blocked_by": blockers,
+        "paused": paused,
+        "frozen": frozen,
         "kinds": kinds,
     }
 

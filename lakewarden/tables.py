@@ -1,5 +1,9 @@
 """Managed tables and namespace defaults: register, look up, list, change policy,
-unregister; and their blockers (a writer keeps maintenance off a table for a while).
+unregister; and what keeps jobs off them (table_blockers): a writer's blocker (one table,
+for a while), an operator's pause (one table, until resumed) and the global freeze (every
+table, until unfrozen). Dispatch starts no job on a table any of them holds (the
+scheduler's `_NEXT_PLANNED` says the same in SQL); a job already running finishes, and
+tasks are still created and planned, so explain and the task list show what would run.
 
 Unregistering retires the row (`retired_at`) and keeps its history: events, tasks,
 policy versions, blockers. Lookups and every background loop see live rows only;
@@ -465,7 +469,8 @@ def add_blocker(
 
 
 def live_blockers(session: Session, table_id: int) -> list[TableBlocker]:
-    """The table's blockers that have not expired, oldest first."""
+    """The table's writer blockers that have not expired, oldest first (a pause or the
+    freeze has no expiry: `pause_of`, `freeze_of`)."""
     return list(
         session.scalars(
             select(TableBlocker)
@@ -476,13 +481,125 @@ def live_blockers(session: Session, table_id: int) -> list[TableBlocker]:
 
 
 def remove_blocker(session: Session, row: ManagedTable, blocker_id: int) -> bool:
-    """False if the table has no such blocker."""
+    """False if the table has no such writer blocker (a pause is lifted by `resume`)."""
     gone = session.execute(
         delete(TableBlocker)
-        .where(TableBlocker.id == blocker_id, TableBlocker.table_id == row.id)
+        .where(
+            TableBlocker.id == blocker_id,
+            TableBlocker.table_id == row.id,
+            TableBlocker.expires_at.is_not(None),
+        )
         .returning(TableBlocker.id)
     ).scalar_one_or_none()
     return gone is not None
+
+
+# A hold without an end: a pause (a table) or the freeze (no table).
+_UNENDING = TableBlocker.expires_at.is_(None)
+
+
+def _hold(session: Session, table_id: int | None, *, by: str, reason: str | None) -> TableBlocker:
+    """The hold on `table_id` (None: the freeze), made unless one exists: holding twice
+    keeps the first, so its `by` and `since` stay true. Race-free: the unique index
+    uq_table_blockers_hold makes a concurrent second insert do nothing."""
+    session.execute(
+        insert(TableBlocker)
+        .values(table_id=table_id, holder=by, reason=reason, expires_at=None)
+        .on_conflict_do_nothing()
+    )
+    held = _hold_of(session, table_id)
+    assert held is not None  # ours, or the one the conflict found (committed: it waited)
+    return held
+
+
+def _hold_of(session: Session, table_id: int | None) -> TableBlocker | None:
+    on = TableBlocker.table_id.is_(None) if table_id is None else TableBlocker.table_id == table_id
+    return session.scalars(select(TableBlocker).where(on, _UNENDING)).one_or_none()
+
+
+def _lift(session: Session, table_id: int | None) -> bool:
+    on = TableBlocker.table_id.is_(None) if table_id is None else TableBlocker.table_id == table_id
+    lifted = session.execute(delete(TableBlocker).where(on, _UNENDING).returning(TableBlocker.id))
+    return lifted.first() is not None
+
+
+def pause(session: Session, row: ManagedTable, *, by: str, reason: str | None) -> TableBlocker:
+    """No job starts on the table until it is resumed (a running one finishes)."""
+    return _hold(session, row.id, by=by, reason=reason)
+
+
+def resume(session: Session, row: ManagedTable) -> bool:
+    """Lift the table's pause; False if it was not paused."""
+    return _lift(session, row.id)
+
+
+def pause_of(session: Session, table_id: int) -> TableBlocker | None:
+    return _hold_of(session, table_id)
+
+
+def pauses_of(session: Session, table_ids: Iterable[int]) -> dict[int, TableBlocker]:
+    """The pauses of those of `table_ids` that are paused, in one query."""
+    rows = session.scalars(
+        select(TableBlocker).where(TableBlocker.table_id.in_(list(table_ids)), _UNENDING)
+    )
+    return {b.table_id: b for b in rows if b.table_id is not None}
+
+
+def paused_tables(session: Session, where: ColumnElement[bool] | None = None) -> int:
+    """How many managed tables (matching `where`, on ManagedTable) are paused."""
+    q = (
+        select(func.count())
+        .select_from(ManagedTable)
+        .join(TableBlocker, TableBlocker.table_id == ManagedTable.id)
+        .where(LIVE, _UNENDING)
+    )
+    return session.scalar(q if where is None else q.where(where)) or 0
+
+
+def freeze(session: Session, *, by: str, reason: str | None) -> TableBlocker:
+    """No job starts on any table until unfrozen (running ones finish). An incident's brake."""
+    return _hold(session, None, by=by, reason=reason)
+
+
+def unfreeze(session: Session) -> bool:
+    """Lift the freeze; False if there was none."""
+    return _lift(session, None)
+
+
+def freeze_of(session: Session) -> TableBlocker | None:
+    return _hold_of(session, None)
+
+
+def describe_hold(hold: TableBlocker) -> str:
+    """What holds jobs, said the same way in explain, skip reasons and the task list:
+    "paused by X since T: reason", "frozen by ...", "blocked by W until T: reason"."""
+    if hold.expires_at is not None:
+        said = f"blocked by {hold.holder} until {hold.expires_at.isoformat()}"
+    else:
+        what = "frozen (every table)" if hold.table_id is None else "paused"
+        said = f"{what} by {hold.holder} since {hold.created_at.isoformat()}"
+    return f"{said}: {hold.reason}" if hold.reason else said
+
+
+def holds_on(session: Session, table_ids: Iterable[int]) -> dict[int, list[TableBlocker]]:
+    """For each of `table_ids`, everything that holds its jobs now: the freeze first, then
+    its pause, then its writers' live blockers (one query)."""
+    ids = list(table_ids)
+    rows = list(
+        session.scalars(
+            select(TableBlocker)
+            .where(
+                or_(TableBlocker.table_id.in_(ids), TableBlocker.table_id.is_(None)),
+                or_(_UNENDING, TableBlocker.expires_at > func.now()),
+            )
+            .order_by(
+                TableBlocker.table_id.is_not(None),
+                TableBlocker.expires_at.is_not(None),
+                TableBlocker.id,
+            )
+        )
+    )
+    return {i: [b for b in rows if b.table_id in (None, i)] for i in ids}
 
 
 def policy_versions(session: Session, row: ManagedTable) -> list[PolicyVersion]:

@@ -101,6 +101,16 @@ def open_task(session: Session, table_id: int, kind: str) -> Task | None:
     ).one_or_none()
 
 
+def latest_task(session: Session, table_id: int, kind: str) -> Task | None:
+    """The table's newest task of `kind`, in whatever state."""
+    return session.scalars(
+        select(Task)
+        .where(Task.table_id == table_id, Task.kind == kind)
+        .order_by(Task.id.desc())
+        .limit(1)
+    ).one_or_none()
+
+
 def transition(
     session: Session,
     task_id: int,

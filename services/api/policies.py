@@ -16,9 +16,14 @@ from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
 from lakewarden.policy import Policy, destructive_changes, effective_policy, validation_problems
-from lakewarden.tables import effective_policy_for, namespace_defaults, namespaces_defaults
+from lakewarden.tables import (
+    effective_policy_for,
+    namespace_defaults,
+    namespaces_defaults,
+    pauses_of,
+)
 from services.api.access import Access
-from services.api.schemas import TableOut
+from services.api.schemas import HoldOut, TableOut
 
 
 def check_policy(
@@ -74,6 +79,9 @@ def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]
     query for all the rows, and the policy of a table without settings of its own (most
     of them) is validated once per namespace: a page costs two queries, not one per table."""
     defaults = namespaces_defaults(session, rows)
+    pauses = {
+        i: HoldOut.model_validate(b) for i, b in pauses_of(session, (r.id for r in rows)).items()
+    }
     inherited: dict[tuple[str, str], dict[str, Any] | ValidationError] = {}
     out = []
     for row in rows:
@@ -104,6 +112,7 @@ def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]
                 current_snapshot_id=row.current_snapshot_id,
                 metadata_location=row.metadata_location,
                 managed_by=row.managed_by,
+                paused=pauses.get(row.id),
                 health_score=row.health_score,
                 health_measured_at=row.health_measured_at,
                 created_at=row.created_at,

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -270,6 +271,9 @@ class TableOut(ResponseModel):
     current_snapshot_id: int | None
     metadata_location: str | None
     managed_by: str = Field(description="`api` (registered) or `rule:<id>` (a management rule)")
+    paused: HoldOut | None = Field(
+        default=None, description="an operator's pause: no job starts until resumed"
+    )
     health_score: int | None = Field(
         description="the last measured health score (0-100); null until first measured"
     )
@@ -335,8 +339,19 @@ class TaskOut(ResponseModel):
 
     @classmethod
     def of(cls, task: Task, table: str, **more: Any) -> Self:
-        """The task's own fields, its table's namespace.name, and `more` (a subclass's)."""
-        own = {f: getattr(task, f) for f in cls.model_fields if f != "table" and f not in more}
+    on_hold: str | None = Field(
+        default=None,
+        description="a task not yet running: what keeps it from starting now (the global "
+        "freeze, its table's pause, a writer's blocker), e.g. `paused by X since T: "
+        "reason`; null when nothing does",
+    )
+        """The task's own fields, its table's namespace.name, and `more` (computed ones,
+        and a subclass's)."""
+        own = {
+            f: getattr(task, f)
+            for f in cls.model_fields
+            if f not in ("table", "on_hold") and f not in more
+        }
         return cls(table=table, **own, **more)
 
 
@@ -345,8 +360,10 @@ class TaskDetail(TaskOut):
     runs: list[RunOut]
 
     @classmethod
-    def of_record(cls, record: TaskRecord) -> TaskDetail:
-        return cls.of(record.task, record.table, history=record.history, runs=record.runs)
+    def of_record(cls, record: TaskRecord, on_hold: str | None = None) -> TaskDetail:
+        return cls.of(
+            record.task, record.table, history=record.history, runs=record.runs, on_hold=on_hold
+        )
 
 
 class EventAccepted(ResponseModel):
@@ -438,6 +455,37 @@ class BlockerOut(ResponseModel):
 class AckIn(RequestModel):
     by: str = Field(
         min_length=1,
+class HoldIn(RequestModel):
+    """Why an operator pauses a table or freezes every table (optional)."""
+
+    FREE_TEXT = frozenset({"reason"})
+    reason: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="shown wherever the hold is: the table, explain, the task list",
+        json_schema_extra=documented_pattern(FREE_TEXT_PATTERN),
+    )
+
+
+class HoldOut(ResponseModel):
+    """An operator's pause of a table, or the global freeze: no job starts until it is
+    lifted; jobs already running finish."""
+
+    by: str = Field(validation_alias=AliasChoices("by", "holder"), description="who")
+    since: datetime = Field(validation_alias=AliasChoices("since", "created_at"))
+    reason: str | None
+
+
+class MaintenanceOut(ResponseModel):
+    """The fleet's maintenance switch: frozen (no job starts on any table) or not."""
+
+    frozen: bool
+    by: str | None = Field(description="who froze it; null when not frozen")
+    since: datetime | None
+    reason: str | None
+    paused_tables: int = Field(description="tables paused one by one, among those you may see")
+
+
         max_length=255,
         description="who takes it",
         json_schema_extra=documented_pattern(TEXT_PATTERN),
@@ -703,6 +751,10 @@ class ExplainOut(ResponseModel):
     kinds: dict[str, KindExplainOut]
 
 
+    paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")
+    frozen: HoldOut | None = Field(
+        description="the global freeze: no job starts on any table until unfrozen"
+    )
 class Page(ResponseModel, Generic[T]):
     """One page of a list (`lakewarden.db.paging`); each list has its own subclass, named
     for what it lists."""

@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 # the least Spark time in the last hour (fair share: a table with endless work cannot
 # starve the rest, and idle capacity is still used); then the most expected gain per MB
 # rewritten (compaction plans: data files removed per MB); then the oldest task. Never a
-# table with a job already running, one a writer has blocked, or a full pool.
+# table with a job already running, one a writer has blocked or an operator paused, any
+# table while the fleet is frozen, or a full pool.
 _NEXT_PLANNED = text(
     f"""
     SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
@@ -78,8 +79,11 @@ _NEXT_PLANNED = text(
     WHERE {sql_in("t.state", TaskState.PLANNED)} AND t.not_before <= now()
       AND NOT EXISTS (SELECT 1 FROM tasks r
                       WHERE r.table_id = t.table_id AND {sql_in("r.state", TaskState.RUNNING)})
+      -- nothing holds the table (lakewarden.tables): a writer's live blocker, its pause
+      -- (no expiry), or the global freeze (no table, no expiry)
       AND NOT EXISTS (SELECT 1 FROM table_blockers b
-                      WHERE b.table_id = t.table_id AND b.expires_at > now())
+                      WHERE (b.table_id = t.table_id OR b.table_id IS NULL)
+                        AND (b.expires_at IS NULL OR b.expires_at > now()))
       AND (SELECT count(*) FROM tasks p
            WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
           < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)

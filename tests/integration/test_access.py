@@ -60,6 +60,13 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),
     ("POST", "/api/v1/tasks/{task_id}/cancel"): Rule("operator"),
+    ("POST", "/api/v1/tasks/{task_id}/retry"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/pause"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/resume"): Rule("operator"),
+    ("GET", "/api/v1/maintenance"): Rule("viewer", "any"),
+    # every table at once: the role on everything
+    ("POST", "/api/v1/maintenance/freeze"): Rule("operator", "fleet"),
+    ("POST", "/api/v1/maintenance/unfreeze"): Rule("operator", "fleet"),
     ("POST", "/api/v1/events"): Rule("operator"),
     # operator somewhere; each notification needs it on its table (refused item by item)
     ("POST", "/api/v1/events/batch"): Rule("operator", "any"),

@@ -1,4 +1,6 @@
-"""Blockers: a writer keeps maintenance off a table for a while (streaming writers)."""
+"""What keeps jobs off a table: a writer's blocker (for a while: streaming writers), and an
+operator's pause (until resumed). Both are `table_blockers` rows (lakewarden.tables); the
+fleet-wide freeze is in routes/maintenance.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from lakewarden.auth.grants import Role
 from services.api import errors
 from services.api.access import AccessDep, TableDep
 from services.api.deps import Id, SessionDep
-from services.api.schemas import BlockerIn, BlockerOut
+from services.api.policies import table_out
+from services.api.schemas import BlockerIn, BlockerOut, HoldIn, HoldOut, TableOut
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["blockers"])
 
@@ -56,3 +59,37 @@ def remove_blocker(
     if not tables.remove_blocker(session, row, blocker_id):
         raise HTTPException(404, f"blocker {blocker_id} does not exist on this table")
     return Response(status_code=204)
+
+
+@router.post(
+    "/{namespace}/{name}/pause",
+    response_model=TableOut,
+    responses=errors.documented(body=True, notes=errors.ON_TABLE),
+)
+def pause_table(
+    row: TableDep, session: SessionDep, access: AccessDep, body: HoldIn | None = None
+) -> TableOut:
+    """No maintenance job starts on the table until it is resumed; jobs already running
+    finish, and tasks are still created and planned (explain and the task list say what
+    waits, and why). Pausing a paused table keeps its first pause. Operator."""
+    access.need(Role.operator, row.catalog, row.namespace)
+    before = tables.pause_of(session, row.id)
+    hold = tables.pause(session, row, by=access.actor, reason=body.reason if body else None)
+    if before is None:
+        access.change = {"paused": HoldOut.model_validate(hold).model_dump(mode="json")}
+    return table_out(session, row)
+
+
+@router.post(
+    "/{namespace}/{name}/resume",
+    response_model=TableOut,
+    responses=errors.documented(notes=errors.ON_TABLE),
+)
+def resume_table(row: TableDep, session: SessionDep, access: AccessDep) -> TableOut:
+    """Lift the table's pause: its planned tasks may start again (a table not paused is
+    left as it is). Operator."""
+    access.need(Role.operator, row.catalog, row.namespace)
+    before = tables.pause_of(session, row.id)
+    if tables.resume(session, row) and before is not None:
+        access.change = {"resumed": HoldOut.model_validate(before).model_dump(mode="json")}
+    return table_out(session, row)

@@ -1,19 +1,20 @@
-"""Tasks: list, inspect (with history and runs), trigger by hand, cancel."""
+"""Tasks: list, inspect (with history and runs), trigger by hand, cancel, retry."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import ValidationError
 
-from lakewarden import policy_gate
+from lakewarden import policy_gate, tables
 from lakewarden.auth.grants import Role
 from lakewarden.catalog import TableRef
-from lakewarden.db.models import ManagedTable
+from lakewarden.db.models import ManagedTable, Task
 from lakewarden.kinds import REGISTRY
 from lakewarden.policy import KINDS
-from lakewarden.states import TaskState
+from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES
 from services.api import errors
@@ -42,6 +43,22 @@ def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int)
     if scope is None:
         raise HTTPException(404, f"task {task_id} does not exist")
     access.need(role, *scope, target=f"task {task_id}")
+
+
+def _on_hold(session: SessionDep, tasks: Iterable[Task]) -> dict[int, str]:
+    """For each task not yet running, what keeps it from starting (as dispatch judges it):
+    the freeze, its table's pause, writers' blockers. Absent when nothing does."""
+    waiting = [t for t in tasks if t.state in OPEN_TASK_STATES and t.state != TaskState.RUNNING]
+    holds = tables.holds_on(session, {t.table_id for t in waiting})
+    return {
+        t.id: "; ".join(tables.describe_hold(h) for h in holds[t.table_id])
+        for t in waiting
+        if holds[t.table_id]
+    }
+
+
+def _detail(session: SessionDep, record: repo.TaskRecord) -> TaskDetail:
+    return TaskDetail.of_record(record, _on_hold(session, [record.task]).get(record.task.id))
 
 
 @router.get(
@@ -82,7 +99,8 @@ def list_tasks(
         access.need(Role.viewer, catalog, ref.namespace, target=ref.dotted)
         table_id = managed(session, catalog, ref).id
     found = repo.list_tasks(session, page, table_id=table_id, state=state, kind=kind, where=visible)
-    return TaskPage.of(found, lambda row: TaskOut.of(*row))
+    held = _on_hold(session, (task for task, _ in found.items))
+    return TaskPage.of(found, lambda row: TaskOut.of(*row, on_hold=held.get(row[0].id)))
 
 
 @router.get(
@@ -96,7 +114,7 @@ def get_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
     record = repo.get_task(session, task_id)
     if record is None:
         raise HTTPException(404, f"task {task_id} does not exist")
-    return TaskDetail.of_record(record)
+    return _detail(session, record)
 
 
 TRIGGER_ERRORS = {
@@ -120,33 +138,50 @@ def trigger_task(
     access.need(Role.operator, row.catalog, row.namespace)
     if body.kind not in REGISTRY:
         raise HTTPException(422, f"task kind {body.kind!r} is not available yet")
+    return _ask_for(
+        session,
+        access,
+        row,
+        body.kind,
+        {"source": "manual", "reason": "requested through the API"},
+        override_disabled=body.override_disabled,
+        how_to_override='pass "override_disabled": true to run it once anyway',
+    )
+
+
+def _ask_for(
+    session: SessionDep,
+    access: Access,
+    row: ManagedTable,
+    kind: str,
+    trigger: dict[str, Any],
+    *,
+    override_disabled: bool,
+    how_to_override: str,
+) -> TaskDetail:
+    """A task of `kind` on the table, asked for by hand (trigger, retry): the policy gate,
+    then `repo.create_task` (a 409 if the table has one open already)."""
     try:
-        policy, stamp = policy_gate.current(session, row, body.kind)
+        policy, stamp = policy_gate.current(session, row, kind)
     except ValidationError as exc:
         raise HTTPException(409, invalid_stored_policy(row, exc)) from exc
-    if not policy.enabled and not body.override_disabled:
+    if not policy.enabled and not override_disabled:
         raise HTTPException(
             409,
-            f"{body.kind} is disabled by the policy of {row.namespace}.{row.name} "
-            f"({stamp.describe()}); enable it in the policy, or pass "
-            '"override_disabled": true to run it once anyway',
+            f"{kind} is disabled by the policy of {row.namespace}.{row.name} "
+            f"({stamp.describe()}); enable it in the policy, or {how_to_override}",
         )
-    if not policy.enabled and body.kind in DESTRUCTIVE_KINDS:
+    if not policy.enabled and kind in DESTRUCTIVE_KINDS:
         access.need(Role.admin, row.catalog, row.namespace)
     actor = access.actor
-    trigger: dict[str, object] = {
-        "source": "manual",
-        "reason": "requested through the API",
-        "policy_version": row.policy_version,
-        "policy": stamp.as_json(),
-    }
+    trigger = {**trigger, "policy_version": row.policy_version, "policy": stamp.as_json()}
     if not policy.enabled:
-        trigger["reason"] = f"requested through the API, overriding the disabled {body.kind}"
+        trigger["reason"] += f", overriding the disabled {kind}"
         trigger[policy_gate.OVERRIDE_KEY] = {"by": actor}
     task_id = repo.create_task(
         session,
         table_id=row.id,
-        kind=body.kind,
+        kind=kind,
         actor=actor,
         priority=policy.priority,
         max_attempts=policy.max_attempts,
@@ -154,15 +189,15 @@ def trigger_task(
         trigger=trigger,
     )
     if task_id is None:
-        existing = repo.open_task(session, row.id, body.kind)
+        existing = repo.open_task(session, row.id, kind)
         raise HTTPException(
             409,
-            f"table {row.namespace}.{row.name} already has an open {body.kind} task"
+            f"table {row.namespace}.{row.name} already has an open {kind} task"
             + (f" ({existing.id}, {existing.state})" if existing else ""),
         )
     record = repo.get_task(session, task_id)
     assert record is not None
-    return TaskDetail.of_record(record)
+    return _detail(session, record)
 
 
 @router.post(
@@ -182,4 +217,72 @@ def cancel_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDeta
         actor=access.actor,
         reason="cancelled through the API",
     )
-    return TaskDetail.of_record(repo.record(session, task))
+    return _detail(session, repo.record(session, task))
+
+
+# Retry makes a new task rather than re-opening the old one: a terminal state stays terminal
+# (the state machine has no way out of one, and alerts, metrics and the runs' attempt
+# numbers rely on it), the old task's history stays as it ended, and the new one says
+# where it comes from (`trigger.retry_of`, and its first transition's reason). It takes
+# the same path as a trigger (policy gate, the one-open-task-per-kind index), so a retry
+# cannot run what a trigger could not, nor twice.
+RETRYABLE = (TaskState.FAILED, TaskState.CANCELLED, TaskState.SKIPPED)
+
+
+@router.post(
+    "/tasks/{task_id}/retry",
+    response_model=TaskDetail,
+    responses=errors.documented(
+        notes={
+            404: "no such task",
+            409: "the task is open or succeeded, a later task of its kind exists on its "
+            "table, the table is no longer managed, or the policy disables the kind",
+        }
+    ),
+)
+def retry_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
+    """Run a failed, cancelled or skipped task again: a new task of the same kind on the
+    same table (`trigger.retry_of` names the old one), planned afresh under the current
+    policy. Only the latest task of its kind on its table can be retried. Operator."""
+    _need_on_task(session, access, Role.operator, task_id)
+    old = session.get(Task, task_id)
+    row = session.get(ManagedTable, old.table_id) if old is not None else None
+    if old is None or row is None:
+        raise HTTPException(404, f"task {task_id} does not exist")
+    if old.state not in RETRYABLE:
+        raise HTTPException(
+            409,
+            f"task {task_id} is {old.state}: only a failed, cancelled or skipped task can be "
+            "retried"
+            + (
+                "; cancel it first, or let it end"
+                if old.state in OPEN_TASK_STATES
+                else f"; trigger {old.kind} to run it again"
+            ),
+        )
+    if row.retired_at is not None:
+        raise HTTPException(
+            409, f"table {row.namespace}.{row.name} is no longer managed: register it again first"
+        )
+    later = repo.latest_task(session, old.table_id, old.kind)
+    if later is not None and later.id != old.id:
+        raise HTTPException(
+            409,
+            f"task {task_id} is not the latest {old.kind} task of {row.namespace}.{row.name}: "
+            f"task {later.id} ({later.state}) came after it; retry that one instead",
+        )
+    return _ask_for(
+        session,
+        access,
+        row,
+        old.kind,
+        {
+            "source": "retry",
+            "reason": f"retry of task {task_id} by {access.actor}",
+            "retry_of": task_id,
+        },
+        # The same request again: an override the old task ran under is asked for again
+        # (and, for a destructive kind, needs admin again).
+        override_disabled=policy_gate.OVERRIDE_KEY in (old.trigger or {}),
+        how_to_override="trigger it with override_disabled to run it once anyway",
+    )
