@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     # Failpoint for fault tests: a worker sleeps this long after claiming, before planning.
     fault_plan_delay_s: float = 0.0
 
+    # /metrics exports per-table series for at most this many tables (the least healthy).
+    metrics_max_tables: int = Field(default=1000, ge=0, le=1_000_000)
+
     log_level: str = "INFO"
     # `text`: a line per record; `json`: an object per line (lakewarden/logs.py), every process.
     log_format: Literal["text", "json"] = "text"

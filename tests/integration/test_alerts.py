@@ -139,9 +139,9 @@ def test_alerts_api_and_metrics(client: TestClient, rt: Runtime) -> None:
     assert client.post(f"/api/v1/alerts/{items[0]['id']}/ack", json={}).status_code == 422
     assert client.get("/api/v1/alerts", params={"state": "nope"}).status_code == 422
     body = client.get("/metrics").text
-    assert 'lakewarden_tasks{kind="compaction",state="failed"} 1' in body
-    assert 'lakewarden_alerts_open{rule="task_failed",severity="critical"} 1' in body
-    assert "lakewarden_scheduler_leader 0" in body
+    assert 'lakewarden_tasks{kind="compaction",state="failed"} 1.0' in body
+    assert 'lakewarden_alerts_open{rule="task_failed",severity="critical"} 1.0' in body
+    assert "lakewarden_scheduler_leader 0.0" in body
 
 
 def test_table_unhealthy_beyond_its_slo_window(rt: Runtime) -> None:

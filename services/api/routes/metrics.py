@@ -1,112 +1,293 @@
 """Prometheus metrics, computed from Postgres on each scrape, so every API replica
-reports the same numbers and none keeps state."""
+reports the same numbers and none keeps state.
+
+A custom `prometheus_client` collector turns the rows into metric families (the client
+escapes label values and writes the exposition format):
+
+- counters from the rows that only grow (tasks finished, job runs ended);
+- histograms of task latency and job duration: cumulative bucket counts, sum and count,
+  all computed in one SQL pass over the finished rows;
+- gauges for what is true now: the backlog, the oldest waiting task, open alerts, the
+  leader, the processes' heartbeats;
+- per table (labelled catalog/namespace/table): the health score and the age of the last
+  success per kind, for at most `metrics_max_tables` tables, the least healthy first
+  (`lakewarden_tables_omitted` says how many were left out: a series per table is a
+  Prometheus cost).
+
+A counter whose rows are removed or move back (a purge, a retried task) drops; Prometheus
+reads that as a reset, which `rate()` handles.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
 from lakewarden.db.locks import DBLocks
-from lakewarden.states import FINISHED_TASK_STATES, WAITING_TASK_STATES, AlertState, sql_in
+from lakewarden.settings import Settings
+from lakewarden.states import (
+    FINISHED_TASK_STATES,
+    TERMINAL_TASK_STATES,
+    WAITING_TASK_STATES,
+    AlertState,
+    RunState,
+    TaskState,
+    sql_in,
+)
 from services.api import errors
 from services.api.access import OptionalAccessDep
-from services.api.deps import SessionDep
+from services.api.deps import RuntimeDep, SessionDep
 
 router = APIRouter(tags=["operations"])
 
-_QUERIES: list[tuple[str, str, str, str]] = [
-    (
-        "lakewarden_tasks",
-        "gauge",
-        "tasks by kind and state",
-        "SELECT kind, state, count(*) FROM tasks GROUP BY kind, state",
-    ),
-    (
-        "lakewarden_task_oldest_waiting_seconds",
-        "gauge",
-        "age of the oldest task waiting to be planned or run",
-        "SELECT kind, extract(epoch FROM now() - min(created_at)) FROM tasks "
-        f"WHERE {sql_in('state', WAITING_TASK_STATES)} GROUP BY kind",
-    ),
-    (
-        "lakewarden_task_latency_seconds",
-        "gauge",
-        "creation to end of tasks finished in the last 24 h (quantile)",
-        "SELECT kind, q, percentile_cont(q) WITHIN GROUP (ORDER BY "
-        "extract(epoch FROM updated_at - created_at)) FROM tasks, "
-        f"unnest(ARRAY[0.5, 0.9]) AS q WHERE {sql_in('state', FINISHED_TASK_STATES)} "
-        "AND updated_at > now() - interval '24 hours' GROUP BY kind, q",
-    ),
-    (
-        "lakewarden_job_runs",
-        "gauge",
-        "Spark job runs by kind and outcome",
-        "SELECT t.kind, r.state, count(*) FROM job_runs r JOIN tasks t ON t.id = r.task_id "
-        "GROUP BY t.kind, r.state",
-    ),
-    (
-        "lakewarden_job_duration_seconds",
-        "gauge",
-        "duration of job runs finished in the last 24 h (quantile)",
-        "SELECT t.kind, q, percentile_cont(q) WITHIN GROUP (ORDER BY r.duration_ms / 1000.0) "
-        "FROM job_runs r JOIN tasks t ON t.id = r.task_id, unnest(ARRAY[0.5, 0.9]) AS q "
-        "WHERE r.finished_at > now() - interval '24 hours' AND r.duration_ms IS NOT NULL "
-        "GROUP BY t.kind, q",
-    ),
-    (
-        "lakewarden_alerts_open",
-        "gauge",
-        "open alerts by rule and severity",
-        "SELECT rule, severity, count(*) FROM alerts "
-        f"WHERE {sql_in('state', AlertState.RESOLVED, negate=True)} "
-        "GROUP BY rule, severity",
-    ),
-]
-_LABELS = {
-    "lakewarden_tasks": ("kind", "state"),
-    "lakewarden_task_oldest_waiting_seconds": ("kind",),
-    "lakewarden_task_latency_seconds": ("kind", "quantile"),
-    "lakewarden_job_runs": ("kind", "state"),
-    "lakewarden_job_duration_seconds": ("kind", "quantile"),
-    "lakewarden_alerts_open": ("rule", "severity"),
-}
+# Seconds. A task waits for planning, a free slot and its run: minutes to hours.
+TASK_LATENCY_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+# A Spark job: seconds for a small table to an hour or more for a big rewrite.
+JOB_DURATION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+# Heartbeats older than this are not exported: a process killed for good is forgotten
+# rather than kept as a series for ever (its rows stay until a clean exit removes them).
+HEARTBEAT_HORIZON_S = 3600
 
 
-def _line(name: str, labels: dict[str, object], value: float | None) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{name}{{{inner}}} {float(value or 0):g}" if inner else f"{name} {float(value or 0):g}"
+def _histogram_sql(value: str, source: str, buckets: Sequence[float]) -> str:
+    """kind, the cumulative count of each bucket (`value <= le`), sum and count of `value`
+    over `source` (a FROM ... WHERE clause yielding `kind` and `value`). The bounds are our
+    constants, not input."""
+    counts = ", ".join(f"count(*) FILTER (WHERE v <= {float(le)!r})" for le in buckets)
+    return (
+        f"SELECT kind, {counts}, coalesce(sum(v), 0), count(*) "
+        f"FROM (SELECT kind, {value} AS v {source}) AS rows GROUP BY kind"
+    )
+
+
+_TASK_LATENCY_SQL = _histogram_sql(
+    "extract(epoch FROM updated_at - created_at)",
+    f"FROM tasks WHERE {sql_in('state', FINISHED_TASK_STATES)}",
+    TASK_LATENCY_BUCKETS,
+)
+_JOB_DURATION_SQL = _histogram_sql(
+    "r.duration_ms / 1000.0",
+    "FROM job_runs r JOIN tasks t ON t.id = r.task_id WHERE r.duration_ms IS NOT NULL",
+    JOB_DURATION_BUCKETS,
+)
+
+
+class LakewardenCollector(Collector):
+    """Reads every metric from `session` when collected (once per scrape)."""
+
+    def __init__(self, session: Session, settings: Settings) -> None:
+        self.session = session
+        self.settings = settings
+
+    def _rows(self, sql: str, **params: Any) -> list[Any]:
+        return list(self.session.execute(text(sql), params))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._leader()
+        yield from self._tasks()
+        yield from self._histograms()
+        yield from self._job_runs()
+        yield from self._alerts()
+        yield from self._processes()
+        yield from self._tables()
+
+    def _leader(self) -> Iterator[Metric]:
+        lease = self.session.execute(
+            text(
+                "SELECT epoch, extract(epoch FROM expires_at - now()) FROM leader_lease "
+                "WHERE name = :lease"
+            ),
+            {"lease": DBLocks.SCHEDULER_LEASE},
+        ).one_or_none()
+        yield GaugeMetricFamily(
+            "lakewarden_scheduler_leader",
+            "1 while a scheduler holds a live lease",
+            value=1 if lease and lease[1] > 0 else 0,
+        )
+        yield GaugeMetricFamily(
+            "lakewarden_scheduler_epoch",
+            "the leader's fencing token",
+            value=lease[0] if lease else 0,
+        )
+
+    def _tasks(self) -> Iterator[Metric]:
+        tasks = GaugeMetricFamily(
+            "lakewarden_tasks",
+            "tasks by kind and state (open states: the backlog)",
+            labels=["kind", "state"],
+        )
+        finished = CounterMetricFamily(
+            "lakewarden_tasks_finished",
+            "tasks that reached a terminal state, by kind and outcome",
+            labels=["kind", "outcome"],
+        )
+        for kind, state, n in self._rows("SELECT kind, state, count(*) FROM tasks GROUP BY 1, 2"):
+            tasks.add_metric([kind, state], n)
+            if state in TERMINAL_TASK_STATES:
+                finished.add_metric([kind, state], n)
+        oldest = GaugeMetricFamily(
+            "lakewarden_task_oldest_waiting_seconds",
+            "age of the oldest task waiting to be planned or run",
+            labels=["kind"],
+        )
+        for kind, age in self._rows(
+            "SELECT kind, extract(epoch FROM now() - min(created_at)) FROM tasks "
+            f"WHERE {sql_in('state', WAITING_TASK_STATES)} GROUP BY kind"
+        ):
+            oldest.add_metric([kind], float(age))
+        yield from (tasks, finished, oldest)
+
+    def _histograms(self) -> Iterator[Metric]:
+        for name, help_text, sql, buckets in (
+            (
+                "lakewarden_task_latency_seconds",
+                "creation to end of finished tasks (succeeded, skipped, failed)",
+                _TASK_LATENCY_SQL,
+                TASK_LATENCY_BUCKETS,
+            ),
+            (
+                "lakewarden_job_duration_seconds",
+                "duration of ended Spark job runs",
+                _JOB_DURATION_SQL,
+                JOB_DURATION_BUCKETS,
+            ),
+        ):
+            family = HistogramMetricFamily(name, help_text, labels=["kind"])
+            for kind, *counts, total, n in self._rows(sql):
+                family.add_metric(
+                    [kind],
+                    buckets=[
+                        *((floatToGoString(le), c) for le, c in zip(buckets, counts, strict=True)),
+                        ("+Inf", n),
+                    ],
+                    sum_value=float(total),
+                )
+            yield family
+
+    def _job_runs(self) -> Iterator[Metric]:
+        ended = CounterMetricFamily(
+            "lakewarden_job_runs",
+            "Spark job runs that ended, by kind and outcome (failures included)",
+            labels=["kind", "state"],
+        )
+        running = GaugeMetricFamily(
+            "lakewarden_job_runs_running", "Spark job runs running now", labels=["kind"]
+        )
+        for kind, state, n in self._rows(
+            "SELECT t.kind, r.state, count(*) FROM job_runs r JOIN tasks t ON t.id = r.task_id "
+            "GROUP BY 1, 2"
+        ):
+            if state == RunState.RUNNING:
+                running.add_metric([kind], n)
+            else:
+                ended.add_metric([kind, state], n)
+        yield from (ended, running)
+
+    def _alerts(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "lakewarden_alerts_open",
+            "open alerts by rule and severity",
+            labels=["rule", "severity"],
+        )
+        for rule, severity, n in self._rows(
+            "SELECT rule, severity, count(*) FROM alerts "
+            f"WHERE {sql_in('state', AlertState.RESOLVED, negate=True)} GROUP BY 1, 2"
+        ):
+            family.add_metric([rule, severity], n)
+        yield family
+
+    def _processes(self) -> Iterator[Metric]:
+        age = GaugeMetricFamily(
+            "lakewarden_process_heartbeat_age_seconds",
+            "seconds since each process's last heartbeat (seen in the last hour)",
+            labels=["role", "holder"],
+        )
+        up = GaugeMetricFamily(
+            "lakewarden_process_up",
+            "1 while the process's heartbeat is fresher than stale_after_s",
+            labels=["role", "holder"],
+        )
+        for role, holder, seconds in self._rows(
+            "SELECT role, process_id, extract(epoch FROM now() - last_seen) "
+            "FROM process_heartbeats WHERE last_seen > now() - make_interval(secs => :horizon) "
+            "ORDER BY role, process_id",
+            horizon=HEARTBEAT_HORIZON_S,
+        ):
+            age.add_metric([role, holder], max(0.0, float(seconds)))
+            up.add_metric([role, holder], 1 if seconds <= self.settings.stale_after_s else 0)
+        yield from (age, up)
+
+    def _tables(self) -> Iterator[Metric]:
+        limit = self.settings.metrics_max_tables
+        total = self.session.execute(
+            text("SELECT count(*) FROM managed_tables WHERE retired_at IS NULL")
+        ).scalar_one()
+        # The least healthy first, never measured last: the guard keeps the tables on-call
+        # most needs to see.
+        rows = self._rows(
+            "SELECT id, catalog, namespace, name, health_score FROM managed_tables "
+            "WHERE retired_at IS NULL ORDER BY health_score ASC NULLS LAST, id LIMIT :limit",
+            limit=limit,
+        )
+        yield GaugeMetricFamily("lakewarden_tables", "managed tables (not retired)", value=total)
+        yield GaugeMetricFamily(
+            "lakewarden_tables_omitted",
+            "managed tables left out of the per-table series (LAKEWARDEN_METRICS_MAX_TABLES)",
+            value=total - len(rows),
+        )
+        labels = ["catalog", "namespace", "table"]
+        score = GaugeMetricFamily(
+            "lakewarden_table_health_score",
+            "the table's last measured health score (0-100)",
+            labels=labels,
+        )
+        names = {}
+        for table_id, catalog, namespace, name, health in rows:
+            names[table_id] = [catalog, namespace, name]
+            if health is not None:
+                score.add_metric(names[table_id], health)
+        success = GaugeMetricFamily(
+            "lakewarden_table_last_success_age_seconds",
+            "seconds since the table's last succeeded task of each kind",
+            labels=[*labels, "kind"],
+        )
+        if names:
+            for table_id, kind, seconds in self._rows(
+                "SELECT table_id, kind, extract(epoch FROM now() - max(updated_at)) FROM tasks "
+                f"WHERE table_id = ANY(:ids) AND {sql_in('state', TaskState.SUCCEEDED)} "
+                "GROUP BY 1, 2 ORDER BY 1, 2",
+                ids=list(names),
+            ):
+                success.add_metric([*names[table_id], kind], max(0.0, float(seconds)))
+        yield from (score, success)
 
 
 @router.get(
     "/metrics",
-    response_class=PlainTextResponse,
-    responses=errors.as_json(errors.APP_RESPONSES),
+    response_class=Response,
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"},
+        **errors.as_json(errors.APP_RESPONSES),
+    },
 )
-def get_metrics(session: SessionDep, access: OptionalAccessDep) -> str:
+def get_metrics(session: SessionDep, access: OptionalAccessDep, rt: RuntimeDep) -> Response:
     """Prometheus text format. Needs a viewer of everything, unless `metrics_public`."""
     if access is not None:
         access.need(Role.viewer, None, None)
-    out: list[str] = []
-    lease = session.execute(
-        text(
-            "SELECT epoch, extract(epoch FROM expires_at - now()) FROM leader_lease "
-            "WHERE name = :lease"
-        ),
-        {"lease": DBLocks.SCHEDULER_LEASE},
-    ).one_or_none()
-    out += [
-        "# HELP lakewarden_scheduler_leader 1 while a scheduler holds a live lease",
-        "# TYPE lakewarden_scheduler_leader gauge",
-        _line("lakewarden_scheduler_leader", {}, 1 if lease and lease[1] > 0 else 0),
-        "# HELP lakewarden_scheduler_epoch the leader's fencing token",
-        "# TYPE lakewarden_scheduler_epoch gauge",
-        _line("lakewarden_scheduler_epoch", {}, lease[0] if lease else 0),
-    ]
-    for name, kind, help_text, sql in _QUERIES:
-        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for row in session.execute(text(sql)):
-            *labels, value = row
-            out.append(_line(name, dict(zip(_LABELS[name], labels, strict=True)), value))
-    return "\n".join(out) + "\n"
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LakewardenCollector(session, rt.settings))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,180 @@
+"""/metrics on a live app over real rows: the exposition parses (prometheus_client's own
+parser), label values are escaped, counters are counters, histograms cumulative, and the
+per-table series honour the cardinality guard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import make_test_runtime, serve
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+from sqlalchemy import text
+
+from lakewarden.runtime import Runtime
+
+ODD_NAME = 'we"ird\\name\nx'  # a quote, a backslash and a newline: each must be escaped
+
+
+def seed(rt: Runtime) -> None:
+    """Three live tables (one with an odd name, one never measured), one retired; finished,
+    waiting and running tasks with known latencies; ended and running job runs; an open
+    alert; a fresh, a stale and a long-dead process."""
+    with rt.engine.begin() as c:
+        ids = {}
+        for name, score, retired in (
+            ("plain", 90, False),
+            (ODD_NAME, 10, False),
+            ("unmeasured", None, False),
+            ("gone", 0, True),
+        ):
+            ids[name] = c.execute(
+                text(
+                    "INSERT INTO managed_tables (catalog, namespace, name, policy, health_score,"
+                    " retired_at) VALUES ('lake', 'ns', :n, '{}', :s,"
+                    " CASE WHEN :r THEN now() END) RETURNING id"
+                ),
+                {"n": name, "s": score, "r": retired},
+            ).scalar_one()
+        # (table, kind, state, seconds ago created, latency in seconds)
+        for table, kind, state, ago, latency in (
+            ("plain", "compaction", "succeeded", 100, 60),
+            ("plain", "compaction", "failed", 50, 2),
+            ("plain", "expire_snapshots", "pending", 300, 0),
+            (ODD_NAME, "compaction", "succeeded", 5000, 4000),
+            (ODD_NAME, "expire_snapshots", "running", 20, 0),
+        ):
+            c.execute(
+                text(
+                    "INSERT INTO tasks (table_id, kind, state, trigger, created_at, updated_at)"
+                    " VALUES (:t, :k, :s, '{}', now() - make_interval(secs => :ago),"
+                    " now() - make_interval(secs => :ago - :lat))"
+                ),
+                {"t": ids[table], "k": kind, "s": state, "ago": ago, "lat": latency},
+            )
+        c.execute(
+            text(
+                "INSERT INTO job_runs (task_id, attempt, state, scheduler_id, leader_epoch,"
+                " duration_ms) SELECT id, 1, CASE state WHEN 'pending' THEN 'failed'"
+                " ELSE state END, 's', 1, CASE WHEN state = 'running' THEN NULL"
+                " ELSE 20000 END FROM tasks WHERE state <> 'failed'"
+            )
+        )
+        c.execute(
+            text(
+                "INSERT INTO alerts (rule, key, severity, state, summary, details)"
+                " VALUES ('task_failed', 'ns.plain:compaction', 'critical', 'firing', 's', '{}')"
+            )
+        )
+        for process_id, role, ago in (
+            ("w-1", "worker", 1),
+            ("s-1", "scheduler", 100),
+            ("s-0", "scheduler", 7200),
+        ):
+            c.execute(
+                text(
+                    "INSERT INTO process_heartbeats (process_id, role, hostname, pid, last_seen)"
+                    " VALUES (:p, :r, 'h', 1, now() - make_interval(secs => :ago))"
+                ),
+                {"p": process_id, "r": role, "ago": ago},
+            )
+
+
+def scrape(client: TestClient) -> dict[str, list[Sample]]:
+    """Samples by family name, parsed from /metrics."""
+    r = client.get("/metrics")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain; version=")
+    return {f.name: f.samples for f in text_string_to_metric_families(r.text)}
+
+
+def types_of(body: str) -> dict[str, str]:
+    return {f.name: f.type for f in text_string_to_metric_families(body)}
+
+
+def one(samples: Iterable[Sample], **labels: str) -> float:
+    (value,) = [s.value for s in samples if labels.items() <= s.labels.items()]
+    return value
+
+
+@pytest.fixture
+def seeded(rt: Runtime) -> Runtime:
+    seed(rt)
+    return rt
+
+
+def test_metrics_parse_with_escaped_labels_counters_and_cumulative_histograms(
+    seeded: Runtime, client: TestClient
+) -> None:
+    body = client.get("/metrics").text
+    types = types_of(body)
+    assert types["lakewarden_tasks_finished"] == "counter"
+    assert types["lakewarden_job_runs"] == "counter"
+    assert types["lakewarden_task_latency_seconds"] == "histogram"
+    assert types["lakewarden_job_duration_seconds"] == "histogram"
+    assert types["lakewarden_tasks"] == "gauge"
+    m = scrape(client)
+
+    # The odd name round-trips through the exposition's escaping.
+    assert r'table="we\"ird\\name\nx"' in body
+    assert one(m["lakewarden_table_health_score"], table=ODD_NAME) == 10
+    assert one(m["lakewarden_table_health_score"], table="plain") == 90
+    assert {s.labels["table"] for s in m["lakewarden_table_health_score"]} == {"plain", ODD_NAME}
+    age = one(m["lakewarden_table_last_success_age_seconds"], table=ODD_NAME, kind="compaction")
+    assert 900 <= age < 1100  # created 5000 s ago, finished 4000 s later
+    assert one(m["lakewarden_tables"]) == 3 and one(m["lakewarden_tables_omitted"]) == 0
+
+    finished = m["lakewarden_tasks_finished"]
+    assert {s.name for s in finished} <= {
+        "lakewarden_tasks_finished_total",
+        "lakewarden_tasks_finished_created",
+    }
+    assert one(finished, kind="compaction", outcome="succeeded") == 2
+    assert one(finished, kind="compaction", outcome="failed") == 1
+    assert one(m["lakewarden_tasks"], kind="expire_snapshots", state="pending") == 1
+    assert one(m["lakewarden_job_runs"], kind="compaction", state="succeeded") == 2
+    assert one(m["lakewarden_job_runs_running"], kind="expire_snapshots") == 1
+    assert one(m["lakewarden_alerts_open"], rule="task_failed", severity="critical") == 1
+    assert 290 <= one(m["lakewarden_task_oldest_waiting_seconds"], kind="expire_snapshots") < 400
+
+    latency = m["lakewarden_task_latency_seconds"]
+    buckets = [
+        (float(s.labels["le"]), s.value)
+        for s in latency
+        if s.name.endswith("_bucket") and s.labels["kind"] == "compaction"
+    ]
+    counts = [n for _, n in buckets]
+    assert counts == sorted(counts), "buckets are cumulative"
+    assert dict(buckets)[5.0] == 1 and dict(buckets)[60.0] == 2 and dict(buckets)[3600.0] == 2
+    assert buckets[-1] == (float("inf"), 3)
+    assert one([s for s in latency if s.name.endswith("_count")], kind="compaction") == 3
+    assert one([s for s in latency if s.name.endswith("_sum")], kind="compaction") == pytest.approx(
+        4062, abs=1
+    )
+
+    up = m["lakewarden_process_up"]
+    assert one(up, holder="w-1", role="worker") == 1
+    assert one(up, holder="s-1", role="scheduler") == 0  # stale
+    assert "s-0" not in {s.labels["holder"] for s in up}  # dead for an hour: forgotten
+    assert one(m["lakewarden_process_heartbeat_age_seconds"], holder="s-1") >= 100
+    assert one(m["lakewarden_scheduler_leader"]) == 0
+
+
+@pytest.fixture
+def guarded_client(seeded: Runtime, db_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    rt = make_test_runtime(db_url, tmp_path, metrics_max_tables=1)
+    try:
+        with serve(rt) as client:
+            yield client
+    finally:
+        rt.engine.dispose()
+
+
+def test_the_cardinality_guard_keeps_the_least_healthy_tables(guarded_client: TestClient) -> None:
+    m = scrape(guarded_client)
+    assert [s.labels["table"] for s in m["lakewarden_table_health_score"]] == [ODD_NAME]
+    assert {s.labels["table"] for s in m["lakewarden_table_last_success_age_seconds"]} == {ODD_NAME}
+    assert one(m["lakewarden_tables_omitted"]) == 2
