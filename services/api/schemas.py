@@ -336,15 +336,15 @@ class TaskOut(ResponseModel):
     holder: str | None
     created_at: datetime
     updated_at: datetime
-
-    @classmethod
-    def of(cls, task: Task, table: str, **more: Any) -> Self:
     on_hold: str | None = Field(
         default=None,
         description="a task not yet running: what keeps it from starting now (the global "
         "freeze, its table's pause, a writer's blocker), e.g. `paused by X since T: "
         "reason`; null when nothing does",
     )
+
+    @classmethod
+    def of(cls, task: Task, table: str, **more: Any) -> Self:
         """The task's own fields, its table's namespace.name, and `more` (computed ones,
         and a subclass's)."""
         own = {
@@ -452,9 +452,6 @@ class BlockerOut(ResponseModel):
         return self.expires_at
 
 
-class AckIn(RequestModel):
-    by: str = Field(
-        min_length=1,
 class HoldIn(RequestModel):
     """Why an operator pauses a table or freezes every table (optional)."""
 
@@ -486,6 +483,9 @@ class MaintenanceOut(ResponseModel):
     paused_tables: int = Field(description="tables paused one by one, among those you may see")
 
 
+class AckIn(RequestModel):
+    by: str = Field(
+        min_length=1,
         max_length=255,
         description="who takes it",
         json_schema_extra=documented_pattern(TEXT_PATTERN),
@@ -748,13 +748,13 @@ class ExplainOut(ResponseModel):
     policy_version: int
     summary: str
     blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
-    kinds: dict[str, KindExplainOut]
-
-
     paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")
     frozen: HoldOut | None = Field(
         description="the global freeze: no job starts on any table until unfrozen"
     )
+    kinds: dict[str, KindExplainOut]
+
+
 class Page(ResponseModel, Generic[T]):
     """One page of a list (`lakewarden.db.paging`); each list has its own subclass, named
     for what it lists."""
