@@ -1,143 +1,377 @@
-"""`lakewarden <command>`: one CLI for every process and chore."""
+"""`lakewarden <command>`: one CLI for every process and chore, and the operator's commands
+over the REST API (lakewarden/cli_ops.py).
+
+Importing this module stays cheap (typer only): `lakewarden --help` and shell completion
+run it on every keystroke, so each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
-import argparse
-import logging
-import sys
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
 
-from lakewarden.redact import RedactingFilter, secrets_of
-from lakewarden.settings import get_settings
+import typer
+
+from lakewarden import __version__, cli_ops
+from lakewarden.cli_output import Format
+from lakewarden.client import TOKEN_ENV, URL_ENV
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from lakewarden.settings import Settings
+
+app = typer.Typer(
+    name="lakewarden",
+    help="lakewarden: a table-management control plane for Apache Iceberg tables.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,  # a failure is a message, never a traceback with locals
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=get_settings().log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
-    )
-    for noisy in ("py4j", "httpx", "httpcore", "pyiceberg", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # Whatever a library or an exception says, no secret of ours reaches the log.
-    redacting = RedactingFilter(secrets_of(get_settings()))
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(redacting)
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"lakewarden {__version__}")
+        raise typer.Exit()
 
 
-def _cmd_migrate(_: argparse.Namespace) -> int:
+@app.callback()
+def _main(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            envvar=URL_ENV,
+            show_default=False,
+            help="the API the operator commands call (default: http://127.0.0.1:<api port>)",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar=TOKEN_ENV,
+            show_default=False,
+            help="an API token for the operator commands (`lakewarden token create`)",
+        ),
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")
+    ] = False,
+) -> None:
+    ctx.obj = cli_ops.Target(url=url, token=token)
+    from lakewarden.logs import setup_logging
+
+    setup_logging()
+
+
+def _exit(code: int) -> None:
+    if code:
+        raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    from lakewarden.settings import get_settings
+
+    return get_settings()
+
+
+# --- the processes -----------------------------------------------------------------------
+
+
+@app.command()
+def migrate() -> None:
+    """Upgrade the schema, prepare the catalog and its commit trigger."""
     from lakewarden.db.migrate import migrate
     from lakewarden.runtime import make_runtime
 
     rt = make_runtime("migrate")
     migrate(rt)
-    print(f"schema at head; catalog {rt.settings.catalog_name!r} ready")
-    return 0
+    typer.echo(f"schema at head; catalog {rt.settings.catalog_name!r} ready")
 
 
-def _cmd_api(args: argparse.Namespace) -> int:
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(help="default: LAKEWARDEN_API_HOST")] = None,
+    port: Annotated[int | None, typer.Option(help="default: LAKEWARDEN_API_PORT")] = None,
+) -> None:
+    """Run the API server (commit listener, poller, REST)."""
     from lakewarden.runtime import make_runtime
     from services.api.app import main
 
-    s = get_settings()
-    main(make_runtime("api"), args.host or s.api_host, args.port or s.api_port)
-    return 0
+    s = _settings()
+    main(make_runtime("api"), host or s.api_host, port or s.api_port)
 
 
-def _cmd_worker(_: argparse.Namespace) -> int:
+@app.command()
+def worker() -> None:
+    """Run a planning worker."""
     from lakewarden.runtime import make_runtime
     from services.worker.main import main
 
     main(make_runtime("worker"))
-    return 0
 
 
-def _cmd_scheduler(_: argparse.Namespace) -> int:
+@app.command()
+def scheduler() -> None:
+    """Run a scheduler (leads or stands by)."""
     from lakewarden.runtime import make_runtime
     from services.scheduler.main import main
 
     main(make_runtime("scheduler"))
-    return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+@app.command()
+def demo(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    files: Annotated[int, typer.Option(help="small files to write first")] = 300,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the task")] = 600,
+) -> None:
+    """End to end on a demo table: commits → compaction."""
     from lakewarden.demo import run_demo
 
-    return run_demo(as_json=args.json, target_files=args.files, timeout_s=args.timeout)
+    _exit(run_demo(as_json=as_json, target_files=files, timeout_s=timeout))
 
 
-def _cmd_db(args: argparse.Namespace) -> int:
+# --- chores: the embedded Postgres, the Spark jars ---------------------------------------
+
+db_app = typer.Typer(help="The embedded Postgres.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("url")
+def db_url(
+    show_password: Annotated[
+        bool,
+        typer.Option(
+            help="print the password too (else ***; the embedded one is in <data_dir>/pg)"
+        ),
+    ] = False,
+) -> None:
+    """The database URL lakewarden uses."""
     from sqlalchemy.engine import make_url
 
-    from lakewarden.db.embedded import restart_server, stop_server
     from lakewarden.db.session import resolve_database_url
 
-    s = get_settings()
-    if args.action == "url":
-        url = make_url(resolve_database_url(s))
-        print(url.render_as_string(hide_password=not args.show_password))
-    elif args.action == "stop":
-        print("stopped" if stop_server(s.data_dir) else "not running")
-    elif args.action == "restart":
-        print("restarted" if restart_server(s.data_dir) else "not running")
+    url = make_url(resolve_database_url(_settings()))
+    typer.echo(url.render_as_string(hide_password=not show_password))
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded Postgres."""
+    from lakewarden.db.embedded import stop_server
+
+    typer.echo("stopped" if stop_server(_settings().data_dir) else "not running")
+
+
+@db_app.command("restart")
+def db_restart() -> None:
+    """Restart the embedded Postgres."""
+    from lakewarden.db.embedded import restart_server
+
+    typer.echo("restarted" if restart_server(_settings().data_dir) else "not running")
+
+
+@app.command()
+def jars() -> None:
+    """Resolve (and build, if needed) the Spark jars."""
+    from lakewarden.spark.jars import resolve_jars
+
+    spec = resolve_jars(_settings())
+    typer.echo(f"source: {spec.source}")
+    for item in spec.jars + spec.packages:
+        typer.echo(item)
+
+
+# --- check: the fleet through the API, or this pod's process by its heartbeat -------------
+
+
+class ProcessRole(StrEnum):
+    api = "api"
+    worker = "worker"
+    scheduler = "scheduler"
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    role: Annotated[
+        ProcessRole | None,
+        typer.Option(help="probe this host's ROLE process by its heartbeat (Kubernetes probes)"),
+    ] = None,
+    liveness: Annotated[bool, typer.Option(help="--role: a database outage passes")] = False,
+    max_age: Annotated[
+        float | None, typer.Option(help="--role: seconds (default: STALE_AFTER_S)")
+    ] = None,
+    hostname: Annotated[
+        str | None, typer.Option(help="--role: whose heartbeat (default: this host's name)")
+    ] = None,
+    output: cli_ops.Output = Format.table,
+) -> None:
+    """Exit 1 when unhealthy, for probes and cron.
+
+    Without --role: the fleet as the API sees it: the API is ready, a scheduler leads, no
+    critical alert fires unacknowledged (a global freeze is reported, not failed).
+    With --role: this host's ROLE process beat within STALE_AFTER_S (its heartbeat row, read
+    straight from the database: the worker's and scheduler's Kubernetes probes)."""
+    if role is None:
+        if liveness or max_age is not None or hostname is not None:
+            raise typer.BadParameter("--liveness, --max-age and --hostname need --role")
+        _exit(cli_ops.check_fleet(ctx, output))
+    else:
+        _exit(check_heartbeat(_settings(), role.value, liveness, max_age, hostname))
+
+
+def check_heartbeat(
+    s: Settings, role: str, liveness: bool, max_age_s: float | None, hostname: str | None
+) -> int:
+    """Is this pod's `role` process beating? Its heartbeat row in process_heartbeats is
+    found by (role, hostname): a container's hostname is its pod's name, unique in the
+    cluster, and a pod runs one lakewarden process (the process id's random suffix cannot be
+    known from outside). Stale means older than STALE_AFTER_S, when the fleet itself takes
+    the process's work away; the age is the database's own clock."""
+    import socket
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    from lakewarden.db.session import resolve_database_url
+
+    host = hostname or socket.gethostname()
+    max_age = max_age_s if max_age_s is not None else s.stale_after_s
+    engine = create_engine(
+        resolve_database_url(s), poolclass=NullPool, connect_args={"connect_timeout": 5}
+    )
+    try:
+        with engine.connect() as conn:
+            age = conn.execute(
+                text(
+                    "SELECT extract(epoch FROM now() - max(last_seen)) FROM process_heartbeats "
+                    "WHERE role = :role AND hostname = :host"
+                ),
+                {"role": role, "host": host},
+            ).scalar()
+    except Exception as exc:
+        # Liveness: a database outage is not this process's fault, and restarting every pod
+        # would not end it; readiness (the default) reports it.
+        typer.echo(f"cannot read heartbeats: {type(exc).__name__}", err=True)
+        return 0 if liveness else 1
+    finally:
+        engine.dispose()
+    if age is None:
+        typer.echo(f"no {role} heartbeat from {host}", err=True)
+        return 1
+    if float(age) > max_age:
+        typer.echo(f"{role} on {host}: last heartbeat {float(age):.0f}s ago", err=True)
+        return 1
+    typer.echo(f"{role} on {host}: heartbeat {float(age):.1f}s ago")
     return 0
 
 
-def _cmd_token(args: argparse.Namespace) -> int:
-    """Tokens straight in the database: the bootstrap path (no API, no token needed), and
-    for whoever runs the control plane. Every change is audited as `cli:<os user>`."""
-    import getpass
+# --- tokens, straight in the database ----------------------------------------------------
+
+token_app = typer.Typer(
+    help="API tokens, straight in the database (bootstrap).", no_args_is_help=True
+)
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="what the token is for")],
+    owner: Annotated[
+        str | None, typer.Option(help="who answers for it (default: cli:<os user>)")
+    ] = None,
+    grant: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="role[@catalog[/namespace-glob]], repeatable, e.g. operator@lake/sales_*"
+        ),
+    ] = None,
+    admin: Annotated[bool, typer.Option(help="admin of everything")] = False,
+    expires_days: Annotated[float, typer.Option(help="0 or less: never expires")] = 90,
+) -> None:
+    """Print a new token's secret (shown once)."""
     from datetime import UTC, datetime, timedelta
 
     from lakewarden.auth import tokens
-    from lakewarden.auth.grants import Grant, InvalidGrant, parse_grants
+    from lakewarden.auth.grants import InvalidGrant, parse_grants
+
+    try:
+        grants = parse_grants(["admin"] if admin else (grant or []))
+    except InvalidGrant as exc:
+        typer.echo(f"lakewarden token create: {exc} (or pass --admin)", err=True)
+        raise typer.Exit(2) from None
+    expires = None if expires_days <= 0 else datetime.now(UTC) + timedelta(days=expires_days)
+    with _token_session() as (session, actor):
+        token, secret = tokens.issue(
+            session,
+            name=name,
+            owner=owner or actor,
+            grants=grants,
+            created_by=actor,
+            expires_at=expires,
+        )
+        _audit(session, actor, "create", token, {"token": {"grants": [str(g) for g in grants]}})
+    typer.echo(
+        f"token {token.id} ({token.name}): {', '.join(map(str, grants))}, "
+        f"expires {expires or 'never'}. The secret follows; it is not shown again:",
+        err=True,
+    )
+    typer.echo(secret)
+
+
+@token_app.command("list")
+def token_list(
+    all: Annotated[bool, typer.Option("--all", help="revoked ones too")] = False,
+) -> None:
+    """Tokens (never their secrets)."""
+    from lakewarden.auth import tokens
+    from lakewarden.auth.grants import Grant
+
+    with _token_session() as (session, _):
+        for t in tokens.list_tokens(session, include_revoked=all):
+            state = "revoked" if t.revoked_at else "active"
+            grants_text = ",".join(str(Grant.of(g)) for g in t.grants)
+            typer.echo(
+                f"{t.id}\t{t.name}\t{t.owner}\t{grants_text}\t{state}\t"
+                f"expires={t.expires_at or 'never'}\tlast_used={t.last_used_at or 'never'}"
+            )
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[int, typer.Argument(metavar="ID")]) -> None:
+    """Revoke a token: refused by every replica from now on."""
+    from lakewarden.auth import tokens
+
+    with _token_session() as (session, actor):
+        revoked = tokens.revoke(session, token_id, by=actor)
+        if revoked is None:
+            typer.echo(f"no token {token_id}", err=True)
+            raise typer.Exit(1)
+        _audit(session, actor, "revoke", revoked, None)
+        typer.echo(f"revoked token {revoked.id} ({revoked.name})")
+
+
+@contextmanager
+def _token_session() -> Iterator[tuple[Session, str]]:
+    """A transaction on the control plane's database, migrated first (the first token may
+    come before anything else ran; idempotent, locked), and the actor `cli:<os user>`."""
+    import getpass
+
     from lakewarden.db.migrate import migrate
     from lakewarden.db.session import transaction
     from lakewarden.runtime import make_runtime
 
-    actor = f"cli:{getpass.getuser()}"
     rt = make_runtime("cli")
-    migrate(rt)  # the first token may come before anything else ran (idempotent, locked)
+    migrate(rt)
     with transaction(rt.engine) as session:
-        if args.action == "create":
-            try:
-                grants = parse_grants(["admin"] if args.admin else (args.grant or []))
-            except InvalidGrant as exc:
-                print(f"lakewarden token create: {exc} (or pass --admin)", file=sys.stderr)
-                return 2
-            days = args.expires_days
-            expires = None if days <= 0 else datetime.now(UTC) + timedelta(days=days)
-            token, secret = tokens.issue(
-                session,
-                name=args.name,
-                owner=args.owner or actor,
-                grants=grants,
-                created_by=actor,
-                expires_at=expires,
-            )
-            change = {"token": {"grants": [str(g) for g in grants]}}
-            _audit(session, actor, "create", token, change)
-            print(
-                f"token {token.id} ({token.name}): {', '.join(map(str, grants))}, "
-                f"expires {expires or 'never'}. The secret follows; it is not shown again:",
-                file=sys.stderr,
-            )
-            print(secret)
-        elif args.action == "list":
-            for t in tokens.list_tokens(session, include_revoked=args.all):
-                state = "revoked" if t.revoked_at else "active"
-                grants_text = ",".join(str(Grant.of(g)) for g in t.grants)
-                print(
-                    f"{t.id}\t{t.name}\t{t.owner}\t{grants_text}\t{state}\t"
-                    f"expires={t.expires_at or 'never'}\tlast_used={t.last_used_at or 'never'}"
-                )
-        else:
-            revoked = tokens.revoke(session, args.id, by=actor)
-            if revoked is None:
-                print(f"no token {args.id}", file=sys.stderr)
-                return 1
-            _audit(session, actor, "revoke", revoked, None)
-            print(f"revoked token {revoked.id} ({revoked.name})")
-    return 0
+        yield session, f"cli:{getpass.getuser()}"
 
 
 def _audit(session: Any, actor: str, verb: str, token: Any, change: dict[str, Any] | None) -> None:
@@ -158,123 +392,8 @@ def _audit(session: Any, actor: str, verb: str, token: Any, change: dict[str, An
     )
 
 
-def _cmd_jars(_: argparse.Namespace) -> int:
-    from lakewarden.spark.jars import resolve_jars
-
-    spec = resolve_jars(get_settings())
-    print(f"source: {spec.source}")
-    for item in spec.jars + spec.packages:
-        print(item)
-    return 0
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    """A probe for Kubernetes (exec): is this pod's `role` process beating? Its heartbeat row
-    in process_heartbeats is found by (role, hostname): a container's hostname is its pod's
-    name, unique in the cluster, and a pod runs one lakewarden process (the process id's
-    random suffix cannot be known from outside). Stale means older than STALE_AFTER_S, when
-    the fleet itself takes the process's work away; the age is the database's own clock."""
-    import socket
-
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.pool import NullPool
-
-    from lakewarden.db.session import resolve_database_url
-
-    s = get_settings()
-    host = args.hostname or socket.gethostname()
-    max_age = args.max_age if args.max_age is not None else s.stale_after_s
-    engine = create_engine(
-        resolve_database_url(s), poolclass=NullPool, connect_args={"connect_timeout": 5}
-    )
-    try:
-        with engine.connect() as conn:
-            age = conn.execute(
-                text(
-                    "SELECT extract(epoch FROM now() - max(last_seen)) FROM process_heartbeats "
-                    "WHERE role = :role AND hostname = :host"
-                ),
-                {"role": args.role, "host": host},
-            ).scalar()
-    except Exception as exc:
-        # Liveness: a database outage is not this process's fault, and restarting every pod
-        # would not end it; readiness (the default) reports it.
-        print(f"cannot read heartbeats: {type(exc).__name__}", file=sys.stderr)
-        return 0 if args.liveness else 1
-    finally:
-        engine.dispose()
-    if age is None:
-        print(f"no {args.role} heartbeat from {host}", file=sys.stderr)
-        return 1
-    if float(age) > max_age:
-        print(f"{args.role} on {host}: last heartbeat {float(age):.0f}s ago", file=sys.stderr)
-        return 1
-    print(f"{args.role} on {host}: heartbeat {float(age):.1f}s ago")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lakewarden", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="upgrade the schema, prepare the catalog and its commit trigger")
-    api = sub.add_parser("api", help="run the API server (commit listener, poller, REST)")
-    api.add_argument("--host")
-    api.add_argument("--port", type=int)
-    sub.add_parser("worker", help="run a planning worker")
-    sub.add_parser("scheduler", help="run a scheduler (leads or stands by)")
-    demo = sub.add_parser("demo", help="end to end on a demo table: commits → compaction")
-    demo.add_argument("--json", action="store_true", help="print one JSON object")
-    demo.add_argument("--files", type=int, default=300, help="small files to write first")
-    demo.add_argument("--timeout", type=float, default=600, help="seconds to wait for the task")
-    db = sub.add_parser("db", help="the embedded Postgres")
-    db.add_argument("action", choices=["url", "stop", "restart"])
-    db.add_argument(
-        "--show-password",
-        action="store_true",
-        help="url: print the password too (else ***; the embedded one is in <data_dir>/pg)",
-    )
-    sub.add_parser("jars", help="resolve (and build, if needed) the Spark jars")
-    check = sub.add_parser(
-        "check", help="probe: exit 1 unless this host's ROLE process beat within STALE_AFTER_S"
-    )
-    check.add_argument("--role", required=True, choices=["api", "worker", "scheduler"])
-    check.add_argument("--liveness", action="store_true", help="a database outage passes")
-    check.add_argument("--max-age", type=float, help="seconds (default: STALE_AFTER_S)")
-    check.add_argument("--hostname", help="whose heartbeat (default: this host's name)")
-    token = sub.add_parser("token", help="API tokens, straight in the database (bootstrap)")
-    tsub = token.add_subparsers(dest="action", required=True)
-    create = tsub.add_parser("create", help="print a new token's secret (shown once)")
-    create.add_argument("--name", required=True)
-    create.add_argument("--owner", help="who answers for it (default: cli:<os user>)")
-    create.add_argument(
-        "--grant",
-        action="append",
-        help="role[@catalog[/namespace-glob]], repeatable, e.g. operator@lake/sales_*",
-    )
-    create.add_argument("--admin", action="store_true", help="admin of everything")
-    create.add_argument("--expires-days", type=float, default=90, help="0 or less: never expires")
-    listing = tsub.add_parser("list", help="tokens (never their secrets)")
-    listing.add_argument("--all", action="store_true", help="revoked ones too")
-    revoke = tsub.add_parser("revoke", help="refused by every replica from now on")
-    revoke.add_argument("id", type=int)
-    p.set_defaults()
-    return p
-
-
-COMMANDS = {
-    "migrate": _cmd_migrate,
-    "api": _cmd_api,
-    "worker": _cmd_worker,
-    "scheduler": _cmd_scheduler,
-    "demo": _cmd_demo,
-    "db": _cmd_db,
-    "jars": _cmd_jars,
-    "check": _cmd_check,
-    "token": _cmd_token,
-}
+cli_ops.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    _setup_logging()
-    sys.exit(COMMANDS[args.command](args))
+    app(args=argv, prog_name="lakewarden")

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from typer.testing import CliRunner
 
-from lakewarden import cli
+from lakewarden.cli import app
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 
@@ -19,9 +20,9 @@ HOST = socket.gethostname()
 
 
 def check(settings: Settings, monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
-    monkeypatch.setattr(cli, "get_settings", lambda: settings)
-    args = cli.build_parser().parse_args(["check", *argv])
-    return cli.COMMANDS["check"](args)
+    """`lakewarden check ARGV` on `settings`; its exit code."""
+    monkeypatch.setattr("lakewarden.settings.get_settings", lambda: settings)
+    return CliRunner().invoke(app, ["check", *argv]).exit_code
 
 
 def beat_at(rt: Runtime, role: str, host: str, seconds_ago: float, pid: int = 1) -> None:

@@ -659,10 +659,14 @@ def test_worker_and_scheduler_probe_their_heartbeat(all_on: list[dict[str, Any]]
         # the probe's own timeout covers its database connect timeout (5 s)
         assert c["readinessProbe"]["timeoutSeconds"] >= 6
     # the check parses what the probe passes
-    from lakewarden.cli import build_parser
+    import typer.main
 
-    args = build_parser().parse_args(["check", "--role", "worker", "--liveness"])
-    assert args.role == "worker" and args.liveness
+    from lakewarden.cli import app
+
+    command = typer.main.get_command(app).get_command(None, "check")  # type: ignore[attr-defined]
+    assert command is not None
+    args = command.make_context("check", ["--role", "worker", "--liveness"]).params
+    assert args["role"] == "worker" and args["liveness"]
 
 
 def test_pdbs_and_topology_spread(all_on: list[dict[str, Any]]) -> None:
