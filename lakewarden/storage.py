@@ -11,7 +11,9 @@ Referenced, as Iceberg's own `remove_orphan_files` counts it: the current metada
 those of its metadata log, `metadata/version-hint.text`, statistics files, every snapshot's
 manifest list, its manifests and every file their entries name (deleted entries too: a
 file a snapshot removed is still the previous snapshot's). A file younger than the clean
-policy's `orphan_min_age_hours` may belong to a commit in flight: it is counted apart.
+policy's `orphan_min_age_hours` may belong to a commit in flight: it is counted apart. As in
+Iceberg, hidden names (`hidden`) are not listed, and only the table's location is: data
+written elsewhere (`write.data.path`) is not looked for.
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ class References:
     manifests_read: int = 0
 
 
+def hidden(name: str) -> bool:
+    """A name Iceberg's orphan removal never lists (`HiddenPathFilter`: Hadoop's `_SUCCESS`,
+    `_temporary/`, `.crc` checksums), nor anything under it; a partition directory
+    (`_field=value`) is not hidden."""
+    return name.startswith(("_", ".")) and "=" not in name
+
+
 class Storage:
     """The table's files as its filesystem (pyarrow's, through pyiceberg's FileIO) sees them."""
 
@@ -75,6 +84,8 @@ class Storage:
         while pending:
             selector = FileSelector(pending.pop(), recursive=False, allow_not_found=True)
             for info in self.fs.get_file_info(selector):
+                if hidden(info.base_name):
+                    continue
                 if info.type == FileType.Directory:
                     pending.append(info.path)
                 elif info.type == FileType.File:

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 from fastapi.testclient import TestClient
-from helpers import SCHEMA, append_batches, make_table
+from helpers import SCHEMA, append_batches, current, make_table
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
@@ -149,6 +149,7 @@ def test_storage_finds_unreferenced_bytes_and_bytes_only_old_snapshots_hold(
 ) -> None:
     table = append_batches(make_table(rt, name="orders"), 4)
     before = table.inspect.files().to_pylist()  # 8 files the overwrite below replaces
+    before_overwrite = current(table).snapshot_id
     table.overwrite(pa.table({"id": [1], "region": ["a"], "amount": [1.0]}, schema=SCHEMA))
     table = table.refresh()
     root = _local(table.location())
@@ -158,6 +159,10 @@ def test_storage_finds_unreferenced_bytes_and_bytes_only_old_snapshots_hold(
     old_stray.write_bytes(b"y" * 300)
     four_days_ago = time.time() - 4 * 86400
     os.utime(old_stray, (four_days_ago, four_days_ago))
+    # hidden names, which Iceberg's orphan removal never lists either
+    (root / "data" / ".stray.parquet.crc").write_bytes(b"c" * 10)
+    (root / "data" / "_temporary").mkdir()
+    (root / "data" / "_temporary" / "part-0.parquet").write_bytes(b"t" * 10)
     _register(client, "orders")
 
     r = client.get("/api/v1/tables/sales/orders/health", params={"storage": "true"})
@@ -166,7 +171,11 @@ def test_storage_finds_unreferenced_bytes_and_bytes_only_old_snapshots_hold(
     s = h["storage"]
 
     # independently: every file on disk, less every file pyiceberg says the metadata reaches
-    on_disk = {p: p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    on_disk = {
+        p: p.stat().st_size
+        for p in root.rglob("*")
+        if p.is_file() and not any(n[0] in "._" for n in p.relative_to(root).parts)
+    }
     reached = {_local(e["file"]) for e in table.inspect.metadata_log_entries().to_pylist()}
     reached |= {_local(x["manifest_list"]) for x in table.inspect.snapshots().to_pylist()}
     reached |= {_local(x["path"]) for x in table.inspect.all_manifests().to_pylist()}
@@ -180,9 +189,9 @@ def test_storage_finds_unreferenced_bytes_and_bytes_only_old_snapshots_hold(
     assert s["orphan_min_age_hours"] == 72 and s["capped"] is False
 
     # the files the overwrite replaced: only the snapshots before it hold them now
-    current = {x["file_path"] for x in table.inspect.files().to_pylist()}
+    live_now = {x["file_path"] for x in table.inspect.files().to_pylist()}
     held = {x["file_path"]: x["file_size_in_bytes"] for x in table.inspect.all_files().to_pylist()}
-    old_only = {p: size for p, size in held.items() if p not in current}
+    old_only = {p: size for p, size in held.items() if p not in live_now}
     assert old_only == {f["file_path"]: f["file_size_in_bytes"] for f in before}
     assert s["old_snapshots_only_files"] == len(before) == 8
     assert s["old_snapshots_only_bytes"] == sum(old_only.values())
@@ -192,6 +201,11 @@ def test_storage_finds_unreferenced_bytes_and_bytes_only_old_snapshots_hold(
     assert m["files"] == len(log)
     assert m["bytes"] == sum(p.stat().st_size for p in log)
     assert m["current_bytes"] == _local(table.metadata_location).stat().st_size
+
+    # a tag on a snapshot before the overwrite holds its files: no longer only old snapshots'
+    table.manage_snapshots().create_tag(before_overwrite, "before").commit()
+    tagged = client.get("/api/v1/tables/sales/orders/health", params={"storage": "true"})
+    assert tagged.json()["storage"]["old_snapshots_only_files"] == 0
 
     capped = client.get(
         "/api/v1/tables/sales/orders/health", params={"storage": "true", "max_files": 3}
