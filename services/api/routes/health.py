@@ -26,7 +26,7 @@ from services.api import errors
 from services.api.access import TableDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.policies import current_policy
-from services.api.schemas import ExplainOut, HealthOut
+from services.api.schemas import ErrorOut, ExplainOut, HealthOut
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["health"])
 
@@ -52,8 +52,16 @@ def _load(rt: Runtime, row: ManagedTable) -> Table:
     return table
 
 
+STORAGE_FAILED = "with storage=true: listing the table's storage failed (the detail says why)"
+
+
 @router.get(
-    "/{namespace}/{name}/health", response_model=HealthOut, responses=errors.documented(notes=GONE)
+    "/{namespace}/{name}/health",
+    response_model=HealthOut,
+    responses={
+        **errors.documented(notes=GONE),
+        502: {"model": ErrorOut, "description": STORAGE_FAILED},
+    },
 )
 def get_table_health(
     row: TableDep,
@@ -83,7 +91,10 @@ def get_table_health(
         # The listing may take long: no transaction stays open meanwhile (one read-only
         # transaction holds no row lock, but would hold off a migration's DDL).
         session.commit()
-        add_storage(health, table, policy, now, max_files)
+        try:
+            add_storage(health, table, policy, now, max_files)
+        except OSError as exc:  # e.g. a role that may read objects but not list them
+            raise HTTPException(502, f"listing the table's storage failed: {exc}") from exc
     return HealthOut.model_validate(
         {
             "table": f"{row.namespace}.{row.name}",
