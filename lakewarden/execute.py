@@ -19,10 +19,11 @@ from lakewarden.kinds import get_kind
 from lakewarden.leader import Fence
 from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
 from lakewarden.runtime import Runtime
+from lakewarden.spark import joblog
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.spark.session import use_catalog
 from lakewarden.states import TaskState
-from lakewarden.tasks.runs import finish_run
+from lakewarden.tasks.runs import finish_run, run_ui_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,13 +58,14 @@ class Job:
         }
 
 
-def record_app_id(rt: Runtime, job: Job, app_id: str) -> None:
-    """Store the Spark application id on the run as soon as it is known."""
+def record_app_id(rt: Runtime, job: Job, app_id: str, live_ui: str | None) -> None:
+    """Store the Spark application id on the run as soon as it is known, and its UI link
+    (`run_ui_url`: the live UI at `live_ui`, or the history server's page)."""
     with transaction(rt.engine) as s:
         s.execute(
             update(JobRun)
             .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
-            .values(spark_app_id=app_id)
+            .values(spark_app_id=app_id, ui_url=run_ui_url(rt.settings, app_id, live_ui, False))
         )
 
 
@@ -81,10 +83,13 @@ def run_job(
     `fence` is asked for the fence at the moment the outcome is written, so a run whose
     holder changed while it ran (a new leader re-attached it) reports under the new one.
     `explain_error` may replace a failure's error (a timeout says so); `after_failure` runs
-    before a failure is recorded (the scheduler checks whether its JVM died).
+    before a failure is recorded (the scheduler checks whether its JVM died). A failure's
+    log tail holds what Spark logged (WARN, ERROR) while the job ran (`joblog`).
     """
+    job_log: joblog.JobLog | None = None
     try:
-        record_app_id(rt, job, spark.sparkContext.applicationId)
+        sc = spark.sparkContext
+        record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
         if job.attempt > 1:
             # Never commit twice: an earlier attempt (perhaps under a deposed leader) may
             # have committed before it lost track of the outcome.
@@ -112,7 +117,11 @@ def run_job(
             runner = get_kind(job.kind).run
         except KeyError as exc:
             raise PlanRejected(str(exc)) from exc
-        with committing_as(job.task_id, job.attempt), guarded_by(policy_check(rt, job.task_id)):
+        with (
+            committing_as(job.task_id, job.attempt),
+            guarded_by(policy_check(rt, job.task_id)),
+            joblog.capture(spark, job.group) as job_log,
+        ):
             result = runner(spark, job.catalog, job.ref, job.plan)
     except PlanRejected as exc:
         return finish_run(rt, fence(), job.task_id, job.attempt, error=exc, retryable=False)
@@ -131,7 +140,14 @@ def run_job(
     except Exception as exc:
         log.exception("task %d attempt %d failed", job.task_id, job.attempt)
         after_failure()
-        return finish_run(rt, fence(), job.task_id, job.attempt, error=explain_error(exc))
+        return finish_run(
+            rt,
+            fence(),
+            job.task_id,
+            job.attempt,
+            error=explain_error(exc),
+            spark_log=_spark_log(job_log),
+        )
     state = finish_run(
         rt,
         fence(),
@@ -142,6 +158,16 @@ def run_job(
     )
     log.info("task %d: %s %s", job.task_id, state, result.metrics)
     return state
+
+
+def _spark_log(job_log: joblog.JobLog | None) -> str:
+    """What Spark logged of the job; never a reason to lose the failure itself."""
+    if job_log is None:
+        return ""
+    try:
+        return job_log.lines()
+    except OSError as exc:
+        return f"(Spark's log unreadable: {exc})"
 
 
 def policy_check(rt: Runtime, task_id: int) -> Callable[[], None]:

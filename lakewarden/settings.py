@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     spark_conf: dict[str, str] = Field(default_factory=dict, repr=False)
     # Where the offline jar assembly is built once and kept.
     jars_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "lakewarden")
+    # Spark's web UI of the scheduler's session and of each submitted application (off:
+    # it listens on every interface, Spark's choice; SPARK_LOCAL_IP narrows it). A port in
+    # use (several applications on one host) makes Spark take the next one.
+    spark_ui_enabled: bool = False
+    spark_ui_port: int = Field(default=4040, ge=1024, le=65535)
+    # Spark event logs (for a history server) go here: a directory, or a URI (s3a://, ...).
+    spark_event_log_dir: str | None = None
+    # A Spark history server reading spark_event_log_dir: each job run links to its app there.
+    spark_history_url: str | None = None
 
     # --- API ---------------------------------------------------------------------
     api_host: str = "127.0.0.1"

@@ -294,6 +294,8 @@ class JobRun(Base):
     # Kubernetes: "<namespace>:<driver pod>"; a local process: "pid:<host>:<pid>".
     submission_id: Mapped[str | None] = mapped_column(String(255))
     heartbeat_at: Mapped[datetime | None]  # the application's, while it runs
+    # Its Spark UI while it runs, its history server page once it ended (tasks.runs.run_ui_url).
+    ui_url: Mapped[str | None] = mapped_column(Text)
 
 
 class LeaderLease(Base):

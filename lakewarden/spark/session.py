@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 from lakewarden.catalog import CatalogEntry, default_entry, jdbc_params
 from lakewarden.redact import is_secret_key
 from lakewarden.settings import Settings
+from lakewarden.spark import joblog
 from lakewarden.spark.jars import resolve_jars
 
 if TYPE_CHECKING:
@@ -127,7 +129,7 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.shuffle.partitions": "4",
-        "spark.ui.enabled": "false",
+        "spark.ui.enabled": "true" if settings.spark_ui_enabled else "false",
         "spark.ui.showConsoleProgress": "false",
         # Timestamps in plans are UTC; so is every literal lakewarden builds.
         "spark.sql.session.timeZone": "UTC",
@@ -136,6 +138,11 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         # fairly instead of the first job's tasks holding them all (FIFO).
         "spark.scheduler.mode": "FAIR",
     }
+    if settings.spark_ui_enabled:
+        conf["spark.ui.port"] = str(settings.spark_ui_port)
+    if settings.spark_event_log_dir:
+        conf["spark.eventLog.enabled"] = "true"
+        conf["spark.eventLog.dir"] = settings.spark_event_log_dir
     conf.update(catalog_conf(default_entry(settings, control_plane_url)))
     if _on_loopback(settings.spark_master):
         # Stay on loopback: a local driver, or one of a cluster on this machine's loopback
@@ -193,12 +200,27 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
         conf["spark.scheduler.allocation.file"] = str(write_fair_pools(settings))
     for key, value in conf.items():
         builder = builder.config(key, value)
+    _make_local_dir(conf.get("spark.eventLog.dir"))  # Spark refuses to start without it
     spark = builder.appName(app_name).getOrCreate()
+    # Spark's own WARN/ERROR lines of each job, for its run's log tail (lakewarden.execute).
+    joblog.install(spark, settings.data_dir / "spark" / "logs")
     # Only now, on the running session: never on spark-submit's command line. Set before
     # anything uses the catalog (building the session does not).
     set_secrets(spark, session_secrets(settings, control_plane_url))
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _make_local_dir(location: str | None) -> None:
+    """Create a directory on this host's file system (a path or a file: URI); a remote
+    one (s3a://, hdfs://, ...) is the operator's to create."""
+    if not location:
+        return
+    if location.startswith("file:"):
+        location = urlsplit(location).path
+    elif "://" in location:
+        return
+    Path(location).mkdir(parents=True, exist_ok=True)
 
 
 def jvm_alive(spark: SparkSession) -> bool:

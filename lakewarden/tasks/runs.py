@@ -7,8 +7,10 @@ that holds its run."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import func, select
 
@@ -18,12 +20,18 @@ from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut
 from lakewarden.redact import redact, secrets_of
 from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 
 log = logging.getLogger(__name__)
 
-LOG_TAIL_CHARS = 4000
+# A run's log tail: the error's message lines, then the last lines Spark logged (WARN and
+# ERROR during the job, or a submitted application's output), Java stack frames left out.
+LOG_TAIL_LINES = 50
+LOG_TAIL_CHARS = 8 * 1024
+_ERROR_LINES, _ERROR_CHARS = 20, 3000  # of those, at most this much for the error
+_MORE_FRAMES = re.compile(r"\.\.\. \d+ more$")
 # A run stopped on purpose, by the task state it moves to.
 RUN_STATE_OF = {
     TaskState.SKIPPED: RunState.HELD,
@@ -43,18 +51,18 @@ def finish_run(
     error: BaseException | None = None,
     retryable: bool = True,
     moved_to: tuple[TaskState, str] | None = None,
+    spark_log: str = "",
 ) -> str:
     """Record the run and move the task on. Returns the task's new state (or why not).
 
     `moved_to` (state, reason): the job stopped on purpose without committing: held
     ("skipped"), or the policy changed under it ("cancelled", or "pending" to re-plan).
+    `spark_log`: what Spark logged of a failed job (`lakewarden.spark.joblog`), or the tail
+    of its application's output: it follows the error in the run's log tail.
     """
     # Spark's and the catalog's messages may quote a setting or a URL: never a secret.
-    text_error = (
-        redact(f"{type(error).__name__}: {error}", secrets_of(rt.settings, rt.db_url))
-        if error
-        else None
-    )
+    secrets = secrets_of(rt.settings, rt.db_url)
+    text_error = redact(f"{type(error).__name__}: {error}", secrets) if error else None
     try:
         with transaction(rt.engine) as s:
             run = s.scalars(
@@ -78,9 +86,11 @@ def finish_run(
                 run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
                 run.metrics = metrics
                 run.committed_snapshot_id = committed_snapshot_id
+                if run.spark_app_id:
+                    run.ui_url = run_ui_url(rt.settings, run.spark_app_id, run.ui_url, True)
                 if text_error:
                     run.error = text_error.splitlines()[0][:1000]
-                    run.log_tail = text_error[-LOG_TAIL_CHARS:]
+                    run.log_tail = log_tail_of(text_error, redact(spark_log, secrets))
             if cancelled:
                 return TaskState.CANCELLED
             if moved_to is not None:
@@ -147,6 +157,56 @@ def finish_run(
     except repo.TransitionRejected as exc:
         log.warning("task %d: %s", task_id, exc)
         return "rejected"
+
+
+def run_ui_url(settings: Settings, app_id: str, live_url: str | None, finished: bool) -> str | None:
+    """The link a run records: the application's live Spark UI while it runs (when the UI
+    is on), its page on the history server (`spark_history_url`) once it finished or
+    when there is no live UI."""
+    history = settings.spark_history_url
+    if history and (finished or not live_url):
+        return f"{history.rstrip('/')}/history/{quote(app_id, safe='')}"
+    return live_url
+
+
+def log_tail_of(error: str, spark_log: str) -> str:
+    """The error's first message lines, then the last of `spark_log`'s: Java stack frames
+    ("at ...", "... 12 more") and lines said before (the same "Caused by" of each failed
+    task) left out; at most LOG_TAIL_LINES lines and LOG_TAIL_CHARS, whole lines only."""
+    seen: set[str] = set()
+    head = "\n".join(_message_lines(error, seen)[:_ERROR_LINES])[:_ERROR_CHARS]
+    spark = _message_lines(spark_log, seen)
+    if not spark:
+        return head
+    room_lines = LOG_TAIL_LINES - head.count("\n") - 2
+    return _last(f"{head}\n{_SPARK_LOG}", spark[-room_lines:])
+
+
+_SPARK_LOG = "--- Spark's log (WARN and ERROR lines), last lines ---"
+
+
+def _last(head: str, lines: list[str]) -> str:
+    """`head`, then as many of the last `lines` as fit in LOG_TAIL_CHARS."""
+    kept: list[str] = []
+    room = LOG_TAIL_CHARS - len(head)
+    for line in reversed(lines):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept.append(line)
+    return "\n".join([head, *reversed(kept)])
+
+
+def _message_lines(text: str, seen: set[str]) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("at ") or _MORE_FRAMES.match(stripped):
+            continue
+        if stripped not in seen:
+            seen.add(stripped)
+            out.append(line.rstrip())
+    return out
 
 
 def _stop_fields(to: str, metrics: dict[str, Any] | None) -> dict[str, Any]:

@@ -317,7 +317,10 @@ class RunOut(ResponseModel):
     metrics: dict[str, Any] | None
     committed_snapshot_id: int | None
     error: str | None
+    # The error's message, then Spark's own WARN/ERROR lines of the job (tasks.runs.log_tail_of).
     log_tail: str | None
+    # Its Spark UI while it runs, its history server page once it ended (when configured).
+    ui_url: str | None
 
 
 class TaskOut(ResponseModel):

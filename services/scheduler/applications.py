@@ -71,7 +71,8 @@ def mode_of(settings: Settings, pool: str) -> RunMode:
 
 
 class ApplicationEnded(RuntimeError):
-    """The application ended without recording its outcome (its log's tail follows)."""
+    """The application ended without recording its outcome (its output's tail is the
+    run's log tail)."""
 
 
 @dataclass
@@ -361,9 +362,7 @@ def judge_ended_run(
         if timed_out
         else ApplicationEnded(why)
     )
-    if log_tail:
-        error = type(error)(f"{error}\n--- application log (tail) ---\n{log_tail}")
-    return finish_run(rt, fence, task_id, attempt, error=error)
+    return finish_run(rt, fence, task_id, attempt, error=error, spark_log=log_tail)
 
 
 def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications) -> str | None:
@@ -534,9 +533,11 @@ def kubernetes_phase(output: str) -> str | None:
 
 
 def _tail(path: Path | None) -> str:
+    """The end of an application's output (spark-submit's and its driver's, one file per
+    submission: `Applications.launch`); `finish_run` keeps its last lines."""
     if path is None or not path.exists():
         return ""
     with open(path, "rb") as f:
-        # Room left in the run's log_tail (LOG_TAIL_CHARS) for the error line before it.
-        f.seek(max(0, path.stat().st_size - (LOG_TAIL_CHARS - 500)))
+        # Stack frames are dropped from the log tail: read more than it keeps.
+        f.seek(max(0, path.stat().st_size - 8 * LOG_TAIL_CHARS))
         return f.read().decode(errors="replace")
