@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     alert_slack_url: str | None = Field(default=None, repr=False)  # Slack incoming webhook
     alert_alertmanager_url: str | None = Field(default=None, repr=False)  # + /api/v2/alerts
     alert_interval_s: float = 15.0
+    # Open alerts are sent to Alertmanager again this often (at the next alert round), well
+    # within its resolve_timeout (5 min): it forgets an alert it stops hearing of.
+    alert_resend_interval_s: float = Field(default=60.0, gt=0)
     health_interval_s: float = 300.0  # how often the leader re-measures each table
     alert_backlog_age_s: float = 3600.0  # oldest waiting task older than this
     alert_no_leader_s: float = 60.0  # no scheduler lease for longer than this

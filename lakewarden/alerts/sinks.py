@@ -1,31 +1,43 @@
-"""Deliver alert changes (fired, acknowledged, resolved) to every configured sink.
+"""Deliver alert changes (fired, acknowledged, resolved) to every configured sink, and
+keep Alertmanager told of the alerts still open.
 
 Sinks: a generic JSON webhook, a Slack-compatible incoming webhook, and an
 Alertmanager-compatible endpoint (`POST /api/v2/alerts`). Several processes may
 deliver (API replicas and the leader: a missing leader must still be reported),
 so each alert is claimed (SKIP LOCKED, then a lease) and sent with no lock held; failures
 retry with backoff.
+
+Alertmanager forgets an alert that is not sent again before its `endsAt` (or, without one,
+its `resolve_timeout`, 5 min by default): a firing alert is therefore re-sent to it every
+`alert_resend_interval_s` (`resend_open`), with `endsAt` a few re-send intervals ahead, as
+Prometheus does; so it stays active while lakewarden runs, and ends by itself a few
+intervals after lakewarden stops saying so. A resolved alert carries its resolution time.
+The other sinks hear of changes only. `next_delivery_at` of an alert delivered as it is
+schedules its next re-send (a change resets it to now: delivered at once).
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import ColumnElement, Engine, func, select, update
 
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import Alert
 from lakewarden.db.session import transaction
 from lakewarden.redact import redact, secrets_of
 from lakewarden.settings import Settings
-from lakewarden.states import AlertState
+from lakewarden.states import OPEN_ALERT_STATES, AlertState
 
 log = logging.getLogger(__name__)
 
 DELIVERY_RETRY_BASE_S = 2.0  # the first failed delivery is retried after 1-2 s
+# A firing alert sent to Alertmanager ends this many re-send intervals later unless sent
+# again (Prometheus uses 4): a late or failed re-send or two do not end it.
+RESEND_VALIDITY = 4
 
 
 def generic_payload(a: Alert) -> dict[str, Any]:
@@ -56,7 +68,14 @@ def slack_payload(a: Alert) -> dict[str, Any]:
     }
 
 
-def alertmanager_payload(a: Alert) -> list[dict[str, Any]]:
+def alertmanager_payload(a: Alert, settings: Settings) -> list[dict[str, Any]]:
+    """The alert as Alertmanager's API takes it. `endsAt`: when it resolved; while it is
+    open, a few re-send intervals from now (see the module's docstring)."""
+    if a.state == AlertState.RESOLVED and a.resolved_at is not None:
+        ends_at = a.resolved_at
+    else:
+        validity_s = RESEND_VALIDITY * settings.alert_resend_interval_s
+        ends_at = datetime.now(UTC) + timedelta(seconds=validity_s)
     alert: dict[str, Any] = {
         "labels": {
             "alertname": f"lakewarden_{a.rule}",
@@ -66,9 +85,8 @@ def alertmanager_payload(a: Alert) -> list[dict[str, Any]]:
         },
         "annotations": {"summary": a.summary, "runbook": a.runbook or ""},
         "startsAt": a.first_seen.isoformat(),
+        "endsAt": ends_at.isoformat(),
     }
-    if a.state == AlertState.RESOLVED and a.resolved_at is not None:
-        alert["endsAt"] = a.resolved_at.isoformat()
     return [alert]
 
 
@@ -94,27 +112,29 @@ def delivery_error(sink: str, exc: Exception) -> str:
     return f"{sink}: {type(exc).__name__}" + (f": {message[0]}" if message else "")
 
 
-PAYLOADS = {
-    "webhook": generic_payload,
-    "slack": slack_payload,
-    "alertmanager": alertmanager_payload,
-}
+def payload(sink: str, a: Alert, settings: Settings) -> Any:
+    if sink == "alertmanager":
+        return alertmanager_payload(a, settings)
+    return generic_payload(a) if sink == "webhook" else slack_payload(a)
 
 
 DELIVERY_LEASE_S = 60.0  # a claimed alert is not claimed again for this long (> its POSTs)
 
 
-def _claim(engine: Engine) -> Alert | None:
-    """Take the next alert whose state changed since its last delivery, in a transaction of
-    its own: its `next_delivery_at` moves a lease ahead, so no other process claims it while
-    this one delivers (with no row lock held), and that value marks the claim."""
+def _claim(engine: Engine, *, resend: bool = False) -> Alert | None:
+    """Take the next alert whose state changed since its last delivery (with `resend`: the
+    next open alert delivered as it is whose re-send is due), in a transaction of its own:
+    its `next_delivery_at` moves a lease ahead, so no other process claims it while this
+    one delivers (with no row lock held), and that value marks the claim."""
+    which: ColumnElement[bool]
+    if resend:
+        which = Alert.state.in_(OPEN_ALERT_STATES) & (Alert.delivered_state == Alert.state)
+    else:
+        which = Alert.delivered_state.is_distinct_from(Alert.state)
     with transaction(engine) as s:
         due = (
             select(Alert.id)
-            .where(
-                Alert.delivered_state.is_distinct_from(Alert.state),
-                Alert.next_delivery_at <= func.now(),
-            )
+            .where(which, Alert.next_delivery_at <= func.now())
             .order_by(Alert.id)
             .limit(1)
             .with_for_update(skip_locked=True)
@@ -140,6 +160,49 @@ def _record(engine: Engine, claimed: Alert, **values: Any) -> None:
         )
 
 
+def _send(
+    engine: Engine,
+    settings: Settings,
+    client: httpx.Client,
+    alert: Alert,
+    targets: list[tuple[str, str]],
+    secrets: list[str],
+) -> bool:
+    """Post the claimed `alert` to `targets` and record the outcome: delivered (an open
+    alert's next re-send scheduled), or retried after backoff (never later than its next
+    re-send would be). Returns whether every target took it."""
+    resend_s = settings.alert_resend_interval_s
+    errors = []
+    for name, url in targets:
+        try:
+            client.post(url, json=payload(name, alert, settings)).raise_for_status()
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            errors.append(delivery_error(name, exc))
+    if errors:
+        attempts = alert.delivery_attempts + 1
+        delay = min(retry_delay_s(attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s), resend_s)
+        error = redact("; ".join(errors), secrets)[:2000]
+        _record(
+            engine,
+            alert,
+            delivery_attempts=attempts,
+            next_delivery_at=func.now() + timedelta(seconds=delay),
+            delivery_error=error,
+        )
+        log.warning("alert %d delivery failed (attempt %d): %s", alert.id, attempts, error)
+        return False
+    is_open = alert.state in OPEN_ALERT_STATES
+    _record(
+        engine,
+        alert,
+        delivered_state=alert.state,
+        delivery_attempts=0,
+        delivery_error=None,
+        next_delivery_at=func.now() + timedelta(seconds=resend_s if is_open else 0),
+    )
+    return True
+
+
 def deliver_pending(
     engine: Engine, settings: Settings, client: httpx.Client, limit: int = 50
 ) -> int:
@@ -149,40 +212,32 @@ def deliver_pending(
     that acknowledging, resolving or another deliverer waits for), then its outcome is
     recorded under the claim: the state that was sent, or the retry after backoff."""
     targets = sinks(settings)
+    return _deliver(engine, settings, client, targets, limit, resend=False)
+
+
+def resend_open(engine: Engine, settings: Settings, client: httpx.Client, limit: int = 200) -> int:
+    """Send each open alert whose re-send is due to Alertmanager again (the one sink that
+    forgets an alert not re-sent). Returns the re-sends."""
+    targets = [t for t in sinks(settings) if t[0] == "alertmanager"]
+    return _deliver(engine, settings, client, targets, limit, resend=True)
+
+
+def _deliver(
+    engine: Engine,
+    settings: Settings,
+    client: httpx.Client,
+    targets: list[tuple[str, str]],
+    limit: int,
+    *,
+    resend: bool,
+) -> int:
     if not targets:
         return 0
     secrets = secrets_of(settings, engine.url.render_as_string(hide_password=False))
     delivered = 0
     for _ in range(limit):
-        alert = _claim(engine)
+        alert = _claim(engine, resend=resend)
         if alert is None:
             break
-        errors = []
-        for name, url in targets:
-            try:
-                client.post(url, json=PAYLOADS[name](alert)).raise_for_status()
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                errors.append(delivery_error(name, exc))
-        if errors:
-            attempts = alert.delivery_attempts + 1
-            delay = retry_delay_s(attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s)
-            error = redact("; ".join(errors), secrets)[:2000]
-            _record(
-                engine,
-                alert,
-                delivery_attempts=attempts,
-                next_delivery_at=func.now() + timedelta(seconds=delay),
-                delivery_error=error,
-            )
-            log.warning("alert %d delivery failed (attempt %d): %s", alert.id, attempts, error)
-        else:
-            _record(
-                engine,
-                alert,
-                delivered_state=alert.state,
-                delivery_attempts=0,
-                delivery_error=None,
-                next_delivery_at=func.now(),
-            )
-            delivered += 1
+        delivered += _send(engine, settings, client, alert, targets, secrets)
     return delivered

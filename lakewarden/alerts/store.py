@@ -74,6 +74,7 @@ def acknowledge(session: Session, alert_id: int, by: str) -> Alert | None:
     alert.state = AlertState.ACKNOWLEDGED
     alert.acked_by = by
     alert.acked_at = func.now()
+    alert.next_delivery_at = func.now()  # a change: delivered now, not at the next re-send
     session.flush()
     session.refresh(alert)
     return alert

@@ -1,4 +1,5 @@
-"""One alerting round: evaluate the rules this process may judge, then deliver changes."""
+"""One alerting round: evaluate the rules this process may judge, deliver changes, and
+re-send the open alerts whose re-send is due (Alertmanager forgets those it stops hearing of)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 
 from lakewarden.alerts.rules import evaluate_leader_rule, evaluate_task_rules
-from lakewarden.alerts.sinks import deliver_pending
+from lakewarden.alerts.sinks import deliver_pending, resend_open
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 
@@ -19,10 +20,12 @@ def _client() -> httpx.Client:
 
 
 def alert_tick(rt: Runtime, *, as_leader: bool) -> None:
-    """The leader judges task rules; API replicas judge leadership; all deliver."""
+    """The leader judges task rules; API replicas judge leadership; all deliver and re-send
+    (each alert is claimed: one process sends it)."""
     with transaction(rt.engine) as s:
         if as_leader:
             evaluate_task_rules(s, rt.settings, datetime.now(UTC))
         else:
             evaluate_leader_rule(s, rt.settings)
     deliver_pending(rt.engine, rt.settings, _client())
+    resend_open(rt.engine, rt.settings, _client())
