@@ -435,7 +435,9 @@ ALL_ON: dict[str, Any] = {
         "intervalS": 30,
         "backlogAgeS": 1800,
         "noLeaderS": 120,
+        "resendIntervalS": 45,
     },
+    "logFormat": "json",
     "spark": {
         "master": "k8s://https://kubernetes.default.svc",
         "driverMemory": "4g",
@@ -458,6 +460,14 @@ ALL_ON: dict[str, Any] = {
         "labels": {"release": "prometheus"},
         "bearerTokenSecret": {"name": "lakewarden-viewer", "key": "token"},
     },
+    "metrics": {"public": False, "maxTables": 500},
+    "grafanaDashboard": {
+        "enabled": True,
+        "label": "grafana_dashboard",
+        "labelValue": "1",
+        "annotations": {"grafana_folder": "lakewarden"},
+    },
+    "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
     "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/lw"}},
     "api": {
         "replicas": 3,
@@ -586,7 +596,8 @@ def containers_of(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_every_option_on_renders_valid_kubernetes(all_on: list[dict[str, Any]]) -> None:
     """Each manifest validates against the Kubernetes API's own schemas (kubernetes-validate,
-    offline and strict: an unknown field fails). The ServiceMonitor is a CRD: checked by hand."""
+    offline and strict: an unknown field fails). The ServiceMonitor and PrometheusRule are
+    CRDs: checked by hand (the latter in test_prometheus_rule_is_the_rules_file)."""
     kv = pytest.importorskip("kubernetes_validate")
     kinds = sorted({d["kind"] for d in all_on})
     assert kinds == sorted(
@@ -596,6 +607,7 @@ def test_every_option_on_renders_valid_kubernetes(all_on: list[dict[str, Any]]) 
             "Ingress",
             "Job",
             "PodDisruptionBudget",
+            "PrometheusRule",
             "Role",
             "RoleBinding",
             "Service",
@@ -608,10 +620,13 @@ def test_every_option_on_renders_valid_kubernetes(all_on: list[dict[str, Any]]) 
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
             (endpoint,) = doc["spec"]["endpoints"]
             assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
+            assert endpoint["honorLabels"] is True  # the Iceberg `namespace` label kept
             assert endpoint["authorization"]["credentials"] == {
                 "name": "lakewarden-viewer",
                 "key": "token",
             }
+            continue
+        if doc["kind"] == "PrometheusRule":
             continue
         try:
             kv.validate(doc, "1.30.0", strict=True)
@@ -724,6 +739,8 @@ def test_rbac_off_by_default(tmp_path: Path) -> None:
     for dep in by_kind(docs, "Deployment").values():
         assert dep["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     assert not by_kind(docs, "Ingress") and not by_kind(docs, "ServiceMonitor")
+    assert not by_kind(docs, "PrometheusRule")
+    assert set(by_kind(docs, "ConfigMap")) == {"lw-lakewarden"}  # no dashboard
 
 
 def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
@@ -736,6 +753,9 @@ def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
     assert data["LAKEWARDEN_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
     assert data["LAKEWARDEN_SPARK_DRIVER_MEMORY"] == "4g"
     assert json.loads(data["LAKEWARDEN_POOL_LIMITS"]) == {"default": 4, "big": 1}
+    assert data["LAKEWARDEN_METRICS_MAX_TABLES"] == "500"
+    assert data["LAKEWARDEN_ALERT_RESEND_INTERVAL_S"] == "45"
+    assert data["LAKEWARDEN_LOG_FORMAT"] == "json"
     assert "LAKEWARDEN_SPARK_JARS" not in data  # the image's baked-in jars apply
     known = {f"LAKEWARDEN_{name.upper()}" for name in Settings.model_fields}
     assert set(data) <= known, set(data) - known
@@ -796,3 +816,83 @@ def test_compose_file_matches_the_compose_spec(compose: dict[str, Any]) -> None:
     schema = json.loads(vendor.joinpath("compose-spec.json").read_text())
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(compose), key=str)
     assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]
+
+
+# --- Monitoring: the Grafana dashboard and the Prometheus rules ---------------------------------
+# (That every expression names only metrics /metrics exports: tests/integration/test_metrics.py.
+# promtool is not installed here, so the rules are checked by structure, not by promtool.)
+
+DASHBOARD = CHART / "files" / "grafana-dashboard.json"
+RULES = CHART / "files" / "prometheus-rules.yaml"
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def rule_exprs() -> list[str]:
+    return [r["expr"] for g in load_yaml(RULES)["groups"] for r in g["rules"]]
+
+
+def balanced(expr: str) -> bool:
+    """Brackets pair up outside string literals (a cheap syntax check in place of promtool)."""
+    stack: list[str] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for ch in re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr):
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in pairs and (not stack or stack.pop() != pairs[ch]):
+            return False
+    return not stack
+
+
+def test_grafana_dashboard_parses_and_every_panel_queries() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "lakewarden" and dashboard["title"]
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    for panel in dashboard["panels"]:
+        assert {"x", "y", "w", "h"} <= set(panel["gridPos"]), panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}" and target["refId"]
+            assert balanced(target["expr"]), target["expr"]
+    assert len(dashboard_exprs()) >= 10
+
+
+def test_prometheus_rules_structure() -> None:
+    rules = load_yaml(RULES)
+    assert set(rules) == {"groups"}
+    names = []
+    for group in rules["groups"]:
+        assert set(group) <= {"name", "interval", "rules"} and group["name"]
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+            assert re.fullmatch(r"Lakewarden[A-Z][A-Za-z]+", rule["alert"]), rule["alert"]
+            names.append(rule["alert"])
+            assert isinstance(rule["expr"], str) and balanced(rule["expr"]), rule["alert"]
+            assert DURATION.match(rule["for"]), rule["alert"]
+            assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+            assert {"summary", "description", "runbook"} <= set(rule["annotations"])
+            assert all(isinstance(v, str) for v in rule["annotations"].values())
+    assert len(names) == len(set(names)), "alert names are unique"
+
+
+def test_grafana_dashboard_config_map(all_on: list[dict[str, Any]]) -> None:
+    cm = by_kind(all_on, "ConfigMap")["lw-lakewarden-grafana-dashboard"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "lakewarden"}
+    assert json.loads(cm["data"]["lakewarden.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def test_prometheus_rule_is_the_rules_file(all_on: list[dict[str, Any]]) -> None:
+    (rule,) = by_kind(all_on, "PrometheusRule").values()
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    assert rule["spec"] == load_yaml(RULES)  # Prometheus's {{ $labels }} left to Prometheus

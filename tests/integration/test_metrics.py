@@ -4,10 +4,13 @@ per-table series honour the cardinality guard."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import make_test_runtime, serve
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,6 +20,7 @@ from sqlalchemy import text
 from lakewarden.runtime import Runtime
 
 ODD_NAME = 'we"ird\\name\nx'  # a quote, a backslash and a newline: each must be escaped
+MONITORING = Path(__file__).resolve().parents[2] / "charts" / "lakewarden" / "files"
 
 
 def seed(rt: Runtime) -> None:
@@ -178,3 +182,55 @@ def test_the_cardinality_guard_keeps_the_least_healthy_tables(guarded_client: Te
     assert [s.labels["table"] for s in m["lakewarden_table_health_score"]] == [ODD_NAME]
     assert {s.labels["table"] for s in m["lakewarden_table_last_success_age_seconds"]} == {ODD_NAME}
     assert one(m["lakewarden_tables_omitted"]) == 2
+
+
+# --- The Grafana dashboard and the alerting rules query what /metrics exports -------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_MATCHERS_AND_RANGES = re.compile(r"\{[^}]*\}|\[[^\]]*\]")
+_GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENTIFIER = re.compile(r"(?<![\w.$])[a-zA-Z_:][a-zA-Z0-9_:]*\b(?!\s*\()")
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "group_left", "group_right"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects: identifiers that are no function,
+    keyword, label (inside {...} or a grouping) or range ([...], Grafana's $__ variables)."""
+    bare = _GROUPINGS.sub(" ", _MATCHERS_AND_RANGES.sub(" ", _STRINGS.sub(" ", expr)))
+    return {name for name in _IDENTIFIER.findall(bare) if name not in _KEYWORDS}
+
+
+def test_metric_names_of_promql() -> None:
+    expr = (
+        'histogram_quantile(0.9, sum by (kind, le) (rate(a_bucket{s=~"x|y"}[$__rate_interval])))'
+        " / on (kind) group_left b_total > 7 * 86400 and absent(c) or vector(0)"
+    )
+    assert metric_names(expr) == {"a_bucket", "b_total", "c"}
+
+
+def monitoring_exprs() -> dict[str, str]:
+    """Every PromQL expression of the dashboard and the rules, by where it is."""
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    rules = yaml.safe_load((MONITORING / "prometheus-rules.yaml").read_text())
+    exprs = {
+        f"dashboard {p['title']!r} {t['refId']}": t["expr"]
+        for p in dashboard["panels"]
+        for t in p.get("targets", [])
+    }
+    exprs.update({f"rule {r['alert']}": r["expr"] for g in rules["groups"] for r in g["rules"]})
+    return exprs
+
+
+def test_dashboard_and_rules_query_only_exported_metrics(
+    seeded: Runtime, client: TestClient
+) -> None:
+    exported = {s.name for samples in scrape(client).values() for s in samples}
+    exprs = monitoring_exprs()
+    assert len(exprs) > 20
+    used = set()
+    for where, expr in exprs.items():
+        names = metric_names(expr)
+        assert names, f"{where} selects no metric: {expr}"
+        assert names <= exported, f"{where} selects {names - exported}, which /metrics lacks"
+        used |= names
+    assert any(n.endswith("_bucket") for n in used) and any(n.endswith("_total") for n in used)

@@ -74,6 +74,7 @@ LAKEWARDEN_CATALOG_TYPE: {{ .Values.catalog.type | quote }}
 LAKEWARDEN_CATALOG_URI: {{ required "catalog.uri is required for a rest catalog" .Values.catalog.uri | quote }}
 {{- end }}
 LAKEWARDEN_LOG_LEVEL: {{ .Values.logLevel | quote }}
+LAKEWARDEN_LOG_FORMAT: {{ .Values.logFormat | quote }}
 LAKEWARDEN_SPARK_MASTER: {{ .Values.spark.master | quote }}
 LAKEWARDEN_SPARK_DRIVER_MEMORY: {{ .Values.spark.driverMemory | quote }}
 {{- with .Values.spark.jars }}
@@ -90,6 +91,7 @@ LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }
 LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
 {{- end }}
 LAKEWARDEN_METRICS_PUBLIC: {{ .Values.metrics.public | quote }}
+LAKEWARDEN_METRICS_MAX_TABLES: {{ .Values.metrics.maxTables | quote }}
 {{- with .Values.alerts.intervalS }}
 LAKEWARDEN_ALERT_INTERVAL_S: {{ . | quote }}
 {{- end }}
@@ -98,6 +100,9 @@ LAKEWARDEN_ALERT_BACKLOG_AGE_S: {{ . | quote }}
 {{- end }}
 {{- with .Values.alerts.noLeaderS }}
 LAKEWARDEN_ALERT_NO_LEADER_S: {{ . | quote }}
+{{- end }}
+{{- with .Values.alerts.resendIntervalS }}
+LAKEWARDEN_ALERT_RESEND_INTERVAL_S: {{ . | quote }}
 {{- end }}
 LAKEWARDEN_DATA_DIR: /var/lib/lakewarden
 LAKEWARDEN_JARS_CACHE_DIR: /var/lib/lakewarden/jars
