@@ -598,7 +598,7 @@ def check_fleet(ctx: typer.Context, output: Format) -> int:
             record("api", False, str(exc))
         else:
             reason = body.get("reason") if isinstance(body, dict) else None
-            record("api", status == 200, f"{api.url}: " + (reason or f"ready ({status})"))
+            record("api", status == 200, f"{api.url}: " + (reason or "ready"))
         if checks[0]["ok"]:
             leader = api.get("/api/v1/scheduler/leader")
             holder = leader.get("holder")

@@ -1,0 +1,305 @@
+"""The operator CLI against a live API: one real uvicorn process (`lakewarden api`) on a
+real Postgres for the module. Every command runs in `-o json` (compared with what the API
+itself answers) and in the table form (it renders); and the failures an operator meets: a
+wrong URL, no token, a task that does not exist, a bad `-o`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
+from helpers import append_batches, bearer, issue_token, make_table
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from lakewarden.alerts import store
+from lakewarden.cli import app
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.session import transaction
+from lakewarden.leader import acquire_or_renew
+from lakewarden.runtime import Runtime
+
+TABLES = ("orders", "returns", "items", "refunds")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Live:
+    url: str
+    rt: Runtime
+    token: str  # an admin's
+    http: httpx.Client  # the API called directly, as the admin
+
+    def cli(self, *argv: str, token: str | None = None, url: str | None = None) -> Any:
+        """`lakewarden ARGV` against this API; its CliRunner result."""
+        env = {"LAKEWARDEN_URL": url or self.url, "LAKEWARDEN_TOKEN": token or self.token}
+        env["COLUMNS"] = "200"  # rich's width off a terminal: cells unfolded, for the asserts
+        return CliRunner().invoke(app, list(argv), env=env)
+
+    def json(self, *argv: str) -> Any:
+        result = self.cli(*argv, "-o", "json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(path, params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def live(
+    server_url: str, template_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Live]:
+    db = f"lw_test_cli_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{db}" TEMPLATE "{TEMPLATE}"')
+    db_url = _with_db(server_url, db)
+    tmp = tmp_path_factory.mktemp("cli")
+    rt = make_test_runtime(db_url, tmp)
+    for name in TABLES:
+        append_batches(make_table(rt, namespace="sales", name=name), 2)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "LAKEWARDEN_DATABASE_URL": db_url,
+        "LAKEWARDEN_DATA_DIR": str(tmp),
+        "LAKEWARDEN_WAREHOUSE": (tmp / "warehouse").as_uri(),
+        "LAKEWARDEN_LOG_LEVEL": "WARNING",
+    }
+    log = tmp / "api.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakewarden", "api", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    token = issue_token(rt, name="cli-admin")
+    http = httpx.Client(base_url=url, headers=bearer(token), timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not _ready(http):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the API did not get ready"
+            time.sleep(0.2)
+        for name in TABLES:
+            r = http.post("/api/v1/tables", json={"namespace": "sales", "name": name})
+            assert r.status_code == 201, r.text
+        with transaction(rt.engine) as session:  # a scheduler leads, for `check`
+            acquire_or_renew(session, DBLocks.SCHEDULER_LEASE, "scheduler-test", 3600)
+        yield Live(url, rt, token, http)
+    finally:
+        http.close()
+        proc.terminate()
+        proc.wait(30)
+        rt.engine.dispose()
+        rt.catalog.engine.dispose()
+        with _admin(server_url) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def _ready(http: httpx.Client) -> bool:
+    try:
+        return http.get("/readyz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _table_mode(live: Live, *argv: str) -> str:
+    """The command's table form: it succeeds and prints something; the token is not in it."""
+    result = live.cli(*argv)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() and live.token not in result.output
+    return str(result.stdout)
+
+
+def test_tables_worst_first_with_scores(live: Live) -> None:
+    with live.rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE managed_tables SET health_score = 42, health_measured_at = now() "
+                "WHERE name = 'returns'"
+            )
+        )
+    assert live.json("tables") == live.get("/api/v1/tables", sort="registered", limit=50)
+    worst = live.json("tables", "--worst", "--namespace", "sal*")
+    assert worst == live.get("/api/v1/tables", sort="health", namespace="sal*", limit=50)
+    assert worst["items"][0]["name"] == "returns" and worst["items"][0]["health_score"] == 42
+    shown = _table_mode(live, "tables", "--worst")
+    assert "sales.returns" in shown and "42" in shown and f"4 of {len(TABLES)} tables" in shown
+    assert yaml.safe_load(live.cli("tables", "-o", "yaml").stdout) == live.json("tables")
+
+
+def test_table_shows_health_and_explain(live: Live) -> None:
+    data = live.json("table", "sales.orders")
+    assert data["table"] == live.get("/api/v1/tables/sales/orders")
+    assert data["health"]["table"] == "sales.orders" and data["health"]["data_files"] > 0
+    assert set(data["explain"]["kinds"]) >= {"compaction"}
+    default = data["table"]["catalog"]
+    assert live.json("table", "sales.orders", "--catalog", default)["table"] == data["table"]
+    shown = _table_mode(live, "table", "sales.orders")
+    assert f"{data['health']['score']}/100" in shown and "what would run now" in shown
+
+
+def test_trigger_task_cancel_retry(live: Live) -> None:
+    created = live.json("trigger", "sales.orders", "compaction")
+    task_id = created["id"]
+    assert created["kind"] == "compaction" and created["table"] == "sales.orders"
+    listed = live.json("tasks", "--table", "sales.orders")
+    assert listed == live.get("/api/v1/tasks", table="sales.orders", limit=50)
+    assert task_id in [t["id"] for t in listed["items"]]
+    assert live.json("task", str(task_id)) == live.get(f"/api/v1/tasks/{task_id}")
+    shown = _table_mode(live, "task", str(task_id))
+    assert f"task {task_id}: compaction of sales.orders" in shown and "transitions" in shown
+
+    cancelled = live.json("cancel", str(task_id))
+    assert cancelled["state"] == "cancelled"
+    assert [t["id"] for t in live.json("tasks", "--state", "cancelled")["items"]] == [task_id]
+    again = live.json("retry", str(task_id))
+    assert again["id"] != task_id and again["kind"] == "compaction"
+    assert again == live.get(f"/api/v1/tasks/{again['id']}")
+    assert "compaction of sales.orders" in _table_mode(live, "cancel", str(again["id"]))
+    assert "sales.orders" in _table_mode(live, "tasks", "--kind", "compaction")
+    assert "compaction of sales.orders" in _table_mode(
+        live, "trigger", "sales.orders", "compaction"
+    )
+
+
+def test_pause_and_resume_a_table_and_everything(live: Live) -> None:
+    paused = live.json("pause", "sales.returns", "--reason", "incident 7")
+    assert paused["paused"]["reason"] == "incident 7"
+    assert paused == live.get("/api/v1/tables/sales/returns")
+    assert "incident 7" in _table_mode(live, "tables")
+    assert "active" in _table_mode(live, "resume", "sales.returns")
+    assert live.get("/api/v1/tables/sales/returns")["paused"] is None
+    try:
+        frozen = live.json("pause", "--reason", "storage outage")
+        assert frozen["frozen"] and frozen["reason"] == "storage outage"
+        assert frozen == live.get("/api/v1/maintenance")
+        fleet = live.json("check")
+        assert "frozen by" in _check(fleet, "maintenance")["detail"]  # reported, not failed
+    finally:
+        assert "not frozen" in _table_mode(live, "resume")
+    assert not live.get("/api/v1/maintenance")["frozen"]
+    assert "maintenance: frozen" in _table_mode(live, "pause")
+    assert live.json("resume")["frozen"] is False
+
+
+def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [c for c in report["checks"] if c["name"] == name]
+    return found
+
+
+def test_alerts_ack_and_check(live: Live) -> None:
+    with transaction(live.rt.engine) as session:
+        store.fire(
+            session,
+            "test_rule",
+            "sales.refunds",
+            severity="critical",
+            summary="refunds are on fire",
+            details={},
+            runbook="README#alerts",
+        )
+    listed = live.json("alerts")
+    assert listed == live.get("/api/v1/alerts", limit=50)
+    (alert,) = [a for a in listed["items"] if a["rule"] == "test_rule"]
+    assert "refunds are on fire" in _table_mode(live, "alerts")
+
+    failing = live.cli("check", "-o", "json")
+    assert failing.exit_code == 1, failing.output
+    report = json.loads(failing.stdout)
+    assert not report["healthy"] and "refunds are on fire" in _check(report, "alerts")["detail"]
+    assert _check(report, "leader")["ok"] and _check(report, "api")["ok"]
+    assert "UNHEALTHY" in live.cli("check").stdout
+
+    acked = live.json("alerts", "ack", str(alert["id"]), "--by", "oncall-ann")
+    assert acked["state"] == "acknowledged" and acked["acked_by"] == "oncall-ann"
+    assert "acknowledged by" in _table_mode(live, "alerts", "ack", str(alert["id"]))
+    assert [a["id"] for a in live.json("alerts", "--state", "acknowledged")["items"]] == [
+        alert["id"]
+    ]
+    assert live.json("check")["healthy"]  # acknowledged: someone is on it
+    assert "healthy" in _table_mode(live, "check")
+
+
+def test_policy_get_set_history(live: Live, tmp_path: Path) -> None:
+    changed = live.json("policy", "set", "sales.items", "compaction.min_small_files=7")
+    assert changed["table_settings"] == {"compaction": {"min_small_files": 7}}
+    assert changed["policy"]["compaction"]["min_small_files"] == 7
+    got = live.json("policy", "get", "sales.items")
+    assert got == changed and got["policy"] == live.get("/api/v1/tables/sales/items")["policy"]
+    shown = _table_mode(live, "policy", "get", "sales.items")
+    assert "compaction.min_small_files" in shown and "table" in shown and "default" in shown
+
+    # A file replaces the table's own settings; pairs given with it apply over it.
+    settings = tmp_path / "policy.yaml"
+    settings.write_text("compaction:\n  max_attempts: 2\n")
+    replaced = live.json("policy", "set", "sales.items", "-f", str(settings), "ttl.enabled=false")
+    assert replaced["table_settings"] == {
+        "compaction": {"max_attempts": 2},
+        "ttl": {"enabled": False},
+    }
+
+    history = live.json("policy", "history", "sales.items")
+    assert history == live.get("/api/v1/tables/sales/items/policy/versions")
+    assert [v["version"] for v in history][:2] == [3, 2] and history[0]["current"]
+    assert "version" in _table_mode(live, "policy", "history", "sales.items")
+
+
+def test_errors_say_what_to_fix(live: Live) -> None:
+    missing = live.cli("task", "987654")
+    assert missing.exit_code == 1 and "404" in missing.stderr and "does not exist" in missing.stderr
+
+    anonymous = CliRunner().invoke(
+        app, ["tables"], env={"LAKEWARDEN_URL": live.url, "LAKEWARDEN_TOKEN": None}
+    )
+    assert anonymous.exit_code == 1 and "401" in anonymous.stderr
+    assert "LAKEWARDEN_TOKEN" in anonymous.stderr
+
+    bad_output = live.cli("tables", "-o", "xml")
+    assert bad_output.exit_code == 2 and "xml" in bad_output.output
+
+    bad_name = live.cli("table", "orders")
+    assert bad_name.exit_code == 2 and "NS.NAME" in bad_name.output
+
+    conflict = live.cli("policy", "set", "sales.items", "compaction.no_such_setting=1")
+    assert (
+        conflict.exit_code == 1 and "422" in conflict.stderr and live.token not in conflict.output
+    )
+
+
+def test_the_installed_command_fails_cleanly_on_a_wrong_url(live: Live) -> None:
+    """As a shell runs it: a process, its exit code, a message and no traceback."""
+    nowhere = f"http://127.0.0.1:{_free_port()}"
+    env = {**os.environ, "LAKEWARDEN_URL": nowhere, "LAKEWARDEN_TOKEN": live.token}
+    run = subprocess.run(
+        [sys.executable, "-m", "lakewarden", "tasks"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 1 and run.stdout == ""
+    assert nowhere in run.stderr and "LAKEWARDEN_URL" in run.stderr
+    assert "Traceback" not in run.stderr and live.token not in run.stderr
+    version = subprocess.run(
+        [sys.executable, "-m", "lakewarden", "--version"], capture_output=True, text=True
+    )
+    assert version.returncode == 0 and version.stdout.startswith("lakewarden ")
