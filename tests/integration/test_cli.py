@@ -22,6 +22,7 @@ import pytest
 import yaml
 from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
 from helpers import append_batches, bearer, issue_token, make_table
+from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy import text
 from typer.testing import CliRunner
 
@@ -113,7 +114,8 @@ def live(
         proc.terminate()
         proc.wait(30)
         rt.engine.dispose()
-        rt.catalog.engine.dispose()
+        if isinstance(rt.catalog, SqlCatalog):
+            rt.catalog.engine.dispose()
         with _admin(server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
