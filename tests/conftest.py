@@ -309,6 +309,13 @@ def spark(spark_rt: Runtime) -> Iterator[SparkSession]:
 @pytest.fixture
 def scheduler(spark_rt: Runtime, spark: SparkSession) -> Iterator[Scheduler]:
     """A leading scheduler on the shared Spark session, with nothing managed yet."""
+    with leading_scheduler(spark_rt, spark) as sched:
+        yield sched
+
+
+@contextmanager
+def leading_scheduler(spark_rt: Runtime, spark: SparkSession) -> Iterator[Scheduler]:
+    """`scheduler`'s body, for a fixture of a wider scope (tests/browser: one per module)."""
     from lakewarden.process import Ticker
     from services.scheduler.main import Scheduler
 
@@ -322,9 +329,11 @@ def scheduler(spark_rt: Runtime, spark: SparkSession) -> Iterator[Scheduler]:
     # Renew in the background as the real process does: a cold first job can outlast the lease.
     stop = threading.Event()
     Ticker("lease", 1.0, sched.renew, stop).start()
-    yield sched
-    stop.set()
-    sched.pool.shutdown(wait=True)
+    try:
+        yield sched
+    finally:
+        stop.set()
+        sched.pool.shutdown(wait=True)
 
 
 # --- A real Iceberg REST catalog (tests/rest_catalog.py) -----------------------------------

@@ -1,0 +1,289 @@
+"""The on-call dashboard in Chromium: the overview lists a table after a real compaction,
+the table page's file-size histogram agrees with pyiceberg, cancel and retry work from
+their buttons, a viewer sees no action button, and no page logs a console error (checked
+for every page by `open_page`). One compaction (real Spark) for the module.
+
+Chromium is Debian's (/usr/bin/chromium) driven by Playwright; the API is real uvicorn on a
+free port, on the Spark tests' database. Each test gets a fresh browser context (its own
+cookies); a failed test leaves a screenshot of each page it opened in test-artifacts/."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from conftest import leading_scheduler
+from helpers import append_batches, bearer, issue_token, make_table, manage, run_one, task_of
+
+from lakewarden import process
+from lakewarden.alerts import store
+from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
+from services.scheduler.health_watch import measure_due_tables
+from services.worker.main import Worker
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def live_api(rt: Runtime) -> Iterator[str]:
+    """The API (and so the dashboard) of `rt`, served by uvicorn on a free port in a thread
+    of this process; its URL."""
+    import uvicorn
+
+    from services.api.app import create_app
+
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(rt, background=False), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="ui-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@dataclass
+class Console:
+    """What a page said on its console as errors, and the errors it raised."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def watch(self, page: Page) -> None:
+        page.on("console", lambda m: m.type == "error" and self.errors.append(f"{m.text}"))
+        page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+
+
+@pytest.fixture
+def open_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """`open_page(base_url)`: a page in a fresh context (no cookies). After the test: no
+    console errors on any page it opened, and a screenshot of each if the test failed."""
+    pages: list[Page] = []
+    console = Console()
+    contexts = []
+    failed_before = request.session.testsfailed  # the call's report is counted before teardown
+
+    def open_one(base_url: str) -> Page:
+        context = browser.new_context(base_url=base_url, viewport={"width": 1400, "height": 900})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        console.watch(page)
+        pages.append(page)
+        return page
+
+    yield open_one
+    if request.session.testsfailed > failed_before:
+        ARTIFACTS.mkdir(exist_ok=True)
+        for i, page in enumerate(pages):
+            shot = ARTIFACTS / f"{request.node.name}-{i}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot of {page.url}: {shot}")
+    for context in contexts:
+        context.close()
+    assert console.errors == [], f"console errors: {console.errors}"
+
+
+def login(page: Page, token: str) -> None:
+    """Log in through the login form, as a person does."""
+    page.goto("/ui/login")
+    page.fill("input[name=token]", token)
+    page.click("form.login button[type=submit]")
+    page.wait_for_url("**/ui/")
+
+
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "overview.png"
+MIB = 1024 * 1024
+# health's file_size_buckets: <1, 1-8, 8-32, 32-128, 128-512, >512 MB (lower bound inclusive)
+BUCKET_FLOORS = (0, 1 * MIB, 8 * MIB, 32 * MIB, 128 * MIB, 512 * MIB)
+TABLE = "sales.ui_orders"
+
+
+@dataclass(frozen=True)
+class World:
+    url: str
+    rt: Runtime
+    admin: str
+    viewer: str
+    compaction_task: int
+
+    def table_page(self, name: str = "ui_orders") -> str:
+        return f"/ui/t/{self.rt.settings.catalog_name}/sales/{name}"
+
+
+@pytest.fixture(scope="module")
+def world(spark_rt: Runtime, spark: SparkSession) -> Iterator[World]:
+    """sales.ui_orders compacted by a real Spark job, sales.ui_events registered with small
+    files (its compaction waiting), both measured; a heartbeat and a firing alert; the API
+    on a free port; an admin's and a viewer's token."""
+    rt = spark_rt
+    with leading_scheduler(rt, spark) as scheduler:
+        append_batches(make_table(rt, name="ui_orders"), 6, rows=20, regions=("a", "b", "c"))
+        task_id = manage(
+            rt, "ui_orders", {"compaction": {"min_small_files": 5, "min_input_files": 5}}
+        )
+        assert Worker(rt).run_once()
+        assert run_one(scheduler) == "succeeded"
+        append_batches(make_table(rt, name="ui_events"), 8)
+        admin, viewer = (
+            issue_token(rt, name="ui-admin"),
+            issue_token(rt, "viewer", name="ui-viewer"),
+        )
+        with live_api(rt) as url:
+            register = httpx.post(
+                f"{url}/api/v1/tables",
+                json={"namespace": "sales", "name": "ui_events"},
+                headers=bearer(admin),
+            )
+            assert register.status_code == 201, register.text
+            measure_due_tables(rt, datetime.now(UTC))
+            process.beat(rt)
+            with transaction(rt.engine) as s:
+                store.fire(
+                    s,
+                    "table_unhealthy",
+                    "lake/sales.ui_events",
+                    severity="warning",
+                    summary="sales.ui_events is below its health SLO",
+                    details=store.table_details(rt.settings.catalog_name, "sales", "ui_events"),
+                    runbook="README#health",
+                )
+            yield World(url, rt, admin, viewer, task_id)
+
+
+def file_size_buckets(sizes: list[int]) -> list[int]:
+    counts = [0] * len(BUCKET_FLOORS)
+    for size in sizes:
+        counts[max(i for i, floor in enumerate(BUCKET_FLOORS) if size >= floor)] += 1
+    return counts
+
+
+def test_the_overview_lists_the_compacted_table(world: World, open_page: Any) -> None:
+    page = open_page(world.url)
+    login(page, world.admin)
+    row = page.locator(f"tr.table-row[data-table='{TABLE}']")
+    row.wait_for()
+    assert "compaction" in row.inner_text()  # its last success, per kind
+    assert page.locator("tr.table-row").count() == 2
+    page.wait_for_load_state("networkidle")
+    DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS_SCREENSHOT), full_page=True)
+    print(f"overview screenshot: {DOCS_SCREENSHOT}")
+    # Filtered on the server: a namespace glob that matches neither table.
+    page.fill("input[name=namespace]", "nothing_*")
+    page.press("input[name=namespace]", "Enter")
+    page.locator("p.count", has_text="0 tables match").wait_for()
+
+
+def test_the_histogram_has_one_bar_per_bucket_matching_pyiceberg(
+    world: World, open_page: Any
+) -> None:
+    page = open_page(world.url)
+    login(page, world.admin)
+    page.goto(world.table_page())
+    bars = page.locator("#histogram svg rect.bar")
+    bars.first.wait_for()
+    table = world.rt.catalog.load_table(TABLE)
+    sizes = [task.file.file_size_in_bytes for task in table.scan().plan_files()]
+    assert len(sizes) == 3  # one file per region after the compaction
+    assert bars.count() == len(BUCKET_FLOORS)
+    shown = [int(bars.nth(i).get_attribute("data-value") or -1) for i in range(bars.count())]
+    assert shown == file_size_buckets(sizes)
+    # ... and one bar per partition for the partitions' file counts
+    assert page.locator("#partition-files svg rect.bar").count() == 3
+    page.locator("#explain table.explain").wait_for()
+
+
+def test_cancel_and_retry_work_from_their_buttons(world: World, open_page: Any) -> None:
+    page = open_page(world.url)
+    login(page, world.admin)
+    page.goto(world.table_page())
+    page.select_option("select[name=kind]", "compaction")
+    with page.expect_navigation():
+        page.click("form[action$='/trigger'] button")
+    task_id = int(re.sub(r".*/ui/tasks/(\d+)$", r"\1", page.url))
+    assert task_of(world.rt, task_id).state == "pending"
+
+    with page.expect_navigation():
+        page.click("#cancel")
+    assert page.locator("#task-state").inner_text() == "cancelled"
+    assert task_of(world.rt, task_id).state == "cancelled"
+
+    with page.expect_navigation():
+        page.click("#retry")
+    assert "retried" in page.locator(".flash").inner_text(), page.content()
+    again = int(re.sub(r".*/ui/tasks/(\d+)$", r"\1", page.url))
+    assert task_of(world.rt, again).state == "pending"
+    assert page.locator("#task-state").inner_text() == "pending"
+    with page.expect_navigation():  # leave nothing open for the other tests
+        page.click("#cancel")
+    assert task_of(world.rt, again).state == "cancelled"
+
+
+def test_a_viewer_sees_no_action_buttons(world: World, open_page: Any) -> None:
+    page = open_page(world.url)
+    login(page, world.viewer)
+    for path in (
+        "/ui/",
+        world.table_page(),
+        world.table_page("ui_events"),
+        f"/ui/tasks/{world.compaction_task}",
+        "/ui/alerts",
+        "/ui/trends",
+    ):
+        page.goto(path)
+        page.wait_for_load_state("networkidle")  # health and explain have loaded
+        assert page.locator("h1, h2").count() > 0, path
+        actions = page.locator("form[method=post]:not(.logout), button.action")
+        assert actions.count() == 0, f"{path}: {actions.all_inner_texts()}"
+        if path == "/ui/alerts":  # the alert is shown, without its button
+            assert page.locator("tr[data-alert]").count() == 1
