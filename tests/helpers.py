@@ -93,6 +93,36 @@ def manage(rt: Runtime, name: str, policy: dict[str, Any], kind: str = "compacti
     return task_id
 
 
+def break_planned_rewrite(rt: Runtime, task_id: int, table: Table) -> str:
+    """Make a planned rewrite fail inside Spark: one of the table's data files deleted from
+    storage (as after a bad manual cleanup), and the plan all or nothing (with partial
+    progress, the planner's default, Iceberg logs a failed file group and commits the
+    others). Returns the lost file's name."""
+    from pathlib import Path
+    from urllib.parse import urlsplit
+
+    from sqlalchemy import text
+
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE tasks SET plan = jsonb_set(plan, "
+                "'{options,partial-progress.enabled}', '\"false\"') WHERE id = :id"
+            ),
+            {"id": task_id},
+        )
+    path = Path(urlsplit(table.inspect.files()["file_path"][0].as_py()).path)
+    path.unlink()
+    return path.name
+
+
+def executor_error(group: str) -> str:
+    """The executor's own ERROR line for a failed task, as log4j wrote it in the driver JVM,
+    tagged with the job's group: only Spark's log has it (the Python exception quotes
+    other lines)."""
+    return rf"^\S+ ERROR Executor \[[^\]]*\] \{{{group}\}} Exception in task "
+
+
 def run_one(scheduler: Scheduler) -> str:
     """Dispatch the one planned task and wait for its job; returns the task's new state."""
     scheduler.renew()  # stands in for the renewal thread: setup may have outlasted the lease

@@ -4,13 +4,22 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers import append_batches, make_table, manage, task_of, wait_for
+from helpers import (
+    append_batches,
+    break_planned_rewrite,
+    executor_error,
+    make_table,
+    manage,
+    task_of,
+    wait_for,
+)
 from sqlalchemy import create_engine, select, text
 
 from lakewarden.db.models import JobRun
@@ -225,6 +234,48 @@ def test_an_application_on_a_standalone_cluster_is_watched_through_its_master(
         )
         after = fingerprint(rt.catalog.load_table("sales.standalone"))
         assert after.data_files == 2
+    finally:
+        stop.set()
+        sched.applications.kill_all()
+        rt.engine.dispose()
+
+
+def test_a_failed_application_links_its_history_page_and_keeps_spark_s_error_lines(
+    db_url: str, tmp_path: Path
+) -> None:
+    events = tmp_path / "spark-events"
+    history = "http://history.test:18080"
+    rt = app_runtime(
+        db_url,
+        tmp_path,
+        spark_ui_enabled=True,
+        spark_event_log_dir=str(events),
+        spark_history_url=history,
+    )
+    sched = Scheduler(rt)
+    sched.renew()
+    stop = threading.Event()
+    Ticker("lease", 1.0, sched.renew, stop).start()
+    try:
+        task_id = planned_in_big_pool(rt, "history", max_attempts=1)
+        lost = break_planned_rewrite(rt, task_id, rt.catalog.load_table("sales.history"))
+        assert sched.dispatch_once()
+        assert until_done(sched, task_id) == "failed", _logs(sched)
+        run = run_of(rt, task_id)
+        app_id = run.spark_app_id
+        assert app_id and app_id.startswith("local-")
+        assert run.ui_url == f"{history}/history/{app_id}"
+        # Its driver's Spark log, recorded by the application itself.
+        assert run.log_tail and lost in run.log_tail
+        assert re.search(executor_error(f"lakewarden-task-{task_id}-1"), run.log_tail, re.M)
+        # The event log the history server reads: complete (renamed from .inprogress) once
+        # the application stopped its session.
+        log = events / app_id
+        wait_for(log.exists, 60, "the application's event log", lambda: _logs(sched))
+        assert '"Event":"SparkListenerApplicationStart"' in log.read_text()
+        # The UI was on in the application (the live link, while it ran).
+        output = (rt.settings.data_dir / "applications" / f"{run.spark_job_group}.log").read_text()
+        assert "Successfully started service 'SparkUI'" in output
     finally:
         stop.set()
         sched.applications.kill_all()
