@@ -64,7 +64,7 @@ def remove_blocker(
 @router.post(
     "/{namespace}/{name}/pause",
     response_model=TableOut,
-    responses=errors.documented(body=True, notes=errors.ON_TABLE),
+    responses=errors.documented(409, body=True, notes=errors.ON_TABLE),
 )
 def pause_table(
     row: TableDep, session: SessionDep, access: AccessDep, body: HoldIn | None = None
@@ -83,7 +83,7 @@ def pause_table(
 @router.post(
     "/{namespace}/{name}/resume",
     response_model=TableOut,
-    responses=errors.documented(notes=errors.ON_TABLE),
+    responses=errors.documented(409, notes=errors.ON_TABLE),
 )
 def resume_table(row: TableDep, session: SessionDep, access: AccessDep) -> TableOut:
     """Lift the table's pause: its planned tasks may start again (a table not paused is

@@ -39,8 +39,10 @@ def get_maintenance(session: SessionDep, access: AccessDep) -> MaintenanceOut:
     return _state(session, access)
 
 
-@router.post("/freeze", response_model=MaintenanceOut, responses=errors.documented(body=True))
-def freeze_maintenance(session: SessionDep, access: AccessDep, body: HoldIn | None = None) -> MaintenanceOut:
+@router.post("/freeze", response_model=MaintenanceOut, responses=errors.documented(409, body=True))
+def freeze_maintenance(
+    session: SessionDep, access: AccessDep, body: HoldIn | None = None
+) -> MaintenanceOut:
     """No maintenance job starts on any table until unfrozen; jobs already running finish,
     and tasks are still created and planned. Freezing a frozen fleet keeps the first
     freeze. Operator on everything."""
@@ -52,7 +54,7 @@ def freeze_maintenance(session: SessionDep, access: AccessDep, body: HoldIn | No
     return _state(session, access)
 
 
-@router.post("/unfreeze", response_model=MaintenanceOut, responses=errors.documented())
+@router.post("/unfreeze", response_model=MaintenanceOut, responses=errors.documented(409))
 def unfreeze_maintenance(session: SessionDep, access: AccessDep) -> MaintenanceOut:
     """Lift the freeze: planned tasks may start again (tables paused one by one stay
     paused). Operator on everything."""
