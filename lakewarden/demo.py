@@ -15,9 +15,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from sqlalchemy.engine import make_url
@@ -30,6 +32,9 @@ from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
 from lakewarden.verify import fingerprint
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 DEMO = TableRef("demo", "clicks")
 REGIONS = ("emea", "amer", "apac", "latam")
@@ -88,9 +93,57 @@ class Services:
                 proc.kill()
 
 
-def _say(as_json: bool, msg: str) -> None:
-    if not as_json:
-        print(msg, flush=True)
+class Progress:
+    """What the demo says as it goes: its steps, and on a terminal a live status line of
+    what it waits for now (rich). Nothing with --json: stdout holds the report alone."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.quiet = as_json
+        self._status: Status | None = None
+        if not as_json and sys.stdout.isatty():
+            from rich.console import Console
+
+            # The terminal itself (a copy of stdout's descriptor): the line stays there
+            # while the JVM starts with descriptor 1 pointed at its log file.
+            self._terminal = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+            self._status = Console(file=self._terminal).status("starting...")
+            self._status.start()
+
+    def say(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)  # above the status line: rich redirects stdout meanwhile
+
+    def status(self, msg: str) -> None:
+        if self._status is not None:
+            self._status.update(msg)
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+            self._terminal.close()
+
+
+@contextmanager
+def _children_output_to(path: Path) -> Iterator[None]:
+    """Processes started inside the block write their stdout and stderr to `path` for their
+    whole life; this process's own are back at the block's end. For the demo writer's JVM:
+    Spark's console log appender (its WARN lines) and the stack traces the JVM prints (an
+    Iceberg commit retried after a conflict) go to the log file, not over the demo's
+    terminal; the scheduler's JVM already logs to demo-scheduler.log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        try:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
 
 
 def _wait(predicate, timeout_s: float, what: str, services: Services) -> Any:
@@ -115,12 +168,20 @@ def _query_ms(spark, name: str) -> float:
 
 
 def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float = 600) -> int:
+    progress = Progress(as_json)
+    try:
+        return _run_demo(progress, target_files, timeout_s)
+    finally:
+        progress.stop()
+
+
+def _run_demo(progress: Progress, target_files: int, timeout_s: float) -> int:
     started = time.monotonic()
     rt = make_runtime("demo")
     migrate(rt)
     s = rt.settings
     where = make_url(rt.db_url).render_as_string(hide_password=True)  # never the password
-    _say(as_json, f"lakewarden demo: control plane at {where}, warehouse {s.warehouse_uri}")
+    progress.say(f"lakewarden demo: control plane at {where}, warehouse {s.warehouse_uri}")
     services = Services(rt, _free_port())
     token_id, secret = _demo_token(rt)
     api = httpx.Client(
@@ -132,8 +193,13 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
 
     try:
         services.start()
-        _say(as_json, "started api, worker and scheduler; starting the demo writer (Spark)...")
-        spark = build_session(s, rt.db_url, "lakewarden-demo-writer")
+        progress.say(
+            "started api, worker and scheduler; starting the demo writer (Spark; its log: "
+            f"{services.log('spark')})..."
+        )
+        progress.status("starting Spark...")
+        with _children_output_to(services.log("spark")):
+            spark = build_session(s, rt.db_url, "lakewarden-demo-writer")
         name = DEMO.spark_name(s.catalog_name)
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{s.catalog_name}`.`{DEMO.namespace}`")
         _wait(lambda: _ready(api), 120, "the API to be ready", services)
@@ -158,10 +224,9 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
             json={"namespace": DEMO.namespace, "name": DEMO.name, "policy": policy},
         )
         r.raise_for_status()
-        _say(
-            as_json,
+        progress.say(
             f"registered {DEMO.dotted}; writing small commits until it holds "
-            f"{target_files + 1} data files...",
+            f"{target_files + 1} data files..."
         )
         commits, files, t_write = 0, 0, time.monotonic()
         while files <= target_files:
@@ -182,19 +247,20 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
                 f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1"
             ).collect()[0]["summary"]
             files = int(snap["total-data-files"])
+            progress.status(f"writing: {commits} commits, {files}/{target_files + 1} data files")
         write_s = time.monotonic() - t_write
         table = rt.catalog.load_table((DEMO.namespace, DEMO.name))
         before = fingerprint(table)
         query_before = _query_ms(spark, name)
-        _say(
-            as_json,
+        progress.say(
             f"wrote {commits} commits in {write_s:.1f}s: {before.data_files} data files, "
-            f"{before.rows} rows; waiting for lakewarden to compact...",
+            f"{before.rows} rows; waiting for lakewarden to compact..."
         )
 
         def finished() -> dict[str, Any] | None:
             page = api.get("/api/v1/tasks", params={"table": DEMO.dotted}).json()["items"]
             page = [t for t in page if t["id"] >= first_task]
+            progress.status(_waiting(page, table, time.monotonic() - t_wait))
             done = [
                 t for t in page if t["state"] in FINISHED_TASK_STATES and t["kind"] == "compaction"
             ]
@@ -212,6 +278,7 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
         query_after = _query_ms(spark, name)
         spark.stop()
     finally:
+        progress.stop()
         services.stop()
         api.close()
         _revoke(rt, token_id)
@@ -226,10 +293,11 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
         query_after,
         time.monotonic() - started,
     )
-    if as_json:
+    if progress.quiet:
         print(json.dumps(report, default=str))
     else:
         _print_report(report)
+        print(f"  logs (the services', Spark's): {services.log_dir}")
     ok = (
         detail["state"] == TaskState.SUCCEEDED
         and after.rows == before.rows
@@ -237,6 +305,19 @@ def run_demo(*, as_json: bool = False, target_files: int = 300, timeout_s: float
         and after.data_files < before.data_files
     )
     return 0 if ok else 1
+
+
+def _waiting(tasks: list[dict[str, Any]], table: Any, waited_s: float) -> str:
+    """The status line while lakewarden works: the task's state and the files so far."""
+    snapshot = table.refresh().current_snapshot()
+    files = (snapshot.summary or {}).get("total-data-files", "?") if snapshot else 0
+    if not tasks:
+        return f"waiting for lakewarden to create a task ({files} data files, {waited_s:.0f}s)"
+    t = tasks[0]
+    return (
+        f"{t['kind']} task {t['id']}: {t['state']}, attempt {t['attempt']}/{t['max_attempts']} "
+        f"({files} data files, {waited_s:.0f}s)"
+    )
 
 
 def _demo_token(rt: Runtime) -> tuple[int, str]:
