@@ -17,15 +17,18 @@ running at that moment.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 APPENDER = "lakewarden-job-log"
 # The task's context key: Spark copies local properties named mdc.* into its executors'
@@ -37,9 +40,18 @@ _STAGE = re.compile(r"\bstage (\d+)\.\d+\b")
 _ROLL_SIZE = "16MB"  # then one older file kept: a long-lived session's file stays small
 
 
-def install(spark: SparkSession, directory: Path) -> Path:
+def install(spark: SparkSession, directory: Path) -> Path | None:
     """Log the driver JVM's WARN and ERROR lines to `<directory>/<application id>.log`
-    (besides wherever they already go). Idempotent: a session already logging keeps its file."""
+    (besides wherever they already go). Idempotent: a session already logging keeps its file.
+    Never fails the session: without it, log tails hold the Python exception alone."""
+    try:
+        return _install(spark, directory)
+    except Exception as exc:
+        log.warning("Spark's log lines will be missing from job runs' log tails: %s", exc)
+        return None
+
+
+def _install(spark: SparkSession, directory: Path) -> Path:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     core = jvm.org.apache.logging.log4j.core
@@ -115,20 +127,28 @@ class JobLog:
 @contextmanager
 def capture(spark: SparkSession, group: str) -> Iterator[JobLog]:
     """Tag this thread's Spark work with `group` while the block runs (see the module)."""
-    path = log_file(spark)
-    job_log = JobLog(path, path.stat().st_size if path and path.exists() else 0, group)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    context = jvm.org.apache.logging.log4j.ThreadContext
-    spark.sparkContext.setLocalProperty(GROUP_KEY, group)
-    context.put(GROUP_KEY, group)
+    job_log = JobLog(None, 0, group)
+    # Seeing Spark's lines is a help, never a reason for the job to fail: the job itself
+    # will say what is wrong with its JVM.
+    with suppress(Exception):
+        path = log_file(spark)
+        job_log.offset = path.stat().st_size if path and path.exists() else 0
+        job_log.path = path
+        spark.sparkContext.setLocalProperty(GROUP_KEY, group)
+        _thread_context(spark).put(GROUP_KEY, group)
     try:
         yield job_log
     finally:
-        # The JVM may be gone (the job's own error says why): never raise over it.
         with suppress(Exception):
-            context.remove(GROUP_KEY)
+            _thread_context(spark).remove(GROUP_KEY)
             spark.sparkContext.setLocalProperty(GROUP_KEY, None)  # type: ignore[arg-type]
+
+
+def _thread_context(spark: SparkSession) -> Any:
+    """log4j's context of the JVM thread PySpark pins to this Python thread."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return jvm.org.apache.logging.log4j.ThreadContext
 
 
 def job_lines(text: str, group: str) -> str:

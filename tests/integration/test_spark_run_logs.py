@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import serve
 from helpers import (
     append_batches,
     break_planned_rewrite,
@@ -16,10 +17,7 @@ from helpers import (
     manage,
     run_one,
 )
-from sqlalchemy import select
 
-from lakewarden.db.models import JobRun
-from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
@@ -40,14 +38,16 @@ def test_a_job_failing_in_spark_keeps_spark_s_error_lines_in_its_log_tail(
     lost = break_planned_rewrite(spark_rt, task_id, table)
     assert run_one(scheduler) == "failed"
 
-    with transaction(spark_rt.engine) as s:
-        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
-    assert run.error and run.log_tail
-    tail = run.log_tail
+    with serve(spark_rt) as api:
+        response = api.get(f"/api/v1/tasks/{task_id}")
+    assert response.status_code == 200, response.text
+    (run,) = response.json()["runs"]
+    assert run["error"] and run["log_tail"]
+    tail = run["log_tail"]
     assert re.search(executor_error(f"lakewarden-task-{task_id}-1"), tail, re.M)
     assert lost in tail
     # Its message lines, not Java's stack frames; bounded.
     assert not re.search(r"^\s+at ", tail, re.M)
     assert len(tail.splitlines()) <= 50 and len(tail) <= 8 * 1024
-    assert tail.startswith(run.error)
-    assert run.ui_url is None  # the tests' session runs without its UI or a history server
+    assert tail.startswith(run["error"])
+    assert run["ui_url"] is None  # the tests' session runs without its UI or a history server
