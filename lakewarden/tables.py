@@ -59,6 +59,7 @@ from lakewarden.db.paging import DEFAULT_LIMIT, keyset_page_by
 from lakewarden.policy import Policy, effective_policy
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
 from lakewarden.tasks.repo import TransitionRejected, transition
+from lakewarden.tasks.wakeup import announce
 
 
 class AlreadyManaged(Exception):
@@ -520,7 +521,12 @@ def _hold_of(session: Session, table_id: int | None) -> TableBlocker | None:
 def _lift(session: Session, table_id: int | None) -> bool:
     on = TableBlocker.table_id.is_(None) if table_id is None else TableBlocker.table_id == table_id
     lifted = session.execute(delete(TableBlocker).where(on, _UNENDING).returning(TableBlocker.id))
-    return lifted.first() is not None
+    if lifted.first() is None:
+        return False
+    # The planned tasks it held may start: wake the leader's dispatch at commit (it would
+    # otherwise wait for its poll).
+    announce(session, TaskState.PLANNED)
+    return True
 
 
 def pause(session: Session, row: ManagedTable, *, by: str, reason: str | None) -> TableBlocker:

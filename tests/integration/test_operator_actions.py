@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import psycopg
 from fastapi.testclient import TestClient
 from helpers import append_batches, bearer, issue_token, make_table
 from sqlalchemy import text
 
 from lakewarden.db.session import transaction
+from lakewarden.events.listener import libpq_url
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
+from lakewarden.tasks.wakeup import CHANNEL
 from services.scheduler.main import _NEXT_PLANNED
 
 ORDERS = "/api/v1/tables/sales/orders"
@@ -148,8 +151,13 @@ def test_pause_holds_dispatch_until_resumed_and_says_why(rt: Runtime, client: Te
         pause_id = conn.scalar(text("SELECT id FROM table_blockers"))
     assert client.delete(f"{ORDERS}/blockers/{pause_id}").status_code == 404
 
-    r = client.post(f"{ORDERS}/resume", headers=operator)
-    assert r.status_code == 200 and r.json()["paused"] is None, r.text
+    with psycopg.connect(libpq_url(rt.db_url), autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        r = client.post(f"{ORDERS}/resume", headers=operator)
+        assert r.status_code == 200 and r.json()["paused"] is None, r.text
+        # The leader's dispatch is woken at once, not at its next poll.
+        woken = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+    assert woken == [TaskState.PLANNED]
     assert _next_dispatched(rt) == task["id"]
     assert client.get(f"/api/v1/tasks/{task['id']}").json()["on_hold"] is None
     assert client.post(f"{ORDERS}/resume").status_code == 200  # nothing to lift: as it is
