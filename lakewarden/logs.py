@@ -31,6 +31,13 @@ from lakewarden.settings import Settings, get_settings
 CONTEXT_FIELDS = ("task_id", "table", "attempt")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s]%(context)s %(message)s"
 JSON_FIELDS = ("asctime", "levelname", "name", "threadName", "message")
+JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger", "threadName": "thread"}
+_JSON_KEYS = {
+    *(JSON_NAMES.get(f, f) for f in JSON_FIELDS),
+    *CONTEXT_FIELDS,
+    "exc_info",
+    "stack_info",
+}
 NOISY_LOGGERS = ("py4j", "httpx", "httpcore", "pyiceberg", "alembic")
 
 _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
@@ -69,14 +76,18 @@ class ContextFilter(logging.Filter):
 
 
 class RedactedJsonFormatter(JsonFormatter):
-    """JSON lines whose traceback is the one `RedactingFilter` masked: python-json-logger
-    formats `exc_info` afresh, which would bring the secrets back."""
+    """JSON lines with only what the redacting filter has seen: the standard fields, the
+    bound context, and the traceback `RedactingFilter` masked (python-json-logger would
+    format `exc_info` afresh, bringing secrets back). A record's other attributes (a
+    library's `extra=`, uvicorn's `color_message`) are left out: nothing masked them."""
 
     def add_fields(
         self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]
     ) -> None:
         super().add_fields(log_data, record, message_dict)
-        log_data.pop("context", None)  # the text form; JSON has the fields themselves
+        for key in list(log_data):
+            if key not in _JSON_KEYS:
+                del log_data[key]
         if record.exc_text:
             log_data["exc_info"] = record.exc_text
 
@@ -84,15 +95,7 @@ class RedactedJsonFormatter(JsonFormatter):
 def make_formatter(log_format: str) -> logging.Formatter:
     """The formatter for `LAKEWARDEN_LOG_FORMAT` (`text` or `json`)."""
     if log_format == "json":
-        return RedactedJsonFormatter(
-            list(JSON_FIELDS),
-            rename_fields={
-                "asctime": "time",
-                "levelname": "level",
-                "name": "logger",
-                "threadName": "thread",
-            },
-        )
+        return RedactedJsonFormatter(list(JSON_FIELDS), rename_fields=JSON_NAMES)
     return logging.Formatter(TEXT_FORMAT)
 
 

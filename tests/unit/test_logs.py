@@ -117,8 +117,10 @@ def test_uvicorn_logs_through_the_same_handlers(fresh: FreshRoot) -> None:
     logging.getLogger("uvicorn.access").info(
         '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", f"/x?u={SLACK}", "1.1", 200
     )
-    (line,) = _json_lines(fresh.stream)
+    logging.getLogger("uvicorn.error").info("up", extra={"color_message": SLACK})
+    line, other = _json_lines(fresh.stream)
     assert line["logger"] == "uvicorn.access" and "GET /x" in str(line["message"])
+    assert set(other) == {"time", "level", "logger", "thread", "message"}  # no unmasked extra
     assert "sEcReTtOkEn42" not in fresh.stream.getvalue()
 
 
