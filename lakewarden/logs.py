@@ -46,9 +46,13 @@ _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
 
 
 @contextmanager
-def log_context(**fields: Any) -> Iterator[None]:
-    """Bind `fields` (task_id, table, attempt) to every record logged inside the block;
-    nested blocks add to (and may override) the outer ones. `None` values are left out."""
+def log_context(
+    *, task_id: int | None = None, table: str | None = None, attempt: int | None = None
+) -> Iterator[None]:
+    """Bind the task's id, table (`catalog.namespace.name`) and attempt to every record
+    logged inside the block; nested blocks add to (and may override) the outer ones. `None`
+    values are left out."""
+    fields = {"task_id": task_id, "table": table, "attempt": attempt}
     bound = {**_context.get(), **{k: v for k, v in fields.items() if v is not None}}
     token = _context.set(MappingProxyType(bound))
     try:
