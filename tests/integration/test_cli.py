@@ -292,7 +292,8 @@ def test_errors_say_what_to_fix(live: Live) -> None:
 
 
 def test_the_installed_command_fails_cleanly_on_a_wrong_url(live: Live) -> None:
-    """As a shell runs it: a process, its exit code, a message and no traceback."""
+    """As a shell runs it: a process, its exit code, a message and no traceback; and its
+    --version and shell completion."""
     nowhere = f"http://127.0.0.1:{_free_port()}"
     env = {**os.environ, "LAKEWARDEN_URL": nowhere, "LAKEWARDEN_TOKEN": live.token}
     run = subprocess.run(
@@ -305,3 +306,12 @@ def test_the_installed_command_fails_cleanly_on_a_wrong_url(live: Live) -> None:
         [sys.executable, "-m", "lakewarden", "--version"], capture_output=True, text=True
     )
     assert version.returncode == 0 and version.stdout.startswith("lakewarden ")
+    # Shell completion (what `lakewarden --install-completion` installs calls this).
+    completion = {"_LAKEWARDEN_COMPLETE": "complete_bash", "COMP_WORDS": "lakewarden ta"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "lakewarden"],
+        env={**os.environ, **completion, "COMP_CWORD": "1"},
+        capture_output=True,
+        text=True,
+    )
+    assert completed.stdout.split() == ["tables", "table", "tasks", "task"]
