@@ -30,9 +30,11 @@ from lakewarden.settings import Settings, get_settings
 # The fields a context may bind, in the order a text line shows them.
 CONTEXT_FIELDS = ("task_id", "table", "attempt")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s]%(context)s %(message)s"
-JSON_FIELDS = ("asctime", "levelname", "name", "threadName", "message")
-JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger", "threadName": "thread"}
+# JSON: `time` (ISO 8601, UTC), then these, renamed.
+JSON_FIELDS = ("levelname", "name", "threadName", "message")
+JSON_NAMES = {"levelname": "level", "name": "logger", "threadName": "thread"}
 _JSON_KEYS = {
+    "time",
     *(JSON_NAMES.get(f, f) for f in JSON_FIELDS),
     *CONTEXT_FIELDS,
     "exc_info",
@@ -99,7 +101,7 @@ class RedactedJsonFormatter(JsonFormatter):
 def make_formatter(log_format: str) -> logging.Formatter:
     """The formatter for `LAKEWARDEN_LOG_FORMAT` (`text` or `json`)."""
     if log_format == "json":
-        return RedactedJsonFormatter(list(JSON_FIELDS), rename_fields=JSON_NAMES)
+        return RedactedJsonFormatter(list(JSON_FIELDS), rename_fields=JSON_NAMES, timestamp="time")
     return logging.Formatter(TEXT_FORMAT)
 
 

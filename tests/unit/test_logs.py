@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import pytest
 import uvicorn
@@ -74,6 +75,7 @@ def test_json_lines_carry_the_task_inside_a_context_and_no_secret(
     before, posting, failed, after = _json_lines(fresh.stream)
     assert before["message"] == "before" and before["level"] == "INFO"
     assert {"time", "logger", "thread"} <= before.keys()
+    assert datetime.fromisoformat(str(before["time"])).utcoffset() == timedelta(0)
     assert "task_id" not in before and "task_id" not in after
     for line in (posting, failed):
         assert (line["task_id"], line["table"], line["attempt"]) == (7, "lake.db.t", 2)
