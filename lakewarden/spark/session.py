@@ -143,6 +143,10 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
     if settings.spark_event_log_dir:
         conf["spark.eventLog.enabled"] = "true"
         conf["spark.eventLog.dir"] = settings.spark_event_log_dir
+        # In files of at most 128 MB (a directory eventlog_v2_<app id>): the warm session
+        # lives as long as its scheduler, and a history server compacts rolled files
+        # (spark.history.fs.eventLog.rolling.maxFilesToRetain) but not a single one.
+        conf["spark.eventLog.rolling.enabled"] = "true"
     conf.update(catalog_conf(default_entry(settings, control_plane_url)))
     if _on_loopback(settings.spark_master):
         # Stay on loopback: a local driver, or one of a cluster on this machine's loopback

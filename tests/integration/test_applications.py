@@ -268,11 +268,13 @@ def test_a_failed_application_links_its_history_page_and_keeps_spark_s_error_lin
         # Its driver's Spark log, recorded by the application itself.
         assert run.log_tail and lost in run.log_tail
         assert re.search(executor_error(f"lakewarden-task-{task_id}-1"), run.log_tail, re.M)
-        # The event log the history server reads: complete (renamed from .inprogress) once
-        # the application stopped its session.
-        log = events / app_id
-        wait_for(log.exists, 60, "the application's event log", lambda: _logs(sched))
-        assert '"Event":"SparkListenerApplicationStart"' in log.read_text()
+        # The event log the history server reads (rolling: a directory of files), complete
+        # (its status file no longer .inprogress) once the application stopped its session.
+        log = events / f"eventlog_v2_{app_id}"
+        complete = log / f"appstatus_{app_id}"
+        wait_for(complete.exists, 60, "the application's event log", lambda: _logs(sched))
+        (first,) = log.glob(f"events_1_{app_id}*")
+        assert '"Event":"SparkListenerApplicationStart"' in first.read_text()
         # The UI was on in the application (the live link, while it ran).
         output = (rt.settings.data_dir / "applications" / f"{run.spark_job_group}.log").read_text()
         assert "Successfully started service 'SparkUI'" in output

@@ -42,6 +42,7 @@ def test_ui_and_event_logs_reach_the_session_and_every_submitted_application(
     assert conf["spark.ui.enabled"] == "true" and conf["spark.ui.port"] == "4141"
     assert conf["spark.eventLog.enabled"] == "true"
     assert conf["spark.eventLog.dir"] == "s3a://logs/spark-events"
+    assert conf["spark.eventLog.rolling.enabled"] == "true"  # the warm session lives long
     argv = submit_argv(
         settings,
         URL,
