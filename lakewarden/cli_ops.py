@@ -152,6 +152,18 @@ def table_cmd(
     emit(data, output, _table_view)
 
 
+def _size(n: int) -> str:
+    from rich.filesize import decimal
+
+    return str(decimal(n))
+
+
+def _buckets(buckets: list[dict[str, Any]] | None) -> str | None:
+    """The file-size histogram in a line: the buckets that hold files."""
+    held = [f"{b['label']}: {b['files']}" for b in buckets or [] if b["files"]]
+    return ", ".join(held) or None
+
+
 def _table_view(data: dict[str, Any]) -> Iterable[RenderableType]:
     t, h, x = data["table"], data["health"], data["explain"]
     deletes = h["delete_files"]
@@ -159,7 +171,8 @@ def _table_view(data: dict[str, Any]) -> Iterable[RenderableType]:
         f"{t['catalog']}.{t['namespace']}.{t['name']}",
         [
             ("health", f"{h['score']}/100"),
-            ("data files", f"{h['data_files']} ({h['small_files']} small), {h['bytes']} bytes"),
+            ("data files", f"{h['data_files']} ({h['small_files']} small), {_size(h['bytes'])}"),
+            ("file sizes", _buckets(h.get("file_size_buckets"))),
             ("records", h["records"]),
             ("delete files", f"{deletes['position']} position, {deletes['equality']} equality"),
             ("snapshots", h["snapshots"]["count"]),
@@ -242,6 +255,9 @@ def _tasks_view(page: dict[str, Any]) -> Iterable[RenderableType]:
         )
         for t in page["items"]
     ]
+    if not rows:
+        yield "no tasks"
+        return
     yield table(None, ("id", "table", "kind", "state", "attempt", "updated", "why"), rows)
     if page.get("next_cursor"):
         yield "more tasks: raise --limit, or narrow with --state, --table or --kind"
@@ -425,6 +441,9 @@ def _alerts_view(page: dict[str, Any]) -> Iterable[RenderableType]:
         )
         for a in page["items"]
     ]
+    if not rows:
+        yield "no alerts"
+        return
     yield table(None, ("id", "severity", "state", "rule", "summary", "since", "acked by"), rows)
 
 
