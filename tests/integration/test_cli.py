@@ -180,10 +180,17 @@ def test_trigger_task_cancel_retry(live: Live) -> None:
     again = live.json("retry", str(task_id))
     assert again["id"] != task_id and again["kind"] == "compaction"
     assert again == live.get(f"/api/v1/tasks/{again['id']}")
-    assert "compaction of sales.orders" in _table_mode(live, "cancel", str(again["id"]))
+    # The same in the table form: cancel, retry, then a trigger while the retry is open.
+    assert "cancelled" in _table_mode(live, "cancel", str(again["id"]))
+    retried = _table_mode(live, "retry", str(again["id"]))
+    (pending,) = live.json("tasks", "--state", "pending")["items"]
+    assert f"task {pending['id']}: compaction of sales.orders" in retried
     assert "sales.orders" in _table_mode(live, "tasks", "--kind", "compaction")
-    assert "compaction of sales.orders" in _table_mode(
-        live, "trigger", "sales.orders", "compaction"
+    refused = live.cli("trigger", "sales.orders", "compaction")
+    assert (
+        refused.exit_code == 1
+        and "409" in refused.stderr
+        and "already has an open" in refused.stderr
     )
 
 
