@@ -456,10 +456,17 @@ def ack(
 ) -> None:
     """Acknowledge an alert: someone is on it."""
     with _api(ctx) as api:
-        alert = api.post(f"/api/v1/alerts/{alert_id}/ack", {"by": by or getpass.getuser()})
+        alert = api.post(f"/api/v1/alerts/{alert_id}/ack", {"by": by or _whoami()})
     emit(
         alert, output, lambda a: [f"alert {a['id']} ({a['rule']}): {a['state']} by {a['acked_by']}"]
     )
+
+
+def _whoami() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container's uid without a passwd entry
+        return "cli"
 
 
 # --- policy ------------------------------------------------------------------------------

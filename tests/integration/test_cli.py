@@ -286,6 +286,11 @@ def test_errors_say_what_to_fix(live: Live) -> None:
     assert anonymous.exit_code == 1 and "401" in anonymous.stderr
     assert "LAKEWARDEN_TOKEN" in anonymous.stderr
 
+    nowhere = f"http://127.0.0.1:{_free_port()}"
+    down = live.cli("check", "-o", "json", url=nowhere)
+    assert down.exit_code == 1 and not json.loads(down.stdout)["healthy"]
+    assert nowhere in _check(json.loads(down.stdout), "api")["detail"]
+
     bad_output = live.cli("tables", "-o", "xml")
     assert bad_output.exit_code == 2 and "xml" in bad_output.output
 
