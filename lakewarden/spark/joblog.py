@@ -8,11 +8,14 @@ JVM thread PySpark pins to the calling Python thread) and its tasks (a `mdc.*` l
 property, which Spark's executors copy into the task thread's context), and notes where
 the file ended when the job started. `JobLog.lines()` reads what was written since.
 
-Concurrent jobs in one session: a record tagged with another job's group is left out, so
-are untagged records naming a stage only another job's records name (the task-result
-thread's "Lost task ... in stage 7.0"). An untagged record that names no known stage (a
-Spark or Iceberg thread pool of the driver) cannot be told apart: it goes to every job
-running at that moment.
+Concurrent jobs in one session: a record tagged with another job's group is left out.
+An untagged one (logged by a thread of Spark's or Iceberg's own) that names a stage (the
+task-result thread's "Lost task 0.0 in stage 7.0 ...") goes to the job whose stage it is:
+Spark's status tracker lists the stages of the job group when the job ends. One that names
+no stage cannot be told apart: it goes to every job running at that moment.
+
+On a cluster, executors log on their own hosts: the driver's file has the driver's lines,
+among them that "Lost task ..." line, which quotes the executor's exception.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class JobLog:
     path: Path | None
     offset: int
     group: str
+    # Of the job group, once it ended (Spark's status tracker); None: unknown.
+    stages: set[str] | None = None
 
     def lines(self) -> str:
         """The job's WARN/ERROR records written since it started."""
@@ -121,7 +126,7 @@ class JobLog:
             # Smaller than at the start: the file rolled over meanwhile; its start is ours.
             f.seek(self.offset if f.seek(0, 2) >= self.offset else 0)
             text = f.read().decode(errors="replace")
-        return job_lines(text, self.group)
+        return job_lines(text, self.group, self.stages)
 
 
 @contextmanager
@@ -140,8 +145,22 @@ def capture(spark: SparkSession, group: str) -> Iterator[JobLog]:
         yield job_log
     finally:
         with suppress(Exception):
+            job_log.stages = stages_of(spark, group)
+        with suppress(Exception):
             _thread_context(spark).remove(GROUP_KEY)
             spark.sparkContext.setLocalProperty(GROUP_KEY, None)  # type: ignore[arg-type]
+
+
+def stages_of(spark: SparkSession, group: str) -> set[str]:
+    """The stage ids of the Spark jobs of a job group (the status tracker keeps the last
+    spark.ui.retainedJobs jobs' info, the UI on or not)."""
+    tracker = spark.sparkContext.statusTracker()
+    stages: set[str] = set()
+    for job_id in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job_id)
+        if info is not None:
+            stages.update(str(s) for s in info.stageIds)
+    return stages
 
 
 def _thread_context(spark: SparkSession) -> Any:
@@ -151,9 +170,11 @@ def _thread_context(spark: SparkSession) -> Any:
     return jvm.org.apache.logging.log4j.ThreadContext
 
 
-def job_lines(text: str, group: str) -> str:
+def job_lines(text: str, group: str, own_stages: set[str] | None = None) -> str:
     """Of a log written by `install`'s layout, the records of `group` (see the module for
-    untagged ones), each with its continuation lines (message, stack trace)."""
+    untagged ones), each with its continuation lines (message, stack trace). `own_stages`:
+    the group's stages, when known; else a stage is the group's whose tagged records name
+    it first."""
     records: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         header = _HEADER.match(line)
@@ -166,9 +187,16 @@ def job_lines(text: str, group: str) -> str:
         if tag:
             for stage in _STAGE.findall(lines[0]):
                 stages.setdefault(stage, tag)
+    mine = {s for s, tag in stages.items() if tag == group} | (own_stages or set())
     kept = []
     for tag, lines in records:
-        owners = {stages.get(s) for s in _STAGE.findall(lines[0])} - {None}
-        if tag == group or (not tag and (not owners or group in owners)):
+        named = set(_STAGE.findall(lines[0]))
+        if tag:
+            ours = tag == group
+        elif not named or named & mine:
+            ours = True
+        else:  # a stage of no job we know of: ours only if our own stages are unknown
+            ours = own_stages is None and not named & set(stages)
+        if ours:
             kept.extend(lines)
     return "\n".join(kept)

@@ -46,6 +46,8 @@ def test_a_job_failing_in_spark_keeps_spark_s_error_lines_in_its_log_tail(
     tail = run["log_tail"]
     assert re.search(executor_error(f"lakewarden-task-{task_id}-1"), tail, re.M)
     assert lost in tail
+    # The task-result thread's line (untagged), attributed by its stage: this job's.
+    assert re.search(r"^\S+ WARN TaskSetManager \[[^\]]*\] \{\} Lost task ", tail, re.M)
     # Its message lines, not Java's stack frames; bounded.
     assert not re.search(r"^\s+at ", tail, re.M)
     assert len(tail.splitlines()) <= 50 and len(tail) <= 8 * 1024

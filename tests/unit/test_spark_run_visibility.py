@@ -103,6 +103,15 @@ def test_a_job_keeps_its_own_records_and_unattributed_ones_not_another_job_s() -
     assert job_lines(log, "g3") == _record("", "WARN", "SomePool", "no stage named: anyone's")
 
 
+def test_spark_s_own_stage_list_attributes_untagged_records() -> None:
+    five = _record("", "WARN", "TaskSetManager", "Lost task 0.0 in stage 5.0 (TID 9)")
+    six = _record("", "WARN", "TaskSetManager", "Lost task 0.0 in stage 6.0 (TID 10)")
+    log = f"{five}\n{six}"
+    assert job_lines(log, "g1", {"5"}) == five  # the other is another job's, by Spark's word
+    assert job_lines(log, "g2", {"6"}) == six
+    assert job_lines(log, "g3", None) == log  # unknown stages, unknown owners: shown
+
+
 def test_a_line_said_before_is_not_repeated() -> None:
     cause = "Caused by: java.io.FileNotFoundException: a.parquet"
     spark = "\n".join(
