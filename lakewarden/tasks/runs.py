@@ -182,7 +182,7 @@ def log_tail_of(error: str, spark_log: str) -> str:
     return _last(f"{head}\n{_SPARK_LOG}", spark[-room_lines:])
 
 
-_SPARK_LOG = "--- Spark's log (WARN and ERROR lines), last lines ---"
+_SPARK_LOG = "--- Spark's log, last lines ---"
 
 
 def _last(head: str, lines: list[str]) -> str:
