@@ -13,11 +13,20 @@ from lakewarden.catalog import TableRef
 from services.api.access import AccessDep
 from services.api.deps import SessionDep
 from services.api.paging import PageDep
-from services.api.schemas import TABLE_PATTERN, AuditOut, AuditPage, documented_pattern
+from services.api.schemas import (
+    TABLE_PATTERN,
+    TEXT_PATTERN,
+    AuditOut,
+    AuditPage,
+    documented_pattern,
+)
 
 router = APIRouter(prefix="/api/v1/audit", tags=["access"])
 
-Text = Annotated[str | None, Query(max_length=255)]
+# No control characters: RequestLimits refuses them in any query (documented for clients).
+Text = Annotated[
+    str | None, Query(max_length=255, json_schema_extra=documented_pattern(TEXT_PATTERN))
+]
 
 
 @router.get("", response_model=AuditPage)
@@ -26,7 +35,14 @@ def list_audit(
     access: AccessDep,
     page: PageDep,
     actor: Text = None,
-    action: Annotated[str | None, Query(max_length=64, description="an operationId")] = None,
+    action: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="an operationId",
+            json_schema_extra=documented_pattern(TEXT_PATTERN),
+        ),
+    ] = None,
     outcome: Annotated[Literal["ok", "refused", "failed"] | None, Query()] = None,
     table: Annotated[
         str | None,
