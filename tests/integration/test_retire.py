@@ -327,6 +327,10 @@ def test_a_commit_reported_while_the_table_is_unregistered_is_a_404(rt: Runtime)
 def _waiting_for_a_lock(rt: Runtime) -> bool:
     with rt.engine.connect() as conn:
         waiting = conn.execute(
-            text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            # this test's database only: the server is shared with other tests' databases
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
         ).scalar_one()
     return bool(waiting)
