@@ -33,7 +33,7 @@ from services.scheduler.health_watch import measure_due_tables
 from services.worker.main import Worker
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, ConsoleMessage, Error, Page
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -99,8 +99,15 @@ class Console:
     errors: list[str] = field(default_factory=list)
 
     def watch(self, page: Page) -> None:
-        page.on("console", lambda m: m.type == "error" and self.errors.append(f"{m.text}"))
-        page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        page.on("console", self._console)
+        page.on("pageerror", self._uncaught)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"{message.text} ({message.location.get('url')})")
+
+    def _uncaught(self, error: Error) -> None:
+        self.errors.append(f"uncaught: {error}")
 
 
 @pytest.fixture

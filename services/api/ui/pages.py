@@ -1,4 +1,4 @@
-"""The dashboard's pages (GET). Each authenticates like any API call (`AccessDep`: the
+"""The dashboard's pages (GET). Each authenticates as any API call does (`authenticate`: the
 bearer header or the login cookie), reads what the API answers through `Api`, and what no
 route answers from `queries`, within the caller's grants. Action buttons are shown only
 where the caller's grants allow the action (the API checks again when it is used)."""
@@ -8,19 +8,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
 import anyio
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import transaction
 from lakewarden.policy import KINDS
+from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from services.api.access import AccessDep
-from services.api.deps import Id, SessionDep
+from services.api.access import Access, authenticate
+from services.api.deps import Id, RuntimeDep
 from services.api.ui import queries, svg
 from services.api.ui.api import Api
 from services.api.ui.render import is_fragment, page
@@ -34,9 +38,26 @@ OPEN_STATES = ("pending", "planning", "planned", "running")
 RETRYABLE_STATES = ("failed", "cancelled", "skipped")
 
 
-async def _in_thread(fn: Callable[[], T]) -> T:
-    """A blocking read (SQL) off the event loop."""
-    return await anyio.to_thread.run_sync(fn)
+def ui_access(request: Request, rt: RuntimeDep) -> Access:
+    """The caller, authenticated as every API request is (`authenticate`), in a transaction
+    that ends at once: the page then calls the API with the same credential, whose own
+    authentication may update the token's row (last_used_at); a transaction of the page's
+    held open meanwhile would hold that row, and the two would wait for each other."""
+    with transaction(rt.engine) as session:
+        return Access(request, authenticate(request, rt, session))
+
+
+UiAccessDep = Annotated[Access, Depends(ui_access)]
+
+
+async def _read(rt: Runtime, fn: Callable[[Session], T]) -> T:
+    """`fn` in a short transaction of its own, off the event loop."""
+
+    def run() -> T:
+        with transaction(rt.engine) as session:
+            return fn(session)
+
+    return await anyio.to_thread.run_sync(run)
 
 
 def _table_path(catalog: str, namespace: str, name: str) -> str:
@@ -44,7 +65,7 @@ def _table_path(catalog: str, namespace: str, name: str) -> str:
 
 
 @router.get("/", response_class=HTMLResponse)
-async def overview(request: Request, access: AccessDep, session: SessionDep) -> HTMLResponse:
+async def overview(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTMLResponse:
     """Tables worst health first (a page, filtered in the database), the backlog, the
     leader, the live processes and the open alerts."""
     api = Api(request)
@@ -56,8 +77,8 @@ async def overview(request: Request, access: AccessDep, session: SessionDep) -> 
     listing = await api.get("/api/v1/tables", params)
     now = datetime.now(UTC)
     ids = [t["id"] for t in listing["items"]]
-    facts = await _in_thread(lambda: queries.table_facts(session, ids, now))
-    scores = await _in_thread(lambda: _scores(session, ids))
+    facts = await _read(rt, lambda s: queries.table_facts(s, ids, now))
+    scores = await _read(rt, lambda s: _scores(s, ids))
     rows = [{**t, **scores.get(t["id"], {}), "facts": facts[t["id"]]} for t in listing["items"]]
     next_params = {k: v for k, v in params.items() if k != "sort"}
     context: dict[str, Any] = {
@@ -76,9 +97,9 @@ async def overview(request: Request, access: AccessDep, session: SessionDep) -> 
     if is_fragment(request):
         return page(request, "_tables.html", context)
     visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
-    live_s = 3 * request.app.state.runtime.settings.heartbeat_interval_s
-    backlog = await _in_thread(lambda: queries.backlog(session, visible))
-    procs = await _in_thread(lambda: queries.processes(session, now, live_s))
+    live_s = 3 * rt.settings.heartbeat_interval_s
+    backlog = await _read(rt, lambda s: queries.backlog(s, visible))
+    procs = await _read(rt, lambda s: queries.processes(s, now, live_s))
     leader, alerts, maintenance = await asyncio.gather(
         api.get_or_none("/api/v1/scheduler/leader"),
         api.get_or_none("/api/v1/alerts?limit=20"),
@@ -97,10 +118,8 @@ async def overview(request: Request, access: AccessDep, session: SessionDep) -> 
     return page(request, "overview.html", context)
 
 
-def _scores(session: SessionDep, ids: list[int]) -> dict[int, dict[str, Any]]:
+def _scores(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     """The stored health of the tables `ids` (as the leader last measured it)."""
-    from sqlalchemy import select
-
     rows = session.execute(
         select(
             ManagedTable.id,
@@ -121,7 +140,7 @@ def _scores(session: SessionDep, ids: list[int]) -> dict[int, dict[str, Any]]:
 
 @router.get("/t/{catalog}/{namespace}/{name}", response_class=HTMLResponse)
 async def table_page(
-    request: Request, catalog: str, namespace: str, name: str, access: AccessDep
+    request: Request, catalog: str, namespace: str, name: str, access: UiAccessDep
 ) -> HTMLResponse:
     """One table: its policy (with where each value comes from, and its versions), the
     commit timeline with decisions, tasks with transitions and runs, blockers; health and
@@ -183,7 +202,7 @@ def policy_sources(
 
 @router.get("/t/{catalog}/{namespace}/{name}/health", response_class=HTMLResponse)
 async def table_health(
-    request: Request, catalog: str, namespace: str, name: str, access: AccessDep
+    request: Request, catalog: str, namespace: str, name: str, access: UiAccessDep
 ) -> HTMLResponse:
     """The health panel: score and signals, the file-size histogram, the partitions' file
     counts and each partition's detail."""
@@ -224,7 +243,7 @@ def partition_label(partition: dict[str, Any]) -> str:
 
 @router.get("/t/{catalog}/{namespace}/{name}/explain", response_class=HTMLResponse)
 async def table_explain(
-    request: Request, catalog: str, namespace: str, name: str, access: AccessDep
+    request: Request, catalog: str, namespace: str, name: str, access: UiAccessDep
 ) -> HTMLResponse:
     explain = await Api(request).get(f"{_table_path(catalog, namespace, name)}/explain")
     return page(request, "_explain.html", {"explain": explain})
@@ -232,12 +251,12 @@ async def table_explain(
 
 @router.get("/tasks/{task_id}", response_class=HTMLResponse)
 async def task_page(
-    request: Request, task_id: Id, access: AccessDep, session: SessionDep
+    request: Request, task_id: Id, access: UiAccessDep, rt: RuntimeDep
 ) -> HTMLResponse:
     """A task: why it exists, its transitions (who, why, leader epoch) and every attempt's
     Spark run."""
     task = await Api(request).get(f"/api/v1/tasks/{task_id}")
-    scope = await _in_thread(lambda: repo.scope_of_task(session, task_id))
+    scope = await _read(rt, lambda s: repo.scope_of_task(s, task_id))
     catalog, namespace = scope or ("", "")
     ns, _, name = task["table"].rpartition(".")
     return page(
@@ -255,10 +274,10 @@ async def task_page(
 
 
 @router.get("/alerts", response_class=HTMLResponse)
-async def alerts_page(request: Request, access: AccessDep) -> HTMLResponse:
+async def alerts_page(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTMLResponse:
     state = request.query_params.get("state") or None
     found = await Api(request).get("/api/v1/alerts", {"state": state} if state else None)
-    default = request.app.state.runtime.settings.catalog_name
+    default = rt.settings.catalog_name
     rows = []
     for alert in found["items"]:
         details = alert.get("details") or {}
@@ -273,10 +292,10 @@ async def alerts_page(request: Request, access: AccessDep) -> HTMLResponse:
 
 
 @router.get("/trends", response_class=HTMLResponse)
-async def trends_page(request: Request, access: AccessDep, session: SessionDep) -> HTMLResponse:
+async def trends_page(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTMLResponse:
     """Backlog, task latency and job duration per kind over the last 24 h."""
     visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
-    t = await _in_thread(lambda: queries.trends(session, visible, datetime.now(UTC)))
+    t = await _read(rt, lambda s: queries.trends(s, visible, datetime.now(UTC)))
     return page(
         request,
         "trends.html",
