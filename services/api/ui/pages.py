@@ -108,7 +108,12 @@ async def overview(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTM
     kinds = sorted({k for k, _, _ in backlog})
     cells = {(k, s): n for k, s, n in backlog}
     context |= {
-        "backlog": {"kinds": kinds, "states": OPEN_STATES, "cells": cells},
+        # Only the states some task is in: four columns do not fit a card.
+        "backlog": {
+            "kinds": kinds,
+            "states": [s for s in OPEN_STATES if any((k, s) in cells for k in kinds)],
+            "cells": cells,
+        },
         "leader": leader,
         "processes": procs,
         "alerts": (alerts or {}).get("items", []),

@@ -116,14 +116,12 @@ class Trends:
 
 
 def trends(session: Session, where: ColumnElement[bool], now: datetime) -> Trends:
-    """The last 24 h, hour by hour, per kind."""
-    start = now - TREND_WINDOW
+    """The last 24 h, hour by hour, per kind: each point at the end of its hour (the
+    current hour's at the next full hour, where the plot ends)."""
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - TREND_WINDOW
     hours = select(
-        func.generate_series(
-            func.date_trunc("hour", start) + timedelta(hours=1),
-            func.date_trunc("hour", now) + timedelta(hours=1),
-            timedelta(hours=1),
-        ).label("at")
+        func.generate_series(start + timedelta(hours=1), end, timedelta(hours=1)).label("at")
     ).subquery()
     # Open at an hour: created before it and still open, or ended after it. Only tasks
     # open now or that changed within the window can be.
@@ -159,7 +157,7 @@ def trends(session: Session, where: ColumnElement[bool], now: datetime) -> Trend
     )
     return Trends(
         start=start,
-        end=now,
+        end=end,
         backlog=_series(backlog_rows),
         latency_s=_series(latency_rows),
         job_s=_series(job_rows),

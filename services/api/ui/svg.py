@@ -104,7 +104,7 @@ def line_chart(
         )
     parts.append(
         f'<text class="tick" x="{PAD_LEFT}" y="{HEIGHT - PAD_BOTTOM + 14}">'
-        f"{start:%H:%M}</text>"
+        f"{start:%m-%d %H:%M}</text>"
         f'<text class="tick" x="{WIDTH - 10}" y="{HEIGHT - PAD_BOTTOM + 14}" '
         f'text-anchor="end">{end:%H:%M} UTC{escape(" · " + unit if unit else "")}</text>'
     )
