@@ -276,6 +276,48 @@ def test_cancel_and_retry_work_from_their_buttons(world: World, open_page: Any) 
     assert task_of(world.rt, again).state == "cancelled"
 
 
+def test_pause_blockers_freeze_and_ack_work_from_their_buttons(
+    world: World, open_page: Any
+) -> None:
+    page = open_page(world.url)
+    login(page, world.admin)
+    api = httpx.Client(base_url=world.url, headers=bearer(world.admin))
+    table = "/api/v1/tables/sales/ui_orders"
+    page.goto(world.table_page())
+    page.fill("form[action$='/pause'] input[name=reason]", "backfill tonight")
+    with page.expect_navigation():
+        page.click("form[action$='/pause'] button")
+    assert "backfill tonight" in page.locator(".banner.paused").inner_text()
+    assert api.get(table).json()["paused"]["reason"] == "backfill tonight"
+    with page.expect_navigation():
+        page.click("form[action$='/resume'] button")
+    assert api.get(table).json()["paused"] is None
+
+    page.fill("input[name=holder]", "ui-writer")
+    with page.expect_navigation():
+        page.click("form[action$='/blockers'] button")
+    assert [b["holder"] for b in api.get(f"{table}/blockers").json()] == ["ui-writer"]
+    with page.expect_navigation():
+        page.click("form[action$='/remove'] button")
+    assert api.get(f"{table}/blockers").json() == []
+
+    page.goto("/ui/")
+    page.fill("form[action$='/freeze'] input[name=reason]", "incident 42")
+    with page.expect_navigation():
+        page.click("form[action$='/freeze'] button")
+    assert "incident 42" in page.locator(".banner.frozen").inner_text()
+    with page.expect_navigation():
+        page.click("form[action$='/unfreeze'] button")
+    assert api.get("/api/v1/maintenance").json()["frozen"] is False
+
+    page.goto("/ui/alerts")
+    with page.expect_navigation():
+        page.click("tr[data-alert] button")
+    (alert,) = api.get("/api/v1/alerts").json()["items"]
+    assert alert["state"] == "acknowledged" and alert["acked_by"] == "token:ui-admin"
+    api.close()
+
+
 def test_a_viewer_sees_no_action_buttons(world: World, open_page: Any) -> None:
     page = open_page(world.url)
     login(page, world.viewer)

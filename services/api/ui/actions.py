@@ -115,7 +115,7 @@ async def retry(request: Request, task_id: Id) -> Response:
 
 @router.post("/alerts/{alert_id}/ack")
 async def ack(request: Request, alert_id: Id) -> Response:
-    by = (await form(request)).get("by") or "dashboard"
+    by = (await form(request)).get("by") or "dashboard"  # the page fills in the caller
     return await act(
         request, "POST", f"/api/v1/alerts/{alert_id}/ack", "/ui/alerts", "acknowledged", {"by": by}
     )

@@ -293,7 +293,8 @@ async def alerts_page(request: Request, access: UiAccessDep, rt: RuntimeDep) -> 
         else:
             allowed = access.caller.may_everywhere(Role.operator)
         rows.append({**alert, "can_ack": allowed and alert["state"] == "firing"})
-    return page(request, "alerts.html", {"alerts": rows, "state": state})
+    context = {"alerts": rows, "state": state, "actor": access.actor}
+    return page(request, "alerts.html", context)
 
 
 @router.get("/trends", response_class=HTMLResponse)
