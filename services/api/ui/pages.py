@@ -9,12 +9,11 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
@@ -78,20 +77,13 @@ async def overview(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTM
     now = datetime.now(UTC)
     ids = [t["id"] for t in listing["items"]]
     facts = await _read(rt, lambda s: queries.table_facts(s, ids, now))
-    scores = await _read(rt, lambda s: _scores(s, ids))
-    rows = [{**t, **scores.get(t["id"], {}), "facts": facts[t["id"]]} for t in listing["items"]]
-    next_params = {k: v for k, v in params.items() if k != "sort"}
+    rows = [{**t, "facts": facts[t["id"]]} for t in listing["items"]]
+    following = listing["next_cursor"]
     context: dict[str, Any] = {
         "rows": rows,
         "total": listing["total"],
         "filters": params,
-        "next_url": (
-            "?"
-            + "&".join(f"{k}={quote(str(v))}" for k, v in next_params.items() if k != "cursor")
-            + f"&cursor={quote(listing['next_cursor'])}"
-            if listing["next_cursor"]
-            else None
-        ),
+        "next_url": "?" + urlencode({**params, "cursor": following}) if following else None,
         "failed_hours": int(queries.FAILED_WINDOW.total_seconds() // 3600),
     }
     if is_fragment(request):
@@ -121,26 +113,6 @@ async def overview(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTM
         "can_freeze": access.caller.may_everywhere(Role.operator),
     }
     return page(request, "overview.html", context)
-
-
-def _scores(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
-    """The stored health of the tables `ids` (as the leader last measured it)."""
-    rows = session.execute(
-        select(
-            ManagedTable.id,
-            ManagedTable.health_score,
-            ManagedTable.health_measured_at,
-            ManagedTable.unhealthy_since,
-        ).where(ManagedTable.id.in_(ids))
-    )
-    return {
-        r.id: {
-            "score": r.health_score,
-            "measured_at": r.health_measured_at,
-            "unhealthy_since": r.unhealthy_since,
-        }
-        for r in rows
-    }
 
 
 @router.get("/t/{catalog}/{namespace}/{name}", response_class=HTMLResponse)
