@@ -290,7 +290,7 @@ def token_create(
     grant: Annotated[
         list[str] | None,
         typer.Option(
-            help="role[@catalog[/namespace-glob]], repeatable, e.g. operator@lake/sales_*"
+            help=r"role\[@catalog\[/namespace-glob]], repeatable, e.g. operator@lake/sales_*"
         ),
     ] = None,
     admin: Annotated[bool, typer.Option(help="admin of everything")] = False,
