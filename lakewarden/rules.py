@@ -300,6 +300,7 @@ _REVIVE = text(
             -- a table created again: the first refresh loads it and ingests its commits
             metadata_location = NULL,
             health_score = NULL,
+            health_signals = NULL,
             health_measured_at = NULL,
             unhealthy_since = NULL,
             updated_at = now()

@@ -319,6 +319,7 @@ def add_table(
                 policy_version=ManagedTable.policy_version + 1,
                 # measured under the old policy, before the unmanaged gap: measure again
                 health_score=None,
+                health_signals=None,
                 health_measured_at=None,
                 unhealthy_since=None,
                 updated_at=func.now(),

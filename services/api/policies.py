@@ -23,7 +23,7 @@ from lakewarden.tables import (
     pauses_of,
 )
 from services.api.access import Access
-from services.api.schemas import HoldOut, TableOut
+from services.api.schemas import HoldOut, SignalOut, TableOut
 
 
 def check_policy(
@@ -115,6 +115,9 @@ def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]
                 paused=pauses.get(row.id),
                 health_score=row.health_score,
                 health_measured_at=row.health_measured_at,
+                health_signals=None
+                if row.health_signals is None
+                else [SignalOut.model_validate(signal) for signal in row.health_signals],
                 created_at=row.created_at,
                 updated_at=row.updated_at,
             )

@@ -252,6 +252,14 @@ class OptOutOut(ResponseModel):
     managed_by: str = Field(description="`api` (registered) or `rule:<id>`")
 
 
+class SignalOut(ResponseModel):
+    kind: str = Field(description="the maintenance kind whose threshold fired")
+    metric: str
+    value: float
+    threshold: float
+    reason: str
+
+
 class TableOut(ResponseModel):
     id: int
     catalog: str
@@ -278,6 +286,10 @@ class TableOut(ResponseModel):
         description="the last measured health score (0-100); null until first measured"
     )
     health_measured_at: datetime | None
+    health_signals: list[SignalOut] | None = Field(
+        description="the health signals that fired at that measurement (as in the table's "
+        "`/health`): [] none fired; null until first measured",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -515,14 +527,6 @@ class AlertOut(ResponseModel):
 
 
 # The operator views: a table's health, and what would run on it now.
-
-
-class SignalOut(ResponseModel):
-    kind: str = Field(description="the maintenance kind whose threshold fired")
-    metric: str
-    value: float
-    threshold: float
-    reason: str
 
 
 class FileSizesOut(ResponseModel):

@@ -12,6 +12,7 @@ its catalog I/O with none open."""
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
@@ -60,7 +61,7 @@ def measure_due_tables(
                 s.execute(
                     update(ManagedTable)
                     .where(ManagedTable.id.in_(failed), LIVE)
-                    .values(health_score=None, health_measured_at=now)
+                    .values(health_score=None, health_signals=None, health_measured_at=now)
                 )
         if len(due) < size or time.monotonic() >= deadline:
             break
@@ -124,6 +125,7 @@ def _measure(rt: Runtime, table_id: int, now: datetime) -> int:
             )
             .values(
                 health_score=health.score,
+                health_signals=[asdict(signal) for signal in health.signals],
                 health_measured_at=now,
                 health_metadata_location=pointer,
                 unhealthy_since=func.coalesce(ManagedTable.unhealthy_since, now)

@@ -18,6 +18,7 @@ from lakewarden.db.session import session_factory
 from lakewarden.kinds import REGISTRY
 from lakewarden.runtime import Runtime
 from services.api.routes.health import _read_only
+from services.scheduler.health_watch import measure_due_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,6 +108,17 @@ def test_health_reports_what_was_written(client: TestClient, rt: Runtime) -> Non
         ("compaction", "reducible_files", 10, 5)
     ]
     assert h["ttl"]["column"] is None
+
+    # The leader's health watch stores the same signals with the score; the tables list
+    # (the fleet overview's and `lakewarden tables`' source) returns them.
+    def listed() -> dict[str, Any]:
+        (row,) = client.get("/api/v1/tables", params={"sort": "health"}).json()["items"]
+        return row
+
+    assert (listed()["health_score"], listed()["health_signals"]) == (None, None)
+    assert measure_due_tables(rt, datetime.now(UTC)) == 1
+    row = listed()
+    assert row["health_score"] == 67 and row["health_signals"] == h["signals"]
 
 
 def test_health_of_the_ttl_column(client: TestClient, rt: Runtime) -> None:
