@@ -118,6 +118,7 @@ def _tables_view(page: dict[str, Any]) -> Iterable[RenderableType]:
             f"{t['namespace']}.{t['name']}",
             t["catalog"],
             t.get("health_score"),
+            _signals(t.get("health_signals")),
             t.get("health_measured_at"),
             _paused(t.get("paused")),
             t["policy_version"],
@@ -125,11 +126,25 @@ def _tables_view(page: dict[str, Any]) -> Iterable[RenderableType]:
         )
         for t in page["items"]
     ]
-    columns = ("table", "catalog", "health", "measured", "paused", "policy", "managed by")
+    columns = (
+        "table",
+        "catalog",
+        "health",
+        "signals firing",
+        "measured",
+        "paused",
+        "policy",
+        "managed by",
+    )
     yield table(None, columns, rows)
     yield f"{len(rows)} of {page['total']} tables" + (
         " (more: raise --limit, or narrow with --namespace)" if page.get("next_cursor") else ""
     )
+
+
+def _signals(signals: list[dict[str, Any]] | None) -> str | None:
+    """The signals that fired, one short label each (`lakewarden table` gives their reasons)."""
+    return ", ".join(f"{s['kind']}: {s['metric'].replace('_', ' ')}" for s in signals or []) or None
 
 
 def _paused(hold: dict[str, Any] | None) -> str | None:

@@ -221,6 +221,12 @@ def test_the_overview_lists_the_compacted_table(world: World, open_page: Any) ->
     row.wait_for()
     assert "compaction" in row.inner_text()  # its last success, per kind
     assert page.locator("tr.table-row").count() == 2
+    # The signals the health watch stored: the waiting table's small files fire (the reason
+    # in the tooltip), the compacted table's no longer do.
+    waiting = page.locator("tr.table-row[data-table='sales.ui_events'] .signal")
+    assert waiting.all_inner_texts() == ["compaction: reducible files"]
+    assert "min_small_files" in (waiting.get_attribute("title") or "")
+    assert row.locator(".signal").count() == 0
     page.wait_for_load_state("networkidle")
     DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(DOCS_SCREENSHOT), full_page=True)

@@ -34,6 +34,14 @@ from lakewarden.leader import acquire_or_renew
 from lakewarden.runtime import Runtime
 
 TABLES = ("orders", "returns", "items", "refunds")
+# A signal as the health watch stores it (health_model.Signal).
+SIGNAL = {
+    "kind": "compaction",
+    "metric": "reducible_files",
+    "value": 20.0,
+    "threshold": 12.0,
+    "reason": "20 files more than the bytes need",
+}
 
 
 def _free_port() -> int:
@@ -139,9 +147,10 @@ def test_tables_worst_first_with_scores(live: Live) -> None:
     with live.rt.engine.begin() as conn:
         conn.execute(
             text(
-                "UPDATE managed_tables SET health_score = 42, health_measured_at = now() "
-                "WHERE name = 'returns'"
-            )
+                "UPDATE managed_tables SET health_score = 42, health_measured_at = now(), "
+                "health_signals = CAST(:signals AS jsonb) WHERE name = 'returns'"
+            ),
+            {"signals": json.dumps([SIGNAL])},
         )
     assert live.json("tables") == live.get("/api/v1/tables", sort="registered", limit=50)
     worst = live.json("tables", "--worst", "--namespace", "sal*")
@@ -149,6 +158,7 @@ def test_tables_worst_first_with_scores(live: Live) -> None:
     assert worst["items"][0]["name"] == "returns" and worst["items"][0]["health_score"] == 42
     shown = _table_mode(live, "tables", "--worst")
     assert "sales.returns" in shown and "42" in shown and f"4 of {len(TABLES)} tables" in shown
+    assert "compaction: reducible files" in shown  # the signals that fire, by short label
     assert yaml.safe_load(live.cli("tables", "-o", "yaml").stdout) == live.json("tables")
 
 

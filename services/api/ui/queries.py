@@ -26,12 +26,11 @@ class TableFacts:
     open_tasks: int = 0
     failed_tasks: int = 0  # failed within FAILED_WINDOW
     last_success: dict[str, datetime] = field(default_factory=dict)  # kind -> when
-    firing: list[dict[str, Any]] = field(default_factory=list)  # the open tasks' triggers
 
 
 def table_facts(session: Session, ids: Sequence[int], now: datetime) -> dict[int, TableFacts]:
-    """Open and recently failed task counts, the last success per kind, and what fired
-    (each open task: its kind, state and trigger reason), for the tables `ids`."""
+    """Open and recently failed task counts and the last success per kind, for the tables
+    `ids` (what fires comes with the tables list: TableOut.health_signals)."""
     facts = {i: TableFacts() for i in ids}
     if not ids:
         return facts
@@ -56,15 +55,6 @@ def table_facts(session: Session, ids: Sequence[int], now: datetime) -> dict[int
     )
     for table_id, kind, at in successes:
         facts[table_id].last_success[kind] = at
-    open_rows = session.execute(
-        select(Task.table_id, Task.id, Task.kind, Task.state, Task.trigger["reason"].astext)
-        .where(Task.table_id.in_(ids), is_open)
-        .order_by(Task.id)
-    )
-    for table_id, task_id, kind, state, reason in open_rows:
-        facts[table_id].firing.append(
-            {"task": task_id, "kind": kind, "state": state, "reason": reason}
-        )
     return facts
 
 
