@@ -17,9 +17,10 @@ from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
 from lakewarden.leader import Fence
-from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged
+from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged, RewriteFailed
 from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog
+from lakewarden.spark.actions import first_failure, progress
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.spark.session import use_catalog
 from lakewarden.states import TaskState
@@ -140,14 +141,26 @@ def run_job(
     except Exception as exc:
         log.exception("task %d attempt %d failed", job.task_id, job.attempt)
         after_failure()
+        spark_log = _spark_log(job_log)
+        failed: dict[str, Any] | None = None
+        if isinstance(exc, RewriteFailed):  # its cause is only in Spark's log: quote it
+            failed = exc.metrics
+            exc = RewriteFailed(progress(failed, first_failure(spark_log)), failed)
         return finish_run(
             rt,
             fence(),
             job.task_id,
             job.attempt,
+            metrics=failed,
             error=explain_error(exc),
-            spark_log=_spark_log(job_log),
+            spark_log=spark_log,
         )
+    partial, spark_log = None, ""
+    if result.metrics.get("partial"):
+        # Some file groups committed, others failed: the task's reason says how many and
+        # why (redacted by finish_run, as errors are), the run's log tail has Spark's lines.
+        spark_log = _spark_log(job_log)
+        partial = progress(result.metrics, first_failure(spark_log))
     state = finish_run(
         rt,
         fence(),
@@ -155,6 +168,8 @@ def run_job(
         job.attempt,
         metrics=result.metrics,
         committed_snapshot_id=result.committed_snapshot_id,
+        partial=partial,
+        spark_log=spark_log,
     )
     log.info("task %d: %s %s", job.task_id, state, result.metrics)
     return state

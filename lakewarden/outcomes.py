@@ -30,3 +30,13 @@ class PolicyChanged(RuntimeError):
     def __init__(self, reason: str, *, cancel: bool) -> None:
         super().__init__(reason)
         self.cancel = cancel
+
+
+class RewriteFailed(RuntimeError):
+    """Every file group of a rewrite failed and none committed (with partial progress,
+    Iceberg only logs them): the attempt fails and is retried like any failure. `metrics`:
+    what the rewrite measured, failed groups and files among them (the run records them)."""
+
+    def __init__(self, reason: str, metrics: dict[str, object]) -> None:
+        super().__init__(reason)
+        self.metrics = metrics

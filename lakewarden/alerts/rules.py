@@ -25,6 +25,11 @@ RUNBOOKS = {
     "ttl_held": "A TTL run would remove too much (or every row). Check the table's newest data "
     "and the policy's retention_days / max_fraction; fix the policy or the writer. "
     "Resolves when a later TTL task is not held.",
+    "task_partial": "A rewrite committed only some of its file groups; the others failed "
+    "(Iceberg's partial progress only logs them). The task's reason names the first error, its "
+    "run (GET /api/v1/tasks/{id}) the failed partitions and Spark's log tail. Fix the cause "
+    "(e.g. a data file missing from storage: restore it, or remove it from the table). "
+    "Resolves when a later task of that kind is not partial.",
     "backlog_stale": "Tasks wait longer than the window: check GET /api/v1/scheduler/leader, "
     "that workers run (planning) and that Spark accepts jobs (running). Add workers or raise "
     "max_concurrent_jobs if the backlog is real.",
@@ -69,12 +74,14 @@ def label(default: str, catalog: str, namespace: str, name: str) -> str:
 
 def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> None:
     """The rules the scheduler leader evaluates (it sees the task tables)."""
-    # The latest finished task of each (table, kind): failed for good, or a held TTL.
+    # The latest finished task of each (table, kind): failed for good, a held TTL, or a
+    # rewrite that committed only part of its file groups.
     latest = session.execute(
         text(
             f"""
             SELECT DISTINCT ON (t.table_id, t.kind)
-                   t.id, t.kind, t.state, t.reason, m.catalog, m.namespace, m.name
+                   t.id, t.kind, t.state, t.reason, m.catalog, m.namespace, m.name,
+                   coalesce(t.result->>'partial' = 'true', false)
             FROM tasks t JOIN managed_tables m ON m.id = t.table_id
             WHERE {sql_in("t.state", FINISHED_TASK_STATES)} AND m.retired_at IS NULL
             ORDER BY t.table_id, t.kind, t.id DESC
@@ -87,7 +94,7 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
             f"{kind} of {label(default, c, ns, n)} failed for good (task {tid}): {reason}",
             {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
         )
-        for tid, kind, state, reason, c, ns, n in latest
+        for tid, kind, state, reason, c, ns, n, _ in latest
         if state == TaskState.FAILED
     }
     held = {
@@ -95,11 +102,20 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
             f"TTL of {label(default, c, ns, n)} is held (task {tid}): {reason}",
             {"task_id": tid, **table_details(c, ns, n)},
         )
-        for tid, kind, state, reason, c, ns, n in latest
+        for tid, kind, state, reason, c, ns, n, _ in latest
         if kind == "ttl" and state == TaskState.SKIPPED and (reason or "").startswith("held:")
+    }
+    partial = {
+        f"{label(default, c, ns, n)}:{kind}": (
+            f"{kind} of {label(default, c, ns, n)} succeeded only in part (task {tid}): {reason}",
+            {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
+        )
+        for tid, kind, state, reason, c, ns, n, part in latest
+        if state == TaskState.SUCCEEDED and part
     }
     _apply(session, "task_failed", "critical", failed)
     _apply(session, "ttl_held", "warning", held)
+    _apply(session, "task_partial", "warning", partial)
 
     window = timedelta(seconds=settings.alert_backlog_age_s)
     oldest = session.execute(

@@ -7,12 +7,14 @@ typed filter expression (no SQL text to build for a partition filter).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from lakewarden.catalog import TableRef
+from lakewarden.outcomes import RewriteFailed
 from lakewarden.spark.commits import before_commit, commit_properties
 
 if TYPE_CHECKING:
@@ -72,15 +74,93 @@ def rewrite_data_files(
         "rewritten_data_files": result.rewrittenDataFilesCount(),
         "added_data_files": result.addedDataFilesCount(),
         "rewritten_bytes": result.rewrittenBytesCount(),
-        "failed_data_files": result.failedDataFilesCount(),
         "removed_delete_files": result.removedDeleteFilesCount(),
+        **failures_of(result),
     }
     if codec_set:
         metrics["set_table_codec"] = codec_set
+    if metrics["failed_groups"] and not metrics["rewritten_groups"]:
+        raise RewriteFailed(progress(metrics), metrics)
     committed = committed_by_this_job(table) if metrics["rewritten_data_files"] else None
     if committed is not None:
         metrics[COMMITTED] = committed
     return metrics
+
+
+# Of the failed file groups' partitions, at most this many are named in the metrics.
+MAX_FAILED_PARTITIONS = 20
+
+
+def failures_of(result: Any) -> dict[str, Any]:
+    """The file groups an action's `result` committed and those that failed. With partial
+    progress (the planners' default) a failed group only gets an ERROR line in Spark's log
+    ("Failure during rewrite group ..."): the action still returns, having committed the
+    others; `partial` says so. (A group whose commit conflicted with a writer is in neither
+    list: Iceberg gives it up by design, and the next task rewrites it.)"""
+    failures = list(result.rewriteFailures())
+    rewritten = len(list(result.rewriteResults()))
+    return {
+        "file_groups": rewritten + len(failures),
+        "rewritten_groups": rewritten,
+        "failed_groups": len(failures),
+        "failed_data_files": result.failedDataFilesCount(),
+        "failed_partitions": [
+            _partition(f.info().partition()) for f in failures[:MAX_FAILED_PARTITIONS]
+        ],
+        "partial": bool(failures) and rewritten > 0,
+    }
+
+
+def _partition(partition: Any) -> dict[str, Any] | str:
+    """A failed group's partition as {field: value}; its text when it is not a PartitionData."""
+    try:
+        fields = list(partition.getPartitionType().fields())
+    except Exception:  # py4j's error (no such method): py4j is not imported without Spark
+        return str(partition)
+    out: dict[str, Any] = {}
+    for i, field in enumerate(fields):
+        value = partition.get(i)
+        out[str(field.name())] = (
+            value if value is None or isinstance(value, str | int | float | bool) else str(value)
+        )
+    return out
+
+
+def progress(metrics: dict[str, Any], first_error: str | None = None) -> str:
+    """'rewrote 1 of 2 file groups; 1 failed (6 data files): <first error>'."""
+    text = (
+        f"rewrote {metrics['rewritten_groups']} of {metrics['file_groups']} file groups; "
+        f"{metrics['failed_groups']} failed ({metrics['failed_data_files']} data files)"
+    )
+    return f"{text}: {first_error}" if first_error else text
+
+
+_GROUP_FAILED = re.compile(
+    r" ERROR RewriteDataFilesSparkAction \[.*?\] \{[^}]*\} Failure during rewrite group "
+)
+_RECORD = re.compile(r"^\d{4}-\d\d-\d\dT")  # a record's first line (lakewarden.spark.joblog)
+_CAUSE = "Caused by: "
+MAX_ERROR_CHARS = 500
+
+
+def first_failure(spark_log: str) -> str | None:
+    """The root cause of the first failed file group, from the job's Spark log
+    (`lakewarden.spark.joblog`): the last "Caused by" of Iceberg's "Failure during rewrite
+    group" record, or its exception's line. None when the log has no such record."""
+    lines = spark_log.splitlines()
+    for i, line in enumerate(lines):
+        if not _GROUP_FAILED.search(line):
+            continue
+        record = []
+        for follow in lines[i + 1 :]:
+            if _RECORD.match(follow):
+                break
+            record.append(follow.strip())
+        causes = [r.removeprefix(_CAUSE) for r in record if r.startswith(_CAUSE)]
+        exceptions = [r for r in record if r and not r.startswith("at ")]
+        cause = causes[-1] if causes else exceptions[0] if exceptions else None
+        return cause[:MAX_ERROR_CHARS] if cause else None
+    return None
 
 
 # The metrics key of the snapshot the action committed (a runner pops it into its result).

@@ -52,6 +52,7 @@ def finish_run(
     retryable: bool = True,
     moved_to: tuple[TaskState, str] | None = None,
     spark_log: str = "",
+    partial: str | None = None,
 ) -> str:
     """Record the run and move the task on. Returns the task's new state (or why not).
 
@@ -59,10 +60,13 @@ def finish_run(
     ("skipped"), or the policy changed under it ("cancelled", or "pending" to re-plan).
     `spark_log`: what Spark logged of a failed job (`lakewarden.spark.joblog`), or the tail
     of its application's output: it follows the error in the run's log tail.
+    `partial`: the job committed only part of its work (file groups of a rewrite failed):
+    what failed, as the task's reason; `spark_log` then goes to the run's log tail.
     """
     # Spark's and the catalog's messages may quote a setting or a URL: never a secret.
     secrets = secrets_of(rt.settings, rt.db_url)
     text_error = redact(f"{type(error).__name__}: {error}", secrets) if error else None
+    text_partial = redact(partial, secrets) if partial else None
     try:
         with transaction(rt.engine) as s:
             run = s.scalars(
@@ -91,6 +95,8 @@ def finish_run(
                 if text_error:
                     run.error = text_error.splitlines()[0][:1000]
                     run.log_tail = log_tail_of(text_error, redact(spark_log, secrets))
+                elif text_partial:
+                    run.log_tail = log_tail_of(text_partial, redact(spark_log, secrets))
             if cancelled:
                 return TaskState.CANCELLED
             if moved_to is not None:
@@ -117,7 +123,9 @@ def finish_run(
                     actor=rt.process_id,
                     expected=(TaskState.RUNNING,),
                     fence=fence,
-                    reason="job committed"
+                    reason=f"job committed part: {text_partial}"[:2000]
+                    if text_partial
+                    else "job committed"
                     if committed_snapshot_id
                     else "job finished with nothing to commit",
                     result=result,
