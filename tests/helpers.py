@@ -1,15 +1,22 @@
 """Test helpers: Iceberg tables written by pyiceberg (no JVM), for tests that need files fast;
-waiting; a webhook receiver."""
+waiting; a webhook receiver; a real API process."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpx
 import pyarrow as pa
 
 from lakewarden.runtime import Runtime
@@ -248,3 +255,49 @@ def bearer(secret: str) -> dict[str, str]:
 def admin_headers(rt: Runtime) -> dict[str, str]:
     """Headers that let a test client do anything (a fresh admin token)."""
     return bearer(issue_token(rt, name="test-admin"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def api_process(db_url: str, data_dir: Path, **settings: str) -> Iterator[str]:
+    """A real `lakewarden api` process on a free port, on `db_url`, with `settings` as
+    LAKEWARDEN_<NAME> variables; yields its URL once /readyz answers. Its output is in
+    `data_dir/api.log`; it is stopped on the way out."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "LAKEWARDEN_DATABASE_URL": db_url,
+        "LAKEWARDEN_DATA_DIR": str(data_dir),
+        "LAKEWARDEN_WAREHOUSE": (data_dir / "warehouse").as_uri(),
+        "LAKEWARDEN_LOG_LEVEL": "WARNING",
+        **{f"LAKEWARDEN_{k.upper()}": v for k, v in settings.items()},
+    }
+    log = data_dir / "api.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakewarden", "api", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the API did not get ready"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -10,7 +10,6 @@ cookies); a failed test leaves a screenshot of each page it opened in test-artif
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 from conftest import leading_scheduler
-from helpers import append_batches, bearer, issue_token, make_table, manage, run_one, task_of
+from helpers import (
+    append_batches,
+    bearer,
+    free_port,
+    issue_token,
+    make_table,
+    manage,
+    run_one,
+    task_of,
+)
 
 from lakewarden import process
 from lakewarden.alerts import store
@@ -48,12 +56,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -4,12 +4,7 @@ transaction committed (a GET right after sees the write), and concurrent writes 
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +17,7 @@ import pytest
 from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from helpers import admin_headers, append_batches, make_table
+from helpers import admin_headers, api_process, append_batches, make_table
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -32,12 +27,6 @@ from lakewarden.runtime import Runtime
 from services.api.deps import SessionDep
 
 TABLES = "/api/v1/tables"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -111,40 +100,11 @@ def api(
     rt = make_test_runtime(db_url, tmp_path)
     for namespace, name in CATALOG_TABLES:
         append_batches(make_table(rt, namespace=namespace, name=name), 1)
-    port = _port()
-    env = {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": db_url,
-        "LAKEWARDEN_DATA_DIR": str(tmp_path),
-        "LAKEWARDEN_WAREHOUSE": (tmp_path / "warehouse").as_uri(),
-        "LAKEWARDEN_LOG_LEVEL": "WARNING",
-        # One token makes every call here, some 330 changes within a minute (300 allowed).
-        "LAKEWARDEN_MUTATIONS_PER_MINUTE": "100000",
-    }
-    log = tmp_path / "api.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "api", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the API did not get ready"
-            time.sleep(0.2)
-        yield Api(url, rt, log, admin_headers(rt))
+        # One token makes every call here, some 330 changes within a minute (300 allowed).
+        with api_process(db_url, tmp_path, mutations_per_minute="100000") as url:
+            yield Api(url, rt, tmp_path / "api.log", admin_headers(rt))
     finally:
-        proc.terminate()
-        proc.wait(30)
         rt.engine.dispose()
         rt.catalog.engine.dispose()
         with _admin(server_url) as conn:

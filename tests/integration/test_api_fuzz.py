@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from conftest import make_test_runtime
-from helpers import append_batches, issue_token, make_table
+from helpers import api_process, append_batches, issue_token, make_table
 from sqlalchemy import text
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 # All checks are on (no `--checks` on the command line: it would override the per-operation
 # settings below). What is switched off, where, and why:
@@ -117,32 +107,8 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
     with rt.engine.connect() as conn:
         own = conn.scalar(text("SELECT id FROM api_tokens WHERE name = 'fuzzer'"))
     rt.engine.dispose()
-    port = _port()
-    env = {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": db_url,
-        "LAKEWARDEN_DATA_DIR": str(tmp_path),
-        "LAKEWARDEN_WAREHOUSE": (tmp_path / "warehouse").as_uri(),
-        "LAKEWARDEN_LOG_LEVEL": "WARNING",
-        # The fuzzer's one token makes thousands of changes in a few minutes.
-        "LAKEWARDEN_MUTATIONS_PER_MINUTE": "1000000",
-    }
-    log = tmp_path / "api.log"
-    with open(log, "wb") as out:
-        api = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "api", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+    # The fuzzer's one token makes thousands of changes in a few minutes.
+    with api_process(db_url, tmp_path, mutations_per_minute="1000000") as url:
         config = tmp_path / "schemathesis.toml"
         config.write_text(CONFIG)
         hooks = tmp_path / "hooks.py"
@@ -153,7 +119,7 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
                 "--config-file",
                 str(config),
                 "run",
-                f"http://127.0.0.1:{port}/openapi.json",
+                f"{url}/openapi.json",
                 "--header",
                 f"Authorization: Bearer {secret}",
                 # Under a minute on 2 cores, most of it the coverage phase (systematic: every
@@ -171,7 +137,5 @@ def test_the_api_keeps_its_contract_under_fuzzing(db_url: str, tmp_path: Path) -
             timeout=600,
             env={**os.environ, "SCHEMATHESIS_HOOKS": str(hooks), "FUZZER_TOKEN_ID": str(own)},
         )
-        assert result.returncode == 0, result.stdout[-4000:] + log.read_text()[-3000:]
-    finally:
-        api.terminate()
-        api.wait(30)
+        log = (tmp_path / "api.log").read_text()
+        assert result.returncode == 0, result.stdout[-4000:] + log[-3000:]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from benchmarks.__main__ import FIGURES
 
@@ -31,17 +33,16 @@ FIELDS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_smoke_run_measures_every_figure_and_writes_the_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
+    # The bench's embedded server runs as its own system user when we are root, and reaches
+    # its data dir through o+x on the parents. Not under pytest's temp root: every pytest
+    # session that starts meanwhile makes that root 0700 again, and the server's next
+    # checkpoint (B10's DROP DATABASE forces one) PANICs on its pg_control, the server dies.
+    data = Path(tempfile.mkdtemp(prefix="lw-bench-smoke-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")}
-    env["LAKEWARDEN_DATA_DIR"] = str(tmp_path / "data")
-    env["LAKEWARDEN_EMBEDDED_PG_PORT"] = str(_free_port() - 10)  # the bench adds 10
+    env["LAKEWARDEN_DATA_DIR"] = str(data)
+    env["LAKEWARDEN_EMBEDDED_PG_PORT"] = str(free_port() - 10)  # the bench adds 10
     try:
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
@@ -53,8 +54,9 @@ def test_the_smoke_run_measures_every_figure_and_writes_the_json(tmp_path: Path)
             check=False,
         )
     finally:  # the embedded server outlives the run: stop it
-        stop = {**env, "LAKEWARDEN_DATA_DIR": str(tmp_path / "data" / "bench")}
+        stop = {**env, "LAKEWARDEN_DATA_DIR": str(data / "bench")}
         subprocess.run([sys.executable, "-m", "lakewarden", "db", "stop"], env=stop, check=False)
+        shutil.rmtree(data, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["machine"]["cores"] == os.cpu_count()

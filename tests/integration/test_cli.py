@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ import httpx
 import pytest
 import yaml
 from conftest import TEMPLATE, _admin, _with_db, make_test_runtime
-from helpers import append_batches, bearer, issue_token, make_table
+from helpers import api_process, append_batches, bearer, free_port, issue_token, make_table
 from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy import text
 from typer.testing import CliRunner
@@ -42,12 +40,6 @@ SIGNAL = {
     "threshold": 12.0,
     "reason": "20 files more than the bytes need",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -86,53 +78,24 @@ def live(
     rt = make_test_runtime(db_url, tmp)
     for name in TABLES:
         append_batches(make_table(rt, namespace="sales", name=name), 2)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": db_url,
-        "LAKEWARDEN_DATA_DIR": str(tmp),
-        "LAKEWARDEN_WAREHOUSE": (tmp / "warehouse").as_uri(),
-        "LAKEWARDEN_LOG_LEVEL": "WARNING",
-    }
-    log = tmp / "api.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "api", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
     token = issue_token(rt, name="cli-admin")
-    http = httpx.Client(base_url=url, headers=bearer(token), timeout=60)
     try:
-        deadline = time.monotonic() + 60
-        while not _ready(http):
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the API did not get ready"
-            time.sleep(0.2)
-        for name in TABLES:
-            r = http.post("/api/v1/tables", json={"namespace": "sales", "name": name})
-            assert r.status_code == 201, r.text
-        with transaction(rt.engine) as session:  # a scheduler leads, for `check`
-            acquire_or_renew(session, DBLocks.SCHEDULER_LEASE, "scheduler-test", 3600)
-        yield Live(url, rt, token, http)
+        with (
+            api_process(db_url, tmp) as url,
+            httpx.Client(base_url=url, headers=bearer(token), timeout=60) as http,
+        ):
+            for name in TABLES:
+                r = http.post("/api/v1/tables", json={"namespace": "sales", "name": name})
+                assert r.status_code == 201, r.text
+            with transaction(rt.engine) as session:  # a scheduler leads, for `check`
+                acquire_or_renew(session, DBLocks.SCHEDULER_LEASE, "scheduler-test", 3600)
+            yield Live(url, rt, token, http)
     finally:
-        http.close()
-        proc.terminate()
-        proc.wait(30)
         rt.engine.dispose()
         if isinstance(rt.catalog, SqlCatalog):
             rt.catalog.engine.dispose()
         with _admin(server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-
-def _ready(http: httpx.Client) -> bool:
-    try:
-        return http.get("/readyz").status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _table_mode(live: Live, *argv: str) -> str:
@@ -296,7 +259,7 @@ def test_errors_say_what_to_fix(live: Live) -> None:
     assert anonymous.exit_code == 1 and "401" in anonymous.stderr
     assert "LAKEWARDEN_TOKEN" in anonymous.stderr
 
-    nowhere = f"http://127.0.0.1:{_free_port()}"
+    nowhere = f"http://127.0.0.1:{free_port()}"
     down = live.cli("check", "-o", "json", url=nowhere)
     assert down.exit_code == 1 and not json.loads(down.stdout)["healthy"]
     assert nowhere in _check(json.loads(down.stdout), "api")["detail"]
@@ -316,7 +279,7 @@ def test_errors_say_what_to_fix(live: Live) -> None:
 def test_the_installed_command_fails_cleanly_on_a_wrong_url(live: Live) -> None:
     """As a shell runs it: a process, its exit code, a message and no traceback; and its
     --version and shell completion."""
-    nowhere = f"http://127.0.0.1:{_free_port()}"
+    nowhere = f"http://127.0.0.1:{free_port()}"
     env = {**os.environ, "LAKEWARDEN_URL": nowhere, "LAKEWARDEN_TOKEN": live.token}
     run = subprocess.run(
         [sys.executable, "-m", "lakewarden", "tasks"], env=env, capture_output=True, text=True
