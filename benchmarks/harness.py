@@ -13,7 +13,9 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -236,13 +238,16 @@ def machine() -> dict[str, Any]:
 @contextmanager
 def measuring(figure_id: str, measure: str, compared_with: str, goal: str) -> Iterator[Figure]:
     """A figure being measured: its wall time is recorded; an error is recorded on it
-    (the other figures still run) instead of ending the run."""
+    (the other figures still run) instead of ending the run, and its traceback printed on
+    stderr (the JSON keeps the message only: where it was raised is in the run's log)."""
     fig = Figure(figure_id, measure, compared_with, goal)
     start = time.perf_counter()
     try:
         yield fig
     except Exception as exc:
         fig.error = f"{type(exc).__name__}: {exc}"[:2000]
+        print(f"{figure_id} failed:", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
     finally:
         fig.seconds = round(time.perf_counter() - start, 1)
 
