@@ -25,6 +25,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -600,8 +601,49 @@ def _second_catalog(rt: Runtime, work: Path) -> tuple[str, str, str]:
     return name, database, url
 
 
-def _cleanup(rt: Runtime, sides: list[Side], database: str | None, work: Path) -> None:
+def _stop_listener(listener: CommitListener | None) -> None:
+    """Wait for the listener and its per-database threads (its stop event is set): none may
+    still use the second catalog's database when it is dropped."""
+    if listener is not None:
+        listener.join(10)
+        for database in list(listener.databases.values()):
+            database.join(10)
+
+
+def _close_clients(api: Runtime | None, sides: list[Side], default: str) -> None:
+    """Close the pools of every client of the second catalog: the writer's, and the one the
+    API runtime's registry built for it (its polls and refreshes), before its row goes."""
+    for side in sides:
+        if side.name == default:
+            continue
+        clients = [side.writer]
+        if api is not None:
+            clients.append(api.catalogs.load(side.name))
+        for client in clients:
+            if isinstance(client, SqlCatalog):
+                client.engine.dispose()
+
+
+def _drop_database(rt: Runtime, database: str) -> None:
+    """Drop the second catalog's database. Every connection of ours to it is closed by now;
+    any left (a leak) is reported on stderr before FORCE ends it."""
+    with _admin_conn(rt.db_url) as admin:
+        left = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchone()
+        if left and left[0]:
+            print(f"B10 cleanup: {left[0]} connection(s) to {database} still open", file=sys.stderr)
+        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _cleanup(
+    rt: Runtime, api: Runtime | None, sides: list[Side], database: str | None, work: Path
+) -> None:
+    """Remove the fleet: its rows and rules, then (nothing of ours connected to it any
+    more) the second catalog's row and database, then its files."""
     names = [s.name for s in sides]
+    default = rt.settings.catalog_name
+    _close_clients(api, sides, default)
     with rt.engine.begin() as conn:
         conn.execute(
             text(
@@ -614,7 +656,6 @@ def _cleanup(rt: Runtime, sides: list[Side], database: str | None, work: Path) -
             text("DELETE FROM management_rules WHERE catalog = ANY(:c) AND namespace = :ns"),
             {"c": names, "ns": f"{PREFIX}_*"},
         )
-        default = rt.settings.catalog_name
         for table in ("iceberg_tables", "iceberg_namespace_properties"):
             if conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": table}).scalar():
                 conn.execute(
@@ -630,15 +671,11 @@ def _cleanup(rt: Runtime, sides: list[Side], database: str | None, work: Path) -
         second = [n for n in names if n != default]
         conn.execute(text("DELETE FROM catalog_polls WHERE catalog = ANY(:c)"), {"c": second})
         conn.execute(text("DELETE FROM catalogs WHERE name = ANY(:c)"), {"c": second})
-    for side in sides:
-        if side.name != default and isinstance(side.writer, SqlCatalog):
-            side.writer.engine.dispose()
     if database is not None:
         url = os.environ.get(URL_ENV)
         if url:
-            engine_for(url).dispose()
-        with _admin_conn(rt.db_url) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            engine_for(url).dispose()  # catalog_engine's (the bulk rows' inserts, listings)
+        _drop_database(rt, database)
     os.environ.pop(URL_ENV, None)
     shutil.rmtree(work, ignore_errors=True)
 
@@ -662,6 +699,7 @@ def b10(ctx: Context) -> Figure:
         database: str | None = None
         stop = threading.Event()
         listener: CommitListener | None = None
+        api: Runtime | None = None
         try:
             second, database, url = _second_catalog(ctx.rt, work)
             api = _runtime(ctx.rt)  # the API process (its registry sees the second catalog)
@@ -693,14 +731,13 @@ def b10(ctx: Context) -> Figure:
             stream = _commit_stream(api, sides, sizes.commits)
             phases["commit_stream"], mark = time.perf_counter() - mark, time.perf_counter()
             stop.set()
-            listener.join(10)
+            _stop_listener(listener)
             listing = _listing(ctx.rt, second, sizes.requests, ctx.repeats)
             phases["list_tables"], mark = time.perf_counter() - mark, time.perf_counter()
         finally:
             stop.set()
-            if listener is not None:
-                listener.join(10)
-            _cleanup(ctx.rt, sides, database, work)
+            _stop_listener(listener)
+            _cleanup(ctx.rt, api, sides, database, work)
         phases["cleanup"] = time.perf_counter() - mark
 
         bulk = registration["bulk"]
