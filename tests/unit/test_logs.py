@@ -22,16 +22,28 @@ class FreshRoot:
     """setup_logging as in a fresh process (a root logger without handlers), writing to
     `stream`; the root's own handlers (pytest's) come back afterwards."""
 
+    # An in-process uvicorn started by another test (its default log config) leaves these
+    # with handlers of their own and propagate off; a fresh process has neither.
+    UVICORN = ("uvicorn", "uvicorn.access", "uvicorn.error")
+
     def __init__(self) -> None:
         self.stream = io.StringIO()
         self.saved: list[logging.Handler] | None = None
         self.level = logging.getLogger().level
+        self.uvicorn = {
+            name: (lg.handlers[:], lg.propagate)
+            for name in self.UVICORN
+            for lg in [logging.getLogger(name)]
+        }
 
     def setup(self, log_format: str) -> None:
         root = logging.getLogger()
         if self.saved is None:
             self.saved = root.handlers[:]
         root.handlers.clear()
+        for name in self.UVICORN:
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).propagate = True
         settings = Settings.model_validate({"log_format": log_format, "alert_slack_url": SLACK})
         setup_logging(settings)
         handler = root.handlers[0]
@@ -43,6 +55,9 @@ class FreshRoot:
         if self.saved is not None:
             root.handlers[:] = self.saved
         root.setLevel(self.level)
+        for name, (handlers, propagate) in self.uvicorn.items():
+            logging.getLogger(name).handlers[:] = handlers
+            logging.getLogger(name).propagate = propagate
 
 
 @pytest.fixture
