@@ -38,6 +38,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B12": ("benchmarks.dispatch", "b12"),
     "B13": ("benchmarks.applications", "b13"),
     "B14": ("benchmarks.cluster", "b14"),
+    "B15": ("benchmarks.dashboard", "b15"),
 }
 
 
