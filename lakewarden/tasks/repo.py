@@ -5,7 +5,9 @@ Functions take a session and never commit: the caller owns the transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, text, update
@@ -109,6 +111,25 @@ def latest_task(session: Session, table_id: int, kind: str) -> Task | None:
         .order_by(Task.id.desc())
         .limit(1)
     ).one_or_none()
+
+
+def last_success_by_kind(
+    session: Session, table_ids: Sequence[int]
+) -> dict[int, dict[str, datetime]]:
+    """When each of these tables last had a task of each kind succeed: {table id: {kind: at}}
+    (the dashboard's overview and the per-table /metrics series). A kind that never
+    succeeded on a table is absent."""
+    out: dict[int, dict[str, datetime]] = {}
+    if not table_ids:
+        return out
+    rows = session.execute(
+        select(Task.table_id, Task.kind, func.max(Task.updated_at))
+        .where(Task.table_id.in_(table_ids), Task.state == TaskState.SUCCEEDED)
+        .group_by(Task.table_id, Task.kind)
+    )
+    for table_id, kind, at in rows:
+        out.setdefault(table_id, {})[kind] = at
+    return out
 
 
 def transition(

@@ -45,9 +45,9 @@ from lakewarden.states import (
     WAITING_TASK_STATES,
     AlertState,
     RunState,
-    TaskState,
     sql_in,
 )
+from lakewarden.tasks.repo import last_success_by_kind
 from services.api import errors
 from services.api.access import OptionalAccessDep
 from services.api.deps import RuntimeDep, SessionDep
@@ -266,13 +266,12 @@ class LakewardenCollector(Collector):
             labels=[*labels, "kind"],
         )
         if names:
-            for table_id, kind, seconds in self._rows(
-                "SELECT table_id, kind, extract(epoch FROM now() - max(updated_at)) FROM tasks "
-                f"WHERE table_id = ANY(:ids) AND {sql_in('state', TaskState.SUCCEEDED)} "
-                "GROUP BY 1, 2 ORDER BY 1, 2",
-                ids=list(names),
-            ):
-                success.add_metric([*names[table_id], kind], max(0.0, float(seconds)))
+            # Ages against the database's clock, which wrote updated_at.
+            now = self.session.execute(text("SELECT now()")).scalar_one()
+            for table_id, kinds in sorted(last_success_by_kind(self.session, list(names)).items()):
+                for kind, at in sorted(kinds.items()):
+                    age = (now - at).total_seconds()
+                    success.add_metric([*names[table_id], kind], max(0.0, age))
         yield from (score, success)
 
 

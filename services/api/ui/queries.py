@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.db.models import JobRun, ManagedTable, ProcessHeartbeat, Task
 from lakewarden.states import OPEN_TASK_STATES, TaskState
+from lakewarden.tasks.repo import last_success_by_kind
 
 FAILED_WINDOW = timedelta(hours=24)  # "failed" on the overview: failed in the last day
 TREND_WINDOW = timedelta(hours=24)
@@ -48,13 +49,8 @@ def table_facts(session: Session, ids: Sequence[int], now: datetime) -> dict[int
     )
     for table_id, open_n, failed_n in counts:
         facts[table_id].open_tasks, facts[table_id].failed_tasks = open_n, failed_n
-    successes = session.execute(
-        select(Task.table_id, Task.kind, func.max(Task.updated_at))
-        .where(Task.table_id.in_(ids), Task.state == TaskState.SUCCEEDED)
-        .group_by(Task.table_id, Task.kind)
-    )
-    for table_id, kind, at in successes:
-        facts[table_id].last_success[kind] = at
+    for table_id, kinds in last_success_by_kind(session, ids).items():
+        facts[table_id].last_success = kinds
     return facts
 
 
