@@ -4,6 +4,7 @@ registering one (`check_properties`: secrets only as references)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -22,6 +23,8 @@ from lakewarden.catalog import (
 from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.redact import is_secret_key, url_secrets
 from lakewarden.settings import Settings
+
+log = logging.getLogger(__name__)
 
 # How long a process trusts its list of registered catalogs before reading it again: a
 # catalog registered on one API replica is known to every process this soon after.
@@ -72,7 +75,10 @@ class CatalogRegistry:
                 return cached[1]
         client = build_catalog(entry)
         with self._lock:
+            superseded = self._clients.get(name)
             self._clients[name] = (entry.version, client)
+        if superseded is not None and superseded[1] is not client:
+            _close(superseded[1])  # an older version's client: its pool would stay open
         return client
 
     def forget(self) -> None:
@@ -90,6 +96,23 @@ class CatalogRegistry:
             entries = {row.name: entry_of(row) for row in rows}
         with self._lock:
             self._entries, self._read_at = entries, now
+            removed = [
+                self._clients.pop(gone)[1]
+                for gone in list(self._clients)
+                if gone != self._default.name and gone not in entries
+            ]
+        for client in removed:  # a removed catalog's client: close its connections
+            _close(client)
+
+
+def _close(client: Catalog) -> None:
+    """Release a client's connections (a JDBC catalog's pool, a REST session). A request
+    still using it keeps its connection until it is done: SQLAlchemy's dispose closes only
+    idle ones, and a checked-out connection is closed when returned."""
+    try:
+        client.close()
+    except Exception:  # closing is best effort: never fail the lookup that replaced it
+        log.warning("closing the client of catalog %r failed", client.name, exc_info=True)
 
 
 def entry_of(row: CatalogRow) -> CatalogEntry:

@@ -394,3 +394,35 @@ def test_a_poll_that_outlasts_its_interval_is_not_joined_by_another_replica(
         due = s.execute(text("SELECT due_at - now() FROM catalog_polls WHERE catalog = 'second'"))
         left = due.scalar_one().total_seconds()
     assert 0 < left <= 1  # due an interval after the poll ended
+
+
+def _connections(server_url: str, url: str) -> int:
+    database = make_url(url).database
+    with _admin(server_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_changed_or_removed_catalog_has_its_client_closed(
+    client: TestClient, rt: Runtime, second: Second, server_url: str
+) -> None:
+    """The registry closes the client of an older catalog version and of a removed catalog:
+    otherwise every API process keeps that database's pool open for its whole life."""
+    assert client.post("/api/v1/catalogs", json=second.body).status_code == 201
+    second.catalog.engine.dispose()  # count only lakewarden's own connections
+
+    rt.catalogs.load("second").list_namespaces()
+    assert _connections(server_url, second.url) >= 1
+    assert client.patch("/api/v1/catalogs/second", json={"poll_interval_s": 60}).status_code == 200
+    rt.catalogs.forget()
+    rt.catalogs.load("second").list_namespaces()  # version 2: a new client, the old one closed
+    assert _connections(server_url, second.url) == 1
+
+    assert client.delete("/api/v1/catalogs/second").status_code == 204
+    rt.catalogs.forget()
+    rt.catalogs.entries()
+    assert _connections(server_url, second.url) == 0

@@ -50,6 +50,13 @@ def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, Property
     }
 
 
+def _answers(entry: CatalogEntry) -> None:
+    """List the catalog's namespaces with a client of its own, closed after (its pool of
+    connections would otherwise stay open for the life of the process)."""
+    with build_catalog(entry) as client:
+        client.list_namespaces()
+
+
 def _check(entry: CatalogEntry) -> None:
     """422 unless the entry is storable and the catalog answers (its namespaces listed)
     within CHECK_TIMEOUT_S (a host that drops packets must not hold the request)."""
@@ -57,7 +64,7 @@ def _check(entry: CatalogEntry) -> None:
         check_properties(entry.type, entry.properties)
         pool = ThreadPoolExecutor(1, "catalog-check")
         try:
-            pool.submit(lambda: build_catalog(entry).list_namespaces()).result(CHECK_TIMEOUT_S)
+            pool.submit(_answers, entry).result(CHECK_TIMEOUT_S)
         finally:
             pool.shutdown(wait=False)
     except CatalogConfigError as exc:
