@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -282,6 +282,39 @@ class SLOPolicy(InputModel):
     window_minutes: float = Field(default=60, gt=0, le=MAX_MINUTES)
 
 
+# The kinds that can make a partition fast to read (readiness.require).
+ReadinessKind = Literal["compaction", "clustering", "zorder"]
+READINESS_KINDS: tuple[str, ...] = get_args(ReadinessKind)
+
+
+class ReadinessPolicy(InputModel):
+    """When a partition is ready for downstream readers: complete by `rule`, and each kind
+    in `require` has looked at it since its last data commit (lakewarden.readiness)."""
+
+    enabled: bool = False
+    # The partition source column: the table's spec must partition by it with an identity,
+    # hour, day, month or year transform (checked against the table).
+    partition: str | None = None
+    # watermark: the writer's posted watermark is at or past the partition's end.
+    # quiet: no commit touched the partition for quiet_minutes after its end.
+    rule: Literal["watermark", "quiet"] = "quiet"
+    quiet_minutes: float = Field(default=60, gt=0, le=MAX_MINUTES)
+    require: list[ReadinessKind] = Field(default_factory=list, max_length=len(READINESS_KINDS))
+    # Tag `ready-<partition>` on the snapshot that made the partition ready, kept this long.
+    tag: bool = False
+    tag_retention_days: int = Field(default=7, ge=1, le=3650)
+
+    @model_validator(mode="after")
+    def _complete(self) -> ReadinessPolicy:
+        if self.partition is not None and not IDENTIFIER.match(self.partition):
+            raise ValueError(f"invalid column name {self.partition!r}")
+        if self.enabled and self.partition is None:
+            raise ValueError("an enabled readiness needs partition (the partition column)")
+        if len(set(self.require)) != len(self.require):
+            raise ValueError("require must not repeat a kind")
+        return self
+
+
 class Policy(InputModel):
     slo: SLOPolicy = Field(default_factory=SLOPolicy)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
@@ -289,11 +322,19 @@ class Policy(InputModel):
     zorder: ZOrderPolicy = Field(default_factory=ZOrderPolicy)
     ttl: TTLPolicy = Field(default_factory=TTLPolicy)
     clean: CleanPolicy = Field(default_factory=CleanPolicy)
+    readiness: ReadinessPolicy = Field(default_factory=ReadinessPolicy)
 
     @model_validator(mode="after")
     def _one_layout(self) -> Policy:
         if self.clustering.enabled and self.zorder.enabled:
             raise ValueError("enable clustering or zorder, not both: they rewrite the same files")
+        if self.readiness.enabled:
+            off = [k for k in self.readiness.require if not self.for_kind(k).enabled]
+            if off:
+                raise ValueError(
+                    f"readiness.require names {', '.join(off)}, disabled by this policy: "
+                    "enable it, or drop it from require (it would never run)"
+                )
         return self
 
     def for_kind(self, kind: str) -> KindPolicy:
@@ -309,6 +350,8 @@ class Policy(InputModel):
                 used |= set(section.columns)
         if self.ttl.enabled and self.ttl.column:
             used.add(self.ttl.column)
+        if self.readiness.enabled and self.readiness.partition:
+            used.add(self.readiness.partition)
         return used
 
 
