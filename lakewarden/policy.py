@@ -39,6 +39,10 @@ TTL_MIN_RETENTION_DAYS = 1
 TTL_MAX_FRACTION = 0.99
 CLEAN_MIN_SNAPSHOT_AGE_HOURS = 1
 _OVERRIDE = "to go past it on purpose, also set {section}.allow_below_safety_floors: true"
+# A branch or tag name lakewarden targets or makes: it reaches Spark SQL quoted, as
+# `branch_<name>`, so letters, digits, `_` and `-` only.
+REF_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$"
+MAIN_BRANCH = "main"
 
 # Control characters (C0 and DEL). Free text may hold tabs and newlines, nothing else.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -154,6 +158,9 @@ class CompactionPolicy(KindPolicy):
     # files is merged into files of the next tier's size, so large files are not rewritten
     # again and again while small ones keep arriving.
     tiers: int = Field(default=0, ge=0, le=4)
+    # The branch to compact (null: main). Its own head is planned and rewritten; main and
+    # every other branch are untouched.
+    branch: str | None = Field(default=None, pattern=REF_NAME)
 
     def tier_bounds(self) -> list[int]:
         """Upper size bound of each tier, smallest first; the last is the small threshold."""
@@ -221,6 +228,8 @@ class TTLPolicy(SweptPolicy):
     # Before a delete commits, the snapshot before it is tagged lakewarden-pre-ttl-<task>
     # and kept this long (clean honours the tag): a wrong TTL can be rolled back.
     undo_retention_days: int = Field(default=7, ge=1, le=3650)
+    # The branch whose rows expire: main unless told otherwise (other branches keep theirs).
+    branch: str = Field(default=MAIN_BRANCH, pattern=REF_NAME)
     # Lets retention_days go below 1 and max_fraction above 0.99 (the hard bounds still hold).
     allow_below_safety_floors: bool = False
 
@@ -315,6 +324,17 @@ class ReadinessPolicy(InputModel):
         return self
 
 
+class TagsPolicy(InputModel):
+    """Scheduled tags: once a day (`daily-YYYYMMDD`) or an hour (`hourly-YYYYMMDDHH`, UTC),
+    the leader's sweep tags main's current snapshot, so time travel to it outlives snapshot
+    expiry. Each tag is kept `retention_days` from when it is made (its max-ref-age: Iceberg's
+    expire_snapshots drops it then, and its snapshot with it unless something else keeps it)."""
+
+    enabled: bool = False
+    every: Literal["daily", "hourly"] = "daily"
+    retention_days: int = Field(default=30, ge=1, le=MAX_DAYS)
+
+
 class Policy(InputModel):
     slo: SLOPolicy = Field(default_factory=SLOPolicy)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
@@ -323,6 +343,7 @@ class Policy(InputModel):
     ttl: TTLPolicy = Field(default_factory=TTLPolicy)
     clean: CleanPolicy = Field(default_factory=CleanPolicy)
     readiness: ReadinessPolicy = Field(default_factory=ReadinessPolicy)
+    tags: TagsPolicy = Field(default_factory=TagsPolicy)
 
     @model_validator(mode="after")
     def _one_layout(self) -> Policy:
@@ -417,6 +438,11 @@ def destructive_changes(before: Policy, after: Policy) -> list[str]:
                 )
         if a.allow_below_safety_floors and not b.allow_below_safety_floors:
             found.append("sets ttl.allow_below_safety_floors")
+        if b.enabled and a.branch != b.branch:
+            found.append(f"changes ttl.branch from {b.branch} to {a.branch}")
+    bt, at = before.tags, after.tags
+    if bt.enabled and at.enabled and at.retention_days < bt.retention_days:
+        found.append(f"lowers tags.retention_days from {bt.retention_days} to {at.retention_days}")
     bc, ac = before.clean, after.clean
     if ac.enabled:
         if ac.remove_orphans and not (bc.enabled and bc.remove_orphans):
