@@ -450,3 +450,75 @@ class AuditEntry(Base):
     outcome: Mapped[str] = mapped_column(String(16))  # ok | refused | failed
     change: Mapped[dict[str, Any] | None]  # e.g. {"policy": {"ttl.enabled": [false, true]}}
     detail: Mapped[str | None] = mapped_column(Text)  # why it was refused or failed
+
+
+class PartitionReadiness(Base):
+    """Whether one partition of a table is ready for downstream readers (lakewarden.
+    readiness): its state, why, and the commit that last touched it. One row per (table,
+    partition column, partition); a late commit into a ready partition un-readies it and
+    says so in `unready_reason`."""
+
+    __tablename__ = "partition_readiness"
+    __table_args__ = (UniqueConstraint("table_id", "column", "partition"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
+    )
+    column: Mapped[str] = mapped_column(String(255))  # readiness.partition (source column)
+    partition: Mapped[str] = mapped_column(String(255))  # e.g. 2026-11-23, 2026-11-23-05
+    partition_end: Mapped[datetime | None]  # NULL: an identity value with no end in time
+    ready: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    since: Mapped[datetime | None]  # when it became ready (NULL while not ready)
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger)  # the one that made it ready
+    reason: Mapped[str | None] = mapped_column(Text)  # why it is ready, or what it waits for
+    tag: Mapped[str | None] = mapped_column(String(255))  # ready-<partition>, when tagged
+    last_commit_at: Mapped[datetime]
+    last_commit_snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    unready_at: Mapped[datetime | None]
+    unready_reason: Mapped[str | None] = mapped_column(Text)  # "late commit <id> at <ts> ..."
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class ReadinessCursor(Base):
+    """Per table: the writer's posted completeness watermark, and how far the leader has
+    read the table's commits for readiness (the next round reads only newer ones)."""
+
+    __tablename__ = "readiness_cursors"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    watermark: Mapped[datetime | None]  # all data before it is written (the writer says)
+    watermark_by: Mapped[str | None] = mapped_column(String(255))
+    watermark_at: Mapped[datetime | None]  # when it was posted
+    scanned_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    scanned_at: Mapped[datetime | None]
+
+
+class ReadinessNotification(Base):
+    """An outbox of `partition_ready` / `partition_unready` notifications for the alert
+    sinks: written in the transaction that changes the partition's state, delivered after
+    it (retried with backoff), so none is lost and a quick ready-unready-ready sends all
+    three. A notification, not an alert: never firing, never acknowledged."""
+
+    __tablename__ = "readiness_notifications"
+    __table_args__ = (
+        Index(
+            "ix_readiness_notifications_undelivered",
+            "id",
+            postgresql_where=text("delivered_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
+    )
+    ready: Mapped[bool] = mapped_column(Boolean)  # partition_ready, else partition_unready
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    delivered_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    next_attempt_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    error: Mapped[str | None] = mapped_column(Text)
