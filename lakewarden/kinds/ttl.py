@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from uuid import uuid4
 
 from pyiceberg.expressions import LessThan
 from pyiceberg.partitioning import PartitionSpec
@@ -37,6 +38,8 @@ ALIGNED = ("identity", "hour", "day", "month", "year")
 COLUMN_TYPES = ("timestamptz", "timestamp", "date")
 LEVELS = ("partition", "row")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Tags the delete of a run outside a scheduled job (no task id): how it finds its own commit.
+RUN_KEY = "lakewarden.run-id"
 EXACT = "exact counts (pyiceberg scan filtered on the cutoff; deletes applied)"
 Counter = Callable[[datetime], tuple[int, int]]
 ESTIMATE = (
@@ -388,6 +391,8 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     name = ref.spark_name(catalog)
     base: dict[str, Any] = {"level": plan["level"], "cutoff": plan["cutoff"]}
 
+    # Every commit since this look is either ours or a writer's: told apart by our tags.
+    before = {r["snapshot_id"] for r in _snapshots(spark, catalog, ref)}
     # 1. Count exactly what the delete would remove, now, and hold if it is too much.
     row = spark.sql(count_sql(catalog, ref, plan)).collect()[0]
     counted, total = int(row["expired"]), int(row["total"])
@@ -410,9 +415,10 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         )
 
     # 2. The undo path: tag the snapshot before the delete; clean keeps it until it lapses.
+    #    A tag makes no snapshot, so it carries no commit tags; named after the task, a
+    #    retried attempt replaces it instead of adding another.
     commits.before_commit()  # the tag is a commit too: not for a task the policy stopped
     snapshots = _snapshots(spark, catalog, ref)
-    before = {r["snapshot_id"] for r in snapshots}
     main = spark.sql(f"SELECT snapshot_id FROM {name}.refs WHERE name = 'main'").collect()
     if main:
         pre = int(main[0]["snapshot_id"])
@@ -432,21 +438,18 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             "how": f"{sql.procedure(catalog, 'rollback_to_snapshot')}('{ref.dotted}', {pre})",
         }
 
-    # 3. Ask the policy once more, then delete.
+    # 3. Ask the policy once more, then delete, the commit tagged with the task and attempt
+    #    (so a retried attempt finds it: commits.find_commit), or outside a scheduled job
+    #    with a tag of this run alone.
     commits.before_commit()
-    spark.sql(statement).collect()
+    tags = commits.commit_properties() or {RUN_KEY: uuid4().hex}
+    commits.with_commit_tags(spark, tags, lambda: spark.sql(statement).collect())
 
-    # Our commit: new since we started, a delete (whole files) or an overwrite (files
-    # rewritten), made by this Spark application. A writer's commit is not ours.
-    app = spark.sparkContext.applicationId
+    # Our commit: new since the count and carrying our tags. Never a writer's commit, even
+    # one of this Spark application; a DELETE that matched nothing still commits (empty).
     new = [r for r in _snapshots(spark, catalog, ref) if r["snapshot_id"] not in before]
     ours = sorted(
-        (
-            r
-            for r in new
-            if r["operation"] in ("delete", "overwrite")
-            and (r["summary"] or {}).get("spark.app.id", app) == app
-        ),
+        (r for r in new if tags.items() <= (r["summary"] or {}).items()),
         key=lambda r: r["committed_at"],
     )
     if not ours:
@@ -472,13 +475,19 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         # whole files dropped, nothing written: what partition level promises
         "metadata_only": n("added-data-files") == 0 and added_deletes == 0,
     }
-    # 4. What was deleted must be what was counted, give or take rows writers committed
-    #    between the count and the delete.
+    # 4. What was deleted must be what was counted, give or take rows writers added or
+    #    removed between the count and the delete.
     meanwhile = sum(
-        int((r["summary"] or {}).get("added-records", 0) or 0)
+        int((r["summary"] or {}).get(key, 0) or 0)
         for r in new
         if r["snapshot_id"] != snap["snapshot_id"]
+        for key in ("added-records", "deleted-records")
     )
+    if deleted == 0:
+        metrics["note"] = (
+            f"the delete matched nothing (counted {counted} right before; writers changed "
+            f"{meanwhile} rows meanwhile): its commit is empty"
+        )
     if abs(deleted - counted) > meanwhile:
         undo = base.get("undo", {}).get("how", "roll back to the snapshot before it")
         raise VerificationFailed(

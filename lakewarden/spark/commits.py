@@ -10,8 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyiceberg.table import Table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+R = TypeVar("R")
 
 TASK_KEY = "lakewarden.task-id"
 ATTEMPT_KEY = "lakewarden.attempt"
@@ -32,6 +38,46 @@ def committing_as(task_id: int, attempt: int) -> Iterator[None]:
 
 def commit_properties() -> dict[str, str]:
     return dict(_PROPERTIES.get() or {})
+
+
+def with_commit_tags(spark: SparkSession, tags: dict[str, str], action: Callable[[], R]) -> R:
+    """Run `action` (Spark SQL that commits: DELETE, MERGE, INSERT) so that its commit carries
+    `tags` in the snapshot summary, as a DataFrame write's `snapshot-property.<key>` options do.
+
+    SQL statements take no write options, and a session-wide conf would tag the commits of
+    every job sharing the session. Iceberg's `CommitMetadata.withCommitProperties` holds the
+    properties in a Java thread-local around a callable; with PySpark's pinned threads
+    (PYSPARK_PIN_THREAD, set by lakewarden.spark.session) py4j runs the callable's Python
+    body in this thread and its Spark calls on the same JVM thread, so concurrent jobs in one
+    session tag only their own commits (Iceberg 1.10.2 reads it for metadata-only deletes,
+    copy-on-write and merge-on-read writes)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    jvm: Any = spark._jvm
+    properties = jvm.java.util.HashMap()
+    for key, value in tags.items():
+        properties.put(key, value)
+    outcome: dict[str, Any] = {}
+
+    class Body:
+        def call(self) -> None:
+            # Keep the Python exception as it is (py4j would wrap it in a Java one).
+            try:
+                outcome["result"] = action()
+            except BaseException as exc:  # re-raised below, unchanged
+                outcome["error"] = exc
+
+        class Java:
+            implements = ["java.util.concurrent.Callable"]
+
+    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+        properties, Body(), jvm.java.lang.Class.forName("java.lang.RuntimeException")
+    )
+    if "error" in outcome:
+        raise outcome["error"]
+    result: R = outcome["result"]
+    return result
 
 
 def task_id() -> int | None:
