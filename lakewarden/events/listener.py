@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -32,6 +33,9 @@ DRAIN_S = 0.05
 REFRESH_THREADS = 4
 # How often the listener looks for newly registered JDBC catalogs.
 RESCAN_S = 5.0
+# Reconnecting after a lost connection: 1 s, doubling up to a minute (a database down for
+# long is not worth an error line every second).
+RECONNECT_MIN_S, RECONNECT_MAX_S = 1.0, 60.0
 
 
 def libpq_url(sqlalchemy_url: str) -> str:
@@ -86,6 +90,10 @@ class CommitListener(threading.Thread):
         for entry in self.rt.catalogs.entries():
             if entry.type == "jdbc":
                 by_url.setdefault(libpq_url(entry.jdbc_url or ""), []).append(entry.name)
+        for url in set(self.databases) - set(by_url):
+            # Its catalogs were removed: stop listening (the database may be dropped next,
+            # and a listener left behind would try to reconnect to it forever).
+            self.databases.pop(url).retire.set()
         for url, names in by_url.items():
             listener = self.databases.get(url)
             if listener is None:
@@ -103,10 +111,15 @@ class DatabaseListener(threading.Thread):
         self.rt, self.url, self.stop = rt, url, stop
         self.catalogs = catalogs  # the catalogs in this database (rescanned by the parent)
         self.connected = threading.Event()
+        self.retire = threading.Event()  # set by the parent when no catalog uses the database
+
+    def _done(self) -> bool:
+        return self.stop.is_set() or self.retire.is_set()
 
     def run(self) -> None:
+        delay = RECONNECT_MIN_S
         with ThreadPoolExecutor(REFRESH_THREADS, "notify") as pool:
-            while not self.stop.is_set():
+            while not self._done():
                 try:
                     with psycopg.connect(self.url, autocommit=True) as conn:
                         conn.execute(f"LISTEN {CHANNEL}")
@@ -115,12 +128,24 @@ class DatabaseListener(threading.Thread):
                         for name in sorted(self.catalogs):
                             poll_catalog(self.rt, self.rt.catalogs.entry(name))
                         self.connected.set()  # listening, and caught up
-                        while not self.stop.is_set():
+                        delay = RECONNECT_MIN_S
+                        while not self._done():
                             self._drain(conn, pool)
                 except Exception:
                     self.connected.clear()
-                    log.exception("commit listener lost its connection; reconnecting")
-                    self.stop.wait(1.0)
+                    if self._done():
+                        break
+                    log.exception(
+                        "commit listener lost its connection; reconnecting in %.0f s", delay
+                    )
+                    self._sleep(delay)  # the poller covers the gap meanwhile
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait `seconds`, waking within a second of a stop or a retirement."""
+        deadline = time.monotonic() + seconds
+        while not self._done() and (left := deadline - time.monotonic()) > 0:
+            self.stop.wait(min(1.0, left))
 
     def _drain(self, conn: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
         """Wait up to 1 s for a notification, then take the rest of the burst."""

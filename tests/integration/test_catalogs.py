@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from lakewarden.catalog import CatalogEntry
 from lakewarden.db.models import ManagedTable, ManagementRule, TimelineEvent
 from lakewarden.db.session import engine_for, transaction
-from lakewarden.events.listener import CommitListener
+from lakewarden.events.listener import RESCAN_S, CommitListener
 from lakewarden.events.poller import PollResult, poll_due, poll_once
 from lakewarden.runtime import Runtime
 
@@ -206,6 +206,14 @@ def test_a_catalog_database_that_is_not_ours_is_heard_through_its_trigger(
             return sources if sources.count("notify") == 2 else None
 
         assert wait_for(heard, 15, "two notified commits") == ["register", "notify", "notify"]
+
+        # Removed, the catalog's database is no longer listened to (it may be dropped next).
+        (database_listener,) = [d for d in listener.databases.values() if "second" in d.catalogs]
+        assert client.delete("/api/v1/catalogs/second/tables/sales/orders").status_code == 204
+        assert client.delete("/api/v1/catalogs/second").status_code == 204
+        rt.catalogs.forget()
+        database_listener.join(RESCAN_S + 10)
+        assert not database_listener.is_alive()
     finally:
         stop.set()
         listener.join(5)
