@@ -24,7 +24,8 @@ from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import KindPolicy, Policy, SweptPolicy, is_due
+from lakewarden.policy import KindPolicy, Policy, SweptPolicy, TagsPolicy, is_due
+from lakewarden.refs import due_tag, list_refs
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
 from lakewarden.tasks.repo import open_task
 
@@ -76,6 +77,24 @@ def explain_table(
         "paused": paused,
         "frozen": frozen,
         "kinds": kinds,
+        "tags": explain_tags(policy.tags, table, now),
+    }
+
+
+def explain_tags(policy: TagsPolicy, table: Table, now: datetime) -> dict[str, Any]:
+    """The scheduled tags (`lakewarden.refs`): this period's tag and whether the next sweep
+    makes it, and the refs past their max-ref-age, which the next snapshot expiry drops."""
+    due = due_tag(policy, table, now)
+    return {
+        "enabled": policy.enabled,
+        "every": policy.every,
+        "retention_days": policy.retention_days,
+        "next_tag": due.name,
+        "due": due.due,
+        "reason": due.reason,
+        "following_tag": due.next_name,
+        "following_at": due.next_at,
+        "would_lapse": [r.__dict__ for r in list_refs(table, now) if r.lapsed(now)],
     }
 
 

@@ -31,6 +31,7 @@ from services.api.routes import (
     metrics,
     namespaces,
     ops,
+    refs,
     rules,
     tables,
     tasks,
@@ -94,6 +95,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         tokens,
         audit,
         rules,
+        refs,
     )
     routers = [module.router for module in modules] + [tables.fleet]
     for router in routers:

@@ -748,6 +748,72 @@ class KindExplainOut(ResponseModel):
     expected_gain: dict[str, Any] | None
 
 
+class RefOut(ResponseModel):
+    """A branch or tag, with what Iceberg's expire_snapshots keeps for it (lakewarden.refs)."""
+
+    name: str
+    type: Literal["branch", "tag"]
+    snapshot_id: int
+    committed_at: datetime | None = Field(description="when its snapshot was committed")
+    age_hours: float | None = Field(description="its snapshot's age now")
+    max_ref_age_ms: int | None = Field(
+        description="the ref is dropped once its snapshot is older (null: the table default)"
+    )
+    min_snapshots_to_keep: int | None = Field(description="a branch keeps this many ancestors")
+    max_snapshot_age_ms: int | None = Field(description="a branch keeps ancestors this young")
+    lapses_at: datetime | None = Field(
+        description="from then on, the next snapshot expiry drops it (null: never; main never)"
+    )
+
+
+class RefsOut(ResponseModel):
+    table: str
+    at: datetime
+    current_snapshot_id: int | None
+    refs: list[RefOut] = Field(description="main first, then the other branches, then tags")
+
+
+class RollbackIn(RequestModel):
+    """Exactly one of the two."""
+
+    to_snapshot: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    to_tag: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> RollbackIn:
+        if (self.to_snapshot is None) == (self.to_tag is None):
+            raise ValueError('send exactly one of "to_snapshot" (a snapshot id) or "to_tag"')
+        return self
+
+
+class RollbackOut(ResponseModel):
+    table: str
+    from_snapshot_id: int | None
+    to_snapshot_id: int
+    to_tag: str | None
+    rolled_back: bool = Field(description="false: main was already at that snapshot")
+
+
+class TagsExplainOut(ResponseModel):
+    enabled: bool
+    every: str
+    retention_days: int
+    next_tag: str = Field(description="this period's tag (daily-YYYYMMDD, hourly-YYYYMMDDHH)")
+    due: bool = Field(description="the next sweep makes `next_tag` now")
+    reason: str
+    following_tag: str
+    following_at: datetime = Field(description="when the period of `following_tag` starts")
+    would_lapse: list[RefOut] = Field(
+        description="tags and branches past their max-ref-age: the next snapshot expiry "
+        "(clean) drops them, and the snapshots only they kept"
+    )
+
+
 class ExplainOut(ResponseModel):
     table: str
     at: datetime
@@ -760,6 +826,9 @@ class ExplainOut(ResponseModel):
         description="the global freeze: no job starts on any table until unfrozen"
     )
     kinds: dict[str, KindExplainOut]
+    tags: TagsExplainOut | None = Field(
+        default=None, description="the scheduled tags: the next one due, and which would lapse"
+    )
 
 
 class Page(ResponseModel, Generic[T]):

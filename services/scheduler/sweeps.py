@@ -4,6 +4,12 @@ sweep (or a second leader for a moment) finds the open task and creates nothing.
 A table the sweep fails on (a stored policy that no longer validates, say) is skipped
 and alerted (`lakewarden.isolation`): the others still get their tasks.
 
+Scheduled tags (policy `tags`, `lakewarden.refs`): after the tasks, each table whose tags
+are enabled gets this period's tag on main's current snapshot, unless it has it already
+(a metadata-only pyiceberg commit, outside any transaction). The sweep remembers which
+period each table was tagged for, so a table's metadata is read once per period, not
+once per sweep.
+
 Cost: the live tables of every catalog are swept in batches of `sweep_batch_size`, each
 batch one short fenced transaction that reads only its own tables' columns and last
 tasks. A policy is parsed once per distinct (table settings, namespace defaults) pair,
@@ -23,13 +29,15 @@ from typing import Any
 from sqlalchemy import Row, func, select, tuple_
 from sqlalchemy.orm import Session
 
+from lakewarden.catalog import TableRef, find_table
 from lakewarden.db.models import ManagedTable, NamespacePolicy, Task
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.leader import Fence, check_fence
-from lakewarden.policy import Policy, SweptPolicy, effective_policy, is_due
+from lakewarden.policy import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
+from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE
 from lakewarden.tasks.repo import create_task
@@ -70,12 +78,41 @@ def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
         if len(rows) < rt.settings.sweep_batch_size:
             break
         after = rows[-1].id
+    made = make_tags(rt, sweep)
     with transaction(rt.engine) as s:
         check_fence(s, fence)
         sweep.isolated.record(s)
     if sweep.created:
         log.info("sweep created %d task(s): %s", len(sweep.created), sweep.created)
+    if made:
+        log.info("sweep made %d tag(s): %s", len(made), made)
     return sweep.created
+
+
+# (database, catalog, table) -> the tag period it was last seen tagged for: once a table
+# has this period's tag, its metadata is not read again until the next period.
+_TAGGED: dict[tuple[str, str, str], str] = {}
+
+
+def make_tags(rt: Runtime, sweep: _Sweep) -> list[str]:
+    """This period's tag on each table of `sweep.tagging` that lacks it; returns
+    `namespace.name@tag` of those made. A table that fails is alerted like any other."""
+    made: list[str] = []
+    for catalog, ref, policy in sweep.tagging:
+        key = (rt.db_url, catalog, ref.dotted)
+        period = tag_name(policy.every, sweep.now)
+        if _TAGGED.get(key) == period:
+            continue
+        with sweep.isolated.table(ref.dotted):
+            table = find_table(rt.catalogs.load(catalog), ref)
+            if table is None:
+                continue  # gone from the catalog: the table's own checks say so
+            name = make_due_tag(table, policy, sweep.now)
+            if name is not None:
+                made.append(f"{ref.dotted}@{name}")
+            if period in table.metadata.refs:  # made now, or before
+                _TAGGED[key] = period
+    return made
 
 
 @dataclass
@@ -90,15 +127,21 @@ class _Sweep:
         # (table settings, namespace defaults) as JSON -> the enabled time-based sections
         # of that effective policy, or the error parsing it raised (raised again per table).
         self._sections: dict[tuple[str, str], list[tuple[Kind, SweptPolicy]] | Exception] = {}
+        self._tags: dict[tuple[str, str], TagsPolicy | None] = {}  # the same pairs' tags
+        self.tagging: list[tuple[str, TableRef, TagsPolicy]] = []  # tables to tag
 
     def batch(self, s: Session, rows: Sequence[Row[Any]]) -> None:
         defaults = _namespace_defaults(s, {(r.catalog, r.namespace) for r in rows})
         enabled: dict[int, list[tuple[Kind, SweptPolicy]]] = {}
         for row in rows:
             with self.isolated.table(f"{row.namespace}.{row.name}"):  # pure: no savepoint
-                sections = self._enabled(row.policy, defaults.get((row.catalog, row.namespace)))
+                ns_policy = defaults.get((row.catalog, row.namespace))
+                sections = self._enabled(row.policy, ns_policy)
                 if sections:
                     enabled[row.id] = sections
+                tags = self._tags.get(_key(row.policy, ns_policy))
+                if tags is not None:
+                    self.tagging.append((row.catalog, TableRef(row.namespace, row.name), tags))
         if not enabled:
             return
         last = {
@@ -130,12 +173,13 @@ class _Sweep:
     def _enabled(
         self, table_policy: dict[str, Any] | None, namespace_policy: dict[str, Any] | None
     ) -> list[tuple[Kind, SweptPolicy]]:
-        key = json.dumps(table_policy, sort_keys=True), json.dumps(namespace_policy, sort_keys=True)
+        key = _key(table_policy, namespace_policy)
         found = self._sections.get(key)
         if found is None:
             try:
                 policy = effective_policy(table_policy, namespace_policy)
                 found = _swept_sections(policy, self.swept)
+                self._tags[key] = policy.tags if policy.tags.enabled else None
             except Exception as exc:
                 self._sections[key] = exc
                 raise
@@ -170,6 +214,10 @@ class _Sweep:
             if task_id is not None:
                 created.append(task_id)
         return created
+
+
+def _key(table_policy: dict[str, Any] | None, namespace_policy: dict[str, Any] | None) -> Any:
+    return json.dumps(table_policy, sort_keys=True), json.dumps(namespace_policy, sort_keys=True)
 
 
 def _swept_sections(policy: Policy, swept: list[Kind]) -> list[tuple[Kind, SweptPolicy]]:

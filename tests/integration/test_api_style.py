@@ -54,6 +54,8 @@ OPERATION_IDS = {
     ("PUT", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): "putNamespacePolicy",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/health"): "getTableHealth",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): "explainTable",
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): "listTableRefs",
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): "rollbackTable",
     ("GET", "/api/v1/tasks"): "listTasks",
     ("GET", "/api/v1/tasks/{task_id}"): "getTask",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): "triggerTask",

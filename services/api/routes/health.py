@@ -41,7 +41,8 @@ def _read_only(session: Session) -> None:
     session.execute(text("SET TRANSACTION READ ONLY"))
 
 
-def _load(rt: Runtime, row: ManagedTable) -> Table:
+def load_live_table(rt: Runtime, row: ManagedTable) -> Table:
+    """The managed table from its catalog; 409 if it is gone from it."""
     table = find_table(rt.catalogs.load(row.catalog), ref_of(row))
     if table is None:  # a 409, not the 404 of a table the catalog never had
         raise HTTPException(
@@ -84,7 +85,7 @@ def get_table_health(
     0-100 score with what each factor cost, and every threshold that fires."""
     _read_only(session)
     policy = current_policy(session, row)
-    table = _load(rt, row)
+    table = load_live_table(rt, row)
     now = datetime.now(UTC)
     health = measure(table, policy, now)
     if storage:
@@ -114,7 +115,7 @@ def explain_table(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Explain
     create a task, and the plan its planner would make now (with the expected gain) or why
     it would skip. Live blockers are listed. Nothing is run or written."""
     _read_only(session)
-    table = _load(rt, row)
+    table = load_live_table(rt, row)
     policy = current_policy(session, row)
     return ExplainOut.model_validate(
         explain.explain_table(session, row, table, policy, datetime.now(UTC))

@@ -1,0 +1,99 @@
+"""A table's branches and tags (GET …/refs, viewer), and rolling main back to a snapshot
+or a tag (POST …/rollback, admin, audited). Both through pyiceberg in the API process (no
+JVM): `lakewarden.refs`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, HTTPException
+from pyiceberg.exceptions import CommitFailedException
+from sqlalchemy import select
+
+from lakewarden import refs, tables
+from lakewarden.auth.grants import Role
+from lakewarden.db.models import Task
+from lakewarden.states import TaskState
+from services.api import errors
+from services.api.access import AccessDep, TableDep
+from services.api.deps import RuntimeDep, SessionDep
+from services.api.routes.health import GONE, load_live_table
+from services.api.schemas import RefOut, RefsOut, RollbackIn, RollbackOut
+
+router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["refs"])
+
+ROLLBACK_ERRORS = {
+    404: "the table is not managed, or has no such snapshot or tag",
+    409: "a task of the table is running, main moved during the rollback (a writer "
+    "committed), or the table is gone from the catalog",
+    422: "not exactly one of to_snapshot and to_tag; the tag is a branch; or the snapshot "
+    "is not an ancestor of main's current snapshot",
+}
+
+
+@router.get(
+    "/{namespace}/{name}/refs",
+    response_model=RefsOut,
+    responses=errors.documented(notes=GONE),
+)
+def list_table_refs(row: TableDep, rt: RuntimeDep) -> RefsOut:
+    """Every branch and tag: its snapshot and that snapshot's commit time and age, its
+    retention (max-ref-age, min-snapshots-to-keep, max-snapshot-age) and when the next
+    snapshot expiry drops it."""
+    table = load_live_table(rt, row)
+    now = datetime.now(UTC)
+    current = table.current_snapshot()
+    return RefsOut(
+        table=f"{row.namespace}.{row.name}",
+        at=now,
+        current_snapshot_id=current.snapshot_id if current else None,
+        refs=[RefOut.model_validate(r) for r in refs.list_refs(table, now)],
+    )
+
+
+@router.post(
+    "/{namespace}/{name}/rollback",
+    response_model=RollbackOut,
+    responses=errors.documented(409, 422, body=True, notes=ROLLBACK_ERRORS),
+)
+def rollback_table(
+    body: RollbackIn, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> RollbackOut:
+    """Point main back at a snapshot in its history, named by id or by a tag (admin).
+    Refused (409) while any task of the table runs: a rewrite's commit, a TTL delete's
+    count and check, a clean's expiry all assume the main they started from. A snapshot off
+    main's history is refused (422): a rollback only returns main to a state it had."""
+    access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
+    # Held until the response: a concurrent rollback of this table waits for this one.
+    if tables.lock_table(session, row) is None:
+        raise HTTPException(404, f"table {row.namespace}.{row.name} is no longer managed")
+    running = session.scalars(
+        select(Task).where(Task.table_id == row.id, Task.state == TaskState.RUNNING)
+    ).first()
+    if running is not None:
+        raise HTTPException(
+            409,
+            f"task {running.id} ({running.kind}) is running on the table: a rollback now "
+            "would move main under its commit; retry once it has ended "
+            f"(GET /api/v1/tasks/{running.id})",
+        )
+    table = load_live_table(rt, row)
+    try:
+        target = refs.resolve_target(table, body.to_snapshot, body.to_tag)
+        done = refs.rollback_main(table, target)
+    except refs.UnknownTarget as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except refs.RollbackRefused as exc:
+        raise HTTPException(422, str(exc)) from exc
+    except CommitFailedException as exc:
+        raise HTTPException(
+            409,
+            "main moved while rolling back (a writer committed): nothing changed; "
+            "look at GET …/refs and retry",
+        ) from exc
+    access.change = {
+        "main": [done["from_snapshot_id"], done["to_snapshot_id"]],
+        "to_tag": body.to_tag,
+        "rolled_back": done["rolled_back"],
+    }
+    return RollbackOut(table=f"{row.namespace}.{row.name}", to_tag=body.to_tag, **done)
