@@ -31,7 +31,7 @@ from lakewarden.health_model import (
     build,
     layout_sections,
 )
-from lakewarden.metadata import read_files
+from lakewarden.metadata import key_buckets, read_files
 from lakewarden.policy import Policy
 
 
@@ -118,6 +118,7 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
         ],
         now=now,
         metadata=_metadata_files(table),
+        buckets=key_buckets(table),
     )
 
 

@@ -42,7 +42,7 @@ from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.layout import LayoutPolicy
 from lakewarden.kinds.ttl import as_datetime
 from lakewarden.layout import files_per_lookup
-from lakewarden.metadata import DataFile, Partition, jsonable
+from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable
 from lakewarden.policy import Policy
 
 # Score weights: the most each factor can take off 100.
@@ -158,6 +158,7 @@ class TableHealth:
     partition_skew: dict[str, Any] = field(default_factory=dict)  # partition_skew()
     metadata_files: dict[str, Any] = field(default_factory=dict)  # metadata_summary()
     storage: dict[str, Any] | None = None  # lakewarden.storage, when asked for
+    buckets: dict[str, Any] | None = None  # bucket_summary(): tables bucketed by key
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -247,6 +248,7 @@ def build(
     manifests: Iterable[ManifestInfo] = (),
     now: datetime | None = None,
     metadata: MetadataFiles | None = None,
+    buckets: dict[int, KeyBucket] | None = None,
 ) -> TableHealth:
     """What `measure` read, summed up per partition and overall, with its signals and score
     (`protected`: the snapshots that branches and tags hold)."""
@@ -337,12 +339,53 @@ def build(
         commits=commit_summary(snapshots, now),
         partition_skew=partition_skew(partitions),
         metadata_files=metadata_summary(metadata),
+        buckets=bucket_summary(partitions, buckets or {}, comp.max_files_per_bucket),
     )
 
     health.signals = signals(health, policy)
     health.penalties = penalties(health, policy)
     health.score = score(health, policy)
     return health
+
+
+def bucket_summary(
+    partitions: Iterable[PartitionHealth], buckets: dict[int, KeyBucket], limit: int
+) -> dict[str, Any] | None:
+    """Per bucket of the key (each partition of a bucket(N, key) field): its data files and
+    the delete files of each kind in it, what a read of one key pays. None: not bucketed."""
+    if not buckets:
+        return None
+    first = next(iter(buckets.values()))
+    fields = {b.field for b in buckets.values()}
+    per_bucket = []
+    for p in partitions:
+        field = next((f for f in fields if f in p.partition), None)
+        if field is None:
+            continue
+        d = p.delete_files
+        per_bucket.append(
+            {
+                "partition": p.partition,
+                "bucket": p.partition[field],
+                "data_files": p.data_files,
+                "equality_delete_files": d["equality"],
+                "equality_delete_rows": d["equality_rows"],
+                "position_delete_files": d["position"],
+                "position_delete_rows": d["position_rows"],
+                "files": p.data_files + d["equality"] + d["position"],
+            }
+        )
+    most = max((b["data_files"] for b in per_bucket), default=0)
+    return {
+        "field": first.field,
+        "column": first.column,
+        "num_buckets": first.num_buckets,
+        "max_files_per_bucket": limit,
+        "buckets": len(per_bucket),
+        "most_data_files": most,
+        "over_limit": sum(1 for b in per_bucket if limit and b["data_files"] > limit),
+        "per_bucket": per_bucket,
+    }
 
 
 def snapshot_summary(
@@ -516,6 +559,17 @@ def signals(h: TableHealth, policy: Policy) -> list[Signal]:
             c.delete_ratio_threshold,
             f"{h.deleted_row_ratio:.0%} of rows are deleted by delete files >= "
             f"delete_ratio_threshold {c.delete_ratio_threshold:.0%}",
+        )
+    most = (h.buckets or {}).get("most_data_files", 0)
+    if c.max_files_per_bucket and most > c.max_files_per_bucket:
+        assert h.buckets is not None
+        fire(
+            "compaction",
+            "files_per_bucket",
+            most,
+            c.max_files_per_bucket,
+            f"{h.buckets['over_limit']} bucket(s) of {h.buckets['column']} hold more than "
+            f"max_files_per_bucket {c.max_files_per_bucket} data files (most: {most})",
         )
     for kind, section in layout_sections(policy).items():
         value = layout_value(h, kind)

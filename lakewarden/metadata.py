@@ -10,6 +10,7 @@ from typing import Any
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
+from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import PrimitiveType
 
 Partition = tuple[tuple[str, Any], ...]  # ((partition field name, value), ...)
@@ -34,6 +35,8 @@ class DeleteFile:
     size: int
     records: int
     kind: str  # "position" | "equality"
+    spec_id: int = 0
+    partition: Partition = ()
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,14 @@ def read_files(table: Table, columns: Iterable[str] = ()) -> TableFiles:
     for task in tasks:
         for d in task.delete_files:
             kind = "equality" if d.content == DataFileContent.EQUALITY_DELETES else "position"
+            names = [pf.name for pf in specs[d.spec_id].fields]
             deletes[d.file_path] = DeleteFile(
-                d.file_path, d.file_size_in_bytes, d.record_count, kind
+                d.file_path,
+                d.file_size_in_bytes,
+                d.record_count,
+                kind,
+                d.spec_id,
+                tuple(zip(names, [d.partition[i] for i in range(len(names))], strict=True)),
             )
             applies_to[d.file_path] = applies_to.get(d.file_path, 0) + 1
 
@@ -98,6 +107,31 @@ def read_files(table: Table, columns: Iterable[str] = ()) -> TableFiles:
             )
         )
     return TableFiles(snapshot.snapshot_id, data, list(deletes.values()))
+
+
+@dataclass(frozen=True)
+class KeyBucket:
+    """A partition field that buckets the table's key: each of its partitions is a bucket."""
+
+    field: str  # the partition field's name (a key of DataFile.partition)
+    column: str  # the source column
+    num_buckets: int
+
+
+def key_buckets(table: Table) -> dict[int, KeyBucket]:
+    """Spec id -> its partition field that buckets the key (bucket(N, id)): a bucket transform
+    on an identifier field, or on any column when the table declares no identifier fields
+    (Spark's MERGE INTO needs none, so upsert tables often have none)."""
+    schema = table.schema()
+    keys = set(schema.identifier_field_ids)
+    out: dict[int, KeyBucket] = {}
+    for spec_id, spec in table.specs().items():
+        for pf in spec.fields:
+            if isinstance(pf.transform, BucketTransform) and (not keys or pf.source_id in keys):
+                column = schema.find_column_name(pf.source_id) or str(pf.source_id)
+                out[spec_id] = KeyBucket(pf.name, column, pf.transform.num_buckets)
+                break
+    return out
 
 
 def jsonable(value: Any) -> Any:

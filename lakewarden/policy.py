@@ -158,6 +158,11 @@ class CompactionPolicy(KindPolicy):
     # files is merged into files of the next tier's size, so large files are not rewritten
     # again and again while small ones keep arriving.
     tiers: int = Field(default=0, ge=0, le=4)
+    # Primary-key (upsert) tables bucketed by key (bucket(N, id)): 0 = off. n > 0 = a bucket
+    # holding more than n data files is compacted (every partition with 2+ small files is then
+    # merged), and every compaction rewrites each data file a delete file applies to, so
+    # equality and position deletes are applied into the data files and then dropped.
+    max_files_per_bucket: int = Field(default=0, ge=0, le=MAX_COUNT)
     # The branch to compact (null: main). Its own head is planned and rewritten; main and
     # every other branch are untouched.
     branch: str | None = Field(default=None, pattern=REF_NAME)

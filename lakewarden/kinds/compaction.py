@@ -12,7 +12,7 @@ from pyiceberg.table import Table
 
 from lakewarden.catalog import TableRef
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
-from lakewarden.metadata import DataFile, Partition, jsonable, read_files
+from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
 from lakewarden.policy import CompactionPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import COMMITTED, rewrite_data_files
@@ -28,6 +28,7 @@ OPTIONS = frozenset(
         "max-file-size-bytes",
         "min-input-files",
         "delete-ratio-threshold",
+        "delete-file-threshold",
         "partial-progress.enabled",
         "partial-progress.max-commits",
         "max-concurrent-file-group-rewrites",
@@ -59,6 +60,8 @@ def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
         "threshold_delete_ratio": policy.delete_ratio_threshold,
         "target_file_size_bytes": policy.target_file_size_bytes,
     }
+    if policy.max_files_per_bucket:
+        metrics["threshold_max_files_per_bucket"] = policy.max_files_per_bucket
     if not policy.enabled:
         return Verdict(False, "compaction is disabled by policy", metrics)
     if facts.last_task_state == TaskState.SKIPPED and facts.files_added_since_last_task < (
@@ -88,6 +91,15 @@ def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
             metrics,
             {"delete_rows_purged_estimate": deletes},
         )
+    limit = policy.max_files_per_bucket
+    if limit and files > limit:
+        # Necessary, not sufficient: the summary has no per-partition counts.
+        return Verdict(
+            True,
+            f"{files} data files > max_files_per_bucket {limit}: some bucket may hold more; "
+            "the bucket rule needs the planner's file listing, which counts files per bucket",
+            metrics,
+        )
     return Verdict(
         False,
         f"{reducible} reducible files < min_small_files {policy.min_small_files} and "
@@ -97,24 +109,33 @@ def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
 
 
 def plan_from_files(
-    policy: CompactionPolicy, snapshot_id: int | None, files: list[DataFile], delete_files: int = 0
+    policy: CompactionPolicy,
+    snapshot_id: int | None,
+    files: list[DataFile],
+    delete_files: int = 0,
+    buckets: dict[int, KeyBucket] | None = None,
 ) -> PlanOutcome:
-    """Pure planning over file descriptions (unit-tested without a table)."""
+    """Pure planning over file descriptions (unit-tested without a table). `buckets`: spec id
+    -> its partition field bucketing the key (metadata.key_buckets), for primary-key tables."""
     if snapshot_id is None:
         return PlanOutcome(None, "table has no snapshot: nothing to compact")
     groups: dict[tuple[int, Partition], list[DataFile]] = defaultdict(list)
     for f in files:
         groups[(f.spec_id, f.partition)].append(f)
+    # Primary-key tables (max_files_per_bucket > 0 and a spec bucketing the key): the groups
+    # are buckets. Iceberg takes one min-input-files for the whole run, so while a bucket is
+    # over the limit even two small files are merged, in any partition.
+    limit = policy.max_files_per_bucket
+    keyed = {k: g for k, g in groups.items() if limit and buckets and k[0] in buckets}
+    over = {k: len(g) for k, g in keyed.items() if len(g) > limit}
+    min_input = 2 if over else policy.min_input_files
     threshold = policy.small_file_threshold_bytes
     target = policy.target_file_size_bytes
     tier: dict[str, int] | None = None
     if policy.tiers:
         bounds = policy.tier_bounds()
         for level, bound in enumerate(bounds):
-            if any(
-                sum(1 for f in g if f.size < bound) >= policy.min_input_files
-                for g in groups.values()
-            ):
+            if any(sum(1 for f in g if f.size < bound) >= min_input for g in groups.values()):
                 # merge this tier into files the size of the next one (or the target)
                 output = bounds[level + 1] if level + 1 < len(bounds) else target
                 threshold, target = bound, output
@@ -124,13 +145,19 @@ def plan_from_files(
     partitions: list[dict[str, Any]] = []
     for (spec_id, partition), group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
         small = [f for f in group if f.size < threshold]
-        rewrite = small if len(small) >= policy.min_input_files else []
+        rewrite = small if len(small) >= min_input else []
+        # A keyed table applies every delete (Iceberg's delete-file-threshold 1), so that the
+        # equality deletes can go: each applies to every older data file of its partition.
         hollow = [
             f
             for f in group
             if f not in rewrite
             and f.records
-            and f.deleted_records / f.records >= policy.delete_ratio_threshold
+            and (
+                f.deleted_records > 0
+                if keyed
+                else f.deleted_records / f.records >= policy.delete_ratio_threshold
+            )
         ]
         rewrite_bytes = sum(f.size for f in rewrite) + sum(f.size for f in hollow)
         after = math.ceil(rewrite_bytes / target) if rewrite_bytes else 0
@@ -148,12 +175,26 @@ def plan_from_files(
                 "expected_files_after": len(group) - len(rewrite) - len(hollow) + after,
             }
         )
+        if (spec_id, partition) in over:
+            partitions[-1]["over_bucket_limit"] = True
     small_total = sum(1 for f in files if f.size < threshold)
+    bucket_note = (
+        f"{len(over)} bucket(s) hold more than max_files_per_bucket {limit} data files "
+        f"(most: {max(over.values())})"
+        if over
+        else ""
+    )
     if not partitions:
+        deleted = (
+            "with a delete applied"
+            if keyed
+            else (f"with >= {policy.delete_ratio_threshold:.0%} rows deleted")
+        )
         return PlanOutcome(
             None,
-            f"no partition has >= {policy.min_input_files} files under {threshold} bytes "
-            f"or a file with >= {policy.delete_ratio_threshold:.0%} rows deleted "
+            (f"{bucket_note} but " if over else "")
+            + f"no partition has >= {min_input} files under {threshold} bytes "
+            f"or a file {deleted} "
             f"({small_total} small of {len(files)} data files in {len(groups)} partitions)",
         )
     rewritten = sum(p["small_files"] + p["files_with_deletes"] for p in partitions)
@@ -165,7 +206,7 @@ def plan_from_files(
         "options": {
             "target-file-size-bytes": str(target),
             "min-file-size-bytes": str(threshold),
-            "min-input-files": str(policy.min_input_files),
+            "min-input-files": str(min_input),
             "delete-ratio-threshold": f"{policy.delete_ratio_threshold:.4f}",
             # commit per file group: a conflict with a writer loses only that group
             "partial-progress.enabled": "true",
@@ -179,6 +220,16 @@ def plan_from_files(
         "bytes_to_rewrite": sum(p["rewrite_bytes"] for p in partitions),
         "expected_files_after": files_after,
     }
+    if keyed:
+        plan["options"]["delete-file-threshold"] = "1"
+        field = next(iter(buckets.values())).field if buckets else ""
+        plan["buckets"] = {
+            "field": field,
+            "max_files_per_bucket": limit,
+            "buckets": len(keyed),
+            "most_data_files": max(len(g) for g in keyed.values()),
+            "over_limit": len(over),
+        }
     if delete_files:
         # delete files whose data files were all rewritten go with them
         plan["options"]["remove-dangling-deletes"] = "true"
@@ -190,6 +241,10 @@ def plan_from_files(
         f"rewrite {rewritten} data files in {len(partitions)} partition(s): "
         f"{len(files)} -> ~{files_after} data files"
     )
+    if over:
+        reason = f"{bucket_note}; {reason}"
+    if keyed:
+        reason += "; every data file with a delete applied is rewritten (primary-key table)"
     if tier is not None:
         reason += (
             f" (tier L{tier['level']}: files under {tier['files_below_bytes']} bytes "
@@ -200,7 +255,9 @@ def plan_from_files(
 
 def plan(policy: CompactionPolicy, table: Table, now: datetime) -> PlanOutcome:
     files = read_files(table)
-    return plan_from_files(policy, files.snapshot_id, files.data, len(files.deletes))
+    return plan_from_files(
+        policy, files.snapshot_id, files.data, len(files.deletes), key_buckets(table)
+    )
 
 
 def compaction_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:

@@ -694,6 +694,32 @@ class PartitionHealthOut(FilesOut):
     past_retention: bool | None
 
 
+class BucketOut(ResponseModel):
+    """One bucket of the key: what a read of one of its keys opens."""
+
+    partition: dict[str, Any]
+    bucket: Any = Field(description="the bucket number (the partition's value of the field)")
+    data_files: int
+    equality_delete_files: int
+    equality_delete_rows: int
+    position_delete_files: int
+    position_delete_rows: int
+    files: int = Field(description="data files plus delete files")
+
+
+class BucketsOut(ResponseModel):
+    """A primary-key table bucketed by key (a bucket(N, key) partition field)."""
+
+    field: str = Field(description="the partition field")
+    column: str = Field(description="the key column it buckets")
+    num_buckets: int
+    max_files_per_bucket: int = Field(description="compaction.max_files_per_bucket (0: off)")
+    buckets: int = Field(description="buckets holding files")
+    most_data_files: int
+    over_limit: int = Field(description="buckets holding more than max_files_per_bucket")
+    per_bucket: list[BucketOut]
+
+
 class HealthOut(FilesOut):
     table: str
     policy_version: int
@@ -716,6 +742,11 @@ class HealthOut(FilesOut):
     metadata_files: MetadataFilesOut
     storage: StorageOut | None = Field(
         default=None, description="null unless asked for with ?storage=true (it lists files)"
+    )
+    buckets: BucketsOut | None = Field(
+        default=None,
+        description="per bucket of the key, for a table partitioned by bucket(N, key) "
+        "(the key: its identifier fields, or any column when it declares none); null otherwise",
     )
 
 
