@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     spark_event_log_dir: str | None = None
     # A Spark history server reading spark_event_log_dir: each job run links to its app there.
     spark_history_url: str | None = None
+    # The scheduler deletes its Spark log files (driver WARN/ERROR lines, submitted
+    # applications' output, under data_dir) last written longer ago than this.
+    spark_log_retention_days: float = Field(default=7, gt=0, le=3650)
 
     # --- API ---------------------------------------------------------------------
     api_host: str = "127.0.0.1"

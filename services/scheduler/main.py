@@ -39,6 +39,7 @@ from lakewarden.leader import (
 from lakewarden.logs import log_context
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
+from lakewarden.spark import logfiles
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+LOG_PRUNE_INTERVAL_S = 3600.0  # how often each scheduler prunes its Spark log files
 
 # The next job to run, in this order: higher priority first; then the table that used
 # the least Spark time in the last hour (fair share: a table with endless work cannot
@@ -204,6 +207,21 @@ class Scheduler:
         fence = self.leading()
         if fence is not None:
             sweep_due_tasks(self.rt, fence, datetime.now(UTC))
+
+    def prune_logs(self) -> None:
+        """Delete this host's old Spark log files; never the live session's or a running
+        application's (every scheduler, leading or not: the files are on its own disk)."""
+        with self.applications.lock:
+            keep = {f"{app.group}.log" for app in self.applications.running.values()}
+        with self._spark_lock:
+            if self._spark is not None:
+                keep.add(f"{self._spark.sparkContext.applicationId}.log")
+        data = self.rt.settings.data_dir
+        logfiles.prune(
+            (data / "spark" / "logs", self.applications.log_dir),
+            self.rt.settings.spark_log_retention_days * 86_400,
+            keep,
+        )
 
     # --- Spark -----------------------------------------------------------------
     def spark(self) -> SparkSession:
@@ -402,6 +420,7 @@ class Scheduler:
                     ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
                     ("health-and-alerts", s.alert_interval_s, self.measure_and_alert),
                     ("sweep", s.sweep_interval_s, self.sweep),
+                    ("log-pruning", LOG_PRUNE_INTERVAL_S, self.prune_logs),
                 )
             ),
         ]
