@@ -443,6 +443,10 @@ ALL_ON: dict[str, Any] = {
         "driverMemory": "4g",
         "conf": {"spark.executor.instances": "2", "spark.sql.shuffle.partitions": "16"},
         "kubernetes": {"enabled": True},
+        "ui": {"enabled": True, "port": 4050},
+        "eventLogDir": "s3a://logs/spark-events",
+        "historyUrl": "http://spark-history:18080",
+        "logRetentionDays": 3,
     },
     "extraEnv": [{"name": "SALES_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}}],
     "extraEnvFrom": [{"secretRef": {"name": "s3-credentials"}}],
@@ -756,6 +760,13 @@ def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
     assert data["LAKEWARDEN_METRICS_MAX_TABLES"] == "500"
     assert data["LAKEWARDEN_ALERT_RESEND_INTERVAL_S"] == "45"
     assert data["LAKEWARDEN_LOG_FORMAT"] == "json"
+    assert data["LAKEWARDEN_SPARK_UI_ENABLED"] == "true"
+    assert data["LAKEWARDEN_SPARK_UI_PORT"] == "4050"
+    assert data["LAKEWARDEN_SPARK_EVENT_LOG_DIR"] == "s3a://logs/spark-events"
+    assert data["LAKEWARDEN_SPARK_HISTORY_URL"] == "http://spark-history:18080"
+    assert data["LAKEWARDEN_SPARK_LOG_RETENTION_DAYS"] == "3"
+    ports = containers_of(all_on)["Deployment/scheduler"]["ports"]
+    assert {"name": "spark-ui", "containerPort": 4050, "protocol": "TCP"} in ports
     assert "LAKEWARDEN_SPARK_JARS" not in data  # the image's baked-in jars apply
     known = {f"LAKEWARDEN_{name.upper()}" for name in Settings.model_fields}
     assert set(data) <= known, set(data) - known

@@ -86,6 +86,15 @@ LAKEWARDEN_SPARK_PACKAGES: {{ . | quote }}
 {{- with .Values.spark.conf }}
 LAKEWARDEN_SPARK_CONF: {{ toJson . | quote }}
 {{- end }}
+LAKEWARDEN_SPARK_UI_ENABLED: {{ .Values.spark.ui.enabled | quote }}
+LAKEWARDEN_SPARK_UI_PORT: {{ .Values.spark.ui.port | quote }}
+{{- with .Values.spark.eventLogDir }}
+LAKEWARDEN_SPARK_EVENT_LOG_DIR: {{ . | quote }}
+{{- end }}
+{{- with .Values.spark.historyUrl }}
+LAKEWARDEN_SPARK_HISTORY_URL: {{ . | quote }}
+{{- end }}
+LAKEWARDEN_SPARK_LOG_RETENTION_DAYS: {{ .Values.spark.logRetentionDays | quote }}
 LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }}
 {{- with .Values.scheduler.poolLimits }}
 LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
