@@ -13,6 +13,7 @@ than `max_fraction` of them, is held (skipped with a reason starting "held:"), n
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from lakewarden.catalog import TableRef
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
-from lakewarden.policy import TTLPolicy
+from lakewarden.policy import MAIN_BRANCH, REF_NAME, TTLPolicy
 from lakewarden.spark import commits, sql
 
 if TYPE_CHECKING:
@@ -273,7 +274,10 @@ def plan(policy: TTLPolicy, table: Table, now: datetime) -> PlanOutcome:
     if isinstance(target, str):
         return PlanOutcome(None, target)
     column_type, aligned = target
-    files = read_files(table, [policy.column])
+    branch = None if policy.branch == MAIN_BRANCH else policy.branch
+    if branch is not None and branch not in branches(table):
+        return PlanOutcome(None, f"the table has no branch {branch!r}: TTL cannot run on it")
+    files = read_files(table, [policy.column], ref=branch)
     column = policy.column
 
     def count(cut: datetime) -> tuple[int, int]:
@@ -288,9 +292,12 @@ def plan(policy: TTLPolicy, table: Table, now: datetime) -> PlanOutcome:
         ).count()
         return older, table.scan(selected_fields=fields, snapshot_id=snap).count()
 
-    return plan_from_files(
+    outcome = plan_from_files(
         policy, column_type, aligned, files.data, files.snapshot_id, now, count=count
     )
+    if outcome.plan is None or branch is None:
+        return outcome
+    return PlanOutcome({**outcome.plan, "branch": branch}, f"branch {branch}: {outcome.reason}")
 
 
 def pyiceberg_literal(column_type: str, cut: datetime) -> str:
@@ -346,7 +353,27 @@ def delete_sql(
     column = sql.column(str(plan.get("column")))
     literal = cutoff_literal(str(column_type), cut)
     sql.table_arg(catalog, ref)  # validates the catalog name
-    return f"DELETE FROM {ref.spark_name(catalog)} WHERE {column} < {literal}"
+    return f"DELETE FROM {target_table(catalog, ref, plan)} WHERE {column} < {literal}"
+
+
+def branches(table: Table) -> set[str]:
+    return {n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "branch"}
+
+
+def branch_of(plan: dict[str, Any]) -> str:
+    """The branch a TTL plan deletes from (main when the plan names none)."""
+    branch = plan.get("branch", MAIN_BRANCH)
+    if not isinstance(branch, str) or not re.fullmatch(REF_NAME, branch):
+        raise PlanRejected(f"invalid branch {branch!r}")
+    return branch
+
+
+def target_table(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
+    """The table the DELETE and its counts act on: the table (main), or its branch as
+    Spark names one (`t`.`branch_<name>`)."""
+    branch = branch_of(plan)
+    name = ref.spark_name(catalog)
+    return name if branch == MAIN_BRANCH else f"{name}.`branch_{branch}`"
 
 
 def _snapshots(spark: SparkSession, catalog: str, ref: TableRef) -> list[Any]:
@@ -381,7 +408,7 @@ def count_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
     literal = cutoff_literal(str(plan.get("column_type")), cut)
     return (
         f"SELECT count_if({column} < {literal}) AS expired, count(*) AS total "
-        f"FROM {ref.spark_name(catalog)}"
+        f"FROM {target_table(catalog, ref, plan)}"
     )
 
 
@@ -419,7 +446,9 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     #    retried attempt replaces it instead of adding another.
     commits.before_commit()  # the tag is a commit too: not for a task the policy stopped
     snapshots = _snapshots(spark, catalog, ref)
-    main = spark.sql(f"SELECT snapshot_id FROM {name}.refs WHERE name = 'main'").collect()
+    main = spark.sql(
+        f"SELECT snapshot_id FROM {name}.refs WHERE name = '{branch_of(plan)}'"
+    ).collect()
     if main:
         pre = int(main[0]["snapshot_id"])
         # A tag's retention counts from its snapshot's commit time: add the snapshot's age,
