@@ -46,13 +46,14 @@ class TableFiles:
     deletes: list[DeleteFile]
 
 
-def read_files(table: Table, columns: Iterable[str] = ()) -> TableFiles:
-    """The current snapshot's live files, with bounds for `columns` decoded to Python values.
+def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None) -> TableFiles:
+    """The current snapshot's live files (or the head of branch `ref`'s), with bounds for
+    `columns` decoded to Python values.
 
     A delete file's rows are spread evenly over the data files it applies to: pyiceberg
     does not say which rows of which file a position-delete file removes without reading it.
     """
-    snapshot = table.current_snapshot()
+    snapshot = table.snapshot_by_name(ref) if ref else table.current_snapshot()
     if snapshot is None:
         return TableFiles(None, [], [])
     schema = table.schema()

@@ -4,18 +4,21 @@ data files that delete files have hollowed out (v2 merge-on-read tables)."""
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
+from pyiceberg.table.refs import SnapshotRefType
 
 from lakewarden.catalog import TableRef
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
-from lakewarden.policy import CompactionPolicy
+from lakewarden.policy import MAIN_BRANCH, REF_NAME, CompactionPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import COMMITTED, rewrite_data_files
+from lakewarden.spark.branches import rewrite_branch
 from lakewarden.states import TaskState
 
 if TYPE_CHECKING:
@@ -253,7 +256,39 @@ def plan_from_files(
     return PlanOutcome(plan, reason)
 
 
+def target_branch(policy: CompactionPolicy) -> str | None:
+    """The branch a compaction rewrites; None for main."""
+    return None if policy.branch in (None, MAIN_BRANCH) else policy.branch
+
+
 def plan(policy: CompactionPolicy, table: Table, now: datetime) -> PlanOutcome:
+    """main's files, or those of `compaction.branch`; the plan says which branch."""
+    branch = target_branch(policy)
+    outcome = _plan_branch(policy, table, branch) if branch else _plan_main(policy, table)
+    if outcome.plan is None:
+        return outcome
+    return PlanOutcome({**outcome.plan, "branch": branch or MAIN_BRANCH}, outcome.reason)
+
+
+def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOutcome:
+    """A named branch: its head planned as main's would be. Its position-delete files stay
+    (Iceberg's procedure for them knows only main)."""
+    ref = table.metadata.refs.get(branch)
+    if ref is None or ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        return PlanOutcome(
+            None,
+            f"the table has no branch {branch!r}: nothing to compact (create it, or set "
+            "compaction.branch to null for main)",
+        )
+    files = read_files(table, ref=branch)
+    outcome = plan_from_files(policy, files.snapshot_id, files.data, len(files.deletes))
+    reason = f"branch {branch}: {outcome.reason}"
+    if outcome.plan is None:
+        return PlanOutcome(None, reason)
+    return PlanOutcome({**outcome.plan, "rewrite_position_deletes": False}, reason)
+
+
+def _plan_main(policy: CompactionPolicy, table: Table) -> PlanOutcome:
     files = read_files(table)
     return plan_from_files(
         policy, files.snapshot_id, files.data, len(files.deletes), key_buckets(table)
@@ -275,6 +310,13 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     """Through Iceberg's Java action (lakewarden.spark.actions): the commit carries the
     task id and attempt."""
     compaction_sql(catalog, ref, plan)  # the same validation as the SQL form
+    branch = plan.get("branch")
+    if branch is not None and branch != MAIN_BRANCH:
+        if not isinstance(branch, str) or not re.fullmatch(REF_NAME, branch):
+            raise PlanRejected(f"invalid branch {branch!r}")
+        # Iceberg's action knows only main: lakewarden.spark.branches says how.
+        on_branch = rewrite_branch(spark, catalog, ref, branch, plan.get("options", {}))
+        return JobResult(on_branch, on_branch.pop(COMMITTED, None))
     metrics: dict[str, Any] = rewrite_data_files(spark, catalog, ref, plan.get("options", {}))
     if plan.get("rewrite_position_deletes"):
         pos = (
