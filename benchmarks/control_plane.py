@@ -14,18 +14,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import socket
 import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import uvicorn
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -44,6 +40,7 @@ from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tasks.repo import transition
+from services.api.app import serve_in_thread
 
 POLL_INTERVAL_S = 2.0  # the bench's poller; peers poll every 60 s (modelled in the notes)
 PEER_POLL_S = 60.0
@@ -98,32 +95,6 @@ def _admin_token(rt: Runtime) -> str:
             expires_at=None,
         )
     return secret
-
-
-@contextmanager
-def _api(rt: Runtime) -> Iterator[str]:
-    """The real app (without its listener and poller) on a free loopback port: its URL."""
-    from services.api.app import create_app
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(rt, background=False), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the API did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 # --- B5 ---------------------------------------------------------------------------------
@@ -353,7 +324,7 @@ def _b7_single(
                     "_move": _mover(movers, api.settings.catalog_name, ref, files[v]),
                 }
             )
-    with _api(api) as url:
+    with serve_in_thread(api) as url:
         seconds, new, bad = _post_all(url, secret, jobs)
         # Every event again, shuffled over the threads: duplicates arrive together.
         dups = [
@@ -395,7 +366,7 @@ def _b7_batch(
     seconds = 0.0
     new = failed = bad = 0
     posted = 0
-    with _api(api) as url:
+    with serve_in_thread(api) as url:
         for start in range(0, versions, BATCH_COMMITS):
             round_versions = range(start, min(versions, start + BATCH_COMMITS))
             jobs: list[list[dict[str, Any]]] = [[] for _ in range(CLIENT_THREADS)]
@@ -554,7 +525,7 @@ def b8(ctx: Context) -> Figure:
         p99s: list[float] = []  # per repeat, at the size measured last (the largest)
         try:
             with (
-                _api(rt) as url,
+                serve_in_thread(rt) as url,
                 httpx.Client(
                     base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
                 ) as client,

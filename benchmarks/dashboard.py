@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import httpx
 from sqlalchemy import Connection, text
 
-from benchmarks.control_plane import _admin_token, _api, _quantile
+from benchmarks.control_plane import _admin_token, _quantile
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.policy import KINDS
+from services.api.app import serve_in_thread
 
 RUN = uuid.uuid4().hex[:6]
 PREFIX = f"dash{RUN}"  # every namespace of the fleet: f"{PREFIX}_{k}"
@@ -197,7 +198,7 @@ def b15(ctx: Context) -> Figure:
                 counts = _fill(conn, rt.settings.catalog_name, sizes.tables)
             fill_s = time.perf_counter() - start
             with (
-                _api(rt) as url,
+                serve_in_thread(rt) as url,
                 httpx.Client(
                     base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
                 ) as client,

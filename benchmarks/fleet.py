@@ -45,7 +45,6 @@ from sqlalchemy.engine import make_url
 from benchmarks import data
 from benchmarks.control_plane import (
     _admin_token,
-    _api,
     _cancel_open_tasks,
     _get,
     _quantile,
@@ -59,6 +58,7 @@ from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import _follow, jdbc_listing, poll_catalog
 from lakewarden.runtime import Runtime
 from lakewarden.tables import TABLE_SORTS
+from services.api.app import serve_in_thread
 from services.api.paging import sorted_cursor
 
 RUN = uuid.uuid4().hex[:6]
@@ -549,7 +549,7 @@ def _listing(rt: Runtime, second: str, requests: int, repeats: int) -> dict[str,
     p99s: list[float] = []
     secret = _admin_token(rt)
     with (
-        _api(rt) as url,
+        serve_in_thread(rt) as url,
         httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
         ) as client,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import FastAPI
 
@@ -120,3 +122,31 @@ def main(rt: Runtime, host: str, port: int) -> None:
         log_level=rt.settings.log_level.lower(),
         log_config=None,
     )
+
+
+@contextmanager
+def serve_in_thread(rt: Runtime) -> Iterator[str]:
+    """The real app of `rt` (without its commit listener and poller) served by uvicorn on a
+    free loopback port in a thread of this process: its URL. For the benchmarks and the
+    browser tests, which need real HTTP and the caller's own runtime."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(rt, background=False), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="api-in-thread", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the API did not start in its thread")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

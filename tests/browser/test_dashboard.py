@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +23,6 @@ from conftest import leading_scheduler
 from helpers import (
     append_batches,
     bearer,
-    free_port,
     issue_token,
     make_table,
     manage,
@@ -38,6 +34,7 @@ from lakewarden import process
 from lakewarden.alerts import store
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
+from services.api.app import serve_in_thread
 from services.scheduler.health_watch import measure_due_tables
 from services.worker.main import Worker
 
@@ -57,32 +54,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
-
-@contextmanager
-def live_api(rt: Runtime) -> Iterator[str]:
-    """The API (and so the dashboard) of `rt`, served by uvicorn on a free port in a thread
-    of this process; its URL."""
-    import uvicorn
-
-    from services.api.app import create_app
-
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(rt, background=False), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="ui-api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +165,7 @@ def world(spark_rt: Runtime, spark: SparkSession) -> Iterator[World]:
             issue_token(rt, name="ui-admin"),
             issue_token(rt, "viewer", name="ui-viewer"),
         )
-        with live_api(rt) as url:
+        with serve_in_thread(rt) as url:
             register = httpx.post(
                 f"{url}/api/v1/tables",
                 json={"namespace": "sales", "name": "ui_events"},
