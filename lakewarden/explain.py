@@ -25,6 +25,7 @@ from lakewarden.events.ingest import snapshot_fields
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.policy import KindPolicy, Policy, SweptPolicy, TagsPolicy, is_due
+from lakewarden.readiness import explain_readiness
 from lakewarden.refs import due_tag, list_refs
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
 from lakewarden.tasks.repo import open_task
@@ -77,6 +78,7 @@ def explain_table(
         "paused": paused,
         "frozen": frozen,
         "kinds": kinds,
+        "readiness": _explain_readiness(session, row, table, policy, now),
         "tags": explain_tags(policy.tags, table, now),
     }
 
@@ -96,6 +98,24 @@ def explain_tags(policy: TagsPolicy, table: Table, now: datetime) -> dict[str, A
         "following_at": due.next_at,
         "would_lapse": [r.__dict__ for r in list_refs(table, now) if r.lapsed(now)],
     }
+
+
+def _explain_readiness(
+    session: Session, row: ManagedTable, table: Table, policy: Policy, now: datetime
+) -> dict[str, Any]:
+    """Which partitions would become ready now, and what the others wait for."""
+    try:
+        return explain_readiness(session, row.id, table, policy.readiness, now)
+    except Exception as exc:  # like a planner's failure: part of the answer, not a 500
+        log.warning("explain: readiness failed on %s", row.name, exc_info=True)
+        return {
+            "enabled": policy.readiness.enabled,
+            "partition": policy.readiness.partition,
+            "rule": policy.readiness.rule,
+            "require": list(policy.readiness.require),
+            "summary": f"readiness could not be judged: {type(exc).__name__}: {exc}",
+            "partitions": [],
+        }
 
 
 def expected_gain(plan: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -2,10 +2,11 @@
 keep Alertmanager told of the alerts still open.
 
 Sinks: a generic JSON webhook, a Slack-compatible incoming webhook, and an
-Alertmanager-compatible endpoint (`POST /api/v2/alerts`). Several processes may
-deliver (API replicas and the leader: a missing leader must still be reported),
-so each alert is claimed (SKIP LOCKED, then a lease) and sent with no lock held; failures
-retry with backoff.
+Alertmanager-compatible endpoint (`POST /api/v2/alerts`). The first two also take
+notifications (`notify`: e.g. partition_ready), which are not alerts and are not stored
+here. Several processes may deliver alerts (API replicas and the leader: a missing leader
+must still be reported), so each alert is claimed (SKIP LOCKED, then a lease) and sent with
+no lock held; failures retry with backoff.
 
 Alertmanager forgets an alert that is not sent again before its `endsAt` (or, without one,
 its `resolve_timeout`, 5 min by default): a firing alert is therefore re-sent to it every
@@ -116,6 +117,35 @@ def payload(sink: str, a: Alert, settings: Settings) -> Any:
     if sink == "alertmanager":
         return alertmanager_payload(a, settings)
     return generic_payload(a) if sink == "webhook" else slack_payload(a)
+
+
+def notification_payload(
+    sink: str, event: str, summary: str, details: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A notification (news, not an alert: it never fires, is never acknowledged or
+    resolved) as `sink` takes it; None for Alertmanager, which knows only alerts."""
+    if sink == "webhook":
+        return {"type": "notification", "event": event, "summary": summary, "details": details}
+    if sink == "slack":
+        return {"text": f":information_source: lakewarden {event}: {summary}"}
+    return None
+
+
+def notify(
+    settings: Settings, client: httpx.Client, event: str, summary: str, details: dict[str, Any]
+) -> list[str]:
+    """Post a notification to every configured sink that takes one (webhook, Slack). Returns
+    what failed, by sink (`delivery_error`: never a URL); the caller keeps it for a retry."""
+    errors = []
+    for name, url in sinks(settings):
+        body = notification_payload(name, event, summary, details)
+        if body is None:
+            continue
+        try:
+            client.post(url, json=body).raise_for_status()
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            errors.append(delivery_error(name, exc))
+    return errors
 
 
 DELIVERY_LEASE_S = 60.0  # a claimed alert is not claimed again for this long (> its POSTs)

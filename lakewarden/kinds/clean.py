@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
-from pyiceberg.table.refs import SnapshotRefType
 
 from lakewarden.catalog import TableRef
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome, PlanRejected
 from lakewarden.policy import CleanPolicy
+from lakewarden.refs import list_refs
 from lakewarden.spark import sql
 from lakewarden.spark.actions import storage_now
 from lakewarden.spark.commits import before_commit
@@ -42,6 +42,8 @@ class Ref:
     snapshot_id: int
     min_snapshots_to_keep: int | None = None
     max_snapshot_age_ms: int | None = None
+    # From then on the expiry drops the ref itself (max-ref-age: lakewarden.refs); None: never.
+    lapses_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,10 @@ class TableState:
 def read_state(table: Table) -> TableState:
     current = table.current_snapshot()
     refs = {
-        name: Ref(
-            "tag" if r.snapshot_ref_type == SnapshotRefType.TAG else "branch",
-            r.snapshot_id,
-            r.min_snapshots_to_keep,
-            r.max_snapshot_age_ms,
+        r.name: Ref(
+            r.type, r.snapshot_id, r.min_snapshots_to_keep, r.max_snapshot_age_ms, r.lapses_at
         )
-        for name, r in table.metadata.refs.items()
+        for r in list_refs(table, datetime.now(UTC))
     }
     return TableState(
         current_snapshot_id=current.snapshot_id if current else None,
@@ -98,22 +97,30 @@ def _ancestors(state: TableState, head: int) -> list[int]:
     return out
 
 
+def live_refs(state: TableState, now: datetime) -> dict[str, Ref]:
+    """The refs the expiry keeps: all but those past their max-ref-age."""
+    return {n: r for n, r in state.refs.items() if r.lapses_at is None or r.lapses_at >= now}
+
+
 def retained_snapshots(state: TableState, policy: CleanPolicy, now: datetime) -> dict[int, str]:
     """What Iceberg's expire_snapshots(older_than, retain_last) keeps, and why (estimate of
     its rules: each branch keeps its newest retain_last ancestors, or its own
-    min-snapshots-to-keep, plus those younger than the age limit; tags keep their snapshot)."""
+    min-snapshots-to-keep, plus those younger than the age limit; tags keep their snapshot).
+    A ref past its max-ref-age keeps nothing: the expiry drops it first."""
     older_than = now - timedelta(hours=policy.max_snapshot_age_hours)
     at = dict(state.snapshots)
     why: dict[int, str] = {}
     if state.current_snapshot_id is not None:
         why[state.current_snapshot_id] = "current"
-    branches = {n: r for n, r in state.refs.items() if r.kind == "branch"}
+    live = live_refs(state, now)
+    branches = {n: r for n, r in live.items() if r.kind == "branch"}
     if not branches and state.current_snapshot_id is not None:
         branches = {"main": Ref("branch", state.current_snapshot_id)}
-    for name, ref in sorted(state.refs.items()):
+    for name, ref in sorted(live.items()):
         if ref.kind == "tag":
             why.setdefault(ref.snapshot_id, f"tag {name}")
-    for sid in state.referenced:
+    lapsed = {r.snapshot_id for n, r in state.refs.items() if n not in live}
+    for sid in state.referenced - (lapsed - {r.snapshot_id for r in live.values()}):
         why.setdefault(sid, "referenced by a branch or tag")
     in_history: set[int] = set()
     for name, ref in sorted(branches.items()):
@@ -231,14 +238,16 @@ def plan_from_state(
             "oldest": round(max(ages_h), 3) if ages_h else None,
             "newest": round(min(ages_h), 3) if ages_h else None,
         },
+        # past their max-ref-age: the expiry drops them, and what only they kept
+        "lapsed_refs": sorted(set(state.refs) - set(live_refs(state, now))),
         # never expired: Iceberg keeps the current snapshot and those of branches and tags
         "refs": [
             {"name": name, "type": r.kind, "snapshot_id": r.snapshot_id}
             for name, r in sorted(state.refs.items())
         ],
         "protected_snapshots": sorted(
-            state.referenced
-            | {r.snapshot_id for r in state.refs.values()}
+            {r.snapshot_id for r in live_refs(state, now).values()}
+            | (state.referenced if not state.refs else set())
             | {state.current_snapshot_id}
         ),
         "manifests_before": count,

@@ -33,6 +33,7 @@ from services.api.routes import (
     metrics,
     namespaces,
     ops,
+    readiness,
     refs,
     rules,
     tables,
@@ -98,6 +99,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         audit,
         rules,
         refs,
+        readiness,
     )
     routers = [module.router for module in modules] + [tables.fleet]
     for router in routers:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from pyiceberg.table import Table
 from sqlalchemy.orm import Session
 
+from lakewarden import readiness
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
@@ -48,6 +49,9 @@ def check_policy(
                 f"the policy names columns the table does not have: {', '.join(missing)} "
                 f"(columns: {', '.join(sorted(names))})",
             )
+        problem = readiness.policy_problem(table, policy.readiness)
+        if problem is not None:
+            raise HTTPException(422, problem)
     return policy
 
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import (
     AliasChoices,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -845,6 +846,62 @@ class TagsExplainOut(ResponseModel):
     )
 
 
+class ReadinessPartitionExplainOut(ResponseModel):
+    partition: str
+    ready: bool = Field(description="ready now, and no commit touched it since")
+    would_become_ready: bool
+    would_become_unready: bool = Field(description="a late commit touched it since")
+    reason: str
+    waiting_for: list[str] = Field(description="quiet time left, the watermark, a kind")
+    last_commit_snapshot_id: int
+    last_commit_at: datetime
+
+
+class ReadinessExplainOut(ResponseModel):
+    enabled: bool
+    partition: str | None
+    rule: str
+    require: list[str]
+    watermark: datetime | None = None
+    summary: str
+    partitions: list[ReadinessPartitionExplainOut] = Field(
+        description="the partitions not ready, and the ready ones a commit touched since"
+    )
+
+
+class PartitionReadinessOut(ResponseModel):
+    partition: str
+    column: str = Field(description="the partition source column (readiness.partition)")
+    partition_end: datetime | None = Field(description="null: an identity value with no end")
+    ready: bool
+    since: datetime | None = Field(description="when it became ready (null while not)")
+    snapshot_id: int | None = Field(description="the snapshot that made it ready")
+    reason: str | None = Field(description="why it is ready, or what it waits for")
+    tag: str | None = Field(description="the Iceberg tag on that snapshot (readiness.tag)")
+    last_commit_at: datetime
+    last_commit_snapshot_id: int
+    unready_at: datetime | None
+    unready_reason: str | None = Field(description="the late commit that last un-readied it")
+
+
+class WatermarkIn(RequestModel):
+    watermark: Annotated[AwareDatetime, Field(strict=False)] = Field(
+        description="ISO 8601 with a UTC offset: every row with an event time before it is "
+        "written (the writer says). It only moves forward."
+    )
+
+    @field_validator("watermark", mode="before")
+    @classmethod
+    def _iso_text(cls, value: Any) -> Any:
+        if not isinstance(value, str):  # lax datetimes take a number as epoch seconds
+            raise ValueError("must be ISO 8601 text with a UTC offset, e.g. 2026-11-24T00:00:00Z")
+        return value
+
+
+class WatermarkOut(ResponseModel):
+    watermark: datetime = Field(description="the table's watermark now")
+
+
 class ExplainOut(ResponseModel):
     table: str
     at: datetime
@@ -857,6 +914,9 @@ class ExplainOut(ResponseModel):
         description="the global freeze: no job starts on any table until unfrozen"
     )
     kinds: dict[str, KindExplainOut]
+    readiness: ReadinessExplainOut | None = Field(
+        default=None, description="partition readiness: which partitions would become ready"
+    )
     tags: TagsExplainOut | None = Field(
         default=None, description="the scheduled tags: the next one due, and which would lapse"
     )
@@ -956,6 +1016,10 @@ class TablePage(ResponseModel):
 
 
 class EventPage(Page[EventOut]):
+    pass
+
+
+class PartitionReadinessPage(Page[PartitionReadinessOut]):
     pass
 
 

@@ -47,6 +47,7 @@ from lakewarden.tasks.runs import finish_run
 from lakewarden.tasks.wakeup import TaskWakeup
 from services.scheduler.applications import Applications, mode_of
 from services.scheduler.health_watch import measure_due_tables
+from services.scheduler.readiness import readiness_round
 from services.scheduler.runs import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
 
@@ -197,9 +198,12 @@ class Scheduler:
             log.info("returned %d orphaned task(s) to pending", returned)
 
     def measure_and_alert(self) -> None:
-        """Measure the health of the tables due for it, then judge and deliver alerts."""
-        if self.leading() is not None:
+        """Measure the health of the tables due for it, judge partition readiness, then
+        judge and deliver alerts."""
+        fence = self.leading()
+        if fence is not None:
             measure_due_tables(self.rt, datetime.now(UTC))
+            readiness_round(self.rt, fence, datetime.now(UTC))
             alert_tick(self.rt, as_leader=True)
 
     def sweep(self) -> None:

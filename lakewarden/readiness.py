@@ -1,0 +1,551 @@
+"""Partition readiness: when a partition is complete and fast to read, for downstream
+schedulers (policy section `readiness`).
+
+A partition is *ready* when both hold:
+
+- complete, by the policy's rule: `watermark` — the writer's posted watermark is at or past
+  the partition's end; `quiet` — no commit touched it for `quiet_minutes` after the later of
+  its end and its last data commit;
+- every kind in `require` has *looked at it since its last data commit*: a task of that kind
+  planned on a snapshot that includes the partition's last data commit, and ended succeeded
+  (the partition rewritten, or judged fine by the planner; not in the run's failed file
+  groups) or skipped (the planner found nothing to do on the table). Either way the kind has
+  had its say on exactly the data the partition now holds.
+
+A data commit is any commit but a `replace` (a rewrite changes no data); the partitions it
+touched are those of the data and delete files it added or removed, read from the manifests
+it wrote (pyiceberg). A data commit into a ready partition un-readies it, saying which commit
+at what time. The leader's round (services/scheduler/readiness.py) applies all this; explain
+and the API only read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from pyiceberg.manifest import ManifestEntryStatus
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
+from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzType
+from sqlalchemy import Select, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from lakewarden.db.models import PartitionReadiness, ReadinessCursor, Task, TaskTransition
+from lakewarden.policy import ReadinessPolicy
+from lakewarden.states import TaskState
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How many commits one round reads back from the current snapshot at most (the first round
+# of a table, or after a rollback moved the cursor off the history).
+MAX_WALK = 200
+# How many of a kind's latest finished tasks are asked whether they looked at a partition.
+RECENT_TASKS = 20
+READY_EVENT, UNREADY_EVENT = "partition_ready", "partition_unready"
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class ReadinessProblem(ValueError):
+    """The table cannot be judged as the policy asks (says what to fix)."""
+
+
+# --- the partition field ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    column: str
+    source_id: int
+    source_type: IcebergType
+    transform: Transform[Any, Any]
+
+
+_TRANSFORMS = (IdentityTransform, HourTransform, DayTransform, MonthTransform, YearTransform)
+
+
+def partition_field(table: Table, column: str) -> PartitionField:
+    """The field of the table's current spec that partitions by `column`, or why none can
+    be judged: the column is missing, unpartitioned, or partitioned by bucket/truncate."""
+    schema = table.schema()
+    try:
+        source = schema.find_field(column)
+    except ValueError as exc:
+        raise ReadinessProblem(f"readiness.partition: the table has no column {column!r}") from exc
+    on_column = [f for f in table.spec().fields if f.source_id == source.field_id]
+    usable = [f for f in on_column if isinstance(f.transform, _TRANSFORMS)]
+    if not usable:
+        how = ", ".join(str(f.transform) for f in on_column) or "not partitioned by it"
+        raise ReadinessProblem(
+            f"readiness.partition: column {column!r} must be a partition source with an "
+            f"identity, hour, day, month or year transform; the table's spec has: {how}"
+        )
+    return PartitionField(column, source.field_id, source.field_type, usable[0].transform)
+
+
+def time_based(field: PartitionField) -> bool:
+    """Whether the field's partitions end in time (the watermark rule needs that)."""
+    if isinstance(field.transform, IdentityTransform):
+        return isinstance(field.source_type, DateType)
+    return True
+
+
+def policy_problem(table: Table, policy: ReadinessPolicy) -> str | None:
+    """What makes an enabled readiness section unusable on this table, or None."""
+    if not policy.enabled or policy.partition is None:
+        return None
+    try:
+        field = partition_field(table, policy.partition)
+    except ReadinessProblem as exc:
+        return str(exc)
+    if policy.rule == "watermark" and not time_based(field):
+        return (
+            f"readiness.rule watermark needs partitions that end in time: {field.column!r} is "
+            f"partitioned by {field.transform} of a {field.source_type}; use a date or "
+            'timestamp column (day/hour/month/year, or identity of a date), or rule "quiet"'
+        )
+    return None
+
+
+def partition_label(field: PartitionField, raw: Any) -> tuple[str, datetime | None]:
+    """A partition value as people and tags name it, and when the partition ends in time:
+    day 2026-11-23, hour 2026-11-23-05, month 2026-11, year 2026; identity values as they
+    are (a date's end is the next day; other identity values have no end)."""
+    if raw is None:
+        return "null", None
+    t = field.transform
+    if isinstance(t, DayTransform) or (
+        isinstance(t, IdentityTransform) and isinstance(field.source_type, DateType)
+    ):
+        day = raw if isinstance(raw, date) else (EPOCH + timedelta(days=int(raw))).date()
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        return day.isoformat(), start + timedelta(days=1)
+    if isinstance(t, HourTransform):
+        start = EPOCH + timedelta(hours=int(raw))
+        return start.strftime("%Y-%m-%d-%H"), start + timedelta(hours=1)
+    if isinstance(t, MonthTransform):
+        year, month = divmod(int(raw), 12)
+        end_year, end_month = divmod(int(raw) + 1, 12)
+        return f"{1970 + year:04d}-{month + 1:02d}", datetime(
+            1970 + end_year, end_month + 1, 1, tzinfo=UTC
+        )
+    if isinstance(t, YearTransform):
+        return f"{1970 + int(raw):04d}", datetime(1971 + int(raw), 1, 1, tzinfo=UTC)
+    if isinstance(field.source_type, TimestampType | TimestamptzType) and isinstance(raw, int):
+        raw = EPOCH + timedelta(microseconds=raw)
+    return (raw.isoformat() if isinstance(raw, datetime) else str(raw)), None
+
+
+def tag_name(partition: str) -> str:
+    """`ready-<partition>`, with anything but letters, digits, `_` and `-` as `_`."""
+    return "ready-" + _TAG_UNSAFE.sub("_", partition)[:200]
+
+
+# --- commits and the partitions they touched ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Commit:
+    snapshot_id: int
+    at: datetime
+    sequence_number: int | None = None  # None: its snapshot is no longer in the metadata
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Commit:
+        at = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=UTC)
+        return cls(snapshot.snapshot_id, at, snapshot.sequence_number)
+
+    @classmethod
+    def stored(cls, table: Table, snapshot_id: int, at: datetime) -> Commit:
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        return cls(snapshot_id, at, snapshot.sequence_number if snapshot else None)
+
+
+def is_data_commit(snapshot: Snapshot) -> bool:
+    """Every commit but a rewrite (`replace`: the same rows in other files)."""
+    operation = snapshot.summary.operation.value if snapshot.summary else None
+    return operation != "replace"
+
+
+def commits_after(table: Table, after_snapshot_id: int | None) -> list[Snapshot]:
+    """The current branch's commits newer than `after_snapshot_id`, oldest first (at most
+    MAX_WALK: a cursor off the history, after a rollback, reads the last MAX_WALK)."""
+    found: list[Snapshot] = []
+    snapshot = table.current_snapshot()
+    while snapshot is not None and len(found) < MAX_WALK:
+        if snapshot.snapshot_id == after_snapshot_id:
+            break
+        found.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
+    return found[::-1]
+
+
+def touched_partitions(
+    table: Table, snapshot: Snapshot, field: PartitionField
+) -> dict[str, tuple[Any, datetime | None]]:
+    """The partitions of `field` whose files `snapshot` added or removed (data and delete
+    files; read from the manifests it wrote): label -> (raw value, end). Files of a spec
+    without the field are not counted (they belong to no partition of it)."""
+    positions: dict[int, int | None] = {}
+    for spec_id, spec in table.specs().items():
+        positions[spec_id] = next(
+            (
+                i
+                for i, f in enumerate(spec.fields)
+                if f.source_id == field.source_id and f.transform == field.transform
+            ),
+            None,
+        )
+    out: dict[str, tuple[Any, datetime | None]] = {}
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue  # carried over unchanged from an earlier commit
+        at = positions.get(manifest.partition_spec_id)
+        if at is None:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.status == ManifestEntryStatus.EXISTING:
+                continue
+            if entry.snapshot_id not in (None, snapshot.snapshot_id):
+                continue
+            raw = entry.data_file.partition[at]
+            label, end = partition_label(field, raw)
+            out[label] = (raw, end)
+    return out
+
+
+# --- the rule (pure) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionFacts:
+    partition: str
+    end: datetime | None
+    last_commit: Commit
+    # The required kinds that have not looked at it since its last commit.
+    missing_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    ready: bool
+    complete: bool
+    reason: str
+    # What it still waits for, each said in words (empty when ready).
+    waiting_for: tuple[str, ...]
+    missing_kinds: tuple[str, ...] = ()  # the required kinds among them
+
+
+def judge(
+    policy: ReadinessPolicy, facts: PartitionFacts, watermark: datetime | None, now: datetime
+) -> Judgement:
+    """Whether the partition is ready now under `policy`, and why (or what it waits for)."""
+    complete, why = _completeness(policy, facts, watermark, now)
+    waiting = [] if complete else [why]
+    waiting += [
+        f"{kind} to run on it since its last commit {facts.last_commit.snapshot_id}"
+        for kind in facts.missing_kinds
+    ]
+    if waiting:
+        reason = "waiting for " + "; ".join(waiting)
+        return Judgement(False, complete, reason, tuple(waiting), facts.missing_kinds)
+    kinds = f"; {', '.join(policy.require)} ran on it since" if policy.require else ""
+    return Judgement(True, True, why + kinds, ())
+
+
+def _completeness(
+    policy: ReadinessPolicy, facts: PartitionFacts, watermark: datetime | None, now: datetime
+) -> tuple[bool, str]:
+    last = facts.last_commit
+    if policy.rule == "watermark":
+        if facts.end is None:
+            return False, f"an end in time: partition {facts.partition} has none (watermark rule)"
+        if watermark is None:
+            return False, f"a watermark at or past {facts.end.isoformat()}: none posted yet"
+        if watermark < facts.end:
+            return False, (
+                f"the watermark to reach {facts.end.isoformat()} (the partition's end): it is "
+                f"at {watermark.isoformat()}"
+            )
+        return True, (
+            f"complete: watermark {watermark.isoformat()} >= its end {facts.end.isoformat()}"
+        )
+    quiet = timedelta(minutes=policy.quiet_minutes)
+    start = max(last.at, facts.end) if facts.end is not None else last.at
+    since = "its last commit" if start == last.at else "its end"
+    due = start + quiet
+    if now < due:
+        left = (due - now).total_seconds() / 60
+        return False, (
+            f"{left:.1f} min more quiet (until {due.isoformat()}: {policy.quiet_minutes:g} min "
+            f"after {since})"
+        )
+    return True, (
+        f"complete: no commit touched it for {policy.quiet_minutes:g} min after {since} "
+        f"(last commit {last.snapshot_id} at {last.at.isoformat()})"
+    )
+
+
+# --- have the required kinds looked at it? -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Look:
+    """A finished task of a required kind: what it saw, and what it failed to rewrite."""
+
+    kind: str
+    task_id: int
+    planned_on: int | None  # the snapshot its plan was made on (succeeded tasks)
+    planned_at: datetime | None  # when its planning started
+    failed_values: tuple[Any, ...]  # each failed file group's partition values
+
+
+def recent_looks(session: Session, table_id: int, kinds: Sequence[str]) -> list[Look]:
+    """The latest finished (succeeded or skipped) tasks of `kinds` on the table."""
+    if not kinds:
+        return []
+    planned_at = (
+        select(func.max(TaskTransition.at))
+        .where(TaskTransition.task_id == Task.id, TaskTransition.to_state == TaskState.PLANNING)
+        .scalar_subquery()
+    )
+    looks: list[Look] = []
+    for kind in kinds:
+        rows = session.execute(
+            select(Task.id, Task.plan, Task.result, planned_at.label("planned_at"))
+            .where(
+                Task.table_id == table_id,
+                Task.kind == kind,
+                Task.state.in_([TaskState.SUCCEEDED, TaskState.SKIPPED]),
+            )
+            .order_by(Task.id.desc())
+            .limit(RECENT_TASKS)
+        )
+        for task_id, plan, result, at in rows:
+            failed = (result or {}).get("failed_partitions") or []
+            looks.append(
+                Look(
+                    kind,
+                    task_id,
+                    (plan or {}).get("snapshot_id"),
+                    at,
+                    tuple(v for p in failed if isinstance(p, dict) for v in p.values()),
+                )
+            )
+    return looks
+
+
+def missing_kinds(
+    table: Table,
+    field: PartitionField,
+    required: Iterable[str],
+    looks: Sequence[Look],
+    partition: str,
+    last_commit: Commit,
+) -> tuple[str, ...]:
+    """The required kinds none of whose tasks looked at the partition since `last_commit`:
+    planned on it or a later snapshot (by sequence number; by planning time when a snapshot
+    is gone or the task was skipped), and the partition not among its failed file groups."""
+    return tuple(
+        kind
+        for kind in required
+        if not any(
+            look.kind == kind
+            and _saw(table, look, last_commit)
+            and not _failed(field, look, partition)
+            for look in looks
+        )
+    )
+
+
+def _saw(table: Table, look: Look, commit: Commit) -> bool:
+    if look.planned_on is not None and commit.sequence_number is not None:
+        planned = table.metadata.snapshot_by_id(look.planned_on)
+        if planned is not None and planned.sequence_number is not None:
+            return planned.sequence_number >= commit.sequence_number
+    return look.planned_at is not None and look.planned_at >= commit.at
+
+
+def _failed(field: PartitionField, look: Look, partition: str) -> bool:
+    for value in look.failed_values:
+        try:
+            if partition_label(field, value)[0] == partition:
+                return True
+        except (TypeError, ValueError, OverflowError):  # a value of another field
+            continue
+    return False
+
+
+# --- stored state -----------------------------------------------------------------------
+
+
+def cursor_of(session: Session, table_id: int) -> ReadinessCursor | None:
+    return session.get(ReadinessCursor, table_id)
+
+
+def partitions_query(
+    table_id: int, column: str, ready: bool | None = None
+) -> Select[PartitionReadiness]:
+    """The table's recorded partitions of `column`: ready, not ready, or both (None)."""
+    query = select(PartitionReadiness).where(
+        PartitionReadiness.table_id == table_id, PartitionReadiness.column == column
+    )
+    return query if ready is None else query.where(PartitionReadiness.ready.is_(ready))
+
+
+def partitions(session: Session, table_id: int, column: str) -> list[PartitionReadiness]:
+    return list(session.scalars(partitions_query(table_id, column)))
+
+
+def post_watermark(
+    session: Session, table_id: int, watermark: datetime, by: str
+) -> tuple[bool, datetime | None]:
+    """Move the table's watermark forward to `watermark` (the same value again succeeds).
+    Returns (stored, the watermark now): not stored when the stored one is later (a
+    watermark never goes back: what it declared complete stays complete)."""
+    stmt = (
+        pg_insert(ReadinessCursor)
+        .values(table_id=table_id, watermark=watermark, watermark_by=by, watermark_at=func.now())
+        .on_conflict_do_update(
+            index_elements=[ReadinessCursor.table_id],
+            set_={"watermark": watermark, "watermark_by": by, "watermark_at": func.now()},
+            where=ReadinessCursor.watermark.is_(None) | (ReadinessCursor.watermark <= watermark),
+        )
+        .returning(ReadinessCursor.watermark)
+    )
+    moved = session.execute(stmt).scalar_one_or_none()
+    if moved is not None:
+        return True, moved
+    return False, session.scalar(
+        select(ReadinessCursor.watermark).where(ReadinessCursor.table_id == table_id)
+    )
+
+
+# --- one table, assessed ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assessed:
+    """A partition after the table's unread commits, judged."""
+
+    partition: str
+    end: datetime | None
+    last_commit: Commit
+    was_ready: bool
+    # Why a commit since the last round un-readied it (it was ready and a commit touched it).
+    late: str | None
+    judgement: Judgement
+
+
+@dataclass(frozen=True)
+class Assessment:
+    field: PartitionField
+    snapshot_id: int | None  # the current snapshot: what a partition ready now is tagged on
+    watermark: datetime | None
+    partitions: list[Assessed]
+
+    def becoming_ready(self) -> list[Assessed]:
+        return [p for p in self.partitions if p.judgement.ready and not p.was_ready]
+
+
+def assess(
+    session: Session, table_id: int, table: Table, policy: ReadinessPolicy, now: datetime
+) -> Assessment:
+    """Read the commits since the last round (with no write), and judge every partition
+    that is not ready after them. The leader's round stores it; explain shows it."""
+    if policy.partition is None:
+        raise ReadinessProblem("readiness.partition is not set")
+    field = partition_field(table, policy.partition)
+    cursor = cursor_of(session, table_id)
+    stored = {p.partition: p for p in partitions(session, table_id, field.column)}
+    touched: dict[str, tuple[datetime | None, Commit]] = {}
+    for snapshot in commits_after(table, cursor.scanned_snapshot_id if cursor else None):
+        if is_data_commit(snapshot):
+            commit = Commit.of(snapshot)
+            for label, (_, end) in touched_partitions(table, snapshot, field).items():
+                touched[label] = (end, commit)
+    looks = recent_looks(session, table_id, policy.require)
+    watermark = cursor.watermark if cursor else None
+    out: list[Assessed] = []
+    for label in sorted(set(stored) | set(touched)):
+        row = stored.get(label)
+        was_ready = row is not None and row.ready
+        late = None
+        if label in touched:
+            end, commit = touched[label]
+            if was_ready:
+                late = (
+                    f"late commit {commit.snapshot_id} at {commit.at.isoformat()} touched "
+                    f"partition {label}"
+                )
+        else:
+            assert row is not None
+            if row.ready:
+                continue  # ready, and no commit touched it since: nothing to judge
+            end = row.partition_end
+            commit = Commit.stored(table, row.last_commit_snapshot_id, row.last_commit_at)
+        facts = PartitionFacts(
+            label,
+            end,
+            commit,
+            missing_kinds(table, field, policy.require, looks, label, commit),
+        )
+        out.append(
+            Assessed(label, end, commit, was_ready, late, judge(policy, facts, watermark, now))
+        )
+    current = table.current_snapshot()
+    return Assessment(field, current.snapshot_id if current else None, watermark, out)
+
+
+def explain_readiness(
+    session: Session, table_id: int, table: Table, policy: ReadinessPolicy, now: datetime
+) -> dict[str, Any]:
+    """explain's `readiness` entry: which partitions would become ready now and why, and
+    what the others wait for (quiet time left, the watermark, a required kind)."""
+    section = {
+        "enabled": policy.enabled,
+        "partition": policy.partition,
+        "rule": policy.rule,
+        "require": list(policy.require),
+    }
+    if not policy.enabled:
+        return {**section, "summary": "readiness is disabled by policy", "partitions": []}
+    try:
+        found = assess(session, table_id, table, policy, now)
+    except ReadinessProblem as exc:
+        return {**section, "summary": f"cannot judge: {exc}", "partitions": []}
+    items = []
+    for p in found.partitions:
+        becomes_ready = p.judgement.ready and (not p.was_ready or p.late is not None)
+        items.append(
+            {
+                "partition": p.partition,
+                "ready": p.was_ready and p.late is None,
+                "would_become_ready": becomes_ready,
+                "would_become_unready": p.late is not None and not p.judgement.ready,
+                "reason": (f"{p.late}; " if p.late else "") + p.judgement.reason,
+                "waiting_for": list(p.judgement.waiting_for),
+                "last_commit_snapshot_id": p.last_commit.snapshot_id,
+                "last_commit_at": p.last_commit.at,
+            }
+        )
+    ready = [str(i["partition"]) for i in items if i["would_become_ready"]]
+    waiting = [str(i["partition"]) for i in items if not i["would_become_ready"]]
+    summary = "no partition would become ready now"
+    if ready:
+        summary = f"would become ready now: {', '.join(ready)}"
+    if waiting:
+        summary += f"; {len(waiting)} not ready: {', '.join(waiting[:10])}"
+    return {**section, "watermark": found.watermark, "summary": summary, "partitions": items}

@@ -1,0 +1,373 @@
+"""The leader's readiness round (`lakewarden.readiness` holds the rule): for each table
+whose policy enables readiness, read the commits since the last round, un-ready the ready
+partitions a late commit touched (saying which commit, when), judge the others, tag and
+record those that became ready, and open a task of a required kind that has not looked at
+a complete partition since its last commit (its planner then rewrites the partition or says
+there is nothing to do: either counts). Then deliver the notifications.
+
+Cost: only tables whose own settings or namespace defaults name `readiness` are parsed (the
+section is off by default); a table whose current snapshot is the one read last time and
+that has no partition waiting is not even loaded. A table's catalog I/O (load, manifests,
+tag commits) runs with no transaction open; its writes are one short fenced transaction,
+each state change guarded by the state it expects.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from sqlalchemy import exists, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from lakewarden.alerts.sinks import DELIVERY_RETRY_BASE_S, notify
+from lakewarden.backoff import retry_delay_s
+from lakewarden.catalog import load_table
+from lakewarden.db.models import (
+    ManagedTable,
+    NamespacePolicy,
+    PartitionReadiness,
+    ReadinessCursor,
+    ReadinessNotification,
+    Task,
+)
+from lakewarden.db.session import transaction
+from lakewarden.isolation import PerTable
+from lakewarden.leader import Fence, check_fence
+from lakewarden.policy import Policy
+from lakewarden.readiness import (
+    READY_EVENT,
+    UNREADY_EVENT,
+    Assessed,
+    Assessment,
+    assess,
+    tag_name,
+)
+from lakewarden.redact import redact, secrets_of
+from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
+from lakewarden.tables import LIVE, effective_policy_for, ref_of
+from lakewarden.tasks.repo import create_task
+
+log = logging.getLogger(__name__)
+
+NOTIFY_LEASE_S = 60.0  # a claimed notification is not claimed again for this long
+
+
+@functools.cache
+def _client() -> httpx.Client:
+    return httpx.Client(timeout=5.0)
+
+
+def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
+    """Judge every table with readiness enabled; returns how many partitions changed
+    state. A table that fails is alerted (`lakewarden.isolation`), the others go on."""
+    isolated = PerTable("readiness")
+    changed = 0
+    for table_id, key in _candidates(rt):
+        with isolated.table(key):
+            changed += _round_of_table(rt, fence, table_id, now)
+    with transaction(rt.engine) as s:
+        check_fence(s, fence)
+        isolated.record(s)
+    deliver_notifications(rt, _client())
+    return changed
+
+
+def _candidates(rt: Runtime) -> list[tuple[int, str]]:
+    """Live tables whose settings, or whose namespace's defaults, name `readiness`."""
+    named = ManagedTable.policy.has_key("readiness")
+    by_namespace = exists().where(
+        NamespacePolicy.catalog == ManagedTable.catalog,
+        NamespacePolicy.namespace == ManagedTable.namespace,
+        NamespacePolicy.policy.has_key("readiness"),
+    )
+    with transaction(rt.engine) as s:
+        rows = s.execute(
+            select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
+            .where(LIVE, or_(named, by_namespace))
+            .order_by(ManagedTable.id)
+        ).all()
+    return [(r.id, f"{r.namespace}.{r.name}") for r in rows]
+
+
+def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> int:
+    with transaction(rt.engine) as s:
+        row = s.get(ManagedTable, table_id)
+        if row is None or row.retired_at is not None:
+            return 0
+        policy = effective_policy_for(s, row)
+        if not policy.readiness.enabled:
+            return 0
+        if _idle(s, row, policy):
+            return 0
+        catalog, ref = row.catalog, ref_of(row)
+    table = load_table(rt.catalogs.load(catalog), ref)
+    with transaction(rt.engine) as s:  # read-only: the commits since the cursor, judged
+        found = assess(s, table_id, table, policy.readiness, now)
+    tags = _tag(table, found, policy) if policy.readiness.tag else None
+    with transaction(rt.engine) as s:
+        check_fence(s, fence)
+        changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now)
+        _open_tasks(s, table_id, found, policy, fence)
+    return changed
+
+
+def _idle(s: Session, row: ManagedTable, policy: Policy) -> bool:
+    """Nothing new to read and no partition waiting: the round has nothing to judge."""
+    scanned = s.scalar(
+        select(ReadinessCursor.scanned_snapshot_id).where(ReadinessCursor.table_id == row.id)
+    )
+    if scanned is None or scanned != row.current_snapshot_id:
+        return False
+    column = policy.readiness.partition
+    waiting = s.scalar(
+        select(func.count())
+        .select_from(PartitionReadiness)
+        .where(
+            PartitionReadiness.table_id == row.id,
+            PartitionReadiness.column == column,
+            PartitionReadiness.ready.is_(False),
+        )
+    )
+    return not waiting
+
+
+def _tag(table: Table, found: Assessment, policy: Policy) -> dict[str, str]:
+    """Tag `ready-<partition>` on the current snapshot for each partition becoming ready
+    (an existing tag of that name moves), in one commit. Returns partition -> tag; empty
+    when that commit conflicted with a writer's (those partitions wait for the next round:
+    a partition asked to be tagged is not ready until it is)."""
+    becoming = found.becoming_ready()
+    if not becoming or found.snapshot_id is None:
+        return {}
+    retention_ms = int(timedelta(days=policy.readiness.tag_retention_days).total_seconds() * 1000)
+    names = {p.partition: tag_name(p.partition) for p in becoming}
+    manage = table.manage_snapshots()
+    for name in names.values():
+        manage = manage.create_tag(found.snapshot_id, name, max_ref_age_ms=retention_ms)
+    try:
+        manage.commit()
+    except CommitFailedException as exc:
+        log.info("readiness tags of %s conflicted with a commit, next round: %s", table, exc)
+        return {}
+    return names
+
+
+def _store(
+    s: Session,
+    table_id: int,
+    table: str,
+    found: Assessment,
+    tags: dict[str, str] | None,
+    now: datetime,
+) -> int:
+    """Write the assessment: each partition's last commit and reason, the late commits'
+    un-readying, the partitions that became ready (with `tags` asked for: only those
+    tagged), and the cursor. Each state change is guarded by the state it expects, and
+    queues its notification in the same transaction."""
+    column, changed = found.field.column, 0
+    for p in found.partitions:
+        values: dict[str, Any] = {
+            "partition_end": p.end,
+            "last_commit_at": p.last_commit.at,
+            "last_commit_snapshot_id": p.last_commit.snapshot_id,
+            "reason": p.judgement.reason,
+            "updated_at": func.now(),
+        }
+        s.execute(
+            pg_insert(PartitionReadiness)
+            .values(table_id=table_id, column=column, partition=p.partition, **values)
+            .on_conflict_do_update(index_elements=["table_id", "column", "partition"], set_=values)
+        )
+        this = (
+            PartitionReadiness.table_id == table_id,
+            PartitionReadiness.column == column,
+            PartitionReadiness.partition == p.partition,
+        )
+        if p.late is not None and _move(
+            s, this, ready=False, since=None, unready_at=now, unready_reason=p.late
+        ):
+            changed += 1
+            _enqueue(s, table_id, table, column, p, ready=False, reason=p.late, at=now)
+        if not p.judgement.ready or (p.was_ready and p.late is None):
+            continue
+        if tags is not None and p.partition not in tags:
+            continue  # its tag did not commit: ready next round, tagged
+        tag = tags.get(p.partition) if tags is not None else None
+        if _move(s, this, ready=True, since=now, snapshot_id=found.snapshot_id, tag=tag):
+            changed += 1
+            _enqueue(
+                s,
+                table_id,
+                table,
+                column,
+                p,
+                ready=True,
+                reason=p.judgement.reason,
+                at=now,
+                snapshot_id=found.snapshot_id,
+                tag=tag,
+            )
+    scanned = {"scanned_snapshot_id": found.snapshot_id, "scanned_at": now}
+    s.execute(
+        pg_insert(ReadinessCursor)
+        .values(table_id=table_id, **scanned)
+        .on_conflict_do_update(index_elements=[ReadinessCursor.table_id], set_=scanned)
+    )
+    return changed
+
+
+def _move(s: Session, this: tuple[Any, ...], *, ready: bool, **values: Any) -> bool:
+    """Set the partition's `ready` (and `values`) only if it is in the other state."""
+    moved = s.execute(
+        update(PartitionReadiness)
+        .where(*this, PartitionReadiness.ready.is_(not ready))
+        .values(ready=ready, updated_at=func.now(), **values)
+    )
+    return bool(moved.rowcount)  # type: ignore[attr-defined]
+
+
+def _enqueue(
+    s: Session,
+    table_id: int,
+    table: str,
+    column: str,
+    p: Assessed,
+    *,
+    ready: bool,
+    reason: str,
+    at: datetime,
+    **extra: Any,
+) -> None:
+    """Queue a partition_ready / partition_unready notification (delivered after commit)."""
+    event = READY_EVENT if ready else UNREADY_EVENT
+    details = {
+        "table": table,
+        "partition_column": column,
+        "partition": p.partition,
+        "ready": ready,
+        "at": at.isoformat(),
+        "reason": reason,
+        "last_commit_snapshot_id": p.last_commit.snapshot_id,
+        **extra,
+    }
+    verb = "ready" if ready else "no longer ready"
+    payload = {
+        "event": event,
+        "summary": f"{table} partition {p.partition} is {verb}: {reason}",
+        "details": details,
+    }
+    s.add(ReadinessNotification(table_id=table_id, ready=ready, payload=payload))
+
+
+def _open_tasks(s: Session, table_id: int, found: Assessment, policy: Policy, fence: Fence) -> None:
+    """A required kind that has not looked at a complete partition since its last commit
+    gets a task, unless one of that kind was created since that commit (it will look, or
+    it failed: alerted as any failed task, and not retried from here)."""
+    waiting: dict[str, datetime] = {}
+    for p in found.partitions:
+        if p.judgement.complete:
+            for missing in p.judgement.missing_kinds:
+                waiting[missing] = max(waiting.get(missing, p.last_commit.at), p.last_commit.at)
+    for kind, since in waiting.items():
+        last = s.scalar(
+            select(func.max(Task.created_at)).where(Task.table_id == table_id, Task.kind == kind)
+        )
+        if last is not None and last >= since:
+            continue
+        section = policy.for_kind(kind)
+        create_task(
+            s,
+            table_id=table_id,
+            kind=kind,
+            actor=fence.holder,
+            priority=section.priority,
+            max_attempts=section.max_attempts,
+            pool=section.pool,
+            trigger={
+                "source": "readiness",
+                "reason": f"readiness: complete partitions wait for {kind} to look at them "
+                f"(last commit at {since.isoformat()})",
+                "leader_epoch": fence.epoch,
+            },
+        )
+
+
+# --- delivery ---------------------------------------------------------------------------
+
+
+def deliver_notifications(rt: Runtime, client: httpx.Client, limit: int = 100) -> int:
+    """Send the queued notifications, oldest first, each claimed (SKIP LOCKED, then a
+    lease) and sent with no transaction open; a failure is retried with backoff. Returns
+    how many were delivered. Without a sink that takes notifications, they are marked
+    delivered (there is no one to tell)."""
+    secrets = secrets_of(rt.settings, rt.engine.url.render_as_string(hide_password=False))
+    delivered = 0
+    for _ in range(limit):
+        claimed = _claim(rt)
+        if claimed is None:
+            break
+        delivered += _send(rt, rt.settings, client, claimed, secrets)
+    return delivered
+
+
+def _claim(rt: Runtime) -> ReadinessNotification | None:
+    with transaction(rt.engine) as s:
+        due = (
+            select(ReadinessNotification.id)
+            .where(
+                ReadinessNotification.delivered_at.is_(None),
+                ReadinessNotification.next_attempt_at <= func.now(),
+            )
+            .order_by(ReadinessNotification.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        return s.scalars(
+            update(ReadinessNotification)
+            .where(ReadinessNotification.id == due)
+            .values(next_attempt_at=func.now() + timedelta(seconds=NOTIFY_LEASE_S))
+            .returning(ReadinessNotification)
+        ).one_or_none()
+
+
+def _send(
+    rt: Runtime,
+    settings: Settings,
+    client: httpx.Client,
+    n: ReadinessNotification,
+    secrets: list[str],
+) -> bool:
+    payload = n.payload
+    errors = notify(settings, client, payload["event"], payload["summary"], payload["details"])
+    values: dict[str, Any]
+    if errors:
+        attempts = n.attempts + 1
+        delay = retry_delay_s(attempts, DELIVERY_RETRY_BASE_S, settings.retry_cap_s)
+        error = redact("; ".join(errors), secrets)[:2000]
+        log.warning("notification %d delivery failed (attempt %d): %s", n.id, attempts, error)
+        values = {
+            "attempts": attempts,
+            "error": error,
+            "next_attempt_at": datetime.now(UTC) + timedelta(seconds=delay),
+        }
+    else:
+        values = {"delivered_at": func.now(), "error": None}
+    with transaction(rt.engine) as s:  # only while our claim stands
+        s.execute(
+            update(ReadinessNotification)
+            .where(
+                ReadinessNotification.id == n.id,
+                ReadinessNotification.next_attempt_at == n.next_attempt_at,
+            )
+            .values(**values)
+        )
+    return not errors
