@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
 from sqlalchemy import update
 
 from lakewarden import policy_gate
@@ -17,13 +18,22 @@ from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
 from lakewarden.leader import Fence
-from lakewarden.outcomes import JobHeld, PlanRejected, PolicyChanged, RewriteFailed
+from lakewarden.outcomes import (
+    JobHeld,
+    PlanRejected,
+    PolicyChanged,
+    RewriteFailed,
+    RewriteMismatch,
+)
+from lakewarden.policy import ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog
 from lakewarden.spark.actions import first_failure, progress
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.spark.session import use_catalog
+from lakewarden.spark.validation import validating
 from lakewarden.states import TaskState
+from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.runs import finish_run, run_ui_url
 
 if TYPE_CHECKING:
@@ -121,9 +131,14 @@ def run_job(
         with (
             committing_as(job.task_id, job.attempt),
             guarded_by(policy_check(rt, job.task_id)),
+            validating(validation_policy(rt, job.task_id), _failpoint(rt)),
             joblog.capture(spark, job.group) as job_log,
         ):
             result = runner(spark, job.catalog, job.ref, job.plan)
+    except RewriteMismatch as exc:  # undone already: the run records what was compared
+        return finish_run(
+            rt, fence(), job.task_id, job.attempt, metrics=exc.metrics, error=exc, retryable=False
+        )
     except PlanRejected as exc:
         return finish_run(rt, fence(), job.task_id, job.attempt, error=exc, retryable=False)
     except JobHeld as exc:
@@ -204,3 +219,23 @@ def policy_check(rt: Runtime, task_id: int) -> Callable[[], None]:
             )
 
     return check
+
+
+def validation_policy(rt: Runtime, task_id: int) -> ValidationPolicy:
+    """The table's `validation` section as the job starts (its rewrites are checked under
+    it: lakewarden.spark.validation); the built-in default when the table is gone or its
+    policy no longer validates (the job's last look before committing cancels it then)."""
+    with transaction(rt.engine) as s:
+        task = s.get(Task, task_id)
+        row = s.get(ManagedTable, task.table_id) if task is not None else None
+        try:
+            return (
+                effective_policy_for(s, row).validation if row is not None else ValidationPolicy()
+            )
+        except ValidationError:  # the last look before the commit cancels the task
+            return ValidationPolicy()
+
+
+def _failpoint(rt: Runtime) -> str | None:
+    """The test-only failpoint, only when failpoints are enabled too (never by accident)."""
+    return rt.settings.failpoint if rt.settings.failpoints_enabled else None

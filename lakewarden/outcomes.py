@@ -40,3 +40,14 @@ class RewriteFailed(RuntimeError):
     def __init__(self, reason: str, metrics: dict[str, object]) -> None:
         super().__init__(reason)
         self.metrics = metrics
+
+
+class RewriteMismatch(VerificationFailed):
+    """A rewrite committed, and a partition it touched no longer holds the same rows (count
+    or checksum: `lakewarden.spark.validation`). The rewrite was undone before this is
+    raised (the message says how); the task fails for good with a critical alert: running
+    it again would only rewrite the same way. `metrics`: the rewrite's, with "validation"."""
+
+    def __init__(self, reason: str, metrics: dict[str, object]) -> None:
+        super().__init__(reason)
+        self.metrics = metrics

@@ -340,6 +340,31 @@ class TagsPolicy(InputModel):
     retention_days: int = Field(default=30, ge=1, le=MAX_DAYS)
 
 
+class ValidationPolicy(InputModel):
+    """Post-rewrite validation (`lakewarden.spark.validation`): after a rewrite job
+    (compaction, clustering, Z-order) commits, each partition it touched must hold the same
+    rows as before: row count and an order-independent checksum of `columns`, read with
+    Spark at the snapshot before the rewrite and at its last commit. A mismatch fails the
+    task, raises a critical alert and undoes the rewrite. On by default: the issue asks it of
+    every rewrite job; `enabled: false` turns it off for a table."""
+
+    enabled: bool = True
+    # The columns checksummed; empty: every top-level column of a primitive type.
+    columns: list[str] = Field(default_factory=list, max_length=100)
+    # The cost cap: validation reads the touched partitions twice (before, after); when
+    # they held more rows than this before the rewrite, it is skipped and says so.
+    max_rows: int = Field(default=10_000_000, ge=1, le=10**12)
+
+    @model_validator(mode="after")
+    def _columns(self) -> ValidationPolicy:
+        for c in self.columns:
+            if not IDENTIFIER.match(c):
+                raise ValueError(f"invalid column name {c!r}")
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError("columns must not repeat")
+        return self
+
+
 class Policy(InputModel):
     slo: SLOPolicy = Field(default_factory=SLOPolicy)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
@@ -347,6 +372,7 @@ class Policy(InputModel):
     zorder: ZOrderPolicy = Field(default_factory=ZOrderPolicy)
     ttl: TTLPolicy = Field(default_factory=TTLPolicy)
     clean: CleanPolicy = Field(default_factory=CleanPolicy)
+    validation: ValidationPolicy = Field(default_factory=ValidationPolicy)
     readiness: ReadinessPolicy = Field(default_factory=ReadinessPolicy)
     tags: TagsPolicy = Field(default_factory=TagsPolicy)
 

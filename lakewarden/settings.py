@@ -147,6 +147,12 @@ class Settings(BaseSettings):
 
     # Failpoint for fault tests: a worker sleeps this long after claiming, before planning.
     fault_plan_delay_s: float = 0.0
+    # Test-only failpoint that corrupts a rewrite after it commits (lakewarden.spark.
+    # validation): "corrupt-rewrite" drops one output file under the task's commit tags;
+    # "corrupt-rewrite-then-write" also appends a writer's row after it. Honoured only
+    # with failpoints_enabled as well: one stray variable never corrupts a table.
+    failpoint: Literal["corrupt-rewrite", "corrupt-rewrite-then-write"] | None = None
+    failpoints_enabled: bool = False
 
     # /metrics exports per-table series for at most this many tables (the least healthy).
     metrics_max_tables: int = Field(default=1000, ge=0, le=1_000_000)

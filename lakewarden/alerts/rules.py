@@ -30,6 +30,13 @@ RUNBOOKS = {
     "run (GET /api/v1/tasks/{id}) the failed partitions and Spark's log tail. Fix the cause "
     "(e.g. a data file missing from storage: restore it, or remove it from the table). "
     "Resolves when a later task of that kind is not partial.",
+    "rewrite_mismatch": "A rewrite (compaction, clustering, Z-order) left a partition with "
+    "other rows than before (count or checksum: the post-rewrite validation) and was undone: "
+    "the task's reason says how (rolled back to the snapshot before it, or only the rewrite "
+    "reverted because a writer had committed since, or not undone and how to do it by hand). "
+    "Its run (GET /api/v1/tasks/{id}) lists the partitions compared. Suspect the engine or "
+    "storage; keep the kind disabled for the table until understood. Resolves when a later "
+    "task of that kind succeeds.",
     "backlog_stale": "Tasks wait longer than the window: check GET /api/v1/scheduler/leader, "
     "that workers run (planning) and that Spark accepts jobs (running). Add workers or raise "
     "max_concurrent_jobs if the backlog is real.",
@@ -76,15 +83,22 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     """The rules the scheduler leader evaluates (it sees the task tables)."""
     # The latest finished task of each (table, kind): failed for good, a held TTL, or a
     # rewrite that committed only part of its file groups.
+    # A failed one whose last run's post-rewrite validation failed is a rewrite_mismatch.
     latest = session.execute(
         text(
             f"""
-            SELECT DISTINCT ON (t.table_id, t.kind)
-                   t.id, t.kind, t.state, t.reason, m.catalog, m.namespace, m.name,
-                   coalesce(t.result->>'partial' = 'true', false)
-            FROM tasks t JOIN managed_tables m ON m.id = t.table_id
-            WHERE {sql_in("t.state", FINISHED_TASK_STATES)} AND m.retired_at IS NULL
-            ORDER BY t.table_id, t.kind, t.id DESC
+            SELECT l.*, CASE WHEN {sql_in("l.state", TaskState.FAILED)} THEN (
+                       SELECT r.metrics->'validation'->>'status' = 'failed' FROM job_runs r
+                       WHERE r.task_id = l.id ORDER BY r.attempt DESC LIMIT 1
+                   ) END IS TRUE
+            FROM (
+                SELECT DISTINCT ON (t.table_id, t.kind)
+                       t.id, t.kind, t.state, t.reason, m.catalog, m.namespace, m.name,
+                       coalesce(t.result->>'partial' = 'true', false)
+                FROM tasks t JOIN managed_tables m ON m.id = t.table_id
+                WHERE {sql_in("t.state", FINISHED_TASK_STATES)} AND m.retired_at IS NULL
+                ORDER BY t.table_id, t.kind, t.id DESC
+            ) l
             """
         )
     ).all()
@@ -94,15 +108,24 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
             f"{kind} of {label(default, c, ns, n)} failed for good (task {tid}): {reason}",
             {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
         )
-        for tid, kind, state, reason, c, ns, n, _ in latest
-        if state == TaskState.FAILED
+        for tid, kind, state, reason, c, ns, n, _, mismatch in latest
+        if state == TaskState.FAILED and not mismatch
+    }
+    mismatched = {
+        f"{label(default, c, ns, n)}:{kind}": (
+            f"{kind} of {label(default, c, ns, n)} changed the table's rows and was undone "
+            f"(task {tid}): {reason}",
+            {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
+        )
+        for tid, kind, state, reason, c, ns, n, _, mismatch in latest
+        if mismatch
     }
     held = {
         label(default, c, ns, n): (
             f"TTL of {label(default, c, ns, n)} is held (task {tid}): {reason}",
             {"task_id": tid, **table_details(c, ns, n)},
         )
-        for tid, kind, state, reason, c, ns, n, _ in latest
+        for tid, kind, state, reason, c, ns, n, _, _ in latest
         if kind == "ttl" and state == TaskState.SKIPPED and (reason or "").startswith("held:")
     }
     partial = {
@@ -110,10 +133,11 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
             f"{kind} of {label(default, c, ns, n)} succeeded only in part (task {tid}): {reason}",
             {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
         )
-        for tid, kind, state, reason, c, ns, n, part in latest
+        for tid, kind, state, reason, c, ns, n, part, _ in latest
         if state == TaskState.SUCCEEDED and part
     }
     _apply(session, "task_failed", "critical", failed)
+    _apply(session, "rewrite_mismatch", "critical", mismatched)
     _apply(session, "ttl_held", "warning", held)
     _apply(session, "task_partial", "warning", partial)
 

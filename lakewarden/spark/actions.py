@@ -16,6 +16,7 @@ from uuid import uuid4
 from lakewarden.catalog import TableRef
 from lakewarden.outcomes import RewriteFailed
 from lakewarden.spark.commits import before_commit, commit_properties
+from lakewarden.spark.validation import validate_rewrite
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,6 +70,7 @@ def rewrite_data_files(
     for key, value in commit_properties().items():
         action = action.snapshotProperty(key, value)
     before_commit()
+    start = table.currentSnapshot()
     result = action.execute()
     metrics: dict[str, Any] = {
         "rewritten_data_files": result.rewrittenDataFilesCount(),
@@ -84,6 +86,12 @@ def rewrite_data_files(
     committed = committed_by_this_job(table) if metrics["rewritten_data_files"] else None
     if committed is not None:
         metrics[COMMITTED] = committed
+    # Rows before and after, per partition the rewrite touched; raises after undoing it
+    # when they differ (lakewarden.spark.validation).
+    start_id = int(start.snapshotId()) if start is not None else None
+    validation = validate_rewrite(spark, catalog, ref, table, start_id, metrics)
+    if validation is not None:
+        metrics["validation"] = validation
     return metrics
 
 

@@ -1,0 +1,485 @@
+"""Post-rewrite validation: a rewrite must not change a table's rows.
+
+`rewrite_data_files` (lakewarden.spark.actions: compaction, clustering and Z-order all go
+through it) calls `validate_rewrite` once Iceberg's action returned. It finds the job's
+commits (those carrying its task id and attempt: lakewarden.spark.commits) since the
+snapshot that was current when the action started, grouped into spans of consecutive
+commits (with partial progress a writer may commit between two of them), and compares, for
+every partition a span's commits touched, the row count and an order-independent checksum
+(the sum of `xxhash64` over the chosen columns) read through Spark's Iceberg reader, which
+applies delete files, at the snapshot before the span and at its last commit.
+
+On a mismatch the rewrite is undone before the task fails (`undo`):
+
+- no other commit since the job's first one: the table's main branch is set back to the
+  snapshot before it, in one compare-and-swap of the table's metadata (a writer committing
+  meanwhile makes it fail, and the revert below is done instead);
+- a writer committed since: a new commit (an overwrite) swaps the job's output files back
+  for the files it replaced, keeping the writer's rows; it fails if a writer removed one of
+  them, or added deletes against them, meanwhile. Only when the table has no delete files: restored files would
+  get a new data sequence number, and deletes that applied to them would stop applying.
+  Otherwise the table is left as it is and the reason says how to undo it by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.catalog import TableRef
+from lakewarden.metadata import jsonable
+from lakewarden.outcomes import RewriteMismatch
+from lakewarden.policy import ValidationPolicy
+from lakewarden.spark.commits import TASK_KEY, commit_properties
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+REWRITE_KINDS = ("compaction", "clustering", "zorder")
+# More touched partitions than this are checked as one total (the query names each one).
+MAX_PARTITIONS = 200
+# Of the partitions checked, at most this many are listed in the metrics (mismatches first).
+MAX_LISTED = 50
+# How far back from the current snapshot the job's commits are looked for.
+MAX_DEPTH = 1000
+REVERT_KEY = "lakewarden.reverts-task"
+
+CORRUPT = "corrupt-rewrite"
+CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
+
+
+@dataclass(frozen=True)
+class Validating:
+    policy: ValidationPolicy
+    # Test-only (settings.failpoint, honoured with settings.failpoints_enabled only).
+    failpoint: str | None = None
+
+
+_ACTIVE: ContextVar[Validating | None] = ContextVar("lakewarden_validation", default=None)
+
+
+@contextmanager
+def validating(policy: ValidationPolicy, failpoint: str | None = None) -> Iterator[None]:
+    """The scheduler runs a job inside this: its rewrites are validated under `policy`."""
+    token = _ACTIVE.set(Validating(policy, failpoint))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+@dataclass
+class Span:
+    """Consecutive commits of the job: `before` is the parent of the first."""
+
+    before: int
+    commits: list[Any] = field(default_factory=list)  # Java Snapshots, oldest first
+
+    @property
+    def after(self) -> int:
+        return int(self.commits[-1].snapshotId())
+
+
+def validate_rewrite(
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    table: Any,
+    start_id: int | None,
+    metrics: dict[str, Any],
+) -> dict[str, Any] | None:
+    """What `metrics["validation"]` records of the rewrite that just ran on the Java
+    `table` (started at snapshot `start_id`); None outside a scheduled job. Raises
+    RewriteMismatch, after undoing the rewrite, when a partition's rows changed."""
+    active = _ACTIVE.get()
+    if active is None or not commit_properties():
+        return None
+    if active.failpoint in (CORRUPT, CORRUPT_THEN_WRITE) and metrics.get("rewritten_data_files"):
+        _corrupt(
+            spark, ref.spark_name(catalog), table, write=active.failpoint == CORRUPT_THEN_WRITE
+        )
+    policy = active.policy
+    if not policy.enabled:
+        return _skipped("validation is off for this table (validation.enabled: false)")
+    table.refresh()
+    spans = job_spans(table, start_id)
+    if not spans:
+        return _skipped("the rewrite committed nothing")
+    started = time.monotonic()
+    try:
+        result = _compare(spark, catalog, ref, table, spans, policy)
+    except RewriteMismatch:
+        raise
+    except Exception as exc:  # the rewrite stands; that it was not checked is said
+        log.warning("validation of %s could not run", ref.dotted, exc_info=True)
+        result = _skipped(f"validation could not run: {type(exc).__name__}: {str(exc)[:300]}")
+    result["cost_seconds"] = round(time.monotonic() - started, 3)
+    if result["status"] != "failed":
+        return result
+    result["undo"] = undo(spark, table, spans)
+    bad = [p for p in result["partitions"] if not p["match"]]
+    raise RewriteMismatch(
+        f"post-rewrite validation failed: {len(bad)} of {result['partitions_checked']} "
+        f"partition(s) changed ({_describe(bad[0])}); {result['undo']['reason']}",
+        {**metrics, "validation": result},
+    )
+
+
+def _skipped(reason: str) -> dict[str, Any]:
+    return {"status": "skipped", "reason": reason}
+
+
+def _describe(p: dict[str, Any]) -> str:
+    return f"{p['partition']}: {p['rows_before']} rows before, {p['rows_after']} after" + (
+        "" if p["rows_before"] != p["rows_after"] else ", checksums differ"
+    )
+
+
+# --- the job's commits ------------------------------------------------------------------
+
+
+def job_spans(table: Any, start_id: int | None) -> list[Span]:
+    """The job's commits in the main branch's history since `start_id`, oldest first, in
+    spans of consecutive commits (a writer's commit between two of them starts a new span)."""
+    props = commit_properties()
+    history: list[Any] = []
+    snapshot = table.currentSnapshot()
+    while snapshot is not None and len(history) < MAX_DEPTH:
+        if start_id is not None and int(snapshot.snapshotId()) == start_id:
+            break
+        history.append(snapshot)
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    spans: list[Span] = []
+    previous_ours = False
+    for snap in reversed(history):
+        summary = snap.summary()
+        ours = all(summary.get(k) == v for k, v in props.items())
+        if ours and snap.parentId() is not None:
+            if not previous_ours:
+                spans.append(Span(before=int(snap.parentId())))
+            spans[-1].commits.append(snap)
+        previous_ours = ours
+    return spans
+
+
+def _each(java_iterable: Any) -> Iterator[Any]:
+    it = java_iterable.iterator()
+    while it.hasNext():
+        yield it.next()
+
+
+# --- which partitions, and how to read them ---------------------------------------------
+
+
+def _quote(name: str) -> str:
+    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
+
+
+def _literal(value: Any) -> str | None:
+    """A Spark SQL literal for a partition value, or None when it has no safe plain form.
+    Strings go through unhex: no quoting to get wrong (constant-folded before pushdown)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return f"CAST(unhex('{value.encode().hex()}') AS STRING)" if value else "''"
+    return None
+
+
+def _term(catalog: str, transform: str, column: str) -> tuple[str, str] | None:
+    """(the SQL expression of a partition field over its source column, how a partition
+    value is written against it), for the transforms Iceberg's Spark functions cover."""
+    fn = f"`{catalog}`.system"
+    col = _quote(column)
+    if transform == "identity":
+        return col, "plain"
+    if transform in ("year", "month", "hour"):
+        return f"{fn}.{transform}s({col})", "plain"
+    if transform == "day":
+        return f"{fn}.days({col})", "day"
+    for name in ("bucket", "truncate"):
+        if transform.startswith(f"{name}[") and transform.endswith("]"):
+            width = transform[len(name) + 1 : -1]
+            if width.isdigit():
+                return f"{fn}.{name}({width}, {col})", "plain"
+    return None
+
+
+def _python(value: Any) -> Any:
+    """A partition value from py4j: Java strings (or Avro's Utf8) as str."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value.toString()) if hasattr(value, "toString") else value
+
+
+@dataclass(frozen=True)
+class Touched:
+    """A partition the job's commits added or removed data files in."""
+
+    label: dict[str, Any]  # {partition field: value}
+    predicate: str  # SQL selecting its rows; TRUE when it cannot be written as one
+
+
+def touched_partitions(catalog: str, table: Any, commits: list[Any]) -> list[Touched]:
+    """The partitions `commits` added or removed data files in, each once."""
+    io, schema, specs = table.io(), table.schema(), table.specs()
+    out: dict[tuple[int, str], Touched] = {}
+    for commit in commits:
+        for files in (commit.addedDataFiles(io), commit.removedDataFiles(io)):
+            for f in _each(files):
+                spec = specs.get(f.specId())
+                part = f.partition()
+                label: dict[str, Any] = {}
+                terms: list[str] = []
+                for i, pf in enumerate(_each(spec.fields())):
+                    value = _python(part.get(i))
+                    label[str(pf.name())] = jsonable(value)
+                    transform = str(pf.transform())
+                    if transform == "void":
+                        continue
+                    column = schema.findColumnName(pf.sourceId())
+                    terms.append(_predicate(catalog, transform, column, value))
+                key = (int(f.specId()), repr(sorted(label.items())))
+                if key not in out:
+                    out[key] = Touched(label, " AND ".join(terms) or "TRUE")
+    return list(out.values())
+
+
+def _predicate(catalog: str, transform: str, column: str | None, value: Any) -> str:
+    """Rows whose partition field (`transform` of `column`) is `value`; TRUE (every row)
+    when that cannot be written safely."""
+    term = _term(catalog, transform, str(column)) if column else None
+    if term is None:
+        return "TRUE"
+    expr, shape = term
+    if value is None:
+        return f"{expr} IS NULL"
+    if shape == "day" and isinstance(value, int) and not isinstance(value, bool):
+        return f"{expr} = date_from_unix_date({value})"
+    literal = _literal(value) if shape == "plain" else None
+    return "TRUE" if literal is None else f"{expr} = {literal}"
+
+
+def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> list[str]:
+    """The policy's columns, or every top-level column of a primitive type."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    fields = {f.name: f.dataType for f in spark.table(name).schema.fields}
+    if policy.columns:
+        missing = [c for c in policy.columns if c not in fields]
+        if missing:
+            raise ValueError(f"validation.columns names columns the table lacks: {missing}")
+        return list(policy.columns)
+    return [n for n, t in fields.items() if not isinstance(t, StructType | ArrayType | MapType)]
+
+
+def _rows_estimate(table: Any, span: Span) -> int:
+    """Rows the before-snapshot held: its summary's total (what reading the whole table
+    costs; the touched partitions are at most that)."""
+    snap = table.snapshot(span.before)
+    total = snap.summary().get("total-records") if snap is not None else None
+    return int(total) if total is not None else 0
+
+
+def _aggregate(
+    spark: SparkSession, name: str, snapshot_id: int, predicates: list[str], columns: list[str]
+) -> dict[int, tuple[int, str]]:
+    """{partition index: (rows, checksum)} at `snapshot_id`: one scan, pruned to the
+    partitions' rows (index 0 for all of them when `predicates` is one, TRUE). The checksum
+    is a sum over rows, so their order does not matter; a DECIMAL(38,0) cannot overflow."""
+    if predicates == ["TRUE"]:
+        key, where = "0", ""
+    else:
+        key = "CASE " + " ".join(f"WHEN {p} THEN {i}" for i, p in enumerate(predicates)) + " END"
+        where = " WHERE " + " OR ".join(f"({p})" for p in predicates)
+    hashed = ", ".join(_quote(c) for c in columns)
+    rows = spark.sql(
+        f"SELECT {key} AS k, count(*) AS n, "
+        f"sum(CAST(xxhash64({hashed}) AS DECIMAL(38,0))) AS h "
+        f"FROM {name} VERSION AS OF {int(snapshot_id)}{where} GROUP BY 1"
+    ).collect()
+    return {int(r["k"]): (int(r["n"]), str(r["h"] or 0)) for r in rows if r["k"] is not None}
+
+
+def _compare(
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    table: Any,
+    spans: list[Span],
+    policy: ValidationPolicy,
+) -> dict[str, Any]:
+    name = ref.spark_name(catalog)
+    columns = chosen_columns(spark, name, policy)
+    if not columns:
+        return _skipped("the table has no column of a primitive type to checksum")
+    touched = [touched_partitions(catalog, table, span.commits) for span in spans]
+    estimate = sum(_rows_estimate(table, span) for span in spans)
+    if estimate > policy.max_rows:
+        return {
+            **_skipped(
+                f"the table held {estimate} rows before the rewrite > validation.max_rows "
+                f"{policy.max_rows}: not read twice to check it"
+            ),
+            "rows_estimate": estimate,
+            "max_rows": policy.max_rows,
+        }
+    partitions: list[dict[str, Any]] = []
+    for span, parts in zip(spans, touched, strict=True):
+        labels: list[Any] = [p.label for p in parts]
+        predicates = [p.predicate for p in parts]
+        if not predicates or len(predicates) > MAX_PARTITIONS or "TRUE" in predicates:
+            labels, predicates = [f"the whole table ({len(parts)} partition(s) touched)"], ["TRUE"]
+        before = _aggregate(spark, name, span.before, predicates, columns)
+        after = _aggregate(spark, name, span.after, predicates, columns)
+        for i, label in enumerate(labels):
+            (n0, h0), (n1, h1) = before.get(i, (0, "0")), after.get(i, (0, "0"))
+            partitions.append(
+                {
+                    "partition": label,
+                    "rows_before": n0,
+                    "rows_after": n1,
+                    "match": n0 == n1 and h0 == h1,
+                    "before_snapshot": span.before,
+                    "after_snapshot": span.after,
+                }
+            )
+    failed = any(not p["match"] for p in partitions)
+    partitions.sort(key=lambda p: p["match"])
+    return {
+        "status": "failed" if failed else "passed",
+        "columns": columns,
+        "rows": sum(p["rows_before"] for p in partitions),
+        "partitions_checked": len(partitions),
+        "partitions": partitions[:MAX_LISTED],
+        "spans": [
+            {"before_snapshot": s.before, "after_snapshot": s.after, "commits": len(s.commits)}
+            for s in spans
+        ],
+        "max_rows": policy.max_rows,
+        "reason": (
+            "a partition's rows changed"
+            if failed
+            else "every touched partition holds the same rows"
+        ),
+    }
+
+
+# --- undoing a rewrite ------------------------------------------------------------------
+
+
+def undo(spark: SparkSession, table: Any, spans: list[Span]) -> dict[str, Any]:
+    """Undo the job's commits (see the module's docstring); says what it did and why."""
+    jvm: Any = spark._jvm
+    table.refresh()
+    first_before, last = spans[0].before, spans[-1].after
+    ops = table.operations()
+    base = ops.current()
+    current = base.currentSnapshot()
+    if len(spans) == 1 and current is not None and int(current.snapshotId()) == last:
+        meta = jvm.org.apache.iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(
+            first_before, "main"
+        )
+        try:
+            ops.commit(base, meta.build())
+            table.refresh()
+            return {
+                "action": "rolled_back",
+                "to_snapshot": first_before,
+                "reason": f"no writer committed since the rewrite: the table was rolled back "
+                f"to snapshot {first_before}, the one before it",
+            }
+        except Exception as exc:  # a writer's commit won the race: revert instead
+            log.warning("rollback of %s lost to a commit: %s", table.name(), exc)
+            table.refresh()
+    return _revert(table, spans)
+
+
+def _revert(table: Any, spans: list[Span]) -> dict[str, Any]:
+    ours = [c for span in spans for c in span.commits]
+    ids = [int(c.snapshotId()) for c in ours]
+    current = table.currentSnapshot()
+    by_hand = (
+        f"to undo by hand, restore the data files the rewrite snapshots {ids} removed "
+        f"(or roll back to snapshot {spans[0].before} and re-apply the later commits)"
+    )
+    deletes = int(current.summary().get("total-delete-files", "0") or 0)
+    removed_deletes = sum(int(c.summary().get("removed-delete-files", "0") or 0) for c in ours)
+    if deletes or removed_deletes:
+        return {
+            "action": "none",
+            "reason": "a writer committed since the rewrite and the table has delete files: "
+            f"not undone automatically (restored files would escape their deletes); {by_hand}",
+        }
+    io = table.io()
+    added: dict[str, Any] = {}
+    removed: dict[str, Any] = {}
+    for c in ours:
+        for f in _each(c.removedDataFiles(io)):
+            path = str(f.location())
+            if added.pop(path, None) is None:
+                removed[path] = f
+        for f in _each(c.addedDataFiles(io)):
+            added[str(f.location())] = f
+    # An overwrite, not a RewriteFiles: Iceberg refuses a "replace" whose added and removed
+    # row counts differ, which is what a rewrite that lost rows leaves to undo. It fails if
+    # a writer removed one of the files, or added deletes against them, meanwhile.
+    revert = (
+        table.newOverwrite()
+        .validateFromSnapshot(current.snapshotId())
+        .validateNoConflictingDeletes()
+    )
+    for f in added.values():
+        revert = revert.deleteFile(f)
+    for f in removed.values():
+        revert = revert.addFile(f)
+    revert = revert.set(REVERT_KEY, commit_properties().get(TASK_KEY, ""))
+    try:
+        revert.commit()
+    except Exception as exc:
+        return {
+            "action": "none",
+            "reason": f"a writer committed since the rewrite and reverting it failed "
+            f"({str(exc).splitlines()[0][:300]}): {by_hand}",
+        }
+    table.refresh()
+    snapshot_id = int(table.currentSnapshot().snapshotId())
+    return {
+        "action": "reverted",
+        "snapshot_id": snapshot_id,
+        "reverted_commits": ids,
+        "reason": f"a writer committed since the rewrite: only the rewrite was reverted "
+        f"(commit {snapshot_id} puts back the {len(removed)} data files it replaced, "
+        f"the writers' commits are kept)",
+    }
+
+
+# --- the test-only failpoint ------------------------------------------------------------
+
+
+def _corrupt(spark: SparkSession, name: str, table: Any, *, write: bool) -> None:
+    """Drop one data file of the rewrite's output in a commit carrying the task's tags, as
+    if the rewrite had lost its rows; with `write`, then a writer appends a copy of one
+    remaining row (no tags). Reached only with settings.failpoints_enabled."""
+    table.refresh()
+    snapshot = table.currentSnapshot()
+    added = next(_each(snapshot.addedDataFiles(table.io())), None)
+    if added is None:
+        return
+    log.warning("failpoint: dropping %s from %s", added.location(), table.name())
+    delete = table.newDelete().deleteFile(added)
+    for key, value in commit_properties().items():
+        delete = delete.set(key, value)
+    delete.commit()
+    if write:
+        spark.sql(f"INSERT INTO {name} SELECT * FROM {name} LIMIT 1").collect()
+    table.refresh()
