@@ -66,7 +66,7 @@ def rewrite_branch(
     if not groups:
         return metrics
     for group in groups:
-        _rewrite_group(spark, jvm, table, group)
+        _rewrite_group(spark, jvm, table, ref.spark_name(catalog), group)
     rewrite = table.newRewrite().validateFromSnapshot(start).toBranch(branch)
     rewrite = rewrite.dataSequenceNumber(head.sequenceNumber())
     for group in groups:
@@ -88,23 +88,24 @@ def rewrite_branch(
     return metrics
 
 
-def _rewrite_group(spark: SparkSession, jvm: Any, table: Any, group: Any) -> None:
+def _rewrite_group(spark: SparkSession, jvm: Any, table: Any, name: str, group: Any) -> None:
     """One file group, as Iceberg's bin-pack runner does it: the group's scan tasks staged
     under an id, read back as one DataFrame, written as new files the coordinator holds
-    (nothing committed), which become the group's output files."""
+    (nothing committed), which become the group's output files. (The runner reaches the
+    table through SparkTableCache, whose static get() py4j cannot call next to its
+    get(String); the staged tasks and new files are keyed by the table's UUID, so the
+    catalog's name for it reaches the same table.)"""
     group_id = str(uuid4())
-    cache = jvm.org.apache.iceberg.spark.SparkTableCache.get()
     tasks = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
     coordinator = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
     try:
-        cache.add(group_id, table)
         tasks.stageTasks(table, group_id, group.fileScanTasks())
         rows = (
             spark.read.format("iceberg")
             .option("scan-task-set-id", group_id)
             .option("split-size", str(group.inputSplitSize()))
             .option("file-open-cost", "0")
-            .load(group_id)
+            .load(name)
         )
         (
             rows.write.format("iceberg")
@@ -113,11 +114,10 @@ def _rewrite_group(spark: SparkSession, jvm: Any, table: Any, group: Any) -> Non
             .option("distribution-mode", "none")
             .option("output-spec-id", str(group.outputSpecId()))
             .mode("append")
-            .save(group_id)
+            .save(name)
         )
         group.setOutputFiles(coordinator.fetchNewFiles(table, group_id))
     finally:
-        cache.remove(group_id)
         tasks.removeTasks(table, group_id)
         coordinator.clearRewrite(table, group_id)
 
