@@ -24,9 +24,10 @@ from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import KindPolicy, Policy, SweptPolicy, TagsPolicy, is_due
+from lakewarden.policy import KindPolicy, Policy, SweptPolicy, TagsPolicy, ValidationPolicy, is_due
 from lakewarden.readiness import explain_readiness
 from lakewarden.refs import due_tag, list_refs
+from lakewarden.spark.validation import REWRITE_KINDS
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
 from lakewarden.tasks.repo import open_task
 
@@ -78,6 +79,7 @@ def explain_table(
         "paused": paused,
         "frozen": frozen,
         "kinds": kinds,
+        "validation": explain_validation(policy.validation, table),
         "readiness": _explain_readiness(session, row, table, policy, now),
         "tags": explain_tags(policy.tags, table, now),
     }
@@ -258,3 +260,38 @@ def _triggers(
             }
         )
     return out
+
+
+def explain_validation(policy: ValidationPolicy, table: Table) -> dict[str, Any]:
+    """What the post-rewrite validation (`lakewarden.spark.validation`) would check after
+    the table's next rewrite (compaction, clustering, Z-order), or that it is off."""
+    primitive = [f.name for f in table.schema().fields if f.field_type.is_primitive]
+    names = {f.name for f in table.schema().fields}
+    columns = list(policy.columns) or primitive
+    current = table.current_snapshot()
+    summary = snapshot_fields(current)["summary"] if current else {}
+    rows = int(summary.get("total-records", 0) or 0)
+    if not policy.enabled:
+        reason = "off (validation.enabled: false): rewrites are not checked"
+    elif missing := [c for c in policy.columns if c not in names]:
+        reason = (
+            f"validation.columns names columns the table lacks ({', '.join(missing)}): "
+            "every rewrite's validation would be skipped, saying so"
+        )
+    else:
+        reason = (
+            "after each rewrite commits, every partition it touched is read before and after: "
+            f"row count and a checksum of {len(columns)} column(s); skipped when those "
+            f"partitions held more than max_rows {policy.max_rows} rows (the table holds "
+            f"{rows}); a mismatch fails the task, raises the critical rewrite_mismatch alert "
+            "and undoes the rewrite"
+        )
+    return {
+        "enabled": policy.enabled,
+        "applies_to": list(REWRITE_KINDS),
+        "columns": columns,
+        "columns_from": "policy" if policy.columns else "every column of a primitive type",
+        "max_rows": policy.max_rows,
+        "table_rows": rows,
+        "reason": reason,
+    }

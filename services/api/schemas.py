@@ -902,6 +902,16 @@ class WatermarkOut(ResponseModel):
     watermark: datetime = Field(description="the table's watermark now")
 
 
+class ValidationExplainOut(ResponseModel):
+    enabled: bool
+    applies_to: list[str] = Field(description="the rewrite kinds it checks")
+    columns: list[str] = Field(description="the columns checksummed")
+    columns_from: str = Field(description='"policy", or every column of a primitive type')
+    max_rows: int = Field(description="skipped when the touched partitions held more rows")
+    table_rows: int = Field(description="rows in the table's current snapshot")
+    reason: str
+
+
 class ExplainOut(ResponseModel):
     table: str
     at: datetime
@@ -914,6 +924,9 @@ class ExplainOut(ResponseModel):
         description="the global freeze: no job starts on any table until unfrozen"
     )
     kinds: dict[str, KindExplainOut]
+    validation: ValidationExplainOut | None = Field(
+        default=None, description="the post-rewrite validation: what it would check, or off"
+    )
     readiness: ReadinessExplainOut | None = Field(
         default=None, description="partition readiness: which partitions would become ready"
     )

@@ -18,6 +18,8 @@ from sqlalchemy import select, update
 from lakewarden.alerts.rules import evaluate_task_rules
 from lakewarden.db.models import Alert, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.explain import explain_validation
+from lakewarden.policy import ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.spark.validation import REVERT_KEY
@@ -77,6 +79,9 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     assert span["after_snapshot"] == current(table.refresh()).snapshot_id
     assert (task_of(spark_rt, task_id).result or {})["validation"]["status"] == "passed"
     assert _rows(table) == rows
+    explained = explain_validation(ValidationPolicy(), table)
+    assert explained["columns"] == ["id", "region", "amount"] and explained["table_rows"] == 60
+    assert explained["applies_to"] == ["compaction", "clustering", "zorder"]
 
     # Off for this table: the next compaction says it skipped, and why.
     table = append_batches(table, 6, start=1000)
@@ -94,6 +99,8 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
         "status": "skipped",
         "reason": "validation is off for this table (validation.enabled: false)",
     }
+    off = explain_validation(ValidationPolicy(enabled=False), table)
+    assert off["reason"].startswith("off (validation.enabled: false)")
 
 
 @pytest.mark.parametrize("failpoint", ["corrupt-rewrite", "corrupt-rewrite-then-write"])
@@ -132,7 +139,7 @@ def test_a_corrupted_rewrite_fails_alerts_and_is_undone(
         assert undo["action"] == "reverted", undo
         head = current(table)
         assert head.snapshot_id == undo["snapshot_id"]
-        assert (head.summary or {}).get(REVERT_KEY) == str(task_id)
+        assert head.summary is not None and head.summary.get(REVERT_KEY) == str(task_id)
         writer = table.snapshot_by_id(head.parent_snapshot_id)  # type: ignore[arg-type]
         assert writer is not None and writer.summary is not None
         assert writer.summary.get(TASK_KEY) is None, writer.summary
