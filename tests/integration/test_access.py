@@ -56,6 +56,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): Rule("operator"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/health"): Rule("viewer"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): Rule("viewer"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/partitions"): Rule("viewer"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): Rule("operator"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),
@@ -205,6 +207,9 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
             "ttl_s": 60,
         },
         ("POST", "/api/v1/tokens"): {"name": "made", "grants": [f"viewer@lake/{NS}"]},
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): {
+            "watermark": "2026-01-01T00:00:00Z"
+        },
         # nothing answers there: a quick 422 for whoever may register it
         ("POST", "/api/v1/catalogs"): {
             "name": "other",

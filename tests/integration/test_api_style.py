@@ -88,10 +88,12 @@ OPERATION_IDS = {
     ("DELETE", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): "deleteRule",
     ("PUT", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/opt-out"): "optOutTable",
     ("DELETE", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/opt-out"): "clearTableOptOut",
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/partitions"): "listPartitions",
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): "postWatermark",
     ("POST", "/api/v1/tables"): "registerDefaultCatalogTable",
     ("GET", "/api/v1/tables"): "listTables",
 }
-PAGED = {"listTables", "listTableEvents", "listTasks", "listAlerts", "listAudit"}
+PAGED = {"listTables", "listTableEvents", "listTasks", "listAlerts", "listAudit", "listPartitions"}
 
 
 @pytest.fixture(scope="module")
