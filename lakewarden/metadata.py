@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyiceberg.conversions import from_bytes
-from pyiceberg.manifest import DataFileContent
-from pyiceberg.table import Table
+from pyiceberg.manifest import DataFileContent, ManifestEntry
+from pyiceberg.table import ManifestGroupPlanner, Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import PrimitiveType
 
@@ -52,6 +53,9 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
 
     A delete file's rows are spread evenly over the data files it applies to: pyiceberg
     does not say which rows of which file a position-delete file removes without reading it.
+    Equality deletes (Flink's upserts), which pyiceberg's scan planning refuses, are matched
+    here as Iceberg matches them: to the older data files of their partition (of every
+    partition when the delete's spec is unpartitioned).
     """
     snapshot = table.snapshot_by_name(ref) if ref else table.current_snapshot()
     if snapshot is None:
@@ -63,28 +67,55 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
         if isinstance(col.field_type, PrimitiveType):  # only primitives carry bounds
             wanted[col.field_id] = (name, col.field_type)
     specs = table.specs()
-    tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+
+    def partition_of(f: Any) -> Partition:
+        names = [pf.name for pf in specs[f.spec_id].fields]
+        return tuple(zip(names, [f.partition[i] for i in range(len(names))], strict=True))
+
+    data_seq: dict[str, int] = {}
+    # (spec id, partition) -> [(data sequence number, equality delete)]; key None: global
+    equality: dict[tuple[int, Partition] | None, list[tuple[int, Any]]] = defaultdict(list)
+
+    def set_equality_aside(entry: ManifestEntry) -> bool:
+        f, seq = entry.data_file, entry.sequence_number or 0
+        if f.content == DataFileContent.EQUALITY_DELETES:
+            key = (f.spec_id, partition_of(f)) if specs[f.spec_id].fields else None
+            equality[key].append((seq, f))
+            return False
+        if f.content == DataFileContent.DATA:
+            data_seq[f.file_path] = seq
+        return True
+
+    planner = ManifestGroupPlanner(table.metadata, table.io)
+    tasks = list(planner.plan_files(snapshot.manifests(table.io), set_equality_aside))
+    applied = {
+        task.file.file_path: [
+            *task.delete_files,
+            *(
+                d
+                for key in ((task.file.spec_id, partition_of(task.file)), None)
+                for seq, d in equality.get(key, ())
+                if seq > data_seq[task.file.file_path]
+            ),
+        ]
+        for task in tasks
+    }
 
     deletes: dict[str, DeleteFile] = {}
-    applies_to: dict[str, int] = {}
-    for task in tasks:
-        for d in task.delete_files:
-            kind = "equality" if d.content == DataFileContent.EQUALITY_DELETES else "position"
-            names = [pf.name for pf in specs[d.spec_id].fields]
-            deletes[d.file_path] = DeleteFile(
-                d.file_path,
-                d.file_size_in_bytes,
-                d.record_count,
-                kind,
-                d.spec_id,
-                tuple(zip(names, [d.partition[i] for i in range(len(names))], strict=True)),
-            )
-            applies_to[d.file_path] = applies_to.get(d.file_path, 0) + 1
+    applies_to: dict[str, int] = defaultdict(int)
+    every_equality = [d for group in equality.values() for _, d in group]
+    for d in [d for ds in applied.values() for d in ds] + every_equality:
+        kind = "equality" if d.content == DataFileContent.EQUALITY_DELETES else "position"
+        deletes[d.file_path] = DeleteFile(
+            d.file_path, d.file_size_in_bytes, d.record_count, kind, d.spec_id, partition_of(d)
+        )
+    for ds in applied.values():
+        for d in ds:
+            applies_to[d.file_path] += 1
 
     data: list[DataFile] = []
     for task in tasks:
         f = task.file
-        names = [pf.name for pf in specs[f.spec_id].fields]
         bounds = {}
         for field_id, (name, ftype) in wanted.items():
             lo = (f.lower_bounds or {}).get(field_id)
@@ -92,7 +123,7 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
             if lo is not None and hi is not None:
                 bounds[name] = (from_bytes(ftype, lo), from_bytes(ftype, hi))
         deleted = sum(
-            deletes[d.file_path].records / applies_to[d.file_path] for d in task.delete_files
+            deletes[d.file_path].records / applies_to[d.file_path] for d in applied[f.file_path]
         )
         data.append(
             DataFile(
@@ -100,9 +131,7 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
                 size=f.file_size_in_bytes,
                 records=f.record_count,
                 spec_id=f.spec_id,
-                partition=tuple(
-                    zip(names, [f.partition[i] for i in range(len(names))], strict=True)
-                ),
+                partition=partition_of(f),
                 bounds=bounds,
                 deleted_records=min(float(f.record_count), deleted),
             )
