@@ -8,6 +8,7 @@ from lakewarden.kinds.base import EventFacts
 from lakewarden.kinds.compaction import event_verdict, plan_from_files
 from lakewarden.metadata import DataFile, KeyBucket
 from lakewarden.policy import CompactionPolicy, Policy
+from services.api.schemas import BucketsOut
 
 BUCKETS = {0: KeyBucket("id_bucket", "id", 4)}
 
@@ -93,3 +94,5 @@ def test_health_counts_files_and_deletes_per_bucket() -> None:
     assert health.buckets["over_limit"] == 1 and health.buckets["most_data_files"] == 3
     (signal,) = [s for s in health.signals if s.metric == "files_per_bucket"]
     assert signal.value == 3 and signal.threshold == 2
+    assert BucketsOut.model_validate(health.buckets).per_bucket[0].files == 5  # the API's shape
+    assert build(policy, 1, data, deletes, {}, None).buckets is None  # not bucketed by key
