@@ -22,11 +22,21 @@ from sqlalchemy.orm import Session
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
-from lakewarden.kinds import REGISTRY
+from lakewarden.kinds import REGISTRY, clean
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import KindPolicy, Policy, SweptPolicy, TagsPolicy, ValidationPolicy, is_due
+from lakewarden.policy import (
+    CleanPolicy,
+    KindPolicy,
+    Policy,
+    SweptPolicy,
+    TagsPolicy,
+    ValidationPolicy,
+    is_due,
+)
+from lakewarden.quotas import usage_of
 from lakewarden.readiness import explain_readiness
 from lakewarden.refs import due_tag, list_refs
+from lakewarden.settings import Settings
 from lakewarden.spark.validation import REWRITE_KINDS
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
 from lakewarden.tasks.repo import open_task
@@ -38,13 +48,20 @@ GAIN_SUFFIXES = ("_before", "_to_rewrite")
 
 
 def explain_table(
-    session: Session, row: ManagedTable, table: Table, policy: Policy, now: datetime
+    session: Session,
+    row: ManagedTable,
+    table: Table,
+    policy: Policy,
+    now: datetime,
+    *,
+    settings: Settings,
 ) -> dict[str, Any]:
     """Every kind: enabled or not, its open task, whether the next commit or sweep would
     create a task, and the plan its planner would make now (with the expected gain) or why
     it would skip; and what holds jobs off the table: the live writer blockers, its pause
-    and the global freeze (rows of `table_blockers`). What is held is still explained as
-    if it were free, and says that it would not start. The API serves it as `ExplainOut`."""
+    and the global freeze (rows of `table_blockers`), and the table's and its pools' hard
+    quotas (`settings.pool_quotas`). What is held is still explained as if it were free,
+    and says that it would not start. The API serves it as `ExplainOut`."""
     current = table.current_snapshot()
     summary = snapshot_fields(current)["summary"] if current else None
     blockers = live_blockers(session, row.id)
@@ -69,6 +86,16 @@ def explain_table(
         overview += f"; {held}: no job starts until {lifted}"
         for name in running:
             kinds[name]["reason"] += f"; it would not start now: {held}"
+    pools = {policy.for_kind(name).pool for name in REGISTRY}
+    quota = usage_of(session, settings, row, policy.quota.spark_minutes_per_hour, pools)
+    for name in running:
+        waiting = [
+            u["waiting"]
+            for u in (quota["table"], quota["pools"].get(policy.for_kind(name).pool))
+            if u is not None and u["waiting"]
+        ]
+        if waiting:
+            kinds[name]["reason"] += f"; it would not start now: {'; '.join(waiting)}"
     return {
         "table": f"{row.namespace}.{row.name}",
         "at": now,
@@ -82,6 +109,26 @@ def explain_table(
         "validation": explain_validation(policy.validation, table),
         "readiness": _explain_readiness(session, row, table, policy, now),
         "tags": explain_tags(policy.tags, table, now),
+        "orphan_removal": explain_orphans(session, row, policy.clean, now),
+        "quota": quota,
+    }
+
+
+def explain_orphans(
+    session: Session, row: ManagedTable, policy: CleanPolicy, now: datetime
+) -> dict[str, Any]:
+    """When clean next lists and removes orphan files (`clean.orphan_interval_minutes`,
+    counted from the last clean run that removed them), as the clean planner judges it."""
+    last = clean.history(session, row.id)["last_orphan_removal"]
+    schedule = clean.orphan_due(policy, last, now)
+    reason = schedule.reason if policy.enabled else f"clean is disabled; {schedule.reason}"
+    return {
+        "enabled": policy.enabled and policy.remove_orphans,
+        "interval_minutes": policy.orphan_interval_minutes,
+        "last_run": last,
+        "due": policy.enabled and schedule.due,
+        "next_due": schedule.next_due,
+        "reason": reason,
     }
 
 
@@ -159,7 +206,7 @@ def _explain_kind(
         planner_reason = f"not planned: the section is incomplete ({incomplete})"
     else:
         try:
-            outcome = kind.plan(section, table, now)
+            outcome = kind.plan(section, table, now, **kind.plan_context(session, row.id))
             plan, planner_reason = outcome.plan, outcome.reason
         except Exception as exc:  # a planner's failure is part of the answer, not a 500
             log.warning("explain: the %s planner failed on %s", kind.name, row.name, exc_info=True)

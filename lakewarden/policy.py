@@ -267,6 +267,10 @@ class CleanPolicy(SweptPolicy):
         default=120, gt=0, le=MAX_HOURS
     )
     remove_orphans: bool = True
+    # Orphan removal lists every file under the table's location (expensive on a large
+    # table): a clean task includes it only once this long has passed since it last ran on
+    # the table, however often the section's interval_minutes runs expiry. Default: daily.
+    orphan_interval_minutes: float = Field(default=1440, ge=1, le=MAX_MINUTES)
     # Files younger than this are never treated as orphans (a writer may be mid-commit);
     # Iceberg's procedure refuses less than 24 hours. Its default: 3 days.
     orphan_min_age_hours: float = Field(default=72, ge=24, le=MAX_HOURS)
@@ -365,6 +369,14 @@ class ValidationPolicy(InputModel):
         return self
 
 
+class QuotaPolicy(InputModel):
+    """Hard quota (`lakewarden.quotas`): the Spark minutes the table's jobs may use in any
+    trailing hour; past it, its tasks wait for a slot (dispatch skips them and says why).
+    None: no quota. Pools have theirs in settings (LAKEWARDEN_POOL_QUOTAS)."""
+
+    spark_minutes_per_hour: float | None = Field(default=None, gt=0, le=MAX_MINUTES)
+
+
 class Policy(InputModel):
     slo: SLOPolicy = Field(default_factory=SLOPolicy)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
@@ -372,9 +384,10 @@ class Policy(InputModel):
     zorder: ZOrderPolicy = Field(default_factory=ZOrderPolicy)
     ttl: TTLPolicy = Field(default_factory=TTLPolicy)
     clean: CleanPolicy = Field(default_factory=CleanPolicy)
-    validation: ValidationPolicy = Field(default_factory=ValidationPolicy)
     readiness: ReadinessPolicy = Field(default_factory=ReadinessPolicy)
     tags: TagsPolicy = Field(default_factory=TagsPolicy)
+    quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
+    validation: ValidationPolicy = Field(default_factory=ValidationPolicy)
 
     @model_validator(mode="after")
     def _one_layout(self) -> Policy:

@@ -6,7 +6,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     max_concurrent_jobs: int = Field(default=0, ge=0)
     # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).
     pool_limits: dict[str, int] = Field(default_factory=dict)
+    # Hard quota per pool: Spark minutes its jobs may use in any trailing hour, across all
+    # schedulers (JSON, e.g. {"big": 30}); past it, its tasks wait (lakewarden.quotas).
+    pool_quotas: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     # How a pool's jobs run (JSON, e.g. {"big": "application"}): "session" (default: in the
     # scheduler's warm Spark session) or "application" (each job its own Spark application
     # through spark-submit: lakewarden.spark.submit, lakewarden.application).

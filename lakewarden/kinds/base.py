@@ -5,6 +5,8 @@
 - `plan`: from the table's real metadata (pyiceberg, in a worker), the concrete job or
   the reason there is nothing to do.
 - `run`: execute a plan with Iceberg's own Spark procedures (in the scheduler).
+- `history`: what the planner needs from the table's past runs (read in the caller's
+  session, passed to `plan` as keyword arguments); None for most kinds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = ["PlanRejected"]  # kinds raise it; it lives in lakewarden.outcomes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from sqlalchemy.orm import Session
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class JobResult:
 EventVerdict = Callable[[Any, EventFacts], Verdict]
 Planner = Callable[[Any, Table, datetime], PlanOutcome]
 Runner = Callable[["SparkSession", str, TableRef, dict[str, Any]], JobResult]
+History = Callable[["Session", int], dict[str, Any]]  # (session, managed table id)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,12 @@ class Kind:
     run: Runner
     event_verdict: EventVerdict | None = None
     swept: bool = False  # also created by the leader's periodic sweep
+    history: History | None = None
+
+    def plan_context(self, session: Session, table_id: int) -> dict[str, Any]:
+        """The keyword arguments of `plan` from the table's past runs (the worker and
+        explain both ask, so explain shows what the worker would plan)."""
+        return self.history(session, table_id) if self.history is not None else {}
 
     def section(self, policy: Any) -> KindPolicy:
         return policy.for_kind(self.name)

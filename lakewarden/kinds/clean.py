@@ -24,9 +24,11 @@ from lakewarden.refs import list_refs
 from lakewarden.spark import sql
 from lakewarden.spark.actions import storage_now
 from lakewarden.spark.commits import before_commit
+from lakewarden.tasks.runs import last_run_with
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from sqlalchemy.orm import Session
 
 ACTIONS = ("expire_snapshots", "remove_orphan_files", "rewrite_manifests")
 ORPHAN_SAMPLE = 20
@@ -148,11 +150,13 @@ def plan_from_state(
     state: TableState,
     now: datetime,
     manifest_min_avg_bytes: int | None = None,
+    last_orphan_removal: datetime | None = None,
 ) -> PlanOutcome:
     """Pure clean planning over table metadata (unit-tested without a table).
 
     `manifest_min_avg_bytes`: also rewrite two or more manifests whose average size is
-    below this (None: only the count rule applies).
+    below this (None: only the count rule applies). `last_orphan_removal`: when orphan
+    removal last ran on the table (`history`), for `orphan_interval_minutes`.
     """
     if state.current_snapshot_id is None:
         return PlanOutcome(None, "table has no snapshot: nothing to clean")
@@ -180,7 +184,10 @@ def plan_from_state(
             f"{policy.max_snapshot_age_hours:g} h and beyond the last "
             f"{policy.keep_last_snapshots} (branches and tags keep theirs)"
         )
-    if policy.remove_orphans:
+    orphans = orphan_due(policy, last_orphan_removal, now)
+    if policy.remove_orphans and not orphans.due:
+        reasons.append(orphans.reason)
+    if orphans.due:
         orphan_before = now - timedelta(hours=policy.orphan_min_age_hours)
         actions.append(
             {
@@ -227,7 +234,7 @@ def plan_from_state(
             f"nothing to clean: {n} snapshots (keep_last {policy.keep_last_snapshots}, none "
             f"older than {policy.max_snapshot_age_hours:g} h beyond them and unprotected), "
             f"{count} manifests < rewrite_manifests_min_count "
-            f"{policy.rewrite_manifests_min_count}{avg_rule}, orphan removal disabled",
+            f"{policy.rewrite_manifests_min_count}{avg_rule}, {orphans.reason}",
         )
     plan = {
         "action": "clean",
@@ -250,6 +257,7 @@ def plan_from_state(
             | (state.referenced if not state.refs else set())
             | {state.current_snapshot_id}
         ),
+        "orphan_removal": orphans.reason,
         "manifests_before": count,
         "manifest_bytes": total,
         "manifest_avg_bytes": round(avg, 1),
@@ -258,8 +266,48 @@ def plan_from_state(
     return PlanOutcome(plan, "; ".join(reasons))
 
 
-def plan(policy: CleanPolicy, table: Table, now: datetime) -> PlanOutcome:
-    return plan_from_state(policy, read_state(table), now)
+@dataclass(frozen=True)
+class OrphanSchedule:
+    due: bool
+    reason: str
+    next_due: datetime | None  # None: disabled, or due now
+
+
+def orphan_due(policy: CleanPolicy, last: datetime | None, now: datetime) -> OrphanSchedule:
+    """Whether a clean task planned now removes orphans: enabled, and never run on the
+    table or `orphan_interval_minutes` since it last ran (listing is expensive)."""
+    if not policy.remove_orphans:
+        return OrphanSchedule(False, "orphan removal disabled", None)
+    if last is None:
+        return OrphanSchedule(True, "orphan removal due: never ran on this table", None)
+    interval = timedelta(minutes=policy.orphan_interval_minutes)
+    next_due = last + interval
+    ran = f"last ran {last.astimezone(UTC).isoformat(timespec='seconds')}"
+    if now < next_due:
+        return OrphanSchedule(
+            False,
+            f"orphan removal not due: {ran}, orphan_interval_minutes "
+            f"{policy.orphan_interval_minutes:g}; next due at "
+            f"{next_due.astimezone(UTC).isoformat(timespec='seconds')}",
+            next_due,
+        )
+    return OrphanSchedule(
+        True,
+        f"orphan removal due: {ran}, orphan_interval_minutes {policy.orphan_interval_minutes:g}",
+        None,
+    )
+
+
+def history(session: Session, table_id: int) -> dict[str, Any]:
+    """When orphan removal last ran on the table: the start of the newest succeeded clean
+    run whose metrics have it (the runner records them under the action's name)."""
+    return {"last_orphan_removal": last_run_with(session, table_id, "clean", "remove_orphan_files")}
+
+
+def plan(
+    policy: CleanPolicy, table: Table, now: datetime, last_orphan_removal: datetime | None = None
+) -> PlanOutcome:
+    return plan_from_state(policy, read_state(table), now, last_orphan_removal=last_orphan_removal)
 
 
 # --- running ----------------------------------------------------------------------------
@@ -414,4 +462,4 @@ def _snapshot_ids(catalog: str, ref: TableRef) -> str:
     return f"SELECT snapshot_id FROM {ref.spark_name(catalog)}.snapshots"
 
 
-KIND = Kind(name="clean", plan=plan, run=run, swept=True)
+KIND = Kind(name="clean", plan=plan, run=run, swept=True, history=history)

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import JobRun, Task
@@ -165,6 +166,21 @@ def finish_run(
     except repo.TransitionRejected as exc:
         log.warning("task %d: %s", task_id, exc)
         return "rejected"
+
+
+def last_run_with(session: Session, table_id: int, kind: str, key: str) -> datetime | None:
+    """When the newest succeeded run of a `kind` task on the table started whose metrics
+    have `key` (e.g. clean's "remove_orphan_files": the runs that removed orphans)."""
+    return session.scalar(
+        select(func.max(JobRun.started_at))
+        .join(Task, Task.id == JobRun.task_id)
+        .where(
+            Task.table_id == table_id,
+            Task.kind == kind,
+            JobRun.state == RunState.SUCCEEDED,
+            JobRun.metrics.has_key(key),
+        )
+    )
 
 
 def run_ui_url(settings: Settings, app_id: str, live_url: str | None, finished: bool) -> str | None:

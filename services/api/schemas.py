@@ -902,6 +902,32 @@ class WatermarkOut(ResponseModel):
     watermark: datetime = Field(description="the table's watermark now")
 
 
+class OrphanRemovalExplainOut(ResponseModel):
+    enabled: bool = Field(description="clean is enabled and clean.remove_orphans is on")
+    interval_minutes: float = Field(description="clean.orphan_interval_minutes")
+    last_run: datetime | None = Field(description="the last clean run that removed orphans")
+    due: bool = Field(description="the next clean task lists and removes orphan files")
+    next_due: datetime | None = Field(description="when it is due (null: due now, or off)")
+    reason: str
+
+
+class QuotaUsageOut(ResponseModel):
+    spark_minutes_per_hour: float = Field(description="the quota")
+    used_minutes: float = Field(description="Spark minutes of its jobs in the trailing hour")
+    over: bool = Field(description="used >= quota: its tasks wait")
+    next_slot: datetime | None = Field(
+        description="when usage falls below the quota if nothing more runs (while over)"
+    )
+    waiting: str | None = Field(description="what a waiting task says (its on_hold)")
+
+
+class QuotaExplainOut(ResponseModel):
+    table: QuotaUsageOut | None = Field(description="quota.spark_minutes_per_hour; null: none")
+    pools: dict[str, QuotaUsageOut] = Field(
+        description="the quotas (LAKEWARDEN_POOL_QUOTAS) of the pools the table's kinds use"
+    )
+
+
 class ValidationExplainOut(ResponseModel):
     enabled: bool
     applies_to: list[str] = Field(description="the rewrite kinds it checks")
@@ -932,6 +958,13 @@ class ExplainOut(ResponseModel):
     )
     tags: TagsExplainOut | None = Field(
         default=None, description="the scheduled tags: the next one due, and which would lapse"
+    )
+    orphan_removal: OrphanRemovalExplainOut | None = Field(
+        default=None, description="when clean next removes orphan files (orphan_interval_minutes)"
+    )
+    quota: QuotaExplainOut | None = Field(
+        default=None,
+        description="the hard quotas of Spark minutes per hour: the table's and its pools'",
     )
 
 

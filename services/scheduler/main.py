@@ -38,6 +38,7 @@ from lakewarden.leader import (
 )
 from lakewarden.logs import log_context
 from lakewarden.process import Ticker
+from lakewarden.quotas import quota_holds
 from lakewarden.runtime import Runtime
 from lakewarden.spark import logfiles
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
@@ -63,7 +64,7 @@ LOG_PRUNE_INTERVAL_S = 3600.0  # how often each scheduler prunes its Spark log f
 # starve the rest, and idle capacity is still used); then the most expected gain per MB
 # rewritten (compaction plans: data files removed per MB); then the oldest task. Never a
 # table with a job already running, one a writer has blocked or an operator paused, any
-# table while the fleet is frozen, or a full pool.
+# table while the fleet is frozen, a full pool, or a table or pool past its hard quota.
 _NEXT_PLANNED = text(
     f"""
     SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
@@ -94,12 +95,15 @@ _NEXT_PLANNED = text(
       -- not a pool whose execution mode (pool_modes) this scheduler has no room for
       AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
           <> ALL(CAST(:full_modes AS text[]))
+      -- no table or pool past its hard quota of Spark minutes (lakewarden.quotas)
+      AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
+      AND t.pool <> ALL(CAST(:quota_pools AS text[]))
     ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
     """
-    # Defaults: every pool in session mode, no mode full.
-).bindparams(pool_modes="{}", full_modes=[])
+    # Defaults: every pool in session mode, no mode full, no quota reached.
+).bindparams(pool_modes="{}", full_modes=[], quota_tables=[], quota_pools=[])
 
 
 @dataclass
@@ -263,12 +267,15 @@ class Scheduler:
             return False
         try:
             with transaction(self.rt.engine) as s:
+                quota = quota_holds(s, self.rt.settings)
                 pick = s.execute(
                     _NEXT_PLANNED,
                     {
                         "pool_limits": json.dumps(self.rt.settings.pool_limits),
                         "pool_modes": json.dumps(self.rt.settings.pool_modes),
                         "full_modes": full_modes,
+                        "quota_tables": list(quota.tables),
+                        "quota_pools": list(quota.pools),
                     },
                 ).one_or_none()
                 if pick is None:

@@ -20,7 +20,7 @@ from lakewarden.catalog import TableRef, load_table
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.listener import libpq_url
-from lakewarden.kinds import get_kind
+from lakewarden.kinds import REGISTRY, get_kind
 from lakewarden.logs import log_context
 from lakewarden.policy_gate import Verdict
 from lakewarden.process import Ticker
@@ -56,12 +56,21 @@ class Worker:
             assert row is not None  # FK
             ref, verdict = ref_of(row), policy_gate.judge(s, row, task)
             catalog = row.catalog
+            kind = REGISTRY.get(task.kind)  # unknown: planning fails below, saying so
+            context = kind.plan_context(s, row.id) if kind is not None else {}
         # attempt: the one this planning counts as (a failure spends it)
         table_name = f"{catalog}.{ref.dotted}"
         with log_context(task_id=task.id, table=table_name, attempt=task.attempt + 1):
-            return self._plan(task, ref, catalog, verdict)
+            return self._plan(task, ref, catalog, verdict, context)
 
-    def _plan(self, task: Task, ref: TableRef, catalog: str, verdict: Verdict) -> bool:
+    def _plan(
+        self,
+        task: Task,
+        ref: TableRef,
+        catalog: str,
+        verdict: Verdict,
+        context: dict[str, Any],
+    ) -> bool:
         if verdict.section is None or verdict.action == "cancel":
             self._finish(task.id, TaskState.CANCELLED, verdict.reason)
             return True
@@ -72,7 +81,7 @@ class Worker:
         try:
             table = load_table(self.rt.catalogs.load(catalog), ref)
             kind = get_kind(task.kind)
-            outcome = kind.plan(section, table, datetime.now(UTC))
+            outcome = kind.plan(section, table, datetime.now(UTC), **context)
         except NoSuchTableError:
             self._finish(
                 task.id, TaskState.SKIPPED, f"table {ref.dotted} no longer exists in the catalog"

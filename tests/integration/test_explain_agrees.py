@@ -31,7 +31,9 @@ def _explain(rt: Runtime, now: datetime) -> dict[str, Any]:
     with transaction(rt.engine) as s:
         row = s.scalars(select(ManagedTable)).one()
         policy: Policy = effective_policy_for(s, row)
-        kinds: dict[str, Any] = explain_table(s, row, table, policy, now)["kinds"]
+        kinds: dict[str, Any] = explain_table(s, row, table, policy, now, settings=rt.settings)[
+            "kinds"
+        ]
         return kinds
 
 

@@ -118,5 +118,5 @@ def explain_table(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Explain
     table = load_live_table(rt, row)
     policy = current_policy(session, row)
     return ExplainOut.model_validate(
-        explain.explain_table(session, row, table, policy, datetime.now(UTC))
+        explain.explain_table(session, row, table, policy, datetime.now(UTC), settings=rt.settings)
     )

@@ -14,6 +14,8 @@ from lakewarden.catalog import TableRef
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.kinds import REGISTRY
 from lakewarden.policy import KINDS
+from lakewarden.quotas import quota_holds
+from lakewarden.settings import Settings
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.states import ALL_STATES
@@ -45,20 +47,24 @@ def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int)
     access.need(role, *scope, target=f"task {task_id}")
 
 
-def _on_hold(session: SessionDep, tasks: Iterable[Task]) -> dict[int, str]:
+def _on_hold(session: SessionDep, settings: Settings, tasks: Iterable[Task]) -> dict[int, str]:
     """For each task not yet running, what keeps it from starting (as dispatch judges it):
-    the freeze, its table's pause, writers' blockers. Absent when nothing does."""
+    the freeze, its table's pause, writers' blockers, its table's or pool's hard quota
+    (lakewarden.quotas). Absent when nothing does."""
     waiting = [t for t in tasks if t.state in OPEN_TASK_STATES and t.state != TaskState.RUNNING]
     holds = tables.holds_on(session, {t.table_id for t in waiting})
-    return {
-        t.id: "; ".join(tables.describe_hold(h) for h in holds[t.table_id])
+    quota = quota_holds(session, settings, {t.table_id for t in waiting}) if waiting else None
+    said = {
+        t.id: [tables.describe_hold(h) for h in holds[t.table_id]]
+        + ([reason] if quota and (reason := quota.reason(t.table_id, t.pool)) else [])
         for t in waiting
-        if holds[t.table_id]
     }
+    return {task_id: "; ".join(reasons) for task_id, reasons in said.items() if reasons}
 
 
-def _detail(session: SessionDep, record: repo.TaskRecord) -> TaskDetail:
-    return TaskDetail.of_record(record, _on_hold(session, [record.task]).get(record.task.id))
+def _detail(session: SessionDep, settings: Settings, record: repo.TaskRecord) -> TaskDetail:
+    held = _on_hold(session, settings, [record.task])
+    return TaskDetail.of_record(record, held.get(record.task.id))
 
 
 @router.get(
@@ -99,7 +105,7 @@ def list_tasks(
         access.need(Role.viewer, catalog, ref.namespace, target=ref.dotted)
         table_id = managed(session, catalog, ref).id
     found = repo.list_tasks(session, page, table_id=table_id, state=state, kind=kind, where=visible)
-    held = _on_hold(session, (task for task, _ in found.items))
+    held = _on_hold(session, rt.settings, (task for task, _ in found.items))
     return TaskPage.of(found, lambda row: TaskOut.of(*row, on_hold=held.get(row[0].id)))
 
 
@@ -108,13 +114,13 @@ def list_tasks(
     response_model=TaskDetail,
     responses=errors.documented(notes={404: "no such task"}),
 )
-def get_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
+def get_task(task_id: Id, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> TaskDetail:
     """A task with why it exists, its plan, result, every transition and every run."""
     _need_on_task(session, access, Role.viewer, task_id)
     record = repo.get_task(session, task_id)
     if record is None:
         raise HTTPException(404, f"task {task_id} does not exist")
-    return _detail(session, record)
+    return _detail(session, rt.settings, record)
 
 
 TRIGGER_ERRORS = {
@@ -140,6 +146,7 @@ def trigger_task(
         raise HTTPException(422, f"task kind {body.kind!r} is not available yet")
     return _ask_for(
         session,
+        rt.settings,
         access,
         row,
         body.kind,
@@ -151,6 +158,7 @@ def trigger_task(
 
 def _ask_for(
     session: SessionDep,
+    settings: Settings,
     access: Access,
     row: ManagedTable,
     kind: str,
@@ -197,7 +205,7 @@ def _ask_for(
         )
     record = repo.get_task(session, task_id)
     assert record is not None
-    return _detail(session, record)
+    return _detail(session, settings, record)
 
 
 @router.post(
@@ -207,7 +215,7 @@ def _ask_for(
         notes={404: "no such task", 409: "the task already ended, or a concurrent change won"}
     ),
 )
-def cancel_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
+def cancel_task(task_id: Id, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> TaskDetail:
     """Cancel a task in any open state; a running Spark job is cancelled by the scheduler."""
     _need_on_task(session, access, Role.operator, task_id)
     task = repo.transition(
@@ -217,7 +225,7 @@ def cancel_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDeta
         actor=access.actor,
         reason="cancelled through the API",
     )
-    return _detail(session, repo.record(session, task))
+    return _detail(session, rt.settings, repo.record(session, task))
 
 
 # Retry makes a new task rather than re-opening the old one: a terminal state stays terminal
@@ -240,7 +248,7 @@ RETRYABLE = (TaskState.FAILED, TaskState.CANCELLED, TaskState.SKIPPED)
         }
     ),
 )
-def retry_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetail:
+def retry_task(task_id: Id, rt: RuntimeDep, session: SessionDep, access: AccessDep) -> TaskDetail:
     """Run a failed, cancelled or skipped task again: a new task of the same kind on the
     same table (`trigger.retry_of` names the old one), planned afresh under the current
     policy. Only the latest task of its kind on its table can be retried. Operator."""
@@ -273,6 +281,7 @@ def retry_task(task_id: Id, session: SessionDep, access: AccessDep) -> TaskDetai
         )
     return _ask_for(
         session,
+        rt.settings,
         access,
         row,
         old.kind,
