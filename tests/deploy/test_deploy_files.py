@@ -485,6 +485,7 @@ ALL_ON: dict[str, Any] = {
         "resources": {},
         "maxConcurrentJobs": 2,
         "poolLimits": {"default": 4, "big": 1},
+        "poolQuotas": {"big": 30},
     },
     "podAnnotations": {"team": "data"},
     "nodeSelector": {"pool": "lake"},
@@ -757,6 +758,7 @@ def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
     assert data["LAKEWARDEN_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
     assert data["LAKEWARDEN_SPARK_DRIVER_MEMORY"] == "4g"
     assert json.loads(data["LAKEWARDEN_POOL_LIMITS"]) == {"default": 4, "big": 1}
+    assert json.loads(data["LAKEWARDEN_POOL_QUOTAS"]) == {"big": 30}
     assert data["LAKEWARDEN_METRICS_MAX_TABLES"] == "500"
     assert data["LAKEWARDEN_ALERT_RESEND_INTERVAL_S"] == "45"
     assert data["LAKEWARDEN_LOG_FORMAT"] == "json"

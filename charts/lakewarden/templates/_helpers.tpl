@@ -99,6 +99,9 @@ LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }
 {{- with .Values.scheduler.poolLimits }}
 LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
 {{- end }}
+{{- with .Values.scheduler.poolQuotas }}
+LAKEWARDEN_POOL_QUOTAS: {{ toJson . | quote }}
+{{- end }}
 LAKEWARDEN_METRICS_PUBLIC: {{ .Values.metrics.public | quote }}
 LAKEWARDEN_METRICS_MAX_TABLES: {{ .Values.metrics.maxTables | quote }}
 {{- with .Values.alerts.intervalS }}
