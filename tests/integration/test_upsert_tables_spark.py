@@ -8,6 +8,7 @@ kept by the test, with no delete file left and no bucket over the limit."""
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,9 @@ from pyspark.sql import SparkSession
 from upserts import Row, create_keyed_table, merge_upserts, write_equality_upserts
 
 from lakewarden.catalog import TableRef
+from lakewarden.db.models import ManagedTable
+from lakewarden.db.session import transaction
+from lakewarden.explain import explain_table
 from lakewarden.health import measure
 from lakewarden.metadata import read_files
 from lakewarden.policy import parse_policy
@@ -94,6 +98,13 @@ def test_upserts_compact_to_exactly_the_latest_row_per_key(
     assert task.plan["options"]["delete-file-threshold"] == "1"
     bucket_reason = f"hold more than max_files_per_bucket {LIMIT} data files"
     assert bucket_reason in (task.reason or "")
+    with transaction(spark_rt.engine) as s:
+        row = s.get(ManagedTable, task.table_id)
+        assert row is not None
+        explained = explain_table(
+            s, row, table, parse_policy(POLICY), datetime.now(UTC), settings=spark_rt.settings
+        )
+    assert bucket_reason in explained["kinds"]["compaction"]["reason"]
 
     assert run_one(scheduler) == TaskState.SUCCEEDED
     table = table.refresh()
