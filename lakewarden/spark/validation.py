@@ -295,9 +295,14 @@ def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> 
     return [n for n, t in fields.items() if not isinstance(t, StructType | ArrayType | MapType)]
 
 
-def rows_in(jvm: Any, table: Any, snapshot_id: int, touched: list[Touched]) -> int:
-    """The rows the touched partitions held at `snapshot_id`, from its data files' record
-    counts (metadata only: a scan planned with the partitions' filter, nothing read)."""
+def rows_in(jvm: Any, table: Any, snapshot_id: int, touched: list[Touched], cap: int) -> int:
+    """The rows the touched partitions held at `snapshot_id`, at most: the whole snapshot's
+    when that is within `cap` (nothing to plan), else from the data files' record counts (a
+    scan planned with the partitions' filter: metadata only, nothing read)."""
+    snapshot = table.snapshot(snapshot_id)
+    total = snapshot.summary().get("total-records") if snapshot is not None else None
+    if total is not None and int(total) <= cap:
+        return int(total)
     expressions = jvm.org.apache.iceberg.expressions.Expressions
     where = expressions.alwaysFalse()
     for t in touched:
@@ -310,23 +315,29 @@ def rows_in(jvm: Any, table: Any, snapshot_id: int, touched: list[Touched]) -> i
 
 
 def _aggregate(
-    spark: SparkSession, name: str, snapshot_id: int, predicates: list[str], columns: list[str]
-) -> dict[int, tuple[int, str]]:
-    """{partition index: (rows, checksum)} at `snapshot_id`: one scan, pruned to the
-    partitions' rows (index 0 for all of them when `predicates` is one, TRUE). The checksum
-    is a sum over rows, so their order does not matter; a DECIMAL(38,0) cannot overflow."""
+    spark: SparkSession, name: str, span: Span, predicates: list[str], columns: list[str]
+) -> dict[tuple[int, int], tuple[int, str]]:
+    """{(side, partition index): (rows, checksum)}, side 0 at the snapshot before `span`
+    and 1 at its last commit: one Spark job, each side's scan pruned to the partitions'
+    rows (index 0 for all of them when `predicates` is one, TRUE). The checksum is a sum
+    over rows, so their order does not matter; a DECIMAL(38,0) cannot overflow."""
     if predicates == ["TRUE"]:
         key, where = "0", ""
     else:
         key = "CASE " + " ".join(f"WHEN {p} THEN {i}" for i, p in enumerate(predicates)) + " END"
         where = " WHERE " + " OR ".join(f"({p})" for p in predicates)
     hashed = ", ".join(_quote(c) for c in columns)
-    rows = spark.sql(
-        f"SELECT {key} AS k, count(*) AS n, "
+    sides = " UNION ALL ".join(
+        f"SELECT {side} AS side, {key} AS k, count(*) AS n, "
         f"sum(CAST(xxhash64({hashed}) AS DECIMAL(38,0))) AS h "
-        f"FROM {name} VERSION AS OF {int(snapshot_id)}{where} GROUP BY 1"
-    ).collect()
-    return {int(r["k"]): (int(r["n"]), str(r["h"] or 0)) for r in rows if r["k"] is not None}
+        f"FROM {name} VERSION AS OF {int(snapshot_id)}{where} GROUP BY 1, 2"
+        for side, snapshot_id in ((0, span.before), (1, span.after))
+    )
+    return {
+        (int(r["side"]), int(r["k"])): (int(r["n"]), str(r["h"] or 0))
+        for r in spark.sql(sides).collect()
+        if r["k"] is not None
+    }
 
 
 def _compare(
@@ -344,7 +355,8 @@ def _compare(
     jvm: Any = spark._jvm
     touched = [touched_partitions(jvm, catalog, table, span.commits) for span in spans]
     estimate = sum(
-        rows_in(jvm, table, span.before, parts) for span, parts in zip(spans, touched, strict=True)
+        rows_in(jvm, table, span.before, parts, policy.max_rows)
+        for span, parts in zip(spans, touched, strict=True)
     )
     if estimate > policy.max_rows:
         return {
@@ -361,10 +373,9 @@ def _compare(
         predicates = [p.predicate for p in parts]
         if not predicates or len(predicates) > MAX_PARTITIONS or "TRUE" in predicates:
             labels, predicates = [f"the whole table ({len(parts)} partition(s) touched)"], ["TRUE"]
-        before = _aggregate(spark, name, span.before, predicates, columns)
-        after = _aggregate(spark, name, span.after, predicates, columns)
+        counted = _aggregate(spark, name, span, predicates, columns)
         for i, label in enumerate(labels):
-            (n0, h0), (n1, h1) = before.get(i, (0, "0")), after.get(i, (0, "0"))
+            (n0, h0), (n1, h1) = counted.get((0, i), (0, "0")), counted.get((1, i), (0, "0"))
             partitions.append(
                 {
                     "partition": label,

@@ -83,17 +83,17 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     assert explained["columns"] == ["id", "region", "amount"] and explained["table_rows"] == 60
     assert explained["applies_to"] == ["compaction", "clustering", "zorder"]
 
+    # Past the cost cap: skipped, counting only the partition touched (a: 30 + 60 rows).
+    table = append_batches(table, 6, start=1000, regions=("a",))
+    again = _next_compaction(spark_rt, task_id, {"max_rows": 10})
+    assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
+    capped = _run(spark_rt, again).metrics["validation"]  # type: ignore[index]
+    assert capped["status"] == "skipped" and capped["rows_estimate"] == 90
+    assert capped["reason"].startswith("the partitions the rewrite touched held 90 rows")
+
     # Off for this table: the next compaction says it skipped, and why.
-    table = append_batches(table, 6, start=1000)
-    with transaction(spark_rt.engine) as s:
-        s.execute(
-            update(ManagedTable)
-            .where(ManagedTable.name == "validated")
-            .values(policy={**POLICY, "validation": {"enabled": False}})
-        )
-        table_id = s.get(Task, task_id).table_id  # type: ignore[union-attr]
-        again = repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t")
-    assert again is not None
+    table = append_batches(table, 6, start=2000, regions=("a",))
+    again, rows = _next_compaction(spark_rt, task_id, {"enabled": False}), _rows(table)
     assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
     assert _run(spark_rt, again).metrics["validation"] == {  # type: ignore[index]
         "status": "skipped",
@@ -101,6 +101,22 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     }
     off = explain_validation(ValidationPolicy(enabled=False), table)
     assert off["reason"].startswith("off (validation.enabled: false)")
+    assert _rows(table) == rows
+
+
+def _next_compaction(rt: Runtime, task_id: int, validation: dict[str, Any]) -> int:
+    """The table of `task_id` under POLICY with this validation section, and a new
+    compaction task on it."""
+    with transaction(rt.engine) as s:
+        table_id = s.get(Task, task_id).table_id  # type: ignore[union-attr]
+        s.execute(
+            update(ManagedTable)
+            .where(ManagedTable.id == table_id)
+            .values(policy={**POLICY, "validation": validation})
+        )
+        again = repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t")
+    assert again is not None
+    return again
 
 
 @pytest.mark.parametrize("failpoint", ["corrupt-rewrite", "corrupt-rewrite-then-write"])
