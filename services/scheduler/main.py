@@ -202,13 +202,13 @@ class Scheduler:
             log.info("returned %d orphaned task(s) to pending", returned)
 
     def measure_and_alert(self) -> None:
-        """Measure the health of the tables due for it, judge partition readiness, then
-        judge and deliver alerts."""
+        """Measure the health of the tables due for it, judge and deliver alerts, then judge
+        partition readiness (last: whatever happens there, the alerts went out)."""
         fence = self.leading()
         if fence is not None:
             measure_due_tables(self.rt, datetime.now(UTC))
-            readiness_round(self.rt, fence, datetime.now(UTC))
             alert_tick(self.rt, as_leader=True)
+            readiness_round(self.rt, fence, datetime.now(UTC))
 
     def sweep(self) -> None:
         """Create the time-based kinds' tasks (TTL, clean) that are due."""

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
-from sqlalchemy import exists, func, or_, select, update
+from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -58,6 +58,7 @@ from lakewarden.tasks.repo import create_task
 log = logging.getLogger(__name__)
 
 NOTIFY_LEASE_S = 60.0  # a claimed notification is not claimed again for this long
+KEEP_DELIVERED = timedelta(days=7)  # delivered notifications are kept this long
 
 
 @functools.cache
@@ -76,6 +77,11 @@ def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
     with transaction(rt.engine) as s:
         check_fence(s, fence)
         isolated.record(s)
+        s.execute(  # delivered long ago: the sinks have them, the states are in the table
+            delete(ReadinessNotification).where(
+                ReadinessNotification.delivered_at < now - KEEP_DELIVERED
+            )
+        )
     deliver_notifications(rt, _client())
     return changed
 
