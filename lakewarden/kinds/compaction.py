@@ -181,6 +181,12 @@ def plan_from_files(
         if (spec_id, partition) in over:
             partitions[-1]["over_bucket_limit"] = True
     small_total = sum(1 for f in files if f.size < threshold)
+    unbucketed = (
+        f"; max_files_per_bucket {limit} does nothing here: no partition field buckets the "
+        "key (bucket(N, key) on an identifier field)"
+        if limit and not buckets
+        else ""
+    )
     bucket_note = (
         f"{len(over)} bucket(s) hold more than max_files_per_bucket {limit} data files "
         f"(most: {max(over.values())})"
@@ -198,7 +204,8 @@ def plan_from_files(
             (f"{bucket_note} but " if over else "")
             + f"no partition has >= {min_input} files under {threshold} bytes "
             f"or a file {deleted} "
-            f"({small_total} small of {len(files)} data files in {len(groups)} partitions)",
+            f"({small_total} small of {len(files)} data files in {len(groups)} partitions)"
+            + unbucketed,
         )
     rewritten = sum(p["small_files"] + p["files_with_deletes"] for p in partitions)
     files_after = len(files) - sum(p["data_files"] - p["expected_files_after"] for p in partitions)
@@ -246,14 +253,14 @@ def plan_from_files(
     )
     if over:
         reason = f"{bucket_note}; {reason}"
-    if keyed:
-        reason += "; every data file with a delete applied is rewritten (primary-key table)"
     if tier is not None:
         reason += (
             f" (tier L{tier['level']}: files under {tier['files_below_bytes']} bytes "
             f"into ~{tier['output_file_bytes']}-byte files)"
         )
-    return PlanOutcome(plan, reason)
+    if keyed:
+        reason += "; every data file with a delete applied is rewritten (primary-key table)"
+    return PlanOutcome(plan, reason + unbucketed)
 
 
 def target_branch(policy: CompactionPolicy) -> str | None:

@@ -47,8 +47,13 @@ def test_a_bucket_over_the_limit_is_merged_even_below_min_input_files() -> None:
         "most_data_files": 4,
         "over_limit": 1,
     }
-    # a table without a bucket on its key: the rule has nothing to count
-    assert plan_from_files(_policy(max_files_per_bucket=3), 1, files, buckets={}).plan is None
+    # a table without a bucket on its key: the rule has nothing to count, and says so
+    unbucketed = plan_from_files(_policy(max_files_per_bucket=3), 1, files, buckets={})
+    assert unbucketed.plan is None
+    assert unbucketed.reason.endswith(
+        "does nothing here: no partition field buckets the key "
+        "(bucket(N, key) on an identifier field)"
+    )
 
 
 def test_a_keyed_table_rewrites_every_data_file_a_delete_applies_to() -> None:
