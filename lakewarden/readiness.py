@@ -448,6 +448,11 @@ class Assessed:
     late: str | None
     judgement: Judgement
 
+    @property
+    def becomes_ready(self) -> bool:
+        """Judged ready, and not ready now (or un-readied by a late commit this round)."""
+        return self.judgement.ready and (not self.was_ready or self.late is not None)
+
 
 @dataclass(frozen=True)
 class Assessment:
@@ -457,7 +462,7 @@ class Assessment:
     partitions: list[Assessed]
 
     def becoming_ready(self) -> list[Assessed]:
-        return [p for p in self.partitions if p.judgement.ready and not p.was_ready]
+        return [p for p in self.partitions if p.becomes_ready]
 
 
 def assess(
@@ -528,12 +533,11 @@ def explain_readiness(
         return {**section, "summary": f"cannot judge: {exc}", "partitions": []}
     items = []
     for p in found.partitions:
-        becomes_ready = p.judgement.ready and (not p.was_ready or p.late is not None)
         items.append(
             {
                 "partition": p.partition,
                 "ready": p.was_ready and p.late is None,
-                "would_become_ready": becomes_ready,
+                "would_become_ready": p.becomes_ready,
                 "would_become_unready": p.late is not None and not p.judgement.ready,
                 "reason": (f"{p.late}; " if p.late else "") + p.judgement.reason,
                 "waiting_for": list(p.judgement.waiting_for),

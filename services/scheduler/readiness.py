@@ -202,7 +202,7 @@ def _store(
         ):
             changed += 1
             _enqueue(s, table_id, table, column, p, ready=False, reason=p.late, at=now)
-        if not p.judgement.ready or (p.was_ready and p.late is None):
+        if not p.becomes_ready:
             continue
         if tags is not None and p.partition not in tags:
             continue  # its tag did not commit: ready next round, tagged

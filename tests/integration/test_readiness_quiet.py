@@ -1,0 +1,93 @@
+"""Readiness under the quiet rule, without Spark (pyiceberg writes): partitions become ready
+and tagged once quiet; a late write into them un-readies them, and, already quiet again, the
+same round makes them ready again on the new snapshot: every change is notified, in order."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from helpers import Receiver, append_batches, make_table
+from sqlalchemy import select
+
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import ManagedTable, PartitionReadiness
+from lakewarden.db.session import transaction
+from lakewarden.leader import Fence, acquire_or_renew
+from lakewarden.runtime import Runtime
+from services.scheduler.readiness import readiness_round
+
+POLICY = {
+    "readiness": {
+        "enabled": True,
+        "partition": "region",
+        "rule": "quiet",
+        "quiet_minutes": 0.0001,  # quiet once the commit's millisecond has passed
+        "tag": True,
+    }
+}
+
+
+def _lead(rt: Runtime) -> Fence:
+    with rt.engine.begin() as conn:
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "leader", 60.0)
+    assert fence is not None
+    return fence
+
+
+def _states(rt: Runtime) -> dict[str, PartitionReadiness]:
+    with transaction(rt.engine) as s:
+        rows = s.scalars(select(PartitionReadiness)).all()
+        s.expunge_all()
+    return {r.partition: r for r in rows}
+
+
+def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_snapshot(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver = Receiver()
+    monkeypatch.setattr(rt.settings, "alert_webhook_url", receiver.url)
+    table = append_batches(make_table(rt, name="quiet"), 1)
+    with transaction(rt.engine) as s:
+        s.add(
+            ManagedTable(
+                catalog=rt.settings.catalog_name, namespace="sales", name="quiet", policy=POLICY
+            )
+        )
+    fence = _lead(rt)
+
+    assert readiness_round(rt, fence, datetime.now(UTC)) == 2
+    first = table.refresh().current_snapshot()
+    assert first is not None
+    states = _states(rt)
+    assert {p: (r.ready, r.tag, r.snapshot_id) for p, r in states.items()} == {
+        "a": (True, "ready-a", first.snapshot_id),
+        "b": (True, "ready-b", first.snapshot_id),
+    }
+    assert states["a"].reason is not None and states["a"].reason.startswith(
+        "complete: no commit touched it for 0.0001 min after its last commit"
+    )
+    assert readiness_round(rt, fence, datetime.now(UTC)) == 0  # nothing new: nothing moves
+
+    table = append_batches(table, 1, start=100, regions=("a",))  # a late write into a only
+    late = table.current_snapshot()
+    assert late is not None
+    assert readiness_round(rt, fence, datetime.now(UTC)) == 2  # a: un-ready, then ready
+    states = _states(rt)
+    assert states["a"].ready and states["a"].snapshot_id == late.snapshot_id
+    assert states["a"].unready_reason is not None
+    assert states["a"].unready_reason.startswith(f"late commit {late.snapshot_id} at ")
+    assert states["b"].snapshot_id == first.snapshot_id and states["b"].unready_reason is None
+    refs = table.refresh().refs()
+    assert (refs["ready-a"].snapshot_id, refs["ready-b"].snapshot_id) == (
+        late.snapshot_id,
+        first.snapshot_id,
+    )
+    sent = [(b["event"], b["details"]["partition"]) for _, b in receiver.received]
+    assert sent == [
+        ("partition_ready", "a"),
+        ("partition_ready", "b"),
+        ("partition_unready", "a"),
+        ("partition_ready", "a"),
+    ]
+    receiver.close()
