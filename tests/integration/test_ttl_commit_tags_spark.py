@@ -4,6 +4,7 @@ its earlier commit instead of deleting again, and the runner never takes a write
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,13 @@ from sqlalchemy import text
 from lakewarden.catalog import TableRef
 from lakewarden.kinds import ttl
 from lakewarden.runtime import Runtime
-from lakewarden.spark.commits import ATTEMPT_KEY, TASK_KEY, committing_as, guarded_by
+from lakewarden.spark.commits import (
+    ATTEMPT_KEY,
+    TASK_KEY,
+    committing_as,
+    guarded_by,
+    with_commit_tags,
+)
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
@@ -109,3 +116,42 @@ def test_ttl_never_takes_a_writers_commit_for_its_own_when_its_delete_matches_no
         summary = by_id[ours].summary
         assert summary is not None and summary.get(TASK_KEY) == str(task_id)
     assert len(_ids(spark_rt, "ttl_raced")) == 32 - plan["rows_to_delete"]  # deleted once
+
+
+def test_concurrent_jobs_in_one_session_tag_only_their_own_commits(
+    spark_rt: Runtime, spark: Any
+) -> None:
+    """The tags live in a Java thread-local: two jobs deleting at the same moment in the one
+    session each tag their own commit, and an untagged statement after them carries none."""
+    catalog = spark_rt.settings.catalog_name
+    names = ("tags_a", "tags_b")
+    for name in names:
+        spark_rt.catalog.create_namespace_if_not_exists("sales")
+        table = spark_rt.catalog.create_table(f"sales.{name}", schema=SCHEMA)
+        stamps = [datetime.now(UTC)] * 4
+        table.append(pa.table({"id": list(range(4)), "ts": stamps}, schema=SCHEMA))
+    start, failures = threading.Barrier(2), []
+
+    def job(name: str) -> None:
+        try:
+            start.wait(timeout=60)
+            statement = f"DELETE FROM {TableRef('sales', name).spark_name(catalog)} WHERE id = 0"
+            with_commit_tags(spark, {TASK_KEY: name}, lambda: spark.sql(statement).collect())
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=job, args=(name,)) for name in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    spark.sql(f"DELETE FROM {TableRef('sales', 'tags_a').spark_name(catalog)} WHERE id = 1")
+    table_a = spark_rt.catalog.load_table("sales.tags_a")
+    tagged = [
+        s.summary.get(TASK_KEY) if s.summary is not None else None
+        for s in sorted(table_a.snapshots(), key=lambda s: s.timestamp_ms)
+    ]
+    assert tagged == [None, "tags_a", None]  # append, our delete, the untagged delete
+    summary = current(spark_rt.catalog.load_table("sales.tags_b")).summary
+    assert summary is not None and summary.get(TASK_KEY) == "tags_b"
