@@ -400,6 +400,12 @@ class Policy(InputModel):
                     f"readiness.require names {', '.join(off)}, disabled by this policy: "
                     "enable it, or drop it from require (it would never run)"
                 )
+            branch = self.compaction.branch
+            if "compaction" in self.readiness.require and branch not in (None, MAIN_BRANCH):
+                raise ValueError(
+                    f"readiness judges main's partitions, but compaction targets branch "
+                    f"{branch!r}: drop compaction from readiness.require, or compact main"
+                )
         return self
 
     def for_kind(self, kind: str) -> KindPolicy:

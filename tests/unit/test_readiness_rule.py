@@ -123,12 +123,16 @@ def test_the_policy_section_is_off_by_default_and_checked() -> None:
     assert parse_policy({}).readiness.enabled is False
     with pytest.raises(ValidationError, match="needs partition"):
         parse_policy({"readiness": {"enabled": True}})
+    enabled = {"enabled": True, "partition": "ts"}
     with pytest.raises(ValidationError, match=r"readiness\.require names clustering, disabled"):
         parse_policy({"readiness": {"enabled": True, "partition": "ts", "require": ["clustering"]}})
     with pytest.raises(
         ValidationError, match=r"Input should be 'compaction', 'clustering' or 'zorder'"
     ):
         parse_policy({"readiness": {"partition": "ts", "require": ["ttl"]}})
+    on_branch = {"compaction": {"branch": "audit"}}
+    with pytest.raises(ValidationError, match="compaction targets branch 'audit'"):
+        parse_policy({**on_branch, "readiness": {**enabled, "require": ["compaction"]}})
     with pytest.raises(ValidationError, match="must not repeat"):
         parse_policy({"readiness": {"partition": "ts", "require": ["compaction", "compaction"]}})
 
