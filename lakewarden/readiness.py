@@ -465,27 +465,57 @@ class Assessment:
         return [p for p in self.partitions if p.becomes_ready]
 
 
-def assess(
-    session: Session, table_id: int, table: Table, policy: ReadinessPolicy, now: datetime
-) -> Assessment:
-    """Read the commits since the last round (with no write), and judge every partition
-    that is not ready after them. The leader's round stores it; explain shows it."""
+@dataclass(frozen=True)
+class StoredPartition:
+    ready: bool
+    end: datetime | None
+    last_commit_snapshot_id: int
+    last_commit_at: datetime
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the database holds of a table's readiness: read first, in a short transaction,
+    so that reading the table (catalog, manifests) holds no transaction open."""
+
+    scanned_snapshot_id: int | None
+    watermark: datetime | None
+    partitions: dict[str, StoredPartition]
+    looks: list[Look]
+
+
+def recorded(session: Session, table_id: int, policy: ReadinessPolicy) -> Recorded:
+    cursor = cursor_of(session, table_id)
+    rows = partitions(session, table_id, policy.partition) if policy.partition else []
+    return Recorded(
+        cursor.scanned_snapshot_id if cursor else None,
+        cursor.watermark if cursor else None,
+        {
+            r.partition: StoredPartition(
+                r.ready, r.partition_end, r.last_commit_snapshot_id, r.last_commit_at
+            )
+            for r in rows
+        },
+        recent_looks(session, table_id, policy.require),
+    )
+
+
+def assess(known: Recorded, table: Table, policy: ReadinessPolicy, now: datetime) -> Assessment:
+    """Read the table's commits since the last round, and judge every partition that is not
+    ready after them (no database access: `known` was read before). The leader's round
+    stores the result; explain shows it."""
     if policy.partition is None:
         raise ReadinessProblem("readiness.partition is not set")
     field = partition_field(table, policy.partition)
-    cursor = cursor_of(session, table_id)
-    stored = {p.partition: p for p in partitions(session, table_id, field.column)}
     touched: dict[str, tuple[datetime | None, Commit]] = {}
-    for snapshot in commits_after(table, cursor.scanned_snapshot_id if cursor else None):
+    for snapshot in commits_after(table, known.scanned_snapshot_id):
         if is_data_commit(snapshot):
             commit = Commit.of(snapshot)
             for label, (_, end) in touched_partitions(table, snapshot, field).items():
                 touched[label] = (end, commit)
-    looks = recent_looks(session, table_id, policy.require)
-    watermark = cursor.watermark if cursor else None
     out: list[Assessed] = []
-    for label in sorted(set(stored) | set(touched)):
-        row = stored.get(label)
+    for label in sorted(set(known.partitions) | set(touched)):
+        row = known.partitions.get(label)
         was_ready = row is not None and row.ready
         late = None
         if label in touched:
@@ -499,19 +529,13 @@ def assess(
             assert row is not None
             if row.ready:
                 continue  # ready, and no commit touched it since: nothing to judge
-            end = row.partition_end
+            end = row.end
             commit = Commit.stored(table, row.last_commit_snapshot_id, row.last_commit_at)
-        facts = PartitionFacts(
-            label,
-            end,
-            commit,
-            missing_kinds(table, field, policy.require, looks, label, commit),
-        )
-        out.append(
-            Assessed(label, end, commit, was_ready, late, judge(policy, facts, watermark, now))
-        )
+        missing = missing_kinds(table, field, policy.require, known.looks, label, commit)
+        judgement = judge(policy, PartitionFacts(label, end, commit, missing), known.watermark, now)
+        out.append(Assessed(label, end, commit, was_ready, late, judgement))
     current = table.current_snapshot()
-    return Assessment(field, current.snapshot_id if current else None, watermark, out)
+    return Assessment(field, current.snapshot_id if current else None, known.watermark, out)
 
 
 def explain_readiness(
@@ -528,7 +552,7 @@ def explain_readiness(
     if not policy.enabled:
         return {**section, "summary": "readiness is disabled by policy", "partitions": []}
     try:
-        found = assess(session, table_id, table, policy, now)
+        found = assess(recorded(session, table_id, policy), table, policy, now)
     except ReadinessProblem as exc:
         return {**section, "summary": f"cannot judge: {exc}", "partitions": []}
     items = []

@@ -47,6 +47,7 @@ from lakewarden.readiness import (
     Assessed,
     Assessment,
     assess,
+    recorded,
     tag_name,
 )
 from lakewarden.redact import redact, secrets_of
@@ -114,9 +115,10 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
         if _idle(s, row, policy):
             return 0
         catalog, ref = row.catalog, ref_of(row)
+        known = recorded(s, table_id, policy.readiness)
+    # The catalog and the manifests are read with no transaction open.
     table = load_table(rt.catalogs.load(catalog), ref)
-    with transaction(rt.engine) as s:  # read-only: the commits since the cursor, judged
-        found = assess(s, table_id, table, policy.readiness, now)
+    found = assess(known, table, policy.readiness, now)
     tags = _tag(table, found, policy) if policy.readiness.tag else None
     with transaction(rt.engine) as s:
         check_fence(s, fence)
