@@ -163,7 +163,7 @@ def _tag(table: Table, found: Assessment, policy: Policy) -> dict[str, str]:
     try:
         manage.commit()
     except CommitFailedException as exc:
-        log.info("readiness tags of %s conflicted with a commit, next round: %s", table, exc)
+        log.info("readiness tags of %s lost to a commit, next round: %s", table.name(), exc)
         return {}
     return names
 
