@@ -805,16 +805,33 @@ class RefsOut(ResponseModel):
     refs: list[RefOut] = Field(description="main first, then the other branches, then tags")
 
 
-class RollbackIn(RequestModel):
-    """Exactly one of the two."""
+_SNAPSHOT_ID = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
+_TAG_NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": TEXT_PATTERN}
 
+
+def _one_of_rollback(schema: dict[str, Any]) -> None:
+    """The OpenAPI of RollbackIn: one of two closed objects, so that clients (and the fuzzer)
+    know a body with both fields, or neither, is refused."""
+    keep: dict[str, Any] = {k: schema[k] for k in ("title", "description") if k in schema}
+    schema.clear()
+    schema.update(keep)
+    schema["oneOf"] = [
+        {
+            "type": "object",
+            "properties": {name: prop},
+            "required": [name],
+            "additionalProperties": False,
+        }
+        for name, prop in (("to_snapshot", _SNAPSHOT_ID), ("to_tag", _TAG_NAME))
+    ]
+
+
+class RollbackIn(RequestModel):
+    """Exactly one of `to_snapshot` (a snapshot id) and `to_tag` (a tag's name)."""
+
+    model_config = ConfigDict(json_schema_extra=_one_of_rollback)
     to_snapshot: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
-    to_tag: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=255,
-        json_schema_extra=documented_pattern(TEXT_PATTERN),
-    )
+    to_tag: str | None = Field(default=None, min_length=1, max_length=255)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> RollbackIn:

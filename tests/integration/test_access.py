@@ -58,6 +58,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): Rule("viewer"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/partitions"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): Rule("operator"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): Rule("viewer"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): Rule("admin"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),
@@ -209,6 +211,10 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         ("POST", "/api/v1/tokens"): {"name": "made", "grants": [f"viewer@lake/{NS}"]},
         ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): {
             "watermark": "2026-01-01T00:00:00Z"
+        },
+        # no such tag: a 404 for whoever may roll back
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): {
+            "to_tag": "none"
         },
         # nothing answers there: a quick 422 for whoever may register it
         ("POST", "/api/v1/catalogs"): {

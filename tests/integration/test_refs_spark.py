@@ -38,9 +38,9 @@ def _rows(table: Table, snapshot_id: int) -> list[tuple[Any, ...]]:
 def test_the_sweep_makes_one_daily_tag(scheduler: Scheduler, spark_rt: Runtime) -> None:
     table = append_batches(make_table(spark_rt, name="rf_daily"), 2)
     policy = {"tags": {"enabled": True, "retention_days": 10}, "clean": {"enabled": False}}
+    catalog = spark_rt.settings.catalog_name
     with transaction(spark_rt.engine) as s:
-        s.add(ManagedTable(catalog=spark_rt.settings.catalog_name, namespace="sales",
-                           name="rf_daily", policy=policy))  # fmt: skip
+        s.add(ManagedTable(catalog=catalog, namespace="sales", name="rf_daily", policy=policy))
     scheduler.sweep()
     table = spark_rt.catalog.load_table("sales.rf_daily")
     name = datetime.now(UTC).strftime("daily-%Y%m%d")

@@ -78,8 +78,9 @@ def rollback_table(
             f"(GET /api/v1/tasks/{running.id})",
         )
     table = load_live_table(rt, row)
+    snapshot, tag = body.to_snapshot, body.to_tag
     try:
-        target = refs.resolve_target(table, body.to_snapshot, body.to_tag)
+        target = refs.resolve_target(table, snapshot, tag)
         done = refs.rollback_main(table, target)
     except refs.UnknownTarget as exc:
         raise HTTPException(404, str(exc)) from exc
@@ -93,7 +94,7 @@ def rollback_table(
         ) from exc
     access.change = {
         "main": [done["from_snapshot_id"], done["to_snapshot_id"]],
-        "to_tag": body.to_tag,
+        "to_tag": tag,
         "rolled_back": done["rolled_back"],
     }
-    return RollbackOut(table=f"{row.namespace}.{row.name}", to_tag=body.to_tag, **done)
+    return RollbackOut(table=f"{row.namespace}.{row.name}", to_tag=tag, **done)
