@@ -91,3 +91,39 @@ def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_
         ("partition_ready", "a"),
     ]
     receiver.close()
+
+
+def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_partition(
+    rt: Runtime,
+) -> None:
+    """The required kind's planner judged the partition fine (one file each: nothing to
+    merge) after its last commit: the task is skipped, and that counts."""
+    from lakewarden.db.models import Task
+    from lakewarden.states import TaskState
+    from services.worker.main import Worker
+
+    append_batches(make_table(rt, name="fine"), 1)
+    policy = {"readiness": {**POLICY["readiness"], "tag": False, "require": ["compaction"]}}
+    with transaction(rt.engine) as s:
+        s.add(
+            ManagedTable(
+                catalog=rt.settings.catalog_name, namespace="sales", name="fine", policy=policy
+            )
+        )
+    fence = _lead(rt)
+    assert readiness_round(rt, fence, datetime.now(UTC)) == 0
+    waiting = _states(rt)["a"]
+    assert not waiting.ready and waiting.reason is not None
+    assert waiting.reason.startswith("waiting for compaction to run on it since its last commit")
+    assert Worker(rt).run_once()
+    with transaction(rt.engine) as s:
+        (task,) = s.scalars(select(Task)).all()
+        assert (task.kind, task.state, task.trigger["source"]) == (
+            "compaction",
+            TaskState.SKIPPED,
+            "readiness",
+        )
+    assert readiness_round(rt, fence, datetime.now(UTC)) == 2
+    ready = _states(rt)["a"]
+    assert ready.ready and ready.tag is None
+    assert ready.reason is not None and ready.reason.endswith("; compaction ran on it since")
