@@ -5,7 +5,7 @@ what a tag and a branch need, and compaction of a branch rewrites that branch on
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -117,3 +117,31 @@ def test_compaction_of_a_branch_leaves_main_alone(scheduler: Scheduler, spark_rt
     result = task_of(spark_rt, task_id).result
     assert result is not None and result["committed_snapshot_id"] == qa.snapshot_id
     assert (result["rewritten_data_files"], result["added_data_files"]) == (12, 2)
+
+
+def test_ttl_on_a_branch_deletes_there_only(scheduler: Scheduler, spark_rt: Runtime) -> None:
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("us", tz="UTC"))]
+    )
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    table = spark_rt.catalog.create_table("sales.rf_ttl", schema=schema)
+    now = datetime.now(UTC)
+    stamps = [now - timedelta(days=d) for d in range(10)]
+    table.append(pa.table({"id": list(range(10)), "ts": stamps}, schema=schema))
+    table.manage_snapshots().create_branch(current(table).snapshot_id, "qa").commit()
+    main_before = current(table).snapshot_id
+    ttl = {"enabled": True, "column": "ts", "retention_days": 3, "max_fraction": 0.9}
+    policy = {"ttl": {**ttl, "branch": "qa"}}
+    task_id = manage(spark_rt, "rf_ttl", {**policy, "clean": {"enabled": False}}, kind="ttl")
+    assert Worker(spark_rt).run_once()
+    plan = task_of(spark_rt, task_id).plan
+    assert plan is not None and plan["branch"] == "qa", task_of(spark_rt, task_id).reason
+    assert run_one(scheduler) == "succeeded"
+
+    table = spark_rt.catalog.load_table("sales.rf_ttl")
+    assert current(table).snapshot_id == main_before  # main keeps every row
+    qa = table.snapshot_by_name("qa")
+    assert qa is not None and qa.snapshot_id != main_before
+    assert [r[0] for r in _rows(table, qa.snapshot_id)] == [0, 1, 2]  # younger than 3 days
