@@ -487,8 +487,9 @@ class Recorded:
 def recorded(session: Session, table_id: int, policy: ReadinessPolicy) -> Recorded:
     cursor = cursor_of(session, table_id)
     rows = partitions(session, table_id, policy.partition) if policy.partition else []
+    same_column = cursor is not None and cursor.scanned_column == policy.partition
     return Recorded(
-        cursor.scanned_snapshot_id if cursor else None,
+        cursor.scanned_snapshot_id if cursor and same_column else None,
         cursor.watermark if cursor else None,
         {
             r.partition: StoredPartition(

@@ -493,6 +493,8 @@ class ReadinessCursor(Base):
     watermark_by: Mapped[str | None] = mapped_column(String(255))
     watermark_at: Mapped[datetime | None]  # when it was posted
     scanned_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    # The partition column it was read for: another one reads the commits again.
+    scanned_column: Mapped[str | None] = mapped_column(String(255))
     scanned_at: Mapped[datetime | None]
 
 

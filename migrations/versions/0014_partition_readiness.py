@@ -61,6 +61,7 @@ def upgrade() -> None:
         sa.Column("watermark_by", sa.String(255), nullable=True),
         sa.Column("watermark_at", TS, nullable=True),
         sa.Column("scanned_snapshot_id", sa.BigInteger(), nullable=True),
+        sa.Column("scanned_column", sa.String(255), nullable=True),
         sa.Column("scanned_at", TS, nullable=True),
         sa.ForeignKeyConstraint(
             ["table_id"],

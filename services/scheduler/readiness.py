@@ -129,12 +129,12 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
 
 def _idle(s: Session, row: ManagedTable, policy: Policy) -> bool:
     """Nothing new to read and no partition waiting: the round has nothing to judge."""
-    scanned = s.scalar(
-        select(ReadinessCursor.scanned_snapshot_id).where(ReadinessCursor.table_id == row.id)
-    )
-    if scanned is None or scanned != row.current_snapshot_id:
-        return False
     column = policy.readiness.partition
+    cursor = s.get(ReadinessCursor, row.id)
+    if cursor is None or cursor.scanned_column != column:
+        return False
+    if cursor.scanned_snapshot_id is None or cursor.scanned_snapshot_id != row.current_snapshot_id:
+        return False
     waiting = s.scalar(
         select(func.count())
         .select_from(PartitionReadiness)
@@ -223,7 +223,11 @@ def _store(
                 snapshot_id=found.snapshot_id,
                 tag=tag,
             )
-    scanned = {"scanned_snapshot_id": found.snapshot_id, "scanned_at": now}
+    scanned = {
+        "scanned_snapshot_id": found.snapshot_id,
+        "scanned_column": column,
+        "scanned_at": now,
+    }
     s.execute(
         pg_insert(ReadinessCursor)
         .values(table_id=table_id, **scanned)
