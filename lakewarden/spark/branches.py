@@ -19,6 +19,7 @@ from lakewarden.catalog import TableRef
 from lakewarden.outcomes import PlanRejected
 from lakewarden.spark.actions import COMMITTED, load_java_table, settle_codec
 from lakewarden.spark.commits import before_commit, commit_properties
+from lakewarden.spark.validation import validate_rewrite
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,6 +86,10 @@ def rewrite_branch(
     metrics["rewritten_groups"] = len(groups)
     table.refresh()
     metrics[COMMITTED] = _ours(table, branch, properties)
+    # As every rewrite: the touched partitions' rows compared (lakewarden.spark.validation).
+    validation = validate_rewrite(spark, catalog, ref, table, int(start), metrics, branch)
+    if validation is not None:
+        metrics["validation"] = validation
     return metrics
 
 

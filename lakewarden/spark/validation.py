@@ -1,25 +1,27 @@
 """Post-rewrite validation: a rewrite must not change a table's rows.
 
 `rewrite_data_files` (lakewarden.spark.actions: compaction, clustering and Z-order all go
-through it) calls `validate_rewrite` once Iceberg's action returned. It finds the job's
-commits (those carrying its task id and attempt: lakewarden.spark.commits) since the
-snapshot that was current when the action started, grouped into spans of consecutive
-commits (with partial progress a writer may commit between two of them), and compares, for
-every partition a span's commits touched, the row count and an order-independent checksum
-(the sum of `xxhash64` over the chosen columns) read through Spark's Iceberg reader, which
-applies delete files, at the snapshot before the span and at its last commit.
+through it) calls `validate_rewrite` once Iceberg's action returned, and so does the
+compaction of a named branch (lakewarden.spark.branches) once it committed; all below is
+on that branch (main, or `compaction.branch`). It finds the job's commits (those carrying
+its task id and attempt: lakewarden.spark.commits) since the snapshot that was the head
+when the rewrite started, grouped into spans of consecutive commits (with partial progress
+a writer may commit between two of them), and compares, for every partition a span's
+commits touched, the row count and an order-independent checksum (the sum of `xxhash64`
+over the chosen columns) read through Spark's Iceberg reader, which applies delete files,
+at the snapshot before the span and at its last commit.
 
 On a mismatch the rewrite is undone before the task fails (`undo`):
 
-- no other commit since the job's first one: the table's main branch is set back to the
-  snapshot before it, in one compare-and-swap of the table's metadata (a writer committing
+- no other commit since the job's first one: the branch is set back to the snapshot
+  before it, in one compare-and-swap of the table's metadata (a writer committing
   meanwhile makes it fail, and the revert below is done instead);
 - a writer committed since: a new commit (an overwrite) swaps the job's output files back
   for the files it replaced, keeping the writer's rows; it fails if a writer removed one of
   them, or added deletes against them, meanwhile. Only when the table has no delete files:
   restored files get a new data sequence number, and deletes that applied to them would
-  stop applying.
-  Otherwise the table is left as it is and the reason says how to undo it by hand.
+  stop applying. Otherwise the table is left as it is and the reason says how to undo it
+  by hand.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ MAX_LISTED = 50
 # How far back from the current snapshot the job's commits are looked for.
 MAX_DEPTH = 1000
 REVERT_KEY = "lakewarden.reverts-task"
+MAIN = "main"
 
 CORRUPT = "corrupt-rewrite"
 CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
@@ -95,22 +98,22 @@ def validate_rewrite(
     table: Any,
     start_id: int | None,
     metrics: dict[str, Any],
+    branch: str = MAIN,
 ) -> dict[str, Any] | None:
     """What `metrics["validation"]` records of the rewrite that just ran on the Java
-    `table` (started at snapshot `start_id`); None outside a scheduled job. Raises
-    RewriteMismatch, after undoing the rewrite, when a partition's rows changed."""
+    `table` (started at snapshot `start_id` of `branch`); None outside a scheduled job.
+    Raises RewriteMismatch, after undoing the rewrite, when a partition's rows changed."""
     active = _ACTIVE.get()
     if active is None or not commit_properties():
         return None
     if active.failpoint in (CORRUPT, CORRUPT_THEN_WRITE) and metrics.get("rewritten_data_files"):
-        _corrupt(
-            spark, ref.spark_name(catalog), table, write=active.failpoint == CORRUPT_THEN_WRITE
-        )
+        write = active.failpoint == CORRUPT_THEN_WRITE
+        _corrupt(spark, ref.spark_name(catalog), table, branch, write=write)
     policy = active.policy
     if not policy.enabled:
         return _skipped("validation is off for this table (validation.enabled: false)")
     table.refresh()
-    spans = job_spans(table, start_id)
+    spans = job_spans(table, start_id, branch)
     if not spans:
         return _skipped("the rewrite committed nothing")
     started = time.monotonic()
@@ -124,7 +127,7 @@ def validate_rewrite(
     result["cost_seconds"] = round(time.monotonic() - started, 3)
     if result["status"] != "failed":
         return result
-    result["undo"] = undo(spark, table, spans)
+    result["undo"] = undo(spark, table, spans, branch)
     bad = [p for p in result["partitions"] if not p["match"]]
     raise RewriteMismatch(
         f"post-rewrite validation failed: {len(bad)} of {result['partitions_checked']} "
@@ -146,12 +149,12 @@ def _describe(p: dict[str, Any]) -> str:
 # --- the job's commits ------------------------------------------------------------------
 
 
-def job_spans(table: Any, start_id: int | None) -> list[Span]:
-    """The job's commits in the main branch's history since `start_id`, oldest first, in
-    spans of consecutive commits (a writer's commit between two of them starts a new span)."""
+def job_spans(table: Any, start_id: int | None, branch: str = MAIN) -> list[Span]:
+    """The job's commits in the branch's history since `start_id`, oldest first, in spans
+    of consecutive commits (a writer's commit between two of them starts a new span)."""
     props = commit_properties()
     history: list[Any] = []
-    snapshot = table.currentSnapshot()
+    snapshot = table.snapshot(branch)
     while snapshot is not None and len(history) < MAX_DEPTH:
         if start_id is not None and int(snapshot.snapshotId()) == start_id:
             break
@@ -411,17 +414,18 @@ def _compare(
 # --- undoing a rewrite ------------------------------------------------------------------
 
 
-def undo(spark: SparkSession, table: Any, spans: list[Span]) -> dict[str, Any]:
-    """Undo the job's commits (see the module's docstring); says what it did and why."""
+def undo(spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN) -> dict[str, Any]:
+    """Undo the job's commits on `branch` (see the module's docstring); says what it did
+    and why."""
     jvm: Any = spark._jvm
     table.refresh()
     first_before, last = spans[0].before, spans[-1].after
     ops = table.operations()
     base = ops.current()
-    current = base.currentSnapshot()
-    if len(spans) == 1 and current is not None and int(current.snapshotId()) == last:
+    head = base.ref(branch)
+    if len(spans) == 1 and head is not None and int(head.snapshotId()) == last:
         meta = jvm.org.apache.iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(
-            first_before, "main"
+            first_before, branch
         )
         try:
             ops.commit(base, meta.build())
@@ -429,19 +433,23 @@ def undo(spark: SparkSession, table: Any, spans: list[Span]) -> dict[str, Any]:
             return {
                 "action": "rolled_back",
                 "to_snapshot": first_before,
-                "reason": f"no writer committed since the rewrite: the table was rolled back "
-                f"to snapshot {first_before}, the one before it",
+                "reason": f"no writer committed since the rewrite: {_which(branch)} was rolled "
+                f"back to snapshot {first_before}, the one before it",
             }
         except Exception as exc:  # a writer's commit won the race: revert instead
             log.warning("rollback of %s lost to a commit: %s", table.name(), exc)
             table.refresh()
-    return _revert(table, spans)
+    return _revert(table, spans, branch)
 
 
-def _revert(table: Any, spans: list[Span]) -> dict[str, Any]:
+def _which(branch: str) -> str:
+    return "the table" if branch == MAIN else f"branch {branch}"
+
+
+def _revert(table: Any, spans: list[Span], branch: str) -> dict[str, Any]:
     ours = [c for span in spans for c in span.commits]
     ids = [int(c.snapshotId()) for c in ours]
-    current = table.currentSnapshot()
+    current = table.snapshot(branch)
     by_hand = (
         f"to undo by hand, restore the data files the rewrite snapshots {ids} removed "
         f"(or roll back to snapshot {spans[0].before} and re-apply the later commits)"
@@ -469,6 +477,7 @@ def _revert(table: Any, spans: list[Span]) -> dict[str, Any]:
     # a writer removed one of the files, or added deletes against them, meanwhile.
     revert = (
         table.newOverwrite()
+        .toBranch(branch)
         .validateFromSnapshot(current.snapshotId())
         .validateNoConflictingDeletes()
     )
@@ -486,7 +495,7 @@ def _revert(table: Any, spans: list[Span]) -> dict[str, Any]:
             f"({str(exc).splitlines()[0][:300]}): {by_hand}",
         }
     table.refresh()
-    snapshot_id = int(table.currentSnapshot().snapshotId())
+    snapshot_id = int(table.snapshot(branch).snapshotId())
     return {
         "action": "reverted",
         "snapshot_id": snapshot_id,
@@ -500,20 +509,21 @@ def _revert(table: Any, spans: list[Span]) -> dict[str, Any]:
 # --- the test-only failpoint ------------------------------------------------------------
 
 
-def _corrupt(spark: SparkSession, name: str, table: Any, *, write: bool) -> None:
+def _corrupt(spark: SparkSession, name: str, table: Any, branch: str, *, write: bool) -> None:
     """Drop one data file of the rewrite's output in a commit carrying the task's tags, as
     if the rewrite had lost its rows; with `write`, then a writer appends a copy of one
     remaining row (no tags). Reached only with settings.failpoints_enabled."""
     table.refresh()
-    snapshot = table.currentSnapshot()
+    snapshot = table.snapshot(branch)
     added = next(_each(snapshot.addedDataFiles(table.io())), None)
     if added is None:
         return
     log.warning("failpoint: dropping %s from %s", added.location(), table.name())
-    delete = table.newDelete().deleteFile(added)
+    delete = table.newDelete().toBranch(branch).deleteFile(added)
     for key, value in commit_properties().items():
         delete = delete.set(key, value)
     delete.commit()
     if write:
-        spark.sql(f"INSERT INTO {name} SELECT * FROM {name} LIMIT 1").collect()
+        target = name if branch == MAIN else f"{name}.`branch_{branch}`"
+        spark.sql(f"INSERT INTO {target} SELECT * FROM {target} LIMIT 1").collect()
     table.refresh()
