@@ -5,10 +5,10 @@ A table the sweep fails on (a stored policy that no longer validates, say) is sk
 and alerted (`lakewarden.isolation`): the others still get their tasks.
 
 Scheduled tags (policy `tags`, `lakewarden.refs`): after the tasks, each table whose tags
-are enabled gets this period's tag on main's current snapshot, unless it has it already
-(a metadata-only pyiceberg commit, outside any transaction). The sweep remembers which
-period each table was tagged for, so a table's metadata is read once per period, not
-once per sweep.
+are enabled, and that nothing holds, gets this period's tag on main's current snapshot,
+unless it has it already (a metadata-only pyiceberg commit, outside any transaction).
+The sweep remembers which period each table was tagged for, so a table's metadata is read
+once per period, not once per sweep.
 
 Cost: the live tables of every catalog are swept in batches of `sweep_batch_size`, each
 batch one short fenced transaction that reads only its own tables' columns and last
@@ -39,7 +39,7 @@ from lakewarden.leader import Fence, check_fence
 from lakewarden.policy import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
 from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE
+from lakewarden.tables import LIVE, holds_on
 from lakewarden.tasks.repo import create_task
 
 log = logging.getLogger(__name__)
@@ -128,11 +128,14 @@ class _Sweep:
         # of that effective policy, or the error parsing it raised (raised again per table).
         self._sections: dict[tuple[str, str], list[tuple[Kind, SweptPolicy]] | Exception] = {}
         self._tags: dict[tuple[str, str], TagsPolicy | None] = {}  # the same pairs' tags
-        self.tagging: list[tuple[str, TableRef, TagsPolicy]] = []  # tables to tag
+        # Tables to tag: those whose tags are enabled and nothing holds (a writer's blocker,
+        # a pause, the freeze: a tag is a commit too); a held one is tagged once it is free.
+        self.tagging: list[tuple[str, TableRef, TagsPolicy]] = []
 
     def batch(self, s: Session, rows: Sequence[Row[Any]]) -> None:
         defaults = _namespace_defaults(s, {(r.catalog, r.namespace) for r in rows})
         enabled: dict[int, list[tuple[Kind, SweptPolicy]]] = {}
+        tagged: dict[int, tuple[str, TableRef, TagsPolicy]] = {}
         for row in rows:
             with self.isolated.table(f"{row.namespace}.{row.name}"):  # pure: no savepoint
                 ns_policy = defaults.get((row.catalog, row.namespace))
@@ -141,7 +144,10 @@ class _Sweep:
                     enabled[row.id] = sections
                 tags = self._tags.get(_key(row.policy, ns_policy))
                 if tags is not None:
-                    self.tagging.append((row.catalog, TableRef(row.namespace, row.name), tags))
+                    tagged[row.id] = (row.catalog, TableRef(row.namespace, row.name), tags)
+        if tagged:
+            held = {i for i, holds in holds_on(s, tagged).items() if holds}
+            self.tagging += [t for i, t in tagged.items() if i not in held]
         if not enabled:
             return
         last = {

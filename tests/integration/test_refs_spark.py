@@ -13,6 +13,7 @@ from helpers import append_batches, current, make_table, manage, run_one, task_o
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 
+from lakewarden import tables
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -39,8 +40,15 @@ def test_the_sweep_makes_one_daily_tag(scheduler: Scheduler, spark_rt: Runtime) 
     table = append_batches(make_table(spark_rt, name="rf_daily"), 2)
     policy = {"tags": {"enabled": True, "retention_days": 10}, "clean": {"enabled": False}}
     catalog = spark_rt.settings.catalog_name
+    row = ManagedTable(catalog=catalog, namespace="sales", name="rf_daily", policy=policy)
     with transaction(spark_rt.engine) as s:
-        s.add(ManagedTable(catalog=catalog, namespace="sales", name="rf_daily", policy=policy))
+        s.add(row)
+        s.flush()
+        tables.pause(s, row, by="oncall", reason="incident")
+    scheduler.sweep()
+    assert not _tags(table.refresh())  # a tag is a commit too: not while the table is held
+    with transaction(spark_rt.engine) as s:
+        assert tables.resume(s, s.merge(row))
     scheduler.sweep()
     table = spark_rt.catalog.load_table("sales.rf_daily")
     name = datetime.now(UTC).strftime("daily-%Y%m%d")
