@@ -423,6 +423,8 @@ class Policy(InputModel):
             used.add(self.ttl.column)
         if self.readiness.enabled and self.readiness.partition:
             used.add(self.readiness.partition)
+        if self.validation.enabled:
+            used |= set(self.validation.columns)
         return used
 
 

@@ -27,6 +27,9 @@ def test_validation_is_on_by_default_and_checks_its_columns() -> None:
         parse_policy({"validation": {"columns": ["a", "a"]}})
     with pytest.raises(ValidationError, match="max_rows"):
         parse_policy({"validation": {"max_rows": 0}})
+    # Its columns must exist in the table, as every column a policy names (a 422 otherwise).
+    assert parse_policy({"validation": {"columns": ["x"]}}).columns_used() == {"x"}
+    assert not parse_policy({"validation": {"enabled": False, "columns": ["x"]}}).columns_used()
 
 
 def test_partition_predicates() -> None:
