@@ -235,39 +235,41 @@ class Touched:
 
 
 def touched_partitions(jvm: Any, catalog: str, table: Any, commits: list[Any]) -> list[Touched]:
-    """The partitions `commits` added or removed data files in, each once."""
-    io, schema, specs = table.io(), table.schema(), table.specs()
-    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    """The partitions `commits` added or removed data files in, each once (a file costs
+    three py4j calls; only a partition not seen yet is described)."""
+    io, specs = table.io(), table.specs()
     out: dict[tuple[int, str], Touched] = {}
     for commit in commits:
         for files in (commit.addedDataFiles(io), commit.removedDataFiles(io)):
             for f in _each(files):
-                spec = specs.get(f.specId())
-                part = f.partition()
-                label: dict[str, Any] = {}
-                terms: list[str] = []
-                java_filter = expressions.alwaysTrue()
-                for i, pf in enumerate(_each(spec.fields())):
-                    raw = part.get(i)
-                    value = _python(raw)
-                    label[str(pf.name())] = jsonable(value)
-                    transform = str(pf.transform())
-                    if transform == "void":
-                        continue
-                    column = schema.findColumnName(pf.sourceId())
-                    terms.append(_predicate(catalog, transform, column, value))
-                    if column is not None:
-                        term = expressions.transform(column, pf.transform())
-                        java_filter = getattr(expressions, "and")(  # a Python keyword
-                            java_filter,
-                            expressions.isNull(term)
-                            if raw is None
-                            else expressions.equal(term, raw),
-                        )
-                key = (int(f.specId()), repr(sorted(label.items())))
+                spec_id, part = int(f.specId()), f.partition()
+                key = (spec_id, str(part.toString()))
                 if key not in out:
-                    out[key] = Touched(label, " AND ".join(terms) or "TRUE", java_filter)
+                    out[key] = _describe_partition(jvm, catalog, table, specs.get(spec_id), part)
     return list(out.values())
+
+
+def _describe_partition(jvm: Any, catalog: str, table: Any, spec: Any, part: Any) -> Touched:
+    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    label: dict[str, Any] = {}
+    terms: list[str] = []
+    java_filter = expressions.alwaysTrue()
+    for i, pf in enumerate(_each(spec.fields())):
+        raw = part.get(i)
+        value = _python(raw)
+        label[str(pf.name())] = jsonable(value)
+        transform = str(pf.transform())
+        if transform == "void":
+            continue
+        column = table.schema().findColumnName(pf.sourceId())
+        terms.append(_predicate(catalog, transform, column, value))
+        if column is not None:
+            term = expressions.transform(column, pf.transform())
+            java_filter = getattr(expressions, "and")(  # a Python keyword
+                java_filter,
+                expressions.isNull(term) if raw is None else expressions.equal(term, raw),
+            )
+    return Touched(label, " AND ".join(terms) or "TRUE", java_filter)
 
 
 def _predicate(catalog: str, transform: str, column: str | None, value: Any) -> str:
