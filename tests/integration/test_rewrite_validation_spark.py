@@ -7,12 +7,14 @@ committed after it, reverted alone with the writer's rows kept. Checked with pyi
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from helpers import append_batches, current, make_table, manage, run_one, task_of
 from pyiceberg.table import Table
+from pyiceberg.transforms import BucketTransform, DayTransform
 from sqlalchemy import select, update
 
 from lakewarden.alerts.rules import evaluate_task_rules
@@ -117,6 +119,45 @@ def _next_compaction(rt: Runtime, task_id: int, validation: dict[str, Any]) -> i
         again = repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t")
     assert again is not None
     return again
+
+
+def test_partitions_by_day_and_bucket_are_each_compared(
+    scheduler: Scheduler, spark_rt: Runtime
+) -> None:
+    """Transformed partitions are selected through Iceberg's Spark functions
+    (`system.days`, `system.bucket`): each is counted apart, and nothing is left out."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+            pa.field("note", pa.string()),
+        ]
+    )
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    table = spark_rt.catalog.create_table("sales.transformed", schema=schema)
+    with table.update_spec() as spec:
+        spec.add_field("ts", DayTransform(), "ts_day")
+        spec.add_field("id", BucketTransform(2), "id_bucket")
+    table = spark_rt.catalog.load_table("sales.transformed")
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    for batch in range(6):
+        ids = list(range(batch * 10, batch * 10 + 10))
+        times = [day + timedelta(days=i % 2) for i in ids]
+        notes = [None if i % 3 else "it's" for i in ids]
+        table.append(pa.table({"id": ids, "ts": times, "note": notes}, schema=schema))
+    task_id = manage(spark_rt, "transformed", POLICY)
+    assert _compact(scheduler, spark_rt, task_id) == TaskState.SUCCEEDED
+    validation = _run(spark_rt, task_id).metrics["validation"]  # type: ignore[index]
+    assert validation["status"] == "passed" and validation["columns"] == ["id", "ts", "note"]
+    counted = {
+        (p["partition"]["ts_day"], p["partition"]["id_bucket"]): p["rows_before"]
+        for p in validation["partitions"]
+    }
+    first = (day.date() - date(1970, 1, 1)).days  # Iceberg's day: days since the epoch
+    days = {first, first + 1}
+    assert {d for d, _ in counted} == days and {b for _, b in counted} == {0, 1}
+    assert len(counted) == 4 and sum(counted.values()) == 60
+    assert all(p["match"] and p["rows_after"] == p["rows_before"] for p in validation["partitions"])
 
 
 @pytest.mark.parametrize("failpoint", ["corrupt-rewrite", "corrupt-rewrite-then-write"])
