@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
-from helpers import append_batches, current, make_table, manage, run_one, task_of
+from helpers import SCHEMA, append_batches, current, make_table, manage, run_one, task_of
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, DayTransform
 from sqlalchemy import select, update
@@ -24,11 +25,14 @@ from lakewarden.explain import explain_validation
 from lakewarden.policy import ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
-from lakewarden.spark.validation import REVERT_KEY
+from lakewarden.spark.validation import REVERT_KEY, Span, _aggregate
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.spark
 
@@ -158,6 +162,39 @@ def test_partitions_by_day_and_bucket_are_each_compared(
     assert {d for d, _ in counted} == days and {b for _, b in counted} == {0, 1}
     assert len(counted) == 4 and sum(counted.values()) == 60
     assert all(p["match"] and p["rows_after"] == p["rows_before"] for p in validation["partitions"])
+
+
+def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
+    spark_rt: Runtime, spark: SparkSession
+) -> None:
+    """The same rows in other files and order sum to the same checksum; one changed value
+    with the same row count does not (what Iceberg's own check of a replace commit, which
+    compares row counts, cannot see)."""
+    table = make_table(spark_rt, name="checksummed", partitioned=False)
+    rows = pa.Table.from_pylist(
+        [{"id": i, "region": "a", "amount": float(i)} for i in range(20)], schema=SCHEMA
+    )
+    table.append(rows)
+    original = current(table.refresh()).snapshot_id
+    table.overwrite(pa.concat_tables([rows.slice(10), rows.slice(0, 10)]))  # other order
+    reordered = current(table.refresh()).snapshot_id
+    changed = rows.to_pylist()
+    changed[3]["amount"] = 3.5
+    table.overwrite(pa.Table.from_pylist(changed, schema=SCHEMA))
+    altered = current(table.refresh()).snapshot_id
+
+    def checksum(after: int) -> tuple[int, str]:
+        span = Span(before=original, commits=[SimpleNamespace(snapshotId=lambda: after)])
+        counted = _aggregate(
+            spark, "`lake`.`sales`.`checksummed`", span, ["TRUE"], ["id", "amount"]
+        )
+        assert counted[(0, 0)][0] == 20
+        return counted[(1, 0)]
+
+    same = checksum(original)
+    assert checksum(reordered) == same
+    rows_after, sum_after = checksum(altered)
+    assert rows_after == 20 and sum_after != same[1]
 
 
 @pytest.mark.parametrize("failpoint", ["corrupt-rewrite", "corrupt-rewrite-then-write"])
