@@ -119,15 +119,22 @@ def validate_rewrite(
     started = time.monotonic()
     try:
         result = _compare(spark, catalog, ref, table, spans, policy)
-    except RewriteMismatch:
-        raise
     except Exception as exc:  # the rewrite stands; that it was not checked is said
         log.warning("validation of %s could not run", ref.dotted, exc_info=True)
         result = _skipped(f"validation could not run: {type(exc).__name__}: {str(exc)[:300]}")
     result["cost_seconds"] = round(time.monotonic() - started, 3)
     if result["status"] != "failed":
         return result
-    result["undo"] = undo(spark, table, spans, branch)
+    try:
+        result["undo"] = undo(spark, table, spans, branch)
+    except Exception as exc:  # the task must still fail for good, saying the undo failed
+        log.exception("undoing the rewrite of %s failed", ref.dotted)
+        first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        result["undo"] = {
+            "action": "none",
+            "reason": f"undoing it failed ({first}): roll back by hand to snapshot "
+            f"{spans[0].before}, the one before the rewrite, re-applying later commits",
+        }
     bad = [p for p in result["partitions"] if not p["match"]]
     raise RewriteMismatch(
         f"post-rewrite validation failed: {len(bad)} of {result['partitions_checked']} "
