@@ -39,6 +39,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B13": ("benchmarks.applications", "b13"),
     "B14": ("benchmarks.cluster", "b14"),
     "B15": ("benchmarks.dashboard", "b15"),
+    "B16": ("benchmarks.validation", "b16"),
 }
 
 

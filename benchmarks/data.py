@@ -2,8 +2,10 @@
 
 Seven columns like a clickstream: a sequential id, a skewed user key (a few users make
 most events), a timestamp, a skewed low-cardinality category, a URL-like string, an
-amount and a country code. Written by pyiceberg (no JVM) in `appends` commits of
-`files_per_append` small files each, as a busy writer leaves a table.
+amount and a country code (`extra_columns` more for figures whose cost grows with the
+columns). Written by pyiceberg (no JVM) in `appends` commits of `files_per_append` small
+files each, as a busy writer leaves a table; partitioned by day(ts), an append is one
+file per day instead.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.transforms import DayTransform
 from pyiceberg.types import (
     DoubleType,
     LongType,
@@ -31,6 +35,9 @@ SCHEMA = Schema(
     NestedField(5, "url", StringType(), required=False),
     NestedField(6, "amount", DoubleType(), required=False),
     NestedField(7, "country", StringType(), required=False),
+)
+BY_DAY = PartitionSpec(
+    PartitionField(source_id=3, field_id=1000, transform=DayTransform(), name="ts_day")
 )
 CATEGORIES = [f"cat{i:02d}" for i in range(40)]
 COUNTRIES = ["us", "de", "fr", "in", "br", "jp", "gb", "cn", "ng", "mx", "es", "it"]
@@ -90,16 +97,45 @@ def batch(seed: int, first_id: int, rows: int, days: int = 30) -> pa.Table:
     )
 
 
-def create(catalog: Catalog, identifier: str, shape: Shape, seed: int = 7) -> Table:
+def wide_schema(extra_columns: int) -> Schema:
+    """SCHEMA and `extra_columns` long columns m01, m02, ... after it."""
+    extra = [
+        NestedField(8 + k, f"m{k + 1:02d}", LongType(), required=False)
+        for k in range(extra_columns)
+    ]
+    return Schema(*SCHEMA.fields, *extra)
+
+
+def widen(rows: pa.Table, extra_columns: int) -> pa.Table:
+    """`rows` with wide_schema's extra columns: measures derived from id and user_id (a
+    few thousand distinct values each, as counters and codes are; cheap to generate)."""
+    for k in range(extra_columns):
+        mixed = pc.add(pc.multiply(rows["id"], 2 * k + 3), rows["user_id"])
+        rows = rows.append_column(f"m{k + 1:02d}", pc.bit_wise_and(mixed, 4095 * (k + 1)))
+    return rows
+
+
+def create(
+    catalog: Catalog,
+    identifier: str,
+    shape: Shape,
+    seed: int = 7,
+    *,
+    spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+    extra_columns: int = 0,
+    days: int = 30,
+) -> Table:
     """A fresh table (a previous one of that name is dropped) written as `shape` says."""
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
     if catalog.table_exists(identifier):
         catalog.purge_table(identifier)
-    table = catalog.create_table(identifier, schema=SCHEMA)
+    schema = wide_schema(extra_columns)
+    table = catalog.create_table(identifier, schema=schema, partition_spec=spec)
     next_id = 0
     for n in range(shape.appends):
-        rows = batch(seed + n, next_id, shape.files_per_append * shape.rows_per_file)
+        rows = batch(seed + n, next_id, shape.files_per_append * shape.rows_per_file, days)
+        rows = widen(rows, extra_columns)
         next_id += rows.num_rows
         # pyiceberg splits an append into files of this many in-memory bytes
         target = max(1, rows.nbytes // shape.files_per_append)

@@ -41,7 +41,7 @@ def compact(ctx: Context, ref: TableRef, policy: CompactionPolicy = POLICY) -> d
     return compaction.run(ctx.spark, ctx.rt.settings.catalog_name, ref, outcome.plan).metrics
 
 
-def _rollback(ctx: Context, ref: TableRef, snapshot_id: int) -> None:
+def rollback(ctx: Context, ref: TableRef, snapshot_id: int) -> None:
     table = load_java_table(ctx.spark, ctx.rt.settings.catalog_name, ref)
     table.manageSnapshots().rollbackTo(snapshot_id).commit()
 
@@ -97,7 +97,7 @@ def _b4(ctx: Context, small: int, paths: list[str], size: int) -> Figure:
         with tempfile.TemporaryDirectory(dir=ctx.work_dir) as out:
             for i in range(ctx.repeats):
                 if i:
-                    _rollback(ctx, REF, small)
+                    rollback(ctx, REF, small)
                 arrow_s, _ = timed(lambda: _pyarrow_rewrite(paths, Path(out), size, target))
                 arrow_mb_s.append(size / 1e6 / arrow_s)
                 spark_s, metrics = timed(lambda: compact(ctx, REF))

@@ -1,0 +1,137 @@
+"""B16: what post-rewrite validation (`lakewarden.spark.validation`) adds to a compaction.
+
+One small-file table partitioned by day(ts) is compacted by lakewarden's job path (the
+compaction kind's `plan` and `run` on the warm session, as B4) inside the two contexts
+`execute.run_job` enters for the runner: the task's commit tags (`committing_as`: how
+validation finds the job's commits) and the table's validation policy (`validating`:
+`validation.enabled` on or off). The arms alternate, first one then the other, each
+repeat from the same small-file snapshot (a rollback, as B4). The scheduler's bookkeeping
+around a job is left out: B6 and B12 measure that.
+
+Then the same at a wider table (more columns to checksum), fewer repeats.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from benchmarks import data
+from benchmarks.harness import Context, Figure, Stat, measuring, timed
+from benchmarks.rewrite import compact, rollback
+from lakewarden.catalog import TableRef
+from lakewarden.policy import ValidationPolicy
+from lakewarden.spark.commits import committing_as
+from lakewarden.spark.validation import validating
+
+REF = TableRef("bench", "validated")
+WIDE = TableRef("bench", "validated_wide")
+
+
+@dataclass(frozen=True)
+class ValidationSizes:
+    appends: int  # each one small file per day partition
+    rows_per_append: int
+    days: int  # partitions: an append's rows spread over this many days
+    repeats: int  # pairs (validation on, off) on the base table
+    extra_columns: int  # the wide table's, beyond the base's 7
+    wide_repeats: int
+    warm_up: bool  # one unmeasured compaction first (the JIT, Spark's caches)
+
+
+SIZES = {
+    # ~1.5 M rows in 600 files of 2,500 rows, 30 partitions
+    "full": ValidationSizes(20, 75_000, 30, 5, 21, 3, True),
+    "smoke": ValidationSizes(2, 600, 2, 1, 3, 1, False),
+}
+_task_ids = itertools.count(1)
+
+
+def _compaction(ctx: Context, ref: TableRef, enabled: bool) -> tuple[float, dict[str, Any]]:
+    """One timed compaction job with validation on or off; its metrics["validation"]."""
+    with (
+        committing_as(next(_task_ids), 1),
+        validating(ValidationPolicy(enabled=enabled)),
+    ):
+        seconds, metrics = timed(lambda: compact(ctx, ref))
+    check = metrics.get("validation") or {}
+    expected = "passed" if enabled else "skipped"
+    if check.get("status") != expected:
+        raise RuntimeError(f"validation {check.get('status')}, expected {expected}: {check}")
+    return seconds, metrics
+
+
+def _pairs(ctx: Context, ref: TableRef, repeats: int, warm_up: bool) -> dict[str, Any]:
+    """`repeats` pairs from the table's current (small-file) snapshot, the arms' order
+    swapped every pair so drifting load and caches favour neither."""
+    table = ctx.rt.catalog.load_table(ref.dotted)
+    snap = table.current_snapshot()
+    assert snap is not None
+    small = snap.snapshot_id
+    files = len(list(table.scan().plan_files()))
+    _ = ctx.spark  # the session starts before the first timed job, not in it
+    if warm_up:
+        _compaction(ctx, ref, True)
+        rollback(ctx, ref, small)
+    on: list[float] = []
+    off: list[float] = []
+    checks: list[dict[str, Any]] = []
+    metrics: dict[str, Any] = {}
+    for i in range(repeats):
+        for enabled in (True, False) if i % 2 == 0 else (False, True):
+            seconds, metrics = _compaction(ctx, ref, enabled)
+            rollback(ctx, ref, small)
+            if enabled:
+                on.append(seconds)
+                checks.append(metrics["validation"])
+            else:
+                off.append(seconds)
+    cost = [c["cost_seconds"] for c in checks]
+    return {
+        "input_files": files,
+        "files_after": metrics.get("added_data_files"),
+        "rows": checks[-1]["rows"],
+        "columns": len(checks[-1]["columns"]),
+        "partitions_checked": checks[-1]["partitions_checked"],
+        "with_validation_s": Stat.of(on),
+        "without_validation_s": Stat.of(off),
+        "ratio": Stat.of([a / b for a, b in zip(on, off, strict=True)]),
+        "validation_cost_s": Stat.of(cost),
+        # per side: validation reads the touched partitions at both snapshots
+        "rows_validated_per_s": Stat.of([c["rows"] / c["cost_seconds"] for c in checks]),
+        "cost_share_of_compaction": Stat.of([c / t for c, t in zip(cost, on, strict=True)]),
+    }
+
+
+def b16(ctx: Context) -> Figure:
+    sizes = SIZES[ctx.sizes.name]
+    shape = data.Shape(sizes.appends, 1, sizes.rows_per_append)
+    with measuring(
+        "B16",
+        f"a compaction job with post-rewrite validation on (row count + xxhash64 checksum "
+        f"per touched partition): {shape.rows:,} rows in {sizes.appends * sizes.days} small files, "
+        f"{sizes.days} day partitions, 7 columns; arms alternated",
+        "the same compaction with validation.enabled: false, same input (a rollback)",
+        "report",
+    ) as fig:
+        create = partial(
+            data.create, ctx.rt.catalog, shape=shape, spec=data.BY_DAY, days=sizes.days
+        )
+        create(REF.dotted)
+        base = _pairs(ctx, REF, sizes.repeats, sizes.warm_up)
+        fig.ratio = base.pop("ratio")
+        fig.ratio_label = "with / without validation, compaction wall time (per pair)"
+        fig.values = base
+        columns = 7 + sizes.extra_columns
+        create(WIDE.dotted, extra_columns=sizes.extra_columns)
+        fig.values[f"wide_{columns}_columns"] = _pairs(ctx, WIDE, sizes.wide_repeats, False)
+        for ref in (REF, WIDE):  # the bench's warehouse keeps no figure's data
+            ctx.rt.catalog.purge_table(ref.dotted)
+        fig.notes.append(
+            "validation_cost_s is metrics.validation.cost_seconds (one Spark job reading the "
+            "touched partitions at the snapshot before and after); rows_validated_per_s "
+            "counts the rows of one side, each read twice"
+        )
+    return fig
