@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lakewarden import __version__, cli_ops
+from lakewarden import __version__, cli_data, cli_ops
 from lakewarden.cli_output import Format
 from lakewarden.client import TOKEN_ENV, URL_ENV
 
@@ -393,6 +393,7 @@ def _audit(session: Any, actor: str, verb: str, token: Any, change: dict[str, An
 
 
 cli_ops.register(app)
+cli_data.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

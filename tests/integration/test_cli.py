@@ -249,6 +249,85 @@ def test_policy_get_set_history(live: Live, tmp_path: Path) -> None:
     assert "version" in _table_mode(live, "policy", "history", "sales.items")
 
 
+def test_refs_and_rollback(live: Live) -> None:
+    """Branches and tags as the API lists them; a rollback refused to a viewer, declined at
+    the prompt, then done by tag (admin)."""
+    table = live.rt.catalog.load_table("sales.refunds")
+    first, second = (s.snapshot_id for s in table.snapshots()[:2])
+    table.manage_snapshots().create_tag(first, "before-backfill").commit()
+    listed = live.json("refs", "sales.refunds")
+    assert {k: v for k, v in listed.items() if k != "at"} == {
+        k: v for k, v in live.get("/api/v1/tables/sales/refunds/refs").items() if k != "at"
+    }
+    assert [(r["name"], r["type"]) for r in listed["refs"]] == [
+        ("main", "branch"),
+        ("before-backfill", "tag"),
+    ]
+    shown = _table_mode(live, "refs", "sales.refunds")
+    assert (
+        "before-backfill" in shown and f"current snapshot {listed['current_snapshot_id']}" in shown
+    )
+
+    viewer = issue_token(live.rt, "viewer", name="cli-viewer")
+    refused = live.cli(
+        "rollback", "sales.refunds", "--to-tag", "before-backfill", "-y", token=viewer
+    )
+    assert refused.exit_code == 1 and "403" in refused.stderr and viewer not in refused.output
+    declined = CliRunner().invoke(
+        app,
+        ["rollback", "sales.refunds", "--to-snapshot", str(first)],
+        env={"LAKEWARDEN_URL": live.url, "LAKEWARDEN_TOKEN": live.token},
+        input="n\n",
+    )
+    assert declined.exit_code == 1 and f"now at snapshot {listed['current_snapshot_id']}" in (
+        declined.stderr
+    )
+    assert live.get("/api/v1/tables/sales/refunds/refs")["current_snapshot_id"] != first
+    both = live.cli("rollback", "sales.refunds", "--to-snapshot", "1", "--to-tag", "x")
+    assert both.exit_code == 2 and "exactly one" in both.output
+
+    done = live.json("rollback", "sales.refunds", "--to-tag", "before-backfill", "--yes")
+    assert done["rolled_back"] and done["to_snapshot_id"] == first
+    assert live.get("/api/v1/tables/sales/refunds/refs")["current_snapshot_id"] == first
+    again = _table_mode(live, "rollback", "sales.refunds", "--to-snapshot", str(first), "-y")
+    assert "already at snapshot" in again
+    missing = live.cli("rollback", "sales.refunds", "--to-snapshot", str(second + 1), "-y")
+    assert missing.exit_code == 1 and "404" in missing.stderr and "no snapshot" in missing.stderr
+
+
+def test_partitions_and_watermark(live: Live) -> None:
+    path = "/api/v1/tables/sales/returns"
+    assert live.json("partitions", "sales.returns") == live.get(f"{path}/partitions", limit=100)
+    assert "readiness is disabled" in _table_mode(live, "partitions", "sales.returns")
+    off = live.cli("watermark", "sales.returns", "2026-01-01T00:00:00Z")
+    assert off.exit_code == 1 and "409" in off.stderr and "readiness.enabled: true" in off.stderr
+
+    vague = live.cli("watermark", "sales.returns", "yesterday")
+    assert vague.exit_code == 1 and "422" in vague.stderr and "watermark: " in vague.stderr
+
+    # The partitions of the readiness column (region: identity, so the quiet rule), as the
+    # leader recorded them.
+    set_policy = ("readiness.enabled=true", "readiness.partition=region")
+    live.json("policy", "set", "sales.returns", *set_policy)
+    quiet = live.cli("watermark", "sales.returns", "2026-01-01T00:00:00Z")
+    assert quiet.exit_code == 1 and "rule 'quiet'" in quiet.stderr
+    with live.rt.engine.begin() as conn:  # a partition the leader judged ready
+        conn.execute(
+            text(
+                'INSERT INTO partition_readiness (table_id, "column", partition, ready, since, '
+                "snapshot_id, reason, tag, last_commit_at, last_commit_snapshot_id) SELECT id, "
+                "'region', 'a', true, now(), 1, 'quiet since its end', 'ready-a', now(), 1 "
+                "FROM managed_tables WHERE name = 'returns'"
+            )
+        )
+    ready = live.json("partitions", "sales.returns", "--ready")
+    assert ready == live.get(f"{path}/partitions", ready="true", limit=100)
+    assert [p["partition"] for p in ready["items"]] == ["a"]
+    assert live.json("partitions", "sales.returns", "--not-ready")["items"] == []
+    shown = _table_mode(live, "partitions", "sales.returns")
+    assert "ready-a" in shown and "quiet since its end" in shown
+
+
 def test_errors_say_what_to_fix(live: Live) -> None:
     missing = live.cli("task", "987654")
     assert missing.exit_code == 1 and "404" in missing.stderr and "does not exist" in missing.stderr

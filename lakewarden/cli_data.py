@@ -1,0 +1,166 @@
+"""The operator's commands on a table's data for downstream readers and recovery:
+`lakewarden partitions` (readiness), `watermark` (the writer's completeness mark), `refs`
+(branches and tags, and when snapshot expiry drops them) and `rollback` (main back to a
+snapshot or a tag; admin, and asked for confirmation). Each is one or two REST calls, printed
+as the other operator commands are (lakewarden/cli_ops.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from lakewarden.cli_ops import Catalog, Output, TableName, _api, _split
+from lakewarden.cli_output import Format, cell, emit, table
+from lakewarden.client import table_path
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+
+def register(app: typer.Typer) -> None:
+    for command in (partitions, watermark, refs, rollback):
+        app.command()(command)
+
+
+# --- readiness ---------------------------------------------------------------------------
+
+
+def partitions(
+    ctx: typer.Context,
+    name: TableName,
+    ready: Annotated[
+        bool | None,
+        typer.Option("--ready/--not-ready", show_default=False, help="only these (default: all)"),
+    ] = None,
+    catalog: Catalog = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=500)] = 100,
+    output: Output = Format.table,
+) -> None:
+    """Partitions of the table's readiness column, newest recorded first: ready or not,
+    since when, why, and their tag (the policy's `readiness` section)."""
+    with _api(ctx) as api:
+        page = api.get(f"{table_path(catalog, *_split(name))}/partitions", ready=ready, limit=limit)
+    emit(page, output, _partitions_view)
+
+
+def _partitions_view(page: dict[str, Any]) -> Iterable[RenderableType]:
+    rows = [
+        (
+            p["partition"],
+            p["ready"],
+            p["since"],
+            p["reason"] if p["ready"] or not p.get("unready_reason") else p["unready_reason"],
+            p["tag"],
+            p["snapshot_id"],
+            p["last_commit_at"],
+        )
+        for p in page["items"]
+    ]
+    if not rows:
+        yield (
+            "no partitions recorded: readiness is disabled for the table (policy readiness."
+            "enabled), or the leader has not judged it yet"
+        )
+        return
+    columns = ("partition", "ready", "since", "why", "tag", "snapshot", "last commit")
+    yield table(None, columns, rows)
+    if page.get("next_cursor"):
+        yield "more partitions: raise --limit, or narrow with --ready / --not-ready"
+
+
+def watermark(
+    ctx: typer.Context,
+    name: TableName,
+    timestamp: Annotated[
+        str,
+        typer.Argument(
+            metavar="TIMESTAMP",
+            help="ISO 8601 with a UTC offset, e.g. 2026-11-24T00:00:00Z: every row before it "
+            "is written",
+        ),
+    ],
+    catalog: Catalog = None,
+    output: Output = Format.table,
+) -> None:
+    """Declare every row before TIMESTAMP written (readiness.rule: watermark). It only moves
+    forward."""
+    with _api(ctx) as api:
+        result = api.post(
+            f"{table_path(catalog, *_split(name))}/watermark", {"watermark": timestamp}
+        )
+    emit(result, output, lambda r: [f"{name}: watermark at {r['watermark']}"])
+
+
+# --- branches, tags, rollback ------------------------------------------------------------
+
+
+def refs(
+    ctx: typer.Context, name: TableName, catalog: Catalog = None, output: Output = Format.table
+) -> None:
+    """Branches and tags: each one's snapshot and its age, and when the next snapshot
+    expiry drops it."""
+    with _api(ctx) as api:
+        data = api.get(f"{table_path(catalog, *_split(name))}/refs")
+    emit(data, output, _refs_view)
+
+
+def _refs_view(data: dict[str, Any]) -> Iterable[RenderableType]:
+    rows = [
+        (
+            r["name"],
+            r["type"],
+            r["snapshot_id"],
+            r["committed_at"],
+            _hours(r["max_ref_age_ms"]),
+            r["lapses_at"] or ("never" if r["name"] == "main" else None),
+        )
+        for r in data["refs"]
+    ]
+    title = f"{data['table']}: current snapshot {cell(data['current_snapshot_id'])}"
+    yield table(title, ("ref", "type", "snapshot", "committed", "max age", "lapses"), rows)
+
+
+def _hours(ms: int | None) -> str | None:
+    return None if ms is None else f"{ms / 3_600_000:g}h"
+
+
+def rollback(
+    ctx: typer.Context,
+    name: TableName,
+    to_snapshot: Annotated[
+        int | None, typer.Option("--to-snapshot", metavar="ID", help="a snapshot of main's history")
+    ] = None,
+    to_tag: Annotated[
+        str | None, typer.Option("--to-tag", metavar="NAME", help="a tag's snapshot")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    catalog: Catalog = None,
+    output: Output = Format.table,
+) -> None:
+    """Point main back at a snapshot of its history, by id or by tag (admin). Refused while
+    a task of the table runs. Asks first unless --yes."""
+    if (to_snapshot is None) == (to_tag is None):
+        raise typer.BadParameter("give exactly one of --to-snapshot ID and --to-tag NAME")
+    path = table_path(catalog, *_split(name))
+    target = f"tag {to_tag}" if to_tag is not None else f"snapshot {to_snapshot}"
+    with _api(ctx) as api:
+        if not yes:
+            now = api.get(f"{path}/refs")["current_snapshot_id"]
+            typer.confirm(
+                f"Point main of {name} (now at snapshot {now}) back at {target}?",
+                abort=True,
+                err=True,  # stdout stays the answer's alone (-o json)
+            )
+        body = {"to_snapshot": to_snapshot} if to_tag is None else {"to_tag": to_tag}
+        result = api.post(f"{path}/rollback", body)
+    emit(result, output, _rollback_view)
+
+
+def _rollback_view(r: dict[str, Any]) -> Iterable[RenderableType]:
+    to = f"snapshot {r['to_snapshot_id']}" + (f" (tag {r['to_tag']})" if r["to_tag"] else "")
+    if r["rolled_back"]:
+        yield f"{r['table']}: main rolled back from snapshot {r['from_snapshot_id']} to {to}"
+    else:
+        yield f"{r['table']}: main was already at {to}; nothing changed"
