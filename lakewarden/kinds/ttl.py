@@ -292,9 +292,25 @@ def plan(policy: TTLPolicy, table: Table, now: datetime) -> PlanOutcome:
         ).count()
         return older, table.scan(selected_fields=fields, snapshot_id=snap).count()
 
+    # pyiceberg's scan refuses equality deletes (as Flink writes them): plan on the estimate
+    # over file bounds, which the job's exact count (Spark applies every delete) then checks
+    # and holds on before it deletes anything.
+    unreadable = any(d.kind == "equality" for d in files.deletes)
     outcome = plan_from_files(
-        policy, column_type, aligned, files.data, files.snapshot_id, now, count=count
+        policy,
+        column_type,
+        aligned,
+        files.data,
+        files.snapshot_id,
+        now,
+        count=None if unreadable else count,
     )
+    if unreadable:
+        outcome = PlanOutcome(
+            outcome.plan,
+            f"{outcome.reason} (estimated: the table holds equality deletes, which pyiceberg "
+            "cannot read; the job counts exactly with Spark before deleting)",
+        )
     if outcome.plan is None or branch is None:
         return outcome
     return PlanOutcome({**outcome.plan, "branch": branch}, f"branch {branch}: {outcome.reason}")
@@ -378,9 +394,17 @@ def target_table(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
 
 def _snapshots(spark: SparkSession, catalog: str, ref: TableRef) -> list[Any]:
     return spark.sql(
-        f"SELECT snapshot_id, committed_at, operation, summary "
+        f"SELECT snapshot_id, parent_id, committed_at, operation, summary "
         f"FROM {ref.spark_name(catalog)}.snapshots"
     ).collect()
+
+
+def _rows_at(spark: SparkSession, name: str, snapshot_id: int | None) -> int:
+    """Live rows of the table at a snapshot (deletes applied); 0 before the first."""
+    if snapshot_id is None:
+        return 0
+    row = spark.sql(f"SELECT count(*) AS n FROM {name} VERSION AS OF {int(snapshot_id)}")
+    return int(row.collect()[0]["n"])
 
 
 def _fraction(plan: dict[str, Any]) -> float:
@@ -490,11 +514,13 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         return int(summary.get(key, 0) or 0)
 
     added_deletes = n("added-delete-files")
-    deleted = n("deleted-records") - n("added-records") + n("added-position-deletes")
+    # Live rows the commit removed, counted on both sides of it: the summary's record
+    # counts are physical, and a whole file dropped (or rewritten) may hold rows a delete
+    # file had already removed, which must not count as deleted now.
+    deleted = _rows_at(spark, name, snap["parent_id"]) - _rows_at(spark, name, snap["snapshot_id"])
     metrics = {
         **base,
         "operation": snap["operation"],
-        # an overwrite removes whole files and re-adds the rows it keeps of them
         "deleted_records": deleted,
         "deleted_data_files": n("deleted-data-files"),
         "added_data_files": n("added-data-files"),
