@@ -234,6 +234,14 @@ def test_the_histogram_has_one_bar_per_bucket_matching_pyiceberg(
     # ... and one bar per partition for the partitions' file counts
     assert page.locator("#partition-files svg rect.bar").count() == 3
     page.locator("#explain table.explain").wait_for()
+    # Branches and tags (after the page, from GET …/refs); no readiness panel: it is off.
+    main = page.locator("#refs tr.ref[data-ref='main']")
+    main.wait_for()
+    assert str(table.current_snapshot().snapshot_id) in main.inner_text()
+    assert page.locator("table.readiness").count() == 0
+    # The compaction's run says what its post-rewrite validation found.
+    page.goto(f"/ui/tasks/{world.compaction_task}")
+    assert "validation passed" in page.locator("p.validation").inner_text()
 
 
 def test_cancel_and_retry_work_from_their_buttons(world: World, open_page: Any) -> None:

@@ -35,6 +35,7 @@ T = TypeVar("T")
 TABLE_FILTERS = ("namespace", "catalog", "health_below", "has_open_tasks", "has_failed_tasks")
 OPEN_STATES = ("pending", "planning", "planned", "running")
 RETRYABLE_STATES = ("failed", "cancelled", "skipped")
+READINESS_ROWS = 50  # the table page's readiness panel: the newest recorded partitions
 
 
 def ui_access(request: Request, rt: RuntimeDep) -> Access:
@@ -125,12 +126,13 @@ async def table_page(
     api = Api(request)
     path = _table_path(catalog, namespace, name)
     table = await api.get(path)  # 404 / 403 as the API says
-    versions, events, tasks, blockers, ns_policy = await asyncio.gather(
+    versions, events, tasks, blockers, ns_policy, partitions = await asyncio.gather(
         api.get(f"{path}/policy/versions"),
         api.get(f"{path}/events", {"limit": 30}),
         api.get("/api/v1/tasks", {"table": f"{namespace}.{name}", "catalog": catalog, "limit": 20}),
         api.get(f"{path}/blockers"),
         api.get_or_none(f"/api/v1/catalogs/{quote(catalog)}/namespaces/{quote(namespace)}/policy"),
+        api.get_or_none(f"{path}/partitions?limit={READINESS_ROWS}"),
     )
     details = await asyncio.gather(
         *(api.get(f"/api/v1/tasks/{t['id']}") for t in tasks["items"][:10])
@@ -147,6 +149,9 @@ async def table_page(
         "events": events["items"],
         "tasks": list(details) + tasks["items"][10:],
         "blockers": blockers,
+        # Shown when the policy enables readiness, or rows remain from when it did.
+        "readiness": (partitions or {}).get("items", []),
+        "readiness_enabled": ((table.get("policy") or {}).get("readiness") or {}).get("enabled"),
         "kinds": KINDS,
         "can_operate": access.caller.may(Role.operator, catalog, namespace),
         "retryable": RETRYABLE_STATES,
@@ -224,6 +229,15 @@ async def table_explain(
 ) -> HTMLResponse:
     explain = await Api(request).get(f"{_table_path(catalog, namespace, name)}/explain")
     return page(request, "_explain.html", {"explain": explain})
+
+
+@router.get("/t/{catalog}/{namespace}/{name}/refs", response_class=HTMLResponse)
+async def table_refs(
+    request: Request, catalog: str, namespace: str, name: str, access: UiAccessDep
+) -> HTMLResponse:
+    """Branches and tags (they read the table's metadata, so after the page)."""
+    refs = await Api(request).get(f"{_table_path(catalog, namespace, name)}/refs")
+    return page(request, "_refs.html", {"refs": refs})
 
 
 @router.get("/tasks/{task_id}", response_class=HTMLResponse)
