@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lakewarden.cli_ops import Catalog, Output, TableName, _api, _split
+from lakewarden.cli_ops import Catalog, Output, TableName, calling, split_name
 from lakewarden.cli_output import Format, cell, emit, table
 from lakewarden.client import table_path
 
@@ -40,8 +40,10 @@ def partitions(
 ) -> None:
     """Partitions of the table's readiness column, newest recorded first: ready or not,
     since when, why, and their tag (the policy's `readiness` section)."""
-    with _api(ctx) as api:
-        page = api.get(f"{table_path(catalog, *_split(name))}/partitions", ready=ready, limit=limit)
+    with calling(ctx) as api:
+        page = api.get(
+            f"{table_path(catalog, *split_name(name))}/partitions", ready=ready, limit=limit
+        )
     emit(page, output, _partitions_view)
 
 
@@ -86,9 +88,9 @@ def watermark(
 ) -> None:
     """Declare every row before TIMESTAMP written (readiness.rule: watermark). It only moves
     forward."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         result = api.post(
-            f"{table_path(catalog, *_split(name))}/watermark", {"watermark": timestamp}
+            f"{table_path(catalog, *split_name(name))}/watermark", {"watermark": timestamp}
         )
     emit(result, output, lambda r: [f"{name}: watermark at {r['watermark']}"])
 
@@ -101,8 +103,8 @@ def refs(
 ) -> None:
     """Branches and tags: each one's snapshot and its age, and when the next snapshot
     expiry drops it."""
-    with _api(ctx) as api:
-        data = api.get(f"{table_path(catalog, *_split(name))}/refs")
+    with calling(ctx) as api:
+        data = api.get(f"{table_path(catalog, *split_name(name))}/refs")
     emit(data, output, _refs_view)
 
 
@@ -143,9 +145,9 @@ def rollback(
     a task of the table runs. Asks first unless --yes."""
     if (to_snapshot is None) == (to_tag is None):
         raise typer.BadParameter("give exactly one of --to-snapshot ID and --to-tag NAME")
-    path = table_path(catalog, *_split(name))
+    path = table_path(catalog, *split_name(name))
     target = f"tag {to_tag}" if to_tag is not None else f"snapshot {to_snapshot}"
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         if not yes:
             now = api.get(f"{path}/refs")["current_snapshot_id"]
             typer.confirm(

@@ -44,7 +44,7 @@ TaskId = Annotated[int, typer.Argument(metavar="ID", help="the task's id")]
 
 def _table_name(value: str | None) -> str | None:
     """NS.NAME checked before any call (the API checks each level's characters)."""
-    if value is not None and not all(_split(value)):
+    if value is not None and not all(split_name(value)):
         raise typer.BadParameter(f"{value!r}: write the table as NS.NAME, e.g. sales.orders")
     return value
 
@@ -54,13 +54,13 @@ TableName = Annotated[
 ]
 
 
-def _split(dotted: str) -> tuple[str, str]:
+def split_name(dotted: str) -> tuple[str, str]:
     namespace, _, name = dotted.rpartition(".")
     return namespace, name
 
 
 @contextmanager
-def _api(ctx: typer.Context) -> Iterator[Client]:
+def calling(ctx: typer.Context) -> Iterator[Client]:
     """A client of the API the top-level options name; a failed call ends the command with
     the API's message (exit 1), never a traceback."""
     target = ctx.find_object(Target) or Target()
@@ -101,7 +101,7 @@ def tables(
     output: Output = Format.table,
 ) -> None:
     """Managed tables, with their last health score."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         page = api.get(
             "/api/v1/tables",
             sort="health" if worst else "registered",
@@ -157,8 +157,8 @@ def table_cmd(
     ctx: typer.Context, name: TableName, catalog: Catalog = None, output: Output = Format.table
 ) -> None:
     """One table: its health (score, signals, files) and explain (what would run now, why)."""
-    path = table_path(catalog, *_split(name))
-    with _api(ctx) as api:
+    path = table_path(catalog, *split_name(name))
+    with calling(ctx) as api:
         data = {
             "table": api.get(path),
             "health": api.get(f"{path}/health"),
@@ -245,7 +245,7 @@ def tasks(
     output: Output = Format.table,
 ) -> None:
     """Tasks, newest first."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         page = api.get(
             "/api/v1/tasks",
             state=state,
@@ -280,7 +280,7 @@ def _tasks_view(page: dict[str, Any]) -> Iterable[RenderableType]:
 
 def task(ctx: typer.Context, task_id: TaskId, output: Output = Format.table) -> None:
     """A task: why it exists, its plan, every transition and every Spark run."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         detail = api.get(f"/api/v1/tasks/{task_id}")
     emit(detail, output, _task_view)
 
@@ -315,14 +315,15 @@ def _task_view(t: dict[str, Any]) -> Iterable[RenderableType]:
     if t["runs"]:
         yield table(
             "Spark runs",
-            ("attempt", "state", "application", "ms", "metrics", "error", "ui"),
+            ("attempt", "state", "application", "ms", "metrics", "validation", "error", "ui"),
             [
                 (
                     r["attempt"],
                     r["state"],
                     r["spark_app_id"],
                     r["duration_ms"],
-                    r["metrics"],
+                    {k: v for k, v in (r["metrics"] or {}).items() if k != "validation"},
+                    _validation((r["metrics"] or {}).get("validation")),
                     r["error"],
                     r.get("ui_url"),
                 )
@@ -336,16 +337,28 @@ def _task_view(t: dict[str, Any]) -> Iterable[RenderableType]:
             yield Text(f"log tail of attempt {last['attempt']}:\n{last['log_tail']}")
 
 
+def _validation(v: dict[str, Any] | None) -> str | None:
+    """A run's post-rewrite validation in a line (its per-partition detail is in -o json)."""
+    if not v:
+        return None
+    text = str(v["status"])
+    if v.get("rows") is not None:
+        text += f": {v['rows']} rows in {v.get('partitions_checked')} partition(s)"
+    if v.get("cost_seconds") is not None:
+        text += f", {v['cost_seconds']}s"
+    return text + (f" ({v['reason']})" if v.get("reason") else "")
+
+
 def cancel(ctx: typer.Context, task_id: TaskId, output: Output = Format.table) -> None:
     """Cancel an open task (a running Spark job is stopped by the scheduler)."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         detail = api.post(f"/api/v1/tasks/{task_id}/cancel")
     emit(detail, output, lambda t: [_task_summary(t)])
 
 
 def retry(ctx: typer.Context, task_id: TaskId, output: Output = Format.table) -> None:
     """Run an ended task again; prints the task that will run."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         detail = api.post(f"/api/v1/tasks/{task_id}/retry")
     emit(detail, output, lambda t: [_task_summary(t)])
 
@@ -362,8 +375,8 @@ def trigger(
 ) -> None:
     """Ask for a task of KIND on a table now, whatever the thresholds say."""
     body = {"kind": kind, "override_disabled": override_disabled}
-    with _api(ctx) as api:
-        detail = api.post(f"{table_path(catalog, *_split(name))}/tasks", body)
+    with calling(ctx) as api:
+        detail = api.post(f"{table_path(catalog, *split_name(name))}/tasks", body)
     emit(detail, output, lambda t: [_task_summary(t)])
 
 
@@ -385,9 +398,9 @@ def pause(
     """Pause maintenance of a table, or of every table (the global freeze, for incidents).
     No new job starts until resumed; running jobs finish."""
     body = {"reason": reason} if reason else {}
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         if name:
-            result = api.post(f"{table_path(catalog, *_split(name))}/pause", body)
+            result = api.post(f"{table_path(catalog, *split_name(name))}/pause", body)
         else:
             result = api.post("/api/v1/maintenance/freeze", body)
     emit(result, output, _hold_view)
@@ -400,9 +413,9 @@ def resume(
     output: Output = Format.table,
 ) -> None:
     """Resume maintenance of a paused table, or lift the global freeze."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         if name:
-            result = api.post(f"{table_path(catalog, *_split(name))}/resume")
+            result = api.post(f"{table_path(catalog, *split_name(name))}/resume")
         else:
             result = api.post("/api/v1/maintenance/unfreeze")
     emit(result, output, _hold_view)
@@ -438,7 +451,7 @@ def alerts(
     """Alerts, newest first: the open ones (firing or acknowledged) unless --state."""
     if ctx.invoked_subcommand is not None:
         return
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         page = api.get("/api/v1/alerts", state=state, limit=limit)
     emit(page, output, _alerts_view)
 
@@ -470,7 +483,7 @@ def ack(
     output: Output = Format.table,
 ) -> None:
     """Acknowledge an alert: someone is on it."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         alert = api.post(f"/api/v1/alerts/{alert_id}/ack", {"by": by or _whoami()})
     emit(
         alert, output, lambda a: [f"alert {a['id']} ({a['rule']}): {a['state']} by {a['acked_by']}"]
@@ -494,14 +507,14 @@ def policy_get(
     ctx: typer.Context, name: TableName, catalog: Catalog = None, output: Output = Format.table
 ) -> None:
     """The effective policy, and where each value comes from (table, namespace, default)."""
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         data = _policy_of(api, catalog, name)
     emit(data, output, _policy_view)
 
 
 def _policy_of(api: Client, catalog: str | None, name: str) -> dict[str, Any]:
-    namespace, _ = _split(name)
-    t = api.get(table_path(catalog, *_split(name)))
+    namespace, _ = split_name(name)
+    t = api.get(table_path(catalog, *split_name(name)))
     where = f"/api/v1/catalogs/{t['catalog']}/namespaces/{namespace}/policy"
     return {
         "table": f"{t['namespace']}.{t['name']}",
@@ -560,8 +573,8 @@ def policy_set(
     if not settings and file is None:
         raise typer.BadParameter("give KEY=VALUE pairs, or --file")
     changes = [_setting(text) for text in settings or []]
-    path = table_path(catalog, *_split(name))
-    with _api(ctx) as api:
+    path = table_path(catalog, *split_name(name))
+    with calling(ctx) as api:
         own = _read_policy_file(file) if file is not None else api.get(path)["policy_overrides"]
         for (section, key), value in changes:
             own.setdefault(section, {})[key] = value
@@ -606,8 +619,8 @@ def policy_history(
     ctx: typer.Context, name: TableName, catalog: Catalog = None, output: Output = Format.table
 ) -> None:
     """Every policy the table has had, newest first, with who set it."""
-    with _api(ctx) as api:
-        versions = api.get(f"{table_path(catalog, *_split(name))}/policy/versions")
+    with calling(ctx) as api:
+        versions = api.get(f"{table_path(catalog, *split_name(name))}/policy/versions")
     emit(versions, output, _history_view)
 
 
@@ -632,7 +645,7 @@ def check_fleet(ctx: typer.Context, output: Format) -> int:
     def record(name: str, ok: bool, detail: str) -> None:
         checks.append({"name": name, "ok": ok, "detail": detail})
 
-    with _api(ctx) as api:
+    with calling(ctx) as api:
         try:
             status, body = api.status("/readyz")
         except ApiError as exc:
