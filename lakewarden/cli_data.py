@@ -53,7 +53,8 @@ def _partitions_view(page: dict[str, Any]) -> Iterable[RenderableType]:
             p["partition"],
             p["ready"],
             p["since"],
-            p["reason"] if p["ready"] or not p.get("unready_reason") else p["unready_reason"],
+            (p["reason"] or "")
+            + (f" (un-readied: {p['unready_reason']})" if p.get("unready_reason") else ""),
             p["tag"],
             p["snapshot_id"],
             p["last_commit_at"],
@@ -116,7 +117,7 @@ def _refs_view(data: dict[str, Any]) -> Iterable[RenderableType]:
             r["snapshot_id"],
             r["committed_at"],
             _hours(r["max_ref_age_ms"]),
-            r["lapses_at"] or ("never" if r["name"] == "main" else None),
+            r["lapses_at"] or "never",
         )
         for r in data["refs"]
     ]
