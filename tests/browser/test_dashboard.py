@@ -237,7 +237,8 @@ def test_the_histogram_has_one_bar_per_bucket_matching_pyiceberg(
     # Branches and tags (after the page, from GET …/refs); no readiness panel: it is off.
     main = page.locator("#refs tr.ref[data-ref='main']")
     main.wait_for()
-    assert str(table.current_snapshot().snapshot_id) in main.inner_text()
+    current = table.current_snapshot()
+    assert current is not None and f"{current.snapshot_id} (current)" in main.inner_text()
     assert page.locator("table.readiness").count() == 0
     # The compaction's run says what its post-rewrite validation found.
     page.goto(f"/ui/tasks/{world.compaction_task}")
