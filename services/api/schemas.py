@@ -910,8 +910,15 @@ class WatermarkIn(RequestModel):
     @field_validator("watermark", mode="before")
     @classmethod
     def _iso_text(cls, value: Any) -> Any:
+        hint = "must be ISO 8601 text with a UTC offset, e.g. 2026-11-24T00:00:00Z"
         if not isinstance(value, str):  # lax datetimes take a number as epoch seconds
-            raise ValueError("must be ISO 8601 text with a UTC offset, e.g. 2026-11-24T00:00:00Z")
+            raise ValueError(hint)
+        try:  # pydantic's own message ("input is too short") does not say what to send
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"{hint}, not {value[:40]!r}") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"{hint}: {value[:40]!r} has no offset")
         return value
 
 
