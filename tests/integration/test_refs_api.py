@@ -4,12 +4,14 @@ row, and pyiceberg reading main back at the tag's snapshot. Explain's tags entry
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi.testclient import TestClient
-from helpers import append_batches, bearer, current, issue_token, make_table
+from helpers import append_batches, bearer, current, issue_token, make_table, wait_for
 from sqlalchemy import select, text
 
+from lakewarden import tables
 from lakewarden.db.models import AuditEntry
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -112,3 +114,49 @@ def test_explain_says_which_tag_is_next_and_what_would_lapse(
     assert tags["enabled"] and tags["due"] and tags["next_tag"].startswith("hourly-")
     assert len(tags["next_tag"]) == len("hourly-YYYYMMDDHH")
     assert [r["name"] for r in tags["would_lapse"]] == ["old"]  # 1 ms max-ref-age
+
+
+def test_a_rollback_waits_for_a_dispatch_in_flight_and_refuses(
+    rt: Runtime, client: TestClient
+) -> None:
+    """A dispatch that picked a task of the table but has not committed it as running yet
+    must not be missed: the rollback waits for it (it locks the table's planned and running
+    tasks), then sees the job running and refuses. Meanwhile it holds a blocker, so no
+    other job starts; the blocker is gone once it answers."""
+    table = append_batches(make_table(rt), 2)
+    good = current(table).snapshot_id
+    table.manage_snapshots().create_tag(good, "good").commit()
+    append_batches(table.refresh(), 1, start=100)
+    registered = client.post("/api/v1/tables", json={"namespace": "sales", "name": "orders"})
+    table_id = registered.json()["id"]
+    with transaction(rt.engine) as s:
+        task_id = repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t")
+        s.execute(text("UPDATE tasks SET state = 'planned' WHERE id = :id"), {"id": task_id})
+
+    with rt.engine.connect() as dispatch, ThreadPoolExecutor(1) as pool:
+        # As the scheduler's dispatch does: the task row locked, set running, not committed.
+        dispatch.execute(text("SELECT id FROM tasks WHERE id = :id FOR UPDATE"), {"id": task_id})
+        dispatch.execute(text("UPDATE tasks SET state = 'running' WHERE id = :id"), {"id": task_id})
+        answer = pool.submit(client.post, f"{BASE}/rollback", json={"to_tag": "good"})
+
+        def waiting() -> bool:
+            with rt.engine.connect() as conn:
+                return bool(
+                    conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND datname = current_database()"
+                        )
+                    ).scalar_one()
+                )
+
+        wait_for(waiting, 20, "the rollback to wait for the dispatch's lock")
+        with transaction(rt.engine) as s:
+            holders = [b.holder for b in tables.live_blockers(s, table_id)]
+        assert len(holders) == 1 and holders[0].startswith("rollback by ")
+        dispatch.commit()
+        busy = answer.result(30)
+    assert busy.status_code == 409 and f"task {task_id}" in busy.json()["detail"], busy.text
+    assert current(rt.catalog.load_table("sales.orders")).snapshot_id != good  # untouched
+    with transaction(rt.engine) as s:
+        assert tables.live_blockers(s, table_id) == []

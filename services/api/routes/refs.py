@@ -9,16 +9,23 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, HTTPException
 from pyiceberg.exceptions import CommitFailedException
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from lakewarden import refs, tables
 from lakewarden.auth.grants import Role
-from lakewarden.db.models import Task
+from lakewarden.db.models import ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from services.api import errors
-from services.api.access import AccessDep, TableDep
+from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.routes.health import GONE, load_live_table
 from services.api.schemas import RefOut, RefsOut, RollbackIn, RollbackOut
+
+# How long the rollback's blocker holds if the API dies before lifting it.
+HOLD_S = 300.0
+DISPATCHABLE = (TaskState.PLANNED, TaskState.RUNNING)
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["refs"])
 
@@ -64,12 +71,41 @@ def rollback_table(
     count and check, a clean's expiry all assume the main they started from. A snapshot off
     main's history is refused (422): a rollback only returns main to a state it had."""
     access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
+    # No job may start on the table while main moves: a blocker, committed first (dispatch
+    # sees only committed blockers), lifted once the rollback is done.
+    with transaction(rt.engine) as s:
+        hold = tables.add_blocker(
+            s, row, holder=f"rollback by {access.actor}", reason="rolling main back", ttl_s=HOLD_S
+        ).id
+    try:
+        return _rollback(body, row, rt, session, access)
+    finally:
+        with transaction(rt.engine) as s:
+            tables.remove_blocker(s, row, hold)
+
+
+def _rollback(
+    body: RollbackIn, row: ManagedTable, rt: Runtime, session: Session, access: Access
+) -> RollbackOut:
     # Held until the response: a concurrent rollback of this table waits for this one.
     if tables.lock_table(session, row) is None:
         raise HTTPException(404, f"table {row.namespace}.{row.name} is no longer managed")
-    running = session.scalars(
-        select(Task).where(Task.table_id == row.id, Task.state == TaskState.RUNNING)
-    ).first()
+    # Locking the table's planned and running tasks waits for a dispatch still in flight
+    # (it holds its task's row until it commits the task as running), so a job that started
+    # just before the blocker is seen here.
+    running = next(
+        (
+            t
+            for t in session.scalars(
+                select(Task)
+                .where(Task.table_id == row.id, Task.state.in_(DISPATCHABLE))
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+            if t.state == TaskState.RUNNING
+        ),
+        None,
+    )
     if running is not None:
         raise HTTPException(
             409,
