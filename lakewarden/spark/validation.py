@@ -32,12 +32,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalog import TableRef
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy import ValidationPolicy
+from lakewarden.spark import sql
 from lakewarden.spark.commits import TASK_KEY, commit_properties
 
 if TYPE_CHECKING:
@@ -54,6 +56,9 @@ MAX_LISTED = 50
 MAX_DEPTH = 1000
 REVERT_KEY = "lakewarden.reverts-task"
 MAIN = "main"
+# Iceberg types an identity partition keeps as a number (days, microseconds since epoch).
+TIME_TYPES = ("date", "timestamp", "timestamptz")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 CORRUPT = "corrupt-rewrite"
 CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
@@ -269,7 +274,8 @@ def _describe_partition(jvm: Any, catalog: str, table: Any, spec: Any, part: Any
         if transform == "void":
             continue
         column = table.schema().findColumnName(pf.sourceId())
-        terms.append(_predicate(catalog, transform, column, value))
+        source_type = str(table.schema().findType(pf.sourceId()))
+        terms.append(_predicate(catalog, transform, column, value, source_type))
         if column is not None:
             term = expressions.transform(column, pf.transform())
             java_filter = getattr(expressions, "and")(  # a Python keyword
@@ -279,17 +285,32 @@ def _describe_partition(jvm: Any, catalog: str, table: Any, spec: Any, part: Any
     return Touched(label, " AND ".join(terms) or "TRUE", java_filter)
 
 
-def _predicate(catalog: str, transform: str, column: str | None, value: Any) -> str:
-    """Rows whose partition field (`transform` of `column`) is `value`; TRUE (every row)
-    when that cannot be written safely."""
+def _predicate(
+    catalog: str, transform: str, column: str | None, value: Any, source_type: str = ""
+) -> str:
+    """Rows whose partition field (`transform` of `column`, a `source_type` column) is
+    `value`; TRUE (every row) when that cannot be written safely."""
     term = _term(catalog, transform, str(column)) if column else None
     if term is None:
         return "TRUE"
     expr, shape = term
     if value is None:
         return f"{expr} IS NULL"
-    if shape == "day" and isinstance(value, int) and not isinstance(value, bool):
+    number = isinstance(value, int) and not isinstance(value, bool)
+    if shape == "day" and number:
         return f"{expr} = date_from_unix_date({value})"
+    if shape == "plain" and transform == "identity" and source_type in TIME_TYPES:
+        # Iceberg keeps a date as days and a timestamp as microseconds since the epoch:
+        # compared with the column as such (Spark refuses a date or timestamp = a number).
+        if not number:
+            return "TRUE"
+        if source_type == "date":
+            return f"{expr} = date_from_unix_date({value})"
+        at = EPOCH + timedelta(microseconds=value)
+        stamp = sql.timestamp_literal(at)
+        if source_type == "timestamp":  # no zone: Spark's TIMESTAMP_NTZ
+            stamp = "TIMESTAMP_NTZ " + stamp.removeprefix("TIMESTAMP ")
+        return f"{expr} = {stamp}"
     literal = _literal(value) if shape == "plain" else None
     return "TRUE" if literal is None else f"{expr} = {literal}"
 

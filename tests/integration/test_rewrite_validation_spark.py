@@ -129,12 +129,16 @@ def test_partitions_by_day_and_bucket_are_each_compared(
     scheduler: Scheduler, spark_rt: Runtime
 ) -> None:
     """Transformed partitions are selected through Iceberg's Spark functions
-    (`system.days`, `system.bucket`): each is counted apart, and nothing is left out."""
+    (`system.days`, `system.bucket`), and identity partitions of a date, a timestamp and a
+    timestamp without zone (kept by Iceberg as numbers) by their value: each is counted
+    apart, and nothing is left out."""
     schema = pa.schema(
         [
             pa.field("id", pa.int64(), nullable=False),
             pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
             pa.field("note", pa.string()),
+            pa.field("dt", pa.date32(), nullable=False),
+            pa.field("local", pa.timestamp("us"), nullable=False),
         ]
     )
     spark_rt.catalog.create_namespace_if_not_exists("sales")
@@ -142,17 +146,23 @@ def test_partitions_by_day_and_bucket_are_each_compared(
     with table.update_spec() as spec:
         spec.add_field("ts", DayTransform(), "ts_day")
         spec.add_field("id", BucketTransform(2), "id_bucket")
+        spec.add_identity("dt")
+        spec.add_identity("local")
     table = spark_rt.catalog.load_table("sales.transformed")
     day = datetime(2026, 11, 1, tzinfo=UTC)
     for batch in range(6):
         ids = list(range(batch * 10, batch * 10 + 10))
-        times = [day + timedelta(days=i % 2) for i in ids]
+        times = [day + timedelta(days=i % 2, hours=3) for i in ids]
         notes = [None if i % 3 else "it's" for i in ids]
-        table.append(pa.table({"id": ids, "ts": times, "note": notes}, schema=schema))
+        dates = [t.date() for t in times]
+        local = [t.replace(tzinfo=None) for t in times]
+        columns = {"id": ids, "ts": times, "note": notes, "dt": dates, "local": local}
+        table.append(pa.table(columns, schema=schema))
     task_id = manage(spark_rt, "transformed", POLICY)
     assert _compact(scheduler, spark_rt, task_id) == TaskState.SUCCEEDED
     validation = _run(spark_rt, task_id).metrics["validation"]  # type: ignore[index]
-    assert validation["status"] == "passed" and validation["columns"] == ["id", "ts", "note"]
+    assert validation["status"] == "passed", validation
+    assert validation["columns"] == ["id", "ts", "note", "dt", "local"]
     counted = {
         (p["partition"]["ts_day"], p["partition"]["id_bucket"]): p["rows_before"]
         for p in validation["partitions"]

@@ -37,6 +37,16 @@ def test_partition_predicates() -> None:
         "`region` = CAST(unhex('" + b"a'b".hex() + "') AS STRING)"
     )
     assert _predicate("lake", "identity", "n", 7) == "`n` = 7"
+    # Identity of a date or timestamp: Iceberg's number, compared as the column's type.
+    assert _predicate("lake", "identity", "dt", 19000, "date") == (
+        "`dt` = date_from_unix_date(19000)"
+    )
+    assert _predicate("lake", "identity", "ts", 3_600_000_000, "timestamptz") == (
+        "`ts` = TIMESTAMP '1970-01-01 01:00:00.000000'"
+    )
+    assert _predicate("lake", "identity", "ts", 0, "timestamp") == (
+        "`ts` = TIMESTAMP_NTZ '1970-01-01 00:00:00.000000'"
+    )
     assert _predicate("lake", "identity", "region", None) == "`region` IS NULL"
     assert _predicate("lake", "bucket[16]", "id", 3) == "`lake`.system.bucket(16, `id`) = 3"
     assert _predicate("lake", "day", "ts", 19000) == (
