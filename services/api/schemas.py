@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import (
@@ -918,7 +918,11 @@ class WatermarkIn(RequestModel):
         except ValueError:
             raise ValueError(f"{hint}, not {value[:40]!r}") from None
         if parsed.tzinfo is None:
-            raise ValueError(f"{hint}: {value[:40]!r} has no offset")
+            raise ValueError(f"{hint}: {value[:40]!r} has no timezone offset")
+        try:
+            parsed.astimezone(UTC)
+        except OverflowError:  # year 1 with a positive offset is before datetime.min in UTC
+            raise ValueError(f"{value[:40]!r} is out of range: {hint}") from None
         return value
 
 

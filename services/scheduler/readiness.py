@@ -51,6 +51,7 @@ from lakewarden.readiness import (
     tag_name,
 )
 from lakewarden.redact import redact, secrets_of
+from lakewarden.refs import tag_max_ref_age_ms
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.tables import LIVE, effective_policy_for, ref_of
@@ -155,7 +156,14 @@ def _tag(table: Table, found: Assessment, policy: Policy) -> dict[str, str]:
     becoming = found.becoming_ready()
     if not becoming or found.snapshot_id is None:
         return {}
-    retention_ms = int(timedelta(days=policy.readiness.tag_retention_days).total_seconds() * 1000)
+    snapshot = table.snapshot_by_id(found.snapshot_id)
+    made = (
+        datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
+        if snapshot is not None
+        else datetime.now(UTC)
+    )
+    # Iceberg counts a tag's age from its snapshot's commit: kept that long from now.
+    retention_ms = tag_max_ref_age_ms(policy.readiness.tag_retention_days, made, datetime.now(UTC))
     names = {p.partition: tag_name(p.partition) for p in becoming}
     manage = table.manage_snapshots()
     for name in names.values():

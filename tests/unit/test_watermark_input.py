@@ -8,7 +8,10 @@ from pydantic import ValidationError
 from services.api.schemas import WatermarkIn
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "2026-13-01T00:00:00Z", "2026-11-24T00:00:00", 1])
+@pytest.mark.parametrize(
+    "bad",
+    ["yesterday", "2026-13-01T00:00:00Z", "2026-11-24T00:00:00", 1, "0001-01-01T00:00:00+01:00"],
+)
 def test_a_bad_watermark_says_what_to_send(bad: object) -> None:
     with pytest.raises(ValidationError) as caught:
         WatermarkIn.model_validate({"watermark": bad})
