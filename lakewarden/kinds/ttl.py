@@ -488,7 +488,12 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             "tag": tag,
             "snapshot_id": pre,
             "retain_days": undo_days,
-            "how": f"{sql.procedure(catalog, 'rollback_to_snapshot')}('{ref.dotted}', {pre})",
+            "how": (
+                f"{sql.procedure(catalog, 'rollback_to_snapshot')}('{ref.dotted}', {pre})"
+                if branch_of(plan) == MAIN_BRANCH
+                # rollback_to_snapshot moves main only: a branch is set back by name
+                else f"ALTER TABLE {name} REPLACE BRANCH `{branch_of(plan)}` AS OF VERSION {pre}"
+            ),
         }
 
     # 3. Ask the policy once more, then delete, the commit tagged with the task and attempt
@@ -506,7 +511,13 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         key=lambda r: r["committed_at"],
     )
     if not ours:
-        return JobResult({**base, "deleted_records": 0, "note": "no commit"}, None)
+        # Counted rows were there, the DELETE ran, and no commit carries our tags: a delete
+        # nobody can verify (or find again on a retry) must not pass as done.
+        undo = base.get("undo", {}).get("how", "roll back to the snapshot before it")
+        raise VerificationFailed(
+            f"TTL issued its delete of {counted} counted rows but no new commit carries its "
+            f"tags {sorted(tags)}: check the table's snapshots; to undo a delete: {undo}"
+        )
     snap = ours[-1]
     summary = snap["summary"] or {}
 

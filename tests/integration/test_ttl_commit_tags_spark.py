@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from lakewarden.catalog import TableRef
 from lakewarden.kinds import ttl
+from lakewarden.outcomes import VerificationFailed
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import (
     ATTEMPT_KEY,
@@ -155,3 +156,15 @@ def test_concurrent_jobs_in_one_session_tag_only_their_own_commits(
     assert tagged == [None, "tags_a", None]  # append, our delete, the untagged delete
     summary = current(spark_rt.catalog.load_table("sales.tags_b")).summary
     assert summary is not None and summary.get(TASK_KEY) == "tags_b"
+
+
+def test_a_delete_whose_commit_lost_its_tags_fails_instead_of_passing(
+    spark_rt: Runtime, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault: the tags do not reach the commit (e.g. PySpark without pinned threads). The
+    delete happened, but nothing can verify it or find it again on a retry: the job fails
+    with the undo call rather than reporting 'nothing deleted'."""
+    task_id, plan = _planned_ttl(spark_rt, "ttl_untagged")
+    monkeypatch.setattr(ttl.commits, "with_commit_tags", lambda spark, tags, action: action())
+    with committing_as(task_id, 1), pytest.raises(VerificationFailed, match="carries its tags"):
+        ttl.run(spark, spark_rt.settings.catalog_name, TableRef("sales", "ttl_untagged"), plan)
