@@ -216,6 +216,12 @@ def b15(ctx: Context) -> Figure:
                     for name, seconds in batch.items():
                         times[name] += seconds
                     worst_p90s.append(max(_quantile(s, 0.9) for s in batch.values()))
+                # /metrics, apart (not a page): its histograms and counters scan every
+                # finished task and run on each scrape, so its time grows with history.
+                _, body = _get(client, "/metrics")
+                if "lakewarden_tasks" not in body:
+                    raise AssertionError("/metrics: no task series")
+                scrapes = [_get(client, "/metrics")[0] for _ in range(sizes.requests)]
         finally:
             with rt.engine.begin() as conn:
                 _remove(conn)
@@ -234,6 +240,11 @@ def b15(ctx: Context) -> Figure:
                     "bytes": bytes_[name],
                 }
                 for name, s in times.items()
+            },
+            "metrics_scrape": {
+                "p50_ms": round(1000 * _quantile(scrapes, 0.5), 1),
+                "p90_ms": round(1000 * _quantile(scrapes, 0.9), 1),
+                "bytes": len(body.encode()),
             },
         }
         fig.notes = [
