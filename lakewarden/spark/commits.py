@@ -13,6 +13,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyiceberg.table import Table
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import ancestors_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,6 +23,8 @@ R = TypeVar("R")
 
 TASK_KEY = "lakewarden.task-id"
 ATTEMPT_KEY = "lakewarden.attempt"
+# On the commit that reverts a task's rewrite after a failed validation (spark.validation).
+REVERT_KEY = "lakewarden.reverts-task"
 
 _PROPERTIES: ContextVar[dict[str, str] | None] = ContextVar(
     "lakewarden_commit_properties", default=None
@@ -109,10 +113,25 @@ def before_commit() -> None:
 
 
 def find_commit(table: Table, task_id: int) -> tuple[int, str | None] | None:
-    """The (snapshot id, attempt) of the newest commit task `task_id` made, if any (a job
-    with partial progress commits once per file-group batch)."""
-    for snapshot in sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True):
-        summary = snapshot.summary
-        if summary is not None and summary.get(TASK_KEY) == str(task_id):
-            return snapshot.snapshot_id, summary.get(ATTEMPT_KEY)
-    return None
+    """The (snapshot id, attempt) of the newest commit task `task_id` made that still
+    stands, if any (a job with partial progress commits once per file-group batch). It
+    stands when it is in a branch's history (main's, or the branch the job wrote to) and no
+    later commit of that history reverts the task's rewrite (`REVERT_KEY`): a commit rolled
+    away or reverted after a failed validation is not a success to recover."""
+    task = str(task_id)
+    found: tuple[int, int, str | None] | None = None  # (timestamp, snapshot id, attempt)
+    for ref in table.metadata.refs.values():
+        if ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+            continue
+        head = table.snapshot_by_id(ref.snapshot_id)
+        for snapshot in ancestors_of(head, table.metadata):  # newest first
+            summary = snapshot.summary
+            if summary is None:
+                continue
+            if summary.get(REVERT_KEY) == task:
+                break  # the task's commits below this one were undone on this branch
+            if summary.get(TASK_KEY) == task:
+                if found is None or snapshot.timestamp_ms > found[0]:
+                    found = (snapshot.timestamp_ms, snapshot.snapshot_id, summary.get(ATTEMPT_KEY))
+                break
+    return None if found is None else (found[1], found[2])

@@ -40,7 +40,7 @@ from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy import ValidationPolicy
 from lakewarden.spark import sql
-from lakewarden.spark.commits import TASK_KEY, commit_properties
+from lakewarden.spark.commits import REVERT_KEY, TASK_KEY, commit_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +54,6 @@ MAX_PARTITIONS = 200
 MAX_LISTED = 50
 # How far back from the current snapshot the job's commits are looked for.
 MAX_DEPTH = 1000
-REVERT_KEY = "lakewarden.reverts-task"
 MAIN = "main"
 # Iceberg types an identity partition keeps as a number (days, microseconds since epoch).
 TIME_TYPES = ("date", "timestamp", "timestamptz")
