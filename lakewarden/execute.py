@@ -27,7 +27,7 @@ from lakewarden.outcomes import (
 )
 from lakewarden.policy import ValidationPolicy
 from lakewarden.runtime import Runtime
-from lakewarden.spark import joblog
+from lakewarden.spark import joblog, validation
 from lakewarden.spark.actions import first_failure, progress
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.spark.session import use_catalog
@@ -112,7 +112,10 @@ def run_job(
                     fence(),
                     job.task_id,
                     job.attempt,
-                    metrics={"recovered_commit_of_attempt": earlier[1]},
+                    metrics={
+                        "recovered_commit_of_attempt": earlier[1],
+                        **validation.recovered(job.kind, earlier[1]),
+                    },
                     committed_snapshot_id=earlier[0],
                 )
         use_catalog(spark, rt.catalogs.entry(job.catalog))

@@ -147,6 +147,19 @@ def validate_rewrite(
     )
 
 
+def recovered(kind: str, attempt: str | None) -> dict[str, Any]:
+    """What a run that recovers an earlier attempt's commit records of its validation (a
+    rewrite's), so a success nobody saw validated does not read as a validated one."""
+    if kind not in REWRITE_KINDS:
+        return {}
+    return {
+        "validation": _skipped(
+            f"recovered the commit of attempt {attempt}: that attempt ended before recording "
+            "its outcome, so whether its validation ran is not known"
+        )
+    }
+
+
 def _skipped(reason: str) -> dict[str, Any]:
     return {"status": "skipped", "reason": reason}
 

@@ -43,6 +43,7 @@ from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
+from lakewarden.spark import validation
 from lakewarden.spark.commits import find_commit
 from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
@@ -354,7 +355,11 @@ def judge_ended_run(
             fence,
             task_id,
             attempt,
-            metrics={"recovered_commit_of_attempt": commit[1], "judged": why},
+            metrics={
+                "recovered_commit_of_attempt": commit[1],
+                "judged": why,
+                **validation.recovered(task.kind, commit[1]),
+            },
             committed_snapshot_id=commit[0],
         )
     error: BaseException = (

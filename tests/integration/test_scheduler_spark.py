@@ -222,6 +222,9 @@ def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
         assert task is not None and task.result is not None
         assert task.result["recovered_commit_of_attempt"] == "1"
         assert task.result["committed_snapshot_id"] == current(table).snapshot_id
+        # Nobody saw that commit validated: the run says so, rather than nothing.
+        assert task.result["validation"]["status"] == "skipped"
+        assert "whether its validation ran is not known" in task.result["validation"]["reason"]
 
 
 def _hanging_kind(monkeypatch: pytest.MonkeyPatch) -> None:
