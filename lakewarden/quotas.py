@@ -42,6 +42,16 @@ _SPANS = text(
 ).bindparams(running=RunState.RUNNING.value)
 
 
+# Does any live table's policy, or any namespace's defaults, set a quota?
+_ANY_TABLE_QUOTA = text(
+    """
+    SELECT EXISTS (SELECT 1 FROM managed_tables
+                   WHERE retired_at IS NULL AND policy ? 'quota')
+        OR EXISTS (SELECT 1 FROM namespace_policies WHERE policy ? 'quota')
+    """
+)
+
+
 @dataclass(frozen=True)
 class Usage:
     """What a table or pool used in the trailing hour, against its quota."""
@@ -117,6 +127,8 @@ def quota_holds(
     session: Session, settings: Settings, table_ids: Iterable[int] | None = None
 ) -> QuotaHolds:
     """The tables (of `table_ids`, or any) and pools over their quota now."""
+    if not settings.pool_quotas and not session.execute(_ANY_TABLE_QUOTA).scalar_one():
+        return QuotaHolds({}, {})  # no quota anywhere: dispatch asks often, skip the hour
     rows = session.execute(_SPANS).all()
     now = session.scalar(select(func.now()))
     assert now is not None
