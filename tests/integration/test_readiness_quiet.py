@@ -7,13 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from helpers import Receiver, append_batches, make_table
+from helpers import Receiver, append_batches, current, make_table
 from sqlalchemy import select
 
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, PartitionReadiness
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, acquire_or_renew
+from lakewarden.readiness import commits_after
 from lakewarden.runtime import Runtime
 from services.scheduler.readiness import readiness_round
 
@@ -127,3 +128,18 @@ def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_parti
     ready = _states(rt)["a"]
     assert ready.ready and ready.tag is None
     assert ready.reason is not None and ready.reason.endswith("; compaction ran on it since")
+
+
+def test_after_a_rollback_only_the_commits_past_the_fork_are_new(rt: Runtime) -> None:
+    """The round's cursor is off main's history after a rollback: the commits made on main
+    since the fork are new, and main's older history is not read again (it made every
+    ready partition flap: un-readied as 'late' and readied again in one round)."""
+    table = append_batches(make_table(rt, name="forked"), 3)
+    fork = current(table).snapshot_id
+    table = append_batches(table, 2, start=100)
+    cursor = current(table).snapshot_id  # the round had read up to here
+    assert commits_after(table, cursor) == []
+    table.manage_snapshots().rollback_to_snapshot(fork).commit()
+    table = append_batches(table.refresh(), 1, start=200)
+    new = commits_after(table.refresh(), cursor)
+    assert [s.snapshot_id for s in new] == [current(table).snapshot_id]
