@@ -371,7 +371,9 @@ def _aggregate(
     else:
         key = "CASE " + " ".join(f"WHEN {p} THEN {i}" for i, p in enumerate(predicates)) + " END"
         where = " WHERE " + " OR ".join(f"({p})" for p in predicates)
-    hashed = ", ".join(_quote(c) for c in columns)
+    # Each value with its NULL flag: xxhash64 skips NULLs, so without the flags a value
+    # moved into a NULL neighbour's column ((NULL, 5) -> (5, NULL)) would hash the same.
+    hashed = ", ".join(f"{_quote(c)}, isnull({_quote(c)})" for c in columns)
     sides = " UNION ALL ".join(
         f"SELECT {side} AS side, {key} AS k, count(*) AS n, "
         f"sum(CAST(xxhash64({hashed}) AS DECIMAL(38,0))) AS h "

@@ -206,6 +206,16 @@ def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
     rows_after, sum_after = checksum(altered)
     assert rows_after == 20 and sum_after != same[1]
 
+    # A value moved into its NULL neighbour's column: xxhash64 alone skips NULLs.
+    pair = pa.schema([pa.field("x", pa.int64()), pa.field("y", pa.int64())])
+    moved = spark_rt.catalog.create_table("sales.moved", schema=pair)
+    moved.append(pa.Table.from_pylist([{"x": None, "y": 5}], schema=pair))
+    first = current(moved.refresh()).snapshot_id
+    moved.overwrite(pa.Table.from_pylist([{"x": 5, "y": None}], schema=pair))
+    span = Span(first, [SimpleNamespace(snapshotId=lambda: current(moved.refresh()).snapshot_id)])
+    sums = _aggregate(spark, "`lake`.`sales`.`moved`", span, ["TRUE"], ["x", "y"])
+    assert sums[(0, 0)][0] == sums[(1, 0)][0] == 1 and sums[(0, 0)][1] != sums[(1, 0)][1]
+
 
 @pytest.mark.parametrize("failpoint", ["corrupt-rewrite", "corrupt-rewrite-then-write"])
 def test_a_corrupted_rewrite_fails_alerts_and_is_undone(
