@@ -175,8 +175,8 @@ def first_failure(spark_log: str) -> str | None:
 COMMITTED = "committed_snapshot_id"
 
 
-def committed_by_this_job(table: Any, max_depth: int = 100) -> int | None:
-    """The newest snapshot in the table's current ancestry that carries this job's commit
+def committed_by_this_job(table: Any, branch: str = "main", max_depth: int = 100) -> int | None:
+    """The newest snapshot in the history of `branch` that carries this job's commit
     properties (task id and attempt: lakewarden.spark.commits): what the job committed,
     read from the metadata the action's commit left on `table`, not by a Spark query of the
     snapshots table (a Spark job of its own, a few hundred ms for a tiny table). None outside
@@ -184,7 +184,8 @@ def committed_by_this_job(table: Any, max_depth: int = 100) -> int | None:
     props = commit_properties()
     if not props:
         return None
-    snapshot = table.currentSnapshot()  # the table's operations refresh after a commit
+    # the table's operations refresh after a commit
+    snapshot = table.currentSnapshot() if branch == "main" else table.snapshot(branch)
     for _ in range(max_depth):
         if snapshot is None:
             return None

@@ -17,7 +17,12 @@ from uuid import uuid4
 
 from lakewarden.catalog import TableRef
 from lakewarden.outcomes import PlanRejected
-from lakewarden.spark.actions import COMMITTED, load_java_table, settle_codec
+from lakewarden.spark.actions import (
+    COMMITTED,
+    committed_by_this_job,
+    load_java_table,
+    settle_codec,
+)
 from lakewarden.spark.commits import before_commit, commit_properties
 from lakewarden.spark.validation import validate_rewrite
 
@@ -85,7 +90,13 @@ def rewrite_branch(
     rewrite.commit()
     metrics["rewritten_groups"] = len(groups)
     table.refresh()
-    metrics[COMMITTED] = _ours(table, branch, properties)
+    # outside a scheduled job (no commit properties) the branch's head is ours
+    head = table.snapshot(branch)
+    metrics[COMMITTED] = (
+        committed_by_this_job(table, branch)
+        if properties
+        else (int(head.snapshotId()) if head is not None else None)
+    )
     # As every rewrite: the touched partitions' rows compared (lakewarden.spark.validation).
     validation = validate_rewrite(spark, catalog, ref, table, int(start), metrics, branch)
     if validation is not None:
@@ -125,18 +136,3 @@ def _rewrite_group(spark: SparkSession, jvm: Any, table: Any, name: str, group: 
     finally:
         tasks.removeTasks(table, group_id)
         coordinator.clearRewrite(table, group_id)
-
-
-def _ours(table: Any, branch: str, properties: dict[str, str], max_depth: int = 100) -> int | None:
-    """The newest snapshot of the branch's history carrying this job's commit properties
-    (a writer may have committed to the branch right after us)."""
-    snapshot = table.snapshot(branch)
-    for _ in range(max_depth):
-        if snapshot is None:
-            return None
-        summary = snapshot.summary()
-        if not properties or all(summary.get(k) == v for k, v in properties.items()):
-            return int(snapshot.snapshotId())
-        parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
-    return None
