@@ -44,16 +44,21 @@ _OVERRIDE = "to go past it on purpose, also set {section}.allow_below_safety_flo
 REF_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$"
 MAIN_BRANCH = "main"
 
-# Control characters (C0 and DEL). Free text may hold tabs and newlines, nothing else.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CONTROL_IN_FREE_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Characters no client string may hold: Unicode's controls (Cc: C0, DEL and C1, NEL
+# U+0085 among them), its line and paragraph separators (Zl U+2028, Zp U+2029: line breaks
+# to a log reader or a terminal) and the bidi controls (marks, embeddings, overrides,
+# isolates: they reorder what a person reads, "Trojan Source"). Free text may hold tabs
+# and newlines, nothing else of these.
+_UNICODE_CONTROLS = r"\x80-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+CONTROL_CHARACTERS = re.compile(rf"[\x00-\x1f\x7f{_UNICODE_CONTROLS}]")
+_CONTROL_IN_FREE_TEXT = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f{_UNICODE_CONTROLS}]")
 
 
 def unsafe_input(value: Any, *, where: str = "value", free_text: bool = False) -> str | None:
     """What is wrong with a client-sent value, or None: a control character in any string
-    (tabs and newlines are allowed in free text), or a number that is not finite (JSON's
-    Infinity and NaN). Walks nested lists and dicts, keys included."""
-    control = _CONTROL_IN_FREE_TEXT if free_text else _CONTROL
+    (CONTROL_CHARACTERS; tabs and newlines are allowed in free text), or a number that is
+    not finite (JSON's Infinity and NaN). Walks nested lists and dicts, keys included."""
+    control = _CONTROL_IN_FREE_TEXT if free_text else CONTROL_CHARACTERS
     stack: list[tuple[str, Any]] = [(where, value)]
     while stack:
         where, item = stack.pop()
