@@ -81,6 +81,10 @@ def unsafe_input(value: Any, *, where: str = "value", free_text: bool = False) -
     return None
 
 
+# Which way a field's change keeps less data or history (see InputModel.DESTRUCTIVE).
+Loosening = Literal["lower", "raise", "set", "change"]
+
+
 class InputModel(BaseModel):
     """Base of what clients send: unknown keys, control characters, NaN and Infinity are
     refused, and types are strict (true is not a count, "5" is not a number; a float field
@@ -88,6 +92,15 @@ class InputModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     FREE_TEXT: ClassVar[frozenset[str]] = frozenset()
+    # What in a section can delete data or history (`destructive_changes` reads these, so a
+    # new kind that deletes states it here and is judged like the rest):
+    # field -> the direction that keeps less: "lower", "raise", "set" (false -> true),
+    # "change" (any other value).
+    DESTRUCTIVE: ClassVar[dict[str, Loosening]] = {}
+    # field -> the bool field it only matters under (orphan age under remove_orphans).
+    ONLY_WITH: ClassVar[dict[str, str]] = {}
+    # Enabling the section deletes data however it is set (TTL: no default is harmless).
+    ENABLING_DELETES: ClassVar[bool] = False
 
     @field_validator("*", mode="before")
     @classmethod
@@ -227,6 +240,16 @@ class ZOrderPolicy(_LayoutPolicy):
 class TTLPolicy(SweptPolicy):
     """Expire rows whose event-time `column` is older than `retention_days`."""
 
+    ENABLING_DELETES = True
+    DESTRUCTIVE = {
+        "column": "change",
+        "retention_days": "lower",
+        "max_fraction": "raise",
+        "undo_retention_days": "lower",
+        "branch": "change",
+        "allow_below_safety_floors": "set",
+    }
+
     enabled: bool = False
     column: str | None = None
     retention_days: float | None = Field(default=None, gt=0, le=MAX_DAYS)
@@ -266,6 +289,15 @@ class TTLPolicy(SweptPolicy):
 
 class CleanPolicy(SweptPolicy):
     """Expire snapshots, remove orphan files, rewrite manifests."""
+
+    DESTRUCTIVE = {
+        "max_snapshot_age_hours": "lower",
+        "keep_last_snapshots": "lower",
+        "remove_orphans": "set",
+        "orphan_min_age_hours": "lower",
+        "allow_below_safety_floors": "set",
+    }
+    ONLY_WITH = {"orphan_min_age_hours": "remove_orphans"}
 
     keep_last_snapshots: int = Field(default=5, ge=1, le=MAX_COUNT)
     max_snapshot_age_hours: float = Field(  # Iceberg's default: 5 days
@@ -314,6 +346,10 @@ class ReadinessPolicy(InputModel):
     """When a partition is ready for downstream readers: complete by `rule`, and each kind
     in `require` has looked at it since its last data commit (lakewarden.readiness)."""
 
+    # A ready tag keeps its snapshot from expiry: a shorter life lets clean drop it sooner.
+    DESTRUCTIVE = {"tag_retention_days": "lower"}
+    ONLY_WITH = {"tag_retention_days": "tag"}
+
     enabled: bool = False
     # The partition source column: the table's spec must partition by it with an identity,
     # hour, day, month or year transform (checked against the table).
@@ -343,6 +379,8 @@ class TagsPolicy(InputModel):
     the leader's sweep tags main's current snapshot, so time travel to it outlives snapshot
     expiry. Each tag is kept `retention_days` from when it is made (its max-ref-age: Iceberg's
     expire_snapshots drops it then, and its snapshot with it unless something else keeps it)."""
+
+    DESTRUCTIVE = {"retention_days": "lower"}
 
     enabled: bool = False
     every: Literal["daily", "hourly"] = "daily"
@@ -476,49 +514,64 @@ def effective_policy(
 
 def destructive_changes(before: Policy, after: Policy) -> list[str]:
     """What in going from `before` to `after` (effective policies) can delete data or
-    history, each said in words. Such a change needs the admin role on the table's scope."""
+    history, each said in words. Such a change needs the admin role on the table's scope.
+
+    Judged by effect, section by section, from each section's DESTRUCTIVE fields: a section
+    that is off deletes nothing, so turning one on is measured against the built-in
+    defaults (the most an operator may turn on), not against the settings it held while
+    off. A section whose ENABLING_DELETES (TTL) needs admin to turn on at all."""
     found: list[str] = []
-    b, a = before.ttl, after.ttl
-    if a.enabled:
-        if not b.enabled:
-            found.append("enables ttl")
-        else:
-            if a.column != b.column:
-                found.append(f"changes ttl.column from {b.column} to {a.column}")
-            if (a.retention_days or 0) < (b.retention_days or 0):
-                found.append(
-                    f"lowers ttl.retention_days from {b.retention_days:g} to {a.retention_days:g}"
-                )
-            if a.max_fraction > b.max_fraction:
-                found.append(
-                    f"raises ttl.max_fraction from {b.max_fraction:g} to {a.max_fraction:g}"
-                )
-        if a.allow_below_safety_floors and not b.allow_below_safety_floors:
-            found.append("sets ttl.allow_below_safety_floors")
-        if b.enabled and a.branch != b.branch:
-            found.append(f"changes ttl.branch from {b.branch} to {a.branch}")
-    bt, at = before.tags, after.tags
-    if bt.enabled and at.enabled and at.retention_days < bt.retention_days:
-        found.append(f"lowers tags.retention_days from {bt.retention_days} to {at.retention_days}")
-    bc, ac = before.clean, after.clean
-    if ac.enabled:
-        if ac.remove_orphans and not (bc.enabled and bc.remove_orphans):
-            found.append("enables clean.remove_orphans")
-        elif ac.remove_orphans and ac.orphan_min_age_hours < bc.orphan_min_age_hours:
-            found.append(
-                f"lowers clean.orphan_min_age_hours from {bc.orphan_min_age_hours:g} "
-                f"to {ac.orphan_min_age_hours:g}"
-            )
-        if bc.enabled and ac.max_snapshot_age_hours < bc.max_snapshot_age_hours:
-            found.append(
-                f"lowers clean.max_snapshot_age_hours from "
-                f"{bc.max_snapshot_age_hours:g} to {ac.max_snapshot_age_hours:g}"
-            )
-        if bc.enabled and ac.keep_last_snapshots < bc.keep_last_snapshots:
-            found.append(
-                f"lowers clean.keep_last_snapshots from {bc.keep_last_snapshots} "
-                f"to {ac.keep_last_snapshots}"
-            )
-        if ac.allow_below_safety_floors and not bc.allow_below_safety_floors:
-            found.append("sets clean.allow_below_safety_floors")
+    for name in Policy.model_fields:
+        b, a = getattr(before, name), getattr(after, name)
+        if not isinstance(a, InputModel) or not (a.DESTRUCTIVE or a.ENABLING_DELETES):
+            continue
+        if not getattr(a, "enabled", True):
+            continue  # off: it deletes nothing, whatever else it says
+        was_on = getattr(b, "enabled", True)
+        if a.ENABLING_DELETES and not was_on:
+            found.append(f"enables {name}")
+        default = type(a)()
+        for field, way in a.DESTRUCTIVE.items():
+            guard = a.ONLY_WITH.get(field)
+            if guard is not None and not getattr(a, guard):
+                continue
+            if a.ENABLING_DELETES and not was_on and way != "set":
+                continue  # enabling it is already named, and needs admin on its own
+            # What the table had in effect: the old value while the section (and the
+            # field's guard) was on, the built-in default where it was off.
+            base_on = was_on and (guard is None or getattr(b, guard))
+            old, new = getattr(b if base_on else default, field), getattr(a, field)
+            if _loosens(way, old, new):
+                # Said against the default when the section or its guard is turned on now.
+                turned_on = None if base_on else (name if not was_on else f"{name}.{guard}")
+                found.append(_said(name, field, way, old, new, turned_on=turned_on))
     return found
+
+
+def _loosens(way: Loosening, old: Any, new: Any) -> bool:
+    if way == "set":
+        return bool(new) and not old
+    if way == "change":
+        return bool(new != old)
+    if old is None or new is None:  # an unset bound (TTL's retention before it is set)
+        return False
+    return bool(new < old) if way == "lower" else bool(new > old)
+
+
+def _said(
+    section: str, field: str, way: Loosening, old: Any, new: Any, *, turned_on: str | None
+) -> str:
+    def shown(v: Any) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    if turned_on is not None:  # measured against the built-in default
+        if way == "set":
+            return f"enables {turned_on} with {field} set"
+        return (
+            f"enables {turned_on} with {field} {shown(new)} "
+            f"({'below' if way == 'lower' else 'beyond'} the built-in default {shown(old)})"
+        )
+    if way == "set":
+        return f"{'enables' if field == 'remove_orphans' else 'sets'} {section}.{field}"
+    verb = {"lower": "lowers", "raise": "raises", "change": "changes"}[way]
+    return f"{verb} {section}.{field} from {shown(old)} to {shown(new)}"
