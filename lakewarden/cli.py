@@ -294,11 +294,12 @@ def token_create(
         ),
     ] = None,
     admin: Annotated[bool, typer.Option(help="admin of everything")] = False,
-    expires_days: Annotated[float, typer.Option(help="0 or less: never expires")] = 90,
+    expires_days: Annotated[
+        float | None,
+        typer.Option(help="days it lives (default 90), at most LAKEWARDEN_TOKEN_MAX_DAYS"),
+    ] = None,
 ) -> None:
     """Print a new token's secret (shown once)."""
-    from datetime import UTC, datetime, timedelta
-
     from lakewarden.auth import tokens
     from lakewarden.auth.grants import InvalidGrant, parse_grants
 
@@ -307,7 +308,16 @@ def token_create(
     except InvalidGrant as exc:
         typer.echo(f"lakewarden token create: {exc} (or pass --admin)", err=True)
         raise typer.Exit(2) from None
-    expires = None if expires_days <= 0 else datetime.now(UTC) + timedelta(days=expires_days)
+    max_days = _settings().token_max_days
+    try:
+        expires = (
+            tokens.default_expiry(max_days)
+            if expires_days is None
+            else tokens.expiry(expires_days, max_days)
+        )
+    except tokens.TokenLifetimeError as exc:
+        typer.echo(f"lakewarden token create: --expires-days: {exc}", err=True)
+        raise typer.Exit(2) from None
     with _token_session() as (session, actor):
         token, secret = tokens.issue(
             session,
@@ -340,7 +350,8 @@ def token_list(
             grants_text = ",".join(str(Grant.of(g)) for g in t.grants)
             typer.echo(
                 f"{t.id}\t{t.name}\t{t.owner}\t{grants_text}\t{state}\t"
-                f"expires={t.expires_at or 'never'}\tlast_used={t.last_used_at or 'never'}"
+                f"expires={t.expires_at or 'never'}\tlast_used={t.last_used_at or 'never'}\t"
+                f"created_by={t.created_by}" + (f" (token {t.parent_id})" if t.parent_id else "")
             )
 
 
@@ -354,8 +365,11 @@ def token_revoke(token_id: Annotated[int, typer.Argument(metavar="ID")]) -> None
         if revoked is None:
             typer.echo(f"no token {token_id}", err=True)
             raise typer.Exit(1)
-        _audit(session, actor, "revoke", revoked, None)
-        typer.echo(f"revoked token {revoked.id} ({revoked.name})")
+        token, children = revoked
+        change = {"token": {"revoked_with_it": children}} if children else None
+        _audit(session, actor, "revoke", token, change)
+        with_it = f", and the tokens it minted: {', '.join(map(str, children))}" if children else ""
+        typer.echo(f"revoked token {token.id} ({token.name}){with_it}")
 
 
 @contextmanager

@@ -54,10 +54,16 @@ CONTROL_CHARACTERS = re.compile(rf"[\x00-\x1f\x7f{_UNICODE_CONTROLS}]")
 _CONTROL_IN_FREE_TEXT = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f{_UNICODE_CONTROLS}]")
 
 
+# No setting means anything below this (a billionth of a day, hour, minute or ratio);
+# 1e-320, a denormal, once passed `gt=0` as a timeout or retention.
+SMALLEST_NUMBER = 1e-9
+
+
 def unsafe_input(value: Any, *, where: str = "value", free_text: bool = False) -> str | None:
     """What is wrong with a client-sent value, or None: a control character in any string
     (CONTROL_CHARACTERS; tabs and newlines are allowed in free text), or a number that is
-    not finite (JSON's Infinity and NaN). Walks nested lists and dicts, keys included."""
+    not finite (JSON's Infinity and NaN) or nonzero and below SMALLEST_NUMBER. Walks nested
+    lists and dicts, keys included."""
     control = _CONTROL_IN_FREE_TEXT if free_text else CONTROL_CHARACTERS
     stack: list[tuple[str, Any]] = [(where, value)]
     while stack:
@@ -72,6 +78,8 @@ def unsafe_input(value: Any, *, where: str = "value", free_text: bool = False) -
                 )
         elif isinstance(item, float) and not math.isfinite(item):
             return f"{where} must be a finite number, not {item}"
+        elif isinstance(item, float) and 0 < abs(item) < SMALLEST_NUMBER:
+            return f"{where} is too small to mean anything ({item}): 0, or {SMALLEST_NUMBER} up"
         elif isinstance(item, dict):
             for key, sub in item.items():
                 stack.append((f"a key of {where}", key))

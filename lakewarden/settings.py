@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     metrics_public: bool = False
     # Mutating calls per minute per credential, per API replica; more get 429 + Retry-After.
     mutations_per_minute: int = Field(default=300, ge=1)
+    # The longest an API token may live (days); a longer or never-expiring one is refused
+    # (API and CLI alike), so a leaked token lapses on its own.
+    token_max_days: float = Field(default=90, ge=1 / 24, le=3650)
+    # The dashboard's login mints a token of this lifetime for the browser session (a child
+    # of the pasted one, its grants, never outliving it); logout revokes it.
+    session_token_hours: float = Field(default=12, ge=0.1, le=24 * 30)
     # OIDC bearer tokens (optional): JWTs signed by the issuer's keys (its JWKS), their
     # claims mapped to grants. Unset issuer: only lakewarden's own API tokens are accepted.
     oidc_issuer: str | None = None

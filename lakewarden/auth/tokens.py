@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Caller, Grant
@@ -21,10 +21,46 @@ from lakewarden.db.models import ApiToken
 SECRET_PREFIX = "lw_"  # tells a lakewarden token from a JWT, and makes a leaked one greppable
 # last_used_at is written at most this often per token, so reads do not each cost a write.
 LAST_USED_RESOLUTION = timedelta(seconds=30)
+DEFAULT_DAYS = 90.0  # a token's lifetime when none is asked for (cut to token_max_days)
 
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class TokenLifetimeError(ValueError):
+    """A lifetime beyond the maximum (settings.token_max_days) or beyond the minting
+    token's own expiry: the message says the bound."""
+
+
+def expiry(days: float | None, max_days: float, parent_expires: datetime | None = None) -> datetime:
+    """When a token asked to live `days` expires: never later than `max_days` from now nor
+    than the token that mints it (`parent_expires`), so no token outlives the one that made
+    it. None (never expires) and longer lifetimes are refused."""
+    if days is None:
+        raise TokenLifetimeError(
+            f"a token must expire: give its lifetime in days, at most {max_days:g} "
+            "(LAKEWARDEN_TOKEN_MAX_DAYS)"
+        )
+    if days > max_days:
+        raise TokenLifetimeError(
+            f"a lifetime of {days:g} days is beyond the maximum of {max_days:g} days "
+            "(LAKEWARDEN_TOKEN_MAX_DAYS): ask for fewer"
+        )
+    expires = datetime.now(UTC) + timedelta(days=days)
+    if parent_expires is not None and expires > parent_expires:
+        raise TokenLifetimeError(
+            f"a token cannot outlive the token that mints it, which expires at "
+            f"{parent_expires.isoformat()}: ask for fewer days"
+        )
+    return expires
+
+
+def default_expiry(max_days: float, parent_expires: datetime | None = None) -> datetime:
+    """A token's expiry when none is asked for: DEFAULT_DAYS, cut to the maximum and to
+    the minting token's own expiry."""
+    expires = datetime.now(UTC) + timedelta(days=min(DEFAULT_DAYS, max_days))
+    return expires if parent_expires is None else min(expires, parent_expires)
 
 
 def issue(
@@ -35,8 +71,11 @@ def issue(
     grants: tuple[Grant, ...],
     created_by: str,
     expires_at: datetime | None,
+    parent_id: int | None = None,
+    for_session: bool = False,
 ) -> tuple[ApiToken, str]:
-    """A new token and its secret. The secret is not stored: return it to the caller once."""
+    """A new token and its secret. The secret is not stored: return it to the caller once.
+    `parent_id`: the token that mints it (revoked with it)."""
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken(
         name=name,
@@ -46,6 +85,8 @@ def issue(
         grants=[g.as_json() for g in grants],
         created_by=created_by,
         expires_at=expires_at,
+        parent_id=parent_id,
+        for_session=for_session,
     )
     session.add(token)
     session.flush()
@@ -89,9 +130,26 @@ def caller_for(session: Session, secret: str) -> Caller | None:
     )
 
 
-def revoke(session: Session, token_id: int, by: str) -> ApiToken | None:
-    """Revoke the token (at once, everywhere). None if there is no such token; a token
-    revoked already keeps its first revocation."""
+# Every token minted, directly or not, by :root_id and not yet revoked.
+_DESCENDANTS = text(
+    """
+    WITH RECURSIVE minted AS (
+        SELECT id FROM api_tokens WHERE parent_id = :root_id
+        UNION
+        SELECT t.id FROM api_tokens t JOIN minted m ON t.parent_id = m.id
+    )
+    UPDATE api_tokens SET revoked_at = now(), revoked_by = :by
+    WHERE id IN (SELECT id FROM minted) AND revoked_at IS NULL
+    RETURNING id
+    """
+)
+
+
+def revoke(session: Session, token_id: int, by: str) -> tuple[ApiToken, list[int]] | None:
+    """Revoke the token (at once, everywhere) and every token it minted, recursively, in
+    the caller's transaction: the token and the ids of the children revoked now. None if
+    there is no such token; a token revoked already keeps its first revocation (its
+    children, if any were left, are revoked now)."""
     token = session.get(ApiToken, token_id, with_for_update=True)
     if token is None:
         return None
@@ -99,7 +157,8 @@ def revoke(session: Session, token_id: int, by: str) -> ApiToken | None:
         token.revoked_at = session.execute(select(func.now())).scalar_one()
         token.revoked_by = by
         session.flush()
-    return token
+    children = session.execute(_DESCENDANTS, {"root_id": token_id, "by": by}).scalars()
+    return token, sorted(children)
 
 
 def list_tokens(session: Session, *, include_revoked: bool = False) -> list[ApiToken]:

@@ -427,6 +427,11 @@ class ApiToken(Base):
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
     revoked_by: Mapped[str | None] = mapped_column(String(255))
+    # The token that minted this one (None: the CLI, or an OIDC caller): revoking a token
+    # revokes every token it minted, recursively (lakewarden.auth.tokens.revoke).
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), index=True)
+    # Minted by the dashboard's login for one browser session: its logout revokes it.
+    for_session: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class AuditEntry(Base):

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.routing import APIRoute
+from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
 from lakewarden.catalog import TableRef
@@ -17,7 +18,17 @@ from lakewarden.tables import get_table
 from services.api.schemas import IDENTIFIER_PATTERN, NAMESPACE_PATTERN, documented_pattern
 
 BIGINT_MAX = 2**63 - 1  # ids are Postgres bigints: a larger one is a 422, not a 500
-Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
+
+
+def _whole_number(value: object) -> object:
+    """An id in a path is digits only: pydantic's lax int took `1.0` (and `1e0` would be
+    next), so one task had several URLs."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a whole number of digits only, like 42")
+    return value
+
+
+Id = Annotated[int, BeforeValidator(_whole_number), Path(ge=1, le=BIGINT_MAX)]
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -43,6 +43,11 @@ from services.api.schemas import ErrorOut, FieldProblem
 
 log = logging.getLogger(__name__)
 
+# A 422 lists at most this many problems (and says how many there were), each field path
+# and message cut to MAX_PROBLEM_CHARS: the answer stays a few KB whatever the body.
+MAX_LISTED_PROBLEMS = 20
+MAX_PROBLEM_CHARS = 200
+
 # SQLSTATE classes: 23 integrity constraint violation; 40 transaction rollback
 # (40001 serialization failure, 40P01 deadlock detected).
 CONFLICT_CLASSES = ("23", "40")
@@ -132,12 +137,27 @@ def _allowed_methods(request: Request) -> str:
 
 async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    # Say what to fix, field by field, without echoing internals (nor the input).
+    # Say what to fix, field by field, without echoing internals (nor the input). Bounded:
+    # a body of 10,000 unknown keys made a 609 KB answer; the first problems and a count.
+    problems = exc.errors()
     errors = [
-        FieldProblem(field=".".join(str(p) for p in e["loc"] if p != "body"), problem=str(e["msg"]))
-        for e in exc.errors()
+        FieldProblem(
+            field=_bounded(".".join(str(p) for p in e["loc"] if p != "body")),
+            problem=_bounded(str(e["msg"])),
+        )
+        for e in problems[:MAX_LISTED_PROBLEMS]
     ]
-    return error_response(422, "invalid request", errors=errors)
+    detail = "invalid request"
+    if len(problems) > MAX_LISTED_PROBLEMS:
+        detail += f": {len(problems)} problems, the first {MAX_LISTED_PROBLEMS} listed"
+    return error_response(422, detail, errors=errors)
+
+
+def _bounded(text: str) -> str:
+    """A field path or message cut to MAX_PROBLEM_CHARS (a key may be as long as the body)."""
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    return text[: MAX_PROBLEM_CHARS - 1] + "…"
 
 
 async def _invalid_identifier(_: Request, exc: Exception) -> JSONResponse:

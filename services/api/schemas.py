@@ -448,7 +448,9 @@ class BlockerIn(RequestModel):
     reason: str | None = Field(
         default=None, max_length=2000, json_schema_extra=documented_pattern(FREE_TEXT_PATTERN)
     )
-    ttl_s: float = Field(gt=0, le=7 * 24 * 3600, description="the blocker lapses after this")
+    ttl_s: float = Field(
+        ge=1, le=7 * 24 * 3600, description="the blocker lapses after this (1 s to 7 days)"
+    )
 
 
 class BlockerOut(ResponseModel):
@@ -1129,8 +1131,12 @@ class TokenIn(RequestModel):
             "you may hand out only what your own admin grants include",
         )
     )
+    # At least an hour: a token that lapses before it can be used is a mistake.
     expires_in_days: float | None = Field(
-        default=90, gt=0, le=3650, description="null: never (not recommended)"
+        default=90,
+        ge=1 / 24,
+        le=3650,
+        description="at least 1/24 (an hour); null: never (not recommended)",
     )
 
 

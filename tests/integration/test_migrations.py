@@ -86,7 +86,9 @@ def _a_row_in_every_table(engine: Engine) -> Rows:
             for column in table.columns:
                 n = next(values)
                 fk = next(iter(column.foreign_keys), None)
-                if fk is not None:
+                if fk is not None and fk.column.table is table:
+                    row[column.name] = None  # a row's parent in its own table: none for the first
+                elif fk is not None:
                     row[column.name] = rows[fk.column.table.name][0][fk.column.name]
                 elif column.name in allowed:
                     row[column.name] = allowed[column.name]

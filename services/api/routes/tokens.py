@@ -1,16 +1,19 @@
-"""API tokens: create (the secret is shown once), list, revoke. Admin only."""
+"""API tokens: create (the secret is shown once), list, revoke. Admin only.
+
+A token expires within settings.token_max_days and within the token that mints it, is
+owned by its minter (only an admin of everything names another owner), and is revoked
+with the token that minted it."""
 
 from __future__ import annotations
-
-from datetime import UTC, datetime, timedelta
 
 from fastapi import APIRouter, HTTPException
 
 from lakewarden.auth import tokens
 from lakewarden.auth.grants import InvalidGrant, Role, parse_grants
+from lakewarden.db.models import ApiToken
 from services.api import errors
 from services.api.access import AccessDep
-from services.api.deps import Id, SessionDep
+from services.api.deps import Id, RuntimeDep, SessionDep
 from services.api.schemas import TokenCreated, TokenIn, TokenOut
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["access"])
@@ -22,7 +25,9 @@ router = APIRouter(prefix="/api/v1/tokens", tags=["access"])
     response_model=TokenCreated,
     responses=errors.documented(409, body=True),
 )
-def create_token(body: TokenIn, session: SessionDep, access: AccessDep) -> TokenCreated:
+def create_token(
+    body: TokenIn, session: SessionDep, access: AccessDep, rt: RuntimeDep
+) -> TokenCreated:
     """A new token with the given grants, each within the caller's own admin grants.
     The response holds the secret: it is shown this once and stored only as a hash."""
     try:
@@ -38,21 +43,42 @@ def create_token(body: TokenIn, session: SessionDep, access: AccessDep) -> Token
             f"gets at most its creator's admin grants; {access.actor} has "
             f"{access.caller.grants_text()}",
         )
-    expires = (
-        None
-        if body.expires_in_days is None
-        else datetime.now(UTC) + timedelta(days=body.expires_in_days)
-    )
+    owner = body.owner or access.actor
+    if owner != access.actor and not access.caller.may_everywhere(Role.admin):
+        raise HTTPException(
+            403,
+            f"owner {owner!r}: a token you mint is owned by you ({access.actor}); naming "
+            "another owner needs the admin role on everything: leave owner out",
+        )
+    parent = session.get(ApiToken, access.caller.token_id) if access.caller.token_id else None
+    parent_expires = parent.expires_at if parent else None
+    max_days = rt.settings.token_max_days
+    try:
+        expires = (
+            tokens.expiry(body.expires_in_days, max_days, parent_expires)
+            if "expires_in_days" in body.model_fields_set
+            else tokens.default_expiry(max_days, parent_expires)
+        )
+    except tokens.TokenLifetimeError as exc:
+        raise HTTPException(422, str(exc)) from exc
     token, secret = tokens.issue(
         session,
         name=body.name,
-        owner=body.owner or access.actor,
+        owner=owner,
         grants=grants,
         created_by=access.actor,
         expires_at=expires,
+        parent_id=parent.id if parent else None,
     )
     access.target = f"token {token.id} ({token.name})"
-    access.change = {"token": {"grants": [str(g) for g in grants], "expires_at": str(expires)}}
+    access.change = {
+        "token": {
+            "grants": [str(g) for g in grants],
+            "expires_at": str(expires),
+            "owner": owner,
+            "parent_id": token.parent_id,
+        }
+    }
     return TokenCreated(**TokenOut.of(token).model_dump(), secret=secret)
 
 
@@ -75,8 +101,11 @@ def revoke_token(token_id: Id, session: SessionDep, access: AccessDep) -> TokenO
     everything, or the token's own holder (revoking itself)."""
     if access.caller.token_id != token_id:
         access.need(Role.admin, None, None)
-    token = tokens.revoke(session, token_id, by=access.actor)
-    if token is None:
+    revoked = tokens.revoke(session, token_id, by=access.actor)
+    if revoked is None:
         raise HTTPException(404, f"token {token_id} does not exist")
+    token, children = revoked
     access.target = f"token {token.id} ({token.name})"
+    if children:
+        access.change = {"token": {"revoked_with_it": children}}
     return TokenOut.of(token)

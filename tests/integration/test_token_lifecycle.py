@@ -1,0 +1,111 @@
+"""API tokens on the real API and Postgres: a maximum lifetime (no token lives forever, nor
+longer than the token that minted it), the owner is the minter unless an admin of
+everything names another, and revoking a token revokes every token it minted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import make_test_runtime, serve
+from fastapi.testclient import TestClient
+from helpers import bearer, issue_token
+from sqlalchemy import text
+
+from lakewarden.runtime import Runtime
+
+SCOPED_ADMIN = "admin@lake/sales"
+
+
+@pytest.fixture
+def short(db_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, TestClient]]:
+    """The API with LAKEWARDEN_TOKEN_MAX_DAYS=30."""
+    runtime = make_test_runtime(db_url, tmp_path, token_max_days=30)
+    with serve(runtime) as client:
+        yield runtime, client
+    runtime.engine.dispose()
+
+
+def _mint(client: TestClient, secret: str, **body: object) -> httpx.Response:
+    return client.post(
+        "/api/v1/tokens",
+        json={"name": "made", "grants": ["viewer@lake/sales"], **body},
+        headers=bearer(secret),
+    )
+
+
+def test_a_token_longer_than_the_maximum_or_never_expiring_is_refused(
+    short: tuple[Runtime, TestClient],
+) -> None:
+    rt, client = short
+    scoped = issue_token(rt, SCOPED_ADMIN)
+    for days in (31, None):
+        r = _mint(client, scoped, expires_in_days=days)
+        assert r.status_code == 422, r.text
+        assert "at most 30" in r.text or "maximum of 30 days" in r.text, r.text
+        assert "LAKEWARDEN_TOKEN_MAX_DAYS" in r.text
+    r = _mint(client, scoped, expires_in_days=30)
+    assert r.status_code == 201, r.text
+    # Left out: the default (90 days) cut to the maximum.
+    r = _mint(client, scoped)
+    assert r.status_code == 201, r.text
+    expires = datetime.fromisoformat(r.json()["expires_at"])
+    assert abs(expires - (datetime.now(UTC) + timedelta(days=30))) < timedelta(minutes=1)
+    with rt.engine.connect() as conn:
+        minted = "SELECT count(*) FROM api_tokens WHERE parent_id IS NOT NULL"
+        assert conn.execute(text(minted + " AND expires_at IS NULL")).scalar_one() == 0
+        assert conn.execute(text(minted)).scalar_one() == 2
+
+
+def test_a_token_cannot_outlive_the_token_that_mints_it(rt: Runtime, client: TestClient) -> None:
+    r = _mint(client, issue_token(rt), grants=["admin"], expires_in_days=2)
+    parent = r.json()
+    r = _mint(client, parent["secret"], expires_in_days=10)
+    assert r.status_code == 422 and "cannot outlive" in r.text, r.text
+    r = _mint(client, parent["secret"])  # the default is cut to the parent's expiry
+    assert r.status_code == 201, r.text
+    assert r.json()["expires_at"] == parent["expires_at"]
+
+
+def test_a_scoped_admin_cannot_name_another_owner(rt: Runtime, client: TestClient) -> None:
+    scoped = issue_token(rt, SCOPED_ADMIN, name="scoped")
+    r = _mint(client, scoped, owner="alice")
+    assert r.status_code == 403, r.text
+    assert "owner 'alice'" in r.json()["detail"] and "leave owner out" in r.json()["detail"]
+    r = _mint(client, scoped, owner="token:scoped")  # itself: allowed
+    assert r.status_code == 201 and r.json()["owner"] == "token:scoped"
+    r = _mint(client, scoped)
+    assert r.status_code == 201 and r.json()["owner"] == "token:scoped"
+    assert r.json()["created_by"] == "token:scoped" and r.json()["parent_id"] is not None
+    r = _mint(client, issue_token(rt, name="root"), owner="alice")  # an admin of everything
+    assert r.status_code == 201 and r.json()["owner"] == "alice"
+
+
+def test_revoking_a_token_revokes_what_it_minted_recursively(
+    rt: Runtime, client: TestClient
+) -> None:
+    root = issue_token(rt, name="root")
+    parent = _mint(client, root, name="parent", grants=[SCOPED_ADMIN]).json()
+    child = _mint(client, parent["secret"], name="child", grants=[SCOPED_ADMIN]).json()
+    grandchild = _mint(client, child["secret"], name="grandchild").json()
+    unrelated = _mint(client, root, name="unrelated").json()
+    assert child["parent_id"] == parent["id"] and grandchild["parent_id"] == child["id"]
+    for made in (child, grandchild, unrelated):
+        assert client.get("/api/v1/tables", headers=bearer(made["secret"])).status_code == 200
+
+    r = client.delete(f"/api/v1/tokens/{parent['id']}", headers=bearer(root))
+    assert r.status_code == 200, r.text
+    for made in (parent, child, grandchild):
+        assert client.get("/api/v1/tables", headers=bearer(made["secret"])).status_code == 401
+    assert client.get("/api/v1/tables", headers=bearer(unrelated["secret"])).status_code == 200
+    audit = client.get(
+        "/api/v1/audit", params={"action": "revokeToken"}, headers=bearer(root)
+    ).json()["items"]
+    assert audit[0]["change"] == {"token": {"revoked_with_it": [child["id"], grandchild["id"]]}}
+    listed = client.get("/api/v1/tokens", params={"include_revoked": True}, headers=bearer(root))
+    revoked_by = {t["name"]: t["revoked_by"] for t in listed.json()}
+    assert revoked_by["child"] == revoked_by["grandchild"] == "token:root"
+    assert revoked_by["unrelated"] is None
