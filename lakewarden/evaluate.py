@@ -13,6 +13,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, Task, TimelineEvent
+from lakewarden.holds import describe as describe_hold
+from lakewarden.holds import hold_of
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts
 from lakewarden.policy import first_problem
@@ -118,6 +120,11 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
             )
             if task_id is not None:
                 entry.update(decision="task-created", task_id=task_id)
+            elif (held := hold_of(session, row.id, kind.name)) is not None:
+                entry.update(
+                    decision="held",
+                    reason=f"{verdict.reason}; {describe_hold(session, row, held)}",
+                )
             else:
                 existing = open_task(session, row.id, kind.name)
                 entry.update(
@@ -128,7 +135,8 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         detail[kind.name] = entry
     decisions = {d["decision"] for d in detail.values()}
     newest.decision = next(
-        (d for d in ("task-created", "task-open", "no-action") if d in decisions), "disabled"
+        (d for d in ("task-created", "task-open", "held", "no-action") if d in decisions),
+        "disabled",
     )
     newest.decision_detail = detail
     session.flush()

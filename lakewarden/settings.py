@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     health_budget_s: float = Field(default=10.0, gt=0)
     retry_base_s: float = 10.0
     retry_cap_s: float = 600.0
+    # A kind whose runs on a table fail this many times in a row with the same error is
+    # held there until an operator acknowledges the alert or resumes it (lakewarden.holds;
+    # a rewrite that fails validation is held at once). 0: never held for repeated errors.
+    hold_after_same_failures: int = Field(default=3, ge=0, le=100)
 
     # --- alerting --------------------------------------------------------------
     alert_webhook_url: str | None = Field(default=None, repr=False)  # generic JSON

@@ -409,6 +409,27 @@ class TableBlocker(Base):
     expires_at: Mapped[datetime | None]
 
 
+class KindHold(Base):
+    """One kind stopped on one table after its job failed in a way that repeats itself (a
+    rewrite that failed validation, the same error N times in a row): no task of the kind
+    is created on the table and none already open starts, until an operator acknowledges
+    the alert or resumes the kind (lakewarden.holds). Made by the scheduler leader, fenced."""
+
+    __tablename__ = "kind_holds"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # The failed task, and the alert rule that fires for it (acknowledging it lifts the hold).
+    task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"))
+    rule: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text)
+    holder: Mapped[str] = mapped_column(String(255))  # the leader that made it
+    leader_epoch: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
 class ApiToken(Base):
     """An API credential. Only the SHA-256 of the secret is kept: the secret is shown once,
     at creation. Checked on every request, so a revocation holds at once on every replica."""

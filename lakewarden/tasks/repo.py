@@ -42,12 +42,17 @@ class TaskRecord:
 
 
 # Open tasks hold a (table, kind) slot; the inference clause names the partial unique
-# index's predicate as literals, which is how Postgres matches it to the index.
+# index's predicate as literals, which is how Postgres matches it to the index. No task of
+# a kind held on the table (lakewarden.holds) is made, whichever path asks.
 _CREATE = text(
     f"""
     INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts, pool)
-    VALUES (:table_id, :kind, :pending, :priority, CAST(:trigger AS jsonb),
-            :max_attempts, :pool)
+    SELECT CAST(:table_id AS bigint), CAST(:kind AS varchar), :pending,
+           CAST(:priority AS integer), CAST(:trigger AS jsonb),
+           CAST(:max_attempts AS integer), CAST(:pool AS varchar)
+    WHERE NOT EXISTS (SELECT 1 FROM kind_holds h
+                      WHERE h.table_id = CAST(:table_id AS bigint)
+                        AND h.kind = CAST(:kind AS varchar))
     ON CONFLICT (table_id, kind) WHERE {sql_in("state", OPEN_TASK_STATES)}
     DO NOTHING
     RETURNING id
@@ -66,7 +71,8 @@ def create_task(
     max_attempts: int = 3,
     pool: str = "default",
 ) -> int | None:
-    """Create an open task unless (table, kind) already has one. Returns the new id or None."""
+    """Create an open task unless (table, kind) already has one or the kind is held on the
+    table (`lakewarden.holds.hold_of` says which). Returns the new id or None."""
     new_id = session.execute(
         _CREATE,
         {

@@ -15,6 +15,7 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from lakewarden import holds
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
@@ -133,8 +134,17 @@ def finish_run(
                 )
                 return TaskState.SUCCEEDED
             assert text_error is not None
-            if not retryable or attempt >= task.max_attempts:
-                why = "not retryable" if not retryable else f"attempt {attempt}/{task.max_attempts}"
+            s.flush()  # this run's error counts in the streak `holds.cause_of` reads
+            same = rt.settings.hold_after_same_failures
+            cause = holds.cause_of(s, task, metrics, same_failures=same)
+            if cause is not None or not retryable or attempt >= task.max_attempts:
+                why = (
+                    "not retryable"
+                    if not retryable
+                    else f"failed {same} times in a row with the same error"
+                    if cause is not None and attempt < task.max_attempts
+                    else f"attempt {attempt}/{task.max_attempts}"
+                )
                 repo.transition(
                     s,
                     task_id,
@@ -142,8 +152,13 @@ def finish_run(
                     actor=rt.process_id,
                     expected=(TaskState.RUNNING,),
                     fence=fence,
-                    reason=f"{why}: {text_error.splitlines()[0][:1000]}",
+                    reason=f"{why}: {text_error.splitlines()[0][:1000]}"
+                    + (f" ({task.kind} is now held on the table)" if cause else ""),
                 )
+                if cause is not None:
+                    # The same transaction, fenced: no task of the kind can be made between
+                    # the failure and the hold (lakewarden.holds).
+                    holds.hold(s, fence, task, cause)
                 return TaskState.FAILED
             delay = retry_delay_s(attempt, rt.settings.retry_base_s, rt.settings.retry_cap_s)
             repo.transition(

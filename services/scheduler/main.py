@@ -63,8 +63,9 @@ LOG_PRUNE_INTERVAL_S = 3600.0  # how often each scheduler prunes its Spark log f
 # the least Spark time in the last hour (fair share: a table with endless work cannot
 # starve the rest, and idle capacity is still used); then the most expected gain per MB
 # rewritten (compaction plans: data files removed per MB); then the oldest task. Never a
-# table with a job already running, one a writer has blocked or an operator paused, any
-# table while the fleet is frozen, a full pool, or a table or pool past its hard quota.
+# table with a job already running, one a writer has blocked or an operator paused, a kind
+# held on its table, any table while the fleet is frozen, a full pool, or a table or pool
+# past its hard quota.
 _NEXT_PLANNED = text(
     f"""
     SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
@@ -89,6 +90,9 @@ _NEXT_PLANNED = text(
       AND NOT EXISTS (SELECT 1 FROM table_blockers b
                       WHERE (b.table_id = t.table_id OR b.table_id IS NULL)
                         AND (b.expires_at IS NULL OR b.expires_at > now()))
+      -- nor its kind on it (lakewarden.holds: after a failed validation, or repeated errors)
+      AND NOT EXISTS (SELECT 1 FROM kind_holds h
+                      WHERE h.table_id = t.table_id AND h.kind = t.kind)
       AND (SELECT count(*) FROM tasks p
            WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
           < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
