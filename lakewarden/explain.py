@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
+from lakewarden.holds import holds_of, shown
 from lakewarden.kinds import REGISTRY, clean
 from lakewarden.kinds.base import Kind
 from lakewarden.policy import (
@@ -59,7 +60,8 @@ def explain_table(
     """Every kind: enabled or not, its open task, whether the next commit or sweep would
     create a task, and the plan its planner would make now (with the expected gain) or why
     it would skip; and what holds jobs off the table: the live writer blockers, its pause
-    and the global freeze (rows of `table_blockers`), and the table's and its pools' hard
+    and the global freeze (rows of `table_blockers`), the kinds held on it after a failed
+    validation or repeated errors (`lakewarden.holds`), and the table's and its pools' hard
     quotas (`settings.pool_quotas`). What is held is still explained as if it were free,
     and says that it would not start. The API serves it as `ExplainOut`."""
     current = table.current_snapshot()
@@ -86,6 +88,11 @@ def explain_table(
         overview += f"; {held}: no job starts until {lifted}"
         for name in running:
             kinds[name]["reason"] += f"; it would not start now: {held}"
+    held_kinds = [shown(session, row, h) for h in holds_of(session, [row.id]).get(row.id, [])]
+    for found in held_kinds:
+        overview += f"; {found['lift']}"
+        if found["kind"] in kinds:
+            kinds[found["kind"]]["reason"] += f"; no task is created or started: {found['lift']}"
     pools = {policy.for_kind(name).pool for name in REGISTRY}
     quota = usage_of(session, settings, row, policy.quota.spark_minutes_per_hour, pools)
     for name in running:
@@ -105,6 +112,7 @@ def explain_table(
         "blocked_by": blockers,
         "paused": paused,
         "frozen": frozen,
+        "held": held_kinds,
         "kinds": kinds,
         "validation": explain_validation(policy.validation, table),
         "readiness": _explain_readiness(session, row, table, policy, now),

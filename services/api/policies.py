@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pyiceberg.table import Table
 from sqlalchemy.orm import Session
 
-from lakewarden import readiness
+from lakewarden import holds, readiness
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
@@ -24,7 +24,7 @@ from lakewarden.tables import (
     pauses_of,
 )
 from services.api.access import Access
-from services.api.schemas import HoldOut, SignalOut, TableOut
+from services.api.schemas import HoldOut, KindHoldOut, SignalOut, TableOut
 
 
 def check_policy(
@@ -86,6 +86,7 @@ def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]
     pauses = {
         i: HoldOut.model_validate(b) for i, b in pauses_of(session, (r.id for r in rows)).items()
     }
+    held = holds.holds_of(session, (r.id for r in rows))
     inherited: dict[tuple[str, str], dict[str, Any] | ValidationError] = {}
     out = []
     for row in rows:
@@ -117,6 +118,10 @@ def tables_out(session: Session, rows: Sequence[ManagedTable]) -> list[TableOut]
                 metadata_location=row.metadata_location,
                 managed_by=row.managed_by,
                 paused=pauses.get(row.id),
+                held=[
+                    KindHoldOut.model_validate(holds.shown(session, row, h))
+                    for h in held.get(row.id, [])
+                ],
                 health_score=row.health_score,
                 health_measured_at=row.health_measured_at,
                 health_signals=None

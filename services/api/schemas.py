@@ -283,6 +283,10 @@ class TableOut(ResponseModel):
     paused: HoldOut | None = Field(
         default=None, description="an operator's pause: no job starts until resumed"
     )
+    held: list[KindHoldOut] = Field(
+        default_factory=list,
+        description="kinds held on the table after a failed validation or repeated errors",
+    )
     health_score: int | None = Field(
         description="the last measured health score (0-100); null until first measured"
     )
@@ -489,6 +493,22 @@ class HoldOut(ResponseModel):
     by: str = Field(validation_alias=AliasChoices("by", "holder"), description="who")
     since: datetime = Field(validation_alias=AliasChoices("since", "created_at"))
     reason: str | None
+
+
+class KindHoldOut(ResponseModel):
+    """A kind held on a table after a failure that would only repeat itself (a rewrite that
+    failed validation, the same error N times in a row): no task of the kind is created or
+    started on the table until an operator acknowledges its alert or resumes the kind."""
+
+    kind: str
+    since: datetime
+    reason: str = Field(description="what failed")
+    task_id: int | None = Field(description="the failed task")
+    rule: str = Field(description="the alert its failure raises; acknowledging it lifts the hold")
+    alert_id: int | None = Field(
+        description="that alert, once the leader raised it (null: not yet, or resolved since)"
+    )
+    lift: str = Field(description="the hold as explain says it, with how to lift it")
 
 
 class MaintenanceOut(ResponseModel):
@@ -976,6 +996,10 @@ class ExplainOut(ResponseModel):
     summary: str
     blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
     paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")
+    held: list[KindHoldOut] = Field(
+        default_factory=list,
+        description="kinds held on the table: none of their tasks is created or started",
+    )
     frozen: HoldOut | None = Field(
         description="the global freeze: no job starts on any table until unfrozen"
     )

@@ -67,6 +67,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/tasks/{task_id}/retry"): Rule("operator"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/pause"): Rule("operator"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/resume"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/kinds/{kind}/resume"): Rule(
+        "operator"
+    ),
     ("GET", "/api/v1/maintenance"): Rule("viewer", "any"),
     # every table at once: the role on everything
     ("POST", "/api/v1/maintenance/freeze"): Rule("operator", "fleet"),
@@ -188,6 +191,7 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         .replace("{blocker_id}", str(w["blocker_id"]))
         .replace("{alert_id}", str(w["alert_id"]))
         .replace("{version}", "1")
+        .replace("{kind}", "compaction")
     )
     bodies: dict[tuple[str, str], Any] = {
         ("POST", "/api/v1/catalogs/{catalog}/tables"): {"namespace": NS, "name": "orders"},

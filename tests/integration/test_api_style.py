@@ -63,6 +63,9 @@ OPERATION_IDS = {
     ("POST", "/api/v1/tasks/{task_id}/retry"): "retryTask",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/pause"): "pauseTable",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/resume"): "resumeTable",
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/kinds/{kind}/resume"): (
+        "resumeKind"
+    ),
     ("GET", "/api/v1/maintenance"): "getMaintenance",
     ("POST", "/api/v1/maintenance/freeze"): "freezeMaintenance",
     ("POST", "/api/v1/maintenance/unfreeze"): "unfreezeMaintenance",

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 
+from lakewarden import holds
 from lakewarden.alerts import store
 from lakewarden.auth.grants import Role
 from lakewarden.states import AlertState
@@ -50,7 +51,9 @@ ACK_ERRORS = {
 def ack_alert(
     alert_id: Id, body: AckIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> AlertOut:
-    """Acknowledge: operator on the alert's table, or everywhere for a fleet-wide alert."""
+    """Acknowledge: operator on the alert's table, or everywhere for a fleet-wide alert.
+    Acknowledging the alert of a failed task (rewrite_mismatch, task_failed) lifts the hold
+    its failure put on the kind on that table: the kind runs again."""
     exists, table = store.table_of(session, alert_id)
     if not exists:
         raise HTTPException(404, f"alert {alert_id} does not exist")
@@ -62,4 +65,9 @@ def ack_alert(
         raise HTTPException(404, f"alert {alert_id} does not exist")
     if alert.state == AlertState.RESOLVED:
         raise HTTPException(409, f"alert {alert_id} is already resolved")
+    # The kind its failure held on the table runs again (lakewarden.holds); acknowledging
+    # it again lifts a hold a later failure made while the alert stayed acknowledged.
+    lifted = holds.lift_for_alert(session, alert)
+    if lifted is not None:
+        access.change = {"lifted": {"kind": lifted.kind, "reason": lifted.reason}}
     return AlertOut.model_validate(alert)

@@ -1,13 +1,15 @@
 """What keeps jobs off a table: a writer's blocker (for a while: streaming writers), and an
 operator's pause (until resumed). Both are `table_blockers` rows (lakewarden.tables); the
-fleet-wide freeze is in routes/maintenance.py."""
+fleet-wide freeze is in routes/maintenance.py. And the resume of one kind the leader held
+on the table after a failure that would repeat itself (lakewarden.holds)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response
 
-from lakewarden import tables
+from lakewarden import holds, tables
 from lakewarden.auth.grants import Role
+from lakewarden.policy import KINDS
 from services.api import errors
 from services.api.access import AccessDep, TableDep
 from services.api.deps import Id, SessionDep
@@ -92,4 +94,30 @@ def resume_table(row: TableDep, session: SessionDep, access: AccessDep) -> Table
     before = tables.pause_of(session, row.id)
     if tables.resume(session, row) and before is not None:
         access.change = {"resumed": HoldOut.model_validate(before).model_dump(mode="json")}
+    return table_out(session, row)
+
+
+@router.post(
+    "/{namespace}/{name}/kinds/{kind}/resume",
+    response_model=TableOut,
+    responses=errors.documented(
+        409, notes={404: "the table is not managed, or `kind` is not a maintenance kind"}
+    ),
+)
+def resume_kind(kind: str, row: TableDep, session: SessionDep, access: AccessDep) -> TableOut:
+    """Lift the hold the leader put on `kind` on this table after a rewrite failed
+    validation or the same error repeated: its tasks are created and started again (a kind
+    not held is left as it is). Acknowledging the failure's alert does the same. Operator."""
+    access.need(Role.operator, row.catalog, row.namespace, target=f"kind {kind}")
+    if kind not in KINDS:
+        raise HTTPException(404, f"{kind!r} is not a maintenance kind: one of {', '.join(KINDS)}")
+    lifted = holds.lift(session, row.id, kind)
+    if lifted is not None:
+        access.change = {
+            "resumed": {
+                "kind": kind,
+                "held_since": lifted.created_at.isoformat(),
+                "reason": lifted.reason,
+            }
+        }
     return table_out(session, row)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import ValidationError
 
-from lakewarden import policy_gate, tables
+from lakewarden import holds, policy_gate, tables
 from lakewarden.auth.grants import Role
 from lakewarden.catalog import TableRef
 from lakewarden.db.models import ManagedTable, Task
@@ -49,17 +49,30 @@ def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int)
 
 def _on_hold(session: SessionDep, settings: Settings, tasks: Iterable[Task]) -> dict[int, str]:
     """For each task not yet running, what keeps it from starting (as dispatch judges it):
-    the freeze, its table's pause, writers' blockers, its table's or pool's hard quota
-    (lakewarden.quotas). Absent when nothing does."""
+    the freeze, its table's pause, writers' blockers, its kind held on its table
+    (lakewarden.holds), its table's or pool's hard quota (lakewarden.quotas). Absent when
+    nothing does."""
     waiting = [t for t in tasks if t.state in OPEN_TASK_STATES and t.state != TaskState.RUNNING]
-    holds = tables.holds_on(session, {t.table_id for t in waiting})
+    blockers = tables.holds_on(session, {t.table_id for t in waiting})
+    kind_holds = holds.holds_of(session, {t.table_id for t in waiting})
     quota = quota_holds(session, settings, {t.table_id for t in waiting}) if waiting else None
     said = {
-        t.id: [tables.describe_hold(h) for h in holds[t.table_id]]
+        t.id: [tables.describe_hold(h) for h in blockers[t.table_id]]
+        + [
+            holds.describe(session, _table_of(session, t), h)
+            for h in kind_holds.get(t.table_id, [])
+            if h.kind == t.kind
+        ]
         + ([reason] if quota and (reason := quota.reason(t.table_id, t.pool)) else [])
         for t in waiting
     }
     return {task_id: "; ".join(reasons) for task_id, reasons in said.items() if reasons}
+
+
+def _table_of(session: SessionDep, task: Task) -> ManagedTable:
+    row = session.get(ManagedTable, task.table_id)
+    assert row is not None  # a task's table row outlives it (retired, never deleted)
+    return row
 
 
 def _detail(session: SessionDep, settings: Settings, record: repo.TaskRecord) -> TaskDetail:
@@ -197,6 +210,10 @@ def _ask_for(
         trigger=trigger,
     )
     if task_id is None:
+        if (held := holds.hold_of(session, row.id, kind)) is not None:
+            raise HTTPException(
+                409, f"{row.namespace}.{row.name}: {holds.describe(session, row, held)}"
+            )
         existing = repo.open_task(session, row.id, kind)
         raise HTTPException(
             409,
