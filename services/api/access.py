@@ -286,11 +286,26 @@ class AuditRefusals:
         outcome = "refused" if status in (401, 403, 429) else "failed"
         try:
             with transaction(rt.engine) as session:
-                access = state.get("access")
+                # Refused before any route authenticated it (413, a control character,
+                # malformed JSON, 404, 405): still recorded as whoever its credential names.
+                access = state.get("access") or _identify(scope, rt, session)
                 text = str(detail)[:2000] if detail else None
                 _record(session, scope, access, status, outcome, text)
         except Exception:  # the response is sent; a lost audit row must not become a 500
             log.exception("could not audit %s %s (%s)", scope["method"], scope["path"], status)
+
+
+def _identify(scope: Scope, rt: Runtime, session: Session) -> Access | None:
+    """The caller of a request no route authenticated, if its credential is valid (else
+    None: the row says anonymous). For the audit row only: nothing is allowed by it."""
+    request = Request(scope)
+    header = request.headers.get("authorization", "")
+    if not header and not request.cookies.get(TOKEN_COOKIE, "").strip():
+        return None
+    try:
+        return Access(request, authenticate(request, rt, session))
+    except HTTPException:
+        return None
 
 
 def table_in_scope(

@@ -79,8 +79,9 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         generate_unique_id_function=operation_id,
     )
     app.state.runtime = rt
-    app.add_middleware(AuditRefusals)  # refused and failed changes are audited too
     app.add_middleware(RequestLimits)  # 413 over 1 MiB, 422 for control chars in path/query
+    # Refused and failed changes are audited too, those RequestLimits refuses included.
+    app.add_middleware(AuditRefusals)
     # The paths from before catalogs: aliases for the default catalog.
     app.add_middleware(DefaultCatalogAliases)
     modules = (
