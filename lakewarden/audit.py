@@ -1,7 +1,13 @@
-"""The audit trail: every state-changing request, appended (never changed) to audit_log."""
+"""The audit trail: every state-changing request, appended (never changed) to audit_log.
+
+A row is written whatever the request held: its text is made storable first (`storable`),
+so a refusal whose detail quotes a NUL (which Postgres text and jsonb refuse) or a
+10 MB value is recorded, not lost to a failed insert.
+"""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -13,12 +19,44 @@ from lakewarden.auth.sql import in_scope
 from lakewarden.db.models import AuditEntry
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 
+# Longest text kept of a free-text column (detail, path, target) and of each string in
+# `change`; a VARCHAR column keeps at most its own length.
+MAX_TEXT = 2000
+# Escaped in every stored string: control characters but tab and newline (NUL, which
+# Postgres refuses; ESC, which would drive the terminal of whoever reads the trail) and
+# lone surrogates (which UTF-8 cannot encode).
+_UNSTORABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
 
 def record(session: Session, **fields: Any) -> AuditEntry:
-    entry = AuditEntry(**fields)
+    columns = AuditEntry.__table__.columns
+    entry = AuditEntry(
+        **{
+            name: storable(value, getattr(columns[name].type, "length", None) or MAX_TEXT)
+            for name, value in fields.items()
+        }
+    )
     session.add(entry)
     session.flush()
     return entry
+
+
+def storable(value: Any, limit: int = MAX_TEXT) -> Any:
+    """`value` as a row can hold it: in every string (a dict's keys too) the characters
+    of _UNSTORABLE escaped (`\\x00`), and at most `limit` characters (`…` past it)."""
+    if isinstance(value, str):
+        text = _UNSTORABLE.sub(_escaped, value)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, list[Any]]:
