@@ -64,6 +64,14 @@ class Settings(BaseSettings):
     # --- API ---------------------------------------------------------------------
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed: comma-separated
+    # addresses or networks ("10.0.0.5,10.1.0.0/16"; "*": any). They set the client address
+    # the audit records and the scheme. Empty: the headers are ignored (X-Forwarded-Host
+    # always is; services/api/headers.py).
+    trusted_proxies: str = ""
+    # The dashboard's cookie is Secure (sent over https only). Unset: on, unless the API
+    # binds to a loopback address (plain http on one machine); over https always.
+    cookie_secure: bool | None = None
     listen_for_commits: bool = True  # LISTEN on the catalog's commit trigger
     poll_interval_s: float = 30.0  # polling fallback for missed commits
 

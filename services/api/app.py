@@ -21,6 +21,7 @@ from services.api import access, errors
 from services.api.access import AuditRefusals
 from services.api.aliases import DefaultCatalogAliases
 from services.api.deps import operation_id
+from services.api.headers import SecurityHeaders, TrustedProxies
 from services.api.limits import RequestLimits
 from services.api.routes import (
     alerts,
@@ -84,6 +85,8 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     app.add_middleware(AuditRefusals)
     # The paths from before catalogs: aliases for the default catalog.
     app.add_middleware(DefaultCatalogAliases)
+    app.add_middleware(SecurityHeaders)  # CSP, nosniff, no framing; relative redirects
+    app.add_middleware(TrustedProxies)  # first: X-Forwarded-* only from configured proxies
     modules = (
         ops,
         catalogs,
@@ -118,12 +121,15 @@ def main(rt: Runtime, host: str, port: int) -> None:
     # log_config=None: uvicorn's loggers (server, access log) keep no handlers of their own
     # and propagate to the root's, so the API logs in the one format (lakewarden.logs),
     # with the same redaction.
+    app = create_app(rt)
+    app.state.bind_host = host  # the dashboard cookie's Secure default (headers.secure_cookie)
     uvicorn.run(
-        create_app(rt),
+        app,
         host=host,
         port=port,
         log_level=rt.settings.log_level.lower(),
         log_config=None,
+        proxy_headers=False,  # headers.TrustedProxies decides (uvicorn trusts 127.0.0.1)
     )
 
 
@@ -138,7 +144,11 @@ def serve_in_thread(rt: Runtime) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = uvicorn.Config(
-        create_app(rt, background=False), host="127.0.0.1", port=port, log_level="warning"
+        create_app(rt, background=False),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        proxy_headers=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="api-in-thread", daemon=True)

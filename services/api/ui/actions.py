@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.api.access import TOKEN_COOKIE, same_origin
 from services.api.deps import Id
+from services.api.headers import secure_cookie
 from services.api.ui.api import Api, detail_of
 from services.api.ui.render import page, redirect
 
@@ -168,7 +169,7 @@ async def login(request: Request) -> Response:
         token,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure_cookie(request),
         path="/",
     )
     return response
