@@ -26,6 +26,12 @@ class Settings(BaseSettings):
     # Secrets (passwords in URLs, webhook tokens) are left out of repr: a Settings in a log
     # line or a traceback shows none of them.
     database_url: str | None = Field(default=None, repr=False)
+    # The schema's owner, for `lakewarden migrate` only: the services connect as the role of
+    # database_url, which migrate grants what they need (INSERT and SELECT on audit_log, no
+    # more), so they cannot switch the audit trail's trigger off. Unset: migrate as
+    # database_url's role (one role owns and uses the schema: the audit trail is only as
+    # safe as that role). The embedded Postgres sets both up itself.
+    migration_database_url: str | None = Field(default=None, repr=False)
     data_dir: Path = Field(default_factory=_default_data_dir)
     embedded_pg_port: int = 54329
 
@@ -182,7 +188,7 @@ class Settings(BaseSettings):
     # `text`: a line per record; `json`: an object per line (lakewarden/logs.py), every process.
     log_format: Literal["text", "json"] = "text"
 
-    @field_validator("database_url", "catalog_database_url")
+    @field_validator("database_url", "catalog_database_url", "migration_database_url")
     @classmethod
     def _normalise_db_url(cls, v: str | None) -> str | None:
         if v is None or v == "":

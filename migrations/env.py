@@ -7,7 +7,7 @@ from sqlalchemy import create_engine
 
 from lakewarden.db.models import Base
 from lakewarden.db.schema_compat import record
-from lakewarden.db.session import resolve_database_url
+from lakewarden.db.session import resolve_migration_url
 from lakewarden.settings import get_settings
 
 config = context.config
@@ -22,7 +22,7 @@ def run_migrations_online() -> None:
             context.run_migrations()
             record(connection, context.script)
         return
-    url = config.get_main_option("sqlalchemy.url") or resolve_database_url(get_settings())
+    url = config.get_main_option("sqlalchemy.url") or resolve_migration_url(get_settings())
     engine = create_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata)

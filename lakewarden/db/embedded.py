@@ -14,7 +14,10 @@ as a real database, not a scratch one:
 - password authentication only (scram-sha-256, the Unix socket too). The password is
   generated at first start and kept in `<data_dir>/pg/lakewarden.password` (0600); the
   URL `ensure_server` returns carries it, and nothing puts it on a command line;
-- bound to 127.0.0.1, its data directory (and Unix socket) at 0700.
+- bound to 127.0.0.1, its data directory (and Unix socket) at 0700;
+- the services connect as `lakewarden_app` (its password in `lakewarden_app.password`),
+  which owns nothing: `migrate` runs as the superuser and grants it its rights
+  (lakewarden.db.roles), so the services cannot switch the audit trail's trigger off.
 
 A data directory from an older version (trust authentication, no password file) is
 upgraded in place on the next `ensure_server`: the password is set over the Unix socket,
@@ -37,7 +40,7 @@ from typing import Any
 import fasteners
 import psycopg
 from psycopg import sql
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +170,7 @@ def ensure_server(data_dir: Path, port: int, *, durable: bool = True) -> str:
             _start(pgdata, running, durable)
         with _connect(running, password) as conn:
             _ensure_database(conn)
+            _ensure_services_role(conn, pgdata)
     url = URL.create(
         "postgresql+psycopg",
         username=DB_USER,
@@ -289,8 +293,8 @@ def _write_hba(pgdata: Path, text: str) -> None:
     _write_private(pgdata / "pg_hba.conf", text, owner=pgdata.stat())
 
 
-def _read_password(pgdata: Path) -> str:
-    path = pgdata / PASSWORD_FILE
+def _read_password(pgdata: Path, name: str = PASSWORD_FILE) -> str:
+    path = pgdata / name
     if stat.S_IMODE(path.stat().st_mode) != 0o600:
         os.chmod(path, 0o600)
     return path.read_text().strip()
@@ -361,6 +365,43 @@ def _is_durable(conn: psycopg.Connection) -> bool:
 def _show(conn: psycopg.Connection, name: str) -> str:
     row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
     return str(row[0]) if row else ""
+
+
+# --- the services' role: owns nothing, so it cannot switch the audit trail off ------------
+
+SERVICES_USER = "lakewarden_app"
+SERVICES_PASSWORD_FILE = "lakewarden_app.password"
+
+
+def _ensure_services_role(conn: psycopg.Connection, pgdata: Path) -> None:
+    """The login role the services connect as (lakewarden.db.roles: `migrate`, as the
+    superuser, grants it its rights), with a password generated at first start and kept
+    beside the superuser's (0600). Not a superuser, and it owns no table."""
+    path = pgdata / SERVICES_PASSWORD_FILE
+    fresh = not path.exists()
+    if fresh:
+        _write_private(path, secrets.token_urlsafe(32) + "\n")
+    password = _read_password(pgdata, SERVICES_PASSWORD_FILE)
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (SERVICES_USER,)).fetchone()
+    if exists and not fresh:
+        return
+    verifier = conn.pgconn.encrypt_password(
+        password.encode(), SERVICES_USER.encode(), b"scram-sha-256"
+    ).decode()
+    verb = "ALTER" if exists else "CREATE"
+    conn.execute(
+        sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
+            sql.Identifier(SERVICES_USER), sql.Literal(verifier)
+        )
+    )
+
+
+def services_url(data_dir: Path, owner_url: str) -> str:
+    """The URL of `ensure_server`'s database (its superuser's, `owner_url`) as the
+    services' role."""
+    password = _read_password(data_dir / "pg", SERVICES_PASSWORD_FILE)
+    url = make_url(owner_url).set(username=SERVICES_USER, password=password)
+    return url.render_as_string(hide_password=False)
 
 
 def _ensure_database(conn: psycopg.Connection, name: str = DB_NAME) -> None:

@@ -1,5 +1,6 @@
 """`lakewarden migrate`: the schema to head (Alembic; the schema exists only through
-migrations), the JDBC catalog's tables, and the commit trigger on them.
+migrations), the JDBC catalog's tables, and the commit trigger on them, as the schema's
+owner; then the services' role is granted what it needs (lakewarden.db.roles).
 
 All of it runs under one advisory lock (`DBLocks.MIGRATIONS`), held on a dedicated
 connection for the whole upgrade, so replicas that migrate at once (two pods, a Helm hook
@@ -12,10 +13,13 @@ from pathlib import Path
 from typing import Protocol
 
 from alembic.config import Config
-from sqlalchemy import Engine, text
+from pyiceberg.catalog.sql import SqlCatalogBaseTable
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 from lakewarden.db.locks import DBLocks, session_lock
-from lakewarden.db.session import catalog_engine
+from lakewarden.db.roles import current_role, grant_services_role, warn_if_unsafe
+from lakewarden.db.session import catalog_engine, resolve_migration_url
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.settings import Settings
 
@@ -37,19 +41,36 @@ class Migratable(Protocol):
 
 
 def migrate(rt: Migratable) -> None:
-    """Bring the schema to head, make sure the catalog tables exist, install the trigger."""
+    """Bring the schema to head, make sure the catalog tables exist, install the trigger,
+    all as the schema's owner (`resolve_migration_url`); then grant the services' role
+    (rt.db_url's) its rights, when it is another (lakewarden.db.roles)."""
     from alembic import command
 
-    with session_lock(rt.engine, DBLocks.MIGRATIONS):
-        command.upgrade(alembic_config(rt.db_url), "head")
-        if rt.settings.catalog_type == "jdbc":
-            rt.catalog  # noqa: B018  pyiceberg's SqlCatalog creates iceberg_tables when missing
-            if (
+    owner_url = resolve_migration_url(rt.settings)
+    as_owner = make_url(owner_url) != make_url(rt.db_url)
+    owner = create_engine(owner_url, poolclass=NullPool) if as_owner else rt.engine
+    try:
+        with session_lock(owner, DBLocks.MIGRATIONS):
+            command.upgrade(alembic_config(owner_url), "head")
+            in_control_plane = rt.settings.catalog_type == "jdbc" and (
                 not rt.settings.catalog_database_url
                 or catalog_engine(rt.settings.catalog_database_url, rt.engine) is rt.engine
-            ):
-                with rt.engine.begin() as conn:
+            )
+            with owner.begin() as conn:
+                if in_control_plane:
+                    # The catalog tables belong to the owner too: the trigger on them needs it.
+                    SqlCatalogBaseTable.metadata.create_all(conn)
                     install_commit_trigger(conn, refresh=True)
+                services = make_url(rt.db_url).username
+                if as_owner and services and services != current_role(conn):
+                    grant_services_role(conn, services)
+                elif services:
+                    warn_if_unsafe(conn, services)
+            if rt.settings.catalog_type == "jdbc":
+                rt.catalog  # noqa: B018  pyiceberg's SqlCatalog creates iceberg_tables when missing
+    finally:
+        if as_owner:
+            owner.dispose()
 
 
 def alembic_config(db_url: str) -> Config:

@@ -14,7 +14,22 @@ from lakewarden.settings import Settings, get_settings
 
 
 def resolve_database_url(settings: Settings) -> str:
-    """The configured database, or the embedded server (started on demand)."""
+    """The services' database: the configured one, or the embedded server (started on
+    demand) as its services' role, which owns nothing (lakewarden.db.roles)."""
+    if settings.database_url:
+        return settings.database_url
+    from lakewarden.db.embedded import ensure_server, services_url
+
+    return services_url(
+        settings.data_dir, ensure_server(settings.data_dir, settings.embedded_pg_port)
+    )
+
+
+def resolve_migration_url(settings: Settings) -> str:
+    """The database as the schema's owner, for migrate: LAKEWARDEN_MIGRATION_DATABASE_URL,
+    else the embedded server's superuser, else (one role for everything) the services'."""
+    if settings.migration_database_url:
+        return settings.migration_database_url
     if settings.database_url:
         return settings.database_url
     from lakewarden.db.embedded import ensure_server

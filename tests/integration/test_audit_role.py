@@ -1,0 +1,110 @@
+"""The services cannot switch the audit trail off: they connect as a role that owns
+nothing (the embedded Postgres's `lakewarden_app`, which `migrate`, run as the owner,
+grants what the services need). As that role, disabling the append-only trigger, skipping
+triggers with session_replication_role, and changing or deleting audit rows all fail;
+the services' own work (tokens, audit rows, the JDBC catalog's commits and their trigger)
+still succeeds."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import TEST_PG_DIR, TEST_PG_PORT, make_test_runtime, serve
+from helpers import append_batches, bearer, issue_token, make_table
+from sqlalchemy import make_url
+
+from lakewarden.db.embedded import SERVICES_PASSWORD_FILE, SERVICES_USER
+from lakewarden.db.migrate import migrate
+from lakewarden.db.session import resolve_database_url, resolve_migration_url
+from lakewarden.db.trigger import CHANNEL
+from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
+
+ATTACKS = (
+    "ALTER TABLE audit_log DISABLE TRIGGER ALL",
+    "ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only",
+    "DROP TRIGGER audit_log_append_only ON audit_log",
+    "SET session_replication_role = replica",
+    "UPDATE audit_log SET actor = 'someone else'",
+    "DELETE FROM audit_log",
+    "TRUNCATE audit_log",
+)
+
+
+@pytest.fixture
+def services_rt(server_url: str, db_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    """A runtime on this test's database as the embedded server's services role, migrated
+    (granted) by the owner as `lakewarden migrate` does."""
+    services = resolve_database_url(Settings(data_dir=TEST_PG_DIR, embedded_pg_port=TEST_PG_PORT))
+    url = make_url(services).set(database=make_url(db_url).database)
+    runtime = make_test_runtime(
+        url.render_as_string(hide_password=False), tmp_path, migration_database_url=db_url
+    )
+    migrate(runtime)
+    yield runtime
+    runtime.engine.dispose()
+
+
+def _psycopg(url: str) -> psycopg.Connection:
+    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return psycopg.connect(plain, autocommit=True)
+
+
+def test_the_embedded_server_gives_the_services_a_role_that_owns_nothing(server_url: str) -> None:
+    settings = Settings(data_dir=TEST_PG_DIR, embedded_pg_port=TEST_PG_PORT)
+    services, owner = resolve_database_url(settings), resolve_migration_url(settings)
+    assert make_url(services).username == SERVICES_USER
+    assert make_url(owner).username == make_url(server_url).username != SERVICES_USER
+    mode = (TEST_PG_DIR / "pg" / SERVICES_PASSWORD_FILE).stat().st_mode
+    assert stat.S_IMODE(mode) == 0o600
+    with _psycopg(services) as conn:
+        row = conn.execute(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole, rolbypassrls FROM pg_roles "
+            "WHERE rolname = current_user"
+        ).fetchone()
+    assert row == (False, False, False, False)
+
+
+def test_the_services_role_cannot_switch_the_audit_trail_off(
+    services_rt: Runtime, db_url: str
+) -> None:
+    # The services' own work: a token, a change through the API, its audit row.
+    secret = issue_token(services_rt, name="ops")
+    with serve(services_rt) as client:
+        r = client.post(
+            "/api/v1/tokens", json={"name": "ci", "grants": ["viewer"]}, headers=bearer(secret)
+        )
+        assert r.status_code == 201, r.text
+        audit = client.get("/api/v1/audit", headers=bearer(secret)).json()["items"]
+        assert [e["actor"] for e in audit] == ["token:ops"]
+
+    with _psycopg(services_rt.db_url) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (SERVICES_USER,)
+        for attack in ATTACKS:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(attack)
+        assert conn.execute("SELECT count(*) FROM audit_log").fetchone() == (1,)
+    with _psycopg(db_url) as owner:  # the owner's trigger is still on
+        assert owner.execute(
+            "SELECT tgenabled FROM pg_trigger WHERE tgname = 'audit_log_append_only'"
+        ).fetchone() == ("O",)
+
+
+def test_the_catalog_and_its_commit_trigger_work_as_the_services_role(
+    services_rt: Runtime,
+) -> None:
+    """pyiceberg (as Spark's JDBC catalog does) creates, commits to and drops tables in
+    iceberg_tables as the services' role; the owner's commit trigger still notifies."""
+    with _psycopg(services_rt.db_url) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        table = make_table(services_rt, "sales", "orders")
+        append_batches(table, 1)
+        services_rt.catalog.drop_table("sales.orders")
+        # create; the partition spec's commit and the append's; drop
+        ops = [json.loads(n.payload)["op"] for n in listener.notifies(timeout=5, stop_after=4)]
+    assert ops == ["create", "commit", "commit", "drop"]
