@@ -12,7 +12,7 @@ import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import ColumnElement, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Caller, Grant
@@ -93,15 +93,18 @@ def issue(
     return token, secret
 
 
+def _usable(secret: str) -> tuple[ColumnElement[bool], ...]:
+    """SQL: the token of `secret`, if it is neither revoked nor expired."""
+    return (
+        ApiToken.secret_sha256 == digest(secret),
+        ApiToken.revoked_at.is_(None),
+        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
+    )
+
+
 def caller_for(session: Session, secret: str) -> Caller | None:
     """The caller a token secret stands for, or None if it is unknown, revoked or expired."""
-    found = session.execute(
-        select(ApiToken, func.now()).where(
-            ApiToken.secret_sha256 == digest(secret),
-            ApiToken.revoked_at.is_(None),
-            or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
-        )
-    ).one_or_none()
+    found = session.execute(select(ApiToken, func.now()).where(*_usable(secret))).one_or_none()
     if found is None:
         return None
     token, now = found
@@ -128,6 +131,42 @@ def caller_for(session: Session, secret: str) -> Caller | None:
         token_id=token.id,
         via="token",
     )
+
+
+def mint_session(session: Session, secret: str, hours: float) -> tuple[ApiToken, str] | None:
+    """A token for one dashboard session of the token `secret` (None if that one is
+    unknown, revoked or expired): its name and grants, minted by it (so revoked with it),
+    living `hours` and never past it. The browser keeps this one, and logout revokes it
+    (`end_session`): the pasted token is not kept in the browser."""
+    parent = session.execute(select(ApiToken).where(*_usable(secret))).scalar_one_or_none()
+    if parent is None:
+        return None
+    expires = datetime.now(UTC) + timedelta(hours=hours)
+    if parent.expires_at is not None:
+        expires = min(expires, parent.expires_at)
+    return issue(
+        session,
+        name=parent.name,  # the caller stays `token:<name>` in the audit trail
+        owner=parent.owner,
+        grants=tuple(Grant.of(g) for g in parent.grants),
+        created_by=f"token:{parent.name}",
+        expires_at=expires,
+        parent_id=parent.id,
+        for_session=True,
+    )
+
+
+def end_session(session: Session, secret: str) -> ApiToken | None:
+    """Revoke the dashboard session token of `secret` (and anything it minted). None when
+    `secret` is no session token (a token pasted before sessions were minted, or an OIDC
+    JWT): nothing is revoked, the caller only forgets it."""
+    token = session.execute(
+        select(ApiToken).where(*_usable(secret), ApiToken.for_session.is_(True))
+    ).scalar_one_or_none()
+    if token is None:
+        return None
+    revoke(session, token.id, by=f"token:{token.name}")
+    return token
 
 
 # Every token minted, directly or not, by :root_id and not yet revoked.

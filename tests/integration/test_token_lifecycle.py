@@ -1,6 +1,7 @@
 """API tokens on the real API and Postgres: a maximum lifetime (no token lives forever, nor
 longer than the token that minted it), the owner is the minter unless an admin of
-everything names another, and revoking a token revokes every token it minted."""
+everything names another, revoking a token revokes every token it minted, and the
+dashboard's logout revokes the token its login minted for the session."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from helpers import bearer, issue_token
 from sqlalchemy import text
 
 from lakewarden.runtime import Runtime
+from services.api.access import TOKEN_COOKIE
 
 SCOPED_ADMIN = "admin@lake/sales"
 
@@ -109,3 +111,58 @@ def test_revoking_a_token_revokes_what_it_minted_recursively(
     revoked_by = {t["name"]: t["revoked_by"] for t in listed.json()}
     assert revoked_by["child"] == revoked_by["grandchild"] == "token:root"
     assert revoked_by["unrelated"] is None
+
+
+def _login(client: TestClient, secret: str) -> str:
+    """The dashboard's login with `secret`: the token its cookie keeps."""
+    r = client.post(
+        "/ui/login",
+        data={"token": secret},
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    return str(client.cookies[TOKEN_COOKIE])
+
+
+def test_logout_revokes_the_token_minted_for_the_session(rt: Runtime) -> None:
+    pasted = issue_token(rt, "operator", name="oncall")
+    with serve(rt) as client:
+        client.headers.pop("Authorization")
+        kept = _login(client, pasted)
+        assert kept != pasted and kept.startswith("lw_")  # the pasted token stays out of it
+        assert client.get("/api/v1/tables", headers=bearer(kept)).status_code == 200
+        with rt.engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT s.name, s.for_session, s.parent_id = p.id, s.grants = p.grants, "
+                    "s.expires_at < now() + interval '13 hours' FROM api_tokens s, api_tokens p "
+                    "WHERE s.parent_id IS NOT NULL AND p.name = 'oncall' AND p.parent_id IS NULL"
+                )
+            ).one()
+        assert tuple(row) == ("oncall", True, True, True, True)
+
+        r = client.post("/ui/logout", headers={"Origin": "http://testserver"})
+        assert r.status_code == 200 and TOKEN_COOKIE not in client.cookies
+        assert client.get("/api/v1/tables", headers=bearer(kept)).status_code == 401
+        assert client.get("/api/v1/tables", headers=bearer(pasted)).status_code == 200
+
+        # Revoking the pasted token ends its sessions too.
+        again = _login(client, pasted)
+        with rt.engine.begin() as conn:
+            parent_id = conn.execute(
+                text("SELECT id FROM api_tokens WHERE name = 'oncall' AND parent_id IS NULL")
+            ).scalar_one()
+        admin = issue_token(rt, name="root")
+        assert client.delete(f"/api/v1/tokens/{parent_id}", headers=bearer(admin)).is_success
+        assert client.get("/api/v1/tables", headers=bearer(again)).status_code == 401
+
+    with rt.engine.connect() as conn:
+        actions = conn.execute(
+            text("SELECT actor, action FROM audit_log WHERE action LIKE '%Session' ORDER BY id")
+        ).all()
+    assert [tuple(a) for a in actions] == [
+        ("token:oncall", "startDashboardSession"),
+        ("token:oncall", "endDashboardSession"),
+        ("token:oncall", "startDashboardSession"),
+    ]

@@ -1,16 +1,26 @@
 """The dashboard's buttons (POST forms) and its login. Each action is the API's own request
 (`Api.call`): the same route, grant check, rate limit and audit row. The form must come
 from the dashboard's own pages (`same_origin`, besides the cookie's SameSite=Strict);
-the answer is a 303 back to a page, with the API's message (done, or what went wrong)."""
+the answer is a 303 back to a page, with the API's message (done, or what went wrong).
+Logging in with an API token keeps a session token minted from it in the browser, and
+logging out revokes that one (lakewarden.auth.tokens.mint_session)."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
 
+from lakewarden import audit
+from lakewarden.auth import tokens
+from lakewarden.auth.tokens import SECRET_PREFIX
+from lakewarden.db.models import ApiToken
+from lakewarden.db.session import transaction
+from lakewarden.runtime import Runtime
 from services.api.access import TOKEN_COOKIE, same_origin
 from services.api.deps import Id
 from services.api.headers import secure_cookie
@@ -135,7 +145,8 @@ async def unfreeze(request: Request) -> Response:
     return await act(request, "POST", "/api/v1/maintenance/unfreeze", "/ui/", "unfrozen")
 
 
-# --- login: the pasted token goes into an HttpOnly, SameSite=Strict cookie ---------------
+# --- login: a session token minted from the pasted one goes into an HttpOnly,
+# SameSite=Strict cookie; logout revokes it -----------------------------------------------
 
 
 def _next(target: str | None) -> str:
@@ -163,6 +174,11 @@ async def login(request: Request) -> Response:
         why = detail_of(r) if r.status_code == 401 else ""
     if why:
         return page(request, "login.html", {"next": target, "error": why}, status_code=401)
+    # An API token is not kept in the browser: a session token minted from it is (logout
+    # revokes it). An OIDC JWT is kept as it is: it lapses on its own.
+    if token.startswith(SECRET_PREFIX):
+        minted = await anyio.to_thread.run_sync(_start_session, request, token)
+        token = minted or token
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         TOKEN_COOKIE,
@@ -177,7 +193,49 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """Revoke the session's token (a pasted token or a JWT is only forgotten) and forget it."""
     same_origin(request)
+    secret = request.cookies.get(TOKEN_COOKIE, "").strip()
+    if secret.startswith(SECRET_PREFIX):
+        await anyio.to_thread.run_sync(_end_session, request, secret)
     response = redirect("/ui/login", ok="logged out")
     response.delete_cookie(TOKEN_COOKIE, path="/")
     return response
+
+
+def _start_session(request: Request, secret: str) -> str | None:
+    """The secret of a session token minted from `secret`, audited (None if `secret` lapsed
+    since the probe)."""
+    rt: Runtime = request.app.state.runtime
+    with transaction(rt.engine) as session:
+        minted = tokens.mint_session(session, secret, rt.settings.session_token_hours)
+        if minted is None:
+            return None
+        token, session_secret = minted
+        _audit_session(session, request, "startDashboardSession", token)
+    return session_secret
+
+
+def _end_session(request: Request, secret: str) -> None:
+    rt: Runtime = request.app.state.runtime
+    with transaction(rt.engine) as session:
+        token = tokens.end_session(session, secret)
+        if token is not None:
+            _audit_session(session, request, "endDashboardSession", token)
+
+
+def _audit_session(session: Session, request: Request, action: str, token: ApiToken) -> None:
+    """The row of a session token minted or revoked (the API's own token routes audit
+    theirs; these are the dashboard's)."""
+    audit.record(
+        session,
+        actor=f"token:{token.name}",
+        source=request.client.host if request.client else None,
+        method=request.method,
+        path=request.url.path,
+        action=action,
+        target=f"token {token.id} ({token.name})",
+        status=303,
+        outcome="ok",
+        change={"token": {"session_of": token.parent_id, "expires_at": str(token.expires_at)}},
+    )
