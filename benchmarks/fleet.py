@@ -64,7 +64,7 @@ from services.api.paging import sorted_cursor
 RUN = uuid.uuid4().hex[:6]
 PREFIX = f"fl{RUN}"  # every namespace of the fleet (the rule's scope: f"{PREFIX}_*")
 TEMPLATES_NS = f"tpl{RUN}"  # the template tables, outside the rule's scope
-URL_ENV = "LW_BENCH_FLEET_CATALOG_URL"
+URL_ENV = "LW_SECRET_BENCH_FLEET_CATALOG_URL"
 # The rule's policy: every commit after the first calls for compaction (as B5's).
 POLICY = {"compaction": {"min_small_files": 2, "min_input_files": 2}}
 TABLES_PER_NAMESPACE = 200

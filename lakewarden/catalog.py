@@ -5,16 +5,17 @@ Both sides must name the catalog the same: it is a column of `iceberg_tables`.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 from sqlalchemy.engine import make_url
 
+from lakewarden import secret_refs
+from lakewarden.redact import quotes_part_of
+from lakewarden.secret_refs import RefRefused, RefRules
 from lakewarden.settings import Settings, sqlalchemy_pg_url
 from lakewarden.states import CatalogType
 
@@ -113,7 +114,7 @@ class CatalogEntry:
     """One Iceberg catalog lakewarden watches: the settings-configured default, or one
     registered through the API. `name` is the Iceberg catalog's own name (the JDBC catalog's
     `catalog_name` column; Spark's catalog of that name). `properties` are pyiceberg's
-    catalog properties, secrets as references (`resolve_properties`)."""
+    catalog properties, secrets as references (`resolve_properties`) that `refs` allows."""
 
     name: str
     type: str
@@ -122,10 +123,34 @@ class CatalogEntry:
     poll_concurrency: int = 4
     version: int = 1
     default: bool = False
+    refs: RefRules = field(kw_only=True, repr=False)
 
     @property
     def resolved(self) -> dict[str, str]:
-        return resolve_properties(self.properties)
+        return resolve_properties(self.properties, self.refs)
+
+    @property
+    def secret_values(self) -> list[str]:
+        """The values its references resolve to now (those that can be read)."""
+        out = []
+        for key, value in self.properties.items():
+            if not isinstance(value, str):
+                try:
+                    out.append(secret_refs.read(key, value, self.refs))
+                except RefRefused:
+                    continue
+        return out
+
+    def without_secrets(self, line: str, what: str) -> str:
+        """`line`, an error of using this catalog, unless it quotes any part of a value
+        read from a reference (a host parsed out of a URL, a line of a secret file): then
+        only `what` failed (the error's type) and where the whole message is."""
+        if not quotes_part_of(line, self.secret_values):
+            return line
+        return (
+            f"{what} (its message is withheld: it quotes a value read from a secret "
+            "reference; the process's log has it, masked)"
+        )
 
     @property
     def jdbc_url(self) -> str | None:
@@ -135,34 +160,29 @@ class CatalogEntry:
         return sqlalchemy_pg_url(self.resolved.get("uri", ""))
 
 
-def resolve_properties(properties: dict[str, PropertyValue]) -> dict[str, str]:
-    """The properties with every secret reference replaced by its value:
-    `{"env": "NAME"}` reads the environment variable, `{"file": "/path"}` the file (one
-    trailing newline stripped). A missing one is a CatalogConfigError naming it."""
+def resolve_properties(properties: dict[str, PropertyValue], refs: RefRules) -> dict[str, str]:
+    """The properties with every secret reference replaced by its value (`secret_refs`:
+    what a reference may name). One refused or unreadable is a CatalogConfigError naming
+    it, never quoting what was read."""
     out: dict[str, str] = {}
     for key, value in properties.items():
-        if isinstance(value, str):
-            out[key] = value
-        elif "env" in value:
-            if value["env"] not in os.environ:
-                raise CatalogConfigError(
-                    f"catalog property {key!r} names environment variable {value['env']!r}, "
-                    "which is not set in this process"
-                )
-            out[key] = os.environ[value["env"]]
-        elif "file" in value:
-            try:
-                out[key] = Path(value["file"]).read_text().removesuffix("\n")
-            except OSError as exc:
-                raise CatalogConfigError(
-                    f"catalog property {key!r} names file {value['file']!r}, which cannot be "
-                    f"read ({exc.strerror or type(exc).__name__})"
-                ) from None
-        else:
-            raise CatalogConfigError(
-                f'catalog property {key!r}: give a string, {{"env": NAME}} or {{"file": PATH}}'
-            )
+        out[key] = value if isinstance(value, str) else _read_reference(key, value, refs)
     return out
+
+
+def _read_reference(key: str, ref: dict[str, str], refs: RefRules) -> str:
+    try:
+        return secret_refs.read(key, ref, refs)
+    except RefRefused as exc:
+        raise CatalogConfigError(str(exc)) from None
+
+
+def check_reference(key: str, ref: dict[str, str], refs: RefRules) -> None:
+    """CatalogConfigError unless `refs` allows the reference (nothing is read)."""
+    try:
+        secret_refs.check(key, ref, refs)
+    except RefRefused as exc:
+        raise CatalogConfigError(str(exc)) from None
 
 
 def default_entry(settings: Settings, control_plane_url: str) -> CatalogEntry:
@@ -181,6 +201,7 @@ def default_entry(settings: Settings, control_plane_url: str) -> CatalogEntry:
         properties={"uri": uri, "warehouse": settings.warehouse_uri},
         poll_interval_s=settings.poll_interval_s,
         default=True,
+        refs=RefRules.of(settings),
     )
 
 

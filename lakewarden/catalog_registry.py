@@ -1,6 +1,7 @@
 """The catalogs a deployment watches: the settings' default entry and those registered
 through the API (`catalogs` rows), with their pyiceberg clients; and the rules for
-registering one (`check_properties`: secrets only as references)."""
+registering one (`check_properties`: secrets only as references that `secret_refs`
+allows, never as values)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from lakewarden.catalog import (
     PropertyValue,
     UnknownCatalog,
     build_catalog,
+    check_reference,
     default_entry,
 )
 from lakewarden.db.models import Catalog as CatalogRow
-from lakewarden.redact import is_secret_key, url_secrets
+from lakewarden.redact import is_secret_key, looks_like_credential, url_secrets
+from lakewarden.secret_refs import RefRules
 from lakewarden.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,7 @@ class CatalogRegistry:
 
     def __init__(self, settings: Settings, control_plane_url: str, engine: Engine) -> None:
         self._default = default_entry(settings, control_plane_url)
+        self._refs = RefRules.of(settings)
         self._engine = engine
         self._lock = threading.Lock()
         self._entries: dict[str, CatalogEntry] = {}
@@ -93,7 +97,7 @@ class CatalogRegistry:
                 return
         with Session(self._engine) as session:
             rows = session.scalars(select(CatalogRow)).all()
-            entries = {row.name: entry_of(row) for row in rows}
+            entries = {row.name: entry_of(row, self._refs) for row in rows}
         with self._lock:
             self._entries, self._read_at = entries, now
             removed = [
@@ -115,7 +119,7 @@ def _close(client: Catalog) -> None:
         log.warning("closing the client of catalog %r failed", client.name, exc_info=True)
 
 
-def entry_of(row: CatalogRow) -> CatalogEntry:
+def entry_of(row: CatalogRow, refs: RefRules) -> CatalogEntry:
     """The registry entry of a `catalogs` row."""
     return CatalogEntry(
         name=row.name,
@@ -124,25 +128,68 @@ def entry_of(row: CatalogRow) -> CatalogEntry:
         poll_interval_s=row.poll_interval_s,
         poll_concurrency=row.poll_concurrency,
         version=row.version,
+        refs=refs,
     )
 
 
-def check_properties(kind: str, properties: dict[str, PropertyValue]) -> None:
+# pyiceberg's catalog and FileIO properties that hold credentials (pyiceberg.catalog.rest,
+# .catalog.sql, .io), beside what `is_secret_key` recognises by name. Lower case.
+_IO_SECRETS = (
+    "s3.access-key-id",
+    "s3.secret-access-key",
+    "s3.session-token",
+    "client.access-key-id",
+    "client.secret-access-key",
+    "client.session-token",
+    "gcs.oauth2.token",
+    "adls.account-key",
+    "adls.sas-token",
+    "adls.connection-string",
+    "adls.client-secret",
+    "adls.credential",
+    "adls.token",
+    "hf.token",
+)
+KNOWN_SECRETS: dict[str, frozenset[str]] = {
+    "rest": frozenset({"credential", "token", "header.authorization", *_IO_SECRETS}),
+    "jdbc": frozenset({"password", "jdbc.password", *_IO_SECRETS}),
+}
+# Secrets under a prefix (`adls.sas-token.<account>`, `header.<auth header>`).
+_SECRET_PREFIXES = ("adls.sas-token.", "adls.connection-string.", "adls.account-key.")
+
+
+def is_secret_property(kind: str, key: str) -> bool:
+    """Whether catalog property `key` of a `kind` catalog holds a credential: one of the
+    type's known secret properties, or named like a secret (`redact.is_secret_key`)."""
+    lowered = key.lower()
+    return (
+        lowered in KNOWN_SECRETS.get(kind, frozenset())
+        or lowered.startswith(_SECRET_PREFIXES)
+        or is_secret_key(key)
+    )
+
+
+def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefRules) -> None:
     """CatalogConfigError unless the properties can be stored: what the catalog type needs
-    is there, and no secret is given as a value (only as a reference)."""
+    is there, every reference names what `refs` allows, and no secret is given as a value
+    (a secret property, a URL with a password, or a value that looks like a credential).
+    A message names the property, never its value."""
     if "uri" not in properties:
         what = "its database URL" if kind == "jdbc" else "the REST endpoint"
         raise CatalogConfigError(f"a {kind} catalog needs the property 'uri' ({what})")
     for key, value in properties.items():
         if not isinstance(value, str):
+            check_reference(key, value, refs)
             continue
-        if is_secret_key(key):
-            raise CatalogConfigError(
-                f"property {key!r} is a secret: give it as a reference, "
-                '{"env": "VARIABLE"} or {"file": "/path"}, never as a value'
-            )
-        if url_secrets(value):
-            raise CatalogConfigError(
-                f"property {key!r} holds a URL with a password: give the whole URL as a "
-                'reference, {"env": "VARIABLE"} or {"file": "/path"}'
-            )
+        if is_secret_property(kind, key):
+            why = "is a secret"
+        elif url_secrets(value):
+            why = "holds a URL with a password"
+        elif looks_like_credential(value):
+            why = "looks like a credential (a token, a key, an authorization header)"
+        else:
+            continue
+        raise CatalogConfigError(
+            f"property {key!r} {why}: give it as a reference, {refs.hint()}, never as a "
+            "value (the value is not repeated here)"
+        )

@@ -7,16 +7,23 @@
   token is its path), secret `spark_conf` values, any setting named like a secret;
 - the credentials of any URL (`scheme://user:pass@host` -> `scheme://***@host`);
 - the value of any `key=value` or `key: value` whose key names a secret (`password=…` in a
-  DSN, `fs.s3a.secret.key=…` in a Java message, `"token": "…"` in JSON).
+  DSN, `fs.s3a.secret.key=…` in a Java message, `"token": "…"` in JSON);
+- what reads as a credential whatever its key: a JWT, `Bearer …`/`Basic …`, a PEM private
+  key, an AWS access key id.
 
 `is_secret_key` is the same test for a setting's name: Spark's own redaction pattern
-(`spark.redaction.regex`) and credential.
+(`spark.redaction.regex`), credential, API keys, authorization headers, cookies, private
+keys, connection strings. `looks_like_credential` is the test for a value (also long
+random-looking tokens, which `redact` leaves alone: hashes and ids in logs look like
+them). `quotes_part_of` says whether a text quotes any piece of given values.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
@@ -27,8 +34,26 @@ MASK = "***"
 # is no secret anyway).
 MIN_SECRET_LEN = 4
 
-_WORDS = r"secret|passw(?:or)?d|token|access[._-]?key|account[._-]?key|credential"
+_WORDS = (
+    r"secret|passw(?:or)?d|pwd|token|access[._-]?key|account[._-]?key|credential|"
+    r"api[._-]?key|private[._-]?key|authorization|cookie|connection[._-]?string"
+)
 _SECRET_KEY = re.compile(rf"(?i){_WORDS}")
+# Credentials recognisable by their shape: a JWT (three base64url parts, the first a JSON
+# header), an HTTP authorization value, a PEM private key, an AWS access key id.
+_CREDENTIAL = re.compile(
+    r"\beyJ[\w-]{4,}\.[\w-]{4,}\.[\w-]*"
+    r"|(?i:\b(?:bearer|basic)\s+)[\w.~+/=-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[^-]*(?:-----END [A-Z ]*PRIVATE KEY-----)?"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+)
+# A long run of base62/base64url characters, or of hex digits, is taken for a secret when
+# its characters are spread like random ones (Shannon bits per character): 32 random
+# base62 characters measure 4.0 at the least, paths and class names that long below it.
+_TOKEN = re.compile(r"[A-Za-z0-9+=_-]{32,}")
+_HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
+_TOKEN_BITS, _HEX_BITS = 4.0, 2.8
+_HEX_DIGITS = set("0123456789abcdef-")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 # key, separator (quotes of JSON and quoted values included), value
 _KEY_VALUE = re.compile(
@@ -42,11 +67,46 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` without the given secret values, URL credentials or secret `key=value`s."""
+    """`text` without the given secret values, URL credentials, secret `key=value`s or
+    credentials recognisable by their shape."""
     for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True):
         text = text.replace(secret, MASK)
+    text = _CREDENTIAL.sub(MASK, text)
     text = _USERINFO.sub(rf"\1{MASK}@", text)
     return _KEY_VALUE.sub(lambda m: m.group(0) if m.group(3) == MASK else m[1] + m[2] + MASK, text)
+
+
+def looks_like_credential(value: str) -> bool:
+    """Whether `value` reads as a credential whatever it is called: a JWT, `Bearer …`, a
+    private key, an access key id, a URL with a password, or a long random-looking token."""
+    if _CREDENTIAL.search(value) or url_secrets(value):
+        return True
+    for token in _TOKEN.findall(value):
+        mixed = any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+        uuid_like = set(token.lower()) <= _HEX_DIGITS  # hex and hyphens: the hex rule's
+        if mixed and not uuid_like and _bits(token) >= _TOKEN_BITS:
+            return True
+    return any(_bits(token) >= _HEX_BITS for token in _HEX.findall(value))
+
+
+def _bits(token: str) -> float:
+    """Shannon entropy of the token's characters, in bits per character."""
+    n = len(token)
+    return -sum(c / n * math.log2(c / n) for c in Counter(token).values())
+
+
+def quotes_part_of(text: str, values: Iterable[str]) -> bool:
+    """Whether `text` holds any MIN_SECRET_LEN characters in a row of one of `values` (case
+    aside, and also once percent-decoded): a message that quotes a host parsed out of a
+    secret URL, or one line of a secret file, quotes a part of it if not all of it."""
+    n = MIN_SECRET_LEN
+    forms = (text.lower(), unquote(text).lower())
+    seen = {form[i : i + n] for form in forms for i in range(len(form) - n + 1)}
+    return any(
+        value[i : i + n] in seen
+        for value in (v.lower() for v in values if len(v) >= n)
+        for i in range(len(value) - n + 1)
+    )
 
 
 def url_secrets(url: str | None, *, whole: bool = False) -> list[str]:

@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     oidc_groups_claim: str = "groups"
     # Claim value -> grants, e.g. {"lake-admins": ["admin"], "oncall": ["operator@lake/sales*"]}
     oidc_grants: dict[str, list[str]] = Field(default_factory=dict)
+    # What a registered catalog's secret reference may name (lakewarden.secret_refs):
+    # {"file": PATH} a regular file inside this directory of mounted secrets (default
+    # <data_dir>/secrets), {"env": NAME} a variable whose name starts with this prefix and
+    # is no LAKEWARDEN_* setting. Else an admin could read any file the API can (through a
+    # catalog's errors, or sent to a REST endpoint of their choice) or its database URL.
+    secrets_dir: Path | None = None
+    secrets_env_prefix: str = "LW_SECRET_"
 
     # --- worker ------------------------------------------------------------------
     worker_poll_interval_s: float = 5.0  # fallback: a new pending task wakes the worker
@@ -205,6 +212,11 @@ class Settings(BaseSettings):
         if self.warehouse:
             return self.warehouse
         return (self.data_dir / "warehouse").resolve().as_uri()
+
+    @property
+    def secrets_path(self) -> Path:
+        """The directory `{"file": …}` references must name a file in."""
+        return self.secrets_dir or self.data_dir / "secrets"
 
 
 # Tiny jobs leave a core idle while the driver plans, commits and talks to the catalog:

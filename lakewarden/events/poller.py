@@ -276,9 +276,12 @@ def _poll_recorded(
     try:
         result = (poll or poll_catalog)(rt, entry)
         error = "; ".join(result.errors[:5]) or None
+        if error:
+            error = entry.without_secrets(error, "reading some tables")
     except Exception as exc:
         log.exception("could not poll catalog %s", entry.name)
-        result, error = PollResult(entry.name), error_line(exc)
+        error = entry.without_secrets(error_line(exc), type(exc).__name__)
+        result = PollResult(entry.name)
     with transaction(rt.engine) as session:
         session.execute(
             text(

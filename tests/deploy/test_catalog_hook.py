@@ -27,11 +27,15 @@ def hook() -> ModuleType:
 def test_registers_then_updates(
     rt: Runtime, client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HOOK_CATALOG_URL", rt.db_url)  # a secret: only its reference is stored
+    # a secret: only its reference is stored
+    monkeypatch.setenv("LW_SECRET_HOOK_CATALOG_URL", rt.db_url)
     entry: dict[str, Any] = {
         "name": "sales",
         "type": "jdbc",
-        "properties": {"uri": {"env": "HOOK_CATALOG_URL"}, "warehouse": tmp_path.as_uri()},
+        "properties": {
+            "uri": {"env": "LW_SECRET_HOOK_CATALOG_URL"},
+            "warehouse": tmp_path.as_uri(),
+        },
         "pollIntervalS": 45,
     }
     register = hook().register
@@ -40,7 +44,7 @@ def test_registers_then_updates(
     assert register(client, {**entry, "pollIntervalS": 90, "pollConcurrency": 2}) == "updated"
     got = client.get("/api/v1/catalogs/sales").json()
     assert (got["poll_interval_s"], got["poll_concurrency"]) == (90, 2)
-    assert got["properties"]["uri"] == {"env": "HOOK_CATALOG_URL"}
+    assert got["properties"]["uri"] == {"env": "LW_SECRET_HOOK_CATALOG_URL"}
 
 
 def test_a_refusal_fails_the_hook(client: TestClient) -> None:

@@ -422,7 +422,10 @@ ALL_ON: dict[str, Any] = {
         {
             "name": "sales",
             "type": "rest",
-            "properties": {"uri": "https://rest.example.com", "token": {"env": "SALES_TOKEN"}},
+            "properties": {
+                "uri": "https://rest.example.com",
+                "token": {"env": "LW_SECRET_SALES_TOKEN"},
+            },
             "pollIntervalS": 60,
             "pollConcurrency": 8,
         }
@@ -448,7 +451,9 @@ ALL_ON: dict[str, Any] = {
         "historyUrl": "http://spark-history:18080",
         "logRetentionDays": 3,
     },
-    "extraEnv": [{"name": "SALES_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}}],
+    "extraEnv": [
+        {"name": "LW_SECRET_SALES_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}}
+    ],
     "extraEnvFrom": [{"secretRef": {"name": "s3-credentials"}}],
     "extraVolumes": [{"name": "certs", "secret": {"secretName": "ca"}}],
     "extraVolumeMounts": [{"name": "certs", "mountPath": "/etc/certs", "readOnly": True}],

@@ -29,7 +29,7 @@ from lakewarden.events.listener import RESCAN_S, CommitListener
 from lakewarden.events.poller import PollResult, poll_due, poll_once
 from lakewarden.runtime import Runtime
 
-ENV = "LW_TEST_SECOND_CATALOG_URL"
+ENV = "LW_SECRET_TEST_SECOND_CATALOG_URL"
 
 
 @dataclass
@@ -111,7 +111,7 @@ def test_register_list_change_and_remove_a_catalog(
     ("properties", "says"),
     [
         ({"uri": "postgresql://u:hunter2hunter2@127.0.0.1:1/x"}, "URL with a password"),
-        ({"uri": {"env": "LW_TEST_NOT_SET_ANYWHERE"}}, "LW_TEST_NOT_SET_ANYWHERE"),
+        ({"uri": {"env": "LW_SECRET_NOT_SET_ANYWHERE"}}, "LW_SECRET_NOT_SET_ANYWHERE"),
         ({"uri": {"env": ENV}, "token": "s3cr3t-t0ken"}, "give it as a reference"),
         ({"warehouse": "file:///tmp"}, "needs the property 'uri'"),
         ({"uri": "postgresql://127.0.0.1:1/nothing-listens"}, "does not answer"),

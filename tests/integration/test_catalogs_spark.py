@@ -75,7 +75,7 @@ def other_database(server_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator
     with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    monkeypatch.setenv("LW_TEST_OTHER_CATALOG_URL", url)
+    monkeypatch.setenv("LW_SECRET_TEST_OTHER_CATALOG_URL", url)
     yield url
     engine_for(url).dispose()
     with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
@@ -94,7 +94,7 @@ def test_compaction_on_a_jdbc_catalog_in_another_database(
         spark_rt,
         name,
         "jdbc",
-        {"uri": {"env": "LW_TEST_OTHER_CATALOG_URL"}, "warehouse": warehouse},
+        {"uri": {"env": "LW_SECRET_TEST_OTHER_CATALOG_URL"}, "warehouse": warehouse},
     )
     writer = SqlCatalog(name, uri=other_database, warehouse=warehouse)
     try:

@@ -9,7 +9,14 @@ from pathlib import Path
 import httpx
 
 from lakewarden.alerts.sinks import delivery_error
-from lakewarden.redact import RedactingFilter, is_secret_key, redact, secrets_of
+from lakewarden.redact import (
+    RedactingFilter,
+    is_secret_key,
+    looks_like_credential,
+    quotes_part_of,
+    redact,
+    secrets_of,
+)
 from lakewarden.settings import Settings
 from lakewarden.spark.session import session_secrets, spark_conf
 
@@ -78,10 +85,76 @@ def test_is_secret_key() -> None:
         "api_token",
         "aws.credentials.provider",
         "fs.azure.account.key.acct.dfs.core.windows.net",
+        "header.Authorization",
+        "header.Proxy-Authorization",
+        "header.Cookie",
+        "api-key",
+        "apikey",
+        "X-Api-Key",
+        "pwd",
+        "private_key",
+        "adls.connection-string.acct",
     ):
         assert is_secret_key(key), key
-    for key in ("spark.executor.cores", "spark.sql.catalog.lake.uri", "spark.jars"):
+    for key in (
+        "spark.executor.cores",
+        "spark.sql.catalog.lake.uri",
+        "spark.jars",
+        "oauth2-server-uri",
+        "header.X-Iceberg-Access-Delegation",
+    ):
         assert not is_secret_key(key), key
+
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"
+
+
+def test_redact_masks_what_reads_as_a_credential_whatever_its_key() -> None:
+    cases = {
+        f"401 for token {JWT} (expired)": "401 for token *** (expired)",
+        "sent Bearer abcdefgh12345678 to h": "sent *** to h",
+        "basic dXNlcjpwYXNzd29yZA== refused": "*** refused",
+        "key AKIAIOSFODNN7EXAMPLE unknown": "key *** unknown",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----": "***",
+        "snapshot 5937117119577207079 of uuid 3f9a2c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b": (
+            "snapshot 5937117119577207079 of uuid 3f9a2c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b"
+        ),
+    }
+    for raw, clean in cases.items():
+        assert redact(raw) == clean, raw
+
+
+def test_looks_like_credential() -> None:
+    for value in (
+        JWT,
+        "Bearer Zm9vYmFyYmF6cXV4cXV1eA",
+        "r8Kd92xLq7ZmT4vNw1BpY6sJc3HgF0eA",  # 32 random base62
+        "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",  # 64 hex
+        "postgresql://u:pw@h/db",
+    ):
+        assert looks_like_credential(value), value
+    for value in (
+        "https://rest.example.com/api/catalog",
+        "s3://lake-bucket/warehouse/sales_2024/orders_by_region_and_customer_segment",
+        "pyiceberg.io.pyarrow.PyArrowFileIO",
+        "3f9a2c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b",  # a warehouse id
+        "ffffffff-ffff-ffff-ffff-fffffffffffe",
+        "PRINCIPAL_ROLE:ALL",
+        "vended-credentials",
+        "abfss://container@account.dfs.core.windows.net/warehouse/path",
+        "org.apache.iceberg.aws.s3.S3FileIO",
+    ):
+        assert not looks_like_credential(value), value
+
+
+def test_quotes_part_of() -> None:
+    values = ["http://Secret-Host.internal:8181/api", "tok"]
+    assert quotes_part_of("connect to secret-host failed", values)  # host, lower-cased
+    assert quotes_part_of("GET /x?u=http%3A%2F%2FSecret", values)  # once percent-decoded
+    assert quotes_part_of("port 8181 refused", values)
+    assert not quotes_part_of("connection refused", values)
+    assert not quotes_part_of("a tok b", values)  # shorter than MIN_SECRET_LEN: no secret
 
 
 def test_delivery_errors_name_the_sink_never_the_url() -> None:

@@ -6,6 +6,7 @@ deployment or takes a fleet out of it: admin on everything. Reading needs a role
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -26,12 +27,14 @@ from lakewarden.catalog_registry import check_properties, entry_of
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.isolation import error_line
 from lakewarden.redact import redact, url_secrets
+from lakewarden.secret_refs import RefRules
 from lakewarden.tables import LIVE
 from services.api import errors
 from services.api.access import AccessDep
 from services.api.deps import Identifier, RuntimeDep, SessionDep
 from services.api.schemas import CatalogIn, CatalogOut, CatalogPatch, CatalogPollOut, SecretRef
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1/catalogs", tags=["catalogs"])
 CatalogName = Identifier  # a catalog's name in a path
 
@@ -59,9 +62,10 @@ def _answers(entry: CatalogEntry) -> None:
 
 def _check(entry: CatalogEntry) -> None:
     """422 unless the entry is storable and the catalog answers (its namespaces listed)
-    within CHECK_TIMEOUT_S (a host that drops packets must not hold the request)."""
+    within CHECK_TIMEOUT_S (a host that drops packets must not hold the request). The
+    error's message is withheld when it quotes a value read from a reference."""
     try:
-        check_properties(entry.type, entry.properties)
+        check_properties(entry.type, entry.properties, entry.refs)
         pool = ThreadPoolExecutor(1, "catalog-check")
         try:
             pool.submit(_answers, entry).result(CHECK_TIMEOUT_S)
@@ -74,10 +78,16 @@ def _check(entry: CatalogEntry) -> None:
             422, f"catalog {entry.name!r} did not answer within {CHECK_TIMEOUT_S:.0f} s"
         ) from exc
     except Exception as exc:  # unreachable, refused, wrong credentials: say so, no secrets
+        log.warning(
+            "catalog %r does not answer: %s",
+            entry.name,
+            redact(f"{type(exc).__name__}: {exc}", entry.secret_values),
+        )
         raise HTTPException(
             422,
-            f"catalog {entry.name!r} does not answer with these properties: {error_line(exc)}",
-        ) from exc
+            f"catalog {entry.name!r} does not answer with these properties: "
+            f"{entry.without_secrets(error_line(exc), type(exc).__name__)}",
+        ) from None
 
 
 def _out(session: Session, entry: CatalogEntry) -> CatalogOut:
@@ -124,7 +134,7 @@ def get_catalog(
     access.need_somewhere(Role.viewer)
     if name == rt.settings.catalog_name:
         return _out(session, rt.catalogs.default)
-    return _out(session, entry_of(_row(session, rt, name)))
+    return _out(session, entry_of(_row(session, rt, name), RefRules.of(rt.settings)))
 
 
 @router.post(
@@ -156,6 +166,7 @@ def register_catalog(
         properties=_stored(dict(body.properties)),
         poll_interval_s=body.poll_interval_s,
         poll_concurrency=body.poll_concurrency,
+        refs=RefRules.of(rt.settings),
     )
     _check(entry)
     access.change = {"catalog": {"type": entry.type, "properties": entry.properties}}
@@ -199,6 +210,7 @@ def update_catalog(
         poll_interval_s=body.poll_interval_s or row.poll_interval_s,
         poll_concurrency=body.poll_concurrency or row.poll_concurrency,
         version=row.version + 1,
+        refs=RefRules.of(rt.settings),
     )
     _check(entry)
     access.change = {"catalog": {"properties": [row.properties, entry.properties]}}
