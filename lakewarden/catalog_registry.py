@@ -23,7 +23,7 @@ from lakewarden.catalog import (
     default_entry,
 )
 from lakewarden.db.models import Catalog as CatalogRow
-from lakewarden.redact import is_secret_key, looks_like_credential, url_secrets
+from lakewarden.redact import MASK, is_secret_key, looks_like_credential, url_secrets
 from lakewarden.secret_refs import RefRules
 from lakewarden.settings import Settings
 
@@ -167,6 +167,18 @@ def is_secret_property(kind: str, key: str) -> bool:
         or lowered.startswith(_SECRET_PREFIXES)
         or is_secret_key(key)
     )
+
+
+def _secret_value(kind: str, key: str, value: PropertyValue) -> bool:
+    return isinstance(value, str) and (
+        is_secret_property(kind, key) or looks_like_credential(value)
+    )
+
+
+def shown(kind: str, properties: dict[str, PropertyValue]) -> dict[str, PropertyValue]:
+    """The properties as responses show them: a secret stored as a value (registered before
+    `check_properties` refused it) masked, references as they are."""
+    return {k: MASK if _secret_value(kind, k, v) else v for k, v in properties.items()}
 
 
 def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefRules) -> None:

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from helpers import free_port, serve_http
 from sqlalchemy import text
 
+from lakewarden.db.models import Catalog
 from lakewarden.db.session import transaction
 from lakewarden.events.poller import poll_once
 from lakewarden.runtime import Runtime
@@ -275,6 +276,27 @@ def test_a_value_that_looks_like_a_credential_is_refused_and_not_repeated(
     assert r.status_code == 422, r.text
     assert "looks like a credential" in r.text and USE_A_REFERENCE in r.text
     assert value not in r.text and value.split()[-1] not in r.text
+
+
+def test_a_secret_stored_by_value_before_the_rule_is_never_shown(
+    client: TestClient, rt: Runtime
+) -> None:
+    """A row registered when these values were still accepted: responses mask them."""
+    stored = {
+        "uri": "http://127.0.0.1:1",
+        "header.Authorization": "Bearer old-Secret-1",
+        "apikey": "old-Secret-2",
+        "x": CREDENTIAL_VALUES[0],
+        "warehouse": "s3://lake/w",
+        "token": {"file": "token"},
+    }
+    with transaction(rt.engine) as s:
+        s.add(Catalog(name="old", type="rest", properties=stored, version=1, created_by="t"))
+    for r in (client.get("/api/v1/catalogs/old"), client.get("/api/v1/catalogs")):
+        assert r.status_code == 200
+        assert "old-Secret" not in r.text and CREDENTIAL_VALUES[0] not in r.text
+    shown = client.get("/api/v1/catalogs/old").json()["properties"]
+    assert shown == stored | {"header.Authorization": "***", "apikey": "***", "x": "***"}
 
 
 def test_ordinary_properties_are_accepted(client: TestClient, rest: Catalogs) -> None:

@@ -23,7 +23,7 @@ from lakewarden.catalog import (
     PropertyValue,
     build_catalog,
 )
-from lakewarden.catalog_registry import check_properties, entry_of
+from lakewarden.catalog_registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.isolation import error_line
 from lakewarden.redact import redact, url_secrets
@@ -97,6 +97,8 @@ def _out(session: Session, entry: CatalogEntry) -> CatalogOut:
     if entry.default:  # from settings, as values: their credentials are masked
         secrets = [s for v in properties.values() for s in url_secrets(str(v))]
         properties = {k: redact(str(v), secrets) for k, v in properties.items()}
+    else:  # a secret stored as a value before such were refused: masked too
+        properties = shown(entry.type, entry.properties)
     return CatalogOut(
         name=entry.name,
         type=entry.type,
