@@ -18,7 +18,12 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from lakewarden.db.locks import DBLocks, session_lock
-from lakewarden.db.roles import current_role, grant_services_role, warn_if_unsafe
+from lakewarden.db.roles import (
+    current_role,
+    ensure_login_role,
+    grant_services_role,
+    warn_if_unsafe,
+)
 from lakewarden.db.session import catalog_engine, resolve_migration_url
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.settings import Settings
@@ -63,6 +68,7 @@ def migrate(rt: Migratable) -> None:
                     install_commit_trigger(conn, refresh=True)
                 services = make_url(rt.db_url).username
                 if as_owner and services and services != current_role(conn):
+                    ensure_login_role(conn, make_url(rt.db_url))
                     grant_services_role(conn, services)
                 elif services:
                     warn_if_unsafe(conn, services)

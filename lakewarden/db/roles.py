@@ -8,14 +8,17 @@ table and its sequences, but on audit_log only INSERT and SELECT, and on alembic
 SELECT. Not owning audit_log, that role cannot `ALTER TABLE audit_log DISABLE TRIGGER`,
 drop the append-only trigger or TRUNCATE; not a superuser, it cannot `SET
 session_replication_role = replica` (which skips every trigger). A `SET ROLE` by an owner
-would not do: any SQL the application runs could `RESET ROLE`.
+would not do: any SQL the application runs could `RESET ROLE`. Migrate creates the
+services' role when it is missing (`ensure_login_role`), so operators set two URLs only.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Connection, text
+import psycopg
+from psycopg import sql
+from sqlalchemy import URL, Connection, text
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +32,46 @@ def current_role(conn: Connection) -> str:
     return str(conn.execute(text("SELECT current_user")).scalar_one())
 
 
+def ensure_login_role(conn: Connection, url: URL) -> None:
+    """Create the services' role of `url` (LOGIN with the URL's password, no superuser,
+    no CREATEDB or CREATEROLE) when it does not exist yet: operators give migrate the two
+    URLs and nothing else. The owner needs CREATEROLE for that; else the error says what to
+    run. Only the password's SCRAM verifier reaches the server (and its logs)."""
+    role = str(url.username)
+    exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first()
+    if exists:
+        return
+    who = conn.dialect.identifier_preparer.quote(role)
+    if not url.password:
+        raise RuntimeError(
+            f"the services' database role {role!r} (LAKEWARDEN_DATABASE_URL) does not exist: "
+            f"create it (CREATE ROLE {who} LOGIN PASSWORD '…'), or put its password in the URL "
+            "and migrate creates it"
+        )
+    # On the driver's connection (the same transaction): the verifier is a literal, not
+    # something for SQLAlchemy's text() to read bind parameters in.
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    verifier = driver.pgconn.encrypt_password(
+        str(url.password).encode(), role.encode(), b"scram-sha-256"
+    ).decode()
+    driver.execute(
+        sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(verifier)
+        )
+    )
+    log.info("created the services' database role %s", role)
+
+
 def grant_services_role(conn: Connection, role: str) -> None:
     """Grant `role` the services' rights on every table and sequence of the current schema
     (run by its owner after each upgrade: a new table is covered by the next migrate)."""
     q = conn.dialect.identifier_preparer
     who = q.quote(role)
     schema = q.quote(str(conn.execute(text("SELECT current_schema()")).scalar_one()))
+    database = q.quote(str(conn.execute(text("SELECT current_database()")).scalar_one()))
     for statement in (
+        f"GRANT CONNECT ON DATABASE {database} TO {who}",
         f"GRANT USAGE ON SCHEMA {schema} TO {who}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {who}",
         f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {who}",

@@ -204,9 +204,18 @@ def test_compose_writer(compose: dict[str, Any]) -> None:
 
 def test_compose_env_is_shared_and_prefixed(compose: dict[str, Any]) -> None:
     services = lakewarden_services(compose)
-    envs = [svc["environment"] for svc in services.values()]
+    # migrate alone runs as the schema's owner; the services as a role that owns nothing.
+    owner = "LAKEWARDEN_MIGRATION_DATABASE_URL"
+    assert [name for name, svc in services.items() if owner in svc["environment"]] == ["migrate"]
+    envs = [
+        {k: v for k, v in svc["environment"].items() if k != owner} for svc in services.values()
+    ]
     assert all(env == envs[0] for env in envs), "lakewarden services should share one env"
     env = envs[0]
+    user = re.compile(r"://([^:@]+)")
+    assert user.findall(services["migrate"]["environment"][owner]) != user.findall(
+        env["LAKEWARDEN_DATABASE_URL"]
+    )
     assert all(key.startswith("LAKEWARDEN_") for key in env)
     assert re.match(r"postgresql\+psycopg://[^@]+@postgres:5432/", env["LAKEWARDEN_DATABASE_URL"])
     assert env["LAKEWARDEN_WAREHOUSE"] == "file:///warehouse"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import stat
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,3 +109,37 @@ def test_the_catalog_and_its_commit_trigger_work_as_the_services_role(
         # create; the partition spec's commit and the append's; drop
         ops = [json.loads(n.payload)["op"] for n in listener.notifies(timeout=5, stop_after=4)]
     assert ops == ["create", "commit", "commit", "drop"]
+
+
+def test_migrate_creates_the_services_role_of_an_external_database(
+    db_url: str, tmp_path: Path
+) -> None:
+    """An external Postgres: two URLs, LAKEWARDEN_MIGRATION_DATABASE_URL (the owner) and
+    LAKEWARDEN_DATABASE_URL (a role that does not exist yet). migrate creates the latter
+    with the URL's password and grants it; the services then work as it, and cannot
+    switch the trail off."""
+    role = f"lw_test_services_{uuid.uuid4().hex[:8]}"
+    services = make_url(db_url).set(username=role, password="s3cret-Pass")
+    runtime = make_test_runtime(
+        services.render_as_string(hide_password=False),
+        tmp_path,
+        migration_database_url=db_url,
+    )
+    try:
+        migrate(runtime)
+        issue_token(runtime, name="ops")
+        with _psycopg(runtime.db_url) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == (role,)
+            for attack in ATTACKS:
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(attack)
+        migrate(runtime)  # again: the role exists, nothing fails
+    finally:
+        runtime.engine.dispose()
+        with _psycopg(db_url) as owner:
+            owner.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [role],
+            )
+            owner.execute(f'DROP OWNED BY "{role}"')
+            owner.execute(f'DROP ROLE "{role}"')
