@@ -244,3 +244,23 @@ def test_a_planned_task_of_a_held_kind_waits_until_resumed(rt: Runtime, client: 
     assert [c.get("resumed", {}).get("kind") for c in changes] == ["compaction", None]
     with transaction(rt.engine) as s:
         assert s.scalars(select(KindHold)).all() == []
+
+
+def test_the_dashboard_shows_a_held_kind_and_resumes_it(rt: Runtime, client: TestClient) -> None:
+    _register(client, rt)
+    fence = _lead(rt)
+    task_id = _trigger(client)
+    mismatch = {"validation": {"status": "failed"}}
+    assert _fail_run(rt, fence, task_id, "RewriteMismatch: rows differ", mismatch) == "failed"
+    page = client.get(f"/ui/t/{rt.settings.catalog_name}/sales/orders")
+    assert page.status_code == 200, page.text
+    assert f"rewrite of task {task_id} failed validation (rewrite_mismatch)" in page.text
+    assert "/kinds/compaction/resume to lift" in page.text
+    assert "Resume compaction</button>" in page.text
+    r = client.post(
+        f"/ui/t/{rt.settings.catalog_name}/sales/orders/kinds/compaction/resume",
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and "error" not in r.headers["location"], r.headers
+    assert _held(client) == []

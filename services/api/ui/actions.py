@@ -85,6 +85,15 @@ async def resume(request: Request, catalog: str, namespace: str, name: str) -> R
     return await act(request, "POST", f"{api}/resume", back, "resumed")
 
 
+@router.post("/t/{catalog}/{namespace}/{name}/kinds/{kind}/resume")
+async def resume_kind(
+    request: Request, catalog: str, namespace: str, name: str, kind: str
+) -> Response:
+    """Lift the hold on one kind (after a failed validation or repeated errors)."""
+    api, back = _table(catalog, namespace, name)
+    return await act(request, "POST", f"{api}/kinds/{quote(kind)}/resume", back, f"{kind} resumed")
+
+
 @router.post("/t/{catalog}/{namespace}/{name}/blockers")
 async def add_blocker(request: Request, catalog: str, namespace: str, name: str) -> Response:
     api, back = _table(catalog, namespace, name)
