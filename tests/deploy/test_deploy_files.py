@@ -417,6 +417,30 @@ def test_rendered_existing_secret(tmp_path: Path) -> None:
             assert ref == {"name": "pg-url", "key": "uri"}
 
 
+def test_rendered_migration_owner_url(tmp_path: Path) -> None:
+    """The schema owner's URL reaches the migrate hook only; the services keep theirs."""
+    owner = "LAKEWARDEN_MIGRATION_DATABASE_URL"
+    cases = [
+        ({"migrationUrl": "postgresql://owner:pw@db/lw"}, "lw-lakewarden-migrate"),
+        ({"existingSecret": "pg", "migrationExistingSecret": "pg-owner"}, "pg-owner"),
+    ]
+    for database, secret_name in cases:
+        docs = render({"database": database}, tmp_path)
+        for kind in ("Deployment", "Job"):
+            for name, obj in by_kind(docs, kind).items():
+                container = obj["spec"]["template"]["spec"]["containers"][0]
+                refs = {e["name"]: e.get("valueFrom", {}) for e in container["env"]}
+                if kind == "Job":
+                    assert refs[owner]["secretKeyRef"]["name"] == secret_name, name
+                else:
+                    assert owner not in refs, name
+        if secret_name == "lw-lakewarden-migrate":
+            secret = by_kind(docs, "Secret")[secret_name]
+            assert set(secret["data"]) == {"database-url", "migration-database-url"}
+    (job,) = by_kind(render({}, tmp_path), "Job").values()
+    assert owner not in {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
 # --- Helm chart: values schema, every option on, Kubernetes schemas ------------------------------
 
 # Every option of the chart turned on at once.
