@@ -1160,7 +1160,9 @@ class TokenIn(RequestModel):
         default=90,
         ge=1 / 24,
         le=3650,
-        description="at least 1/24 (an hour); null: never (not recommended)",
+        description="days it lives: at least 1/24 (an hour), at most LAKEWARDEN_TOKEN_MAX_DAYS "
+        "(default 90) and no longer than the token that mints it; left out: 90 days cut to "
+        "those; null (never) is refused",
     )
 
 
@@ -1176,6 +1178,10 @@ class TokenOut(ResponseModel):
     last_used_at: datetime | None
     revoked_at: datetime | None
     revoked_by: str | None
+    parent_id: int | None = Field(
+        description="the token that minted this one (revoking it revokes this one too)"
+    )
+    for_session: bool = Field(description="minted by the dashboard's login; logout revokes it")
 
     @classmethod
     def of(cls, token: Any) -> Self:
