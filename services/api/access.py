@@ -10,6 +10,7 @@ is audited by `AuditRefusals` (below) in a transaction of its own.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import math
@@ -104,6 +105,31 @@ class Access:
                 f"this needs the {role} role on {where}; {self.caller.subject} has "
                 f"{self.caller.grants_text()}",
             )
+
+    def need_visible(
+        self, role: Role, catalog: str | None, namespace: str | None, *, target: str, missing: str
+    ) -> None:
+        """`need`, for a thing the path names by id (a task, an alert, a rule): a caller who
+        may not even see it gets `missing`, the 404 of an id that does not exist, not a 403
+        naming its scope (which told anyone which namespace each id belongs to)."""
+        if catalog is None or namespace is None:
+            sees = self.caller.may_everywhere(Role.viewer)
+        else:
+            sees = self.caller.may(Role.viewer, catalog, namespace)
+        if not sees:
+            self.catalog, self.namespace, self.target = catalog, namespace, target  # audited
+            raise HTTPException(404, missing)
+        self.need(role, catalog, namespace, target=target)
+
+    def sees_catalog(self, catalog: str, *, whole: bool = False) -> bool:
+        """Whether a viewer grant covers some namespace of `catalog` (`whole`: all of them,
+        which its warehouse and properties need)."""
+        return any(
+            g.role >= Role.viewer
+            and fnmatch.fnmatchcase(catalog, g.catalog)
+            and (g.namespace == "*" or not whole)
+            for g in self.caller.grants
+        )
 
     def need_somewhere(self, role: Role) -> None:
         """403 unless the caller has `role` on some scope (lists show what is in it)."""

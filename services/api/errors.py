@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -35,9 +36,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from lakewarden.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
+from lakewarden.db.session import transaction
 from lakewarden.tables import TableGone
 from lakewarden.tasks.repo import TransitionRejected
 from lakewarden.tasks.states import TERMINAL_STATES
+from services.api.access import authenticate
 from services.api.limits import MAX_BODY_BYTES
 from services.api.schemas import ErrorOut, FieldProblem
 
@@ -170,8 +173,21 @@ async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
     return error_response(404, str(exc))  # lakewarden.catalog.load_table names both
 
 
-async def _unknown_catalog(_: Request, exc: Exception) -> JSONResponse:
+async def _unknown_catalog(request: Request, exc: Exception) -> JSONResponse:
+    # The path's catalog is looked up before the route authenticates: a caller without a
+    # valid credential gets its 401, not a 404 that tells which catalogs exist.
+    if getattr(request.state, "access", None) is None:
+        try:
+            await anyio.to_thread.run_sync(_authenticate, request)
+        except StarletteHTTPException as refusal:
+            return await _http_error(request, refusal)
     return error_response(404, str(exc))  # names the catalog and how to list them
+
+
+def _authenticate(request: Request) -> None:
+    rt = request.app.state.runtime
+    with transaction(rt.engine) as session:
+        authenticate(request, rt, session)
 
 
 async def _catalog_unusable(_: Request, exc: Exception) -> JSONResponse:

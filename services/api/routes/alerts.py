@@ -55,11 +55,14 @@ def ack_alert(
     Acknowledging the alert of a failed task (rewrite_mismatch, task_failed) lifts the hold
     its failure put on the kind on that table: the kind runs again."""
     exists, table = store.table_of(session, alert_id)
+    missing = f"alert {alert_id} does not exist"
     if not exists:
-        raise HTTPException(404, f"alert {alert_id} does not exist")
+        raise HTTPException(404, missing)
     catalog = (table[0] or rt.settings.catalog_name) if table else None
     namespace = table[1] if table else None
-    access.need(Role.operator, catalog, namespace, target=f"alert {alert_id}")
+    access.need_visible(
+        Role.operator, catalog, namespace, target=f"alert {alert_id}", missing=missing
+    )
     alert = store.acknowledge(session, alert_id, body.by)
     if alert is None:
         raise HTTPException(404, f"alert {alert_id} does not exist")

@@ -123,10 +123,21 @@ def _row(session: Session, rt: RuntimeDep, name: str, *, lock: bool = False) -> 
 
 @router.get("", response_model=list[CatalogOut])
 def list_catalogs(rt: RuntimeDep, session: SessionDep, access: AccessDep) -> list[CatalogOut]:
-    """Every catalog, the default first, with its managed tables and its last poll."""
+    """The catalogs the caller's grants cover, the default first, with their managed tables
+    and last poll; their properties (the warehouse among them) only to a caller who may see
+    the whole catalog."""
     access.need_somewhere(Role.viewer)
     rt.catalogs.forget()  # this request reads the rows anyway: show them as they are now
-    return [_out(session, e) for e in rt.catalogs.entries()]
+    return [
+        _out(session, e) if access.sees_catalog(e.name, whole=True) else _partial(session, e)
+        for e in rt.catalogs.entries()
+        if access.sees_catalog(e.name)
+    ]
+
+
+def _partial(session: Session, entry: CatalogEntry) -> CatalogOut:
+    """A catalog as a caller who may see some of its namespaces sees it: no properties."""
+    return _out(session, entry).model_copy(update={"properties": {}})
 
 
 @router.get("/{name}", response_model=CatalogOut, responses=errors.documented(notes=NOT_FOUND))

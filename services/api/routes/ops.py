@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -12,6 +15,8 @@ from lakewarden.leader import leader_status
 from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.schemas import LeaderOut, ReadyOut
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["operations"])
 
@@ -37,7 +42,11 @@ def get_readiness(rt: RuntimeDep) -> JSONResponse:
             conn.execute(text("SELECT 1"))
         fit = schema_fit(rt.engine)
     except Exception as exc:
-        return JSONResponse({"status": "unavailable", "reason": f"database: {exc}"}, 503)
+        # Anyone may call this: the driver's error (host, port, role) goes to the log only.
+        error_id = uuid.uuid4().hex[:12]
+        log.warning("not ready (%s): the database did not answer: %s", error_id, exc)
+        reason = f"the database does not answer; the API's log has the error under {error_id}"
+        return JSONResponse({"status": "unavailable", "reason": reason}, 503)
     if not fit.ready:
         return JSONResponse({"status": "unavailable", "reason": fit.reason}, 503)
     return JSONResponse({"status": "ready"})

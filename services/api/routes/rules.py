@@ -119,12 +119,19 @@ def _as_dict(rule: ManagementRule | None) -> dict[str, Any] | None:
     }
 
 
-def _rule(session: Session, catalog: str, rule_id: int, *, lock: bool = False) -> ManagementRule:
+def _rule(
+    session: Session, access: Access, catalog: str, rule_id: int, *, lock: bool = False
+) -> ManagementRule:
+    """The rule, if the caller may see it: one they may not is the same 404 as a rule that
+    does not exist (a 403 named its namespace)."""
     query = select(ManagementRule).where(
         ManagementRule.id == rule_id, ManagementRule.catalog == catalog
     )
     rule = session.scalars(query.with_for_update() if lock else query).one_or_none()
-    if rule is None:
+    if rule is None or not _may(access, Role.viewer, catalog, rule.namespace):
+        if rule is not None:
+            access.catalog, access.namespace = catalog, rule.namespace  # audited
+            access.target = rules.rule_actor(rule_id)
         raise HTTPException(
             404,
             f"catalog {catalog!r} has no management rule {rule_id} (GET "
@@ -183,7 +190,7 @@ def create_rule(
 
 @router.get("/rules/{rule_id}", response_model=RuleOut, responses=errors.documented(notes=NO_RULE))
 def get_rule(catalog: CatalogDep, rule_id: Id, session: SessionDep, access: AccessDep) -> RuleOut:
-    rule = _rule(session, catalog, rule_id)
+    rule = _rule(session, access, catalog, rule_id)
     _need(access, Role.viewer, catalog, rule.namespace, target=rules.rule_actor(rule_id))
     return _out(rule, _tables_of(session, catalog, rule_id))
 
@@ -198,7 +205,7 @@ def update_rule(
 ) -> RuleOut:
     """Change the rule (admin on its scope before and after). Tables it adopted keep the
     policy they were given; the change applies to the tables it adopts from now on."""
-    rule = _rule(session, catalog, rule_id, lock=True)
+    rule = _rule(session, access, catalog, rule_id, lock=True)
     target = rules.rule_actor(rule_id)
     _need(access, Role.admin, catalog, rule.namespace, target=target)
     before = _as_dict(rule)
@@ -239,7 +246,7 @@ def delete_rule(
 ) -> Response:
     """Remove the rule (admin on its scope): it adopts nothing more. The tables it adopted
     stay managed unless `retire_tables` is set."""
-    rule = _rule(session, catalog, rule_id, lock=True)
+    rule = _rule(session, access, catalog, rule_id, lock=True)
     _need(access, Role.admin, catalog, rule.namespace, target=rules.rule_actor(rule_id))
     change: dict[str, Any] = {"rule": audit_diff(_as_dict(rule), None)}
     if retire_tables:

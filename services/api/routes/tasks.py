@@ -40,11 +40,13 @@ DESTRUCTIVE_KINDS = frozenset({"ttl", "clean"})
 
 
 def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int) -> None:
-    """`role` on the task's table; a missing task is a 404 (after authentication)."""
+    """`role` on the task's table; a missing task, or one the caller may not see, is the
+    same 404 (after authentication)."""
     scope = repo.scope_of_task(session, task_id)
+    missing = f"task {task_id} does not exist"
     if scope is None:
-        raise HTTPException(404, f"task {task_id} does not exist")
-    access.need(role, *scope, target=f"task {task_id}")
+        raise HTTPException(404, missing)
+    access.need_visible(role, *scope, target=f"task {task_id}", missing=missing)
 
 
 def _on_hold(session: SessionDep, settings: Settings, tasks: Iterable[Task]) -> dict[int, str]:
