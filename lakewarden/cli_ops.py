@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -121,6 +122,7 @@ def _tables_view(page: dict[str, Any]) -> Iterable[RenderableType]:
             _signals(t.get("health_signals")),
             t.get("health_measured_at"),
             _paused(t.get("paused")),
+            ", ".join(h["kind"] for h in t.get("held") or []) or None,
             t["policy_version"],
             t["managed_by"],
         )
@@ -133,6 +135,7 @@ def _tables_view(page: dict[str, Any]) -> Iterable[RenderableType]:
         "signals firing",
         "measured",
         "paused",
+        "held kinds",
         "policy",
         "managed by",
     )
@@ -195,6 +198,7 @@ def _table_view(data: dict[str, Any]) -> Iterable[RenderableType]:
             ("policy", f"version {t['policy_version']}, managed by {t['managed_by']}"),
             ("paused", _paused(x.get("paused"))),
             ("frozen", _paused(x.get("frozen"))),
+            ("held", "; ".join(h["lift"] for h in x.get("held") or []) or None),
             ("explain", x["summary"]),
         ],
     )
@@ -409,12 +413,26 @@ def pause(
 def resume(
     ctx: typer.Context,
     name: OptionalTable = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind",
+            help="lift the hold on this kind only (held after a failed validation or the "
+            "same error repeated)",
+        ),
+    ] = None,
     catalog: Catalog = None,
     output: Output = Format.table,
 ) -> None:
-    """Resume maintenance of a paused table, or lift the global freeze."""
+    """Resume maintenance of a paused table, or lift the global freeze; with --kind, lift
+    the hold the scheduler put on one kind of the table."""
+    if kind and not name:
+        raise typer.BadParameter("--kind needs the table (NS.NAME) whose kind to resume")
     with calling(ctx) as api:
-        if name:
+        if name and kind:
+            path = table_path(catalog, *split_name(name))
+            result = api.post(f"{path}/kinds/{quote(kind, safe='')}/resume")
+        elif name:
             result = api.post(f"{table_path(catalog, *split_name(name))}/resume")
         else:
             result = api.post("/api/v1/maintenance/unfreeze")
@@ -431,6 +449,8 @@ def _hold_view(data: dict[str, Any]) -> Iterable[RenderableType]:
         yield f"{name}: " + (
             f"paused {_paused(data['paused'])}" if data.get("paused") else "active"
         )
+        for held in data.get("held") or []:
+            yield f"{name}: {held['lift']}"
 
 
 # --- alerts ------------------------------------------------------------------------------

@@ -24,12 +24,15 @@ from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy import text
 from typer.testing import CliRunner
 
+from lakewarden import holds
 from lakewarden.alerts import store
 from lakewarden.cli import app
 from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import acquire_or_renew
 from lakewarden.runtime import Runtime
+from lakewarden.tasks import repo
 
 TABLES = ("orders", "returns", "items", "refunds")
 # A signal as the health watch stores it (health_model.Signal).
@@ -185,6 +188,28 @@ def test_pause_and_resume_a_table_and_everything(live: Live) -> None:
     assert not live.get("/api/v1/maintenance")["frozen"]
     assert "maintenance: frozen" in _table_mode(live, "pause")
     assert live.json("resume")["frozen"] is False
+
+
+def test_a_held_kind_is_shown_and_resumed(live: Live) -> None:
+    """A kind the scheduler held (lakewarden.holds) in `tables`, `table` and `resume`."""
+    with transaction(live.rt.engine) as s:
+        fence = acquire_or_renew(s, DBLocks.SCHEDULER_LEASE, "scheduler-test", 3600)
+        assert fence is not None
+        table_id = s.scalar(text("SELECT id FROM managed_tables WHERE name = 'items'"))
+        task_id = repo.create_task(
+            s, table_id=table_id, kind="zorder", trigger={"reason": "test"}, actor="test"
+        )
+        assert task_id is not None
+        task = s.get(Task, task_id)
+        assert task is not None
+        holds.hold(s, fence, task, holds.Cause(holds.VALIDATION_RULE, "rewrite failed"))
+    assert "zorder" in _table_mode(live, "tables")
+    shown = _table_mode(live, "table", "sales.items")
+    assert "zorder held since" in shown and "rewrite failed" in shown
+    refused = live.cli("resume", "--kind", "zorder")
+    assert refused.exit_code != 0 and "needs the table" in refused.output
+    resumed = live.json("resume", "sales.items", "--kind", "zorder")
+    assert resumed["held"] == [] and resumed == live.get("/api/v1/tables/sales/items")
 
 
 def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
