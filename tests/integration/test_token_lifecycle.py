@@ -166,3 +166,38 @@ def test_logout_revokes_the_token_minted_for_the_session(rt: Runtime) -> None:
         ("token:oncall", "endDashboardSession"),
         ("token:oncall", "startDashboardSession"),
     ]
+
+
+def test_the_cli_refuses_a_token_beyond_the_maximum_and_revokes_what_a_token_minted(
+    rt: Runtime, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lakewarden token create|revoke`, straight in the database: the same maximum, the
+    same recursive revocation, said on the terminal."""
+    from typer.testing import CliRunner
+
+    from lakewarden.cli import app
+    from lakewarden.settings import get_settings
+
+    monkeypatch.setenv("LAKEWARDEN_DATABASE_URL", rt.db_url)
+    monkeypatch.setenv("LAKEWARDEN_TOKEN_MAX_DAYS", "30")
+    get_settings.cache_clear()
+    try:
+        runner = CliRunner()
+        long = runner.invoke(
+            app, ["token", "create", "--admin", "--name", "x", "--expires-days", "31"]
+        )
+        assert long.exit_code == 2 and "beyond the maximum of 30 days" in long.output
+        made = runner.invoke(app, ["token", "create", "--admin", "--name", "cli-made"])
+        assert made.exit_code == 0, made.output
+        secret = made.stdout.strip().splitlines()[-1]
+        child = _mint(client, secret, name="child").json()
+        with rt.engine.connect() as conn:
+            parent_id = conn.execute(
+                text("SELECT id FROM api_tokens WHERE name = 'cli-made'")
+            ).scalar_one()
+        revoked = runner.invoke(app, ["token", "revoke", str(parent_id)])
+        assert revoked.exit_code == 0, revoked.output
+        assert f"and the tokens it minted: {child['id']}" in revoked.output
+        assert client.get("/api/v1/tables", headers=bearer(child["secret"])).status_code == 401
+    finally:
+        get_settings.cache_clear()
