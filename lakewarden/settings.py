@@ -85,7 +85,8 @@ class Settings(BaseSettings):
     # Every endpoint needs a credential except /healthz and /readyz, and /metrics when this
     # is on (a Prometheus that cannot send a bearer token).
     metrics_public: bool = False
-    # Mutating calls per minute per credential, per API replica; more get 429 + Retry-After.
+    # Mutating calls per minute per credential, counted in Postgres and shared by every API
+    # replica (services/api/rate_limit.py); more get 429 + Retry-After.
     mutations_per_minute: int = Field(default=300, ge=1)
     # The longest an API token may live (days); a longer or never-expiring one is refused
     # (API and CLI alike), so a leaked token lapses on its own.

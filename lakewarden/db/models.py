@@ -478,6 +478,18 @@ class AuditEntry(Base):
     detail: Mapped[str | None] = mapped_column(Text)  # why it was refused or failed
 
 
+class RateCount(Base):
+    """Change requests of one credential in one minute, counted by every API replica
+    (services/api/rate_limit.py). UNLOGGED (migration 0017): rows live two minutes."""
+
+    __tablename__ = "rate_counts"
+    __table_args__ = {"prefixes": ["UNLOGGED"]}
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)  # token:<id>, oidc:<sub>
+    window_start: Mapped[datetime] = mapped_column(primary_key=True, index=True)
+    count: Mapped[int] = mapped_column(Integer)
+
+
 class PartitionReadiness(Base):
     """Whether one partition of a table is ready for downstream readers (lakewarden.
     readiness): its state, why, and the commit that last touched it. One row per (table,

@@ -13,9 +13,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import math
-import threading
-import time
 from collections.abc import Iterator
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -36,6 +33,7 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from services.api.deps import CatalogDep, RefDep, RuntimeDep, SessionDep, managed, operation_id
+from services.api.rate_limit import RateLimiter, retry_after
 
 log = logging.getLogger(__name__)
 
@@ -46,33 +44,10 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="lakewarden"'}
 TOKEN_COOKIE = "lakewarden_token"
 
 
-class RateLimiter:
-    """A token bucket per credential: `per_minute` mutating calls, refilled continuously.
-    Per replica (in memory): N replicas allow up to N times the rate in total."""
-
-    def __init__(self, per_minute: int) -> None:
-        self.rate = per_minute / 60.0
-        self.capacity = float(per_minute)
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
-        self._lock = threading.Lock()
-
-    def wait_needed(self, key: str) -> float:
-        """0 if the call may go now (and is counted), else the seconds until it may."""
-        now = time.monotonic()
-        with self._lock:
-            level, at = self._buckets.get(key, (self.capacity, now))
-            level = min(self.capacity, level + (now - at) * self.rate)
-            if level >= 1:
-                self._buckets[key] = (level - 1, now)
-                return 0.0
-            self._buckets[key] = (level, now)
-            return (1 - level) / self.rate
-
-
 def start(app: Any, rt: Runtime) -> None:
     """The app's rate limiter and OIDC verifier (None unless configured), made when the app
     starts (create_app stays free of settings, for the OpenAPI tests)."""
-    app.state.rate_limiter = RateLimiter(rt.settings.mutations_per_minute)
+    app.state.rate_limiter = RateLimiter(rt.engine, rt.settings.mutations_per_minute)
     app.state.oidc = OIDCVerifier.from_settings(rt.settings)
 
 
@@ -217,7 +192,7 @@ def get_access(request: Request, rt: RuntimeDep, session: SessionDep) -> Iterato
                 f"too many changes from {access.actor}: at most "
                 f"{rt.settings.mutations_per_minute} a minute; retry after the Retry-After "
                 "seconds",
-                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                headers={"Retry-After": retry_after(wait)},
             )
     yield access
     # Reached only when the route returned: its changes and this row commit together. (If
