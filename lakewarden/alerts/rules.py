@@ -21,7 +21,10 @@ from lakewarden.tables import LIVE, effective_policy_for
 RUNBOOKS = {
     "task_failed": "Read the task's runs (GET /api/v1/tasks/{id}): error and Spark log tail. "
     "Fix the cause (permissions, schema, resources), then trigger the kind again "
-    "(POST /api/v1/tables/{ns}/{name}/tasks). Resolves when a later task of that kind succeeds.",
+    "(POST /api/v1/tables/{ns}/{name}/tasks). If its runs failed with the same error "
+    "LAKEWARDEN_HOLD_AFTER_SAME_FAILURES times in a row, the kind is held on the table until "
+    "this alert is acknowledged (or the kind resumed: POST …/kinds/{kind}/resume). Resolves "
+    "when a later task of that kind succeeds.",
     "ttl_held": "A TTL run would remove too much (or every row). Check the table's newest data "
     "and the policy's retention_days / max_fraction; fix the policy or the writer. "
     "Resolves when a later TTL task is not held.",
@@ -35,8 +38,10 @@ RUNBOOKS = {
     "the task's reason says how (rolled back to the snapshot before it, or only the rewrite "
     "reverted because a writer had committed since, or not undone and how to do it by hand). "
     "Its run (GET /api/v1/tasks/{id}) lists the partitions compared. Suspect the engine or "
-    "storage; keep the kind disabled for the table until understood. Resolves when a later "
-    "task of that kind succeeds.",
+    "storage. The kind is held on the table (no task of it is made or started: explain says "
+    "so) until this alert is acknowledged or POST /api/v1/catalogs/{catalog}/tables/{ns}/"
+    "{name}/kinds/{kind}/resume; acknowledge once the cause is understood, or disable the kind "
+    "for the table. Resolves when a later task of that kind succeeds.",
     "backlog_stale": "Tasks wait longer than the window: check GET /api/v1/scheduler/leader, "
     "that workers run (planning) and that Spark accepts jobs (running). Add workers or raise "
     "max_concurrent_jobs if the backlog is real.",
