@@ -108,9 +108,11 @@ def resume_kind(kind: str, row: TableDep, session: SessionDep, access: AccessDep
     """Lift the hold the leader put on `kind` on this table after a rewrite failed
     validation or the same error repeated: its tasks are created and started again (a kind
     not held is left as it is). Acknowledging the failure's alert does the same. Operator."""
-    access.need(Role.operator, row.catalog, row.namespace, target=f"kind {kind}")
+    access.need(Role.operator, row.catalog, row.namespace, target=f"kind {kind[:64]}")
     if kind not in KINDS:
-        raise HTTPException(404, f"{kind!r} is not a maintenance kind: one of {', '.join(KINDS)}")
+        raise HTTPException(
+            404, f"{kind[:64]!r} is not a maintenance kind: one of {', '.join(KINDS)}"
+        )
     lifted = holds.lift(session, row.id, kind)
     if lifted is not None:
         access.change = {
