@@ -70,6 +70,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
                 app.state.listener.start()
         yield
         stop.set()
+        app.state.rate_limiter.close()  # its own pool (services/api/rate_limit.py)
 
     app = FastAPI(
         title="lakewarden",

@@ -4,12 +4,14 @@ it; its counter rows expire."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
 from conftest import make_test_runtime
 from fastapi.testclient import TestClient
 from helpers import bearer, issue_token, make_table
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from services.api.app import create_app
 
@@ -72,3 +74,25 @@ def test_counter_rows_expire(db_url: str, tmp_path: Path) -> None:
         assert "token:gone" not in keys and "token:last" in keys and len(keys) == 2, keys
     finally:
         rt.engine.dispose()
+
+
+def test_counting_needs_no_second_connection_of_the_main_pool(db_url: str, tmp_path: Path) -> None:
+    """The request's session holds a connection of the main pool while the call is
+    counted: with every connection of that pool held (here: its only one), counting must
+    not wait for one (it would, until the pool's timeout, and then go uncounted)."""
+    base = make_test_runtime(db_url, tmp_path, mutations_per_minute=LIMIT)
+    rt = dataclasses.replace(
+        base, engine=create_engine(base.engine.url, pool_size=1, max_overflow=0, pool_timeout=3)
+    )
+    make_table(rt, "sales", "orders", partitioned=False)
+    try:
+        with TestClient(create_app(rt, background=False), headers=bearer(issue_token(rt))) as c:
+            started = time.monotonic()
+            r = c.post("/api/v1/tables", json={"namespace": "sales", "name": "orders"})
+            assert r.status_code == 201, r.text
+            assert time.monotonic() - started < 2.5
+        with rt.engine.connect() as conn:
+            assert conn.scalar(text("SELECT sum(count) FROM rate_counts")) == 1
+    finally:
+        rt.engine.dispose()
+        base.engine.dispose()
