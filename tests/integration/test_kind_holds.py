@@ -1,8 +1,9 @@
 """Kind holds on the real API and Postgres, no Spark: a kind whose runs fail with the same
 error N times in a row is held on the table (and a rewrite that failed validation at
 once); a held kind gets no new task by any path (`repo.create_task`, which commit
-evaluation, the sweep, readiness and the API share; a manual trigger answers 409 saying
-how to lift it) and a planned one is not dispatched (the leader's own `_NEXT_PLANNED`);
+evaluation, the sweep, readiness and the API share; the sweep and a manual trigger are
+tried here, the commit road in the Spark test; a manual trigger answers 409 saying how to
+lift it) and a planned one is not dispatched (the leader's own `_NEXT_PLANNED`);
 acknowledging the alert or the resume endpoint lifts it, audited. Runs are finished with
 `finish_run`, as the scheduler and a submitted application do."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -27,6 +29,7 @@ from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from services.scheduler.main import _NEXT_PLANNED
+from services.scheduler.sweeps import sweep_due_tasks
 
 ORDERS = "/api/v1/tables/sales/orders"
 # The same fault, as two runs word it: other numbers, another generated file name.
@@ -104,8 +107,6 @@ def _held(client: TestClient) -> list[dict[str, object]]:
 
 def _raise_alerts(rt: Runtime) -> None:
     """The leader's alert round (the task rules)."""
-    from datetime import UTC, datetime
-
     with transaction(rt.engine) as s:
         evaluate_task_rules(s, rt.settings, datetime.now(UTC))
 
@@ -264,3 +265,25 @@ def test_the_dashboard_shows_a_held_kind_and_resumes_it(rt: Runtime, client: Tes
     )
     assert r.status_code == 303 and "error" not in r.headers["location"], r.headers
     assert _held(client) == []
+
+
+def test_the_sweep_makes_no_task_of_a_held_kind(rt: Runtime, client: TestClient) -> None:
+    _register(client, rt)
+    fence = _lead(rt)
+    with transaction(rt.engine) as s:
+        table_id = s.scalar(text("SELECT id FROM managed_tables WHERE name = 'orders'"))
+        task_id = repo.create_task(s, table_id=table_id, kind="clean", trigger={}, actor="t")
+        assert task_id is not None
+        repo.transition(s, task_id, TaskState.CANCELLED, actor="t")
+        # Its last clean task two hours ago: the sweep finds clean due.
+        s.execute(
+            text("UPDATE tasks SET created_at = now() - interval '2 hours' WHERE id = :i"),
+            {"i": task_id},
+        )
+        task = s.get(Task, task_id)
+        assert task is not None
+        holds.hold(s, fence, task, holds.Cause(holds.FAILED_RULE, "clean failed 3 times"))
+    now = datetime.now(UTC)
+    assert sweep_due_tasks(rt, fence, now) == []
+    assert client.post(f"{ORDERS}/kinds/clean/resume").status_code == 200
+    assert len(sweep_due_tasks(rt, fence, now)) == 1
