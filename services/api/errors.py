@@ -60,8 +60,9 @@ DESCRIPTIONS: dict[int, str] = {
     404: "no such resource (the detail says which)",
     409: "conflicts with the current state or with a concurrent change; nothing was written",
     413: f"the body is over {MAX_BODY_BYTES} bytes (1 MiB)",
-    422: "invalid request: `errors` lists the fields and what to fix (a control character "
-    "in the path or the query is refused here too)",
+    422: "invalid request: `errors` lists the fields and what to fix (the first 20; `detail` "
+    "then says how many there were; a control character in the path or the query is "
+    "refused here too)",
     500: "unexpected error; the server log has it under `error_id`",
 }
 
