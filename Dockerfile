@@ -46,30 +46,15 @@ ENV LAKEWARDEN_DATA_DIR=/var/lib/lakewarden \
     LAKEWARDEN_API_PORT=8080
 
 
-# --- jars: the offline Iceberg assembly, built once here and copied into `full` -----------
+# --- jars: the pinned Spark jars (lakewarden/spark/jars.lock), fetched from Maven Central --
 FROM base AS jars
 
-# Java runs jarjar; Debian's HttpClient 5 and the PostgreSQL JDBC driver go into the assembly.
-# hadolint ignore=DL3008
-RUN mkdir -p /usr/share/man/man1 \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends \
-        openjdk-17-jre-headless \
-        libjarjar-java \
-        libhttpclient5-java \
-        libhttpcore5-java \
-        libpostgresql-jdbc-java \
-    && rm -rf /var/lib/apt/lists/*
-
-# The wheels carrying Apache Iceberg 1.10.2 and Jackson 2.18 (as scripts/setup.sh installs).
+# `lakewarden jars` fetches each jar of the lock and refuses bytes that differ from it;
+# --check hashes them again. Nothing is fetched at run time: `full` points its cache here.
 RUN pip install --no-cache-dir . \
-    && pip install --no-cache-dir --no-deps \
-        "snowpark-connect-deps-iceberg==1.0.3" "snowpark-connect-deps-2==3.56.7"
-
-# The same assembly `lakewarden jars` builds, into /opt/lakewarden/jars; the runtime jar is
-# copied out of its wheel so that the wheels stay behind in this stage.
-RUN python -c "import shutil; from pathlib import Path; from lakewarden.spark.jars import offline_assembly; out = Path('/opt/lakewarden/jars'); runtime, *_ = offline_assembly(out); shutil.copy(runtime, out)" \
-    && ls -l /opt/lakewarden/jars
+    && LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars \
+    && LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars --check \
+    && ls -l /opt/lakewarden/maven
 
 
 # --- slim: api, worker, migrate ---------------------------------------------------------------
@@ -88,24 +73,22 @@ CMD ["api"]
 FROM base AS full
 
 # openjdk's postinst writes man-page alternatives; slim images drop /usr/share/man.
-# Debian's PostgreSQL JDBC driver (/usr/share/java/postgresql.jar): the Iceberg JDBC catalog.
 # hadolint ignore=DL3008
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && apt-get install -y --no-install-recommends \
         openjdk-17-jre-headless \
-        libpostgresql-jdbc-java \
         procps \
     && rm -rf /var/lib/apt/lists/*
 
 RUN pip install --no-cache-dir ".[spark,embedded]" \
     && rm -rf build ./*.egg-info
 
-COPY --from=jars /opt/lakewarden/jars/ /opt/lakewarden/jars/
+COPY --from=jars /opt/lakewarden/maven/ /opt/lakewarden/maven/
 
-# Explicit jars come first in lakewarden's resolution order (lakewarden/spark/jars.py), so
-# nothing is fetched or rebuilt at run time. tests/deploy checks these names against jars.py.
-ENV LAKEWARDEN_SPARK_JARS=/opt/lakewarden/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar,/opt/lakewarden/jars/iceberg-shaded-jackson-2.18.8.jar,/opt/lakewarden/jars/iceberg-shaded-httpclient5.jar,/usr/share/java/postgresql.jar
+# The pinned jars, as `lakewarden jars` fetched them in the jars stage: found in the cache
+# with the lock's sizes, so nothing is fetched at run time (tests/deploy checks it).
+ENV LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden
 
 USER 10001:10001
 

@@ -178,11 +178,30 @@ def db_restart() -> None:
 
 
 @app.command()
-def jars() -> None:
-    """Resolve (and build, if needed) the Spark jars."""
-    from lakewarden.spark.jars import resolve_jars
+def jars(
+    check: bool = typer.Option(
+        False, "--check", help="hash the cached jars against jars.lock; fetch nothing"
+    ),
+) -> None:
+    """Fetch the pinned Spark jars (jars.lock) from Maven Central into the cache, and show
+    what Spark gets. With --check: verify the cache, exit 1 naming each jar that differs."""
+    from lakewarden.spark.jars import JarsUnavailable, check_pinned, resolve_jars
 
-    spec = resolve_jars(_settings())
+    settings = _settings()
+    if check:
+        cache = settings.jars_cache_dir / "maven"
+        problems = check_pinned(cache)
+        for problem in problems:
+            typer.echo(problem, err=True)
+        if problems:
+            raise typer.Exit(1)
+        typer.echo(f"every pinned jar in {cache} matches jars.lock")
+        return
+    try:
+        spec = resolve_jars(settings)
+    except JarsUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
     typer.echo(f"source: {spec.source}")
     for item in spec.jars + spec.packages:
         typer.echo(item)

@@ -52,8 +52,11 @@ class Settings(BaseSettings):
     spark_driver_memory: str = "2g"
     # Extra spark.* settings (JSON); may hold s3 keys.
     spark_conf: dict[str, str] = Field(default_factory=dict, repr=False)
-    # Where the offline jar assembly is built once and kept.
+    # Where the pinned jars (lakewarden/spark/jars.lock) are fetched once and kept: one cache
+    # per machine, shared by every data dir on it.
     jars_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "lakewarden")
+    # The Maven repository the pinned jars come from (a mirror: Nexus, Artifactory, ...).
+    maven_repository: str = "https://repo1.maven.org/maven2"
     # Spark's web UI of the scheduler's session and of each submitted application (off:
     # it listens on every interface, Spark's choice; SPARK_LOCAL_IP narrows it). A port in
     # use (several applications on one host) makes Spark take the next one.

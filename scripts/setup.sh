@@ -8,16 +8,10 @@ cd "$(dirname "$0")/.."
 run_demo=1
 [ "${1:-}" = "--no-demo" ] && run_demo=0
 
-# 1. Debian packages: Java for Spark, jarjar for the offline jar assembly, the JDBC driver,
-#    Apache HttpClient 5 (Iceberg's REST catalog client in Spark), faketime for the tests
-#    that give schedulers disagreeing clocks, chromium for the dashboard's browser tests.
+# 1. Debian packages: Java for Spark, faketime for the tests that give schedulers
+#    disagreeing clocks, chromium for the dashboard's browser tests.
 pkgs=()
 command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
-[ -f /usr/share/java/jarjar.jar ] || pkgs+=(libjarjar-java)
-[ -f /usr/share/java/postgresql.jar ] || pkgs+=(libpostgresql-jdbc-java)
-[ -f /usr/share/java/httpclient5.jar ] || pkgs+=(libhttpclient5-java)
-[ -f /usr/share/java/httpcore5.jar ] && [ -f /usr/share/java/httpcore5-h2.jar ] \
-  || pkgs+=(libhttpcore5-java)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || pkgs+=(python3-venv)
 command -v faketime >/dev/null 2>&1 || pkgs+=(faketime)  # clock-skew fault tests
 [ -x /usr/bin/chromium ] || pkgs+=(chromium)  # the dashboard's browser tests (Playwright)
@@ -38,13 +32,11 @@ echo "==> pip install -e .[dev,spark,embedded]"
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e ".[dev,spark,embedded]"
 
-# 3. Spark jars. A Spark that reaches Maven can use LAKEWARDEN_SPARK_PACKAGES instead;
-#    here the Apache Iceberg runtime comes from PyPI wheels and is assembled once.
-if [ -z "${LAKEWARDEN_SPARK_PACKAGES:-}${LAKEWARDEN_SPARK_JARS:-}" ]; then
-  echo "==> offline Iceberg jars"
-  .venv/bin/pip install -q --no-deps "snowpark-connect-deps-iceberg==1.0.3" "snowpark-connect-deps-2==3.56.7"
-fi
+# 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
+#    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock.
+echo "==> lakewarden jars"
 .venv/bin/lakewarden jars
+.venv/bin/lakewarden jars --check
 
 if [ "$run_demo" -eq 1 ]; then
   echo "==> lakewarden demo"

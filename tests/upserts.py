@@ -77,7 +77,16 @@ def write_equality_upserts(
     key_ids = gateway.new_array(jvm.int, 1)
     key_ids[0] = schema.findField("id").fieldId()
     key_schema = schema.select(["id"])
-    writers = iceberg.data.GenericAppenderFactory(schema, spec, key_ids, key_schema, None)
+    # Iceberg's generic writers (GenericAppenderFactory until 1.11); its builderFor is
+    # package-private, the Builder's constructor public.
+    writers = (
+        getattr(iceberg.data, "GenericFileWriterFactory$Builder")(table)
+        .dataFileFormat(iceberg.FileFormat.PARQUET)
+        .deleteFileFormat(iceberg.FileFormat.PARQUET)
+        .equalityFieldIds(key_ids)
+        .equalityDeleteRowSchema(key_schema)
+        .build()
+    )
     files = (
         iceberg.io.OutputFileFactory.builderFor(table, 1, int(time.time() * 1000))
         .format(iceberg.FileFormat.PARQUET)
@@ -103,15 +112,13 @@ def write_equality_upserts(
     delta = table.newRowDelta()
     for partition, records, keys in by_bucket.values():
         if records:
-            data = writers.newDataWriter(
-                files.newOutputFile(spec, partition), iceberg.FileFormat.PARQUET, partition
-            )
+            data = writers.newDataWriter(files.newOutputFile(spec, partition), spec, partition)
             for record in records:
                 data.write(record)
             data.close()
             delta = delta.addRows(data.toDataFile())
-        deletes = writers.newEqDeleteWriter(
-            files.newOutputFile(spec, partition), iceberg.FileFormat.PARQUET, partition
+        deletes = writers.newEqualityDeleteWriter(
+            files.newOutputFile(spec, partition), spec, partition
         )
         for record in keys:
             deletes.write(record)

@@ -1,48 +1,31 @@
 """Which jars Spark gets, resolved in order, all configurable:
 
-1. explicit paths (`LAKEWARDEN_SPARK_JARS`),
-2. Maven coordinates (`LAKEWARDEN_SPARK_PACKAGES`) for a Spark that reaches Maven,
-3. an offline assembly from PyPI wheels, built once and cached: the Apache
-   Iceberg 1.10.2 runtime from `snowpark-connect-deps-iceberg`, plus the
-   relocated Jackson classes that runtime jar lacks (rebuilt from
-   `snowpark-connect-deps-2`'s Jackson 2.18 with Debian's jarjar), Debian's Apache
-   HttpClient 5 relocated the same way (Iceberg's REST client), and Debian's PostgreSQL
-   JDBC driver.
+1. explicit paths (`LAKEWARDEN_SPARK_JARS`), as in the `full` image, which bakes them in;
+2. Maven coordinates (`LAKEWARDEN_SPARK_PACKAGES`), resolved by Spark's own Ivy;
+3. the pinned jars of `jars.lock`, fetched once from Maven Central (or the mirror in
+   `LAKEWARDEN_MAVEN_REPOSITORY`) into `<JARS_CACHE_DIR>/maven` and checked against the
+   lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
+   Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
+
+The lock names every jar by coordinate, so `lakewarden jars` is the one way they arrive:
+`setup.sh`, the Docker image and a scheduler that finds its cache empty all fetch the same
+files and refuse any whose bytes differ.
 """
 
 from __future__ import annotations
 
-import base64
-import shutil
-import subprocess
+import hashlib
+import os
 import tempfile
-import zipfile
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakewarden.settings import Settings
 
-ICEBERG_RUNTIME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-JACKSON_VERSION = "2.18.8"
-JACKSON_JARS = ("jackson-core", "jackson-databind", "jackson-annotations")
-JACKSON_RULE = "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1\n"
-PG_JDBC_CANDIDATES = ("/usr/share/java/postgresql.jar",)
-PG_JDBC_PACKAGE = "org.postgresql:postgresql:42.7.4"
-JARJAR = "/usr/share/java/jarjar.jar"
-DEBIAN_JAVA = Path("/usr/share/java")
-# Iceberg's REST client (Spark's REST catalog) needs Apache HttpClient 5 relocated, which the
-# runtime jar of the offline assembly leaves out (NoClassDefFoundError
-# org/apache/iceberg/shaded/org/apache/hc/core5/http/Method): Debian's, relocated.
-HTTP_JARS = ("httpclient5", "httpcore5", "httpcore5-h2")
-HTTP_RULE = "rule org.apache.hc.** org.apache.iceberg.shaded.org.apache.hc.@1\n"
-# The empty interface org.apache.iceberg.shaded.org.apache.hc.client5.http.ssl.TlsSocketStrategy
-# (javac --release 8 -g:none). Iceberg 1.10 names it (from HttpClient 5.4) in code it runs only
-# when a TLS configurer is set; the JVM's verifier loads it anyway. Debian has HttpClient 5.2.
-TLS_STUB_PATH = "org/apache/iceberg/shaded/org/apache/hc/client5/http/ssl/TlsSocketStrategy.class"
-TLS_STUB = base64.b64decode(
-    "yv66vgAAADQABQcAAgEASm9yZy9hcGFjaGUvaWNlYmVyZy9zaGFkZWQvb3JnL2FwYWNoZS9oYy9jbGllbnQ1L2h0dHAv"
-    "c3NsL1Rsc1NvY2tldFN0cmF0ZWd5BwAEAQAQamF2YS9sYW5nL09iamVjdAYBAAEAAwAAAAAAAAAA"
-)
+LOCK_FILE = Path(__file__).with_name("jars.lock")
+DOWNLOAD_TIMEOUT_S = 120
 
 
 class JarsUnavailable(RuntimeError):
@@ -50,10 +33,49 @@ class JarsUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
+class PinnedJar:
+    """One line of `jars.lock`: what it is for, its Maven coordinate, size and sha256."""
+
+    group: str
+    coordinate: str
+    size: int
+    sha256: str
+
+    @property
+    def file_name(self) -> str:
+        _, artifact, version = self.coordinate.split(":")
+        return f"{artifact}-{version}.jar"
+
+    def url(self, repository: str) -> str:
+        group, artifact, version = self.coordinate.split(":")
+        path = f"{group.replace('.', '/')}/{artifact}/{version}/{self.file_name}"
+        return f"{repository.rstrip('/')}/{path}"
+
+
+@dataclass(frozen=True)
 class JarSpec:
     jars: list[str] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
     source: str = ""
+
+
+def read_lock(path: Path = LOCK_FILE) -> list[PinnedJar]:
+    """The pinned jars: one per line, `group coordinate size sha256`; `#` starts a comment."""
+    pinned = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            group, coordinate, size, sha256 = line.split()
+            if coordinate.count(":") != 2 or len(sha256) != 64:
+                raise ValueError(coordinate)
+            pinned.append(PinnedJar(group, coordinate, int(size), sha256.lower()))
+        except ValueError as exc:
+            raise JarsUnavailable(
+                f"{path}:{number}: expected 'group group:artifact:version size sha256'"
+            ) from exc
+    return pinned
 
 
 def _split(value: str) -> list[str]:
@@ -70,76 +92,78 @@ def resolve_jars(settings: Settings) -> JarSpec:
     if settings.spark_packages:
         packages = _split(settings.spark_packages)
         if not any(p.startswith("org.postgresql:") for p in packages):
-            packages.append(PG_JDBC_PACKAGE)
+            packages += [p.coordinate for p in read_lock() if p.group == "jdbc"]
         return JarSpec(packages=packages, source="maven")
-    return JarSpec(jars=offline_assembly(settings.jars_cache_dir), source="offline")
+    paths = fetch_pinned(settings.jars_cache_dir / "maven", settings.maven_repository)
+    return JarSpec(jars=[str(p) for p in paths], source="pinned")
 
 
-def offline_assembly(cache_dir: Path) -> list[str]:
-    try:
-        import snowpark_connect_deps_2
-        import snowpark_connect_deps_iceberg
-    except ImportError as exc:
-        raise JarsUnavailable(
-            "no Spark jars configured and the offline jar wheels are not installed: "
-            "run `make setup`, or set LAKEWARDEN_SPARK_PACKAGES (Maven) or LAKEWARDEN_SPARK_JARS"
-        ) from exc
-    runtime = snowpark_connect_deps_iceberg.get_jars_dir() / ICEBERG_RUNTIME
-    jackson_dir = Path(snowpark_connect_deps_2.__file__).parent / "jars"
-    jackson = [jackson_dir / f"{name}-{JACKSON_VERSION}.jar" for name in JACKSON_JARS]
-    shaded = cache_dir / f"iceberg-shaded-jackson-{JACKSON_VERSION}.jar"
-    if not shaded.exists():
-        relocate(jackson, JACKSON_RULE, shaded)
-    http = cache_dir / "iceberg-shaded-httpclient5.jar"
-    if not http.exists():
-        sources = [DEBIAN_JAVA / f"{name}.jar" for name in HTTP_JARS]
-        missing = [str(p) for p in sources if not p.exists()]
-        if missing:
-            raise JarsUnavailable(
-                f"{', '.join(missing)} not found (apt-get install libhttpclient5-java "
-                "libhttpcore5-java): Iceberg's REST catalog client needs them"
+def fetch_pinned(cache: Path, repository: str, pinned: list[PinnedJar] | None = None) -> list[Path]:
+    """Each pinned jar's path in `cache`, fetched first where it is missing. A jar already
+    there is trusted by its size (a full hash of ~120 MB at every Spark start would cost
+    more than it guards; `check_pinned` hashes them); a fetched one must match its sha256
+    before it is moved into place, so a half or wrong download is never used."""
+    out = []
+    for jar in pinned if pinned is not None else read_lock():
+        path = cache / jar.file_name
+        if not (path.exists() and path.stat().st_size == jar.size):
+            _download(jar, repository, path)
+        out.append(path)
+    return out
+
+
+def check_pinned(cache: Path, pinned: list[PinnedJar] | None = None) -> list[str]:
+    """What is wrong with the cache against the lock, one line per jar; empty when every
+    jar is there with its size and sha256."""
+    problems = []
+    for jar in pinned if pinned is not None else read_lock():
+        path = cache / jar.file_name
+        if not path.exists():
+            problems.append(f"{jar.file_name}: missing from {cache} (run `lakewarden jars`)")
+            continue
+        digest = _sha256(path)
+        if digest != jar.sha256:
+            problems.append(
+                f"{jar.file_name}: sha256 {digest} does not match the lock's {jar.sha256} "
+                f"({jar.coordinate}); delete it and run `lakewarden jars`"
             )
-        relocate(sources, HTTP_RULE, http, extra={TLS_STUB_PATH: TLS_STUB})
-    pg = next((p for p in PG_JDBC_CANDIDATES if Path(p).exists()), None)
-    if pg is None:
+    return problems
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _download(jar: PinnedJar, repository: str, dest: Path) -> None:
+    url = jar.url(repository)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{jar.file_name}.")
+    tmp = Path(tmp_name)
+    try:
+        h = hashlib.sha256()
+        with (
+            os.fdopen(fd, "wb") as out,
+            urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
+        ):
+            for block in iter(lambda: response.read(1 << 20), b""):
+                h.update(block)
+                out.write(block)
+        if h.hexdigest() != jar.sha256:
+            raise JarsUnavailable(
+                f"{jar.file_name} from {url}: sha256 {h.hexdigest()} does not match the "
+                f"lock's {jar.sha256}; the repository served other bytes than were pinned"
+            )
+        tmp.chmod(0o644)  # readable by the services' user where root fetched it (an image)
+        tmp.replace(dest)  # atomic: a half-fetched jar is never at `dest`
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise JarsUnavailable(
-            "PostgreSQL JDBC driver not found (apt-get install libpostgresql-jdbc-java)"
-        )
-    return [str(runtime), str(shaded), str(http), pg]
-
-
-def relocate(
-    sources: list[Path], rule: str, out: Path, extra: dict[str, bytes] | None = None
-) -> None:
-    """Merge the classes of `sources` into one jar and relocate them (jarjar `rule`) where
-    Iceberg's runtime looks for them; `extra` entries are added as they are."""
-    if not Path(JARJAR).exists():
-        raise JarsUnavailable(f"{JARJAR} not found (apt-get install libjarjar-java)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        merged = Path(tmp) / "merged.jar"
-        seen: set[str] = set()
-        with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as dst:
-            for jar in sources:
-                with zipfile.ZipFile(jar) as src:
-                    for info in src.infolist():
-                        name = info.filename
-                        if name in seen or not name.endswith(".class"):
-                            continue
-                        if name.startswith("META-INF/") or name == "module-info.class":
-                            continue  # multi-release and module descriptors do not relocate
-                        seen.add(name)
-                        dst.writestr(info, src.read(info))
-        rules = Path(tmp) / "rules.txt"
-        rules.write_text(rule)
-        partial = Path(tmp) / out.name
-        subprocess.run(
-            ["java", "-jar", JARJAR, "process", str(rules), str(merged), str(partial)],
-            check=True,
-            capture_output=True,
-        )
-        with zipfile.ZipFile(partial, "a") as relocated:
-            for name, data in (extra or {}).items():
-                if name not in relocated.namelist():
-                    relocated.writestr(name, data)
-        shutil.move(str(partial), out)  # atomic enough: a half-built jar is never at `out`
+            f"could not fetch {jar.coordinate} from {url}: {exc}; set "
+            "LAKEWARDEN_MAVEN_REPOSITORY to a mirror you reach, or LAKEWARDEN_SPARK_JARS to "
+            "jars you have"
+        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -76,30 +76,22 @@ def test_dockerfile_targets() -> None:
     assert "pip install --no-cache-dir ." in slim_runs
     assert "openjdk" not in slim_runs and "[spark" not in slim_runs
     full_runs = " ".join(rest for op, rest in stages["full"] if op == "RUN")
-    for pkg in ("openjdk-17-jre-headless", "libpostgresql-jdbc-java"):
-        assert pkg in full_runs
+    assert "openjdk-17-jre-headless" in full_runs
+    assert "libpostgresql-jdbc-java" not in full_runs  # the JDBC driver is a pinned jar
     assert 'pip install --no-cache-dir ".[spark,embedded]"' in full_runs
 
 
-def test_dockerfile_bakes_the_iceberg_jars_it_names() -> None:
-    """The jars stage runs the offline assembly; the full image's LAKEWARDEN_SPARK_JARS names
-    exactly what that assembly builds (lakewarden/spark/jars.py), so no Maven at run time."""
-    from lakewarden.spark import jars
-
+def test_dockerfile_bakes_the_pinned_jars() -> None:
+    """The jars stage fetches and checks the lock's jars; the full image copies them and
+    points its cache at them, so no Maven at run time."""
     stages = dockerfile_stages()
     jar_runs = " ".join(rest for op, rest in stages["jars"] if op == "RUN")
-    assert "offline_assembly" in jar_runs and "libjarjar-java" in jar_runs
-    assert ("COPY", "--from=jars /opt/lakewarden/jars/ /opt/lakewarden/jars/") in stages["full"]
+    assert "LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars --check" in jar_runs
+    assert ("COPY", "--from=jars /opt/lakewarden/maven/ /opt/lakewarden/maven/") in stages["full"]
     env = " ".join(rest for op, rest in stages["full"] if op == "ENV")
-    named = re.search(r"LAKEWARDEN_SPARK_JARS=(\S+)", env)
-    assert named is not None
-    assert named.group(1).split(",") == [
-        f"/opt/lakewarden/jars/{jars.ICEBERG_RUNTIME}",
-        f"/opt/lakewarden/jars/iceberg-shaded-jackson-{jars.JACKSON_VERSION}.jar",
-        "/opt/lakewarden/jars/iceberg-shaded-httpclient5.jar",
-        *jars.PG_JDBC_CANDIDATES,
-    ]
-    assert "SPARK_PACKAGES" not in DOCKERFILE.read_text()
+    assert "LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden" in env
+    text = DOCKERFILE.read_text()
+    assert "SPARK_PACKAGES" not in text and "SPARK_JARS" not in text
 
 
 def test_dockerfile_copies_existing_paths() -> None:

@@ -1,0 +1,85 @@
+"""The pinned jars: the lock parsed, a jar fetched from a repository (a local one, by
+file:// URL: the same code path as Maven Central's https) only when its bytes match the
+lock, and `lakewarden jars --check` naming the jar that differs."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lakewarden.cli import app
+from lakewarden.spark.jars import (
+    JarsUnavailable,
+    PinnedJar,
+    check_pinned,
+    fetch_pinned,
+    read_lock,
+)
+
+BYTES = b"PK\x03\x04 not really a jar, but bytes with a known hash"
+
+
+def _repo_with(tmp_path: Path, data: bytes) -> tuple[str, PinnedJar]:
+    jar = PinnedJar(
+        "t", "org.example:thing_2.12:1.0", len(BYTES), hashlib.sha256(BYTES).hexdigest()
+    )
+    where = tmp_path / "repo" / "org" / "example" / "thing_2.12" / "1.0"
+    where.mkdir(parents=True)
+    (where / jar.file_name).write_bytes(data)
+    return (tmp_path / "repo").as_uri(), jar
+
+
+def test_the_committed_lock_pins_iceberg_s3_and_jdbc() -> None:
+    pinned = read_lock()
+    assert {p.group for p in pinned} >= {"iceberg", "s3", "jdbc"}
+    runtime = next(p for p in pinned if p.group == "iceberg")
+    assert runtime.coordinate.startswith("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:")
+    assert runtime.url("https://repo1.maven.org/maven2/").startswith(
+        "https://repo1.maven.org/maven2/org/apache/iceberg/iceberg-spark-runtime-3.5_2.12/"
+    )
+
+
+def test_a_bad_lock_line_is_named(tmp_path: Path) -> None:
+    lock = tmp_path / "jars.lock"
+    lock.write_text("# fine\niceberg org.apache.iceberg:x:1 12 abc\n")
+    with pytest.raises(JarsUnavailable, match=r"jars.lock:2: expected"):
+        read_lock(lock)
+
+
+def test_a_jar_is_fetched_once_and_checked(tmp_path: Path) -> None:
+    repo, jar = _repo_with(tmp_path, BYTES)
+    cache = tmp_path / "cache"
+    [path] = fetch_pinned(cache, repo, [jar])
+    assert path.read_bytes() == BYTES and path.stat().st_mode & 0o777 == 0o644
+    assert check_pinned(cache, [jar]) == []
+    # Present with its size: not fetched again (the repository could be gone).
+    assert fetch_pinned(cache, str(tmp_path / "nowhere"), [jar]) == [path]
+
+
+def test_other_bytes_than_pinned_are_refused_and_left_nowhere(tmp_path: Path) -> None:
+    repo, jar = _repo_with(tmp_path, BYTES.replace(b"known", b"other"))
+    cache = tmp_path / "cache"
+    with pytest.raises(JarsUnavailable, match="does not match the lock"):
+        fetch_pinned(cache, repo, [jar])
+    assert list(cache.iterdir()) == []  # no half or wrong jar stays behind
+
+
+def test_an_unreachable_repository_says_what_to_set(tmp_path: Path) -> None:
+    _, jar = _repo_with(tmp_path, BYTES)
+    with pytest.raises(JarsUnavailable, match="LAKEWARDEN_MAVEN_REPOSITORY"):
+        fetch_pinned(tmp_path / "cache", (tmp_path / "nowhere").as_uri(), [jar])
+
+
+def test_check_names_the_jar_that_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "maven"
+    cache.mkdir()
+    runtime = next(p for p in read_lock() if p.group == "iceberg")
+    (cache / runtime.file_name).write_bytes(b"tampered")
+    monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["jars", "--check"])
+    assert result.exit_code == 1
+    assert f"{runtime.file_name}: sha256" in result.output
+    assert "missing from" in result.output  # the others
