@@ -28,7 +28,7 @@ def _whole_number(value: object) -> object:
     return value
 
 
-Id = Annotated[int, BeforeValidator(_whole_number), Path(ge=1, le=BIGINT_MAX)]
+Id = Annotated[int, Path(ge=1, le=BIGINT_MAX), BeforeValidator(_whole_number)]
 
 
 async def get_runtime(request: Request) -> Runtime:

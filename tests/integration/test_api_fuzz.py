@@ -29,7 +29,9 @@ CONFIG = """
 # - POST /events: snapshot_id must be a snapshot in the table's metadata (the 422 names the
 #   current one), and is a strict integer: a float has lost the digits of a 64-bit id;
 # - a catalog (POST, PATCH): it must answer with the properties given (a 422 says it does
-#   not); a management rule (POST, PATCH): a policy, checked over the namespaces' defaults.
+#   not); a management rule (POST, PATCH): a policy, checked over the namespaces' defaults;
+# - POST /tokens: a lifetime at most LAKEWARDEN_TOKEN_MAX_DAYS and no longer than the
+#   minting token's (a setting and the caller's own token, not the schema's bounds).
 # Every other check still runs on them, and positive_data_acceptance on all the others.
 [[operations]]
 include-name = [
@@ -43,6 +45,7 @@ include-name = [
     "PATCH /api/v1/catalogs/{name}",
     "POST /api/v1/catalogs/{catalog}/rules",
     "PATCH /api/v1/catalogs/{catalog}/rules/{rule_id}",
+    "POST /api/v1/tokens",
 ]
 checks.positive_data_acceptance.enabled = false
 

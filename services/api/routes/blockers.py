@@ -5,7 +5,9 @@ on the table after a failure that would repeat itself (lakewarden.holds)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Response
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Response
 
 from lakewarden import holds, tables
 from lakewarden.auth.grants import Role
@@ -104,7 +106,12 @@ def resume_table(row: TableDep, session: SessionDep, access: AccessDep) -> Table
         409, notes={404: "the table is not managed, or `kind` is not a maintenance kind"}
     ),
 )
-def resume_kind(kind: str, row: TableDep, session: SessionDep, access: AccessDep) -> TableOut:
+def resume_kind(
+    kind: Annotated[str, Path(pattern=r"^[a-z_]{1,64}$", description="a maintenance kind")],
+    row: TableDep,
+    session: SessionDep,
+    access: AccessDep,
+) -> TableOut:
     """Lift the hold the leader put on `kind` on this table after a rewrite failed
     validation or the same error repeated: its tasks are created and started again (a kind
     not held is left as it is). Acknowledging the failure's alert does the same. Operator."""
