@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lakewarden.cli import app
+from lakewarden.settings import get_settings
 from lakewarden.spark.jars import (
     JarsUnavailable,
     PinnedJar,
@@ -79,7 +80,11 @@ def test_check_names_the_jar_that_differs(tmp_path: Path, monkeypatch: pytest.Mo
     runtime = next(p for p in read_lock() if p.group == "iceberg")
     (cache / runtime.file_name).write_bytes(b"tampered")
     monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
-    result = CliRunner().invoke(app, ["jars", "--check"])
+    get_settings.cache_clear()  # the CLI's settings are read once per process
+    try:
+        result = CliRunner().invoke(app, ["jars", "--check"])
+    finally:
+        get_settings.cache_clear()
     assert result.exit_code == 1
     assert f"{runtime.file_name}: sha256" in result.output
     assert "missing from" in result.output  # the others
