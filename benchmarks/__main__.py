@@ -1,6 +1,6 @@
 """`make bench` / `python -m benchmarks`: every performance figure, one table of ratios.
 
-    python -m benchmarks                  # full sizes (docs/performance.md's table), ~20 min on 2 cores
+    python -m benchmarks                  # full sizes (docs/performance.md), ~20 min on 2 cores
     python -m benchmarks --smoke          # tiny sizes: checks the harness, not the speed
     python -m benchmarks --only B1,B4     # some figures
     python -m benchmarks --out FILE.json  # where the JSON goes (default bench-results.json)
