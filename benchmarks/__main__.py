@@ -1,6 +1,6 @@
 """`make bench` / `python -m benchmarks`: every performance figure, one table of ratios.
 
-    python -m benchmarks                  # full sizes (the README's table), ~20 min on 2 cores
+    python -m benchmarks                  # full sizes (docs/performance.md), ~20 min on 2 cores
     python -m benchmarks --smoke          # tiny sizes: checks the harness, not the speed
     python -m benchmarks --only B1,B4     # some figures
     python -m benchmarks --out FILE.json  # where the JSON goes (default bench-results.json)
@@ -86,7 +86,7 @@ def run(ids: list[str], smoke: bool, out: Path) -> list[Figure]:
 
 
 def table(figures: list[Figure], about: dict[str, object]) -> str:
-    """The figures as a Markdown table (what the README's Performance section holds)."""
+    """The figures as a Markdown table (what docs/performance.md holds)."""
     rows = [
         "| id | measure | compared with | ratio (median, spread) | goal | met |",
         "|---|---|---|---|---|---|",

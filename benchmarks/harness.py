@@ -121,7 +121,7 @@ def ratios(times: int, subject: Callable[[], Any], baseline: Callable[[], Any]) 
 @dataclass(frozen=True)
 class Sizes:
     """How big each figure's data is. `smoke` completes in a minute or two; `full` is
-    what the README's table reports."""
+    what docs/performance.md's table reports."""
 
     name: str
     repeats: int

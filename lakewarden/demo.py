@@ -406,7 +406,8 @@ def _print_report(r: dict[str, Any]) -> None:
     print(f"  group-by query (ms)    {r['query_ms_before']:>8}   {r['query_ms_after']:>8}")
     print()
     print(f"  task {r['task_id']}: {r['task_state']}; why: {r['task_trigger']}")
-    print(f"  Spark {r['spark_app_id']}: {r['job_metrics']} in {r['job_ms']} ms")
+    for line in _run_lines(r):
+        print(f"  {line}")
     print("  timeline:")
     for h in r["timeline"]:
         print(
@@ -417,3 +418,28 @@ def _print_report(r: dict[str, Any]) -> None:
         f"\n  writing {r['write_s']}s, waiting for compaction {r['wait_for_compaction_s']}s, "
         f"total {r['total_s']}s"
     )
+    print(
+        f"  the whole record: lakewarden task {r['task_id']} "
+        "(with `lakewarden api` running and LAKEWARDEN_TOKEN set)"
+    )
+
+
+def _run_lines(r: dict[str, Any]) -> list[str]:
+    """The Spark run as a person reads it: what it rewrote, in how long, and whether its
+    post-rewrite validation passed (the per-partition detail is in --json and the task)."""
+    from rich.filesize import decimal
+
+    from lakewarden.cli_ops import _validation as validation_line  # the CLI's own summary
+
+    m = r["job_metrics"]
+    if m is None:
+        return ["no Spark run"]
+    seconds = f"{r['job_ms'] / 1000:.1f}s" if r["job_ms"] is not None else "?"
+    rewrote = (
+        f"Spark {r['spark_app_id']} in {seconds}: rewrote {m.get('rewritten_data_files')} data "
+        f"files ({decimal(m.get('rewritten_bytes') or 0)}) into {m.get('added_data_files')}"
+    )
+    if m.get("failed_data_files"):
+        rewrote += f"; {m['failed_data_files']} data files failed"
+    validation = validation_line(m.get("validation"))
+    return [rewrote, f"validation {validation}" if validation else "no validation recorded"]

@@ -122,7 +122,7 @@ def login(page: Page, token: str) -> None:
     page.wait_for_url("**/ui/")
 
 
-# The README's screenshot: written to docs/ when LAKEWARDEN_UPDATE_SCREENSHOT=1 (so a plain
+# docs/operations.md's screenshot: written to docs/ when LAKEWARDEN_UPDATE_SCREENSHOT=1 (so a plain
 # test run leaves the checkout clean), else to test-artifacts/.
 DOCS_SCREENSHOT = (
     Path(__file__).resolve().parents[2] / "docs" / "overview.png"
@@ -182,7 +182,7 @@ def world(spark_rt: Runtime, spark: SparkSession) -> Iterator[World]:
                     severity="warning",
                     summary="sales.ui_events is below its health SLO",
                     details=store.table_details(rt.settings.catalog_name, "sales", "ui_events"),
-                    runbook="README#health",
+                    runbook="docs/operations.md#alerts",
                 )
             yield World(url, rt, admin, viewer, task_id)
 

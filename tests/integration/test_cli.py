@@ -226,7 +226,7 @@ def test_alerts_ack_and_check(live: Live) -> None:
             severity="critical",
             summary="refunds are on fire",
             details={},
-            runbook="README#alerts",
+            runbook="docs/operations.md#alerts",
         )
     listed = live.json("alerts")
     assert listed == live.get("/api/v1/alerts", limit=50)
