@@ -13,6 +13,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import history
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
 from lakewarden.policy import MAIN_BRANCH, REF_NAME, CompactionPolicy
@@ -341,7 +342,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         committed is None and metrics["rewritten_data_files"]
     ):
         # The delete-file procedure's commit carries no task id: the newest rewrite it is.
-        committed = sql.latest_snapshot(spark, catalog, ref, "replace")
+        committed = history.newest_rewrite(spark, ref.spark_name(catalog))
     return JobResult(metrics, committed)
 
 

@@ -33,6 +33,7 @@ from pyiceberg.types import (
 )
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import history
 from lakewarden.kinds.base import (
     EventFacts,
     JobResult,
@@ -516,7 +517,7 @@ def _runner(kind: str) -> Runner:
         )
         committed = metrics.pop(COMMITTED, None)
         if committed is None and metrics["rewritten_data_files"]:
-            committed = sql.latest_snapshot(spark, catalog, ref, "replace")
+            committed = history.newest_rewrite(spark, ref.spark_name(catalog))
         return JobResult(metrics, committed)
 
     return run

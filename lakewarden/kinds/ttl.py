@@ -26,6 +26,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzType
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import finder, history
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
@@ -393,10 +394,7 @@ def target_table(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
 
 
 def _snapshots(spark: SparkSession, catalog: str, ref: TableRef) -> list[Any]:
-    return spark.sql(
-        f"SELECT snapshot_id, parent_id, committed_at, operation, summary "
-        f"FROM {ref.spark_name(catalog)}.snapshots"
-    ).collect()
+    return [c.native for c in history.snapshots_table(spark, ref.spark_name(catalog))]
 
 
 def _rows_at(spark: SparkSession, name: str, snapshot_id: int | None) -> int:
@@ -505,12 +503,9 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
 
     # Our commit: new since the count and carrying our tags. Never a writer's commit, even
     # one of this Spark application; a DELETE that matched nothing still commits (empty).
-    new = [r for r in _snapshots(spark, catalog, ref) if r["snapshot_id"] not in before]
-    ours = sorted(
-        (r for r in new if tags.items() <= (r["summary"] or {}).items()),
-        key=lambda r: r["committed_at"],
-    )
-    if not ours:
+    new = [c for c in history.snapshots_table(spark, name) if c.native["snapshot_id"] not in before]
+    found = finder.newest(finder.marked(new, tags))
+    if found is None:
         # Counted rows were there, the DELETE ran, and no commit carries our tags: a delete
         # nobody can verify (or find again on a retry) must not pass as done.
         undo = base.get("undo", {}).get("how", "roll back to the snapshot before it")
@@ -518,7 +513,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             f"TTL issued its delete of {counted} counted rows but no new commit carries its "
             f"tags {sorted(tags)}: check the table's snapshots; to undo a delete: {undo}"
         )
-    snap = ours[-1]
+    snap = found.native
     summary = snap["summary"] or {}
 
     def n(key: str) -> int:
@@ -544,9 +539,9 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     # 4. What was deleted must be what was counted, give or take rows writers added or
     #    removed between the count and the delete.
     meanwhile = sum(
-        int((r["summary"] or {}).get(key, 0) or 0)
-        for r in new
-        if r["snapshot_id"] != snap["snapshot_id"]
+        int(c.summary.get(key, 0) or 0)
+        for c in new
+        if c.id != found.id
         for key in ("added-records", "deleted-records")
     )
     if deleted == 0:

@@ -36,9 +36,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import finder, history
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
-from lakewarden.policy import ValidationPolicy
+from lakewarden.policy import MAIN_BRANCH, ValidationPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.commits import REVERT_KEY, TASK_KEY, commit_properties
 
@@ -52,9 +53,6 @@ REWRITE_KINDS = ("compaction", "clustering", "zorder")
 MAX_PARTITIONS = 200
 # Of the partitions checked, at most this many are listed in the metrics (mismatches first).
 MAX_LISTED = 50
-# How far back from the current snapshot the job's commits are looked for.
-MAX_DEPTH = 1000
-MAIN = "main"
 # Iceberg types an identity partition keeps as a number (days, microseconds since epoch).
 TIME_TYPES = ("date", "timestamp", "timestamptz")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -102,7 +100,7 @@ def validate_rewrite(
     table: Any,
     start_id: int | None,
     metrics: dict[str, Any],
-    branch: str = MAIN,
+    branch: str = MAIN_BRANCH,
 ) -> dict[str, Any] | None:
     """What `metrics["validation"]` records of the rewrite that just ran on the Java
     `table` (started at snapshot `start_id` of `branch`); None outside a scheduled job.
@@ -173,29 +171,14 @@ def _describe(p: dict[str, Any]) -> str:
 # --- the job's commits ------------------------------------------------------------------
 
 
-def job_spans(table: Any, start_id: int | None, branch: str = MAIN) -> list[Span]:
+def job_spans(table: Any, start_id: int | None, branch: str = MAIN_BRANCH) -> list[Span]:
     """The job's commits in the branch's history since `start_id`, oldest first, in spans
     of consecutive commits (a writer's commit between two of them starts a new span)."""
-    props = commit_properties()
-    history: list[Any] = []
-    snapshot = table.snapshot(branch)
-    while snapshot is not None and len(history) < MAX_DEPTH:
-        if start_id is not None and int(snapshot.snapshotId()) == start_id:
-            break
-        history.append(snapshot)
-        parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
-    spans: list[Span] = []
-    previous_ours = False
-    for snap in reversed(history):
-        summary = snap.summary()
-        ours = all(summary.get(k) == v for k, v in props.items())
-        if ours and snap.parentId() is not None:
-            if not previous_ours:
-                spans.append(Span(before=int(snap.parentId())))
-            spans[-1].commits.append(snap)
-        previous_ours = ours
-    return spans
+    walked = history.java_history(table, branch, stop_at=start_id)
+    return [
+        Span(before=int(s.before), commits=[c.native for c in s.commits])
+        for s in finder.spans(walked, commit_properties())
+    ]
 
 
 def _each(java_iterable: Any) -> Iterator[Any]:
@@ -458,7 +441,9 @@ def _compare(
 # --- undoing a rewrite ------------------------------------------------------------------
 
 
-def undo(spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN) -> dict[str, Any]:
+def undo(
+    spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN_BRANCH
+) -> dict[str, Any]:
     """Undo the job's commits on `branch` (see the module's docstring); says what it did
     and why."""
     jvm: Any = spark._jvm
@@ -487,7 +472,7 @@ def undo(spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN)
 
 
 def _which(branch: str) -> str:
-    return "the table" if branch == MAIN else f"branch {branch}"
+    return "the table" if branch == MAIN_BRANCH else f"branch {branch}"
 
 
 def _revert(table: Any, spans: list[Span], branch: str) -> dict[str, Any]:
@@ -568,6 +553,6 @@ def _corrupt(spark: SparkSession, name: str, table: Any, branch: str, *, write: 
         delete = delete.set(key, value)
     delete.commit()
     if write:
-        target = name if branch == MAIN else f"{name}.`branch_{branch}`"
+        target = name if branch == MAIN_BRANCH else f"{name}.`branch_{branch}`"
         spark.sql(f"INSERT INTO {target} SELECT * FROM {target} LIMIT 1").collect()
     table.refresh()
