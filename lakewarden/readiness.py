@@ -44,6 +44,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import PartitionReadiness, ReadinessCursor, Task, TaskTransition
+from lakewarden.formats.iceberg.table import IcebergTimeline
 from lakewarden.policy import ReadinessPolicy
 from lakewarden.states import TaskState
 
@@ -183,29 +184,9 @@ def commits_after(table: Table, after_snapshot_id: int | None) -> list[Snapshot]
     rollback the cursor is off main's history: the commits after the point where the two
     histories part, not main's whole past read again as new (which made every ready
     partition flap). At most MAX_WALK (also when the cursor's snapshot has expired)."""
-    seen = _lineage(table, after_snapshot_id)
-    found: list[Snapshot] = []
-    snapshot = table.current_snapshot()
-    while snapshot is not None and len(found) < MAX_WALK:
-        if snapshot.snapshot_id in seen:
-            break
-        found.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    return found[::-1]
-
-
-def _lineage(table: Table, snapshot_id: int | None) -> set[int]:
-    """`snapshot_id` and its ancestors still in the metadata (read before: the cursor's)."""
-    out: set[int] = set()
-    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    while snapshot is not None and snapshot.snapshot_id not in out:
-        out.add(snapshot.snapshot_id)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    if snapshot_id is not None:
-        out.add(snapshot_id)  # expired: at least stop at it, as before
-    return out
+    cursor = None if after_snapshot_id is None else str(after_snapshot_id)
+    page = IcebergTimeline(table).since(cursor, MAX_WALK)
+    return [commit.native for commit in page.commits]
 
 
 def touched_partitions(
