@@ -44,11 +44,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import PartitionReadiness, ReadinessCursor, Task, TaskTransition
+from lakewarden.formats.iceberg import partitions as values
 from lakewarden.formats.iceberg.table import IcebergTimeline
 from lakewarden.policy import ReadinessPolicy
 from lakewarden.states import TaskState
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # How many commits one round reads back from the current snapshot at most (the first round
 # of a table, or after a rollback moved the cursor off the history).
 MAX_WALK = 200
@@ -129,22 +129,19 @@ def partition_label(field: PartitionField, raw: Any) -> tuple[str, datetime | No
     if isinstance(t, DayTransform) or (
         isinstance(t, IdentityTransform) and isinstance(field.source_type, DateType)
     ):
-        day = raw if isinstance(raw, date) else (EPOCH + timedelta(days=int(raw))).date()
+        day = raw if isinstance(raw, date) else values.day(int(raw))
         start = datetime(day.year, day.month, day.day, tzinfo=UTC)
         return day.isoformat(), start + timedelta(days=1)
     if isinstance(t, HourTransform):
-        start = EPOCH + timedelta(hours=int(raw))
+        start = values.hour_start(int(raw))
         return start.strftime("%Y-%m-%d-%H"), start + timedelta(hours=1)
     if isinstance(t, MonthTransform):
-        year, month = divmod(int(raw), 12)
-        end_year, end_month = divmod(int(raw) + 1, 12)
-        return f"{1970 + year:04d}-{month + 1:02d}", datetime(
-            1970 + end_year, end_month + 1, 1, tzinfo=UTC
-        )
+        start = values.month_start(int(raw))
+        return f"{start.year:04d}-{start.month:02d}", values.month_start(int(raw) + 1)
     if isinstance(t, YearTransform):
-        return f"{1970 + int(raw):04d}", datetime(1971 + int(raw), 1, 1, tzinfo=UTC)
+        return f"{1970 + int(raw):04d}", values.year_start(int(raw) + 1)
     if isinstance(field.source_type, TimestampType | TimestamptzType) and isinstance(raw, int):
-        raw = EPOCH + timedelta(microseconds=raw)
+        raw = values.micros(raw)
     return (raw.isoformat() if isinstance(raw, datetime) else str(raw)), None
 
 

@@ -26,7 +26,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzType
 
 from lakewarden.catalog import TableRef
-from lakewarden.formats.iceberg import finder, history
+from lakewarden.formats.iceberg import finder, history, partitions
+from lakewarden.formats.iceberg.partitions import EPOCH
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 ALIGNED = ("identity", "hour", "day", "month", "year")
 COLUMN_TYPES = ("timestamptz", "timestamp", "date")
 LEVELS = ("partition", "row")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Tags the delete of a run outside a scheduled job (no task id): how it finds its own commit.
 RUN_KEY = "lakewarden.run-id"
 EXACT = "exact counts (pyiceberg scan filtered on the cutoff; deletes applied)"
@@ -120,7 +120,7 @@ def as_datetime(value: Any, column_type: str) -> datetime:
     `timestamp` (no zone) values are read as UTC, as Spark's session here does."""
     if column_type == "date":
         return EPOCH + timedelta(days=int(value))
-    return EPOCH + timedelta(microseconds=int(value))
+    return partitions.micros(int(value))
 
 
 # --- planning ---------------------------------------------------------------------------
@@ -340,10 +340,8 @@ def cutoff_literal(column_type: str, cut: datetime) -> str:
     cut = cut.astimezone(UTC)
     if column_type == "date":
         return f"DATE '{date(cut.year, cut.month, cut.day).isoformat()}'"
-    if column_type == "timestamp":
-        return "TIMESTAMP_NTZ " + sql.timestamp_literal(cut).removeprefix("TIMESTAMP ")
-    if column_type == "timestamptz":
-        return sql.timestamp_literal(cut)
+    if column_type in ("timestamp", "timestamptz"):
+        return partitions.timestamp_sql(cut, column_type)
     raise PlanRejected(f"unsupported TTL column type {column_type!r}")
 
 

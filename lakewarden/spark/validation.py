@@ -32,15 +32,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history
+from lakewarden.formats.iceberg.partitions import predicate as _predicate
+from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy import MAIN_BRANCH, ValidationPolicy
-from lakewarden.spark import sql
 from lakewarden.spark.commits import REVERT_KEY, TASK_KEY, commit_properties
 
 if TYPE_CHECKING:
@@ -53,9 +53,6 @@ REWRITE_KINDS = ("compaction", "clustering", "zorder")
 MAX_PARTITIONS = 200
 # Of the partitions checked, at most this many are listed in the metrics (mismatches first).
 MAX_LISTED = 50
-# Iceberg types an identity partition keeps as a number (days, microseconds since epoch).
-TIME_TYPES = ("date", "timestamp", "timestamptz")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 CORRUPT = "corrupt-rewrite"
 CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
@@ -190,41 +187,6 @@ def _each(java_iterable: Any) -> Iterator[Any]:
 # --- which partitions, and how to read them ---------------------------------------------
 
 
-def _quote(name: str) -> str:
-    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
-
-
-def _literal(value: Any) -> str | None:
-    """A Spark SQL literal for a partition value, or None when it has no safe plain form.
-    Strings go through unhex: no quoting to get wrong (constant-folded before pushdown)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return f"CAST(unhex('{value.encode().hex()}') AS STRING)" if value else "''"
-    return None
-
-
-def _term(catalog: str, transform: str, column: str) -> tuple[str, str] | None:
-    """(the SQL expression of a partition field over its source column, how a partition
-    value is written against it), for the transforms Iceberg's Spark functions cover."""
-    fn = f"`{catalog}`.system"
-    col = _quote(column)
-    if transform == "identity":
-        return col, "plain"
-    if transform in ("year", "month", "hour"):
-        return f"{fn}.{transform}s({col})", "plain"
-    if transform == "day":
-        return f"{fn}.days({col})", "day"
-    for name in ("bucket", "truncate"):
-        if transform.startswith(f"{name}[") and transform.endswith("]"):
-            width = transform[len(name) + 1 : -1]
-            if width.isdigit():
-                return f"{fn}.{name}({width}, {col})", "plain"
-    return None
-
-
 def _python(value: Any) -> Any:
     """A partition value from py4j: Java strings (or Avro's Utf8) as str."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -278,36 +240,6 @@ def _describe_partition(jvm: Any, catalog: str, table: Any, spec: Any, part: Any
                 expressions.isNull(term) if raw is None else expressions.equal(term, raw),
             )
     return Touched(label, " AND ".join(terms) or "TRUE", java_filter)
-
-
-def _predicate(
-    catalog: str, transform: str, column: str | None, value: Any, source_type: str = ""
-) -> str:
-    """Rows whose partition field (`transform` of `column`, a `source_type` column) is
-    `value`; TRUE (every row) when that cannot be written safely."""
-    term = _term(catalog, transform, str(column)) if column else None
-    if term is None:
-        return "TRUE"
-    expr, shape = term
-    if value is None:
-        return f"{expr} IS NULL"
-    number = isinstance(value, int) and not isinstance(value, bool)
-    if shape == "day" and number:
-        return f"{expr} = date_from_unix_date({value})"
-    if shape == "plain" and transform == "identity" and source_type in TIME_TYPES:
-        # Iceberg keeps a date as days and a timestamp as microseconds since the epoch:
-        # compared with the column as such (Spark refuses a date or timestamp = a number).
-        if not number:
-            return "TRUE"
-        if source_type == "date":
-            return f"{expr} = date_from_unix_date({value})"
-        at = EPOCH + timedelta(microseconds=value)
-        stamp = sql.timestamp_literal(at)
-        if source_type == "timestamp":  # no zone: Spark's TIMESTAMP_NTZ
-            stamp = "TIMESTAMP_NTZ " + stamp.removeprefix("TIMESTAMP ")
-        return f"{expr} = {stamp}"
-    literal = _literal(value) if shape == "plain" else None
-    return "TRUE" if literal is None else f"{expr} = {literal}"
 
 
 def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> list[str]:
