@@ -28,10 +28,12 @@ from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzTyp
 from lakewarden.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history, partitions
 from lakewarden.formats.iceberg.partitions import EPOCH
+from lakewarden.formats.iceberg.table import IcebergRefs
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
 from lakewarden.policy import MAIN_BRANCH, REF_NAME, TTLPolicy
+from lakewarden.refs import tag_max_ref_age_ms
 from lakewarden.spark import commits, sql
 
 if TYPE_CHECKING:
@@ -372,7 +374,7 @@ def delete_sql(
 
 
 def branches(table: Table) -> set[str]:
-    return {n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "branch"}
+    return IcebergRefs(table).branches()
 
 
 def branch_of(plan: dict[str, Any]) -> str:
@@ -474,11 +476,11 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         # A tag's retention counts from its snapshot's commit time: add the snapshot's age,
         # so the undo window is undo_days from now, however old the last commit is.
         made = next(r["committed_at"] for r in snapshots if r["snapshot_id"] == pre)
-        age_days = max(0, (datetime.now(UTC) - made.astimezone(UTC)).days) + 1
+        age_ms = tag_max_ref_age_ms(undo_days, made.astimezone(UTC), datetime.now(UTC))
         tag = undo_tag(commits.task_id())
         spark.sql(
             f"ALTER TABLE {name} CREATE OR REPLACE TAG `{tag}` "
-            f"AS OF VERSION {pre} RETAIN {undo_days + age_days} DAYS"
+            f"AS OF VERSION {pre} RETAIN {math.ceil(age_ms / 60_000)} MINUTES"
         ).collect()
         base["undo"] = {
             "tag": tag,

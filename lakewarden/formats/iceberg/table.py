@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyiceberg.table import Table
-from pyiceberg.table.refs import SnapshotRefType
 
 from lakewarden.formats.base import Capabilities, Commit, CommitId, TimelinePage
 from lakewarden.formats.iceberg import finder, history
 from lakewarden.policy import MAIN_BRANCH
+from lakewarden.refs import branch_heads
 
 CAPABILITIES = Capabilities(
     kinds=frozenset({"compaction", "clustering", "zorder", "ttl", "clean"}),
@@ -74,12 +74,8 @@ class IcebergRefs:
     main: str = MAIN_BRANCH
 
     def heads(self) -> dict[str, int]:
-        """Each branch (main too) and the snapshot at its head, in the metadata's order."""
-        return {
-            name: ref.snapshot_id
-            for name, ref in self.table.metadata.refs.items()
-            if ref.snapshot_ref_type == SnapshotRefType.BRANCH
-        }
+        """Each branch (main too) and the snapshot at its head."""
+        return branch_heads(self.table)
 
     def branches(self) -> set[str]:
         return set(self.heads())
