@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.db.models import PartitionReadiness, ReadinessCursor, Task, TaskTransition
 from lakewarden.formats.iceberg import partitions as values
-from lakewarden.formats.iceberg.table import IcebergTimeline
+from lakewarden.formats.iceberg.table import open_table
 from lakewarden.policy import ReadinessPolicy
 from lakewarden.states import TaskState
 
@@ -182,7 +182,7 @@ def commits_after(table: Table, after_snapshot_id: int | None) -> list[Snapshot]
     histories part, not main's whole past read again as new (which made every ready
     partition flap). At most MAX_WALK (also when the cursor's snapshot has expired)."""
     cursor = None if after_snapshot_id is None else str(after_snapshot_id)
-    page = IcebergTimeline(table).since(cursor, MAX_WALK)
+    page = open_table(table).timeline().since(cursor, MAX_WALK)
     return [commit.native for commit in page.commits]
 
 

@@ -59,11 +59,11 @@ class Timeline(Protocol):
         ...
 
 
-RefType = Literal["branch", "tag"]
-
-
 class Refs(Protocol):
-    main: str
+    @property
+    def main(self) -> str:
+        """The branch the table's readers see (Iceberg: main)."""
+        ...
 
     def branches(self) -> set[str]: ...
 
@@ -85,8 +85,11 @@ class Capabilities:
 
 
 class TableFormat(Protocol):
-    name: FormatName
-    capabilities: Capabilities
+    @property
+    def name(self) -> FormatName: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     def timeline(self) -> Timeline: ...
 

@@ -13,7 +13,7 @@ from pyiceberg.table import Table
 
 from lakewarden.catalog import TableRef
 from lakewarden.formats.iceberg import history
-from lakewarden.formats.iceberg.table import IcebergRefs
+from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
 from lakewarden.policy import MAIN_BRANCH, REF_NAME, CompactionPolicy
@@ -281,7 +281,7 @@ def plan(policy: CompactionPolicy, table: Table, now: datetime) -> PlanOutcome:
 def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOutcome:
     """A named branch: its head planned as main's would be. Its position-delete files stay
     (Iceberg's procedure for them knows only main)."""
-    if not IcebergRefs(table).is_branch(branch):
+    if not open_table(table).refs().is_branch(branch):
         return PlanOutcome(
             None,
             f"the table has no branch {branch!r}: nothing to compact (create it, or set "

@@ -28,7 +28,7 @@ from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzTyp
 from lakewarden.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history, partitions
 from lakewarden.formats.iceberg.partitions import EPOCH
-from lakewarden.formats.iceberg.table import IcebergRefs
+from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
@@ -374,7 +374,7 @@ def delete_sql(
 
 
 def branches(table: Table) -> set[str]:
-    return IcebergRefs(table).branches()
+    return open_table(table).refs().branches()
 
 
 def branch_of(plan: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from lakewarden.formats.iceberg import markers
 from lakewarden.formats.iceberg.markers import ATTEMPT_KEY as ATTEMPT_KEY
 from lakewarden.formats.iceberg.markers import REVERT_KEY as REVERT_KEY
 from lakewarden.formats.iceberg.markers import TASK_KEY as TASK_KEY
-from lakewarden.formats.iceberg.table import IcebergTimeline
+from lakewarden.formats.iceberg.table import open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -122,5 +122,5 @@ def find_commit(table: Table, task_id: int) -> tuple[int, str | None] | None:
     later commit of that history reverts the task's rewrite (`REVERT_KEY`): a commit rolled
     away or reverted after a failed validation is not a success to recover. The rule is the
     one finder's (lakewarden.formats.iceberg.finder); this stays its public entry."""
-    found = IcebergTimeline(table).find_job_commits(task_id)
+    found = open_table(table).timeline().find_job_commits(task_id)
     return None if found is None else (int(found.id), found.summary.get(ATTEMPT_KEY))

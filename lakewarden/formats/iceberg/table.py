@@ -10,7 +10,16 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from lakewarden.formats.base import Capabilities, Commit, CommitId, TimelinePage
+from lakewarden.formats.base import (
+    Capabilities,
+    Commit,
+    CommitId,
+    FormatName,
+    Refs,
+    TableFormat,
+    Timeline,
+    TimelinePage,
+)
 from lakewarden.formats.iceberg import finder, history
 from lakewarden.policy import MAIN_BRANCH
 from lakewarden.refs import branch_heads
@@ -86,12 +95,19 @@ class IcebergRefs:
 
 @dataclass(frozen=True)
 class IcebergFormat:
+    """An Iceberg table bound to the seam: what the core asks of it goes through here."""
+
     table: Table
-    name: str = "iceberg"
+    name: FormatName = "iceberg"
     capabilities: Capabilities = CAPABILITIES
 
-    def timeline(self) -> IcebergTimeline:
+    def timeline(self) -> Timeline:
         return IcebergTimeline(self.table)
 
-    def refs(self) -> IcebergRefs:
+    def refs(self) -> Refs:
         return IcebergRefs(self.table)
+
+
+def open_table(table: Table) -> TableFormat:
+    """The seam over a loaded pyiceberg table (mypy checks IcebergFormat keeps the seam)."""
+    return IcebergFormat(table)
