@@ -44,10 +44,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import PartitionReadiness, ReadinessCursor, Task, TaskTransition
+from lakewarden.formats.iceberg import partitions as values
+from lakewarden.formats.iceberg.table import open_table
 from lakewarden.policy import ReadinessPolicy
 from lakewarden.states import TaskState
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # How many commits one round reads back from the current snapshot at most (the first round
 # of a table, or after a rollback moved the cursor off the history).
 MAX_WALK = 200
@@ -128,22 +129,19 @@ def partition_label(field: PartitionField, raw: Any) -> tuple[str, datetime | No
     if isinstance(t, DayTransform) or (
         isinstance(t, IdentityTransform) and isinstance(field.source_type, DateType)
     ):
-        day = raw if isinstance(raw, date) else (EPOCH + timedelta(days=int(raw))).date()
+        day = raw if isinstance(raw, date) else values.day(int(raw))
         start = datetime(day.year, day.month, day.day, tzinfo=UTC)
         return day.isoformat(), start + timedelta(days=1)
     if isinstance(t, HourTransform):
-        start = EPOCH + timedelta(hours=int(raw))
+        start = values.hour_start(int(raw))
         return start.strftime("%Y-%m-%d-%H"), start + timedelta(hours=1)
     if isinstance(t, MonthTransform):
-        year, month = divmod(int(raw), 12)
-        end_year, end_month = divmod(int(raw) + 1, 12)
-        return f"{1970 + year:04d}-{month + 1:02d}", datetime(
-            1970 + end_year, end_month + 1, 1, tzinfo=UTC
-        )
+        start = values.month_start(int(raw))
+        return f"{start.year:04d}-{start.month:02d}", values.month_start(int(raw) + 1)
     if isinstance(t, YearTransform):
-        return f"{1970 + int(raw):04d}", datetime(1971 + int(raw), 1, 1, tzinfo=UTC)
+        return f"{1970 + int(raw):04d}", values.year_start(int(raw) + 1)
     if isinstance(field.source_type, TimestampType | TimestamptzType) and isinstance(raw, int):
-        raw = EPOCH + timedelta(microseconds=raw)
+        raw = values.micros(raw)
     return (raw.isoformat() if isinstance(raw, datetime) else str(raw)), None
 
 
@@ -183,29 +181,9 @@ def commits_after(table: Table, after_snapshot_id: int | None) -> list[Snapshot]
     rollback the cursor is off main's history: the commits after the point where the two
     histories part, not main's whole past read again as new (which made every ready
     partition flap). At most MAX_WALK (also when the cursor's snapshot has expired)."""
-    seen = _lineage(table, after_snapshot_id)
-    found: list[Snapshot] = []
-    snapshot = table.current_snapshot()
-    while snapshot is not None and len(found) < MAX_WALK:
-        if snapshot.snapshot_id in seen:
-            break
-        found.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    return found[::-1]
-
-
-def _lineage(table: Table, snapshot_id: int | None) -> set[int]:
-    """`snapshot_id` and its ancestors still in the metadata (read before: the cursor's)."""
-    out: set[int] = set()
-    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    while snapshot is not None and snapshot.snapshot_id not in out:
-        out.add(snapshot.snapshot_id)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    if snapshot_id is not None:
-        out.add(snapshot_id)  # expired: at least stop at it, as before
-    return out
+    cursor = None if after_snapshot_id is None else str(after_snapshot_id)
+    page = open_table(table).timeline().since(cursor, MAX_WALK)
+    return [commit.native for commit in page.commits]
 
 
 def touched_partitions(

@@ -18,7 +18,7 @@ from typing import Any
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
-from pyiceberg.table.snapshots import ancestors_of
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from lakewarden.policy import MAIN_BRANCH, TagsPolicy
 
@@ -105,6 +105,38 @@ def tag_max_ref_age_ms(retention_days: int, snapshot_at: datetime, now: datetime
     return int((timedelta(days=retention_days) + age).total_seconds() * 1000)
 
 
+def branch_heads(table: Table) -> dict[str, int]:
+    """Each branch (main too) and the snapshot at its head, in the metadata's order: the
+    one test of "is this ref a branch" (formats.iceberg.table.IcebergRefs asks it)."""
+    return {
+        name: ref.snapshot_id
+        for name, ref in table.metadata.refs.items()
+        if ref.snapshot_ref_type == SnapshotRefType.BRANCH
+    }
+
+
+def snapshot_time(snapshot: Snapshot) -> datetime:
+    return datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
+
+
+def create_tags(
+    table: Table,
+    snapshot_id: int,
+    names: list[str],
+    retention_days: int,
+    made: datetime,
+    now: datetime,
+) -> None:
+    """Tag snapshot `snapshot_id` (committed at `made`) with each of `names` (a tag of that
+    name moves), kept `retention_days` from `now`, in one metadata-only commit. Raises
+    CommitFailedException when a writer's commit won; the caller says what that means."""
+    age_ms = tag_max_ref_age_ms(retention_days, made, now)
+    manage = table.manage_snapshots()
+    for name in names:
+        manage = manage.create_tag(snapshot_id, name, max_ref_age_ms=age_ms)
+    manage.commit()
+
+
 @dataclass(frozen=True)
 class DueTag:
     name: str  # this period's tag
@@ -150,10 +182,9 @@ def make_due_tag(table: Table, policy: TagsPolicy, now: datetime) -> str | None:
     current = table.current_snapshot()
     if not due.due or current is None:
         return None
-    at = datetime.fromtimestamp(current.timestamp_ms / 1000, UTC)
-    age_ms = tag_max_ref_age_ms(policy.retention_days, at, now)
+    made = snapshot_time(current)
     try:
-        table.manage_snapshots().create_tag(current.snapshot_id, due.name, age_ms).commit()
+        create_tags(table, current.snapshot_id, [due.name], policy.retention_days, made, now)
     except CommitFailedException:
         if due.name in table.refresh().metadata.refs:
             return None  # made by someone else meanwhile: one tag per period

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 from pyiceberg.table import Table
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.paging import Page, PageRequest, keyset_page
+from lakewarden.formats.iceberg import history
 
 # How far back one sync walks a table's history looking for unseen commits.
 MAX_WALK = 1000
@@ -73,16 +75,13 @@ def unseen_snapshots(
     snapshot in chunks (FIRST_CHUNK ids, then doubling up to MAX_CHUNK), asking the database
     only which ids of each chunk it knows, and stopping at the first known one. What it
     reads is bounded by the new commits (plus one chunk), never the table's whole history."""
-    metadata = table.metadata
     unseen: list[Snapshot] = []
-    snapshot = table.current_snapshot()
+    walk = history.ancestors(table, table.current_snapshot(), max_walk)
     size = FIRST_CHUNK
-    while snapshot is not None and len(unseen) < max_walk:
-        chunk: list[Snapshot] = []
-        while snapshot is not None and len(chunk) < min(size, max_walk - len(unseen)):
-            chunk.append(snapshot)
-            parent = snapshot.parent_snapshot_id
-            snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    while len(unseen) < max_walk:
+        chunk = list(islice(walk, min(size, max_walk - len(unseen))))
+        if not chunk:
+            break
         known = known_snapshots(session, table_id, [s.snapshot_id for s in chunk])
         for snap in chunk:
             if snap.snapshot_id in known:

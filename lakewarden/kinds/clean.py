@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.table import Table
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import finder
+from lakewarden.formats.iceberg.history import snapshots_table
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome, PlanRejected
-from lakewarden.policy import CleanPolicy
+from lakewarden.policy import MAIN_BRANCH, CleanPolicy
 from lakewarden.refs import list_refs
 from lakewarden.spark import sql
 from lakewarden.spark.actions import storage_now
@@ -117,7 +119,7 @@ def retained_snapshots(state: TableState, policy: CleanPolicy, now: datetime) ->
     live = live_refs(state, now)
     branches = {n: r for n, r in live.items() if r.kind == "branch"}
     if not branches and state.current_snapshot_id is not None:
-        branches = {"main": Ref("branch", state.current_snapshot_id)}
+        branches = {MAIN_BRANCH: Ref("branch", state.current_snapshot_id)}
     for name, ref in sorted(live.items()):
         if ref.kind == "tag":
             why.setdefault(ref.snapshot_id, f"tag {name}")
@@ -413,22 +415,14 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         metrics["rewritten_manifests"] = counts.get("rewritten_manifests_count", 0)
         metrics["added_manifests"] = counts.get("added_manifests_count", 0)
         if metrics["rewritten_manifests"]:
-            new = spark.sql(
-                f"SELECT snapshot_id, committed_at, operation, summary "
-                f"FROM {ref.spark_name(catalog)}.snapshots"
-            ).collect()
             # ours: new, a 'replace' that replaced manifests (a compaction's does not)
-            ours = sorted(
-                (
-                    r
-                    for r in new
-                    if r["snapshot_id"] not in before
-                    and r["operation"] == "replace"
-                    and "manifests-replaced" in (r["summary"] or {})
-                ),
-                key=lambda r: r["committed_at"],
-            )
-            committed = int(ours[-1]["snapshot_id"]) if ours else None
+            new = [
+                c
+                for c in snapshots_table(spark, ref.spark_name(catalog))
+                if c.native["snapshot_id"] not in before
+            ]
+            ours = finder.newest(new, finder.is_manifest_rewrite)
+            committed = int(ours.id) if ours else None
     return JobResult(metrics, committed)
 
 

@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
-from pyiceberg.table.refs import SnapshotRefType
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import history
+from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
 from lakewarden.policy import MAIN_BRANCH, REF_NAME, CompactionPolicy
@@ -280,8 +281,7 @@ def plan(policy: CompactionPolicy, table: Table, now: datetime) -> PlanOutcome:
 def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOutcome:
     """A named branch: its head planned as main's would be. Its position-delete files stay
     (Iceberg's procedure for them knows only main)."""
-    ref = table.metadata.refs.get(branch)
-    if ref is None or ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+    if not open_table(table).refs().is_branch(branch):
         return PlanOutcome(
             None,
             f"the table has no branch {branch!r}: nothing to compact (create it, or set "
@@ -341,7 +341,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         committed is None and metrics["rewritten_data_files"]
     ):
         # The delete-file procedure's commit carries no task id: the newest rewrite it is.
-        committed = sql.latest_snapshot(spark, catalog, ref, "replace")
+        committed = history.newest_rewrite(spark, ref.spark_name(catalog))
     return JobResult(metrics, committed)
 
 

@@ -15,24 +15,18 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import (
-    BooleanType,
-    DateType,
-    DoubleType,
     IcebergType,
-    IntegerType,
-    LongType,
-    StringType,
-    TimestampType,
-    TimestamptzType,
 )
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import history
+from lakewarden.formats.iceberg.partitions import sql_literal
 from lakewarden.kinds.base import (
     EventFacts,
     JobResult,
@@ -67,95 +61,6 @@ OPTIONS = frozenset(
 # A partition filter naming more partitions than this is not worth its text: rewrite the table.
 MAX_WHERE_PARTITIONS = 500
 MAX_WHERE_CHARS = 64 * 1024
-
-_EPOCH = datetime(1970, 1, 1)
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
-
-# --- safe SQL literals ------------------------------------------------------------------
-
-
-def sql_literal(value: Any, iceberg_type: IcebergType) -> str:
-    """A Spark SQL literal for an identity partition `value` of `iceberg_type`.
-
-    Values arrive as Iceberg stores them in a partition tuple (dates as days, timestamps as
-    microseconds since the epoch). Raises PlanRejected for anything that cannot be written
-    safely and exactly; the planner then rewrites the whole table instead.
-
-    Strings: Spark SQL reads `'it''s'` as two adjacent literals (`its`), not as an escaped
-    quote, and backslash escapes depend on `spark.sql.parser.escapedStringLiterals`. So
-    strings with a quote, a backslash or a control character are refused, not escaped.
-    """
-    if value is None:
-        raise PlanRejected("a NULL has no literal (use IS NULL)")
-    if isinstance(iceberg_type, BooleanType):
-        if isinstance(value, bool):
-            return "TRUE" if value else "FALSE"
-    elif isinstance(iceberg_type, IntegerType | LongType):
-        if (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and _LONG_MIN <= value <= _LONG_MAX
-        ):
-            return str(value)
-    elif isinstance(iceberg_type, DoubleType):
-        if isinstance(value, float | int) and not isinstance(value, bool):
-            number = float(value)
-            if math.isfinite(number):
-                # repr round-trips the double exactly; the D suffix makes it a DOUBLE literal
-                return repr(number).upper() + "D"
-    elif isinstance(iceberg_type, StringType):
-        if isinstance(value, str) and len(value) <= 1024 and _SAFE_STRING.fullmatch(value):
-            return f"'{value}'"
-        raise PlanRejected(f"string {value!r} holds a quote, backslash or control character")
-    elif isinstance(iceberg_type, DateType):
-        day = _as_date(value)
-        if day is not None:
-            return f"DATE '{day.isoformat()}'"
-    elif isinstance(iceberg_type, TimestampType | TimestamptzType):
-        at = _as_datetime(value, aware=isinstance(iceberg_type, TimestamptzType))
-        if at is not None:
-            text = at.strftime("%Y-%m-%d %H:%M:%S.%f")
-            if isinstance(iceberg_type, TimestamptzType):
-                return f"TIMESTAMP '{text}Z'"  # explicit zone: whatever the session's zone
-            return f"TIMESTAMP_NTZ '{text}'"
-    raise PlanRejected(f"no safe literal for {value!r} of type {iceberg_type}")
-
-
-_SAFE_STRING = re.compile(r"[^'\"\\\x00-\x1f\x7f]*")
-
-
-def _as_date(value: Any) -> date | None:
-    if isinstance(value, datetime):
-        return None
-    if isinstance(value, date):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return date(1970, 1, 1) + timedelta(days=value)
-        except OverflowError:
-            return None
-    return None
-
-
-def _as_datetime(value: Any, aware: bool) -> datetime | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            at = _EPOCH + timedelta(microseconds=value)
-        except OverflowError:
-            return None
-    elif isinstance(value, datetime):
-        if aware:
-            if value.tzinfo is None:
-                return None
-            at = value.astimezone(UTC).replace(tzinfo=None)
-        elif value.tzinfo is not None:
-            return None
-        else:
-            at = value
-    else:
-        return None
-    return at if 1 <= at.year <= 9999 else None
 
 
 # The only shapes the planner writes, checked again before anything runs.
@@ -516,7 +421,7 @@ def _runner(kind: str) -> Runner:
         )
         committed = metrics.pop(COMMITTED, None)
         if committed is None and metrics["rewritten_data_files"]:
-            committed = sql.latest_snapshot(spark, catalog, ref, "replace")
+            committed = history.newest_rewrite(spark, ref.spark_name(catalog))
         return JobResult(metrics, committed)
 
     return run

@@ -26,10 +26,14 @@ from pyiceberg.table import Table
 from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzType
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import finder, history, partitions
+from lakewarden.formats.iceberg.partitions import EPOCH
+from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
 from lakewarden.policy import MAIN_BRANCH, REF_NAME, TTLPolicy
+from lakewarden.refs import tag_max_ref_age_ms
 from lakewarden.spark import commits, sql
 
 if TYPE_CHECKING:
@@ -38,7 +42,6 @@ if TYPE_CHECKING:
 ALIGNED = ("identity", "hour", "day", "month", "year")
 COLUMN_TYPES = ("timestamptz", "timestamp", "date")
 LEVELS = ("partition", "row")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Tags the delete of a run outside a scheduled job (no task id): how it finds its own commit.
 RUN_KEY = "lakewarden.run-id"
 EXACT = "exact counts (pyiceberg scan filtered on the cutoff; deletes applied)"
@@ -119,7 +122,7 @@ def as_datetime(value: Any, column_type: str) -> datetime:
     `timestamp` (no zone) values are read as UTC, as Spark's session here does."""
     if column_type == "date":
         return EPOCH + timedelta(days=int(value))
-    return EPOCH + timedelta(microseconds=int(value))
+    return partitions.micros(int(value))
 
 
 # --- planning ---------------------------------------------------------------------------
@@ -339,10 +342,8 @@ def cutoff_literal(column_type: str, cut: datetime) -> str:
     cut = cut.astimezone(UTC)
     if column_type == "date":
         return f"DATE '{date(cut.year, cut.month, cut.day).isoformat()}'"
-    if column_type == "timestamp":
-        return "TIMESTAMP_NTZ " + sql.timestamp_literal(cut).removeprefix("TIMESTAMP ")
-    if column_type == "timestamptz":
-        return sql.timestamp_literal(cut)
+    if column_type in ("timestamp", "timestamptz"):
+        return partitions.timestamp_sql(cut, column_type)
     raise PlanRejected(f"unsupported TTL column type {column_type!r}")
 
 
@@ -373,7 +374,7 @@ def delete_sql(
 
 
 def branches(table: Table) -> set[str]:
-    return {n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "branch"}
+    return open_table(table).refs().branches()
 
 
 def branch_of(plan: dict[str, Any]) -> str:
@@ -393,10 +394,7 @@ def target_table(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
 
 
 def _snapshots(spark: SparkSession, catalog: str, ref: TableRef) -> list[Any]:
-    return spark.sql(
-        f"SELECT snapshot_id, parent_id, committed_at, operation, summary "
-        f"FROM {ref.spark_name(catalog)}.snapshots"
-    ).collect()
+    return [c.native for c in history.snapshots_table(spark, ref.spark_name(catalog))]
 
 
 def _rows_at(spark: SparkSession, name: str, snapshot_id: int | None) -> int:
@@ -478,11 +476,11 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         # A tag's retention counts from its snapshot's commit time: add the snapshot's age,
         # so the undo window is undo_days from now, however old the last commit is.
         made = next(r["committed_at"] for r in snapshots if r["snapshot_id"] == pre)
-        age_days = max(0, (datetime.now(UTC) - made.astimezone(UTC)).days) + 1
+        age_ms = tag_max_ref_age_ms(undo_days, made.astimezone(UTC), datetime.now(UTC))
         tag = undo_tag(commits.task_id())
         spark.sql(
             f"ALTER TABLE {name} CREATE OR REPLACE TAG `{tag}` "
-            f"AS OF VERSION {pre} RETAIN {undo_days + age_days} DAYS"
+            f"AS OF VERSION {pre} RETAIN {math.ceil(age_ms / 60_000)} MINUTES"
         ).collect()
         base["undo"] = {
             "tag": tag,
@@ -505,12 +503,9 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
 
     # Our commit: new since the count and carrying our tags. Never a writer's commit, even
     # one of this Spark application; a DELETE that matched nothing still commits (empty).
-    new = [r for r in _snapshots(spark, catalog, ref) if r["snapshot_id"] not in before]
-    ours = sorted(
-        (r for r in new if tags.items() <= (r["summary"] or {}).items()),
-        key=lambda r: r["committed_at"],
-    )
-    if not ours:
+    new = [c for c in history.snapshots_table(spark, name) if c.native["snapshot_id"] not in before]
+    found = finder.newest(finder.marked(new, tags))
+    if found is None:
         # Counted rows were there, the DELETE ran, and no commit carries our tags: a delete
         # nobody can verify (or find again on a retry) must not pass as done.
         undo = base.get("undo", {}).get("how", "roll back to the snapshot before it")
@@ -518,7 +513,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             f"TTL issued its delete of {counted} counted rows but no new commit carries its "
             f"tags {sorted(tags)}: check the table's snapshots; to undo a delete: {undo}"
         )
-    snap = ours[-1]
+    snap = found.native
     summary = snap["summary"] or {}
 
     def n(key: str) -> int:
@@ -544,9 +539,9 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     # 4. What was deleted must be what was counted, give or take rows writers added or
     #    removed between the count and the delete.
     meanwhile = sum(
-        int((r["summary"] or {}).get(key, 0) or 0)
-        for r in new
-        if r["snapshot_id"] != snap["snapshot_id"]
+        int(c.summary.get(key, 0) or 0)
+        for c in new
+        if c.id != found.id
         for key in ("added-records", "deleted-records")
     )
     if deleted == 0:

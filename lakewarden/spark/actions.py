@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import finder, history
 from lakewarden.outcomes import RewriteFailed
+from lakewarden.policy import MAIN_BRANCH
 from lakewarden.spark.commits import before_commit, commit_properties
 from lakewarden.spark.validation import validate_rewrite
 
@@ -83,12 +85,14 @@ def rewrite_data_files(
         metrics["set_table_codec"] = codec_set
     if metrics["failed_groups"] and not metrics["rewritten_groups"]:
         raise RewriteFailed(progress(metrics), metrics)
-    committed = committed_by_this_job(table) if metrics["rewritten_data_files"] else None
+    start_id = int(start.snapshotId()) if start is not None else None
+    committed = (
+        committed_by_this_job(table, since=start_id) if metrics["rewritten_data_files"] else None
+    )
     if committed is not None:
         metrics[COMMITTED] = committed
     # Rows before and after, per partition the rewrite touched; raises after undoing it
     # when they differ (lakewarden.spark.validation).
-    start_id = int(start.snapshotId()) if start is not None else None
     validation = validate_rewrite(spark, catalog, ref, table, start_id, metrics)
     if validation is not None:
         metrics["validation"] = validation
@@ -175,26 +179,21 @@ def first_failure(spark_log: str) -> str | None:
 COMMITTED = "committed_snapshot_id"
 
 
-def committed_by_this_job(table: Any, branch: str = "main", max_depth: int = 100) -> int | None:
-    """The newest snapshot in the history of `branch` that carries this job's commit
-    properties (task id and attempt: lakewarden.spark.commits): what the job committed,
-    read from the metadata the action's commit left on `table`, not by a Spark query of the
-    snapshots table (a Spark job of its own, a few hundred ms for a tiny table). None outside
-    a scheduled job, or when not found within `max_depth` snapshots."""
+def committed_by_this_job(
+    table: Any, branch: str = MAIN_BRANCH, since: int | None = None
+) -> int | None:
+    """The newest snapshot in the history of `branch` (since snapshot `since`, the head
+    when the job started) that carries this job's commit properties (task id and attempt:
+    lakewarden.spark.commits): what the job committed, read from the metadata the action's
+    commit left on `table`, not by a Spark query of the snapshots table (a Spark job of its
+    own, a few hundred ms for a tiny table). None outside a scheduled job, or when not
+    found (the walk is bounded: formats.iceberg.history)."""
     props = commit_properties()
     if not props:
         return None
     # the table's operations refresh after a commit
-    snapshot = table.currentSnapshot() if branch == "main" else table.snapshot(branch)
-    for _ in range(max_depth):
-        if snapshot is None:
-            return None
-        summary = snapshot.summary()
-        if all(summary.get(k) == v for k, v in props.items()):
-            return int(snapshot.snapshotId())
-        parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
-    return None
+    ours = finder.marked(history.java_history(table, branch, stop_at=since), props)
+    return int(ours[0].id) if ours else None
 
 
 def storage_now(spark: SparkSession, catalog: str, ref: TableRef) -> datetime:

@@ -93,7 +93,7 @@ def rewrite_branch(
     # outside a scheduled job (no commit properties) the branch's head is ours
     head = table.snapshot(branch)
     metrics[COMMITTED] = (
-        committed_by_this_job(table, branch)
+        committed_by_this_job(table, branch, since=int(start))
         if properties
         else (int(head.snapshotId()) if head is not None else None)
     )

@@ -13,18 +13,21 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyiceberg.table import Table
-from pyiceberg.table.refs import SnapshotRefType
-from pyiceberg.table.snapshots import ancestors_of
+
+from lakewarden.formats.base import JobMarker
+from lakewarden.formats.iceberg import markers
+
+# The mark's keys are spelled in formats.iceberg.markers; re-exported for the callers here.
+from lakewarden.formats.iceberg.markers import ATTEMPT_KEY as ATTEMPT_KEY
+from lakewarden.formats.iceberg.markers import REVERT_KEY as REVERT_KEY
+from lakewarden.formats.iceberg.markers import TASK_KEY as TASK_KEY
+from lakewarden.formats.iceberg.table import open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 R = TypeVar("R")
 
-TASK_KEY = "lakewarden.task-id"
-ATTEMPT_KEY = "lakewarden.attempt"
-# On the commit that reverts a task's rewrite after a failed validation (spark.validation).
-REVERT_KEY = "lakewarden.reverts-task"
 
 _PROPERTIES: ContextVar[dict[str, str] | None] = ContextVar(
     "lakewarden_commit_properties", default=None
@@ -33,7 +36,7 @@ _PROPERTIES: ContextVar[dict[str, str] | None] = ContextVar(
 
 @contextmanager
 def committing_as(task_id: int, attempt: int) -> Iterator[None]:
-    token = _PROPERTIES.set({TASK_KEY: str(task_id), ATTEMPT_KEY: str(attempt)})
+    token = _PROPERTIES.set(markers.properties(JobMarker(task_id, attempt)))
     try:
         yield
     finally:
@@ -117,21 +120,7 @@ def find_commit(table: Table, task_id: int) -> tuple[int, str | None] | None:
     stands, if any (a job with partial progress commits once per file-group batch). It
     stands when it is in a branch's history (main's, or the branch the job wrote to) and no
     later commit of that history reverts the task's rewrite (`REVERT_KEY`): a commit rolled
-    away or reverted after a failed validation is not a success to recover."""
-    task = str(task_id)
-    found: tuple[int, int, str | None] | None = None  # (timestamp, snapshot id, attempt)
-    for ref in table.metadata.refs.values():
-        if ref.snapshot_ref_type != SnapshotRefType.BRANCH:
-            continue
-        head = table.snapshot_by_id(ref.snapshot_id)
-        for snapshot in ancestors_of(head, table.metadata):  # newest first
-            summary = snapshot.summary
-            if summary is None:
-                continue
-            if summary.get(REVERT_KEY) == task:
-                break  # the task's commits below this one were undone on this branch
-            if summary.get(TASK_KEY) == task:
-                if found is None or snapshot.timestamp_ms > found[0]:
-                    found = (snapshot.timestamp_ms, snapshot.snapshot_id, summary.get(ATTEMPT_KEY))
-                break
-    return None if found is None else (found[1], found[2])
+    away or reverted after a failed validation is not a success to recover. The rule is the
+    one finder's (lakewarden.formats.iceberg.finder); this stays its public entry."""
+    found = open_table(table).timeline().find_job_commits(task_id)
+    return None if found is None else (int(found.id), found.summary.get(ATTEMPT_KEY))

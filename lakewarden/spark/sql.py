@@ -56,14 +56,3 @@ def timestamp_literal(at: datetime) -> str:
     if at.tzinfo is None:
         raise PlanRejected("timestamps must be timezone-aware")
     return f"TIMESTAMP '{at.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
-
-
-def latest_snapshot(spark, catalog: str, ref: TableRef, operation: str) -> int | None:
-    """The newest snapshot with `operation` (our commit: writers do not make 'replace')."""
-    if operation not in ("replace", "delete", "overwrite"):
-        raise PlanRejected(f"unknown snapshot operation {operation!r}")
-    rows = spark.sql(
-        f"SELECT snapshot_id FROM {ref.spark_name(catalog)}.snapshots "
-        f"WHERE operation = '{operation}' ORDER BY committed_at DESC LIMIT 1"
-    ).collect()
-    return int(rows[0]["snapshot_id"]) if rows else None

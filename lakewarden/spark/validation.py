@@ -32,14 +32,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalog import TableRef
+from lakewarden.formats.iceberg import finder, history
+from lakewarden.formats.iceberg.partitions import predicate as _predicate
+from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
-from lakewarden.policy import ValidationPolicy
-from lakewarden.spark import sql
+from lakewarden.policy import MAIN_BRANCH, ValidationPolicy
 from lakewarden.spark.commits import REVERT_KEY, TASK_KEY, commit_properties
 
 if TYPE_CHECKING:
@@ -52,12 +53,6 @@ REWRITE_KINDS = ("compaction", "clustering", "zorder")
 MAX_PARTITIONS = 200
 # Of the partitions checked, at most this many are listed in the metrics (mismatches first).
 MAX_LISTED = 50
-# How far back from the current snapshot the job's commits are looked for.
-MAX_DEPTH = 1000
-MAIN = "main"
-# Iceberg types an identity partition keeps as a number (days, microseconds since epoch).
-TIME_TYPES = ("date", "timestamp", "timestamptz")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 CORRUPT = "corrupt-rewrite"
 CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
@@ -102,7 +97,7 @@ def validate_rewrite(
     table: Any,
     start_id: int | None,
     metrics: dict[str, Any],
-    branch: str = MAIN,
+    branch: str = MAIN_BRANCH,
 ) -> dict[str, Any] | None:
     """What `metrics["validation"]` records of the rewrite that just ran on the Java
     `table` (started at snapshot `start_id` of `branch`); None outside a scheduled job.
@@ -173,29 +168,14 @@ def _describe(p: dict[str, Any]) -> str:
 # --- the job's commits ------------------------------------------------------------------
 
 
-def job_spans(table: Any, start_id: int | None, branch: str = MAIN) -> list[Span]:
+def job_spans(table: Any, start_id: int | None, branch: str = MAIN_BRANCH) -> list[Span]:
     """The job's commits in the branch's history since `start_id`, oldest first, in spans
     of consecutive commits (a writer's commit between two of them starts a new span)."""
-    props = commit_properties()
-    history: list[Any] = []
-    snapshot = table.snapshot(branch)
-    while snapshot is not None and len(history) < MAX_DEPTH:
-        if start_id is not None and int(snapshot.snapshotId()) == start_id:
-            break
-        history.append(snapshot)
-        parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
-    spans: list[Span] = []
-    previous_ours = False
-    for snap in reversed(history):
-        summary = snap.summary()
-        ours = all(summary.get(k) == v for k, v in props.items())
-        if ours and snap.parentId() is not None:
-            if not previous_ours:
-                spans.append(Span(before=int(snap.parentId())))
-            spans[-1].commits.append(snap)
-        previous_ours = ours
-    return spans
+    walked = history.java_history(table, branch, stop_at=start_id)
+    return [
+        Span(before=int(s.before), commits=[c.native for c in s.commits])
+        for s in finder.spans(walked, commit_properties())
+    ]
 
 
 def _each(java_iterable: Any) -> Iterator[Any]:
@@ -205,41 +185,6 @@ def _each(java_iterable: Any) -> Iterator[Any]:
 
 
 # --- which partitions, and how to read them ---------------------------------------------
-
-
-def _quote(name: str) -> str:
-    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
-
-
-def _literal(value: Any) -> str | None:
-    """A Spark SQL literal for a partition value, or None when it has no safe plain form.
-    Strings go through unhex: no quoting to get wrong (constant-folded before pushdown)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return f"CAST(unhex('{value.encode().hex()}') AS STRING)" if value else "''"
-    return None
-
-
-def _term(catalog: str, transform: str, column: str) -> tuple[str, str] | None:
-    """(the SQL expression of a partition field over its source column, how a partition
-    value is written against it), for the transforms Iceberg's Spark functions cover."""
-    fn = f"`{catalog}`.system"
-    col = _quote(column)
-    if transform == "identity":
-        return col, "plain"
-    if transform in ("year", "month", "hour"):
-        return f"{fn}.{transform}s({col})", "plain"
-    if transform == "day":
-        return f"{fn}.days({col})", "day"
-    for name in ("bucket", "truncate"):
-        if transform.startswith(f"{name}[") and transform.endswith("]"):
-            width = transform[len(name) + 1 : -1]
-            if width.isdigit():
-                return f"{fn}.{name}({width}, {col})", "plain"
-    return None
 
 
 def _python(value: Any) -> Any:
@@ -295,36 +240,6 @@ def _describe_partition(jvm: Any, catalog: str, table: Any, spec: Any, part: Any
                 expressions.isNull(term) if raw is None else expressions.equal(term, raw),
             )
     return Touched(label, " AND ".join(terms) or "TRUE", java_filter)
-
-
-def _predicate(
-    catalog: str, transform: str, column: str | None, value: Any, source_type: str = ""
-) -> str:
-    """Rows whose partition field (`transform` of `column`, a `source_type` column) is
-    `value`; TRUE (every row) when that cannot be written safely."""
-    term = _term(catalog, transform, str(column)) if column else None
-    if term is None:
-        return "TRUE"
-    expr, shape = term
-    if value is None:
-        return f"{expr} IS NULL"
-    number = isinstance(value, int) and not isinstance(value, bool)
-    if shape == "day" and number:
-        return f"{expr} = date_from_unix_date({value})"
-    if shape == "plain" and transform == "identity" and source_type in TIME_TYPES:
-        # Iceberg keeps a date as days and a timestamp as microseconds since the epoch:
-        # compared with the column as such (Spark refuses a date or timestamp = a number).
-        if not number:
-            return "TRUE"
-        if source_type == "date":
-            return f"{expr} = date_from_unix_date({value})"
-        at = EPOCH + timedelta(microseconds=value)
-        stamp = sql.timestamp_literal(at)
-        if source_type == "timestamp":  # no zone: Spark's TIMESTAMP_NTZ
-            stamp = "TIMESTAMP_NTZ " + stamp.removeprefix("TIMESTAMP ")
-        return f"{expr} = {stamp}"
-    literal = _literal(value) if shape == "plain" else None
-    return "TRUE" if literal is None else f"{expr} = {literal}"
 
 
 def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> list[str]:
@@ -458,7 +373,9 @@ def _compare(
 # --- undoing a rewrite ------------------------------------------------------------------
 
 
-def undo(spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN) -> dict[str, Any]:
+def undo(
+    spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN_BRANCH
+) -> dict[str, Any]:
     """Undo the job's commits on `branch` (see the module's docstring); says what it did
     and why."""
     jvm: Any = spark._jvm
@@ -487,7 +404,7 @@ def undo(spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN)
 
 
 def _which(branch: str) -> str:
-    return "the table" if branch == MAIN else f"branch {branch}"
+    return "the table" if branch == MAIN_BRANCH else f"branch {branch}"
 
 
 def _revert(table: Any, spans: list[Span], branch: str) -> dict[str, Any]:
@@ -568,6 +485,6 @@ def _corrupt(spark: SparkSession, name: str, table: Any, branch: str, *, write: 
         delete = delete.set(key, value)
     delete.commit()
     if write:
-        target = name if branch == MAIN else f"{name}.`branch_{branch}`"
+        target = name if branch == MAIN_BRANCH else f"{name}.`branch_{branch}`"
         spark.sql(f"INSERT INTO {target} SELECT * FROM {target} LIMIT 1").collect()
     table.refresh()

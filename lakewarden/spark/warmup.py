@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakewarden.catalog import CatalogEntry, TableRef
+from lakewarden.formats.iceberg.history import newest_rewrite
 from lakewarden.settings import Settings
 from lakewarden.spark.actions import rewrite_data_files
 from lakewarden.spark.session import use_catalog
-from lakewarden.spark.sql import latest_snapshot, procedure, table_arg, timestamp_literal
+from lakewarden.spark.sql import procedure, table_arg, timestamp_literal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,7 +78,7 @@ def run_warmup_job(spark: SparkSession, settings: Settings) -> dict[str, float |
         metrics = rewrite_data_files(
             spark, CATALOG, TABLE, {"min-input-files": "2", "partial-progress.enabled": "false"}
         )
-        latest_snapshot(spark, CATALOG, TABLE, "replace")
+        newest_rewrite(spark, name)
         now = timestamp_literal(datetime.now(UTC))
         spark.sql(
             f"{procedure(CATALOG, 'expire_snapshots')}(table => {table_arg(CATALOG, TABLE)}, "

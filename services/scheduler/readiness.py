@@ -51,7 +51,7 @@ from lakewarden.readiness import (
     tag_name,
 )
 from lakewarden.redact import redact, secrets_of
-from lakewarden.refs import tag_max_ref_age_ms
+from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.tables import LIVE, effective_policy_for, ref_of
@@ -157,19 +157,19 @@ def _tag(table: Table, found: Assessment, policy: Policy) -> dict[str, str]:
     if not becoming or found.snapshot_id is None:
         return {}
     snapshot = table.snapshot_by_id(found.snapshot_id)
-    made = (
-        datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
-        if snapshot is not None
-        else datetime.now(UTC)
-    )
+    now = datetime.now(UTC)
     # Iceberg counts a tag's age from its snapshot's commit: kept that long from now.
-    retention_ms = tag_max_ref_age_ms(policy.readiness.tag_retention_days, made, datetime.now(UTC))
+    made = snapshot_time(snapshot) if snapshot is not None else now
     names = {p.partition: tag_name(p.partition) for p in becoming}
-    manage = table.manage_snapshots()
-    for name in names.values():
-        manage = manage.create_tag(found.snapshot_id, name, max_ref_age_ms=retention_ms)
     try:
-        manage.commit()
+        create_tags(
+            table,
+            found.snapshot_id,
+            list(names.values()),
+            policy.readiness.tag_retention_days,
+            made,
+            now,
+        )
     except CommitFailedException as exc:
         log.info("readiness tags of %s lost to a commit, next round: %s", table.name(), exc)
         return {}

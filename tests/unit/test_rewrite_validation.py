@@ -11,10 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from lakewarden.execute import _failpoint
+from lakewarden.formats.iceberg.partitions import plain_literal as _literal
+from lakewarden.formats.iceberg.partitions import predicate as _predicate
 from lakewarden.policy import parse_policy
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
-from lakewarden.spark.validation import _literal, _predicate
 
 
 def test_validation_is_on_by_default_and_checks_its_columns() -> None:
