@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     listen_for_commits: bool = True  # LISTEN on the catalog's commit trigger
     poll_interval_s: float = 30.0  # polling fallback for missed commits
 
-    # --- access (README "Security") -----------------------------------------------
+    # --- access (docs/security.md) --------------------------------------------------
     # Every endpoint needs a credential except /healthz and /readyz, and /metrics when this
     # is on (a Prometheus that cannot send a bearer token).
     metrics_public: bool = False

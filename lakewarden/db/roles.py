@@ -99,13 +99,13 @@ def warn_if_unsafe(conn: Connection, role: str) -> None:
     if row.super:
         log.warning(
             "the services' database role %s is a superuser: it can switch the audit trail's "
-            "trigger off; connect the services as a role of their own (README, Security)",
+            "trigger off; connect the services as a role of their own (docs/security.md)",
             role,
         )
     elif row.owns:
         log.warning(
             "the services' database role %s owns audit_log: it can switch the audit trail's "
             "trigger off; set LAKEWARDEN_MIGRATION_DATABASE_URL to the owner and "
-            "LAKEWARDEN_DATABASE_URL to another role (README, Security)",
+            "LAKEWARDEN_DATABASE_URL to another role (docs/security.md)",
             role,
         )

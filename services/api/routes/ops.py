@@ -35,8 +35,7 @@ def get_liveness() -> dict[str, str]:
 def get_readiness(rt: RuntimeDep) -> JSONResponse:
     """Ready to serve: the database answers and this code may run on its schema: at this
     code's migration head, or ahead of it by migrations that declare this head compatible
-    (an upgrade's pre-upgrade migration leaves the old replicas ready; README "Deployment
-    and upgrades")."""
+    (an upgrade's pre-upgrade migration leaves the old replicas ready; docs/deployment.md)."""
     try:
         with rt.engine.connect() as conn:
             conn.execute(text("SELECT 1"))

@@ -145,7 +145,7 @@ def put_table_policy(
     policy: Policy, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> TableOut:
     """Replace the table's own policy settings; the previous ones are kept as a version.
-    Operator; admin for a change that can delete data (README "Security")."""
+    Operator; admin for a change that can delete data (docs/security.md)."""
     # Concurrent changes of this table, or of its namespace's defaults, wait for this one:
     # the check below sees the current state, and each change gets the next version.
     tables.lock_namespace(session, row.catalog, row.namespace, exclusive=False)
