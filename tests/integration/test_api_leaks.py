@@ -128,6 +128,29 @@ def test_a_scoped_viewer_sees_only_its_catalogs_and_no_warehouse(
     assert other.status_code == 200 and other.json() == []
 
 
+def test_one_catalog_shows_a_scoped_viewer_what_the_list_does(
+    client: TestClient, rt: Runtime
+) -> None:
+    """GET /catalogs/{name} answers as the list: no properties without the whole catalog,
+    and a catalog outside the grants is a 404 like one that does not exist."""
+    warehouse = rt.settings.warehouse_uri
+    scoped = client.get(
+        "/api/v1/catalogs/lake", headers=bearer(issue_token(rt, "viewer@lake/sales"))
+    )
+    assert scoped.status_code == 200, scoped.text
+    assert scoped.json()["properties"] == {} and warehouse not in scoped.text
+    whole = client.get("/api/v1/catalogs/lake", headers=bearer(issue_token(rt, "viewer@lake")))
+    assert warehouse in str(whole.json()["properties"])
+    outside = bearer(issue_token(rt, "viewer@other"))
+    hidden, missing = (
+        client.get(f"/api/v1/catalogs/{n}", headers=outside) for n in ("lake", "nosuch")
+    )
+    assert (hidden.status_code, missing.status_code) == (404, 404)
+    assert hidden.json()["detail"].replace("lake", "X") == missing.json()["detail"].replace(
+        "nosuch", "X"
+    )
+
+
 # --- authentication before the catalog -----------------------------------------------------
 
 

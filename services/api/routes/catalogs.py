@@ -117,8 +117,12 @@ def _row(session: Session, rt: RuntimeDep, name: str, *, lock: bool = False) -> 
         raise HTTPException(409, f"catalog {name!r} {CONFIGURED}")
     row = session.get(Catalog, name, with_for_update=lock)
     if row is None:
-        raise HTTPException(404, f"no catalog {name!r}: GET /api/v1/catalogs lists them")
+        raise _no_such(name)
     return row
+
+
+def _no_such(name: str) -> HTTPException:
+    return HTTPException(404, f"no catalog {name!r}: GET /api/v1/catalogs lists them")
 
 
 @router.get("", response_model=list[CatalogOut])
@@ -144,10 +148,18 @@ def _partial(session: Session, entry: CatalogEntry) -> CatalogOut:
 def get_catalog(
     name: CatalogName, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> CatalogOut:
+    """One catalog, as the list shows it: its properties only to a caller who may see the
+    whole catalog; one outside the caller's grants is a 404 like one that does not exist."""
     access.need_somewhere(Role.viewer)
+    if not access.sees_catalog(name):
+        raise _no_such(name)  # the same 404 as for a catalog that does not exist
     if name == rt.settings.catalog_name:
-        return _out(session, rt.catalogs.default)
-    return _out(session, entry_of(_row(session, rt, name), RefRules.of(rt.settings)))
+        entry = rt.catalogs.default
+    else:
+        entry = entry_of(_row(session, rt, name), RefRules.of(rt.settings))
+    return (
+        _out(session, entry) if access.sees_catalog(name, whole=True) else _partial(session, entry)
+    )
 
 
 @router.post(
