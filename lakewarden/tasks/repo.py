@@ -99,7 +99,8 @@ def create_task(
     return new_id
 
 
-def open_task(session: Session, table_id: int, kind: str) -> Task | None:
+def find_open_task(session: Session, table_id: int, kind: str) -> Task | None:
+    """The open task of `kind` on the table, if any (one at most: the partial unique index)."""
     return session.scalars(
         select(Task).where(
             Task.table_id == table_id,
