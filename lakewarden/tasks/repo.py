@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
-from lakewarden.states import HELD_TASK_STATES, OPEN_TASK_STATES, TaskState, sql_in
+from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tasks.states import can_transition, sources_of
 from lakewarden.tasks.wakeup import announce
 
@@ -243,16 +243,6 @@ def next_pending_due_in(session: Session) -> float | None:
     """Seconds until the earliest pending task waiting out a backoff becomes claimable."""
     due = session.execute(_NEXT_PENDING_DUE).scalar()
     return None if due is None else float(due)
-
-
-def heartbeat(session: Session, task_id: int, holder: str) -> bool:
-    """Refresh the holder's claim; False when the task is no longer ours."""
-    result = session.execute(
-        update(Task)
-        .where(Task.id == task_id, Task.holder == holder, Task.state.in_(HELD_TASK_STATES))
-        .values(heartbeat_at=func.now())
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def history(session: Session, task_id: int) -> list[TaskTransition]:

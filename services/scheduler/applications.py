@@ -189,7 +189,7 @@ class Applications:
             return
         with self.lock:
             apps = list(self.running.values())
-        self._keep_assigned(fence, [a.task_id for a in apps])
+        self._carry_epoch(fence, [a.task_id for a in apps])
         for app in apps:
             with log_context(task_id=app.task_id, attempt=app.attempt):
                 try:
@@ -199,10 +199,10 @@ class Applications:
                 except Exception:
                     log.exception("task %d: could not poll its application", app.task_id)
 
-    def _keep_assigned(self, fence: Fence, task_ids: list[int]) -> None:
+    def _carry_epoch(self, fence: Fence, task_ids: list[int]) -> None:
         """Our runs carry our current epoch (it changes if our own lease lapsed and we took
-        it again), so their applications report under a live fence; and our tasks'
-        heartbeat says we still hold them."""
+        it again), so their applications report under a live fence. (Their tasks' heartbeat
+        is the scheduler's beat: `lakewarden.process.beat`.)"""
         with transaction(self.rt.engine) as s:
             check_fence(s, fence)
             s.execute(
@@ -215,8 +215,6 @@ class Applications:
                 )
                 .values(leader_epoch=fence.epoch)
             )
-            for task_id in task_ids:
-                repo.heartbeat(s, task_id, fence.holder)
 
     def _poll_one(self, fence: Fence, app: Application) -> None:
         # The process first, the rows second: an application that reported and exited is

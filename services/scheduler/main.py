@@ -178,12 +178,9 @@ class Scheduler:
 
     def beat(self) -> None:
         """Say this process is alive and still runs its jobs (its own ticker: these writes
-        never delay a renewal)."""
-        process.beat(self.rt)
-        if self.fence is not None and self.inflight:
-            with transaction(self.rt.engine) as s:
-                for task_id in list(self.inflight):
-                    repo.heartbeat(s, task_id, self.rt.process_id)
+        never delay a renewal): one statement for the process and every task it holds."""
+        held = (set(self.inflight) | self.applications.task_ids()) if self.fence else set()
+        process.beat(self.rt, held=held)
 
     def leading(self) -> Fence | None:
         if self.fence is not None and time.monotonic() < self._valid_until:
