@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden import application as entry
 from lakewarden.catalog import load_table
-from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
+from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.execute import Job
 from lakewarden.leader import Fence, FencedOut, check_fence
@@ -437,29 +437,17 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
 def take_over(
     s: Session, rt: Runtime, fence: Fence, task_id: int, from_holder: str, reason: str
 ) -> None:
-    """Fenced: a running task an earlier leader held becomes ours, still running (no state
-    change, so not `repo.transition`; the history records it as running -> running)."""
-    check_fence(s, fence)
-    moved = s.execute(
-        update(Task)
-        .where(Task.id == task_id, Task.state == TaskState.RUNNING, Task.holder == from_holder)
-        .values(holder=fence.holder, heartbeat_at=func.now(), updated_at=func.now())
-    )
-    if not moved.rowcount:  # type: ignore[attr-defined]
-        raise repo.TransitionRejected(
-            f"task {task_id} is no longer running under {from_holder}",
-            task_id=task_id,
-            state=None,
-        )
-    s.add(
-        TaskTransition(
-            task_id=task_id,
-            from_state=TaskState.RUNNING,
-            to_state=TaskState.RUNNING,
-            actor=rt.process_id,
-            reason=reason,
-            leader_epoch=fence.epoch,
-        )
+    """Fenced: a running task an earlier leader held becomes ours, still running (the
+    history records it as running -> running)."""
+    repo.hand_over(
+        s,
+        task_id,
+        TaskState.RUNNING,
+        from_holder=from_holder,
+        to_holder=fence.holder,
+        actor=rt.process_id,
+        reason=reason,
+        fence=fence,
     )
 
 
