@@ -110,6 +110,16 @@ def find_open_task(session: Session, table_id: int, kind: str) -> Task | None:
     ).one_or_none()
 
 
+def task_with_table(session: Session, task_id: int) -> tuple[Task, ManagedTable] | None:
+    """The task and its table's row, in one query; None if there is no such task."""
+    found = session.execute(
+        select(Task, ManagedTable)
+        .join(ManagedTable, ManagedTable.id == Task.table_id)
+        .where(Task.id == task_id)
+    ).one_or_none()
+    return None if found is None else (found[0], found[1])
+
+
 def latest_task(session: Session, table_id: int, kind: str) -> Task | None:
     """The table's newest task of `kind`, in whatever state."""
     return session.scalars(

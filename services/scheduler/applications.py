@@ -35,15 +35,14 @@ from sqlalchemy.orm import Session
 
 from lakewarden import application as entry
 from lakewarden.catalog import load_table
-from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
-from lakewarden.execute import Job
+from lakewarden.execute import Job, finish_if_committed
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
-from lakewarden.spark import validation
 from lakewarden.spark.commits import find_commit
 from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
@@ -341,25 +340,14 @@ def judge_ended_run(
     """A run whose application is over without its outcome recorded: a commit of this task
     in the table means it succeeded (never run again); none, it failed with `why`."""
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-    if task is None or row is None:
+        found = repo.task_with_table(s, task_id)
+    if found is None:
         return "gone"
+    task, row = found
     table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
-    commit = find_commit(table, task_id)
-    if commit is not None:
-        return finish_run(
-            rt,
-            fence,
-            task_id,
-            attempt,
-            metrics={
-                "recovered_commit_of_attempt": commit[1],
-                "judged": why,
-                **validation.recovered(task.kind, commit[1]),
-            },
-            committed_snapshot_id=commit[0],
-        )
+    recovered = finish_if_committed(rt, fence, task_id, attempt, task.kind, table, judged=why)
+    if recovered is not None:
+        return recovered
     error: BaseException = (
         TimeoutError(f"job exceeded its timeout of {timeout_s:.0f}s and was killed")
         if timed_out
@@ -418,10 +406,10 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
     # Dead. A commit says it succeeded (judge_ended_run finishes it so); without one the
     # caller re-plans it from the table's real state.
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-    if task is None or row is None:
+        held = repo.task_with_table(s, task_id)
+    if held is None:
         return None
+    row = held[1]
     commit = find_commit(load_table(rt.catalogs.load(row.catalog), ref_of(row)), task_id)
     if commit is None:
         return None
@@ -452,14 +440,9 @@ def take_over(
 
 
 def _timeout_s(rt: Runtime, task_id: int) -> float:
-    from lakewarden.tables import effective_policy_for
-
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-        if task is None or row is None:
-            return 0.0
-        return float(effective_policy_for(s, row).for_kind(task.kind).timeout_minutes * 60)
+        found = repo.task_with_table(s, task_id)
+        return 0.0 if found is None else Job.of(s, *found).timeout_s
 
 
 # --- where an application runs --------------------------------------------------------------
