@@ -403,23 +403,26 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
         applications.adopt(run, _timeout_s(rt, task_id), float(elapsed))
         log.info("task %d: re-attached to application %s", task_id, run.submission_id)
         return "reattached"
-    # Dead. A commit says it succeeded (judge_ended_run finishes it so); without one the
-    # caller re-plans it from the table's real state.
+    # Dead. A commit says it succeeded (finished so, under our fence once it is ours);
+    # without one the caller re-plans it from the table's real state.
     with transaction(rt.engine) as s:
         held = repo.task_with_table(s, task_id)
     if held is None:
         return None
-    row = held[1]
-    commit = find_commit(load_table(rt.catalogs.load(row.catalog), ref_of(row)), task_id)
-    if commit is None:
+    task, row = held
+    table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
+    if find_commit(table, task_id) is None:
         return None
+    why = "its application is gone"
     try:
         with transaction(rt.engine) as s:
-            take_over(s, rt, fence, task_id, run.scheduler_id, "its application is gone")
+            take_over(s, rt, fence, task_id, run.scheduler_id, why)
     except (repo.TransitionRejected, FencedOut) as exc:
         log.info("task %d not taken over: %s", task_id, exc)
         return "rejected"
-    return judge_ended_run(rt, fence, task_id, run.attempt, why="its application is gone")
+    recovered = finish_if_committed(rt, fence, task_id, run.attempt, task.kind, table, judged=why)
+    assert recovered is not None  # the same table as read above: its commit is there
+    return recovered
 
 
 def take_over(

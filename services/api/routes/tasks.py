@@ -271,10 +271,10 @@ def retry_task(task_id: Id, rt: RuntimeDep, session: SessionDep, access: AccessD
     same table (`trigger.retry_of` names the old one), planned afresh under the current
     policy. Only the latest task of its kind on its table can be retried. Operator."""
     _need_on_task(session, access, Role.operator, task_id)
-    old = session.get(Task, task_id)
-    row = session.get(ManagedTable, old.table_id) if old is not None else None
-    if old is None or row is None:
+    found = repo.task_with_table(session, task_id)
+    if found is None:
         raise HTTPException(404, f"task {task_id} does not exist")
+    old, row = found
     if old.state not in RETRYABLE:
         raise HTTPException(
             409,
