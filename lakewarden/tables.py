@@ -6,7 +6,8 @@ scheduler's `_NEXT_PLANNED` says the same in SQL); a job already running finishe
 tasks are still created and planned, so explain and the task list show what would run.
 
 Unregistering retires the row (`retired_at`) and keeps its history: events, tasks,
-policy versions, blockers. Lookups and every background loop see live rows only;
+policy versions, blockers; `retire_tables` is the one way, whoever retires (an operator,
+a rule removed, an opt-out, a table dropped from its catalog). Lookups and every background loop see live rows only;
 registering the table again revives the row and continues that history.
 
 A table stores only the policy settings given for it; the effective policy layers
