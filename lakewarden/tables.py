@@ -7,8 +7,9 @@ tasks are still created and planned, so explain and the task list show what woul
 
 Unregistering retires the row (`retired_at`) and keeps its history: events, tasks,
 policy versions, blockers; `retire_tables` is the one way, whoever retires (an operator,
-a rule removed, an opt-out, a table dropped from its catalog). Lookups and every background loop see live rows only;
-registering the table again revives the row and continues that history.
+a rule removed, an opt-out, a table dropped from its catalog). Lookups and every
+background loop see live rows only; registering the table again revives the row and
+continues that history.
 
 A table stores only the policy settings given for it; the effective policy layers
 them over its namespace's defaults over the built-in defaults.
