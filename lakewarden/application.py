@@ -35,14 +35,14 @@ import time
 from sqlalchemy import func, select, text, update
 
 from lakewarden.db.locks import DBLocks
-from lakewarden.db.models import JobRun, ManagedTable, Task
+from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.execute import Job, run_job
 from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.states import RunState, TaskState
-from lakewarden.tables import ref_of
+from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 
 log = logging.getLogger("lakewarden.application")
@@ -57,17 +57,13 @@ def load_job(rt: Runtime, task_id: int, attempt: int) -> Job | None:
         run = s.scalars(
             select(JobRun).where(JobRun.task_id == task_id, JobRun.attempt == attempt)
         ).one_or_none()
-        task = s.get(Task, task_id)
-        if run is None or task is None or run.state != RunState.RUNNING:
+        found = repo.task_with_table(s, task_id)
+        if run is None or found is None or run.state != RunState.RUNNING:
             return None
+        task, row = found
         if task.state != TaskState.RUNNING or task.attempt != attempt:
             return None
-        row = s.get(ManagedTable, task.table_id)
-        if row is None:
-            return None
-        return Job(
-            task_id, attempt, task.kind, row.catalog, ref_of(row), dict(task.plan or {}), task.pool
-        )
+        return Job.of(s, task, row)
 
 
 def assigned_fence(rt: Runtime, task_id: int, attempt: int) -> tuple[Fence, bool]:

@@ -12,14 +12,13 @@ from pydantic import ValidationError
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import ManagedTable, Task, TimelineEvent
+from lakewarden.db.models import KindHold, ManagedTable, Task, TimelineEvent
 from lakewarden.holds import describe as describe_hold
-from lakewarden.holds import hold_of
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts
 from lakewarden.policy import first_problem
 from lakewarden.tables import effective_policy_for
-from lakewarden.tasks.repo import create_task, open_task
+from lakewarden.tasks.birth import open_task, why_not
 
 
 def event_facts(session: Session, table_id: int, kind: str, summary: dict[str, Any]) -> EventFacts:
@@ -100,14 +99,13 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         if not verdict.needed:
             entry["decision"] = "no-action"
         else:
-            task_id = create_task(
+            task_id = open_task(
                 session,
                 table_id=row.id,
+                policy_version=row.policy_version,
                 kind=kind.name,
+                section=section,
                 actor=actor,
-                priority=section.priority,
-                max_attempts=section.max_attempts,
-                pool=section.pool,
                 trigger={
                     "source": "event",
                     "event_id": newest.id,
@@ -115,21 +113,20 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
                     "reason": verdict.reason,
                     "metrics": verdict.metrics,
                     "expected_gain": verdict.expected_gain,
-                    "policy_version": row.policy_version,
                 },
             )
+            refused = None if task_id is not None else why_not(session, row.id, kind.name)
             if task_id is not None:
                 entry.update(decision="task-created", task_id=task_id)
-            elif (held := hold_of(session, row.id, kind.name)) is not None:
+            elif isinstance(refused, KindHold):
                 entry.update(
                     decision="held",
-                    reason=f"{verdict.reason}; {describe_hold(session, row, held)}",
+                    reason=f"{verdict.reason}; {describe_hold(session, row, refused)}",
                 )
             else:
-                existing = open_task(session, row.id, kind.name)
                 entry.update(
                     decision="task-open",
-                    task_id=existing.id if existing else None,
+                    task_id=refused.id if refused else None,
                     reason=f"{verdict.reason}; an open {kind.name} task already covers it",
                 )
         detail[kind.name] = entry

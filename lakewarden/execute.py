@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from lakewarden import policy_gate
 from lakewarden.catalog import TableRef, load_table
@@ -33,10 +34,12 @@ from lakewarden.spark.commits import committing_as, find_commit, guarded_by
 from lakewarden.spark.session import use_catalog
 from lakewarden.spark.validation import validating
 from lakewarden.states import TaskState
-from lakewarden.tables import effective_policy_for
+from lakewarden.tables import effective_policy_for, ref_of
+from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run, run_ui_url
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,33 @@ class Job:
     ref: TableRef
     plan: dict[str, Any] = field(default_factory=dict)
     pool: str = "default"
+    # The table's policy as the job was dispatched: its rewrites are checked under its
+    # `validation` section (lakewarden.spark.validation), and it may run `timeout_s`.
+    validation: ValidationPolicy = field(default_factory=ValidationPolicy)
+    timeout_s: float = 0.0
+
+    @classmethod
+    def of(cls, session: Session, task: Task, row: ManagedTable) -> Job:
+        """The task's current attempt on its table, from the rows the caller holds, the
+        policy merged once here. A stored policy that no longer validates runs under the
+        built-in validation (the job's last look before committing cancels it then)."""
+        try:
+            policy = effective_policy_for(session, row)
+            checks = policy.validation
+            timeout_s = float(policy.for_kind(task.kind).timeout_minutes * 60)
+        except ValidationError:
+            checks, timeout_s = ValidationPolicy(), 0.0
+        return cls(
+            task.id,
+            task.attempt,
+            task.kind,
+            row.catalog,
+            ref_of(row),
+            dict(task.plan or {}),
+            task.pool,
+            checks,
+            timeout_s,
+        )
 
     @property
     def group(self) -> str:
@@ -105,19 +135,9 @@ def run_job(
             # Never commit twice: an earlier attempt (perhaps under a deposed leader) may
             # have committed before it lost track of the outcome.
             table = load_table(rt.catalogs.load(job.catalog), job.ref)
-            earlier = find_commit(table, job.task_id)
-            if earlier is not None:
-                return finish_run(
-                    rt,
-                    fence(),
-                    job.task_id,
-                    job.attempt,
-                    metrics={
-                        "recovered_commit_of_attempt": earlier[1],
-                        **validation.recovered(job.kind, earlier[1]),
-                    },
-                    committed_snapshot_id=earlier[0],
-                )
+            recovered = finish_if_committed(rt, fence(), job.task_id, job.attempt, job.kind, table)
+            if recovered is not None:
+                return recovered
         use_catalog(spark, rt.catalogs.entry(job.catalog))
         # This thread must see the session's SQL conf (catalogs) on the JVM side too.
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
@@ -134,7 +154,7 @@ def run_job(
         with (
             committing_as(job.task_id, job.attempt),
             guarded_by(policy_check(rt, job.task_id)),
-            validating(validation_policy(rt, job.task_id), _failpoint(rt)),
+            validating(job.validation, _failpoint(rt)),
             joblog.capture(spark, job.group) as job_log,
         ):
             result = runner(spark, job.catalog, job.ref, job.plan)
@@ -193,6 +213,37 @@ def run_job(
     return state
 
 
+def finish_if_committed(
+    rt: Runtime,
+    fence: Fence,
+    task_id: int,
+    attempt: int,
+    kind: str,
+    table: Table,
+    **said: Any,
+) -> str | None:
+    """An earlier attempt of the task committed (`find_commit` finds its commit in the
+    table): the run finishes as succeeded with that commit, never run again, and the
+    task's new state is returned. None: the table has no commit of the task. `said`: more
+    for the run's metrics (why the run was judged so)."""
+    commit = find_commit(table, task_id)
+    if commit is None:
+        return None
+    snapshot_id, of_attempt = commit
+    return finish_run(
+        rt,
+        fence,
+        task_id,
+        attempt,
+        metrics={
+            "recovered_commit_of_attempt": of_attempt,
+            **said,
+            **validation.recovered(kind, of_attempt),
+        },
+        committed_snapshot_id=snapshot_id,
+    )
+
+
 def _spark_log(job_log: joblog.JobLog | None) -> str:
     """What Spark logged of the job; never a reason to lose the failure itself."""
     if job_log is None:
@@ -208,10 +259,10 @@ def policy_check(rt: Runtime, task_id: int) -> Callable[[], None]:
 
     def check() -> None:
         with transaction(rt.engine) as s:
-            task = s.get(Task, task_id)
-            row = s.get(ManagedTable, task.table_id) if task is not None else None
-            if task is None or row is None:
+            found = repo.task_with_table(s, task_id)
+            if found is None:
                 raise PolicyChanged("the table is no longer managed", cancel=True)
+            task, row = found
             if task.state != TaskState.RUNNING:
                 raise PolicyChanged(f"the task is {task.state}", cancel=True)
             verdict = policy_gate.judge(s, row, task)
@@ -222,21 +273,6 @@ def policy_check(rt: Runtime, task_id: int) -> Callable[[], None]:
             )
 
     return check
-
-
-def validation_policy(rt: Runtime, task_id: int) -> ValidationPolicy:
-    """The table's `validation` section as the job starts (its rewrites are checked under
-    it: lakewarden.spark.validation); the built-in default when the table is gone or its
-    policy no longer validates (the job's last look before committing cancels it then)."""
-    with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-        try:
-            return (
-                effective_policy_for(s, row).validation if row is not None else ValidationPolicy()
-            )
-        except ValidationError:  # the last look before the commit cancels the task
-            return ValidationPolicy()
 
 
 def _failpoint(rt: Runtime) -> str | None:

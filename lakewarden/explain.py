@@ -40,7 +40,7 @@ from lakewarden.refs import due_tag, list_refs
 from lakewarden.settings import Settings
 from lakewarden.spark.validation import REWRITE_KINDS
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
-from lakewarden.tasks.repo import open_task
+from lakewarden.tasks.repo import find_open_task
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def _explain_kind(
     summary: dict[str, Any] | None,
 ) -> dict[str, Any]:
     section = kind.section(policy)
-    task = open_task(session, row.id, kind.name)
+    task = find_open_task(session, row.id, kind.name)
     plan: dict[str, Any] | None = None
     incomplete = None if section.enabled else _cannot_enable(section)
     if incomplete is not None:

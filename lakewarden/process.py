@@ -1,4 +1,8 @@
-"""Process heartbeats: every api, worker and scheduler says it is alive, and what it holds."""
+"""Process heartbeats: every api, worker and scheduler says it is alive, and what it holds.
+
+One beat per tick is one statement, whatever the process holds: its own row, and the
+heartbeat of every task it holds (the worker's task in planning, the scheduler's running
+jobs and applications), which is how the reaper tells a live holder from a dead one."""
 
 from __future__ import annotations
 
@@ -7,35 +11,50 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from sqlalchemy import text
 
 from lakewarden.runtime import Runtime
+from lakewarden.states import HELD_TASK_STATES, sql_in
 
 log = logging.getLogger(__name__)
 
-_UPSERT = text(
-    """
-    INSERT INTO process_heartbeats (process_id, role, hostname, pid, current_task_id)
-    VALUES (:id, :role, :host, :pid, :task)
-    ON CONFLICT (process_id) DO UPDATE SET last_seen = now(), current_task_id = :task
+# A task's heartbeat moves only while its holder still holds it: one a reaper or a new
+# leader took meanwhile keeps the new holder's.
+_BEAT = text(
+    f"""
+    WITH me AS (
+        INSERT INTO process_heartbeats (process_id, role, hostname, pid, current_task_id)
+        VALUES (:id, :role, :host, :pid, :task)
+        ON CONFLICT (process_id) DO UPDATE SET last_seen = now(), current_task_id = :task
+    ), held AS (
+        UPDATE tasks SET heartbeat_at = now()
+        WHERE id = ANY(CAST(:held AS bigint[])) AND holder = :id
+          AND {sql_in("state", HELD_TASK_STATES)}
+        RETURNING id
+    )
+    SELECT id FROM held
     """
 )
 
 
-def beat(rt: Runtime, current_task_id: int | None = None) -> None:
+def beat(rt: Runtime, current_task_id: int | None = None, held: Collection[int] = ()) -> set[int]:
+    """Say this process is alive (and which task it works on), and that it still holds
+    the tasks `held`, in one statement. Returns those of `held` it still holds."""
     with rt.engine.begin() as conn:
-        conn.execute(
-            _UPSERT,
+        found = conn.execute(
+            _BEAT,
             {
                 "id": rt.process_id,
                 "role": rt.role,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "task": current_task_id,
+                "held": sorted(held),
             },
         )
+        return set(found.scalars())
 
 
 def forget(rt: Runtime) -> None:

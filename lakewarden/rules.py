@@ -52,8 +52,7 @@ from sqlalchemy.orm import Session
 from lakewarden.catalog import IDENTIFIER, TableRef
 from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy, PolicyVersion
 from lakewarden.policy import effective_policy, validation_problems
-from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
-from lakewarden.tables import lock_namespace
+from lakewarden.tables import cancel_open_tasks, lock_namespace, retire_tables
 
 DROPPED = "dropped from the catalog"
 OPTED_OUT = "opted out"
@@ -558,70 +557,6 @@ def _valid_policies(
         else:
             valid.add((rule_id, ns))
     return valid
-
-
-# --- Retiring many tables at once ------------------------------------------------------
-
-
-def retire_tables(
-    session: Session, table_ids: Iterable[int], *, reason: str, by: str
-) -> tuple[list[int], list[int]]:
-    """`lakewarden.tables.remove_table` for many tables in a few statements: retire those of
-    `table_ids` that are live, with `reason`, keeping their history, and cancel their open
-    tasks (each cancellation in the task's history, as `transition` records it). Returns
-    the ids retired (one retired meanwhile by a concurrent change is left as that change
-    left it) and the ids of the tasks cancelled."""
-    ids = sorted(set(table_ids))
-    if not ids:
-        return [], []
-    retired = sorted(
-        session.execute(
-            update(ManagedTable)
-            .where(ManagedTable.id.in_(ids), ManagedTable.retired_at.is_(None))
-            .values(retired_at=func.now(), retired_reason=reason, updated_at=func.now())
-            .returning(ManagedTable.id)
-            .execution_options(synchronize_session=False)
-        ).scalars()
-    )
-    cancelled = cancel_open_tasks(session, retired, by=by, reason=f"table retired: {reason}")
-    return retired, cancelled
-
-
-_CANCEL_OPEN = text(
-    f"""
-    WITH open AS (
-        SELECT id, state FROM tasks
-        WHERE table_id = ANY(CAST(:ids AS bigint[])) AND {sql_in("state", OPEN_TASK_STATES)}
-        ORDER BY id
-        FOR UPDATE
-    ), cancelled AS (
-        UPDATE tasks t SET state = :cancelled, reason = :reason, updated_at = now()
-        FROM open WHERE t.id = open.id
-        RETURNING t.id, open.state AS from_state
-    ), history AS (
-        INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
-        SELECT id, from_state, :cancelled, :actor, :reason FROM cancelled
-    )
-    SELECT id FROM cancelled
-    """
-)
-
-
-def cancel_open_tasks(
-    session: Session, table_ids: Iterable[int], *, by: str, reason: str
-) -> list[int]:
-    """Cancel every open task of the tables in one statement (the tasks locked in id order,
-    so two callers never deadlock), appending each transition to its task's history. Every
-    open state may move to cancelled (lakewarden.tasks.states); a running job is then
-    cancelled by the scheduler. Returns the cancelled task ids."""
-    ids = sorted(set(table_ids))
-    if not ids:
-        return []
-    found = session.execute(
-        _CANCEL_OPEN,
-        {"ids": ids, "cancelled": TaskState.CANCELLED.value, "reason": reason, "actor": by},
-    )
-    return sorted(found.scalars())
 
 
 # --- Opting a table out ----------------------------------------------------------------

@@ -6,8 +6,10 @@ scheduler's `_NEXT_PLANNED` says the same in SQL); a job already running finishe
 tasks are still created and planned, so explain and the task list show what would run.
 
 Unregistering retires the row (`retired_at`) and keeps its history: events, tasks,
-policy versions, blockers. Lookups and every background loop see live rows only;
-registering the table again revives the row and continues that history.
+policy versions, blockers; `retire_tables` is the one way, whoever retires (an operator,
+a rule removed, an opt-out, a table dropped from its catalog). Lookups and every
+background loop see live rows only; registering the table again revives the row and
+continues that history.
 
 A table stores only the policy settings given for it; the effective policy layers
 them over its namespace's defaults over the built-in defaults.
@@ -58,7 +60,7 @@ from lakewarden.db.models import (
 from lakewarden.db.paging import DEFAULT_LIMIT, keyset_page_by
 from lakewarden.policy import Policy, effective_policy
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
-from lakewarden.tasks.repo import TransitionRejected, transition
+from lakewarden.tasks.repo import transition_all
 from lakewarden.tasks.wakeup import announce
 
 
@@ -367,40 +369,72 @@ def set_policy(
 
 
 def remove_table(session: Session, row: ManagedTable, *, by: str) -> bool:
-    """Unregister the table: retire its row, keeping its events, tasks, policy versions
-    and blockers, and cancel its open tasks (a running job is then cancelled by the
-    scheduler). False if it was unregistered already (a concurrent unregistration won)."""
-    retired = session.execute(
-        update(ManagedTable)
-        .where(ManagedTable.id == row.id, LIVE)
-        .values(retired_at=func.now(), updated_at=func.now())
-        .returning(ManagedTable.id)
-        .execution_options(synchronize_session=False)
-    ).scalar_one_or_none()
-    if retired is None:
+    """Unregister the table (`retire_tables`, with no reason: someone asked). False if it
+    was unregistered already (a concurrent unregistration won)."""
+    retired, _ = retire_tables(
+        session, [row.id], reason=None, by=by, tasks_reason=f"table unregistered by {by}"
+    )
+    if not retired:
         return False
-    # The row lock taken above makes ingests of the table wait and then find it retired,
-    # so they create no new task; one made by a loop that read the row earlier is
-    # cancelled by `policy_gate.judge` when a worker or the scheduler reaches it.
-    open_ids = session.scalars(
-        select(Task.id)
-        .where(Task.table_id == row.id, Task.state.in_(OPEN_TASK_STATES))
-        .order_by(Task.id)
-    ).all()
-    for task_id in open_ids:
-        try:
-            transition(
-                session,
-                task_id,
-                TaskState.CANCELLED,
-                actor=by,
-                expected=OPEN_TASK_STATES,
-                reason=f"table unregistered by {by}",
-            )
-        except TransitionRejected:
-            continue  # it finished meanwhile
     session.refresh(row)
     return True
+
+
+def retire_tables(
+    session: Session,
+    table_ids: Iterable[int],
+    *,
+    reason: str | None,
+    by: str,
+    tasks_reason: str | None = None,
+) -> tuple[list[int], list[int]]:
+    """The one way tables stop being managed: retire those of `table_ids` that are live
+    (with `reason`: dropped, opted out, their rule removed...), keeping their events,
+    tasks, policy versions and blockers, and cancel their open tasks (`tasks_reason`,
+    default "table retired: <reason>"; a running job is then cancelled by the scheduler).
+    Returns the ids retired (one retired meanwhile by a concurrent change is left as that
+    change left it) and the ids of the tasks cancelled."""
+    ids = sorted(set(table_ids))
+    if not ids:
+        return [], []
+    retired = sorted(
+        session.execute(
+            update(ManagedTable)
+            .where(ManagedTable.id.in_(ids), LIVE)
+            .values(
+                retired_at=func.now(),
+                updated_at=func.now(),
+                **({"retired_reason": reason} if reason is not None else {}),
+            )
+            .returning(ManagedTable.id)
+            .execution_options(synchronize_session=False)
+        ).scalars()
+    )
+    # The row locks taken above make ingests of the tables wait and then find them retired,
+    # so they create no new task; one made by a loop that read a row earlier is cancelled
+    # by `policy_gate.judge` when a worker or the scheduler reaches it.
+    cancelled = cancel_open_tasks(
+        session, retired, by=by, reason=tasks_reason or f"table retired: {reason}"
+    )
+    return retired, cancelled
+
+
+def cancel_open_tasks(
+    session: Session, table_ids: Iterable[int], *, by: str, reason: str
+) -> list[int]:
+    """Cancel every open task of the tables (`transition_all`: every open state may move
+    to cancelled; a running job is then cancelled by the scheduler). Returns their ids."""
+    ids = sorted(set(table_ids))
+    if not ids:
+        return []
+    return transition_all(
+        session,
+        Task.table_id.in_(ids),
+        TaskState.CANCELLED,
+        actor=by,
+        expected=OPEN_TASK_STATES,
+        reason=reason,
+    )
 
 
 def namespace_defaults(session: Session, catalog: str, namespace: str) -> NamespacePolicy | None:

@@ -28,9 +28,9 @@ from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable, error_line
-from lakewarden.rules import DROPPED, AdoptResult, adopt, retire_tables
+from lakewarden.rules import DROPPED, AdoptResult, adopt
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE
+from lakewarden.tables import LIVE, retire_tables
 
 log = logging.getLogger(__name__)
 

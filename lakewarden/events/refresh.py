@@ -14,9 +14,8 @@ from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
 from lakewarden.events.ingest import MAX_WALK, Ingested, sync_table
 from lakewarden.foreign import detect_table
-from lakewarden.rules import retire_tables
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, TableGone, get_table
+from lakewarden.tables import LIVE, TableGone, get_table, retire_tables
 
 log = logging.getLogger(__name__)
 

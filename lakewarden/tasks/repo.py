@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
-from lakewarden.states import HELD_TASK_STATES, OPEN_TASK_STATES, TaskState, sql_in
+from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tasks.states import can_transition, sources_of
 from lakewarden.tasks.wakeup import announce
 
@@ -99,7 +99,8 @@ def create_task(
     return new_id
 
 
-def open_task(session: Session, table_id: int, kind: str) -> Task | None:
+def find_open_task(session: Session, table_id: int, kind: str) -> Task | None:
+    """The open task of `kind` on the table, if any (one at most: the partial unique index)."""
     return session.scalars(
         select(Task).where(
             Task.table_id == table_id,
@@ -107,6 +108,16 @@ def open_task(session: Session, table_id: int, kind: str) -> Task | None:
             Task.state.in_(OPEN_TASK_STATES),
         )
     ).one_or_none()
+
+
+def task_with_table(session: Session, task_id: int) -> tuple[Task, ManagedTable] | None:
+    """The task and its table's row, in one query; None if there is no such task."""
+    found = session.execute(
+        select(Task, ManagedTable)
+        .join(ManagedTable, ManagedTable.id == Task.table_id)
+        .where(Task.id == task_id)
+    ).one_or_none()
+    return None if found is None else (found[0], found[1])
 
 
 def latest_task(session: Session, table_id: int, kind: str) -> Task | None:
@@ -156,13 +167,47 @@ def transition(
     transitions, `held_by` (when given) must still hold it, and a leader's
     `fence` must still be current. Appends the transition to the history.
     """
+    return _move(session, task_id, to, actor, expected, reason, fence, held_by, False, fields)
+
+
+def hand_over(
+    session: Session,
+    task_id: int,
+    state: str,
+    *,
+    from_holder: str,
+    to_holder: str,
+    actor: str,
+    reason: str,
+    fence: Fence | None = None,
+) -> Task:
+    """`transition`'s guards for a task that stays in `state` and changes hands (a new
+    leader takes over a running job): recorded as state -> state; the task keeps its reason
+    (the history has this one)."""
+    fields = {"holder": to_holder, "heartbeat_at": func.now()}
+    return _move(session, task_id, state, actor, (state,), reason, fence, from_holder, True, fields)
+
+
+def _move(
+    session: Session,
+    task_id: int,
+    to: str,
+    actor: str,
+    expected: tuple[str, ...] | None,
+    reason: str | None,
+    fence: Fence | None,
+    held_by: str | None,
+    hand_over: bool,
+    fields: dict[str, Any],
+) -> Task:
     if fence is not None:
         check_fence(session, fence)
     task = session.scalars(select(Task).where(Task.id == task_id).with_for_update()).one_or_none()
     if task is None:
         raise TransitionRejected(f"task {task_id} does not exist", task_id=task_id, state=None)
     allowed_from = expected or sources_of(to)
-    if task.state not in allowed_from or not can_transition(task.state, to):
+    may_move = can_transition(task.state, to) or (hand_over and task.state == to)
+    if task.state not in allowed_from or not may_move:
         raise TransitionRejected(
             f"task {task_id} is {task.state}, cannot move to {to}",
             task_id=task_id,
@@ -180,7 +225,12 @@ def transition(
         .where(Task.id == task_id, Task.state == src)
         # The task keeps the latest reason (why it was skipped, failed, retried...);
         # the history keeps them all.
-        .values(state=to, updated_at=func.now(), **({"reason": reason} if reason else {}), **fields)
+        .values(
+            state=to,
+            updated_at=func.now(),
+            **({"reason": reason} if reason and not hand_over else {}),
+            **fields,
+        )
     )
     session.add(
         TaskTransition(
@@ -197,6 +247,55 @@ def transition(
     session.flush()
     session.refresh(task)
     return task
+
+
+def transition_all(
+    session: Session,
+    where: ColumnElement[bool],
+    to: str,
+    *,
+    actor: str,
+    expected: tuple[str, ...] | None = None,
+    reason: str | None = None,
+    fence: Fence | None = None,
+    **fields: Any,
+) -> list[int]:
+    """`transition` for every task matching `where` that may move to `to` (from `expected`,
+    default every allowed source), in a few statements: the rows locked in id order (two
+    callers never deadlock), moved together, each move appended to its task's history.
+    A task in another state is left as it is. Returns the ids moved, in order."""
+    if fence is not None:
+        check_fence(session, fence)
+    sources = [s for s in (expected or sources_of(to)) if can_transition(s, to)]
+    found = session.execute(
+        select(Task.id, Task.state)
+        .where(where, Task.state.in_(sources))
+        .order_by(Task.id)
+        .with_for_update()
+    ).all()
+    if not found:
+        return []
+    ids = [task_id for task_id, _ in found]
+    session.execute(
+        update(Task)
+        .where(Task.id.in_(ids))
+        .values(state=to, updated_at=func.now(), **({"reason": reason} if reason else {}), **fields)
+    )
+    session.add_all(
+        TaskTransition(
+            task_id=task_id,
+            from_state=src,
+            to_state=to,
+            actor=actor,
+            reason=reason,
+            leader_epoch=fence.epoch if fence else None,
+        )
+        for task_id, src in found
+    )
+    if to in (TaskState.PENDING, TaskState.PLANNED):
+        announce(session, to)
+    session.flush()
+    return ids
 
 
 # The state tests are literals, so the planner can use the claimable rows' partial index.
@@ -242,16 +341,6 @@ def next_pending_due_in(session: Session) -> float | None:
     """Seconds until the earliest pending task waiting out a backoff becomes claimable."""
     due = session.execute(_NEXT_PENDING_DUE).scalar()
     return None if due is None else float(due)
-
-
-def heartbeat(session: Session, task_id: int, holder: str) -> bool:
-    """Refresh the holder's claim; False when the task is no longer ours."""
-    result = session.execute(
-        update(Task)
-        .where(Task.id == task_id, Task.holder == holder, Task.state.in_(HELD_TASK_STATES))
-        .values(heartbeat_at=func.now())
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def history(session: Session, task_id: int) -> list[TaskTransition]:

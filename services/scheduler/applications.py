@@ -35,15 +35,14 @@ from sqlalchemy.orm import Session
 
 from lakewarden import application as entry
 from lakewarden.catalog import load_table
-from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
+from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
-from lakewarden.execute import Job
+from lakewarden.execute import Job, finish_if_committed
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
-from lakewarden.spark import validation
 from lakewarden.spark.commits import find_commit
 from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
@@ -189,7 +188,7 @@ class Applications:
             return
         with self.lock:
             apps = list(self.running.values())
-        self._keep_assigned(fence, [a.task_id for a in apps])
+        self._carry_epoch(fence, [a.task_id for a in apps])
         for app in apps:
             with log_context(task_id=app.task_id, attempt=app.attempt):
                 try:
@@ -199,10 +198,10 @@ class Applications:
                 except Exception:
                     log.exception("task %d: could not poll its application", app.task_id)
 
-    def _keep_assigned(self, fence: Fence, task_ids: list[int]) -> None:
+    def _carry_epoch(self, fence: Fence, task_ids: list[int]) -> None:
         """Our runs carry our current epoch (it changes if our own lease lapsed and we took
-        it again), so their applications report under a live fence; and our tasks'
-        heartbeat says we still hold them."""
+        it again), so their applications report under a live fence. (Their tasks' heartbeat
+        is the scheduler's beat: `lakewarden.process.beat`.)"""
         with transaction(self.rt.engine) as s:
             check_fence(s, fence)
             s.execute(
@@ -215,8 +214,6 @@ class Applications:
                 )
                 .values(leader_epoch=fence.epoch)
             )
-            for task_id in task_ids:
-                repo.heartbeat(s, task_id, fence.holder)
 
     def _poll_one(self, fence: Fence, app: Application) -> None:
         # The process first, the rows second: an application that reported and exited is
@@ -343,25 +340,14 @@ def judge_ended_run(
     """A run whose application is over without its outcome recorded: a commit of this task
     in the table means it succeeded (never run again); none, it failed with `why`."""
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-    if task is None or row is None:
+        found = repo.task_with_table(s, task_id)
+    if found is None:
         return "gone"
+    task, row = found
     table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
-    commit = find_commit(table, task_id)
-    if commit is not None:
-        return finish_run(
-            rt,
-            fence,
-            task_id,
-            attempt,
-            metrics={
-                "recovered_commit_of_attempt": commit[1],
-                "judged": why,
-                **validation.recovered(task.kind, commit[1]),
-            },
-            committed_snapshot_id=commit[0],
-        )
+    recovered = finish_if_committed(rt, fence, task_id, attempt, task.kind, table, judged=why)
+    if recovered is not None:
+        return recovered
     error: BaseException = (
         TimeoutError(f"job exceeded its timeout of {timeout_s:.0f}s and was killed")
         if timed_out
@@ -417,63 +403,49 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
         applications.adopt(run, _timeout_s(rt, task_id), float(elapsed))
         log.info("task %d: re-attached to application %s", task_id, run.submission_id)
         return "reattached"
-    # Dead. A commit says it succeeded (judge_ended_run finishes it so); without one the
-    # caller re-plans it from the table's real state.
+    # Dead. A commit says it succeeded (finished so, under our fence once it is ours);
+    # without one the caller re-plans it from the table's real state.
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-    if task is None or row is None:
+        held = repo.task_with_table(s, task_id)
+    if held is None:
         return None
-    commit = find_commit(load_table(rt.catalogs.load(row.catalog), ref_of(row)), task_id)
-    if commit is None:
+    task, row = held
+    table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
+    if find_commit(table, task_id) is None:
         return None
+    why = "its application is gone"
     try:
         with transaction(rt.engine) as s:
-            take_over(s, rt, fence, task_id, run.scheduler_id, "its application is gone")
+            take_over(s, rt, fence, task_id, run.scheduler_id, why)
     except (repo.TransitionRejected, FencedOut) as exc:
         log.info("task %d not taken over: %s", task_id, exc)
         return "rejected"
-    return judge_ended_run(rt, fence, task_id, run.attempt, why="its application is gone")
+    recovered = finish_if_committed(rt, fence, task_id, run.attempt, task.kind, table, judged=why)
+    assert recovered is not None  # the same table as read above: its commit is there
+    return recovered
 
 
 def take_over(
     s: Session, rt: Runtime, fence: Fence, task_id: int, from_holder: str, reason: str
 ) -> None:
-    """Fenced: a running task an earlier leader held becomes ours, still running (no state
-    change, so not `repo.transition`; the history records it as running -> running)."""
-    check_fence(s, fence)
-    moved = s.execute(
-        update(Task)
-        .where(Task.id == task_id, Task.state == TaskState.RUNNING, Task.holder == from_holder)
-        .values(holder=fence.holder, heartbeat_at=func.now(), updated_at=func.now())
-    )
-    if not moved.rowcount:  # type: ignore[attr-defined]
-        raise repo.TransitionRejected(
-            f"task {task_id} is no longer running under {from_holder}",
-            task_id=task_id,
-            state=None,
-        )
-    s.add(
-        TaskTransition(
-            task_id=task_id,
-            from_state=TaskState.RUNNING,
-            to_state=TaskState.RUNNING,
-            actor=rt.process_id,
-            reason=reason,
-            leader_epoch=fence.epoch,
-        )
+    """Fenced: a running task an earlier leader held becomes ours, still running (the
+    history records it as running -> running)."""
+    repo.hand_over(
+        s,
+        task_id,
+        TaskState.RUNNING,
+        from_holder=from_holder,
+        to_holder=fence.holder,
+        actor=rt.process_id,
+        reason=reason,
+        fence=fence,
     )
 
 
 def _timeout_s(rt: Runtime, task_id: int) -> float:
-    from lakewarden.tables import effective_policy_for
-
     with transaction(rt.engine) as s:
-        task = s.get(Task, task_id)
-        row = s.get(ManagedTable, task.table_id) if task is not None else None
-        if task is None or row is None:
-            return 0.0
-        return float(effective_policy_for(s, row).for_kind(task.kind).timeout_minutes * 60)
+        found = repo.task_with_table(s, task_id)
+        return 0.0 if found is None else Job.of(s, *found).timeout_s
 
 
 # --- where an application runs --------------------------------------------------------------

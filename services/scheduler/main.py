@@ -42,7 +42,6 @@ from lakewarden.quotas import quota_holds
 from lakewarden.runtime import Runtime
 from lakewarden.spark import logfiles
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
-from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from lakewarden.tasks.wakeup import TaskWakeup
@@ -178,12 +177,9 @@ class Scheduler:
 
     def beat(self) -> None:
         """Say this process is alive and still runs its jobs (its own ticker: these writes
-        never delay a renewal)."""
-        process.beat(self.rt)
-        if self.fence is not None and self.inflight:
-            with transaction(self.rt.engine) as s:
-                for task_id in list(self.inflight):
-                    repo.heartbeat(s, task_id, self.rt.process_id)
+        never delay a renewal): one statement for the process and every task it holds."""
+        held = (set(self.inflight) | self.applications.task_ids()) if self.fence else set()
+        process.beat(self.rt, held=held)
 
     def leading(self) -> Fence | None:
         if self.fence is not None and time.monotonic() < self._valid_until:
@@ -319,15 +315,7 @@ class Scheduler:
                     attempt=attempt,
                     holder=self.rt.process_id,
                 )
-                job = Job(
-                    task_id,
-                    attempt,
-                    task.kind,
-                    row.catalog,
-                    ref_of(row),
-                    dict(task.plan or {}),
-                    task.pool,
-                )
+                job = Job.of(s, task, row)
                 s.add(
                     JobRun(
                         task_id=task_id,
@@ -339,7 +327,6 @@ class Scheduler:
                         mode=mode_of(self.rt.settings, job.pool),
                     )
                 )
-                timeout_s = effective_policy_for(s, row).for_kind(job.kind).timeout_minutes * 60
         except FencedOut as exc:
             log.warning("dispatch refused: %s", exc)
             return False
@@ -348,10 +335,10 @@ class Scheduler:
                 "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
             )
             if mode_of(self.rt.settings, job.pool) == RunMode.APPLICATION:
-                self.applications.launch(fence, job, timeout_s)
+                self.applications.launch(fence, job, job.timeout_s)
                 return True
         future = self.pool.submit(self._run_job, fence, job)
-        self.inflight[task_id] = Inflight(future, job.group, timeout_s)
+        self.inflight[task_id] = Inflight(future, job.group, job.timeout_s)
         future.add_done_callback(functools.partial(self._forget, task_id))
         return True
 

@@ -55,7 +55,7 @@ from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.tables import LIVE, effective_policy_for, ref_of
-from lakewarden.tasks.repo import create_task
+from lakewarden.tasks.birth import open_task
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
             return 0
         if _idle(s, row, policy):
             return 0
-        catalog, ref = row.catalog, ref_of(row)
+        catalog, ref, version = row.catalog, ref_of(row), row.policy_version
         known = recorded(s, table_id, policy.readiness)
     # The catalog and the manifests are read with no transaction open.
     table = load_table(rt.catalogs.load(catalog), ref)
@@ -124,7 +124,7 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
     with transaction(rt.engine) as s:
         check_fence(s, fence)
         changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now)
-        _open_tasks(s, table_id, found, policy, fence)
+        _open_tasks(s, table_id, found, policy, version, fence)
     return changed
 
 
@@ -287,7 +287,9 @@ def _enqueue(
     s.add(ReadinessNotification(table_id=table_id, ready=ready, payload=payload))
 
 
-def _open_tasks(s: Session, table_id: int, found: Assessment, policy: Policy, fence: Fence) -> None:
+def _open_tasks(
+    s: Session, table_id: int, found: Assessment, policy: Policy, version: int, fence: Fence
+) -> None:
     """A required kind that has not looked at a complete partition since its last commit
     gets a task, unless one of that kind was created since that commit (it will look, or
     it failed: alerted as any failed task, and not retried from here)."""
@@ -302,15 +304,13 @@ def _open_tasks(s: Session, table_id: int, found: Assessment, policy: Policy, fe
         )
         if last is not None and last >= since:
             continue
-        section = policy.for_kind(kind)
-        create_task(
+        open_task(
             s,
             table_id=table_id,
+            policy_version=version,  # the version `policy` was read at
             kind=kind,
+            section=policy.for_kind(kind),
             actor=fence.holder,
-            priority=section.priority,
-            max_attempts=section.max_attempts,
-            pool=section.pool,
             trigger={
                 "source": "readiness",
                 "reason": f"readiness: complete partitions wait for {kind} to look at them "

@@ -40,7 +40,7 @@ from lakewarden.policy import Policy, SweptPolicy, TagsPolicy, effective_policy,
 from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, holds_on
-from lakewarden.tasks.repo import create_task
+from lakewarden.tasks.birth import open_task
 
 log = logging.getLogger(__name__)
 
@@ -202,20 +202,14 @@ class _Sweep:
         created: list[int] = []
         for kind, section, why in due:
             reason = f"{kind.name} sweep: {why}"
-            task_id = create_task(
+            task_id = open_task(
                 s,
                 table_id=row.id,
+                policy_version=row.policy_version,
                 kind=kind.name,
+                section=section,
                 actor=self.fence.holder,
-                priority=section.priority,
-                max_attempts=section.max_attempts,
-                pool=section.pool,
-                trigger={
-                    "source": "sweep",
-                    "reason": reason,
-                    "leader_epoch": self.fence.epoch,
-                    "policy_version": row.policy_version,
-                },
+                trigger={"source": "sweep", "reason": reason, "leader_epoch": self.fence.epoch},
             )
             if task_id is not None:
                 created.append(task_id)

@@ -41,10 +41,8 @@ class Worker:
         self.wake = threading.Event()  # a task became pending (lakewarden.tasks.wakeup)
 
     def _beat(self) -> None:
-        process.beat(self.rt, self.current_task)
-        if self.current_task is not None:
-            with transaction(self.rt.engine) as s:
-                repo.heartbeat(s, self.current_task, self.rt.process_id)
+        task = self.current_task
+        process.beat(self.rt, task, held=() if task is None else (task,))
 
     def run_once(self) -> bool:
         """Plan one task if any is claimable. Returns whether one was claimed."""

@@ -143,3 +143,26 @@ def test_after_a_rollback_only_the_commits_past_the_fork_are_new(rt: Runtime) ->
     table = append_batches(table.refresh(), 1, start=200)
     new = commits_after(table.refresh(), cursor)
     assert [s.snapshot_id for s in new] == [current(table).snapshot_id]
+
+
+def test_a_task_readiness_opens_says_the_policy_version_it_was_born_under(rt: Runtime) -> None:
+    """Every birth stamps the table's policy version on the trigger (`tasks.birth`); the
+    readiness round left it out."""
+    from lakewarden.db.models import Task
+
+    append_batches(make_table(rt, name="stamped"), 1)
+    policy = {"readiness": {**POLICY["readiness"], "tag": False, "require": ["compaction"]}}
+    with transaction(rt.engine) as s:
+        s.add(
+            ManagedTable(
+                catalog=rt.settings.catalog_name,
+                namespace="sales",
+                name="stamped",
+                policy=policy,
+                policy_version=3,
+            )
+        )
+    readiness_round(rt, _lead(rt), datetime.now(UTC))
+    with transaction(rt.engine) as s:
+        (task,) = s.scalars(select(Task)).all()
+        assert (task.trigger["source"], task.trigger.get("policy_version")) == ("readiness", 3)

@@ -96,7 +96,7 @@ def test_unregister_keeps_the_history_and_cancels_the_open_tasks(rt: Runtime) ->
     ingested = refresh_table(rt, rt.settings.catalog_name, REF, source="poll")
     assert ingested is not None and len(ingested.new_event_ids) == 4
     with transaction(rt.engine) as s:
-        compaction = repo.open_task(s, table_id, "compaction")
+        compaction = repo.find_open_task(s, table_id, "compaction")
         assert compaction is not None
         ttl = repo.create_task(s, table_id=table_id, kind="ttl", trigger={}, actor="test")
         assert ttl is not None

@@ -59,6 +59,50 @@ def test_every_pair_of_states_is_guarded(rt: Runtime) -> None:
                     repo.transition(s, task_id, dst, actor="test")
 
 
+def test_the_bulk_transition_moves_only_what_may_move_and_records_each_move(rt: Runtime) -> None:
+    """`transition_all` (a retired table's open tasks cancelled at once) keeps
+    `transition`'s guard: a task in a state that may not move is left as it is."""
+    tasks = {state: _task(rt, _table(rt, state), kind="compaction") for state in ALL_STATES}
+    for state, task_id in tasks.items():
+        _force_state(rt, task_id, state)
+    with transaction(rt.engine) as s:
+        moved = repo.transition_all(
+            s, Task.id.in_(list(tasks.values())), "cancelled", actor="bulk", reason="why"
+        )
+    movable = {state for state in ALL_STATES if can_transition(state, "cancelled")}
+    assert moved == sorted(tasks[state] for state in movable)
+    with transaction(rt.engine) as s:
+        for state, task_id in tasks.items():
+            task = s.get(Task, task_id)
+            assert task is not None
+            last = repo.history(s, task_id)[-1]
+            if state in movable:
+                assert (task.state, task.reason) == ("cancelled", "why")
+                assert (last.from_state, last.to_state, last.actor) == (state, "cancelled", "bulk")
+            else:
+                assert task.state == state and last.to_state == "pending"  # its birth only
+
+
+def test_a_hand_over_needs_the_task_still_running_under_its_old_holder(rt: Runtime) -> None:
+    task_id = _task(rt, _table(rt))
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE tasks SET state = 'running', holder = 'old', reason = 'r' WHERE id = :i"),
+            {"i": task_id},
+        )
+    with transaction(rt.engine) as s, pytest.raises(repo.TransitionRejected):
+        repo.hand_over(
+            s, task_id, "running", from_holder="other", to_holder="new", actor="a", reason="x"
+        )
+    with transaction(rt.engine) as s:
+        task = repo.hand_over(
+            s, task_id, "running", from_holder="old", to_holder="new", actor="a", reason="taken"
+        )
+        assert (task.state, task.holder, task.reason) == ("running", "new", "r")
+        last = repo.history(s, task_id)[-1]
+        assert (last.from_state, last.to_state, last.reason) == ("running", "running", "taken")
+
+
 def test_one_open_task_per_table_and_kind(rt: Runtime) -> None:
     table_id = _table(rt)
     first = _task(rt, table_id)

@@ -11,13 +11,13 @@ from pydantic import ValidationError
 from lakewarden import holds, policy_gate, tables
 from lakewarden.auth.grants import Role
 from lakewarden.catalog import TableRef
-from lakewarden.db.models import ManagedTable, Task
+from lakewarden.db.models import KindHold, ManagedTable, Task
 from lakewarden.kinds import REGISTRY
 from lakewarden.policy import KINDS
 from lakewarden.quotas import quota_holds
 from lakewarden.settings import Settings
 from lakewarden.states import OPEN_TASK_STATES, TaskState
-from lakewarden.tasks import repo
+from lakewarden.tasks import birth, repo
 from lakewarden.tasks.states import ALL_STATES
 from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
@@ -183,7 +183,7 @@ def _ask_for(
     how_to_override: str,
 ) -> TaskDetail:
     """A task of `kind` on the table, asked for by hand (trigger, retry): the policy gate,
-    then `repo.create_task` (a 409 if the table has one open already)."""
+    then `birth.open_task` (a 409 if the table has one open already, or the kind is held)."""
     try:
         policy, stamp = policy_gate.current(session, row, kind)
     except ValidationError as exc:
@@ -197,30 +197,29 @@ def _ask_for(
     if not policy.enabled and kind in DESTRUCTIVE_KINDS:
         access.need(Role.admin, row.catalog, row.namespace)
     actor = access.actor
-    trigger = {**trigger, "policy_version": row.policy_version, "policy": stamp.as_json()}
+    trigger = {**trigger, "policy": stamp.as_json()}
     if not policy.enabled:
         trigger["reason"] += f", overriding the disabled {kind}"
         trigger[policy_gate.OVERRIDE_KEY] = {"by": actor}
-    task_id = repo.create_task(
+    task_id = birth.open_task(
         session,
         table_id=row.id,
+        policy_version=row.policy_version,
         kind=kind,
+        section=policy,
         actor=actor,
-        priority=policy.priority,
-        max_attempts=policy.max_attempts,
-        pool=policy.pool,
         trigger=trigger,
     )
     if task_id is None:
-        if (held := holds.hold_of(session, row.id, kind)) is not None:
+        refused = birth.why_not(session, row.id, kind)
+        if isinstance(refused, KindHold):
             raise HTTPException(
-                409, f"{row.namespace}.{row.name}: {holds.describe(session, row, held)}"
+                409, f"{row.namespace}.{row.name}: {holds.describe(session, row, refused)}"
             )
-        existing = repo.open_task(session, row.id, kind)
         raise HTTPException(
             409,
             f"table {row.namespace}.{row.name} already has an open {kind} task"
-            + (f" ({existing.id}, {existing.state})" if existing else ""),
+            + (f" ({refused.id}, {refused.state})" if refused else ""),
         )
     record = repo.get_task(session, task_id)
     assert record is not None
@@ -272,10 +271,10 @@ def retry_task(task_id: Id, rt: RuntimeDep, session: SessionDep, access: AccessD
     same table (`trigger.retry_of` names the old one), planned afresh under the current
     policy. Only the latest task of its kind on its table can be retried. Operator."""
     _need_on_task(session, access, Role.operator, task_id)
-    old = session.get(Task, task_id)
-    row = session.get(ManagedTable, old.table_id) if old is not None else None
-    if old is None or row is None:
+    found = repo.task_with_table(session, task_id)
+    if found is None:
         raise HTTPException(404, f"task {task_id} does not exist")
+    old, row = found
     if old.state not in RETRYABLE:
         raise HTTPException(
             409,
