@@ -1,6 +1,7 @@
 """The scheduler's periodic rounds, each on a ticker of its own (`Scheduler.serve`): the
 heartbeat, the reaper, health and alerts (then readiness), the sweep, and log pruning.
-Each round but the heartbeat is the leader's only."""
+The reaper, health and the sweep are the leader's only; the heartbeat and log pruning run
+on every scheduler."""
 
 from __future__ import annotations
 
