@@ -19,8 +19,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,14 +26,13 @@ from typing import Any
 
 from sqlalchemy import select, text
 
-from benchmarks import data
+from benchmarks import data, processes
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
-from lakewarden.spark.submit import settings_env
 from lakewarden.tasks import repo
 from services.scheduler.applications import local_pid
 from services.scheduler.main import Scheduler
@@ -236,18 +233,7 @@ def _scheduler_env(ctx: Context, data_dir: Path) -> dict[str, str]:
             "scheduler_poll_interval_s": 1.0,
         }
     )
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")},
-        **settings_env(settings, ctx.rt.db_url),
-    }
-
-
-def _lease(rt: Runtime) -> tuple[str, int] | None:
-    with rt.engine.connect() as conn:
-        row = conn.execute(
-            text("SELECT holder, epoch FROM leader_lease WHERE expires_at > now()")
-        ).one_or_none()
-    return (str(row[0]), int(row[1])) if row else None
+    return processes.process_env(ctx.rt.db_url, drop="LAKEWARDEN_", settings=settings)
 
 
 def _wait(fn: Any, timeout: float, what: str) -> Any:
@@ -267,19 +253,11 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
     work = ctx.work_dir / "b13-failover"
     work.mkdir(parents=True, exist_ok=True)
     env = _scheduler_env(ctx, work)
-    logs = [open(work / f"scheduler-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "scheduler"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        for log in logs
+        processes.start(["scheduler"], env, work / f"scheduler-{i}.log", cwd=ROOT) for i in range(2)
     ]
     try:
-        holder, epoch = _wait(lambda: _lease(rt), 60, "a leader")
+        holder, epoch = _wait(lambda: processes.lease_holder(rt.engine), 60, "a leader")
         leader = next(p for p in procs if f"-{p.pid}-" in holder)
 
         def drivers_up() -> bool:
@@ -294,7 +272,9 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
         killed = time.monotonic()
         leader.wait(10)
         new_holder, new_epoch = _wait(
-            lambda: (lease := _lease(rt)) and lease[0] != holder and lease, 60, "a new leader"
+            lambda: (now := processes.lease_holder(rt.engine)) and now[0] != holder and now,
+            60,
+            "a new leader",
         )
         takeover_s = time.monotonic() - killed
         _wait(lambda: all(_state(rt, t) in TERMINAL for t in task_ids), 600, "every task")
@@ -319,12 +299,7 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
                 )
             )
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
-        for log in logs:
-            log.close()
+        processes.stop(procs, timeout=10, crash=True)
         for task_id in task_ids:
             for run in _runs_of(rt, task_id):
                 pid = local_pid(run.submission_id)

@@ -18,9 +18,6 @@ unchanged through a master URL, and what that costs here.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,13 +30,12 @@ import pyarrow as pa
 from pyiceberg.transforms import DayTransform
 from sqlalchemy import select, text
 
-from benchmarks import data
+from benchmarks import data, processes
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.spark.local_cluster import LocalCluster, apps_by_id, start_cluster
-from lakewarden.spark.submit import settings_env
 from lakewarden.tasks import repo
 from services.worker.main import Worker
 
@@ -174,27 +170,8 @@ def _scheduler(rt: Runtime, master: str, web_url: str | None, log: Path) -> subp
             "scheduler_poll_interval_s": 1.0,
         }
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")}
-    env.update(settings_env(settings, rt.db_url))
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "scheduler"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    env = processes.process_env(rt.db_url, drop="LAKEWARDEN_", settings=settings)
+    return processes.start(["scheduler"], env, log, append=True, start_new_session=True)
 
 
 def _wait_done(
@@ -256,7 +233,7 @@ def _mode(
             if n > 0:
                 walls.append(wall)
     finally:
-        _stop(proc)
+        processes.stop([proc], timeout=60)
     return {"seconds": seconds, "walls": walls, "failed": failed, "apps": sorted(apps)}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import select, text
 
-from benchmarks import data
+from benchmarks import data, processes
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
@@ -53,16 +53,16 @@ TARGET_FIRST_X = 2.0
 
 def _env(ctx: Context, jobs: int) -> dict[str, str]:
     s = ctx.rt.settings
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")},
-        # the environment, not the arguments: the URL holds the database password
-        "LAKEWARDEN_DATABASE_URL": ctx.rt.db_url,
-        "LAKEWARDEN_DATA_DIR": str(s.data_dir / "dispatch"),
-        "LAKEWARDEN_WAREHOUSE": s.warehouse_uri,
-        "LAKEWARDEN_SPARK_MASTER": s.spark_master,
-        "LAKEWARDEN_MAX_CONCURRENT_JOBS": str(jobs),
-        "LAKEWARDEN_LOG_LEVEL": "INFO",
-    }
+    # the environment, not the arguments: the URL holds the database password
+    return processes.process_env(
+        ctx.rt.db_url,
+        s.data_dir / "dispatch",
+        drop="LAKEWARDEN_",
+        warehouse=s.warehouse_uri,
+        spark_master=s.spark_master,
+        max_concurrent_jobs=str(jobs),
+        log_level="INFO",
+    )
 
 
 @contextmanager
@@ -75,16 +75,7 @@ def _processes(ctx: Context, jobs: int, logs: Path) -> Iterator[Path]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for role, log in (("scheduler", sched_log), ("worker", logs / f"worker-{jobs}.log")):
-            with log.open("wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "lakewarden", role],
-                        env=env,
-                        cwd=ROOT,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
+            procs.append(processes.start([role], env, log, cwd=ROOT))
         deadline = time.monotonic() + 300
         while not any(line in sched_log.read_text() for line in WARM_LINES):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -92,13 +83,7 @@ def _processes(ctx: Context, jobs: int, logs: Path) -> Iterator[Path]:
             time.sleep(0.2)
         yield sched_log
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        processes.stop(procs, timeout=60)
 
 
 def _tables(ctx: Context, tag: str, n: int) -> list[str]:

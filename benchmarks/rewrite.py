@@ -8,7 +8,6 @@ executes, on the warm session. Repeats roll the table back to its small-file sna
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from benchmarks import data
+from benchmarks import data, processes
 from benchmarks.harness import Context, Figure, Stat, measuring, ratios, timed
 from lakewarden.catalog import TableRef
 from lakewarden.kinds import compaction
@@ -184,13 +183,8 @@ def b6(ctx: Context) -> Figure:
 
 def _cold_job(ctx: Context) -> None:
     s = ctx.rt.settings
-    env = {
-        **os.environ,
-        # the environment, not the arguments: the URL holds the database password
-        "LAKEWARDEN_DATABASE_URL": ctx.rt.db_url,
-        "LAKEWARDEN_DATA_DIR": str(s.data_dir),
-        "LAKEWARDEN_WAREHOUSE": s.warehouse_uri,
-    }
+    # the environment, not the arguments: the URL holds the database password
+    env = processes.process_env(ctx.rt.db_url, s.data_dir, warehouse=s.warehouse_uri)
     subprocess.run(
         [sys.executable, "-m", "benchmarks.rewrite", TINY.dotted],
         env=env,

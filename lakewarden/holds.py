@@ -10,7 +10,7 @@ the task), it holds the kind on the table:
 - no task of the kind is created on the table, by any path: `repo.create_task` refuses
   while a hold exists (commit evaluation, the sweep, readiness, a manual trigger or retry);
 - a task of the kind already open does not start: dispatch skips it, as it skips a paused
-  table (services/scheduler/main.py);
+  table (services/scheduler/dispatch.py);
 - it stays until an operator acknowledges the alert its failure raised (`rule`: the
   critical `rewrite_mismatch`, or `task_failed`) or resumes the kind explicitly.
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import signal
 import subprocess
@@ -25,6 +24,11 @@ import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from sqlalchemy import create_engine, text
 
+# The repository's root, for benchmarks.processes (run as `python scripts/soak.py`, only
+# scripts/ is on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import processes
 from lakewarden.db.embedded import _any_free_port, ensure_server, stop_server
 from lakewarden.db.migrate import migrate
 from lakewarden.runtime import Runtime
@@ -51,28 +55,21 @@ def main() -> None:
     engine = create_engine(settings.database_url or url)
     rt = Runtime(settings=settings, db_url=settings.database_url or url, engine=engine, role="soak")
     migrate(rt)
-    env = {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": url,
-        "LAKEWARDEN_DATA_DIR": str(tmp),
-        "LAKEWARDEN_WAREHOUSE": settings.warehouse_uri,
-        "LAKEWARDEN_LEASE_TTL_S": "6",
-        "LAKEWARDEN_LEASE_RENEW_INTERVAL_S": "2",
-        "LAKEWARDEN_STALE_AFTER_S": "10",
-        "LAKEWARDEN_POLL_INTERVAL_S": "5",
-        "LAKEWARDEN_RETRY_BASE_S": "1",
-    }
+    env = processes.process_env(
+        url,
+        tmp,
+        warehouse=settings.warehouse_uri,
+        lease_ttl_s="6",
+        lease_renew_interval_s="2",
+        stale_after_s="10",
+        poll_interval_s="5",
+        retry_base_s="1",
+    )
     procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(name: str) -> None:
         role = name.split("-")[0]
-        log = open(tmp / f"{name}.log", "ab")  # noqa: SIM115
-        procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", role],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        procs[name] = processes.start([role], env, tmp / f"{name}.log", append=True)
 
     for name in ("api-0", "worker-0", "worker-1", "scheduler-0", "scheduler-1"):
         start(name)
@@ -132,19 +129,15 @@ def main() -> None:
             next_kill = time.monotonic() + args.kill_every
             victim = rng.choice([n for n in procs if not n.startswith("api")])
             role = victim.split("-")[0]
-            with engine.connect() as conn:
-                before = conn.execute(text("SELECT holder, epoch FROM leader_lease")).one_or_none()
+            before = processes.scheduler_lease(engine)
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].wait()
             kills[role] += 1
             killed_at = time.monotonic()
-            if role == "scheduler" and before and f"-{procs[victim].pid}-" in before[0]:
+            if role == "scheduler" and before and f"-{procs[victim].pid}-" in before.holder:
                 while time.monotonic() - killed_at < 60:
-                    with engine.connect() as conn:
-                        now = conn.execute(
-                            text("SELECT epoch FROM leader_lease WHERE expires_at > now()")
-                        ).scalar()
-                    if now is not None and now > before[1]:
+                    now = processes.lease_holder(engine)
+                    if now is not None and now[1] > before.epoch:
                         failovers.append(round(time.monotonic() - killed_at, 2))
                         break
                     time.sleep(0.1)
@@ -180,10 +173,7 @@ def main() -> None:
             if sn.summary is not None and sn.summary.get(TASK_KEY):
                 key = f"{name}:{sn.summary.get(TASK_KEY)}"
                 commits_per_task[key] = commits_per_task.get(key, 0) + 1
-    for p in procs.values():
-        p.terminate()
-    for p in procs.values():
-        p.wait(30)
+    processes.stop(procs.values())
     stop_server(tmp / "pgserver")
     print(
         json.dumps(

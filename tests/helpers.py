@@ -4,10 +4,7 @@ waiting; a webhook receiver; a real API process."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import pyarrow as pa
 
+from benchmarks import processes
 from lakewarden.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -269,22 +267,11 @@ def api_process(db_url: str, data_dir: Path, **settings: str) -> Iterator[str]:
     LAKEWARDEN_<NAME> variables; yields its URL once /readyz answers. Its output is in
     `data_dir/api.log`; it is stopped on the way out."""
     port = free_port()
-    env = {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": db_url,
-        "LAKEWARDEN_DATA_DIR": str(data_dir),
-        "LAKEWARDEN_WAREHOUSE": (data_dir / "warehouse").as_uri(),
-        "LAKEWARDEN_LOG_LEVEL": "WARNING",
-        **{f"LAKEWARDEN_{k.upper()}": v for k, v in settings.items()},
-    }
+    env = processes.process_env(
+        db_url, data_dir, warehouse=(data_dir / "warehouse").as_uri(), log_level="WARNING"
+    ) | processes.setting_vars(settings)
     log = data_dir / "api.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "api", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = processes.start(["api", "--port", str(port)], env, log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -299,5 +286,4 @@ def api_process(db_url: str, data_dir: Path, **settings: str) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        proc.wait(30)
+        processes.stop([proc])

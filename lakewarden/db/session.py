@@ -1,5 +1,7 @@
 """Engines and transactions. Every unit of work, the API's per-request one included, is
-`with transaction(engine) as session:` (commit on success, roll back on error)."""
+`with transaction(engine) as session:` (commit on success, roll back on error); a round of
+a loop that must commit once, at its end, is `with round_transaction(engine) as session:`
+(or `round_connection`), where any other commit raises."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from lakewarden.settings import Settings, get_settings
@@ -65,3 +67,50 @@ def transaction(engine: Engine) -> Iterator[Session]:
     """One unit of work: commit on success, roll back on error."""
     with session_factory(engine)() as session, session.begin():
         yield session
+
+
+class StrayCommit(RuntimeError):
+    """A commit inside a round, before the round's own commit point (its block's end)."""
+
+
+class _CommitPoint:
+    """Refuses a commit until `reached`: a helper that commits on its own would split a
+    round in two (its first half durable although the rest may fail or be fenced out),
+    as Airflow's scheduler refuses one with `prohibit_commit`."""
+
+    def __init__(self) -> None:
+        self.reached = False
+
+    def check(self, *_: object) -> None:
+        if not self.reached:
+            raise StrayCommit("a commit inside a round: only the end of the round commits")
+
+
+@contextmanager
+def round_transaction(engine: Engine) -> Iterator[Session]:
+    """`transaction`, whose one commit is the end of the block: a `session.commit()` inside
+    raises `StrayCommit` (and the round rolls back)."""
+    point = _CommitPoint()
+    with session_factory(engine)() as session:
+        event.listen(session, "before_commit", point.check)
+        with session.begin():
+            yield session
+            point.reached = True
+
+
+@contextmanager
+def round_connection(engine: Engine) -> Iterator[Connection]:
+    """`engine.begin()`, whose one commit is the end of the block: a `conn.commit()` inside
+    raises `StrayCommit` (and the round rolls back)."""
+    point = _CommitPoint()
+    with engine.connect() as conn:
+        event.listen(conn, "commit", point.check)
+        try:
+            with conn.begin():
+                yield conn
+                point.reached = True
+        except StrayCommit:
+            # The refused commit left the transaction inactive but not rolled back, and the
+            # pool would not reset it: drop the connection, so the database rolls it back.
+            conn.invalidate()
+            raise

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from helpers import append_batches, make_table, manage, task_of, wait_for
 from sqlalchemy import select, text
 
+from benchmarks import processes
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -35,22 +35,21 @@ TERMINAL = {s.value for s in TERMINAL_TASK_STATES}
 
 def scheduler_env(db_url: str, data_dir: Path) -> dict[str, str]:
     """Short leases; the big pool's jobs as small applications (5 JVMs on 2 cores)."""
-    return {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": db_url,
-        "LAKEWARDEN_DATA_DIR": str(data_dir),
-        "LAKEWARDEN_WAREHOUSE": (data_dir / "warehouse").as_uri(),
-        "LAKEWARDEN_LEASE_TTL_S": str(TTL_S),
-        "LAKEWARDEN_LEASE_RENEW_INTERVAL_S": "0.5",
-        "LAKEWARDEN_SPARK_WARMUP": "false",
-        "LAKEWARDEN_POOL_MODES": json.dumps({"big": "application"}),
-        "LAKEWARDEN_MAX_CONCURRENT_APPLICATIONS": str(TASKS),
-        "LAKEWARDEN_APPLICATION_MASTER": "local[1]",
-        "LAKEWARDEN_APPLICATION_DRIVER_MEMORY": "512m",
-        "LAKEWARDEN_HEARTBEAT_INTERVAL_S": "1",
-        "LAKEWARDEN_STALE_AFTER_S": "15",
-        "LAKEWARDEN_SCHEDULER_POLL_INTERVAL_S": "1",
-    }
+    return processes.process_env(
+        db_url,
+        data_dir,
+        warehouse=(data_dir / "warehouse").as_uri(),
+        lease_ttl_s=str(TTL_S),
+        lease_renew_interval_s="0.5",
+        spark_warmup="false",
+        pool_modes=json.dumps({"big": "application"}),
+        max_concurrent_applications=str(TASKS),
+        application_master="local[1]",
+        application_driver_memory="512m",
+        heartbeat_interval_s="1",
+        stale_after_s="15",
+        scheduler_poll_interval_s="1",
+    )
 
 
 def plan_compactions(rt: Runtime, n: int) -> list[int]:
@@ -70,23 +69,9 @@ def plan_compactions(rt: Runtime, n: int) -> list[int]:
 @pytest.fixture
 def schedulers(db_url: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = scheduler_env(db_url, tmp_path)
-    logs = [open(tmp_path / f"scheduler-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "scheduler"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        for log in logs
-    ]
+    procs = [processes.start(["scheduler"], env, tmp_path / f"scheduler-{i}.log") for i in range(2)]
     yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
-    for log in logs:
-        log.close()
+    processes.stop(procs, timeout=10, crash=True)
 
 
 def _runs(rt: Runtime) -> list[JobRun]:
@@ -94,14 +79,6 @@ def _runs(rt: Runtime) -> list[JobRun]:
         runs = list(s.scalars(select(JobRun).order_by(JobRun.task_id, JobRun.attempt)))
         s.expunge_all()
     return runs
-
-
-def _holder(rt: Runtime) -> tuple[str, int] | None:
-    with rt.engine.connect() as conn:
-        row = conn.execute(
-            text("SELECT holder, epoch FROM leader_lease WHERE expires_at > now()")
-        ).one_or_none()
-    return (row[0], row[1]) if row else None
 
 
 def _logs(tmp_path: Path) -> str:
@@ -116,7 +93,7 @@ def test_kill_the_leader_while_five_applications_run_and_the_standby_reattaches(
 ) -> None:
     # The test's runtime (rt) shares the schedulers' database and warehouse (tmp_path's).
     task_ids = plan_compactions(rt, TASKS)
-    holder, epoch = wait_for(lambda: _holder(rt), 30, "a leader")
+    holder, epoch = wait_for(lambda: processes.lease_holder(rt.engine), 30, "a leader")
     leader = next(p for p in schedulers if f"-{p.pid}-" in holder)
 
     # All five launched, and their drivers up (app ids stored): then the leader dies.
@@ -134,7 +111,9 @@ def test_kill_the_leader_while_five_applications_run_and_the_standby_reattaches(
 
     try:
         wait_for(all_terminal, 300, "every task to end", lambda: _logs(tmp_path))
-        new_holder, new_epoch = wait_for(lambda: _holder(rt), 5, "the new leader")
+        new_holder, new_epoch = wait_for(
+            lambda: processes.lease_holder(rt.engine), 5, "the new leader"
+        )
         assert new_holder != holder and new_epoch > epoch
 
         runs = _runs(rt)

@@ -154,7 +154,7 @@ def test_dispatch_skips_the_pools_of_a_full_mode_only(rt: Runtime) -> None:
     session pools' tasks, and the other way round."""
     import json
 
-    from services.scheduler.main import _NEXT_PLANNED
+    from services.scheduler.dispatch import _NEXT_PLANNED
 
     big, small = manage(rt, "big", {}), manage(rt, "small", {})
     with rt.engine.begin() as conn:

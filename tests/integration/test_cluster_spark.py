@@ -8,9 +8,7 @@ process, and the shared `spark` fixture (local[2]) may already hold this one's."
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from conftest import _Databases, _with_db, make_test_runtime
 from helpers import append_batches, make_table, manage, task_of, wait_for
 from sqlalchemy import select
 
+from benchmarks import processes
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -144,18 +143,18 @@ def _event_rows(rt: Runtime) -> list[tuple[int, datetime]]:
 
 
 def _scheduler_env(rt: Runtime, cluster: LocalCluster) -> dict[str, str]:
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_")},
-        "LAKEWARDEN_DATABASE_URL": rt.db_url,
-        "LAKEWARDEN_DATA_DIR": str(rt.settings.data_dir),
-        "LAKEWARDEN_WAREHOUSE": rt.settings.warehouse_uri,
-        "LAKEWARDEN_SPARK_MASTER": cluster.master_url,
-        "LAKEWARDEN_SPARK_MASTER_WEB_URL": cluster.web_url,
+    return processes.process_env(
+        rt.db_url,
+        rt.settings.data_dir,
+        drop="LAKEWARDEN_",
+        warehouse=rt.settings.warehouse_uri,
+        spark_master=cluster.master_url,
+        spark_master_web_url=cluster.web_url,
         # The jobs are the proof; a warm-up job beside them only adds to 2 busy cores.
-        "LAKEWARDEN_SPARK_WARMUP": "false",
-        "LAKEWARDEN_SCHEDULER_POLL_INTERVAL_S": "1",
-        "LAKEWARDEN_SPARK_CONF": '{"spark.executor.memory": "1g"}',
-    }
+        spark_warmup="false",
+        scheduler_poll_interval_s="1",
+        spark_conf='{"spark.executor.memory": "1g"}',
+    )
 
 
 @pytest.fixture(scope="module")
@@ -180,13 +179,7 @@ def cluster_run(
 
 
 def _run_on_cluster(rt: Runtime, cluster: LocalCluster, log_path: Path) -> ClusterRun:
-    with open(log_path, "wb") as log:
-        scheduler = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "scheduler"],
-            env=_scheduler_env(rt, cluster),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    scheduler = processes.start(["scheduler"], _scheduler_env(rt, cluster), log_path)
     try:
         orders = append_batches(
             make_table(rt, name="cl_orders"), 8, rows=30, regions=("a", "b", "c")
@@ -268,12 +261,7 @@ def _run_on_cluster(rt: Runtime, cluster: LocalCluster, log_path: Path) -> Clust
 
         wait_for(all_done, 240, "the four jobs", lambda: log_path.read_text()[-5000:])
     finally:
-        scheduler.send_signal(signal.SIGTERM)  # a clean stop: its application FINISHED
-        try:
-            scheduler.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            scheduler.kill()
-            scheduler.wait()
+        processes.stop([scheduler], timeout=60)  # a clean stop: its application FINISHED
     return run
 
 

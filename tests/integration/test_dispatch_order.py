@@ -12,7 +12,7 @@ from lakewarden.db.models import JobRun, ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from services.scheduler.main import _NEXT_PLANNED
+from services.scheduler.dispatch import _NEXT_PLANNED
 
 
 def _planned(rt: Runtime, name: str, priority: int = 0, kind: str = "compaction") -> int:

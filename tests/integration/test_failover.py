@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -14,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine
 
+from benchmarks import processes
 from lakewarden.settings import Settings
 
 TTL_S = 3.0
@@ -38,16 +37,15 @@ CLOCKS = {
 def schedulers(
     request: pytest.FixtureRequest, db_url: str, tmp_path: Path
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LAKEWARDEN_LEASE_")},
-        "LAKEWARDEN_DATABASE_URL": db_url,
-        "LAKEWARDEN_DATA_DIR": str(tmp_path),
-        "LAKEWARDEN_SPARK_WARMUP": "false",  # leadership needs no JVM
-    }
+    env = processes.process_env(
+        db_url,
+        tmp_path,
+        drop="LAKEWARDEN_LEASE_",
+        spark_warmup="false",  # leadership needs no JVM
+    )
     if request.param != "default lease settings":
         env["LAKEWARDEN_LEASE_TTL_S"] = str(TTL_S)
         env["LAKEWARDEN_LEASE_RENEW_INTERVAL_S"] = "0.5"
-    logs = [open(tmp_path / f"scheduler-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
     skews = CLOCKS[request.param]
     libs = sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))
     if skews[0] and not libs:
@@ -63,33 +61,17 @@ def schedulers(
         )
 
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", "scheduler"],
-            env={**env, **clock(skew)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        for log, skew in zip(logs, skews, strict=True)
+        processes.start(["scheduler"], {**env, **clock(skew)}, tmp_path / f"scheduler-{i}.log")
+        for i, skew in enumerate(skews)
     ]
     yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
-    for log in logs:
-        log.close()
+    processes.stop(procs, timeout=10, crash=True)
 
 
 def _lease(engine: Engine) -> tuple[str, int, bool, datetime] | None:
     """holder, epoch, whether it is live, when it was last renewed."""
-    with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT holder, epoch, expires_at > now(), renewed_at FROM leader_lease "
-                "WHERE name = 'scheduler'"
-            )
-        ).one_or_none()
-    return (row[0], row[1], row[2], row[3]) if row else None
+    lease = processes.scheduler_lease(engine)
+    return (lease.holder, lease.epoch, lease.live, lease.renewed_at) if lease else None
 
 
 def _live_lease(engine: Engine) -> tuple[str, int, bool, datetime]:

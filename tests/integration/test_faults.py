@@ -7,10 +7,8 @@ no rewrite is committed twice, and every row survives.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from conftest import make_test_runtime
 from helpers import admin_headers, append_batches, make_table, wait_for
 from sqlalchemy import text
 
+from benchmarks import processes
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
@@ -35,27 +34,20 @@ T = TypeVar("T")
 
 class Fleet:
     def __init__(self, db_url: str, tmp: Path) -> None:
-        self.env = {
-            **os.environ,
-            "LAKEWARDEN_DATABASE_URL": db_url,
-            "LAKEWARDEN_DATA_DIR": str(tmp),
-            "LAKEWARDEN_WAREHOUSE": (tmp / "warehouse").as_uri(),
-            "LAKEWARDEN_LEASE_TTL_S": "4",
-            "LAKEWARDEN_LEASE_RENEW_INTERVAL_S": "1",
-            "LAKEWARDEN_STALE_AFTER_S": "6",
-            "LAKEWARDEN_RETRY_BASE_S": "0.5",
-        }
+        self.env = processes.process_env(
+            db_url,
+            tmp,
+            warehouse=(tmp / "warehouse").as_uri(),
+            lease_ttl_s="4",
+            lease_renew_interval_s="1",
+            stale_after_s="6",
+            retry_base_s="0.5",
+        )
         self.tmp = tmp
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, role: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{role}-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", role],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        proc = processes.start([role], self.env, self.tmp / f"{role}-{len(self.procs)}.log")
         self.procs.append(proc)
         return proc
 
@@ -65,14 +57,7 @@ class Fleet:
         )
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        processes.stop(self.procs)
 
 
 @pytest.fixture

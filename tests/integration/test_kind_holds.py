@@ -28,7 +28,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
-from services.scheduler.main import _NEXT_PLANNED
+from services.scheduler.dispatch import _NEXT_PLANNED
 from services.scheduler.sweeps import sweep_due_tasks
 
 ORDERS = "/api/v1/tables/sales/orders"

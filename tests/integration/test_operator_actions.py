@@ -18,7 +18,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.wakeup import CHANNEL
-from services.scheduler.main import _NEXT_PLANNED
+from services.scheduler.dispatch import _NEXT_PLANNED
 
 ORDERS = "/api/v1/tables/sales/orders"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import sys
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from helpers import Receiver, admin_headers
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
+from benchmarks import processes
 from lakewarden.alerts import store
 from lakewarden.alerts.rules import evaluate_task_rules
 from lakewarden.alerts.sinks import deliver_pending
@@ -227,19 +227,18 @@ def test_no_secret_on_any_command_line_and_spark_still_gets_them(
     password = make_url(rt.db_url).password
     if not password:
         pytest.skip("the test database has no password (TEST_DATABASE_URL without one)")
-    env = {
-        **os.environ,
-        "LAKEWARDEN_DATABASE_URL": rt.db_url,
-        "LAKEWARDEN_DATA_DIR": str(tmp_path),
-        "LAKEWARDEN_WAREHOUSE": (tmp_path / "warehouse").as_uri(),
-        "LAKEWARDEN_SPARK_CONF": json.dumps(
+    env = processes.process_env(
+        rt.db_url,
+        tmp_path,
+        warehouse=(tmp_path / "warehouse").as_uri(),
+        spark_conf=json.dumps(
             {
                 "spark.hadoop.fs.s3a.secret.key": S3_SECRET,
                 "spark.hadoop.fs.s3a.access.key": S3_ACCESS,
                 "spark.executor.cores": "1",
             }
         ),
-    }
+    )
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD],
         env=env,

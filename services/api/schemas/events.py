@@ -1,0 +1,130 @@
+"""The bodies of the event routes: commit notifications pushed in (one or a batch), and
+the commits lakewarden recorded."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import (
+    Field,
+)
+
+from services.api.schemas.common import (
+    IDENTIFIER_PATTERN,
+    NAMESPACE_PATTERN,
+    TEXT_PATTERN,
+    Page,
+    RequestModel,
+    ResponseModel,
+    documented_pattern,
+)
+
+
+class EventIn(RequestModel):
+    """A commit notification pushed by an engine or catalog.
+
+    Only the table is required; lakewarden reads the commit itself from the
+    catalog, so a notification can be neither forged nor half-filled.
+    """
+
+    catalog: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="the table's catalog (GET /api/v1/catalogs); default: the default catalog",
+        json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
+    )
+    namespace: str = Field(
+        min_length=1, max_length=255, json_schema_extra=documented_pattern(NAMESPACE_PATTERN)
+    )
+    name: str = Field(
+        min_length=1, max_length=128, json_schema_extra=documented_pattern(IDENTIFIER_PATTERN)
+    )
+    snapshot_id: int | None = Field(
+        default=None,
+        ge=-(2**63),
+        le=2**63 - 1,
+        description="the committed snapshot, if known (an Iceberg snapshot id: a 64-bit integer)",
+    )
+    metadata_location: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+        description="the table's metadata file after the commit, if known. When lakewarden "
+        "already holds this pointer for the table, nothing is new: the event is answered "
+        "from lakewarden's database without reading the catalog",
+    )
+
+
+# The most events one POST /api/v1/events/batch takes (the body must also fit in 1 MiB).
+MAX_EVENT_BATCH = 1000
+
+
+class EventBatchIn(RequestModel):
+    """Commit notifications of any tables, answered item by item."""
+
+    events: list[EventIn] = Field(
+        min_length=1,
+        max_length=MAX_EVENT_BATCH,
+        description="the notifications; those of one table are coalesced into one catalog "
+        "read and one ingest",
+    )
+
+
+class EventOut(ResponseModel):
+    id: int
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    sequence_number: int | None
+    operation: str | None
+    summary: dict[str, Any]
+    source: str
+    committed_at: datetime | None
+    received_at: datetime
+    decision: str | None
+    decision_detail: dict[str, Any] | None
+
+
+class EventAccepted(ResponseModel):
+    table: str
+    new_events: int
+    current_snapshot_id: int | None
+    event: EventOut | None
+
+
+class EventResult(ResponseModel):
+    """What became of one notification of a batch."""
+
+    index: int = Field(description="the notification's position in the batch, from 0")
+    table: str = Field(description="namespace.name, as given")
+    accepted: bool = Field(description="false: `error` says why; the others are unaffected")
+    status: int = Field(
+        description="what POST /api/v1/events would have answered for this notification: "
+        "202, or 403, 404, 409, 422, 500"
+    )
+    new_events: int = Field(
+        description="commits of the table recorded by this batch, counted on one "
+        "notification of the table (the first that needed the catalog read; the others of "
+        "the table: 0), so the sum over the items is what the batch recorded"
+    )
+    current_snapshot_id: int | None = None
+    event_id: int | None = Field(
+        default=None,
+        description="the event of the notification's snapshot (or of the table's current "
+        "snapshot when none was given), if recorded",
+    )
+    decision: str | None = Field(default=None, description="what evaluation made of that event")
+    error: str | None = Field(default=None, description="why the notification was refused")
+
+
+class EventBatchAccepted(ResponseModel):
+    accepted: int = Field(description="notifications accepted")
+    failed: int = Field(description="notifications refused (see each item's `error`)")
+    new_events: int = Field(description="commits recorded by this batch, over all its tables")
+    results: list[EventResult] = Field(description="one per notification, in the batch's order")
+
+
+class EventPage(Page[EventOut]):
+    pass

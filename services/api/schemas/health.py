@@ -1,0 +1,511 @@
+"""The operator views: a table's health, what would run on it now (explain), its partitions'
+readiness and watermark, its refs and rollback; and the service's own probes and leader."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from services.api.schemas.common import TEXT_PATTERN, Page, RequestModel, ResponseModel
+from services.api.schemas.tables import BlockerOut, HoldOut, KindHoldOut, SignalOut
+
+
+class ReadyOut(ResponseModel):
+    """The readiness probe's answer, 200 or 503 (a probe's state, not an error)."""
+
+    status: Literal["ready", "unavailable"]
+    reason: str | None = Field(default=None, description="why not ready")
+
+
+class LeaderOut(ResponseModel):
+    holder: str | None
+    epoch: int | None
+    acquired_at: datetime | None = None
+    renewed_at: datetime | None = None
+    expires_at: datetime | None = None
+    live: bool
+
+
+# The operator views: a table's health, and what would run on it now.
+
+
+class FileSizesOut(ResponseModel):
+    min: int
+    p50: int
+    max: int
+
+
+class FileSizeBucketOut(ResponseModel):
+    """One bar of the file-size histogram (MB = 1024 x 1024 bytes)."""
+
+    label: Literal["<1 MB", "1-8 MB", "8-32 MB", "32-128 MB", "128-512 MB", ">512 MB"]
+    min_bytes: int = Field(description="the smallest size in the bucket (inclusive)")
+    max_bytes: int | None = Field(description="the bucket's upper bound (exclusive); null: none")
+    files: int = Field(description="data files of the current snapshot in the bucket")
+    bytes: int
+
+
+class DeleteFilesOut(ResponseModel):
+    position: int
+    equality: int
+    position_rows: int
+    equality_rows: int
+
+
+class SnapshotsOut(ResponseModel):
+    count: int
+    oldest_age_s: float
+    newest_age_s: float
+    expirable: int = Field(
+        description="beyond clean.keep_last_snapshots, older than max_snapshot_age_hours, "
+        "not referenced by a branch or tag: what clean would expire"
+    )
+
+
+class ManifestsOut(ResponseModel):
+    count: int = Field(description="manifests of the current snapshot")
+    data: int
+    deletes: int
+    total_bytes: int
+    avg_bytes: float
+
+
+class CommitsOut(ResponseModel):
+    """Commits from the snapshots the table still holds (expired ones are not counted: after
+    clean the rates are a lower bound)."""
+
+    last_24h: int
+    last_7d: int
+    per_day_7d: float = Field(description="last_7d / 7")
+    daily_7d: list[int] = Field(
+        description="commits per day, 7 entries, the last 24 h first (then 24-48 h ago, ...)"
+    )
+    data_commits_last_hour: int = Field(
+        description="commits that added data (append, overwrite) in the last hour"
+    )
+    median_interval_s_last_hour: float | None = Field(
+        description="median seconds between those commits (null: fewer than two)"
+    )
+    streaming_writer_active: bool = Field(
+        description="a streaming writer looks active: >= 4 data commits in the last hour, at "
+        "a median interval <= 15 min, the newest no older than twice that interval (or 60 s)"
+    )
+
+
+class SkewMeasureOut(ResponseModel):
+    median: float | None = Field(description="the median partition's value")
+    busiest: int | None
+    busiest_partition: dict[str, Any] | None
+    ratio: float | None = Field(description="busiest / median (null: no partition)")
+
+
+class PartitionSkewOut(ResponseModel):
+    """The busiest partition against the median one, of the partitions holding data files."""
+
+    partitions: int
+    bytes: SkewMeasureOut
+    data_files: SkewMeasureOut
+
+
+class MetadataFilesOut(ResponseModel):
+    files: int = Field(description="metadata.json files listed: the current one and its log")
+    bytes: int | None = Field(description="their total size; null unless read with ?storage=true")
+    current_bytes: int | None = Field(
+        description="the current metadata.json's size (every read and commit parses it); "
+        "null unless read with ?storage=true"
+    )
+    delete_after_commit: bool = Field(
+        description="write.metadata.delete-after-commit.enabled: when false, every commit "
+        "leaves its metadata.json on storage for good (only orphan removal takes them)"
+    )
+    previous_versions_max: int | None = Field(
+        description="write.metadata.previous-versions-max (how many the log keeps); null "
+        "when the property is not a number"
+    )
+
+
+class StorageOut(ResponseModel):
+    """The table location listed against what its metadata references (?storage=true)."""
+
+    listed_files: int
+    listed_bytes: int
+    capped: bool = Field(
+        description="the listing stopped at max_files: the unreferenced figures are a lower bound"
+    )
+    max_files: int
+    unreferenced_files: int = Field(
+        description="files under the location that no snapshot or metadata file references "
+        "(orphan candidates)"
+    )
+    unreferenced_bytes: int
+    unreferenced_older_files: int = Field(
+        description="of those, files older than orphan_min_age_hours: what clean's orphan "
+        "removal would delete (younger ones may belong to a commit in flight)"
+    )
+    unreferenced_older_bytes: int
+    orphan_min_age_hours: float
+    old_snapshots_only_files: int = Field(
+        description="data and delete files some snapshot holds but neither the current one "
+        "nor any branch or tag head: expiring the old snapshots frees them"
+    )
+    old_snapshots_only_bytes: int
+    manifests_read: int = Field(description="distinct manifests read over every snapshot")
+
+
+class TTLOut(ResponseModel):
+    column: str | None = Field(description="the policy's ttl.column; null when none is set")
+    cutoff: datetime | None = None
+    oldest: datetime | None = Field(default=None, description="min lower bound of the column")
+    newest: datetime | None = None
+    files_without_bounds: int | None = None
+    files_past_retention: int | None = Field(
+        default=None, description="files holding some row older than the cutoff"
+    )
+    files_entirely_past_retention: int | None = None
+    note: str | None = None
+
+
+class FilesOut(ResponseModel):
+    """What the data and delete files come to, of the whole table or of one partition."""
+
+    data_files: int
+    bytes: int
+    records: int
+    file_size: FileSizesOut
+    file_size_buckets: list[FileSizeBucketOut] = Field(
+        min_length=6,
+        max_length=6,
+        description="data files by size: <1 MB, 1-8, 8-32, 32-128, 128-512, >512 MB, in "
+        "that order, every bucket listed",
+    )
+    files_over_1gb: int = Field(description="data files of 1 GB (1024^3 bytes) or more")
+    small_files: int
+    small_file_ratio: float
+    reducible_files: int
+    delete_files: DeleteFilesOut
+    deleted_records: float
+    deleted_row_ratio: float
+
+
+class PartitionHealthOut(FilesOut):
+    partition: dict[str, Any]
+    files_per_lookup: dict[str, float | None]
+    oldest_ttl_value: datetime | None
+    past_retention: bool | None
+
+
+class BucketOut(ResponseModel):
+    """One bucket of the key: what a read of one of its keys opens."""
+
+    partition: dict[str, Any]
+    bucket: Any = Field(description="the bucket number (the partition's value of the field)")
+    data_files: int
+    equality_delete_files: int
+    equality_delete_rows: int
+    position_delete_files: int
+    position_delete_rows: int
+    files: int = Field(description="data files plus delete files")
+
+
+class BucketsOut(ResponseModel):
+    """A primary-key table bucketed by key (a bucket(N, key) partition field)."""
+
+    field: str = Field(description="the partition field")
+    column: str = Field(description="the key column it buckets")
+    num_buckets: int
+    max_files_per_bucket: int = Field(description="compaction.max_files_per_bucket (0: off)")
+    buckets: int = Field(description="buckets holding files")
+    most_data_files: int
+    over_limit: int = Field(description="buckets holding more than max_files_per_bucket")
+    per_bucket: list[BucketOut]
+
+
+class HealthOut(FilesOut):
+    table: str
+    policy_version: int
+    snapshot_id: int | None
+    measured_at: datetime
+    score: int = Field(ge=0, le=100)
+    penalties: dict[str, float] = Field(description="what each factor took off 100")
+    signals: list[SignalOut]
+    small_file_threshold_bytes: int
+    snapshots: SnapshotsOut
+    manifests: ManifestsOut
+    layout: dict[str, float | None] = Field(
+        description="files a point lookup opens, per layout kind, over the whole table"
+    )
+    layout_columns: dict[str, list[str]]
+    ttl: TTLOut
+    partitions: list[PartitionHealthOut]
+    commits: CommitsOut
+    partition_skew: PartitionSkewOut
+    metadata_files: MetadataFilesOut
+    storage: StorageOut | None = Field(
+        default=None, description="null unless asked for with ?storage=true (it lists files)"
+    )
+    buckets: BucketsOut | None = Field(
+        default=None,
+        description="per bucket of the key, for a table partitioned by bucket(N, key) "
+        "(the key: its identifier fields, or any column when it declares none); null otherwise",
+    )
+
+
+class OpenTaskOut(ResponseModel):
+    id: int
+    state: str
+    attempt: int
+    created_at: datetime
+    reason: str | None = Field(description="why it was created")
+
+
+class TriggerOut(ResponseModel):
+    source: Literal["commits", "sweep"]
+    would_create_task: bool
+    reason: str
+    metrics: dict[str, Any] | None = None
+
+
+class KindExplainOut(ResponseModel):
+    enabled: bool
+    would_run: bool = Field(description="enabled, and its planner finds work on the table now")
+    reason: str = Field(description="why it would run or not")
+    open_task: OpenTaskOut | None
+    triggers: list[TriggerOut] = Field(
+        description="whether the next commit (the current snapshot's summary) or the next "
+        "sweep would create a task"
+    )
+    planner_reason: str = Field(description="what the planner says of the table now")
+    plan: dict[str, Any] | None
+    expected_gain: dict[str, Any] | None
+
+
+class RefOut(ResponseModel):
+    """A branch or tag, with what Iceberg's expire_snapshots keeps for it (lakewarden.refs)."""
+
+    name: str
+    type: Literal["branch", "tag"]
+    snapshot_id: int
+    committed_at: datetime | None = Field(description="when its snapshot was committed")
+    age_hours: float | None = Field(description="its snapshot's age now")
+    max_ref_age_ms: int | None = Field(
+        description="the ref is dropped once its snapshot is older (null: the table default)"
+    )
+    min_snapshots_to_keep: int | None = Field(description="a branch keeps this many ancestors")
+    max_snapshot_age_ms: int | None = Field(description="a branch keeps ancestors this young")
+    lapses_at: datetime | None = Field(
+        description="from then on, the next snapshot expiry drops it (null: never; main never)"
+    )
+
+
+class RefsOut(ResponseModel):
+    table: str
+    at: datetime
+    current_snapshot_id: int | None
+    refs: list[RefOut] = Field(description="main first, then the other branches, then tags")
+
+
+_SNAPSHOT_ID = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
+_TAG_NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": TEXT_PATTERN}
+
+
+def _one_of_rollback(schema: dict[str, Any]) -> None:
+    """The OpenAPI of RollbackIn: one of two closed objects, so that clients (and the fuzzer)
+    know a body with both fields, or neither, is refused."""
+    keep: dict[str, Any] = {k: schema[k] for k in ("title", "description") if k in schema}
+    schema.clear()
+    schema.update(keep)
+    schema["oneOf"] = [
+        {
+            "type": "object",
+            "properties": {name: prop},
+            "required": [name],
+            "additionalProperties": False,
+        }
+        for name, prop in (("to_snapshot", _SNAPSHOT_ID), ("to_tag", _TAG_NAME))
+    ]
+
+
+class RollbackIn(RequestModel):
+    """Exactly one of `to_snapshot` (a snapshot id) and `to_tag` (a tag's name)."""
+
+    model_config = ConfigDict(json_schema_extra=_one_of_rollback)
+    to_snapshot: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    to_tag: str | None = Field(default=None, min_length=1, max_length=255)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> RollbackIn:
+        if (self.to_snapshot is None) == (self.to_tag is None):
+            raise ValueError('send exactly one of "to_snapshot" (a snapshot id) or "to_tag"')
+        return self
+
+
+class RollbackOut(ResponseModel):
+    table: str
+    from_snapshot_id: int | None
+    to_snapshot_id: int
+    to_tag: str | None
+    rolled_back: bool = Field(description="false: main was already at that snapshot")
+
+
+class TagsExplainOut(ResponseModel):
+    enabled: bool
+    every: str
+    retention_days: int
+    next_tag: str = Field(description="this period's tag (daily-YYYYMMDD, hourly-YYYYMMDDHH)")
+    due: bool = Field(description="the next sweep makes `next_tag` now")
+    reason: str
+    following_tag: str
+    following_at: datetime = Field(description="when the period of `following_tag` starts")
+    would_lapse: list[RefOut] = Field(
+        description="tags and branches past their max-ref-age: the next snapshot expiry "
+        "(clean) drops them, and the snapshots only they kept"
+    )
+
+
+class ReadinessPartitionExplainOut(ResponseModel):
+    partition: str
+    ready: bool = Field(description="ready now, and no commit touched it since")
+    would_become_ready: bool
+    would_become_unready: bool = Field(description="a late commit touched it since")
+    reason: str
+    waiting_for: list[str] = Field(description="quiet time left, the watermark, a kind")
+    last_commit_snapshot_id: int
+    last_commit_at: datetime
+
+
+class ReadinessExplainOut(ResponseModel):
+    enabled: bool
+    partition: str | None
+    rule: str
+    require: list[str]
+    watermark: datetime | None = None
+    summary: str
+    partitions: list[ReadinessPartitionExplainOut] = Field(
+        description="the partitions not ready, and the ready ones a commit touched since"
+    )
+
+
+class PartitionReadinessOut(ResponseModel):
+    partition: str
+    column: str = Field(description="the partition source column (readiness.partition)")
+    partition_end: datetime | None = Field(description="null: an identity value with no end")
+    ready: bool
+    since: datetime | None = Field(description="when it became ready (null while not)")
+    snapshot_id: int | None = Field(description="the snapshot that made it ready")
+    reason: str | None = Field(description="why it is ready, or what it waits for")
+    tag: str | None = Field(description="the Iceberg tag on that snapshot (readiness.tag)")
+    last_commit_at: datetime
+    last_commit_snapshot_id: int
+    unready_at: datetime | None
+    unready_reason: str | None = Field(description="the late commit that last un-readied it")
+
+
+class WatermarkIn(RequestModel):
+    watermark: Annotated[AwareDatetime, Field(strict=False)] = Field(
+        description="ISO 8601 with a UTC offset: every row with an event time before it is "
+        "written (the writer says). It only moves forward."
+    )
+
+    @field_validator("watermark", mode="before")
+    @classmethod
+    def _iso_text(cls, value: Any) -> Any:
+        hint = "must be ISO 8601 text with a UTC offset, e.g. 2026-11-24T00:00:00Z"
+        if not isinstance(value, str):  # lax datetimes take a number as epoch seconds
+            raise ValueError(hint)
+        try:  # pydantic's own message ("input is too short") does not say what to send
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"{hint}, not {value[:40]!r}") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"{hint}: {value[:40]!r} has no timezone offset")
+        try:
+            parsed.astimezone(UTC)
+        except OverflowError:  # year 1 with a positive offset is before datetime.min in UTC
+            raise ValueError(f"{value[:40]!r} is out of range: {hint}") from None
+        return value
+
+
+class WatermarkOut(ResponseModel):
+    watermark: datetime = Field(description="the table's watermark now")
+
+
+class OrphanRemovalExplainOut(ResponseModel):
+    enabled: bool = Field(description="clean is enabled and clean.remove_orphans is on")
+    interval_minutes: float = Field(description="clean.orphan_interval_minutes")
+    last_run: datetime | None = Field(description="the last clean run that removed orphans")
+    due: bool = Field(description="the next clean task lists and removes orphan files")
+    next_due: datetime | None = Field(description="when it is due (null: due now, or off)")
+    reason: str
+
+
+class QuotaUsageOut(ResponseModel):
+    spark_minutes_per_hour: float = Field(description="the quota")
+    used_minutes: float = Field(description="Spark minutes of its jobs in the trailing hour")
+    over: bool = Field(description="used >= quota: its tasks wait")
+    next_slot: datetime | None = Field(
+        description="when usage falls below the quota if nothing more runs (while over)"
+    )
+    waiting: str | None = Field(description="what a waiting task says (its on_hold)")
+
+
+class QuotaExplainOut(ResponseModel):
+    table: QuotaUsageOut | None = Field(description="quota.spark_minutes_per_hour; null: none")
+    pools: dict[str, QuotaUsageOut] = Field(
+        description="the quotas (LAKEWARDEN_POOL_QUOTAS) of the pools the table's kinds use"
+    )
+
+
+class ValidationExplainOut(ResponseModel):
+    enabled: bool
+    applies_to: list[str] = Field(description="the rewrite kinds it checks")
+    columns: list[str] = Field(description="the columns checksummed")
+    columns_from: str = Field(description='"policy", or every column of a primitive type')
+    max_rows: int = Field(description="skipped when the touched partitions held more rows")
+    table_rows: int = Field(description="rows in the table's current snapshot")
+    reason: str
+
+
+class ExplainOut(ResponseModel):
+    table: str
+    at: datetime
+    snapshot_id: int | None
+    policy_version: int
+    summary: str
+    blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
+    paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")
+    held: list[KindHoldOut] = Field(
+        default_factory=list,
+        description="kinds held on the table: none of their tasks is created or started",
+    )
+    frozen: HoldOut | None = Field(
+        description="the global freeze: no job starts on any table until unfrozen"
+    )
+    kinds: dict[str, KindExplainOut]
+    validation: ValidationExplainOut | None = Field(
+        default=None, description="the post-rewrite validation: what it would check, or off"
+    )
+    readiness: ReadinessExplainOut | None = Field(
+        default=None, description="partition readiness: which partitions would become ready"
+    )
+    tags: TagsExplainOut | None = Field(
+        default=None, description="the scheduled tags: the next one due, and which would lapse"
+    )
+    orphan_removal: OrphanRemovalExplainOut | None = Field(
+        default=None, description="when clean next removes orphan files (orphan_interval_minutes)"
+    )
+    quota: QuotaExplainOut | None = Field(
+        default=None,
+        description="the hard quotas of Spark minutes per hour: the table's and its pools'",
+    )
+
+
+class PartitionReadinessPage(Page[PartitionReadinessOut]):
+    pass

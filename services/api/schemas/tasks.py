@@ -1,0 +1,101 @@
+"""The bodies of the task routes: triggering a task, a task with its history and runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Self
+
+from pydantic import (
+    Field,
+)
+
+from lakewarden.db.models import Task
+from lakewarden.policy import KINDS
+from lakewarden.tasks.repo import TaskRecord
+from services.api.schemas.common import Page, RequestModel, ResponseModel
+
+
+class TaskIn(RequestModel):
+    kind: Literal[KINDS] = "compaction"  # type: ignore[valid-type]
+    override_disabled: bool = Field(
+        default=False,
+        description="run this kind once although the table's policy disables it; recorded "
+        "on the task (without it, triggering a disabled kind is a 409)",
+    )
+
+
+class TransitionOut(ResponseModel):
+    from_state: str | None
+    to_state: str
+    actor: str
+    reason: str | None
+    leader_epoch: int | None
+    at: datetime
+
+
+class RunOut(ResponseModel):
+    attempt: int
+    state: str
+    scheduler_id: str
+    leader_epoch: int
+    spark_app_id: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    duration_ms: int | None
+    metrics: dict[str, Any] | None
+    committed_snapshot_id: int | None
+    error: str | None
+    # The error's message, then Spark's own WARN/ERROR lines of the job (tasks.runs.log_tail_of).
+    log_tail: str | None
+    # Its Spark UI while it runs, its history server page once it ended (when configured).
+    ui_url: str | None
+
+
+class TaskOut(ResponseModel):
+    id: int
+    table: str
+    kind: str
+    state: str
+    priority: int
+    trigger: dict[str, Any]
+    plan: dict[str, Any] | None
+    result: dict[str, Any] | None
+    reason: str | None
+    attempt: int
+    max_attempts: int
+    not_before: datetime
+    holder: str | None
+    created_at: datetime
+    updated_at: datetime
+    on_hold: str | None = Field(
+        default=None,
+        description="a task not yet running: what keeps it from starting now (the global "
+        "freeze, its table's pause, a writer's blocker), e.g. `paused by X since T: "
+        "reason`; null when nothing does",
+    )
+
+    @classmethod
+    def of(cls, task: Task, table: str, **more: Any) -> Self:
+        """The task's own fields, its table's namespace.name, and `more` (computed ones,
+        and a subclass's)."""
+        own = {
+            f: getattr(task, f)
+            for f in cls.model_fields
+            if f not in ("table", "on_hold") and f not in more
+        }
+        return cls(table=table, **own, **more)
+
+
+class TaskDetail(TaskOut):
+    history: list[TransitionOut]
+    runs: list[RunOut]
+
+    @classmethod
+    def of_record(cls, record: TaskRecord, on_hold: str | None = None) -> TaskDetail:
+        return cls.of(
+            record.task, record.table, history=record.history, runs=record.runs, on_hold=on_hold
+        )
+
+
+class TaskPage(Page[TaskOut]):
+    pass
