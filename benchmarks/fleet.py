@@ -53,7 +53,7 @@ from benchmarks.control_plane import (
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import ManagementRule
-from lakewarden.db.session import catalog_engine, engine_for, transaction
+from lakewarden.db.session import catalog_engine, engine_for, resolve_migration_url, transaction
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import _follow, jdbc_listing, poll_catalog
 from lakewarden.runtime import Runtime
@@ -583,9 +583,11 @@ def _second_catalog(rt: Runtime, work: Path) -> tuple[str, str, str]:
     """A database of its own on the bench's server, registered as JDBC catalog `name` (its
     URL given as an environment variable reference): (name, database, URL)."""
     database = f"lw_bench_fleet_{RUN}"
-    with _admin_conn(rt.db_url) as conn:
+    # As the schema's owner: the services' role may not create databases (lakewarden.db.roles).
+    owner = resolve_migration_url(rt.settings)
+    with _admin_conn(owner) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
-    url = make_url(rt.db_url).set(database=database).render_as_string(hide_password=False)
+    url = make_url(owner).set(database=database).render_as_string(hide_password=False)
     os.environ[URL_ENV] = url
     name = f"fleet2_{RUN}"
     warehouse = (work / "second").resolve().as_uri()
@@ -627,7 +629,7 @@ def _close_clients(api: Runtime | None, sides: list[Side], default: str) -> None
 def _drop_database(rt: Runtime, database: str) -> None:
     """Drop the second catalog's database. Every connection of ours to it is closed by now;
     any left (a leak) is reported on stderr before FORCE ends it."""
-    with _admin_conn(rt.db_url) as admin:
+    with _admin_conn(resolve_migration_url(rt.settings)) as admin:
         left = admin.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
         ).fetchone()

@@ -37,7 +37,7 @@ from benchmarks.fleet import _admin_conn
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import ManagementRule
-from lakewarden.db.session import transaction
+from lakewarden.db.session import resolve_migration_url, transaction
 from lakewarden.events.poller import _follow, poll_catalog, rest_listing
 from lakewarden.runtime import Runtime
 
@@ -176,9 +176,11 @@ def _cpu(proc: psutil.Process) -> float:
 
 def _catalog_database(rt: Runtime) -> tuple[str, str]:
     database = f"lw_bench_rest_{RUN}"
-    with _admin_conn(rt.db_url) as conn:
+    # As the schema's owner: the services' role may not create databases (lakewarden.db.roles).
+    owner = resolve_migration_url(rt.settings)
+    with _admin_conn(owner) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
-    url = make_url(rt.db_url).set(database=database).render_as_string(hide_password=False)
+    url = make_url(owner).set(database=database).render_as_string(hide_password=False)
     return database, url
 
 
@@ -289,7 +291,7 @@ def _cleanup(rt: Runtime, name: str, database: str | None, work: Path) -> None:
             conn.execute(text(f"DELETE FROM {table} WHERE catalog = :c"), {"c": name})
         conn.execute(text("DELETE FROM catalogs WHERE name = :c"), {"c": name})
     if database is not None:
-        with _admin_conn(rt.db_url) as admin:
+        with _admin_conn(resolve_migration_url(rt.settings)) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     shutil.rmtree(work, ignore_errors=True)
 
