@@ -196,8 +196,11 @@ def test_a_failed_validation_holds_at_once_until_its_alert_is_acknowledged(
     with transaction(rt.engine) as s:
         alert_id = s.scalars(select(Alert.id).where(Alert.rule == "rewrite_mismatch")).one()
     assert f"acknowledge alert {alert_id}" in str(_held(client)[0]["lift"])
+    held_metric = 'lakewarden_kinds_held{kind="compaction",rule="rewrite_mismatch"} 1.0'
+    assert held_metric in client.get("/metrics").text  # an on-call scrape sees it
     r = client.post(f"/api/v1/alerts/{alert_id}/ack", json={"by": "oncall"})
     assert r.status_code == 200 and _held(client) == [], r.text
+    assert "lakewarden_kinds_held{" not in client.get("/metrics").text
 
     # It fails validation again: held again, and the alert (still acknowledged, refreshed
     # to name the new task) lifts it when acknowledged again.

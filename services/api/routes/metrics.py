@@ -102,6 +102,7 @@ class LakewardenCollector(Collector):
         yield from self._histograms()
         yield from self._job_runs()
         yield from self._alerts()
+        yield from self._holds()
         yield from self._processes()
         yield from self._tables()
 
@@ -208,6 +209,19 @@ class LakewardenCollector(Collector):
             f"WHERE {sql_in('state', AlertState.RESOLVED, negate=True)} GROUP BY 1, 2"
         ):
             family.add_metric([rule, severity], n)
+        yield family
+
+    def _holds(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "lakewarden_kinds_held",
+            "kinds held on a table after a failure that would repeat, by kind and rule "
+            "(lifted by acknowledging the alert or POST .../kinds/{kind}/resume)",
+            labels=["kind", "rule"],
+        )
+        for kind, rule, n in self._rows(
+            "SELECT kind, rule, count(*) FROM kind_holds GROUP BY 1, 2"
+        ):
+            family.add_metric([kind, rule], n)
         yield family
 
     def _processes(self) -> Iterator[Metric]:
