@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from lakewarden.db.locks import DBLocks
 from lakewarden.settings import Settings
 from lakewarden.spark.submit import settings_env
 
@@ -106,8 +107,9 @@ def scheduler_lease(engine: Engine) -> Lease | None:
         row = conn.execute(
             text(
                 "SELECT holder, epoch, expires_at > now(), renewed_at FROM leader_lease "
-                "WHERE name = 'scheduler'"
-            )
+                "WHERE name = :lease"
+            ),
+            {"lease": DBLocks.SCHEDULER_LEASE},
         ).one_or_none()
     return Lease(str(row[0]), int(row[1]), bool(row[2]), row[3]) if row else None
 
