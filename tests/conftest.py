@@ -5,6 +5,7 @@ still the template's), a Runtime on it, and pyiceberg-written tables."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import uuid
@@ -61,15 +62,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def server_url() -> str:
+def server_url() -> Iterator[str]:
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
-        return Settings(database_url=url).database_url or url
-    from lakewarden.db.embedded import ensure_server
+        url = Settings(database_url=url).database_url or url
+    else:
+        from lakewarden.db.embedded import ensure_server
 
-    # Without fsync, for speed: this server holds test data only. It still needs its
-    # password (the URL carries it), as every embedded server does.
-    return ensure_server(TEST_PG_DIR, TEST_PG_PORT, durable=False)
+        # Without fsync, for speed: this server holds test data only. It still needs its
+        # password (the URL carries it), as every embedded server does.
+        url = ensure_server(TEST_PG_DIR, TEST_PG_PORT, durable=False)
+    started = _postmaster_start(url)
+    yield url
+    # A test that restarts the shared server (ensure_server(durable=True) on its data dir
+    # did once) cuts every session-wide connection, and a later test fails for it.
+    assert _postmaster_start(url) == started, "a test restarted the session's Postgres"
+
+
+@pytest.fixture
+def own_pg_dir() -> Iterator[Path]:
+    """A data dir for a test's own embedded server, stopped and removed after it. Short and
+    outside pytest's tmp (which is 0700 to root, and the server runs as postgres): its Unix
+    socket lives in <dir>/pg, and sun_path holds 107 bytes."""
+    from lakewarden.db.embedded import stop_server
+
+    path = Path(tempfile.mkdtemp(prefix="lwpg-"))
+    yield path
+    stop_server(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _postmaster_start(url: str) -> object:
+    with _admin(url) as conn:
+        row = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+    return row[0] if row else None
 
 
 @pytest.fixture(scope="session")

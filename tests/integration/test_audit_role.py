@@ -15,11 +15,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import TEST_PG_DIR, TEST_PG_PORT, make_test_runtime, serve
+from conftest import TEST_PG_DIR, make_test_runtime, serve
 from helpers import append_batches, bearer, issue_token, make_table
 from sqlalchemy import make_url
 
-from lakewarden.db.embedded import SERVICES_PASSWORD_FILE, SERVICES_USER
+from lakewarden.db.embedded import (
+    SERVICES_PASSWORD_FILE,
+    SERVICES_USER,
+    _any_free_port,
+    services_url,
+)
 from lakewarden.db.migrate import migrate
 from lakewarden.db.session import resolve_database_url, resolve_migration_url
 from lakewarden.db.trigger import CHANNEL
@@ -41,7 +46,7 @@ ATTACKS = (
 def services_rt(server_url: str, db_url: str, tmp_path: Path) -> Iterator[Runtime]:
     """A runtime on this test's database as the embedded server's services role, migrated
     (granted) by the owner as `lakewarden migrate` does."""
-    services = resolve_database_url(Settings(data_dir=TEST_PG_DIR, embedded_pg_port=TEST_PG_PORT))
+    services = services_url(TEST_PG_DIR, server_url)
     url = make_url(services).set(database=make_url(db_url).database)
     runtime = make_test_runtime(
         url.render_as_string(hide_password=False), tmp_path, migration_database_url=db_url
@@ -56,12 +61,16 @@ def _psycopg(url: str) -> psycopg.Connection:
     return psycopg.connect(plain, autocommit=True)
 
 
-def test_the_embedded_server_gives_the_services_a_role_that_owns_nothing(server_url: str) -> None:
-    settings = Settings(data_dir=TEST_PG_DIR, embedded_pg_port=TEST_PG_PORT)
+def test_the_embedded_server_gives_the_services_a_role_that_owns_nothing(
+    own_pg_dir: Path,
+) -> None:
+    # Its own server: the session's runs without fsync, and a durable ensure_server on its
+    # data dir would restart it under every other test's connections.
+    settings = Settings(data_dir=own_pg_dir, embedded_pg_port=_any_free_port())
     services, owner = resolve_database_url(settings), resolve_migration_url(settings)
     assert make_url(services).username == SERVICES_USER
-    assert make_url(owner).username == make_url(server_url).username != SERVICES_USER
-    mode = (TEST_PG_DIR / "pg" / SERVICES_PASSWORD_FILE).stat().st_mode
+    assert make_url(owner).username not in (None, SERVICES_USER)
+    mode = (own_pg_dir / "pg" / SERVICES_PASSWORD_FILE).stat().st_mode
     assert stat.S_IMODE(mode) == 0o600
     with _psycopg(services) as conn:
         row = conn.execute(

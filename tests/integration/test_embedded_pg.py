@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import stat
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,17 +22,12 @@ from lakewarden.db.embedded import (
     _port_free,
     ensure_server,
     password_file,
-    stop_server,
 )
 
 
 @pytest.fixture
-def data_dir() -> Iterator[Path]:
-    # Short: the server's Unix socket lives in <data_dir>/pg (sun_path holds 107 bytes).
-    path = Path(tempfile.mkdtemp(prefix="lwpg-"))
-    yield path
-    stop_server(path)
-    shutil.rmtree(path, ignore_errors=True)
+def data_dir(own_pg_dir: Path) -> Path:
+    return own_pg_dir
 
 
 def _refused(**kwargs: object) -> str:
