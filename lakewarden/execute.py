@@ -26,7 +26,7 @@ from lakewarden.outcomes import (
     RewriteFailed,
     RewriteMismatch,
 )
-from lakewarden.policy import ValidationPolicy
+from lakewarden.policy import Policy, ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog, validation
 from lakewarden.spark.actions import first_failure, progress
@@ -62,12 +62,16 @@ class Job:
     timeout_s: float = 0.0
 
     @classmethod
-    def of(cls, session: Session, task: Task, row: ManagedTable) -> Job:
-        """The task's current attempt on its table, from the rows the caller holds, the
-        policy merged once here. A stored policy that no longer validates runs under the
-        built-in validation (the job's last look before committing cancels it then)."""
+    def of(
+        cls, session: Session, task: Task, row: ManagedTable, policy: Policy | None = None
+    ) -> Job:
+        """The task's current attempt on its table, from the rows the caller holds, under
+        `policy` (the effective policy the caller just judged, else merged here). A stored
+        policy that no longer validates runs under the built-in validation (the job's last
+        look before committing cancels it then)."""
         try:
-            policy = effective_policy_for(session, row)
+            if policy is None:
+                policy = effective_policy_for(session, row)
             checks = policy.validation
             timeout_s = float(policy.for_kind(task.kind).timeout_minutes * 60)
         except ValidationError:

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, Task
-from lakewarden.policy import KindPolicy, first_problem
+from lakewarden.policy import KindPolicy, Policy, first_problem
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tables import effective_policy_for, namespace_defaults
 from lakewarden.tasks import repo
@@ -57,6 +57,9 @@ class Verdict:
     reason: str
     stamp: Stamp | None
     section: KindPolicy | None
+    # The table's whole effective policy as judged: a dispatch builds its Job from it
+    # (`execute.Job.of`) instead of merging it again.
+    policy: Policy | None = None
 
     @property
     def go(self) -> bool:
@@ -71,9 +74,15 @@ def digest(section: KindPolicy) -> str:
 def current(session: Session, row: ManagedTable, kind: str) -> tuple[KindPolicy, Stamp]:
     """The kind's section of the table's effective policy now, and its stamp.
     Raises pydantic's ValidationError when the stored policy no longer validates."""
-    section = effective_policy_for(session, row).for_kind(kind)
+    section, stamp, _ = _current(session, row, kind)
+    return section, stamp
+
+
+def _current(session: Session, row: ManagedTable, kind: str) -> tuple[KindPolicy, Stamp, Policy]:
+    policy = effective_policy_for(session, row)
+    section = policy.for_kind(kind)
     ns = namespace_defaults(session, row.catalog, row.namespace)
-    return section, Stamp(digest(section), row.policy_version, ns.version if ns else 0)
+    return section, Stamp(digest(section), row.policy_version, ns.version if ns else 0), policy
 
 
 def overridden(trigger: dict[str, Any] | None) -> bool:
@@ -90,7 +99,7 @@ def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
             None,
         )
     try:
-        section, stamp = current(session, row, task.kind)
+        section, stamp, policy = _current(session, row, task.kind)
     except ValidationError as exc:
         return Verdict(
             "cancel",
@@ -106,6 +115,7 @@ def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
             "a disabled kind never runs",
             stamp,
             section,
+            policy,
         )
     planned = ((task.plan or {}).get("policy") or {}).get("digest")
     if planned is not None and planned != stamp.digest:
@@ -115,8 +125,11 @@ def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
             f"{stamp.describe()}): re-planning under the current one",
             stamp,
             section,
+            policy,
         )
-    return Verdict("go", f"allowed by the current policy ({stamp.describe()})", stamp, section)
+    return Verdict(
+        "go", f"allowed by the current policy ({stamp.describe()})", stamp, section, policy
+    )
 
 
 def apply_policy_change(session: Session, rows: list[ManagedTable], actor: str) -> list[int]:

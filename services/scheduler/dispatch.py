@@ -192,7 +192,7 @@ class DispatchRounds(LeaseRounds):
                     attempt=attempt,
                     holder=self.rt.process_id,
                 )
-                job = Job.of(s, task, row)
+                job = Job.of(s, task, row, verdict.policy)
                 s.add(
                     JobRun(
                         task_id=task_id,
