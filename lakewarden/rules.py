@@ -375,11 +375,6 @@ def adopt(
     (shared) as a registration takes them, so nothing is done twice and nothing deadlocks.
     `actor`: who cancels the retired tables' tasks (the caller's process)."""
     result = AdoptResult()
-    listed = _rows_json(
-        {"namespace": namespace, "name": name, "location": location}
-        for namespace, name, location in listing
-        if isinstance(namespace, str) and isinstance(name, str)
-    )
     rules = list(
         session.scalars(
             select(ManagementRule)
@@ -387,9 +382,98 @@ def adopt(
             .order_by(ManagementRule.id)
         )
     )
-    match = _Matcher(rules)
+    unknown, known = _diff(session, catalog, listing, complete, result)
+    renames = _renames(unknown, known)
+    plan = _plan(unknown, known, renames, _Matcher(rules), complete, result)
 
-    unknown: dict[tuple[str, str], str | None] = {}
+    # Registrations and policy changes of these namespaces wait, as for one registration.
+    namespaces = {ns for ns, _, _ in plan.adopt} | {k.namespace for k, _ in plan.revive}
+    namespaces |= {new[0] for _, new in renames}
+    for ns in sorted(namespaces):  # in one order: two adoptions never deadlock
+        lock_namespace(session, catalog, ns, exclusive=False)
+
+    # A rule's policy over each namespace's current defaults: the adoptions it would make
+    # invalid are left out (and said why).
+    valid = _valid_policies(
+        session,
+        catalog,
+        {(rule.id, ns) for ns, _, rule in plan.adopt}
+        | {(rule.id, k.namespace) for k, rule in plan.revive if rule is not None},
+        {rule.id: rule for rule in rules},
+        result.problems,
+    )
+    plan.adopt = [r for r in plan.adopt if (r[2].id, r[0]) in valid]
+    plan.revive = [
+        (k, rule) for k, rule in plan.revive if rule is None or (rule.id, k.namespace) in valid
+    ]
+
+    # Lock every existing row that changes, in id order, before changing any.
+    changing = {old.id for old, _ in renames} | {k.id for k, _ in plan.revive}
+    touched = sorted(changing | set(plan.retire))
+    if touched:
+        session.execute(_LOCK_ROWS, {"ids": touched})
+
+    result.renamed = _rename(session, renames)
+    rule_policies = _rows_json({"id": r.id, "policy": r.policy or {}} for r in rules)
+    if plan.revive:
+        rows = _rows_json(
+            {
+                "id": k.id,
+                "namespace": k.namespace,
+                "name": k.name,
+                "rule_id": None if rule is None else rule.id,
+            }
+            for k, rule in plan.revive
+        )
+        found = session.execute(_REVIVE, {"rows": rows, "rules": rule_policies})
+        result.revived = sorted(found.scalars())
+
+    if plan.retire:
+        result.retired, result.cancelled_tasks = retire_tables(
+            session, plan.retire, reason=DROPPED, by=actor
+        )
+
+    if plan.adopt:
+        rows = _rows_json(
+            {"namespace": ns, "name": n, "rule_id": rule.id}
+            for ns, n, rule in sorted(plan.adopt, key=lambda r: (r[0], r[1]))
+        )
+        found = session.execute(_INSERT, {"rows": rows, "rules": rule_policies, "catalog": catalog})
+        result.adopted = sorted(found.scalars())
+    session.expire_all()  # rows changed under the ORM's feet
+    return result
+
+
+_Key = tuple[str, str]  # (namespace, name)
+_Rename = tuple[_Known, _Key]  # the row, and the name it takes
+
+
+@dataclass
+class _Plan:
+    """What `adopt` will do, before the rules' policies are checked against the namespaces'
+    defaults."""
+
+    adopt: list[tuple[str, str, ManagementRule]] = field(default_factory=list)
+    revive: list[tuple[_Known, ManagementRule | None]] = field(default_factory=list)
+    retire: list[int] = field(default_factory=list)
+
+
+def _diff(
+    session: Session,
+    catalog: str,
+    listing: Iterable[tuple[str, str, str | None]],
+    complete: bool,
+    result: AdoptResult,
+) -> tuple[dict[_Key, str | None], list[_Known]]:
+    """The listed tables no row knows (key -> metadata location), and the known rows (with
+    whether each is listed), in one statement. Names lakewarden cannot manage are counted
+    in `result.problems`."""
+    listed = _rows_json(
+        {"namespace": namespace, "name": name, "location": location}
+        for namespace, name, location in listing
+        if isinstance(namespace, str) and isinstance(name, str)
+    )
+    unknown: dict[_Key, str | None] = {}
     known: list[_Known] = []
     invalid = 0
     for kind, *fields in session.execute(
@@ -407,10 +491,14 @@ def adopt(
             "and underscores, starting with a letter or underscore; namespaces of such levels "
             "joined by dots)"
         )
+    return unknown, known
 
-    # Renames: one unknown listed table and one vanished row share a metadata location.
+
+def _renames(unknown: dict[_Key, str | None], known: list[_Known]) -> list[_Rename]:
+    """One unknown listed table and one vanished row that share a metadata location: that
+    row renamed. Any ambiguity (two of either at a location) is no rename."""
     vanished = [k for k in known if not k.listed and k.metadata_location]
-    new_at: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    new_at: dict[str, list[_Key]] = defaultdict(list)
     for key, location in unknown.items():
         if location:
             new_at[location].append(key)
@@ -418,63 +506,51 @@ def adopt(
     for k in vanished:
         if k.metadata_location in new_at:
             old_at[k.metadata_location].append(k)
-    renames = [
+    return [
         (olds[0], new_at[location][0])
         for location, olds in sorted(old_at.items())
         if len(olds) == 1 and len(new_at[location]) == 1
     ]
+
+
+def _plan(
+    unknown: dict[_Key, str | None],
+    known: list[_Known],
+    renames: list[_Rename],
+    match: _Matcher,
+    complete: bool,
+    result: AdoptResult,
+) -> _Plan:
+    """Adoptions and revivals, each under the rule that covers it, and the rows to retire."""
+    plan = _Plan()
     renamed_to = {new for _, new in renames}
     renamed_from = {old.id for old, _ in renames}
-
-    # Adoptions and revivals, each under the rule that covers it.
-    adopt_rows: list[tuple[str, str, ManagementRule]] = []
     for key in unknown:
         if key not in renamed_to:
             rule = match(*key)
             if rule is not None:
-                adopt_rows.append((*key, rule))
-    revive_rows: list[tuple[_Known, ManagementRule | None]] = []
+                plan.adopt.append((*key, rule))
     for k in known:
         if not k.listed or k.live:
             continue
         rule = match(k.namespace, k.name)
         revivable = not k.opt_out and k.retired_reason in REVIVABLE
         if revivable and k.managed_by == "api" and k.retired_reason == DROPPED:
-            revive_rows.append((k, None))  # registered: it keeps its own policy
+            plan.revive.append((k, None))  # registered: it keeps its own policy
         elif revivable and rule is not None:
-            revive_rows.append((k, rule))
+            plan.revive.append((k, rule))
         elif rule is not None:
             result.held_back += 1
-    retire_ids = [k.id for k in known if complete and k.live and not k.listed]
-    retire_ids = [i for i in retire_ids if i not in renamed_from]
-
-    # Registrations and policy changes of these namespaces wait, as for one registration.
-    namespaces = {ns for ns, _, _ in adopt_rows} | {k.namespace for k, _ in revive_rows}
-    namespaces |= {new[0] for _, new in renames}
-    for ns in sorted(namespaces):  # in one order: two adoptions never deadlock
-        lock_namespace(session, catalog, ns, exclusive=False)
-
-    # A rule's policy over each namespace's current defaults: the adoptions it would make
-    # invalid are left out (and said why).
-    valid = _valid_policies(
-        session,
-        catalog,
-        {(rule.id, ns) for ns, _, rule in adopt_rows}
-        | {(rule.id, k.namespace) for k, rule in revive_rows if rule is not None},
-        {rule.id: rule for rule in rules},
-        result.problems,
-    )
-    adopt_rows = [r for r in adopt_rows if (r[2].id, r[0]) in valid]
-    revive_rows = [
-        (k, rule) for k, rule in revive_rows if rule is None or (rule.id, k.namespace) in valid
+    plan.retire = [
+        k.id for k in known if complete and k.live and not k.listed and k.id not in renamed_from
     ]
+    return plan
 
-    # Lock every existing row that changes, in id order, before changing any.
-    touched = sorted({old.id for old, _ in renames} | {k.id for k, _ in revive_rows})
-    touched = sorted(set(touched) | set(retire_ids))
-    if touched:
-        session.execute(_LOCK_ROWS, {"ids": touched})
 
+def _rename(session: Session, renames: list[_Rename]) -> list[Any]:
+    """Each row takes its new name (a savepoint each: a concurrent adoption may have taken
+    the name first, and then that rename is not made)."""
+    renamed = []
     for old, (namespace, name) in renames:
         try:
             with session.begin_nested():
@@ -493,36 +569,8 @@ def adopt(
         except IntegrityError:  # a concurrent adoption took the new name first
             continue
         if done is not None:
-            result.renamed.append(done)
-
-    rule_policies = _rows_json({"id": r.id, "policy": r.policy or {}} for r in rules)
-    if revive_rows:
-        rows = _rows_json(
-            {
-                "id": k.id,
-                "namespace": k.namespace,
-                "name": k.name,
-                "rule_id": None if rule is None else rule.id,
-            }
-            for k, rule in revive_rows
-        )
-        found = session.execute(_REVIVE, {"rows": rows, "rules": rule_policies})
-        result.revived = sorted(found.scalars())
-
-    if retire_ids:
-        result.retired, result.cancelled_tasks = retire_tables(
-            session, retire_ids, reason=DROPPED, by=actor
-        )
-
-    if adopt_rows:
-        rows = _rows_json(
-            {"namespace": ns, "name": n, "rule_id": rule.id}
-            for ns, n, rule in sorted(adopt_rows, key=lambda r: (r[0], r[1]))
-        )
-        found = session.execute(_INSERT, {"rows": rows, "rules": rule_policies, "catalog": catalog})
-        result.adopted = sorted(found.scalars())
-    session.expire_all()  # rows changed under the ORM's feet
-    return result
+            renamed.append(done)
+    return renamed
 
 
 def _valid_policies(
