@@ -24,8 +24,8 @@ from sqlalchemy.engine import make_url
 from benchmarks.data import Shape, create
 from benchmarks.harness import Context, Figure, Stat, measuring, timed
 from benchmarks.rewrite import compact
-from lakewarden.catalog import TableRef
-from lakewarden.policy import CompactionPolicy
+from lakewarden.catalogs.catalog import TableRef
+from lakewarden.policy.model import CompactionPolicy
 from lakewarden.verify import Fingerprint, fingerprint
 
 PEERS_VENV = Path(__file__).resolve().parents[1] / ".venv-peers"

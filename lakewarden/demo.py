@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from lakewarden.auth import tokens
 from lakewarden.auth.grants import parse_grants
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.migrate import migrate
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime, make_runtime

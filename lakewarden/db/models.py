@@ -94,7 +94,7 @@ class ManagedTable(Base):
     # Unregistered: no longer managed, its history kept; registering again continues it.
     retired_at: Mapped[datetime | None]
     # Why it is retired: unregistered, dropped from the catalog, opted out, or maintained
-    # by another optimizer (lakewarden.foreign).
+    # by another optimizer (lakewarden.catalogs.foreign).
     retired_reason: Mapped[str | None] = mapped_column(Text)
     # How it came to be managed: "api" (registered) or "rule:<id>" (a management rule).
     managed_by: Mapped[str] = mapped_column(String(64), server_default=text("'api'"))

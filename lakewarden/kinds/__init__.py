@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lakewarden.kinds import clean, compaction, layout, ttl
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 
 REGISTRY: dict[str, Kind] = {
     k.name: k for k in (compaction.KIND, layout.CLUSTERING, layout.ZORDER, ttl.KIND, clean.KIND)

@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from lakewarden.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
+from lakewarden.catalogs.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
 from lakewarden.db.session import transaction
 from lakewarden.tables import TableGone
 from lakewarden.tasks.repo import TransitionRejected
@@ -171,7 +171,7 @@ async def _invalid_identifier(_: Request, exc: Exception) -> JSONResponse:
 
 async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, NoSuchTableError)
-    return error_response(404, str(exc))  # lakewarden.catalog.load_table names both
+    return error_response(404, str(exc))  # lakewarden.catalogs.catalog.load_table names both
 
 
 async def _unknown_catalog(request: Request, exc: Exception) -> JSONResponse:

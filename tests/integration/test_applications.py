@@ -1,5 +1,6 @@
 """Jobs of an application-mode pool run as their own Spark application (spark-submit of
-`lakewarden.application`, real processes), checked with pyiceberg; cancelling kills it."""
+`lakewarden.jobs.application_entry`, real processes), checked with pyiceberg; cancelling
+kills it."""
 
 from __future__ import annotations
 

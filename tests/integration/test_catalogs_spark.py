@@ -16,7 +16,7 @@ from pyiceberg.transforms import IdentityTransform
 from sqlalchemy import delete, text
 from sqlalchemy.engine import make_url
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import engine_for, transaction

@@ -15,10 +15,10 @@ from pyiceberg.expressions import And
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.session import transaction
+from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds.layout import layout_sql
-from lakewarden.layout import files_per_lookup
 from lakewarden.metadata import read_files
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY

@@ -10,7 +10,7 @@ import pytest
 from helpers import append_batches, current, equal_to, make_table, manage, run_one, wait_for
 from sqlalchemy import select, text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.metadata import read_files

@@ -20,7 +20,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts, PlanRejected
 from lakewarden.kinds.layout import (
@@ -33,7 +33,7 @@ from lakewarden.kinds.layout import (
     sql_literal,
 )
 from lakewarden.metadata import DataFile, Partition
-from lakewarden.policy import ClusteringPolicy, ZOrderPolicy
+from lakewarden.policy.model import ClusteringPolicy, ZOrderPolicy
 
 REF = TableRef("sales", "orders")
 REGION: IdentityFields = {(0, "region"): ("region", StringType())}

@@ -11,7 +11,7 @@ import pytest
 from pyiceberg import io as pyiceberg_io
 from pyiceberg.catalog import rest, sql
 
-from lakewarden.catalog_registry import is_secret_property
+from lakewarden.catalogs.registry import is_secret_property
 from lakewarden.secret_refs import MAX_FILE_BYTES, RefRefused, RefRules, check, read
 from lakewarden.settings import Settings
 

@@ -8,7 +8,7 @@ from enum import StrEnum
 import pytest
 
 from lakewarden.kinds import REGISTRY
-from lakewarden.policy import KINDS, KindPolicy, Policy
+from lakewarden.policy.model import KINDS, KindPolicy, Policy
 from lakewarden.states import (
     OPEN_TASK_STATES,
     TERMINAL_TASK_STATES,

@@ -37,7 +37,7 @@ from sqlalchemy import func, select, text, update
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
-from lakewarden.execute import Job, run_job
+from lakewarden.jobs.execute import Job, run_job
 from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime

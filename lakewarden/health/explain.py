@@ -25,7 +25,7 @@ from lakewarden.events.ingest import snapshot_fields
 from lakewarden.holds import holds_of, shown
 from lakewarden.kinds import REGISTRY, clean
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import (
+from lakewarden.policy.model import (
     CleanPolicy,
     KindPolicy,
     Policy,
@@ -34,7 +34,7 @@ from lakewarden.policy import (
     ValidationPolicy,
     is_due,
 )
-from lakewarden.quotas import usage_of
+from lakewarden.policy.quotas import usage_of
 from lakewarden.readiness import explain_readiness
 from lakewarden.refs import due_tag, list_refs
 from lakewarden.settings import Settings

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from lakewarden.catalog import IDENTIFIER
+from lakewarden.catalogs.catalog import IDENTIFIER
 
 MiB = 1024 * 1024
 
