@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lakewarden.cli_ops import Catalog, Output, TableName, calling, split_name
-from lakewarden.cli_output import Format, cell, emit, table
-from lakewarden.client import table_path
+from cli.client import table_path
+from cli.ops import Catalog, Output, TableName, calling, split_name
+from cli.output import Format, cell, emit, table
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

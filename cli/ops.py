@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 import typer
 
-from lakewarden.cli_output import Format, emit, fields, table
-from lakewarden.client import ApiError, Client, default_url, table_path
+from cli.client import ApiError, Client, default_url, table_path
+from cli.output import Format, emit, fields, table
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
