@@ -22,7 +22,7 @@ from benchmarks.harness import Context, Figure, Stat, measuring, ratios, timed
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import compaction
-from lakewarden.kinds.layout import CLUSTERING, ZORDER, sql_literal
+from lakewarden.kinds.clustering import CLUSTERING, ZORDER, sql_literal
 from lakewarden.metadata import read_files
 from lakewarden.policy.model import ClusteringPolicy, CompactionPolicy, ZOrderPolicy
 

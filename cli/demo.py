@@ -29,9 +29,9 @@ from lakewarden.auth.grants import parse_grants
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.migrate import migrate
 from lakewarden.db.session import transaction
+from lakewarden.fingerprint import fingerprint
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
-from lakewarden.verify import fingerprint
 
 if TYPE_CHECKING:
     from rich.status import Status

@@ -40,7 +40,7 @@ from typing import Any
 
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import REGISTRY
-from lakewarden.kinds.layout import LayoutPolicy
+from lakewarden.kinds.clustering import LayoutPolicy
 from lakewarden.kinds.ttl import as_datetime
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable
 from lakewarden.policy.model import Policy

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lakewarden.kinds import clean, compaction, layout, ttl
+from lakewarden.kinds import clean, compaction, ttl
+from lakewarden.kinds import clustering as layout
 from lakewarden.kinds.base import Kind
 from lakewarden.policy.model import KINDS
 

@@ -38,8 +38,8 @@ from starlette.routing import BaseRoute, Match
 from lakewarden.catalogs.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
 from lakewarden.db.session import transaction
 from lakewarden.tables import TableGone
+from lakewarden.tasks.machine import TERMINAL_STATES
 from lakewarden.tasks.repo import TransitionRejected
-from lakewarden.tasks.states import TERMINAL_STATES
 from services.api.access import authenticate
 from services.api.limits import MAX_BODY_BYTES
 from services.api.schemas import ErrorOut, FieldProblem

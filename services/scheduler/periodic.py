@@ -14,7 +14,7 @@ from lakewarden.spark import logfiles
 from services.scheduler.dispatch import DispatchRounds
 from services.scheduler.health_watch import measure_due_tables
 from services.scheduler.readiness import readiness_round
-from services.scheduler.runs import abandon_orphans
+from services.scheduler.reaper import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from lakewarden.spark.commits import ATTEMPT_KEY, TASK_KEY
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from services.scheduler.applications import Applications
-from services.scheduler.runs import abandon_orphans
+from services.scheduler.reaper import abandon_orphans
 
 LEASE = DBLocks.SCHEDULER_LEASE
 

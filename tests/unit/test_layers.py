@@ -134,7 +134,7 @@ def test_the_check_catches_upward_and_sideways_imports() -> None:
         "lakewarden.spark.sql": "from lakewarden.kinds.base import Kind\n",
         "lakewarden.db.models": "def f():\n    from lakewarden import runtime\n",
         "lakewarden.policy.model": "from services.api.schemas import TableOut\n",
-        "services.worker.main": "import services.scheduler.runs\n",
+        "services.worker.main": "import services.scheduler.reaper\n",
         "lakewarden.tables": "import cli.main\n",
         "lakewarden.newthing": "",
     }
@@ -142,7 +142,7 @@ def test_the_check_catches_upward_and_sideways_imports() -> None:
     assert "lakewarden.spark.sql (layer 5) imports lakewarden.kinds.base (layer 6" in found
     assert "lakewarden.db.models (layer 2) imports lakewarden.runtime (layer 4" in found
     assert "lakewarden.policy.model (layer 3) imports services.api.schemas (layer 8" in found
-    assert "services.worker.main imports another service: services.scheduler.runs" in found
+    assert "services.worker.main imports another service: services.scheduler.reaper" in found
     assert "lakewarden.tables (layer 4) imports cli.main (layer 9" in found
     assert "lakewarden.newthing is in no layer" in found
 

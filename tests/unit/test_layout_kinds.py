@@ -1,4 +1,4 @@
-"""Clustering and Z-order (lakewarden.kinds.layout) as pure logic: the commit verdict, the
+"""Clustering and Z-order (lakewarden.kinds.clustering) as pure logic: the commit verdict, the
 planner over synthetic files, safe literals and where clauses, and the exact CALL text."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pyiceberg.types import (
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts, PlanRejected
-from lakewarden.kinds.layout import (
+from lakewarden.kinds.clustering import (
     CLUSTERING,
     ZORDER,
     IdentityFields,

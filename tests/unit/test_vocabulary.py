@@ -17,7 +17,7 @@ from lakewarden.states import (
     TaskState,
     sql_in,
 )
-from lakewarden.tasks.states import ALLOWED
+from lakewarden.tasks.machine import ALLOWED
 
 
 def test_sql_in_renders_the_states_as_literals() -> None:

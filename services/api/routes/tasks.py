@@ -19,7 +19,7 @@ from lakewarden.policy.quotas import quota_holds
 from lakewarden.settings import Settings
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tasks import birth, repo
-from lakewarden.tasks.states import ALL_STATES
+from lakewarden.tasks.machine import ALL_STATES
 from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import Id, RuntimeDep, SessionDep, managed
