@@ -46,7 +46,7 @@ class PeriodicRounds(DispatchRounds):
         if returned:
             log.info("returned %d orphaned task(s) to pending", returned)
 
-    def measure_and_alert(self) -> None:
+    def health_alerts_readiness(self) -> None:
         """Measure the health of the tables due for it, judge and deliver alerts, then judge
         partition readiness (last: whatever happens there, the alerts went out)."""
         fence = self.leading()
