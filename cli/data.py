@@ -2,7 +2,7 @@
 `lakewarden partitions` (readiness), `watermark` (the writer's completeness mark), `refs`
 (branches and tags, and when snapshot expiry drops them) and `rollback` (main back to a
 snapshot or a tag; admin, and asked for confirmation). Each is one or two REST calls, printed
-as the other operator commands are (lakewarden/cli_ops.py)."""
+as the other operator commands are (cli/ops.py)."""
 
 from __future__ import annotations
 

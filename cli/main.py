@@ -1,5 +1,5 @@
 """`lakewarden <command>`: one CLI for every process and chore, and the operator's commands
-over the REST API (lakewarden/cli_ops.py).
+over the REST API (cli/ops.py).
 
 Importing this module stays cheap (typer only): `lakewarden --help` and shell completion
 run it on every keystroke, so each command imports what it needs when it runs.

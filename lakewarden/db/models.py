@@ -86,7 +86,7 @@ class ManagedTable(Base):
     health_score: Mapped[int | None] = mapped_column(Integer)
     health_measured_at: Mapped[datetime | None]
     unhealthy_since: Mapped[datetime | None]
-    # The signals that fired at that measurement (health_model.Signal as dicts): [] none
+    # The signals that fired at that measurement (health.model.Signal as dicts): [] none
     # fired, NULL not measured. Written and cleared together with health_score.
     health_signals: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())

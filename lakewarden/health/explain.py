@@ -4,7 +4,7 @@ tasks:
 
 - the next commit: the kind's `event_verdict` on `lakewarden.evaluate.event_facts`, as
   `evaluate_events` does when a commit arrives;
-- the next sweep: `lakewarden.policy.is_due`, as the leader's sweep does;
+- the next sweep: `lakewarden.policy.model.is_due`, as the leader's sweep does;
 - planning: the kind's own planner on the table's current metadata, as the worker does.
 """
 

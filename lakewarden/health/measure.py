@@ -1,5 +1,5 @@
 """Table health, measured: read a table's current state from Iceberg metadata alone
-(pyiceberg, no JVM) and hand it to `lakewarden.health_model`, which sums it up and scores it
+(pyiceberg, no JVM) and hand it to `lakewarden.health.model`, which sums it up and scores it
 (the score's formula is documented there, where it is computed).
 
 What is read (the current snapshot): data files, their sizes, rows, partitions and the bounds

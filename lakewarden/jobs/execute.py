@@ -1,6 +1,6 @@
 """Execute one planned job on a Spark session and record its outcome: the one way a job runs,
 whether in the scheduler's warm session or as a submitted application
-(`lakewarden.application`)."""
+(`lakewarden.jobs.application_entry`)."""
 
 from __future__ import annotations
 

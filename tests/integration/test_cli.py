@@ -35,7 +35,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
 
 TABLES = ("orders", "returns", "items", "refunds")
-# A signal as the health watch stores it (health_model.Signal).
+# A signal as the health watch stores it (health.model.Signal).
 SIGNAL = {
     "kind": "compaction",
     "metric": "reducible_files",

@@ -1,6 +1,6 @@
 """`lakewarden.secret_refs`: what a catalog's secret reference may name (files in the
 secrets directory, `LW_SECRET_*` variables), and pyiceberg's secret properties all refused
-by value (`catalog_registry.is_secret_property`)."""
+by value (`catalogs.registry.is_secret_property`)."""
 
 from __future__ import annotations
 
