@@ -39,6 +39,7 @@ WORKDIR /app
 COPY pyproject.toml README* alembic.ini ./
 COPY lakewarden/ lakewarden/
 COPY services/ services/
+COPY cli/ cli/
 COPY migrations/ migrations/
 
 ENV LAKEWARDEN_DATA_DIR=/var/lib/lakewarden \

@@ -1,6 +1,6 @@
 """B14: the same maintenance jobs on a local Spark standalone cluster vs `local[2]`.
 
-One real scheduler process (`python -m lakewarden scheduler`) per Spark master, on the
+One real scheduler process (`python -m cli scheduler`) per Spark master, on the
 same machine and the same kind of tables: first `LAKEWARDEN_SPARK_MASTER=local[2]`, then
 `spark://...` of a master and one worker (2 cores, 2g) started from PySpark's own
 `spark-class` (`lakewarden.spark.local_cluster`). Each round makes four small tables, a

@@ -31,7 +31,7 @@ from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden import tables
 from lakewarden.auth import tokens
 from lakewarden.auth.grants import parse_grants
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.session import transaction
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, text
 
 from benchmarks.control_plane import _admin_token, _quantile
 from benchmarks.harness import Context, Figure, Stat, measuring
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 from services.api.app import serve_in_thread
 
 RUN = uuid.uuid4().hex[:6]

@@ -1,6 +1,6 @@
 """B12: tiny compaction tasks through a real scheduler and worker, end to end.
 
-The real processes (`python -m lakewarden scheduler` and `python -m lakewarden worker`) on
+The real processes (`python -m cli scheduler` and `python -m cli worker`) on
 the benchmark's database: N tiny tables (B6's shape: one append of 4 small files) are
 managed and get one compaction task each, queued in one transaction; the worker plans
 them, the scheduler runs them on its warm session. Measured for each max_concurrent_jobs

@@ -788,7 +788,8 @@ def b10(ctx: Context) -> Figure:
             "catalog: many rows share one file",
             "adoption (headline): one management rule per catalog (namespace glob "
             f"'{PREFIX}_*', include '*') covers every row; timed: jdbc_listing (one query) and "
-            "_follow (lakewarden.rules.adopt in one transaction), the steps of poll_catalog "
+            "_follow (lakewarden.catalogs.adoption.adopt in one transaction), "
+            "the steps of poll_catalog "
             "that register tables, over all rows of the catalog; the refreshes poll_catalog "
             "runs next (load each new table, record its baseline commit) are not in it",
             f"first_poll_with_refresh: a whole poll_catalog (adopt, then load and ingest each "

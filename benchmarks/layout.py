@@ -19,12 +19,12 @@ from pyiceberg.types import LongType, StringType
 
 from benchmarks.data import Shape, batch, create
 from benchmarks.harness import Context, Figure, Stat, measuring, ratios, timed
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
+from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import compaction
-from lakewarden.kinds.layout import CLUSTERING, ZORDER, sql_literal
-from lakewarden.layout import files_per_lookup
+from lakewarden.kinds.clustering import CLUSTERING, ZORDER, sql_literal
 from lakewarden.metadata import read_files
-from lakewarden.policy import ClusteringPolicy, CompactionPolicy, ZOrderPolicy
+from lakewarden.policy.model import ClusteringPolicy, CompactionPolicy, ZOrderPolicy
 
 NAMESPACE = "bench"
 A, B = "user_id", "category"  # a skewed key and a skewed low-cardinality string

@@ -1,7 +1,7 @@
 """B9: a peer maintenance tool on the same table as lakewarden's compaction.
 
 Each tool gets a fresh copy of one seeded small-file table (the same seed writes the same
-rows), compacts it, and the result is read back by lakewarden.verify: data files, rows
+rows), compacts it, and the result is read back by lakewarden.fingerprint: data files, rows
 and an order-free checksum against the source's. The peers live in their own venv
 (`.venv-peers`, made on first use): iceberg-zamboni pins pyiceberg-core<0.11 and its own
 DuckDB, which must not move lakewarden's dependencies. Each runs as a subprocess that
@@ -24,9 +24,9 @@ from sqlalchemy.engine import make_url
 from benchmarks.data import Shape, create
 from benchmarks.harness import Context, Figure, Stat, measuring, timed
 from benchmarks.rewrite import compact
-from lakewarden.catalog import TableRef
-from lakewarden.policy import CompactionPolicy
-from lakewarden.verify import Fingerprint, fingerprint
+from lakewarden.catalogs.catalog import TableRef
+from lakewarden.fingerprint import Fingerprint, fingerprint
+from lakewarden.policy.model import CompactionPolicy
 
 PEERS_VENV = Path(__file__).resolve().parents[1] / ".venv-peers"
 # Pinned: a figure compares with a named version. psycopg: the SqlCatalog on Postgres.

@@ -1,5 +1,5 @@
 """One harness for the lakewarden processes that tests, benchmarks and scripts/soak.py
-start as children (`python -m lakewarden <role>`, as deployed): their environment, their
+start as children (`python -m cli <role>`, as deployed): their environment, their
 start, their teardown, and who holds the scheduler's lease.
 
 Here (not in tests/) because all three use it: the tests and the benchmarks import it as
@@ -56,11 +56,11 @@ def setting_vars(values: Mapping[str, str]) -> dict[str, str]:
 def start(
     args: Iterable[str], env: Mapping[str, str], log: Path, *, append: bool = False, **popen: Any
 ) -> subprocess.Popen[bytes]:
-    """`python -m lakewarden <args>`, its output and errors into `log` (appended to, for a
+    """`python -m cli <args>`, its output and errors into `log` (appended to, for a
     process restarted under the same log). `popen`: more of Popen's (cwd, ...)."""
     with open(log, "ab" if append else "wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "lakewarden", *args],
+            [sys.executable, "-m", "cli", *args],
             env=dict(env),
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 
 from benchmarks import data, processes
 from benchmarks.harness import Context, Figure, Stat, measuring, ratios, timed
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.kinds import compaction
-from lakewarden.policy import CompactionPolicy
+from lakewarden.policy.model import CompactionPolicy
 from lakewarden.spark.actions import load_java_table
 
 REF = TableRef("bench", "clicks")

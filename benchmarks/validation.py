@@ -21,8 +21,8 @@ from typing import Any
 from benchmarks import data
 from benchmarks.harness import Context, Figure, Stat, measuring, timed
 from benchmarks.rewrite import compact, rollback
-from lakewarden.catalog import TableRef
-from lakewarden.policy import ValidationPolicy
+from lakewarden.catalogs.catalog import TableRef
+from lakewarden.policy.model import ValidationPolicy
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 

@@ -16,7 +16,7 @@ from lakewarden.db.models import KindHold, ManagedTable, Task, TimelineEvent
 from lakewarden.holds import describe as describe_hold
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts
-from lakewarden.policy import first_problem
+from lakewarden.policy.model import first_problem
 from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.birth import open_task, why_not
 

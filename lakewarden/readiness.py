@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 from lakewarden.db.models import PartitionReadiness, ReadinessCursor, Task, TaskTransition
 from lakewarden.formats.iceberg import partitions as values
 from lakewarden.formats.iceberg.table import open_table
-from lakewarden.policy import ReadinessPolicy
+from lakewarden.policy.model import ReadinessPolicy
 from lakewarden.states import TaskState
 
 # How many commits one round reads back from the current snapshot at most (the first round

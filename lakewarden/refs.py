@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from lakewarden.policy import MAIN_BRANCH, TagsPolicy
+from lakewarden.policy.model import MAIN_BRANCH, TagsPolicy
 
 MAX_REF_AGE_PROPERTY = "history.expire.max-ref-age-ms"
 # The sweep's tags: `daily-YYYYMMDD` / `hourly-YYYYMMDDHH` (UTC).

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from sqlalchemy import Engine
 
-from lakewarden.catalog_registry import CatalogRegistry
+from lakewarden.catalogs.registry import CatalogRegistry
 from lakewarden.db.session import get_engine, resolve_database_url
 from lakewarden.settings import Settings, get_settings
 

@@ -134,11 +134,11 @@ class Settings(BaseSettings):
     # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).
     pool_limits: dict[str, int] = Field(default_factory=dict)
     # Hard quota per pool: Spark minutes its jobs may use in any trailing hour, across all
-    # schedulers (JSON, e.g. {"big": 30}); past it, its tasks wait (lakewarden.quotas).
+    # schedulers (JSON, e.g. {"big": 30}); past it, its tasks wait (lakewarden.policy.quotas).
     pool_quotas: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     # How a pool's jobs run (JSON, e.g. {"big": "application"}): "session" (default: in the
     # scheduler's warm Spark session) or "application" (each job its own Spark application
-    # through spark-submit: lakewarden.spark.submit, lakewarden.application).
+    # through spark-submit: lakewarden.spark.submit, lakewarden.jobs.application_entry).
     pool_modes: dict[str, RunMode] = Field(default_factory=dict)
     max_concurrent_applications: int = Field(default=4, ge=1)  # per scheduler
     application_master: str | None = None  # default: spark_master

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 
 class TaskState(StrEnum):
-    """A task's state; the moves between them are `tasks/states.py`."""
+    """A task's state; the moves between them are `tasks/machine.py`."""
 
     PENDING = "pending"
     PLANNING = "planning"

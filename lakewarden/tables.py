@@ -48,7 +48,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session, aliased
 
 from lakewarden.auth.grants import glob_to_like
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import (
     ManagedTable,
@@ -58,7 +58,7 @@ from lakewarden.db.models import (
     Task,
 )
 from lakewarden.db.paging import DEFAULT_LIMIT, keyset_page_by
-from lakewarden.policy import Policy, effective_policy
+from lakewarden.policy.model import Policy, effective_policy
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
 from lakewarden.tasks.repo import transition_all
 from lakewarden.tasks.wakeup import announce

@@ -86,7 +86,7 @@ class ManagedTable(Base):
     health_score: Mapped[int | None] = mapped_column(Integer)
     health_measured_at: Mapped[datetime | None]
     unhealthy_since: Mapped[datetime | None]
-    # The signals that fired at that measurement (health_model.Signal as dicts): [] none
+    # The signals that fired at that measurement (health.model.Signal as dicts): [] none
     # fired, NULL not measured. Written and cleared together with health_score.
     health_signals: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
@@ -94,7 +94,7 @@ class ManagedTable(Base):
     # Unregistered: no longer managed, its history kept; registering again continues it.
     retired_at: Mapped[datetime | None]
     # Why it is retired: unregistered, dropped from the catalog, opted out, or maintained
-    # by another optimizer (lakewarden.foreign).
+    # by another optimizer (lakewarden.catalogs.foreign).
     retired_reason: Mapped[str | None] = mapped_column(Text)
     # How it came to be managed: "api" (registered) or "rule:<id>" (a management rule).
     managed_by: Mapped[str] = mapped_column(String(64), server_default=text("'api'"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import psycopg
 from sqlalchemy.engine import make_url
 
-from lakewarden.catalog import InvalidIdentifier, TableRef
+from lakewarden.catalogs.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.trigger import CHANNEL
 from lakewarden.events.poller import follow_tables, poll_catalog
 from lakewarden.events.refresh import refresh_table

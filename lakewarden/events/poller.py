@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from sqlalchemy import Engine, select, text, tuple_
 
-from lakewarden.catalog import CatalogEntry, InvalidIdentifier, TableRef, find_table
+from lakewarden.catalogs.adoption import DROPPED, AdoptResult, adopt
+from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRef, find_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable, error_line
-from lakewarden.rules import DROPPED, AdoptResult, adopt
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, retire_tables
 
@@ -97,7 +97,7 @@ def rest_listing(client: Catalog) -> tuple[Listing, int]:
 
 def _follow(rt: Runtime, entry: CatalogEntry, listing: Listing) -> AdoptResult | None:
     """Bring the catalog's managed tables in line with its listing: rules adopt new tables,
-    renamed ones keep their history, dropped ones retire (`lakewarden.rules.adopt`)."""
+    renamed ones keep their history, dropped ones retire (`lakewarden.catalogs.adoption.adopt`)."""
     try:
         with transaction(rt.engine) as session:
             result = adopt(

@@ -8,12 +8,12 @@ from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import TableRef, find_table
+from lakewarden.catalogs.catalog import TableRef, find_table
+from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
 from lakewarden.events.ingest import MAX_WALK, Ingested, sync_table
-from lakewarden.foreign import detect_table
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, TableGone, get_table, retire_tables
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from lakewarden.kinds import clean, compaction, layout, ttl
+from lakewarden.kinds import clean, compaction, ttl
+from lakewarden.kinds import clustering as layout
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 
 REGISTRY: dict[str, Kind] = {
     k.name: k for k in (compaction.KIND, layout.CLUSTERING, layout.ZORDER, ttl.KIND, clean.KIND)

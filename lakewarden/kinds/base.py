@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.outcomes import PlanRejected
-from lakewarden.policy import KindPolicy
+from lakewarden.policy.model import KindPolicy
 
 __all__ = ["PlanRejected"]  # kinds raise it; it lives in lakewarden.outcomes
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder
 from lakewarden.formats.iceberg.history import snapshots_table
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome, PlanRejected
-from lakewarden.policy import MAIN_BRANCH, CleanPolicy
+from lakewarden.policy.model import MAIN_BRANCH, CleanPolicy
 from lakewarden.refs import list_refs
 from lakewarden.spark import sql
 from lakewarden.spark.actions import storage_now

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import history
 from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
-from lakewarden.policy import MAIN_BRANCH, REF_NAME, CompactionPolicy
+from lakewarden.policy.model import MAIN_BRANCH, REF_NAME, CompactionPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import COMMITTED, rewrite_data_files
 from lakewarden.spark.branches import rewrite_branch

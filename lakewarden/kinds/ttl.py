@@ -25,14 +25,14 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DateType, IcebergType, TimestampType, TimestamptzType
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history, partitions
 from lakewarden.formats.iceberg.partitions import EPOCH
 from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 from lakewarden.metadata import DataFile, read_files
 from lakewarden.outcomes import JobHeld, PlanRejected, VerificationFailed
-from lakewarden.policy import MAIN_BRANCH, REF_NAME, TTLPolicy
+from lakewarden.policy.model import MAIN_BRANCH, REF_NAME, TTLPolicy
 from lakewarden.refs import tag_max_ref_age_ms
 from lakewarden.spark import commits, sql
 

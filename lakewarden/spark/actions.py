@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history
 from lakewarden.outcomes import RewriteFailed
-from lakewarden.policy import MAIN_BRANCH
+from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.spark.commits import before_commit, commit_properties
 from lakewarden.spark.validation import validate_rewrite
 

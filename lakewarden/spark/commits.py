@@ -94,7 +94,7 @@ def task_id() -> int | None:
 
 
 # The check a job makes right before each statement that commits (or deletes files): the
-# scheduler installs one that asks the current policy (lakewarden.policy_gate) and raises
+# scheduler installs one that asks the current policy (lakewarden.policy.gate) and raises
 # lakewarden.outcomes.PolicyChanged when it no longer allows the task.
 _GUARD: ContextVar[Callable[[], None] | None] = ContextVar("lakewarden_commit_guard", default=None)
 

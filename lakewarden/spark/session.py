@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
-from lakewarden.catalog import CatalogEntry, default_entry, jdbc_params
+from lakewarden.catalogs.catalog import CatalogEntry, default_entry, jdbc_params
 from lakewarden.redact import is_secret_key
 from lakewarden.settings import Settings
 from lakewarden.spark import joblog
@@ -134,7 +134,7 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         # Timestamps in plans are UTC; so is every literal lakewarden builds.
         "spark.sql.session.timeZone": "UTC",
         # Several jobs share the scheduler's one session: each lakewarden pool is a Spark
-        # pool (lakewarden.execute sets spark.scheduler.pool), and pools share the cores
+        # pool (lakewarden.jobs.execute sets spark.scheduler.pool), and pools share the cores
         # fairly instead of the first job's tasks holding them all (FIFO).
         "spark.scheduler.mode": "FAIR",
     }
@@ -206,7 +206,7 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
         builder = builder.config(key, value)
     _make_local_dir(conf.get("spark.eventLog.dir"))  # Spark refuses to start without it
     spark = builder.appName(app_name).getOrCreate()
-    # Spark's own WARN/ERROR lines of each job, for its run's log tail (lakewarden.execute).
+    # Spark's own WARN/ERROR lines of each job, for its run's log tail (lakewarden.jobs.execute).
     joblog.install(spark, settings.data_dir / "spark" / "logs")
     # Only now, on the running session: never on spark-submit's command line. Set before
     # anything uses the catalog (building the session does not).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from lakewarden.catalog import IDENTIFIER, TableRef
+from lakewarden.catalogs.catalog import IDENTIFIER, TableRef
 from lakewarden.outcomes import PlanRejected
 
 _SAFE_OPTION_VALUE = re.compile(r"\A(\d{1,19}(\.\d{1,6})?|true|false)\Z")

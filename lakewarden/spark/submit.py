@@ -20,7 +20,7 @@ from lakewarden.redact import MASK, is_secret_key, redact, secrets_of
 from lakewarden.settings import Settings
 from lakewarden.spark.session import spark_conf
 
-ENTRY_MODULE = "lakewarden.application"
+ENTRY_MODULE = "lakewarden.jobs.application_entry"
 CLIENT, CLUSTER = "client", "cluster"
 # Set by --master/--name instead (a --conf would be overridden anyway).
 _NOT_AS_CONF = ("spark.master", "spark.app.name", "spark.driver.memory")
@@ -90,7 +90,7 @@ def submit_argv(
 ) -> Submission:
     """`spark-submit` for one attempt of a task: its own application named after the job
     group, every `spark_conf` setting (no secrets there), and `entry` (the file of
-    `lakewarden.application`) as the primary resource with `--task-id --attempt`."""
+    `lakewarden.jobs.application_entry`) as the primary resource with `--task-id --attempt`."""
     master = application_master(settings)
     deploy_mode = settings.application_deploy_mode  # client or cluster: Settings checks
     if deploy_mode == CLUSTER and not is_kubernetes(master):

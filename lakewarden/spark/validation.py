@@ -34,13 +34,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history
 from lakewarden.formats.iceberg.partitions import predicate as _predicate
 from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
-from lakewarden.policy import MAIN_BRANCH, ValidationPolicy
+from lakewarden.policy.model import MAIN_BRANCH, ValidationPolicy
 from lakewarden.spark.commits import REVERT_KEY, TASK_KEY, commit_properties
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakewarden.catalog import CatalogEntry, TableRef
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.formats.iceberg.history import newest_rewrite
 from lakewarden.settings import Settings
 from lakewarden.spark.actions import rewrite_data_files

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.db.models import KindHold, Task
 from lakewarden.holds import hold_of
-from lakewarden.policy import KindPolicy
+from lakewarden.policy.model import KindPolicy
 from lakewarden.tasks import repo
 
 

@@ -17,7 +17,7 @@ from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
 from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
-from lakewarden.tasks.states import can_transition, sources_of
+from lakewarden.tasks.machine import can_transition, sources_of
 from lakewarden.tasks.wakeup import announce
 
 

@@ -1,7 +1,7 @@
 """The outcome of a finished job run: the run recorded and the task moved on, fenced.
 
 Shared by the scheduler (jobs in its warm Spark session) and a submitted application
-(`lakewarden.application`), which reports its own result under the fence of the leader
+(`lakewarden.jobs.application_entry`), which reports its own result under the fence of the leader
 that holds its run."""
 
 from __future__ import annotations

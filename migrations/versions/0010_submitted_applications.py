@@ -22,7 +22,7 @@ TS = sa.DateTime(timezone=True)
 
 def upgrade() -> None:
     # "session": in the scheduler's warm Spark session; "application": its own Spark
-    # application through spark-submit (lakewarden.application).
+    # application through spark-submit (lakewarden.jobs.application_entry).
     op.add_column(
         "job_runs",
         sa.Column("mode", sa.String(length=16), server_default="session", nullable=False),

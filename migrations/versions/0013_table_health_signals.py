@@ -21,7 +21,7 @@ oldest_compatible_head = "0012"
 
 def upgrade() -> None:
     # The fleet overview shows what fires per table without measuring it again: the list of
-    # lakewarden.health_model.Signal (kind, metric, value, threshold, reason) stored with the
+    # lakewarden.health.model.Signal (kind, metric, value, threshold, reason) stored with the
     # score. NULL: not measured (or cleared with the score); []: measured, nothing fires.
     op.add_column(
         "managed_tables",

@@ -10,7 +10,7 @@ from fastapi.routing import APIRoute
 from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime

@@ -35,11 +35,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from lakewarden.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
+from lakewarden.catalogs.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
 from lakewarden.db.session import transaction
 from lakewarden.tables import TableGone
+from lakewarden.tasks.machine import TERMINAL_STATES
 from lakewarden.tasks.repo import TransitionRejected
-from lakewarden.tasks.states import TERMINAL_STATES
 from services.api.access import authenticate
 from services.api.limits import MAX_BODY_BYTES
 from services.api.schemas import ErrorOut, FieldProblem
@@ -171,7 +171,7 @@ async def _invalid_identifier(_: Request, exc: Exception) -> JSONResponse:
 
 async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, NoSuchTableError)
-    return error_response(404, str(exc))  # lakewarden.catalog.load_table names both
+    return error_response(404, str(exc))  # lakewarden.catalogs.catalog.load_table names both
 
 
 async def _unknown_catalog(request: Request, exc: Exception) -> JSONResponse:

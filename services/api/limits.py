@@ -1,5 +1,5 @@
 """Request limits, checked before routing: no control characters in the path or query
-(422; those no body string may hold either, lakewarden.policy.CONTROL_CHARACTERS) and no
+(422; those no body string may hold either, lakewarden.policy.model.CONTROL_CHARACTERS) and no
 body over `MAX_BODY_BYTES` (413), whether or not it declares its length.
 
 A pure ASGI middleware: what reaches the routes is already within bounds, so no route can
@@ -13,7 +13,7 @@ from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lakewarden.policy import CONTROL_CHARACTERS as _CONTROL
+from lakewarden.policy.model import CONTROL_CHARACTERS as _CONTROL
 from services.api.schemas import ErrorOut
 
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB: the largest real request (a policy) is a few KiB

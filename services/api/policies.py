@@ -16,7 +16,12 @@ from lakewarden import holds, readiness
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
-from lakewarden.policy import Policy, destructive_changes, effective_policy, validation_problems
+from lakewarden.policy.model import (
+    Policy,
+    destructive_changes,
+    effective_policy,
+    validation_problems,
+)
 from lakewarden.tables import (
     effective_policy_for,
     namespace_defaults,

@@ -5,7 +5,7 @@ Why: big rewrites should not share a driver with hundreds of small ones, and the
 own capacity (one JVM) stops being the limit: an application's driver is its own process
 (client mode) or pod (Kubernetes cluster mode). `pool_modes` says which pools run this way.
 
-The application records its own outcome (`lakewarden.application`, fenced by the run's
+The application records its own outcome (`lakewarden.jobs.application_entry`, fenced by the run's
 current assignment). The leader steps in only when it ends without doing so: then the
 table's commits decide (`find_commit`): a commit by this task means succeeded, never a
 second run; none means the attempt failed (retried as any failure is).
@@ -33,11 +33,11 @@ from pathlib import Path
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from lakewarden import application as entry
-from lakewarden.catalog import load_table
+from lakewarden.catalogs.catalog import load_table
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
-from lakewarden.execute import Job, finish_if_committed
+from lakewarden.jobs import application_entry as entry
+from lakewarden.jobs.execute import Job, finish_if_committed
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of

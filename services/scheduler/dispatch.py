@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text
 
-from lakewarden import policy_gate
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
-from lakewarden.execute import Job, run_job
+from lakewarden.jobs.execute import Job, run_job
 from lakewarden.leader import Fence, FencedOut
 from lakewarden.logs import log_context
-from lakewarden.quotas import quota_holds
+from lakewarden.policy import gate as policy_gate
+from lakewarden.policy.quotas import quota_holds
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
@@ -73,7 +73,7 @@ _NEXT_PLANNED = text(
       -- not a pool whose execution mode (pool_modes) this scheduler has no room for
       AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
           <> ALL(CAST(:full_modes AS text[]))
-      -- no table or pool past its hard quota of Spark minutes (lakewarden.quotas)
+      -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
       AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
       AND t.pool <> ALL(CAST(:quota_pools AS text[]))
     ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id

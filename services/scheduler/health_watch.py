@@ -17,10 +17,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 
-from lakewarden.catalog import load_table
+from lakewarden.catalogs.catalog import load_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
-from lakewarden.health import measure
+from lakewarden.health.measure import measure
 from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, effective_policy_for, ref_of

@@ -1,7 +1,7 @@
 """The scheduler process: stand by, or lead: dispatch planned tasks to a warm Spark session.
 
 Threads: a Ticker (lakewarden.process) per periodic job (the lease renewal, and the
-leader's reaper, health-and-alerts round and sweep); the main loop dispatches; a pool runs
+leader's reaper, health-alerts-readiness round and sweep); the main loop dispatches; a pool runs
 Spark jobs (each in its own Spark job group, so it can be cancelled). Every write that
 depends on leading carries the fence.
 
@@ -82,7 +82,7 @@ class Scheduler(PeriodicRounds):
                 for name, seconds, fn in (
                     ("heartbeat", s.heartbeat_interval_s, self.beat),
                     ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
-                    ("health-and-alerts", s.alert_interval_s, self.measure_and_alert),
+                    ("health-alerts-readiness", s.alert_interval_s, self.health_alerts_readiness),
                     ("sweep", s.sweep_interval_s, self.sweep),
                     ("log-pruning", LOG_PRUNE_INTERVAL_S, self.prune_logs),
                 )

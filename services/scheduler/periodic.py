@@ -14,7 +14,7 @@ from lakewarden.spark import logfiles
 from services.scheduler.dispatch import DispatchRounds
 from services.scheduler.health_watch import measure_due_tables
 from services.scheduler.readiness import readiness_round
-from services.scheduler.runs import abandon_orphans
+from services.scheduler.reaper import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class PeriodicRounds(DispatchRounds):
         if returned:
             log.info("returned %d orphaned task(s) to pending", returned)
 
-    def measure_and_alert(self) -> None:
+    def health_alerts_readiness(self) -> None:
         """Measure the health of the tables due for it, judge and deliver alerts, then judge
         partition readiness (last: whatever happens there, the alerts went out)."""
         fence = self.leading()

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.alerts.sinks import DELIVERY_RETRY_BASE_S, notify
 from lakewarden.backoff import retry_delay_s
-from lakewarden.catalog import load_table
+from lakewarden.catalogs.catalog import load_table
 from lakewarden.db.models import (
     ManagedTable,
     NamespacePolicy,
@@ -40,7 +40,7 @@ from lakewarden.db.models import (
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.leader import Fence, check_fence
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 from lakewarden.readiness import (
     READY_EVENT,
     UNREADY_EVENT,

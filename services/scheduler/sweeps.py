@@ -29,14 +29,14 @@ from typing import Any
 from sqlalchemy import Row, func, select, tuple_
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import TableRef, find_table
+from lakewarden.catalogs.catalog import TableRef, find_table
 from lakewarden.db.models import ManagedTable, NamespacePolicy, Task
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.leader import Fence, check_fence
-from lakewarden.policy import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
+from lakewarden.policy.model import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
 from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, holds_on

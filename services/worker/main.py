@@ -14,15 +14,16 @@ from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
 
-from lakewarden import policy_gate, process
+from lakewarden import process
 from lakewarden.backoff import retry_delay_s
-from lakewarden.catalog import TableRef, load_table
+from lakewarden.catalogs.catalog import TableRef, load_table
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.listener import libpq_url
 from lakewarden.kinds import REGISTRY, get_kind
 from lakewarden.logs import log_context
-from lakewarden.policy_gate import Verdict
+from lakewarden.policy import gate as policy_gate
+from lakewarden.policy.gate import Verdict
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from lakewarden.cli import app
+from cli.main import app
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 

@@ -711,7 +711,7 @@ def test_worker_and_scheduler_probe_their_heartbeat(all_on: list[dict[str, Any]]
     # the check parses what the probe passes
     import typer.main
 
-    from lakewarden.cli import app
+    from cli.main import app
 
     command = typer.main.get_command(app).get_command(None, "check")  # type: ignore[attr-defined]
     assert command is not None

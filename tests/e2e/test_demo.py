@@ -34,7 +34,7 @@ def _rows_checksum(table: Table, snapshot_id: int | None = None) -> tuple[int, i
 def test_demo_compacts_a_real_table_from_commit_events(db_url: str, tmp_path: Path) -> None:
     env = {**os.environ, "LAKEWARDEN_DATABASE_URL": db_url, "LAKEWARDEN_DATA_DIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "lakewarden", "demo", "--json", "--files", "60", "--timeout", "300"],
+        [sys.executable, "-m", "cli", "demo", "--json", "--files", "60", "--timeout", "300"],
         env=env,
         capture_output=True,
         text=True,

@@ -25,7 +25,7 @@ CONFIG = """
 # whose bodies have rules JSON Schema cannot state, so schema-valid bodies get a correct 422:
 # - a policy (POST /tables, both PUT .../policy): rules across fields (safety floors that
 #   need allow_below_safety_floors, a layout that needs columns, ...), and strict integers:
-#   JSON Schema calls 5.0 an integer, the policy refuses it like "5" (lakewarden.policy);
+#   JSON Schema calls 5.0 an integer, the policy refuses it like "5" (lakewarden.policy.model);
 # - POST /events: snapshot_id must be a snapshot in the table's metadata (the 422 names the
 #   current one), and is a strict integer: a float has lost the digits of a 64-bit id;
 # - a catalog (POST, PATCH): it must answer with the properties given (a 422 says it does

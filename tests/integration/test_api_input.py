@@ -12,7 +12,7 @@ from helpers import make_table
 from sqlalchemy import func, select
 
 from lakewarden.db.models import ManagedTable
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 from lakewarden.runtime import Runtime
 from services.api.limits import MAX_BODY_BYTES, RequestLimits
 

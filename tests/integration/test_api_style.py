@@ -120,8 +120,8 @@ def test_operation_ids_are_camel_case_unique_and_stable(spec: dict[str, Any]) ->
 def test_component_names_are_short_and_each_is_a_schemas_model(spec: dict[str, Any]) -> None:
     names = set(spec["components"]["schemas"])
     assert all(re.fullmatch(r"[A-Z][A-Za-z]*", n) for n in names), sorted(names)
-    # the policy models are request bodies of their own module (lakewarden.policy)
-    policy = importlib.import_module("lakewarden.policy")
+    # the policy models are request bodies of their own module (lakewarden.policy.model)
+    policy = importlib.import_module("lakewarden.policy.model")
     assert {n for n in names if not hasattr(schemas, n)} <= set(vars(policy))
     assert "BlockerOut" in names and "TablePage" in names
 

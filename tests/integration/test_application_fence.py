@@ -2,7 +2,7 @@
 refused once that leader is deposed, accepted after the new leader re-attaches the run.
 After a failover the new leader re-attaches a live application, finishes a dead one that
 committed as succeeded (never re-run), and re-plans a dead one that did not. No JVM: the
-application's side is `lakewarden.application`'s fence and `finish_run`, called here."""
+application's side is `lakewarden.jobs.application_entry`'s fence and `finish_run`, called here."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import pyarrow as pa
 from helpers import SCHEMA, make_table, manage, stored, task_of
 from sqlalchemy import select, text
 
-from lakewarden.application import assigned_fence, fence_waiting_for_leader
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
+from lakewarden.jobs.application_entry import assigned_fence, fence_waiting_for_leader
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import ATTEMPT_KEY, TASK_KEY
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from services.scheduler.applications import Applications
-from services.scheduler.runs import abandon_orphans
+from services.scheduler.reaper import abandon_orphans
 
 LEASE = DBLocks.SCHEDULER_LEASE
 
@@ -184,8 +184,8 @@ def test_dispatch_skips_the_pools_of_a_full_mode_only(rt: Runtime) -> None:
 def test_an_application_that_cannot_be_submitted_fails_its_task_at_once(rt: Runtime) -> None:
     """A Kubernetes master without an image: no attempt could ever start. The task fails
     (not left running with no one watching it)."""
-    from lakewarden.catalog import TableRef
-    from lakewarden.execute import Job
+    from lakewarden.catalogs.catalog import TableRef
+    from lakewarden.jobs.execute import Job
 
     leader = _lead(rt, rt.process_id)
     task_id = _running_application(rt, "t4", leader, "")

@@ -1,5 +1,6 @@
 """Jobs of an application-mode pool run as their own Spark application (spark-submit of
-`lakewarden.application`, real processes), checked with pyiceberg; cancelling kills it."""
+`lakewarden.jobs.application_entry`, real processes), checked with pyiceberg; cancelling
+kills it."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ from sqlalchemy import create_engine, select, text
 
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
+from lakewarden.fingerprint import fingerprint
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
-from lakewarden.verify import fingerprint
 from services.scheduler.applications import local_pid
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker

@@ -55,7 +55,7 @@ def test_the_smoke_run_measures_every_figure_and_writes_the_json(tmp_path: Path)
         )
     finally:  # the embedded server outlives the run: stop it
         stop = {**env, "LAKEWARDEN_DATA_DIR": str(data / "bench")}
-        subprocess.run([sys.executable, "-m", "lakewarden", "db", "stop"], env=stop, check=False)
+        subprocess.run([sys.executable, "-m", "cli", "db", "stop"], env=stop, check=False)
         shutil.rmtree(data, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())

@@ -22,7 +22,7 @@ from pyiceberg.table import Table
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
-from lakewarden.catalog import CatalogEntry
+from lakewarden.catalogs.catalog import CatalogEntry
 from lakewarden.db.models import ManagedTable, ManagementRule, TimelineEvent
 from lakewarden.db.session import engine_for, transaction
 from lakewarden.events.listener import RESCAN_S, CommitListener

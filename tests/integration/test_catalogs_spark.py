@@ -16,13 +16,13 @@ from pyiceberg.transforms import IdentityTransform
 from sqlalchemy import delete, text
 from sqlalchemy.engine import make_url
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import engine_for, transaction
+from lakewarden.fingerprint import fingerprint
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 

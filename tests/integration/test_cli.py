@@ -24,9 +24,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy import text
 from typer.testing import CliRunner
 
+from cli.main import app
 from lakewarden import holds
 from lakewarden.alerts import store
-from lakewarden.cli import app
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Task
 from lakewarden.db.session import transaction
@@ -35,7 +35,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
 
 TABLES = ("orders", "returns", "items", "refunds")
-# A signal as the health watch stores it (health_model.Signal).
+# A signal as the health watch stores it (health.model.Signal).
 SIGNAL = {
     "kind": "compaction",
     "metric": "reducible_files",
@@ -386,19 +386,19 @@ def test_the_installed_command_fails_cleanly_on_a_wrong_url(live: Live) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"
     env = {**os.environ, "LAKEWARDEN_URL": nowhere, "LAKEWARDEN_TOKEN": live.token}
     run = subprocess.run(
-        [sys.executable, "-m", "lakewarden", "tasks"], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "cli", "tasks"], env=env, capture_output=True, text=True
     )
     assert run.returncode == 1 and run.stdout == ""
     assert nowhere in run.stderr and "LAKEWARDEN_URL" in run.stderr
     assert "Traceback" not in run.stderr and live.token not in run.stderr
     version = subprocess.run(
-        [sys.executable, "-m", "lakewarden", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", "cli", "--version"], capture_output=True, text=True
     )
     assert version.returncode == 0 and version.stdout.startswith("lakewarden ")
     # Shell completion (what `lakewarden --install-completion` installs calls this).
     completion = {"_LAKEWARDEN_COMPLETE": "complete_bash", "COMP_WORDS": "lakewarden ta"}
     completed = subprocess.run(
-        [sys.executable, "-m", "lakewarden"],
+        [sys.executable, "-m", "cli"],
         env={**os.environ, **completion, "COMP_CWORD": "1"},
         capture_output=True,
         text=True,

@@ -27,6 +27,7 @@ from sqlalchemy import select
 from benchmarks import processes
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
+from lakewarden.fingerprint import Fingerprint, fingerprint
 from lakewarden.runtime import Runtime
 from lakewarden.spark.local_cluster import (
     LocalCluster,
@@ -35,7 +36,6 @@ from lakewarden.spark.local_cluster import (
     kill_app,
 )
 from lakewarden.states import TaskState
-from lakewarden.verify import Fingerprint, fingerprint
 from services.worker.main import Worker
 
 pytestmark = pytest.mark.slow

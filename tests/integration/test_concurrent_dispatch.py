@@ -12,7 +12,7 @@ import pytest
 from helpers import append_batches, make_table, manage, wait_for
 from sqlalchemy import select, text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime

@@ -17,7 +17,7 @@ from helpers import append_batches, bearer, current, issue_token, make_table
 from pyiceberg.table import Table
 from sqlalchemy import event, select, text
 
-from lakewarden.catalog import TableRef, load_table
+from lakewarden.catalogs.catalog import TableRef, load_table
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events import ingest

@@ -10,15 +10,15 @@ from typing import Any
 from helpers import append_batches, make_table
 from sqlalchemy import select, text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, Task, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.evaluate import evaluate_events
 from lakewarden.events.ingest import sync_table
-from lakewarden.explain import explain_table
+from lakewarden.health.explain import explain_table
 from lakewarden.leader import acquire_or_renew
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 from lakewarden.runtime import Runtime
 from lakewarden.tables import add_table, effective_policy_for
 from services.scheduler.sweeps import sweep_due_tasks

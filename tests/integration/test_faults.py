@@ -22,10 +22,10 @@ from sqlalchemy import text
 from benchmarks import processes
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
+from lakewarden.fingerprint import fingerprint
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.tasks import repo
-from lakewarden.verify import fingerprint
 
 pytestmark = pytest.mark.spark
 

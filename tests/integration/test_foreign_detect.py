@@ -1,4 +1,4 @@
-"""lakewarden.foreign.detect_table on real Iceberg tables (pyiceberg, the test catalog):
+"""lakewarden.catalogs.foreign.detect_table on real Iceberg tables (pyiceberg, the test catalog):
 the loaded table's own properties, location and snapshot summaries tell whether Amoro or a
 streaming writer already maintains it."""
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 from helpers import SCHEMA, make_table
 from pyiceberg.table import Table
 
-from lakewarden.foreign import detect_table
+from lakewarden.catalogs.foreign import detect_table
 from lakewarden.runtime import Runtime
 
 

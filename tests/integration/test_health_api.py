@@ -272,8 +272,8 @@ def test_delete_files_per_partition_on_a_merge_on_read_table(
     spark_rt: Runtime,
     spark: SparkSession,
 ) -> None:
-    from lakewarden.health import measure
-    from lakewarden.policy import Policy
+    from lakewarden.health.measure import measure
+    from lakewarden.policy.model import Policy
 
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.sales")
     spark.sql("DROP TABLE IF EXISTS lake.sales.health_mor")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from helpers import make_table
 from sqlalchemy import select, text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime

@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 
 from lakewarden.alerts.sinks import deliver_pending
 from lakewarden.alerts.store import acknowledge, fire, resolve_absent
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Alert, ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events.refresh import refresh_table

@@ -19,7 +19,7 @@ from helpers import append_batches, make_table
 from sqlalchemy import select, text
 
 from lakewarden.alerts.rules import evaluate_task_rules
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Alert, ManagedTable, Task, TimelineEvent
 from lakewarden.db.session import transaction

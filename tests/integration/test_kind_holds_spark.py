@@ -17,7 +17,7 @@ from helpers import append_batches, make_table, manage, task_of
 from sqlalchemy import select
 
 from lakewarden.alerts.rules import evaluate_task_rules
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Alert, JobRun, Task, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events.refresh import refresh_table

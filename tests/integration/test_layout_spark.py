@@ -1,4 +1,4 @@
-"""Clustering and Z-order (lakewarden.kinds.layout) on real tables, end to end: a task is
+"""Clustering and Z-order (lakewarden.kinds.clustering) on real tables, end to end: a task is
 planned by the worker from pyiceberg metadata and run by the scheduler on Spark. Checked
 with pyiceberg: selective lookups open fewer files, the rows are the same, a good layout is
 left alone, and only the poor partitions are rewritten."""
@@ -15,14 +15,14 @@ from pyiceberg.expressions import And
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.session import transaction
-from lakewarden.kinds.layout import layout_sql
-from lakewarden.layout import files_per_lookup
+from lakewarden.fingerprint import fingerprint
+from lakewarden.health.files_per_lookup import files_per_lookup
+from lakewarden.kinds.clustering import layout_sql
 from lakewarden.metadata import read_files
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
-from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 

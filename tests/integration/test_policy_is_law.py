@@ -21,7 +21,7 @@ from helpers import manage, run_one, task_of
 from sqlalchemy import text
 
 from lakewarden.db.session import transaction
-from lakewarden.execute import policy_check
+from lakewarden.jobs.execute import policy_check
 from lakewarden.kinds import clean, ttl
 from lakewarden.outcomes import PolicyChanged
 from lakewarden.runtime import Runtime
@@ -223,7 +223,7 @@ def test_the_job_asks_the_policy_again_right_before_it_deletes(
 
 
 def ttl_ref(name: str) -> Any:
-    from lakewarden.catalog import TableRef
+    from lakewarden.catalogs.catalog import TableRef
 
     return TableRef("sales", name)
 

@@ -12,7 +12,7 @@ from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
-from services.scheduler.runs import abandon_orphans
+from services.scheduler.reaper import abandon_orphans
 
 
 def _running_orphan(rt: Runtime) -> int:

@@ -14,7 +14,7 @@ from helpers import append_batches, make_table, stored, task_of, wait_for
 from sqlalchemy import select, text
 
 from lakewarden.alerts.rules import evaluate_task_rules
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import (
     Alert,

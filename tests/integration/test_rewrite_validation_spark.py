@@ -21,8 +21,8 @@ from sqlalchemy import select, update
 from lakewarden.alerts.rules import evaluate_task_rules
 from lakewarden.db.models import Alert, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
-from lakewarden.explain import explain_validation
-from lakewarden.policy import ValidationPolicy
+from lakewarden.health.explain import explain_validation
+from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.spark.validation import REVERT_KEY, Span, _aggregate

@@ -1,7 +1,8 @@
 """Auto-management on a real Postgres: management rules through the API (CRUD, refusals,
-access), opting a table out, and `lakewarden.rules.adopt` on listings of thousands of fake
-tables (adoption never loads a table, so no Iceberg table is needed): what it adopts,
-excludes, holds back, retires and renames; run twice, and run at once from two threads."""
+access), opting a table out, and `lakewarden.catalogs.adoption.adopt` on listings of
+thousands of fake tables (adoption never loads a table, so no Iceberg table is needed):
+what it adopts, excludes, holds back, retires and renames; run twice, and run at once from
+two threads."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from fastapi.testclient import TestClient
 from helpers import bearer, issue_token
 from sqlalchemy import func, select
 
+from lakewarden.catalogs.adoption import DROPPED, OPT_OUT_CLEARED, OPTED_OUT, AdoptResult, adopt
 from lakewarden.db.models import (
     AuditEntry,
     ManagedTable,
@@ -24,7 +26,6 @@ from lakewarden.db.models import (
     TaskTransition,
 )
 from lakewarden.db.session import transaction
-from lakewarden.rules import DROPPED, OPT_OUT_CLEARED, OPTED_OUT, AdoptResult, adopt
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from lakewarden.tables import set_namespace_defaults

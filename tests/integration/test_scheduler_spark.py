@@ -10,13 +10,13 @@ import pytest
 from helpers import append_batches, current, equal_to, make_table, manage, run_one, wait_for
 from sqlalchemy import select, text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
+from lakewarden.fingerprint import fingerprint
 from lakewarden.metadata import read_files
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 

@@ -15,8 +15,8 @@ from lakewarden.db.session import transaction
 from lakewarden.leader import FencedOut, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
-from lakewarden.tasks.states import ALL_STATES, can_transition
-from services.scheduler.runs import abandon_orphans
+from lakewarden.tasks.machine import ALL_STATES, can_transition
+from services.scheduler.reaper import abandon_orphans
 from services.worker.main import Worker
 
 

@@ -175,7 +175,7 @@ def test_the_cli_refuses_a_token_beyond_the_maximum_and_revokes_what_a_token_min
     same recursive revocation, said on the terminal."""
     from typer.testing import CliRunner
 
-    from lakewarden.cli import app
+    from cli.main import app
     from lakewarden.settings import get_settings
 
     monkeypatch.setenv("LAKEWARDEN_DATABASE_URL", rt.db_url)

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from helpers import append_batches, current, equal_to, make_table, manage, run_one, task_of
 
+from lakewarden.fingerprint import fingerprint
 from lakewarden.runtime import Runtime
-from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 

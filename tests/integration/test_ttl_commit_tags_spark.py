@@ -13,7 +13,7 @@ import pytest
 from helpers import current, manage, run_one, task_of
 from sqlalchemy import text
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.kinds import ttl
 from lakewarden.outcomes import VerificationFailed
 from lakewarden.runtime import Runtime

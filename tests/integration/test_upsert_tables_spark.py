@@ -16,13 +16,13 @@ from helpers import manage, run_one, task_of
 from pyspark.sql import SparkSession
 from upserts import Row, create_keyed_table, merge_upserts, write_equality_upserts
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
-from lakewarden.explain import explain_table
-from lakewarden.health import measure
+from lakewarden.health.explain import explain_table
+from lakewarden.health.measure import measure
 from lakewarden.metadata import read_files
-from lakewarden.policy import parse_policy
+from lakewarden.policy.model import parse_policy
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from services.scheduler.main import Scheduler

@@ -3,11 +3,11 @@ commit verdict's bucket rule and per-bucket health."""
 
 from __future__ import annotations
 
-from lakewarden.health_model import LiveDelete, build
+from lakewarden.health.model import LiveDelete, build
 from lakewarden.kinds.base import EventFacts
 from lakewarden.kinds.compaction import event_verdict, plan_from_files
 from lakewarden.metadata import DataFile, KeyBucket
-from lakewarden.policy import CompactionPolicy, Policy
+from lakewarden.policy.model import CompactionPolicy, Policy
 from services.api.schemas import BucketsOut
 
 BUCKETS = {0: KeyBucket("id_bucket", "id", 4)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from lakewarden.cli import app
+from cli.main import app
 
 
 def _paths(group: typer.core.TyperGroup, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

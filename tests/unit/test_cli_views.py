@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from lakewarden.cli_ops import _task_view
+from cli.ops import _task_view
 
 VALIDATION = {
     "status": "passed",

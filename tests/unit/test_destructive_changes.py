@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lakewarden.policy import InputModel, Policy, destructive_changes, parse_policy
+from lakewarden.policy.model import InputModel, Policy, destructive_changes, parse_policy
 
 
 def _sections() -> list[tuple[str, type[InputModel]]]:

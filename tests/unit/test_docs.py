@@ -1,5 +1,5 @@
 """The docs cannot drift from the code: every setting (`lakewarden.settings.Settings`) and
-every policy field (each section of `lakewarden.policy.Policy`) has a row in
+every policy field (each section of `lakewarden.policy.model.Policy`) has a row in
 docs/configuration.md, and every relative link in README.md and docs/*.md reaches an
 existing file and, when it names one, an existing heading. Markdown is read as text; nothing
 is rendered."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 from lakewarden.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,11 +1,11 @@
-"""lakewarden.foreign: each signal that another service maintains a table, each guard
+"""lakewarden.catalogs.foreign: each signal that another service maintains a table, each guard
 against a false alarm, and a clean table."""
 
 from __future__ import annotations
 
 import pytest
 
-from lakewarden.foreign import ForeignMaintainer, detect
+from lakewarden.catalogs.foreign import ForeignMaintainer, detect
 from lakewarden.spark.commits import TASK_KEY
 
 WAREHOUSE = "s3://lake/warehouse/sales/orders"
@@ -186,7 +186,7 @@ def test_lakewardens_own_commits_are_never_evidence() -> None:
 
 
 def test_the_task_key_matches_the_one_lakewarden_commits_with() -> None:
-    from lakewarden import foreign
+    from lakewarden.catalogs import foreign
 
     assert foreign.OUR_TASK_KEY == TASK_KEY
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from lakewarden.explain import expected_gain
-from lakewarden.health_model import (
+from lakewarden.health.explain import expected_gain
+from lakewarden.health.model import (
     LiveDelete,
     ManifestInfo,
     SnapshotInfo,
@@ -23,7 +23,7 @@ from lakewarden.health_model import (
     signals,
 )
 from lakewarden.metadata import DataFile
-from lakewarden.policy import Policy, parse_policy
+from lakewarden.policy.model import Policy, parse_policy
 from services.api.schemas import HealthOut
 
 MiB = 1024 * 1024

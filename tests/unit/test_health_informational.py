@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from lakewarden.health_model import (
+from lakewarden.health.model import (
     MetadataFiles,
     SnapshotInfo,
     build,
@@ -14,7 +14,7 @@ from lakewarden.health_model import (
     metadata_summary,
 )
 from lakewarden.metadata import DataFile
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 from lakewarden.storage import Listing, References, StoredFile, summary
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lakewarden.cli import app
+from cli.main import app
 from lakewarden.settings import get_settings
 from lakewarden.spark.jars import (
     JarsUnavailable,

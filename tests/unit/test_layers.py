@@ -1,5 +1,5 @@
 """Imports point down the layers only (lakewarden/LAYERS.md): every module of lakewarden/,
-services/ and migrations/ is read with `ast` (nothing is imported), and each import of
+services/, cli/ and migrations/ is read with `ast` (nothing is imported), and each import of
 ours must stay in the importer's layer or go below it; the services never import each
 other. The layer list is read from LAYERS.md itself, so the note and the check agree."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTE = ROOT / "lakewarden" / "LAYERS.md"
-PACKAGES = ("lakewarden", "services", "migrations")
+PACKAGES = ("lakewarden", "services", "cli", "migrations")
 SERVICES = "services"
 
 
@@ -112,21 +112,38 @@ def test_the_note_names_only_modules_that_exist() -> None:
     assert missing == []
 
 
+def test_the_core_imports_neither_the_services_nor_the_cli() -> None:
+    """lakewarden/ is the shared core: no module of it, at any layer, imports a process
+    (services/) or the command line that starts them (cli/)."""
+    modules, _, packages = _tree()
+    known = set(modules)
+    upward = [
+        f"{name} imports {target}"
+        for name, source in sorted(modules.items())
+        if name.split(".")[0] == "lakewarden"
+        for target in imports_of(name, source, known, name in packages)
+        if target.split(".")[0] in (SERVICES, "cli")
+    ]
+    assert upward == []
+
+
 def test_the_check_catches_upward_and_sideways_imports() -> None:
     modules, layers, packages = _tree()
     bad = {
         **modules,
         "lakewarden.spark.sql": "from lakewarden.kinds.base import Kind\n",
         "lakewarden.db.models": "def f():\n    from lakewarden import runtime\n",
-        "lakewarden.policy": "from services.api.schemas import TableOut\n",
-        "services.worker.main": "import services.scheduler.runs\n",
+        "lakewarden.policy.model": "from services.api.schemas import TableOut\n",
+        "services.worker.main": "import services.scheduler.reaper\n",
+        "lakewarden.tables": "import cli.main\n",
         "lakewarden.newthing": "",
     }
     found = "\n".join(violations(bad, layers, packages))
     assert "lakewarden.spark.sql (layer 5) imports lakewarden.kinds.base (layer 6" in found
     assert "lakewarden.db.models (layer 2) imports lakewarden.runtime (layer 4" in found
-    assert "lakewarden.policy (layer 3) imports services.api.schemas (layer 8" in found
-    assert "services.worker.main imports another service: services.scheduler.runs" in found
+    assert "lakewarden.policy.model (layer 3) imports services.api.schemas (layer 8" in found
+    assert "services.worker.main imports another service: services.scheduler.reaper" in found
+    assert "lakewarden.tables (layer 4) imports cli.main (layer 9" in found
     assert "lakewarden.newthing is in no layer" in found
 
 

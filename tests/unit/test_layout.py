@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from lakewarden.layout import files_per_lookup
+from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.metadata import DataFile
 
 

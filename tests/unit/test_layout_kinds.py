@@ -1,4 +1,4 @@
-"""Clustering and Z-order (lakewarden.kinds.layout) as pure logic: the commit verdict, the
+"""Clustering and Z-order (lakewarden.kinds.clustering) as pure logic: the commit verdict, the
 planner over synthetic files, safe literals and where clauses, and the exact CALL text."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts, PlanRejected
-from lakewarden.kinds.layout import (
+from lakewarden.kinds.clustering import (
     CLUSTERING,
     ZORDER,
     IdentityFields,
@@ -33,7 +33,7 @@ from lakewarden.kinds.layout import (
     sql_literal,
 )
 from lakewarden.metadata import DataFile, Partition
-from lakewarden.policy import ClusteringPolicy, ZOrderPolicy
+from lakewarden.policy.model import ClusteringPolicy, ZOrderPolicy
 
 REF = TableRef("sales", "orders")
 REGION: IdentityFields = {(0, "region"): ("region", StringType())}

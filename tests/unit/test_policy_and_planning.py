@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from lakewarden.kinds.base import EventFacts
 from lakewarden.kinds.compaction import event_verdict, plan_from_files
 from lakewarden.metadata import DataFile
-from lakewarden.policy import CompactionPolicy, MiB, parse_policy
+from lakewarden.policy.model import CompactionPolicy, MiB, parse_policy
 
 
 def test_policy_defaults_fill_in() -> None:

@@ -12,8 +12,8 @@ import annotated_types
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from lakewarden.catalog import IDENTIFIER, InvalidIdentifier, TableRef
-from lakewarden.policy import (
+from lakewarden.catalogs.catalog import IDENTIFIER, InvalidIdentifier, TableRef
+from lakewarden.policy.model import (
     MAX_COUNT,
     MAX_DAYS,
     MAX_HOURS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lakewarden.kinds.clean import TableState, orphan_due, plan_from_state
-from lakewarden.policy import CleanPolicy
-from lakewarden.quotas import Usage, minutes, next_slot
+from lakewarden.policy.model import CleanPolicy
+from lakewarden.policy.quotas import Usage, minutes, next_slot
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

@@ -22,7 +22,7 @@ from pyiceberg.transforms import (
 )
 from pyiceberg.types import DateType, NestedField, StringType, TimestamptzType
 
-from lakewarden.policy import ReadinessPolicy, parse_policy
+from lakewarden.policy.model import ReadinessPolicy, parse_policy
 from lakewarden.readiness import (
     Commit,
     PartitionFacts,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lakewarden.kinds.clean import Ref, TableState, plan_from_state
-from lakewarden.policy import CleanPolicy
+from lakewarden.policy.model import CleanPolicy
 from lakewarden.refs import tag_max_ref_age_ms, tag_name
 
 NOW = datetime(2026, 11, 24, 5, 30, tzinfo=UTC)

@@ -10,10 +10,10 @@ from typing import Any, cast
 import pytest
 from pydantic import ValidationError
 
-from lakewarden.execute import _failpoint
 from lakewarden.formats.iceberg.partitions import plain_literal as _literal
 from lakewarden.formats.iceberg.partitions import predicate as _predicate
-from lakewarden.policy import parse_policy
+from lakewarden.jobs.execute import _failpoint
+from lakewarden.policy.model import parse_policy
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 

@@ -1,12 +1,12 @@
-"""Which management rule covers a table (lakewarden.rules.matching_rule): pure logic, on
+"""Which management rule covers a table (lakewarden.catalogs.adoption.matching_rule): pure logic, on
 rule objects that are never stored."""
 
 from __future__ import annotations
 
 import pytest
 
+from lakewarden.catalogs.adoption import InvalidRule, check_rule, covers, matching_rule
 from lakewarden.db.models import ManagementRule
-from lakewarden.rules import InvalidRule, check_rule, covers, matching_rule
 
 
 def rule(

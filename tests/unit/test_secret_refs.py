@@ -1,6 +1,6 @@
 """`lakewarden.secret_refs`: what a catalog's secret reference may name (files in the
 secrets directory, `LW_SECRET_*` variables), and pyiceberg's secret properties all refused
-by value (`catalog_registry.is_secret_property`)."""
+by value (`catalogs.registry.is_secret_property`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from pyiceberg import io as pyiceberg_io
 from pyiceberg.catalog import rest, sql
 
-from lakewarden.catalog_registry import is_secret_property
+from lakewarden.catalogs.registry import is_secret_property
 from lakewarden.secret_refs import MAX_FILE_BYTES, RefRefused, RefRules, check, read
 from lakewarden.settings import Settings
 

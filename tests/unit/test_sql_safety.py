@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakewarden.catalog import InvalidIdentifier, TableRef, jdbc_params
+from lakewarden.catalogs.catalog import InvalidIdentifier, TableRef, jdbc_params
 from lakewarden.kinds.base import PlanRejected
 from lakewarden.kinds.compaction import compaction_sql
 

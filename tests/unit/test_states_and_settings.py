@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from lakewarden.backoff import retry_delay_s
 from lakewarden.settings import Settings
 from lakewarden.spark.session import session_secrets, spark_conf
-from lakewarden.tasks.states import ALL_STATES, ALLOWED, TERMINAL_STATES, can_transition
+from lakewarden.tasks.machine import ALL_STATES, ALLOWED, TERMINAL_STATES, can_transition
 
 
 def test_terminal_states_have_no_way_out() -> None:

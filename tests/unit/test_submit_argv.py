@@ -53,7 +53,7 @@ def _argv(settings: Settings, **kw: object) -> list[str]:
         settings,
         DB,
         spark_submit="/spark/bin/spark-submit",
-        entry="/app/lakewarden/application.py",
+        entry="/app/lakewarden/jobs/application_entry.py",
         python="/venv/bin/python",
         task_id=12,
         attempt=2,
@@ -79,7 +79,13 @@ def test_argv_runs_the_entry_for_one_attempt_with_every_launch_setting(settings:
         "--driver-memory",
         "512m",
     ]
-    assert argv[-5:] == ["/app/lakewarden/application.py", "--task-id", "12", "--attempt", "2"]
+    assert argv[-5:] == [
+        "/app/lakewarden/jobs/application_entry.py",
+        "--task-id",
+        "12",
+        "--attempt",
+        "2",
+    ]
     conf = _confs(argv)
     assert conf["spark.executor.cores"] == "2"
     assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
@@ -137,7 +143,7 @@ def test_kubernetes_cluster_mode_knows_its_submission_id_and_refers_to_secrets(
         k8s,
         DB,
         spark_submit="spark-submit",
-        entry="/app/lakewarden/application.py",
+        entry="/app/lakewarden/jobs/application_entry.py",
         python="python",
         task_id=12,
         attempt=2,
@@ -152,7 +158,7 @@ def test_kubernetes_cluster_mode_knows_its_submission_id_and_refers_to_secrets(
         == "lakewarden-env:LAKEWARDEN_DATABASE_URL"
     )
     assert conf["spark.kubernetes.driverEnv.LAKEWARDEN_KUBERNETES_NAMESPACE"] == "lake"
-    assert "local:///app/lakewarden/application.py" in sub.argv
+    assert "local:///app/lakewarden/jobs/application_entry.py" in sub.argv
     text = "\0".join(sub.argv)
     for secret in SECRETS:
         assert secret not in text

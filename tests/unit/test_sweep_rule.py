@@ -1,10 +1,11 @@
-"""The sweep's rule (`lakewarden.policy.is_due`), which the leader's sweep and explain share."""
+"""The sweep's rule (`lakewarden.policy.model.is_due`), which the leader's sweep and explain
+share."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from lakewarden.policy import CleanPolicy, is_due
+from lakewarden.policy.model import CleanPolicy, is_due
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 

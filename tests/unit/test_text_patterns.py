@@ -1,12 +1,12 @@
 """The OpenAPI's text patterns refuse exactly the characters the API refuses
-(lakewarden.policy's CONTROL_CHARACTERS), so a fuzzer reading the spec and a client
+(lakewarden.policy.model's CONTROL_CHARACTERS), so a fuzzer reading the spec and a client
 reading it agree with the server."""
 
 from __future__ import annotations
 
 import re
 
-from lakewarden.policy import _CONTROL_IN_FREE_TEXT, CONTROL_CHARACTERS
+from lakewarden.policy.model import _CONTROL_IN_FREE_TEXT, CONTROL_CHARACTERS
 from services.api.schemas import FREE_TEXT_PATTERN, TEXT_PATTERN
 
 

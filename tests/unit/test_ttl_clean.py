@@ -12,13 +12,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, MonthTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType, TimestamptzType
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.kinds import REGISTRY, clean, ttl
 from lakewarden.kinds.base import PlanRejected
 from lakewarden.kinds.clean import Ref, TableState, clean_sql, plan_from_state, retained_snapshots
 from lakewarden.kinds.ttl import EPOCH, boundary, cutoff_literal, delete_sql, plan_from_files
 from lakewarden.metadata import DataFile
-from lakewarden.policy import CleanPolicy, TTLPolicy
+from lakewarden.policy.model import CleanPolicy, TTLPolicy
 
 NOW = datetime(2026, 11, 22, 15, 30, tzinfo=UTC)
 REF = TableRef("ns", "events")

@@ -8,7 +8,7 @@ from enum import StrEnum
 import pytest
 
 from lakewarden.kinds import REGISTRY
-from lakewarden.policy import KINDS, KindPolicy, Policy
+from lakewarden.policy.model import KINDS, KindPolicy, Policy
 from lakewarden.states import (
     OPEN_TASK_STATES,
     TERMINAL_TASK_STATES,
@@ -17,7 +17,7 @@ from lakewarden.states import (
     TaskState,
     sql_in,
 )
-from lakewarden.tasks.states import ALLOWED
+from lakewarden.tasks.machine import ALLOWED
 
 
 def test_sql_in_renders_the_states_as_literals() -> None:

@@ -21,7 +21,7 @@ from lakewarden.formats.base import (
     TimelinePage,
 )
 from lakewarden.formats.iceberg import finder, history
-from lakewarden.policy import MAIN_BRANCH
+from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.refs import branch_heads
 
 CAPABILITIES = Capabilities(

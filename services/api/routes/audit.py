@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from lakewarden import audit
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from services.api.access import AccessDep
 from services.api.deps import SessionDep
 from services.api.paging import PageDep

@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Path, Response
 
 from lakewarden import holds, tables
 from lakewarden.auth.grants import Role
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 from services.api import errors
 from services.api.access import AccessDep, TableDep
 from services.api.deps import Id, SessionDep

@@ -16,14 +16,14 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import (
+from lakewarden.catalogs.catalog import (
     IDENTIFIER,
     CatalogConfigError,
     CatalogEntry,
     PropertyValue,
     build_catalog,
 )
-from lakewarden.catalog_registry import check_properties, entry_of, shown
+from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.isolation import error_line
 from lakewarden.redact import redact, url_secrets

@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import (
+from lakewarden.catalogs.catalog import (
     InvalidIdentifier,
     TableRef,
     UnknownCatalog,

@@ -1,5 +1,5 @@
-"""Operator views of one table: its measured health (`lakewarden.health`), and what would
-run on it now and why (`lakewarden.explain`).
+"""Operator views of one table: its measured health (`lakewarden.health.measure`), and what would
+run on it now and why (`lakewarden.health.explain`).
 
 Both only read. Their transaction is made READ ONLY before anything else happens, so
 Postgres itself refuses any write; no Iceberg commit is made either.
@@ -15,10 +15,10 @@ from pyiceberg.table import Table
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from lakewarden import explain
-from lakewarden.catalog import find_table
+from lakewarden.catalogs.catalog import find_table
 from lakewarden.db.models import ManagedTable
-from lakewarden.health import add_storage, measure
+from lakewarden.health import explain
+from lakewarden.health.measure import add_storage, measure
 from lakewarden.runtime import Runtime
 from lakewarden.storage import DEFAULT_MAX_FILES, LIMIT_MAX_FILES
 from lakewarden.tables import ref_of

@@ -9,12 +9,12 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from pydantic import ValidationError
 
-from lakewarden import policy_gate
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import find_table, valid_namespace
+from lakewarden.catalogs.catalog import find_table, valid_namespace
 from lakewarden.db.models import ManagedTable
 from lakewarden.isolation import error_line
-from lakewarden.policy import Policy, effective_policy, validation_problems
+from lakewarden.policy import gate as policy_gate
+from lakewarden.policy.model import Policy, effective_policy, validation_problems
 from lakewarden.runtime import Runtime
 from lakewarden.tables import (
     lock_namespace,

@@ -4,8 +4,9 @@ Rules are read with the viewer role and changed with the admin role on their sco
 catalog and the rule's namespace glob: a caller whose admin grant is itself a glob may
 change rules whose namespace that grant includes, as `Grant.includes` judges it). A rule's
 policy is checked, like a namespace's defaults, over the defaults of every namespace of the
-catalog it covers. Adoption itself (`lakewarden.rules.adopt`) runs in the catalog's poller
-and commit listener; tables already adopted keep their policy when a rule changes or goes.
+catalog it covers. Adoption itself (`lakewarden.catalogs.adoption.adopt`) runs in the
+catalog's poller and commit listener; tables already adopted keep their policy when a rule
+changes or goes.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from lakewarden import rules
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Grant, Role, glob_to_like
+from lakewarden.catalogs import adoption as rules
 from lakewarden.db.models import ManagementRule, NamespacePolicy
-from lakewarden.policy import effective_policy, validation_problems
+from lakewarden.policy.model import effective_policy, validation_problems
 from services.api import errors
 from services.api.access import Access, AccessDep
 from services.api.deps import CatalogDep, Id, RefDep, SessionDep

@@ -6,14 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
-from lakewarden import policy_gate, tables
+from lakewarden import tables
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import TableRef, find_table, load_table
+from lakewarden.catalogs.catalog import TableRef, find_table, load_table
+from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.events.ingest import list_events
 from lakewarden.events.refresh import ingest_commits
-from lakewarden.foreign import detect_table
-from lakewarden.policy import Policy
+from lakewarden.policy import gate as policy_gate
+from lakewarden.policy.model import Policy
 from services.api import errors
 from services.api.access import AccessDep, TableDep
 from services.api.deps import CatalogDep, RuntimeDep, SessionDep

@@ -8,17 +8,18 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import ValidationError
 
-from lakewarden import holds, policy_gate, tables
+from lakewarden import holds, tables
 from lakewarden.auth.grants import Role
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import KindHold, ManagedTable, Task
 from lakewarden.kinds import REGISTRY
-from lakewarden.policy import KINDS
-from lakewarden.quotas import quota_holds
+from lakewarden.policy import gate as policy_gate
+from lakewarden.policy.model import KINDS
+from lakewarden.policy.quotas import quota_holds
 from lakewarden.settings import Settings
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tasks import birth, repo
-from lakewarden.tasks.states import ALL_STATES
+from lakewarden.tasks.machine import ALL_STATES
 from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import Id, RuntimeDep, SessionDep, managed
@@ -52,7 +53,7 @@ def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int)
 def _on_hold(session: SessionDep, settings: Settings, tasks: Iterable[Task]) -> dict[int, str]:
     """For each task not yet running, what keeps it from starting (as dispatch judges it):
     the freeze, its table's pause, writers' blockers, its kind held on its table
-    (lakewarden.holds), its table's or pool's hard quota (lakewarden.quotas). Absent when
+    (lakewarden.holds), its table's or pool's hard quota (lakewarden.policy.quotas). Absent when
     nothing does."""
     waiting = [t for t in tasks if t.state in OPEN_TASK_STATES and t.state != TaskState.RUNNING]
     blockers = tables.holds_on(session, {t.table_id for t in waiting})

@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 from services.api.schemas.common import (
     IDENTIFIER_PATTERN,
     TEXT_PATTERN,
@@ -21,7 +21,8 @@ from services.api.schemas.common import (
     documented_pattern,
 )
 
-# A management rule's glob (lakewarden.rules.GLOB): identifier characters, dots, * and ?.
+# A management rule's glob (lakewarden.catalogs.adoption.GLOB): identifier characters, dots,
+# * and ?.
 GLOB_PATTERN = "^[A-Za-z0-9_.*?]{1,255}$"
 _GLOB = documented_pattern(GLOB_PATTERN)
 Glob = Annotated[str, Field(max_length=255, json_schema_extra=_GLOB)]

@@ -17,18 +17,18 @@ from pydantic import (
 )
 
 from lakewarden.db import paging
-from lakewarden.policy import InputModel
+from lakewarden.policy.model import InputModel
 
 T = TypeVar("T")
 
 
 # ECMA-262 regular expressions, as JSON Schema wants them.
-IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}$"  # lakewarden.catalog.IDENTIFIER
-# One or more identifiers joined by dots (lakewarden.catalog.TableRef checks each level).
+IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}$"  # lakewarden.catalogs.catalog.IDENTIFIER
+# One or more identifiers joined by dots (lakewarden.catalogs.catalog.TableRef checks each level).
 NAMESPACE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}(\\.[A-Za-z_][A-Za-z0-9_]{0,127})*$"
 # namespace.name, the namespace of one or more levels
 TABLE_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}([.][A-Za-z_][A-Za-z0-9_]{0,127})+$"
-# Unicode's other controls, as lakewarden.policy.CONTROL_CHARACTERS refuses them (C1 with NEL,
+# Unicode's other controls, as lakewarden.policy.model.CONTROL_CHARACTERS refuses them (C1 with NEL,
 # the line and paragraph separators, the bidi marks, embeddings, overrides and isolates).
 _UNICODE_CONTROLS = (
     "\\u0080-\\u009f\\u2028\\u2029\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069"
@@ -47,7 +47,7 @@ def documented_pattern(pattern: str) -> dict[str, Any]:
 
 
 class RequestModel(InputModel):
-    """Base of every request body: see `lakewarden.policy.InputModel`."""
+    """Base of every request body: see `lakewarden.policy.model.InputModel`."""
 
 
 class ResponseModel(BaseModel):

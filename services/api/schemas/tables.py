@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from lakewarden.db import paging
-from lakewarden.policy import KINDS, Policy
+from lakewarden.policy.model import KINDS, Policy
 from services.api.schemas.common import (
     FREE_TEXT_PATTERN,
     IDENTIFIER_PATTERN,

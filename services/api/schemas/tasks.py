@@ -10,7 +10,7 @@ from pydantic import (
 )
 
 from lakewarden.db.models import Task
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 from lakewarden.tasks.repo import TaskRecord
 from services.api.schemas.common import Page, RequestModel, ResponseModel
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
-from lakewarden.policy import KINDS
+from lakewarden.policy.model import KINDS
 from lakewarden.runtime import Runtime
 from lakewarden.tasks import repo
 from services.api.access import Access, authenticate

@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import (
+from lakewarden.catalogs.catalog import (
     CatalogConfigError,
     CatalogEntry,
     PropertyValue,

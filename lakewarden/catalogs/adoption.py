@@ -49,9 +49,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from lakewarden.catalog import IDENTIFIER, TableRef
+from lakewarden.catalogs.catalog import IDENTIFIER, TableRef
 from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy, PolicyVersion
-from lakewarden.policy import effective_policy, validation_problems
+from lakewarden.policy.model import effective_policy, validation_problems
 from lakewarden.tables import cancel_open_tasks, lock_namespace, retire_tables
 
 DROPPED = "dropped from the catalog"

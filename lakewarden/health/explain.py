@@ -4,7 +4,7 @@ tasks:
 
 - the next commit: the kind's `event_verdict` on `lakewarden.evaluate.event_facts`, as
   `evaluate_events` does when a commit arrives;
-- the next sweep: `lakewarden.policy.is_due`, as the leader's sweep does;
+- the next sweep: `lakewarden.policy.model.is_due`, as the leader's sweep does;
 - planning: the kind's own planner on the table's current metadata, as the worker does.
 """
 
@@ -25,7 +25,7 @@ from lakewarden.events.ingest import snapshot_fields
 from lakewarden.holds import holds_of, shown
 from lakewarden.kinds import REGISTRY, clean
 from lakewarden.kinds.base import Kind
-from lakewarden.policy import (
+from lakewarden.policy.model import (
     CleanPolicy,
     KindPolicy,
     Policy,
@@ -34,7 +34,7 @@ from lakewarden.policy import (
     ValidationPolicy,
     is_due,
 )
-from lakewarden.quotas import usage_of
+from lakewarden.policy.quotas import usage_of
 from lakewarden.readiness import explain_readiness
 from lakewarden.refs import due_tag, list_refs
 from lakewarden.settings import Settings

@@ -1,6 +1,6 @@
 """Execute one planned job on a Spark session and record its outcome: the one way a job runs,
 whether in the scheduler's warm session or as a submitted application
-(`lakewarden.application`)."""
+(`lakewarden.jobs.application_entry`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from lakewarden import policy_gate
-from lakewarden.catalog import TableRef, load_table
+from lakewarden.catalogs.catalog import TableRef, load_table
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.kinds import get_kind
@@ -26,7 +25,8 @@ from lakewarden.outcomes import (
     RewriteFailed,
     RewriteMismatch,
 )
-from lakewarden.policy import Policy, ValidationPolicy
+from lakewarden.policy import gate as policy_gate
+from lakewarden.policy.model import Policy, ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog, validation
 from lakewarden.spark.actions import first_failure, progress

@@ -1,5 +1,5 @@
 """`lakewarden <command>`: one CLI for every process and chore, and the operator's commands
-over the REST API (lakewarden/cli_ops.py).
+over the REST API (cli/ops.py).
 
 Importing this module stays cheap (typer only): `lakewarden --help` and shell completion
 run it on every keystroke, so each command imports what it needs when it runs.
@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lakewarden import __version__, cli_data, cli_ops
-from lakewarden.cli_output import Format
-from lakewarden.client import TOKEN_ENV, URL_ENV
+from cli import data as cli_data
+from cli import ops as cli_ops
+from cli.client import TOKEN_ENV, URL_ENV
+from cli.output import Format
+from lakewarden import __version__
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -132,7 +134,7 @@ def demo(
     timeout: Annotated[float, typer.Option(help="seconds to wait for the task")] = 600,
 ) -> None:
     """End to end on a demo table: commits → compaction."""
-    from lakewarden.demo import run_demo
+    from cli.demo import run_demo
 
     _exit(run_demo(as_json=as_json, target_files=files, timeout_s=timeout))
 

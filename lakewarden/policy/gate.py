@@ -23,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable, Task
-from lakewarden.policy import KindPolicy, Policy, first_problem
+from lakewarden.policy.model import KindPolicy, Policy, first_problem
 from lakewarden.states import OPEN_TASK_STATES, TaskState
 from lakewarden.tables import effective_policy_for, namespace_defaults
 from lakewarden.tasks import repo

@@ -1,6 +1,6 @@
 """Clustering (sort by columns) and Z-order: rewrite the partitions where a lookup on the
 policy's columns opens many files, as measured from file bounds alone
-(`lakewarden.layout.files_per_lookup`).
+(`lakewarden.health.files_per_lookup.files_per_lookup`).
 
 The plan carries Iceberg's own `rewrite_data_files` arguments as text: a `sort_order`
 (`` `a` ASC NULLS LAST, … `` or `` zorder(`a`, `b`) ``) and, when only some partitions are
@@ -24,9 +24,10 @@ from pyiceberg.types import (
     IcebergType,
 )
 
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import history
 from lakewarden.formats.iceberg.partitions import sql_literal
+from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds.base import (
     EventFacts,
     JobResult,
@@ -37,9 +38,8 @@ from lakewarden.kinds.base import (
     Runner,
     Verdict,
 )
-from lakewarden.layout import files_per_lookup
 from lakewarden.metadata import DataFile, Partition, jsonable, read_files
-from lakewarden.policy import ClusteringPolicy, ZOrderPolicy
+from lakewarden.policy.model import ClusteringPolicy, ZOrderPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import COMMITTED, rewrite_data_files
 

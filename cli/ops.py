@@ -1,6 +1,6 @@
 """The operator's commands: `lakewarden tables`, `task 42`, `cancel 42`, `pause sales.orders`,
-`check`… Each is one or a few calls of the REST API (lakewarden/client.py), printed as a
-table for people or as the API's own JSON/YAML for scripts (`-o`, lakewarden/cli_output.py).
+`check`… Each is one or a few calls of the REST API (cli/client.py), printed as a
+table for people or as the API's own JSON/YAML for scripts (`-o`, cli/output.py).
 
 Where: `--url` or LAKEWARDEN_URL (default: this machine's API port from the settings);
 who: `--token` or LAKEWARDEN_TOKEN. A refusal prints the API's message and exits 1.
@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 import typer
 
-from lakewarden.cli_output import Format, emit, fields, table
-from lakewarden.client import ApiError, Client, default_url, table_path
+from cli.client import ApiError, Client, default_url, table_path
+from cli.output import Format, emit, fields, table
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

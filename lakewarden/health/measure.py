@@ -1,5 +1,5 @@
 """Table health, measured: read a table's current state from Iceberg metadata alone
-(pyiceberg, no JVM) and hand it to `lakewarden.health_model`, which sums it up and scores it
+(pyiceberg, no JVM) and hand it to `lakewarden.health.model`, which sums it up and scores it
 (the score's formula is documented there, where it is computed).
 
 What is read (the current snapshot): data files, their sizes, rows, partitions and the bounds
@@ -21,7 +21,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from lakewarden import storage
-from lakewarden.health_model import (
+from lakewarden.health.model import (
     LiveDelete,
     ManifestInfo,
     MetadataFiles,
@@ -32,7 +32,7 @@ from lakewarden.health_model import (
     layout_sections,
 )
 from lakewarden.metadata import key_buckets, read_files
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 
 
 def _columns(table: Table, columns: list[str]) -> list[str]:

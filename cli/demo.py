@@ -26,12 +26,12 @@ from sqlalchemy.engine import make_url
 
 from lakewarden.auth import tokens
 from lakewarden.auth.grants import parse_grants
-from lakewarden.catalog import TableRef
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.migrate import migrate
 from lakewarden.db.session import transaction
+from lakewarden.fingerprint import fingerprint
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.states import FINISHED_TASK_STATES, OPEN_TASK_STATES, TaskState
-from lakewarden.verify import fingerprint
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -69,7 +69,7 @@ class Services:
         for role, extra in (("api", ["--port", str(self.port)]), ("worker", []), ("scheduler", [])):
             log = open(self.log_dir / f"demo-{role}.log", "wb")  # noqa: SIM115
             self.procs[role] = subprocess.Popen(
-                [sys.executable, "-m", "lakewarden", role, *extra],
+                [sys.executable, "-m", "cli", role, *extra],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -429,7 +429,7 @@ def _run_lines(r: dict[str, Any]) -> list[str]:
     post-rewrite validation passed (the per-partition detail is in --json and the task)."""
     from rich.filesize import decimal
 
-    from lakewarden.cli_ops import _validation as validation_line  # the CLI's own summary
+    from cli.ops import _validation as validation_line  # the CLI's own summary
 
     m = r["job_metrics"]
     if m is None:

@@ -1,12 +1,12 @@
 """One job as its own Spark application: spark-submit's primary resource.
 
-    spark-submit ... lakewarden/application.py --task-id N --attempt A
+    spark-submit ... lakewarden/jobs/application_entry.py --task-id N --attempt A
 
 (`lakewarden.spark.submit` builds that command line; `services.scheduler.applications`
 launches and tracks it.) Settings come from the `LAKEWARDEN_*` environment, secrets
 included (never from the command line). The application loads its run, builds its own
 Spark session named after the job group, stores its app id at once, heartbeats on its
-job_runs row, runs the job (`lakewarden.execute.run_job`) and records the outcome itself.
+job_runs row, runs the job (`lakewarden.jobs.execute.run_job`) and records the outcome itself.
 
 Fenced: the outcome is written under the fence of the leader its run is *currently*
 assigned to (job_runs' scheduler id and epoch). A deposed leader's epoch is refused; while
@@ -22,8 +22,8 @@ import os
 import sys
 
 if __name__ == "__main__":
-    # Run as a script, this file's directory (lakewarden/) would come first on sys.path and
-    # its modules (settings, catalog, ...) would shadow top-level ones: drop it.
+    # Run as a script, this file's directory (lakewarden/jobs/) would come first on sys.path and
+    # its modules (execute, ...) would shadow top-level ones: drop it.
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
@@ -37,7 +37,7 @@ from sqlalchemy import func, select, text, update
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
-from lakewarden.execute import Job, run_job
+from lakewarden.jobs.execute import Job, run_job
 from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
@@ -45,7 +45,7 @@ from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 
-log = logging.getLogger("lakewarden.application")
+log = logging.getLogger("lakewarden.application")  # the name its log lines always had
 
 # Exit codes the scheduler reads.
 REPORTED, NOTHING_TO_DO, NOT_REPORTED = 0, 2, 3

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from lakewarden.catalog import IDENTIFIER
+from lakewarden.catalogs.catalog import IDENTIFIER
 
 MiB = 1024 * 1024
 
@@ -421,7 +421,7 @@ class ValidationPolicy(InputModel):
 
 
 class QuotaPolicy(InputModel):
-    """Hard quota (`lakewarden.quotas`): the Spark minutes the table's jobs may use in any
+    """Hard quota (`lakewarden.policy.quotas`): the Spark minutes the table's jobs may use in any
     trailing hour; past it, its tasks wait for a slot (dispatch skips them and says why).
     None: no quota. Pools have theirs in settings (LAKEWARDEN_POOL_QUOTAS)."""
 

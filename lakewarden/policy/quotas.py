@@ -20,7 +20,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import ManagedTable
-from lakewarden.policy import effective_policy
+from lakewarden.policy.model import effective_policy
 from lakewarden.settings import Settings
 from lakewarden.states import RunState
 from lakewarden.tables import namespaces_defaults

@@ -2,7 +2,7 @@
 `lakewarden partitions` (readiness), `watermark` (the writer's completeness mark), `refs`
 (branches and tags, and when snapshot expiry drops them) and `rollback` (main back to a
 snapshot or a tag; admin, and asked for confirmation). Each is one or two REST calls, printed
-as the other operator commands are (lakewarden/cli_ops.py)."""
+as the other operator commands are (cli/ops.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lakewarden.cli_ops import Catalog, Output, TableName, calling, split_name
-from lakewarden.cli_output import Format, cell, emit, table
-from lakewarden.client import table_path
+from cli.client import table_path
+from cli.ops import Catalog, Output, TableName, calling, split_name
+from cli.output import Format, cell, emit, table
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -38,12 +38,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import REGISTRY
-from lakewarden.kinds.layout import LayoutPolicy
+from lakewarden.kinds.clustering import LayoutPolicy
 from lakewarden.kinds.ttl import as_datetime
-from lakewarden.layout import files_per_lookup
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable
-from lakewarden.policy import Policy
+from lakewarden.policy.model import Policy
 
 # Score weights: the most each factor can take off 100.
 W_SMALL_FILES = 40.0

@@ -1,3 +1,0 @@
-from lakewarden.cli import main
-
-main()
