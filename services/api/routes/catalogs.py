@@ -26,6 +26,7 @@ from lakewarden.catalog import (
 from lakewarden.catalog_registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.isolation import error_line
+from lakewarden.object_store import check_warehouse
 from lakewarden.redact import redact, url_secrets
 from lakewarden.secret_refs import RefRules
 from lakewarden.tables import LIVE
@@ -55,9 +56,11 @@ def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, Property
 
 def _answers(entry: CatalogEntry) -> None:
     """List the catalog's namespaces with a client of its own, closed after (its pool of
-    connections would otherwise stay open for the life of the process)."""
+    connections would otherwise stay open for the life of the process); an S3 warehouse
+    must answer too (its bucket listed with the catalog's credentials)."""
     with build_catalog(entry) as client:
         client.list_namespaces()
+    check_warehouse(entry.resolved)
 
 
 def _check(entry: CatalogEntry) -> None:
