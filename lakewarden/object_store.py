@@ -16,6 +16,8 @@ listing must go through the table's FileIO instead (Iceberg's prefix listing).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from urllib.parse import urlsplit
 
 from pyarrow.fs import FileSelector, FileType
@@ -62,16 +64,25 @@ def spark_properties(props: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in extra.items() if k not in props}
 
 
-def check_warehouse(props: dict[str, str]) -> None:
+def check_warehouse(props: dict[str, str], plain: Collection[str] = ()) -> None:
     """WarehouseUnreachable unless the S3 warehouse in `props` (resolved properties) answers
     with them: its bucket exists and lists with these credentials. Nothing for a warehouse
-    not on S3 (a catalog that only knows its tables' locations is checked by its listing)."""
+    not on S3 (a catalog that only knows its tables' locations is checked by its listing).
+    The message quotes the warehouse and the endpoint only where they are in `plain` (given
+    as values, not read from a reference), and no text of the store's."""
     warehouse = props.get("warehouse", "")
     if not on_s3(warehouse):
         return
     parts = urlsplit(warehouse)
     bucket, prefix = parts.netloc, parts.path.strip("/")
-    where = f"warehouse {warehouse!r} (endpoint {props.get('s3.endpoint', 'AWS S3')!r})"
+
+    def shown(key: str, default: str) -> str:
+        if key not in props:
+            return default
+        return repr(props[key]) if key in plain else f"({key}, given by reference)"
+
+    where = f"warehouse {shown('warehouse', '')} at endpoint {shown('s3.endpoint', 'AWS S3')}"
+    bucket_named = f"bucket {bucket!r}" if "warehouse" in plain else "its bucket"
     io = PyArrowFileIO(
         {
             "s3.connect-timeout": str(PROBE_CONNECT_TIMEOUT_S),
@@ -82,7 +93,7 @@ def check_warehouse(props: dict[str, str]) -> None:
     try:
         fs = io.fs_by_scheme(parts.scheme, bucket)
         if fs.get_file_info(bucket).type == FileType.NotFound:
-            raise WarehouseUnreachable(f"{where}: bucket {bucket!r} does not exist there")
+            raise WarehouseUnreachable(f"{where}: {bucket_named} does not exist there")
         fs.get_file_info(FileSelector(f"{bucket}/{prefix}".rstrip("/"), allow_not_found=True))
     except OSError as exc:
         raise WarehouseUnreachable(f"{where}: {_why(str(exc))}") from None
@@ -108,5 +119,5 @@ def _why(message: str) -> str:
         )
     if any(mark in message for mark in _SILENT):
         return "the endpoint did not answer (connection refused or timed out): check s3.endpoint"
-    code = message.split("AWS Error ", 1)[1].split(" ", 1)[0] if "AWS Error " in message else ""
-    return f"the endpoint answered with an error{f' ({code})' if code else ''}"
+    code = re.search(r"AWS Error ([A-Z_]{1,64}) ", message)  # an error's name, not its text
+    return f"the endpoint answered with an error{f' ({code[1]})' if code else ''}"

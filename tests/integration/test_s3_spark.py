@@ -1,4 +1,4 @@
-"""Every kind on tables in an S3 bucket (S3Proxy, tests/s3_server.py), through the real
+"""Every kind on tables in an S3 bucket (S3Proxy, benchmarks/s3_server.py), through the real
 services: a worker plans through pyiceberg (pyarrow's S3 file system), the scheduler's
 Spark runs through Iceberg's S3FileIO, and the results are read back by a pyiceberg client
 of the test's own. The catalog is a JDBC catalog registered with an `s3://` warehouse and
@@ -21,9 +21,9 @@ from pyarrow.fs import FileType
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, IdentityTransform
-from s3_server import S3Server
 from sqlalchemy import delete, select, update
 
+from benchmarks.s3_server import S3Server
 from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import JobRun, ManagedTable
 from lakewarden.db.session import transaction

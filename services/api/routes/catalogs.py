@@ -26,7 +26,7 @@ from lakewarden.catalog import (
 from lakewarden.catalog_registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.isolation import error_line
-from lakewarden.object_store import check_warehouse
+from lakewarden.object_store import WarehouseUnreachable, check_warehouse
 from lakewarden.redact import redact, url_secrets
 from lakewarden.secret_refs import RefRules
 from lakewarden.tables import LIVE
@@ -60,7 +60,8 @@ def _answers(entry: CatalogEntry) -> None:
     must answer too (its bucket listed with the catalog's credentials)."""
     with build_catalog(entry) as client:
         client.list_namespaces()
-    check_warehouse(entry.resolved)
+    plain = {k for k, v in entry.properties.items() if isinstance(v, str)}
+    check_warehouse(entry.resolved, plain)
 
 
 def _check(entry: CatalogEntry) -> None:
@@ -76,6 +77,8 @@ def _check(entry: CatalogEntry) -> None:
             pool.shutdown(wait=False)
     except CatalogConfigError as exc:
         raise HTTPException(422, str(exc)) from exc
+    except WarehouseUnreachable as exc:  # quotes only what was given as a value
+        raise HTTPException(422, f"catalog {entry.name!r}: {exc}") from None
     except FutureTimeout as exc:
         raise HTTPException(
             422, f"catalog {entry.name!r} did not answer within {CHECK_TIMEOUT_S:.0f} s"

@@ -1,4 +1,4 @@
-"""A real S3 server for the tests: S3Proxy (`org.gaul:s3proxy`, pinned in
+"""A real S3 server for the tests and the benchmark: S3Proxy (`org.gaul:s3proxy`, pinned in
 lakewarden/spark/jars.lock and fetched through `lakewarden.spark.jars` like Spark's jars) on
 127.0.0.1, storing objects as plain files under a directory (jclouds' `filesystem` back end).
 
