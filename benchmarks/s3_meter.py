@@ -84,6 +84,7 @@ class S3Meter:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as S3 clients expect
     server: _Server
+    _upstream: http.client.HTTPConnection | None = None  # one per client connection
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
@@ -99,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = len(body or b"")
         if meter.latency_s:
             time.sleep(meter.latency_s)
-        upstream = getattr(self, "_upstream", None)
+        upstream = self._upstream
         if upstream is None:
             upstream = self._upstream = http.client.HTTPConnection(*meter.upstream, timeout=60)
         skip = _HOP | {"content-length"}
