@@ -9,6 +9,7 @@ its file's mtime (S3 reports it as LastModified), or look at what is stored with
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 import urllib.error
@@ -51,6 +52,13 @@ def s3proxy_jar() -> Path:
     cache = settings.jars_cache_dir / "maven"
     (jar,) = fetch_pinned(cache, settings.maven_repository, [pinned("s3proxy")])
     return jar
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _answers(endpoint: str) -> bool:
