@@ -140,6 +140,9 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         # pool (lakewarden.execute sets spark.scheduler.pool), and pools share the cores
         # fairly instead of the first job's tasks holding them all (FIFO).
         "spark.scheduler.mode": "FAIR",
+        # What Spark masks in its UI and event log: its default pattern, plus the names
+        # Iceberg's S3FileIO uses (`s3.access-key-id`) and credentials.
+        "spark.redaction.regex": "(?i)secret|password|token|access[._-]?key|credential",
     }
     if settings.spark_ui_enabled:
         conf["spark.ui.port"] = str(settings.spark_ui_port)

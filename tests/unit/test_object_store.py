@@ -84,3 +84,14 @@ def test_the_lock_pins_s3proxy_for_the_tests_not_for_spark() -> None:
     assert jar.url("https://repo/") == (
         "https://repo/org/gaul/s3proxy/4.1.0/s3proxy-4.1.0-jar-with-dependencies.jar"
     )
+
+
+def test_spark_masks_s3fileio_key_names_in_its_ui_and_event_log() -> None:
+    import re
+
+    from lakewarden.spark.session import spark_conf
+
+    pattern = re.compile(spark_conf(Settings(), "postgresql://u@h/db")["spark.redaction.regex"])
+    for key in ("spark.sql.catalog.x.s3.access-key-id", "fs.s3a.access.key", "x.password"):
+        assert pattern.search(key), key
+    assert not pattern.search("spark.sql.catalog.x.s3.endpoint")
