@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakewarden.settings import Settings
@@ -27,14 +27,16 @@ ACCESS_KEY = "lwtestaccess"
 SECRET_KEY = "lw-test-s3-secret-2f9c1e"  # the test server's own: checked never to leak
 
 
-@dataclass(frozen=True)
+@dataclass
 class S3Server:
     endpoint: str  # http://127.0.0.1:<port>
     data_dir: Path  # one directory per bucket, one file per object
     access_key: str
     secret_key: str
     log: Path
-    started_in_s: float  # what starting it cost (the fixture's price, see docs/performance.md)
+    conf: Path
+    started_in_s: float = 0.0  # what starting it cost (docs/performance.md)
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def bucket(self, name: str) -> str:
         """Make bucket `name` (a directory of the back end) and return its s3:// URI."""
@@ -44,6 +46,44 @@ class S3Server:
     def object_path(self, uri: str) -> Path:
         """The file that holds the object at `uri` (s3://bucket/key)."""
         return self.data_dir / uri.removeprefix("s3://")
+
+    def start(self) -> None:
+        """Start the JVM and wait until it answers."""
+        started = time.monotonic()
+        with self.log.open("ab") as out:
+            self.process = proc = subprocess.Popen(
+                ["java", "-Xmx256m", "-jar", str(s3proxy_jar()), "--properties", str(self.conf)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "LOG_LEVEL": "warn"},
+            )
+        while not _answers(self.endpoint):
+            if proc.poll() is not None:
+                raise RuntimeError(f"S3Proxy exited with {proc.returncode}: see {self.log}")
+            if time.monotonic() - started > START_TIMEOUT_S:
+                raise RuntimeError(f"S3Proxy did not answer in {START_TIMEOUT_S:.0f} s: {self.log}")
+            time.sleep(0.1)
+        self.started_in_s = round(time.monotonic() - started, 2)
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the JVM (SIGTERM; SIGKILL with `kill`, or after 10 s)."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        proc.kill() if kill else proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Kill the server as a crash would, stay down `down_s`, start it again on the same
+        port and directory (the objects are files: they survive, as on a real store)."""
+        self.stop(kill=True)
+        time.sleep(down_s)
+        self.start()
 
 
 def s3proxy_jar() -> Path:
@@ -93,31 +133,9 @@ def serve_s3(root: Path, port: int) -> Iterator[S3Server]:
             ]
         )
     )
-    log = root / "s3proxy.log"
-    jar = s3proxy_jar()
-    started = time.monotonic()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-jar", str(jar), "--properties", str(conf)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "LOG_LEVEL": "warn"},
-        )
+    server = S3Server(endpoint, data, ACCESS_KEY, SECRET_KEY, root / "s3proxy.log", conf)
     try:
-        while not _answers(endpoint):
-            if proc.poll() is not None:
-                raise RuntimeError(f"S3Proxy exited with {proc.returncode}: see {log}")
-            if time.monotonic() - started > START_TIMEOUT_S:
-                raise RuntimeError(f"S3Proxy did not answer in {START_TIMEOUT_S:.0f} s: {log}")
-            time.sleep(0.1)
-        yield S3Server(
-            endpoint, data, ACCESS_KEY, SECRET_KEY, log, round(time.monotonic() - started, 2)
-        )
+        server.start()
+        yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
