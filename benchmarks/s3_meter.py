@@ -9,7 +9,8 @@ a real object store, which a server on loopback lacks), and counted by kind:
 
 - `LIST`: a GET of a bucket (ListObjects, `list-type=2`), `HEAD`: HeadObject/HeadBucket,
   `GET`: an object read (ranged or whole), `PUT`, `POST` (multipart, bulk delete), `DELETE`;
-- bytes received from the client and sent back to it.
+- bytes received from the client and sent back to it (as far as the client read them:
+  one that drops its connection mid-response is counted what was written until then).
 
 While `refuse` is set, a request it matches is not answered: the meter closes the client's
 connection at once, as an endpoint that went away does.
@@ -17,6 +18,7 @@ connection at once, as an endpoint that went away does.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import threading
 import time
@@ -28,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+_CHUNK = 64 * 1024
 # Hop-by-hop headers (RFC 9110 §7.6.1) and Expect (the meter answers 100-continue itself).
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "expect"}
 
@@ -126,9 +129,22 @@ class _Handler(BaseHTTPRequestHandler):
         if not sent_length:
             self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-        meter.count(kind_of(self.command, self.path), length, len(data))
+        sent = 0
+        try:
+            # A reader that needs only the start of what it asked for (Iceberg's S3 stream
+            # asks for the rest of the object, reads a column chunk, then drops the
+            # connection) gets only what it took counted: the bytes written until then.
+            for start in range(0, len(data) if self.command != "HEAD" else 0, _CHUNK):
+                self.wfile.write(data[start : start + _CHUNK])
+                sent += len(data[start : start + _CHUNK])
+        except ConnectionError:
+            self.close_connection = True
+        finally:
+            meter.count(kind_of(self.command, self.path), length, sent)
+
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionError):  # a client gone between requests
+            super().handle()
 
     def _body(self) -> bytes | None:
         """The request's body, its HTTP chunking undone (AWS SDKs send chunked uploads
