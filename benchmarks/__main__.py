@@ -41,6 +41,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B15": ("benchmarks.dashboard", "b15"),
     "B16": ("benchmarks.validation", "b16"),
     "B17": ("benchmarks.s3", "b17"),
+    "B18": ("benchmarks.s3", "b18"),
 }
 
 
