@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog
 from pyiceberg.transforms import DayTransform
 from sqlalchemy import select, text
 
@@ -90,12 +91,12 @@ def _policy(kind: str, table: Any) -> dict[str, Any]:
     }
 
 
-def _events(rt: Runtime, identifier: str, rows_per_day: int) -> Any:
+def _events(catalog: Catalog, identifier: str, rows_per_day: int) -> Any:
     """Rows over the last 8 days (`data`'s timestamps are in January: all past any
     retention), partitioned by day, a commit per day."""
-    if rt.catalog.table_exists(identifier):
-        rt.catalog.purge_table(identifier)
-    table = rt.catalog.create_table(identifier, schema=EVENTS)
+    if catalog.table_exists(identifier):
+        catalog.purge_table(identifier)
+    table = catalog.create_table(identifier, schema=EVENTS)
     with table.update_spec() as spec:
         spec.add_field("ts", DayTransform(), "ts_day")
     now, next_id = datetime.now(UTC), 0
@@ -106,28 +107,32 @@ def _events(rt: Runtime, identifier: str, rows_per_day: int) -> Any:
         ids = list(range(next_id, next_id + len(stamps)))
         next_id += len(stamps)
         batch = {"id": ids, "ts": stamps, "v": [f"row-{i}" for i in ids]}
-        rt.catalog.load_table(identifier).append(pa.table(batch, schema=EVENTS))
-    return rt.catalog.load_table(identifier)
+        catalog.load_table(identifier).append(pa.table(batch, schema=EVENTS))
+    return catalog.load_table(identifier)
 
 
-def _round(rt: Runtime, ctx: Context, tag: str) -> dict[str, int]:
-    """Four tables, one task of each kind on them, planned. Returns kind -> task id."""
-    rt.catalog.create_namespace_if_not_exists(NAMESPACE)
+def make_round(
+    rt: Runtime, ctx: Context, tag: str, catalog: Catalog | None = None, name: str | None = None
+) -> dict[str, int]:
+    """Four tables, one task of each kind on them (in `catalog`, a client of the catalog
+    `name`; the default one unless given). Returns kind -> task id."""
+    catalog, catalog_name = catalog or rt.catalog, name or rt.settings.catalog_name
+    catalog.create_namespace_if_not_exists(NAMESPACE)
     shape = _shape(ctx)
     tasks: dict[str, int] = {}
     for i, kind in enumerate(_kinds(ctx)):
         name = f"{tag}_{kind}"
         identifier = f"{NAMESPACE}.{name}"
         if kind == "ttl":
-            table = _events(rt, identifier, shape.files_per_append * shape.rows_per_file // 4)
+            table = _events(catalog, identifier, shape.files_per_append * shape.rows_per_file // 4)
         elif kind == "clean":  # snapshots to expire: one per append
             churn = data.Shape(6, 1, shape.files_per_append * shape.rows_per_file // 6)
-            table = data.create(rt.catalog, identifier, churn, seed=11 + i)
+            table = data.create(catalog, identifier, churn, seed=11 + i)
         else:
-            table = data.create(rt.catalog, identifier, shape, seed=11 + i)
+            table = data.create(catalog, identifier, shape, seed=11 + i)
         with transaction(rt.engine) as s:
             row = ManagedTable(
-                catalog=rt.settings.catalog_name,
+                catalog=catalog_name,
                 namespace=NAMESPACE,
                 name=name,
                 policy=_policy(kind, table),
@@ -143,7 +148,7 @@ def _round(rt: Runtime, ctx: Context, tag: str) -> dict[str, int]:
     return tasks
 
 
-def _plan(rt: Runtime, tasks: dict[str, int]) -> None:
+def plan_round(rt: Runtime, tasks: dict[str, int]) -> None:
     """A worker plans them (pyiceberg, this process); the scheduler starts each as soon as
     it is planned, so a task may be past planned already."""
     worker = Worker(rt)
@@ -216,9 +221,9 @@ def _mode(
     apps: set[str] = set()
     try:
         for n in range(rounds):
-            tasks = _round(rt, ctx, f"{mode}_{n}")
+            tasks = make_round(rt, ctx, f"{mode}_{n}")
             started = time.perf_counter()
-            _plan(rt, tasks)
+            plan_round(rt, tasks)
             _wait_done(rt, tasks, proc, log)
             wall = time.perf_counter() - started  # planning to the last outcome
             runs = _runs(rt, tasks)

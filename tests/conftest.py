@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
     from pyspark.sql import SparkSession
 
+    from benchmarks.s3_server import S3Server
     from lakewarden.spark.local_cluster import LocalCluster
     from services.scheduler.main import Scheduler
 
@@ -397,3 +398,17 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
 
     with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
+
+
+# --- A real S3 server (benchmarks/s3_server.py: S3Proxy) ---------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """S3Proxy on 127.0.0.1 for the whole run (one JVM, ~3 s to start: `started_in_s`)."""
+    from helpers import free_port
+
+    from benchmarks.s3_server import serve_s3
+
+    with serve_s3(tmp_path_factory.mktemp("s3"), free_port()) as server:
+        yield server

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
 
+from lakewarden import object_store
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder
 from lakewarden.formats.iceberg.history import snapshots_table
@@ -24,7 +25,7 @@ from lakewarden.kinds.base import JobResult, Kind, PlanOutcome, PlanRejected
 from lakewarden.policy.model import MAIN_BRANCH, CleanPolicy
 from lakewarden.refs import list_refs
 from lakewarden.spark import sql
-from lakewarden.spark.actions import storage_now
+from lakewarden.spark.actions import load_java_table, storage_now
 from lakewarden.spark.commits import before_commit
 from lakewarden.tasks.runs import last_run_with
 
@@ -348,9 +349,15 @@ def clean_sql(
             f"older_than {when.isoformat()} is less than 24 h before now: a writer may be "
             "mid-commit"
         )
+    prefix_listing = action.get("prefix_listing", False)
+    if not isinstance(prefix_listing, bool):
+        raise PlanRejected(f"invalid prefix_listing {prefix_listing!r}")
+    # On an object store the files are listed through the table's FileIO (Hadoop has no
+    # file system for s3:// here): `object_store.by_prefix`, set by the runner.
+    listing = ", prefix_listing => true" if prefix_listing else ""
     return (
         f"{head}, older_than => {sql.timestamp_literal(when)}, "
-        f"dry_run => {'true' if dry_run else 'false'})"
+        f"dry_run => {'true' if dry_run else 'false'}{listing})"
     )
 
 
@@ -436,13 +443,15 @@ def _orphan_cutoff(
     min_age = timedelta(hours=_min_age_hours(action))
     storage = storage_now(spark, catalog, ref)
     cut = min(_when(action), now - min_age, storage - min_age)
+    location = str(load_java_table(spark, catalog, ref).location())
     clocks = {
         "storage_now": storage.isoformat(),
         "scheduler_now": now.isoformat(),
         "storage_clock_behind_s": round((now - storage).total_seconds(), 3),
         "planned_older_than": action["older_than"],
     }
-    return {**action, "older_than": cut.isoformat()}, clocks
+    listing = {"prefix_listing": True} if object_store.by_prefix(location) else {}
+    return {**action, "older_than": cut.isoformat(), **listing}, clocks
 
 
 def _min_age_hours(action: dict[str, Any]) -> float:

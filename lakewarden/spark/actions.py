@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
+from lakewarden import object_store
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history
 from lakewarden.outcomes import RewriteFailed
@@ -199,13 +200,34 @@ def committed_by_this_job(
 def storage_now(spark: SparkSession, catalog: str, ref: TableRef) -> datetime:
     """The clock of the table's storage: the modification time of a marker written next to
     its metadata now (then removed). File ages are judged against this, not against our own
-    clock, so a storage or writer clock that lags ours cannot make live files look old."""
+    clock, so a storage or writer clock that lags ours cannot make live files look old. On
+    an object store the marker is an object written and listed through the table's FileIO
+    (`object_store.by_prefix`: its LastModified); elsewhere a file of Hadoop's file system."""
     jvm: Any = spark._jvm
-    location = str(load_java_table(spark, catalog, ref).location()).rstrip("/")
-    path = jvm.org.apache.hadoop.fs.Path(f"{location}/metadata/.lakewarden-clock-{uuid4().hex}")
+    table = load_java_table(spark, catalog, ref)
+    location = str(table.location()).rstrip("/")
+    marker = f"{location}/metadata/.lakewarden-clock-{uuid4().hex}"
+    if object_store.by_prefix(location):
+        return _object_clock(table.io(), marker)
+    path = jvm.org.apache.hadoop.fs.Path(marker)
     fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
     fs.create(path, True).close()
     try:
         return datetime.fromtimestamp(fs.getFileStatus(path).getModificationTime() / 1000, UTC)
     finally:
         fs.delete(path, False)
+
+
+def _object_clock(io: Any, marker: str) -> datetime:
+    """The LastModified of an empty object written at `marker` (then deleted), as the
+    store lists it (`SupportsPrefixOperations.listPrefix`)."""
+    io.newOutputFile(marker).create().close()
+    try:
+        listed = io.listPrefix(marker).iterator()
+        while listed.hasNext():
+            info = listed.next()
+            if str(info.location()) == marker:
+                return datetime.fromtimestamp(info.createdAtMillis() / 1000, UTC)
+        raise RuntimeError(f"the storage clock's marker {marker} was written but not listed")
+    finally:
+        io.deleteFile(marker)

@@ -9,7 +9,9 @@
 
 The lock names every jar by coordinate, so `lakewarden jars` is the one way they arrive:
 `setup.sh`, the Docker image and a scheduler that finds its cache empty all fetch the same
-files and refuse any whose bytes differ.
+files and refuse any whose bytes differ. The lock also pins the servers the test suite
+starts from a jar (`TEST_SERVERS`: S3Proxy, an S3 server): fetched the same way by their
+fixtures, never put on Spark's classpath nor baked into an image.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from lakewarden.settings import Settings
 
 LOCK_FILE = Path(__file__).with_name("jars.lock")
 DOWNLOAD_TIMEOUT_S = 120
+# Lock groups that are servers the tests run (`java -jar`), not Spark's jars.
+TEST_SERVERS = frozenset({"s3proxy"})
 
 
 class JarsUnavailable(RuntimeError):
@@ -34,7 +38,9 @@ class JarsUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class PinnedJar:
-    """One line of `jars.lock`: what it is for, its Maven coordinate, size and sha256."""
+    """One line of `jars.lock`: what it is for, its Maven coordinate
+    (`group:artifact:version`, or `group:artifact:version:classifier` for an assembly such
+    as S3Proxy's `jar-with-dependencies`), size and sha256."""
 
     group: str
     coordinate: str
@@ -43,11 +49,11 @@ class PinnedJar:
 
     @property
     def file_name(self) -> str:
-        _, artifact, version = self.coordinate.split(":")
-        return f"{artifact}-{version}.jar"
+        _, artifact, version, *classifier = self.coordinate.split(":")
+        return "-".join([artifact, version, *classifier]) + ".jar"
 
     def url(self, repository: str) -> str:
-        group, artifact, version = self.coordinate.split(":")
+        group, artifact, version, *_ = self.coordinate.split(":")
         path = f"{group.replace('.', '/')}/{artifact}/{version}/{self.file_name}"
         return f"{repository.rstrip('/')}/{path}"
 
@@ -61,21 +67,34 @@ class JarSpec:
 
 def read_lock(path: Path = LOCK_FILE) -> list[PinnedJar]:
     """The pinned jars: one per line, `group coordinate size sha256`; `#` starts a comment."""
-    pinned = []
+    out = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         try:
             group, coordinate, size, sha256 = line.split()
-            if coordinate.count(":") != 2 or len(sha256) != 64:
+            if coordinate.count(":") not in (2, 3) or len(sha256) != 64:
                 raise ValueError(coordinate)
-            pinned.append(PinnedJar(group, coordinate, int(size), sha256.lower()))
+            out.append(PinnedJar(group, coordinate, int(size), sha256.lower()))
         except ValueError as exc:
             raise JarsUnavailable(
-                f"{path}:{number}: expected 'group group:artifact:version size sha256'"
+                f"{path}:{number}: expected 'group group:artifact:version[:classifier] size sha256'"
             ) from exc
-    return pinned
+    return out
+
+
+def spark_pins() -> list[PinnedJar]:
+    """The pinned jars that go on Spark's classpath (the lock less `TEST_SERVERS`)."""
+    return [p for p in read_lock() if p.group not in TEST_SERVERS]
+
+
+def pinned(group: str) -> PinnedJar:
+    """The lock's jar of `group` (a JarsUnavailable naming the lock when it has none)."""
+    for jar in read_lock():
+        if jar.group == group:
+            return jar
+    raise JarsUnavailable(f"{LOCK_FILE} pins no jar of group {group!r}")
 
 
 def _split(value: str) -> list[str]:
@@ -92,19 +111,20 @@ def resolve_jars(settings: Settings) -> JarSpec:
     if settings.spark_packages:
         packages = _split(settings.spark_packages)
         if not any(p.startswith("org.postgresql:") for p in packages):
-            packages += [p.coordinate for p in read_lock() if p.group == "jdbc"]
+            packages += [pinned("jdbc").coordinate]
         return JarSpec(packages=packages, source="maven")
     paths = fetch_pinned(settings.jars_cache_dir / "maven", settings.maven_repository)
     return JarSpec(jars=[str(p) for p in paths], source="pinned")
 
 
-def fetch_pinned(cache: Path, repository: str, pinned: list[PinnedJar] | None = None) -> list[Path]:
-    """Each pinned jar's path in `cache`, fetched first where it is missing. A jar already
-    there is trusted by its size (a full hash of ~120 MB at every Spark start would cost
-    more than it guards; `check_pinned` hashes them); a fetched one must match its sha256
-    before it is moved into place, so a half or wrong download is never used."""
+def fetch_pinned(cache: Path, repository: str, jars: list[PinnedJar] | None = None) -> list[Path]:
+    """The path in `cache` of each of `jars` (Spark's pinned jars by default), fetched
+    first where it is missing. A jar already there is trusted by its size (a full hash of
+    ~120 MB at every Spark start would cost more than it guards; `check_pinned` hashes
+    them); a fetched one must match its sha256 before it is moved into place, so a half or
+    wrong download is never used."""
     out = []
-    for jar in pinned if pinned is not None else read_lock():
+    for jar in jars if jars is not None else spark_pins():
         path = cache / jar.file_name
         if not (path.exists() and path.stat().st_size == jar.size):
             _download(jar, repository, path)
@@ -112,11 +132,11 @@ def fetch_pinned(cache: Path, repository: str, pinned: list[PinnedJar] | None = 
     return out
 
 
-def check_pinned(cache: Path, pinned: list[PinnedJar] | None = None) -> list[str]:
-    """What is wrong with the cache against the lock, one line per jar; empty when every
-    jar is there with its size and sha256."""
+def check_pinned(cache: Path, jars: list[PinnedJar] | None = None) -> list[str]:
+    """What is wrong with the cache against the lock, one line per jar of `jars` (Spark's
+    by default); empty when every jar is there with its size and sha256."""
     problems = []
-    for jar in pinned if pinned is not None else read_lock():
+    for jar in jars if jars is not None else spark_pins():
         path = cache / jar.file_name
         if not path.exists():
             problems.append(f"{jar.file_name}: missing from {cache} (run `lakewarden jars`)")

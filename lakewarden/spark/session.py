@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
+from lakewarden import object_store
 from lakewarden.catalogs.catalog import CatalogEntry, default_entry, jdbc_params
 from lakewarden.redact import is_secret_key
 from lakewarden.settings import Settings
@@ -72,9 +73,11 @@ def catalog_conf(entry: CatalogEntry) -> dict[str, str]:
     """The `spark.sql.catalog.<name>.*` settings of one catalog (secrets included: callers
     split them off with `_is_secret`). pyiceberg's catalog properties and Iceberg-Java's
     share their names (`warehouse`, `credential`, `token`, `prefix`, `s3.*`, ...), so
-    they pass through; only a JDBC catalog's URL is translated."""
+    they pass through, with what Iceberg-Java needs for an S3 warehouse besides
+    (`object_store.spark_properties`); only a JDBC catalog's URL is translated."""
     cat = f"{_CATALOG}{entry.name}"
     props = entry.resolved
+    props.update(object_store.spark_properties(props))
     conf = {
         cat: "org.apache.iceberg.spark.SparkCatalog",
         # Maintenance must plan against the table as it is now, not as a cached load from
@@ -137,6 +140,9 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         # pool (lakewarden.jobs.execute sets spark.scheduler.pool), and pools share the cores
         # fairly instead of the first job's tasks holding them all (FIFO).
         "spark.scheduler.mode": "FAIR",
+        # What Spark masks in its UI and event log: its default pattern, plus the names
+        # Iceberg's S3FileIO uses (`s3.access-key-id`) and credentials.
+        "spark.redaction.regex": "(?i)secret|password|token|access[._-]?key|credential",
     }
     if settings.spark_ui_enabled:
         conf["spark.ui.port"] = str(settings.spark_ui_port)

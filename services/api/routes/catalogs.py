@@ -26,6 +26,7 @@ from lakewarden.catalogs.catalog import (
 from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.isolation import error_line
+from lakewarden.object_store import WarehouseUnreachable, check_warehouse
 from lakewarden.redact import redact, url_secrets
 from lakewarden.secret_refs import RefRules
 from lakewarden.tables import LIVE
@@ -55,9 +56,15 @@ def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, Property
 
 def _answers(entry: CatalogEntry) -> None:
     """List the catalog's namespaces with a client of its own, closed after (its pool of
-    connections would otherwise stay open for the life of the process)."""
+    connections would otherwise stay open for the life of the process). A JDBC catalog's S3
+    warehouse must answer too (its bucket listed with the catalog's credentials); a REST
+    catalog's storage is its server's to configure (its config overrides, vended
+    credentials), so the properties registered here may not reach it alone."""
     with build_catalog(entry) as client:
         client.list_namespaces()
+    if entry.type == "jdbc":
+        plain = {k for k, v in entry.properties.items() if isinstance(v, str)}
+        check_warehouse(entry.resolved, plain)
 
 
 def _check(entry: CatalogEntry) -> None:
@@ -73,6 +80,8 @@ def _check(entry: CatalogEntry) -> None:
             pool.shutdown(wait=False)
     except CatalogConfigError as exc:
         raise HTTPException(422, str(exc)) from exc
+    except WarehouseUnreachable as exc:  # quotes only what was given as a value
+        raise HTTPException(422, f"catalog {entry.name!r}: {exc}") from None
     except FutureTimeout as exc:
         raise HTTPException(
             422, f"catalog {entry.name!r} did not answer within {CHECK_TIMEOUT_S:.0f} s"

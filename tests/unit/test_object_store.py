@@ -1,0 +1,97 @@
+"""What Spark gets for a catalog with an S3 warehouse (pure, no JVM, no server), and how a
+storage error is told to whoever registers the catalog."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
+from lakewarden.kinds.base import PlanRejected
+from lakewarden.kinds.clean import clean_sql
+from lakewarden.object_store import S3_FILE_IO, _why, by_prefix, check_warehouse, spark_properties
+from lakewarden.secret_refs import RefRules
+from lakewarden.settings import Settings
+from lakewarden.spark.jars import TEST_SERVERS, PinnedJar, pinned, spark_pins
+from lakewarden.spark.session import _is_secret, catalog_conf
+
+REF = TableRef("n", "t")
+S3 = {
+    "warehouse": "s3://lake/wh",
+    "s3.endpoint": "http://127.0.0.1:9000",
+    "s3.region": "eu-west-1",
+}
+
+
+def test_an_s3_warehouse_gets_s3fileio_its_region_and_path_style() -> None:
+    assert spark_properties(S3) == {
+        "io-impl": S3_FILE_IO,
+        "client.region": "eu-west-1",
+        "s3.path-style-access": "true",
+    }
+    virtual = spark_properties({**S3, "s3.force-virtual-addressing": "true"})
+    assert virtual["s3.path-style-access"] == "false"
+    given = {**S3, "io-impl": "my.FileIO", "s3.path-style-access": "false"}
+    assert spark_properties(given) == {"client.region": "eu-west-1"}  # what is given wins
+    assert spark_properties({"warehouse": "file:///tmp/wh", "uri": "x"}) == {}
+    assert by_prefix("s3://lake/wh/t") and not by_prefix("hdfs://nn/wh/t")
+
+
+def test_the_spark_catalog_of_an_s3_catalog_keeps_its_keys_off_the_command_line() -> None:
+    entry = CatalogEntry(
+        name="s3lake",
+        type="rest",
+        properties={
+            "uri": "http://127.0.0.1:8181",
+            **S3,
+            "s3.access-key-id": "AKIAEXAMPLEEXAMPLE01",
+            "s3.secret-access-key": "not-a-real-secret-at-all",
+        },
+        refs=RefRules.of(Settings()),
+    )
+    conf = catalog_conf(entry)
+    cat = "spark.sql.catalog.s3lake"
+    assert conf[f"{cat}.io-impl"] == S3_FILE_IO and conf[f"{cat}.client.region"] == "eu-west-1"
+    secret = {k for k in conf if _is_secret(k)}
+    assert secret == {f"{cat}.s3.access-key-id", f"{cat}.s3.secret-access-key"}
+
+
+def test_orphan_removal_lists_by_prefix_when_told() -> None:
+    action = {"name": "remove_orphan_files", "older_than": "2026-11-01T00:00:00+00:00"}
+    sql = clean_sql("lake", REF, {**action, "prefix_listing": True})
+    assert sql.endswith("dry_run => false, prefix_listing => true)")
+    with pytest.raises(PlanRejected, match="prefix_listing"):
+        clean_sql("lake", REF, {**action, "prefix_listing": "true; DROP"})
+
+
+def test_a_storage_error_is_told_in_words_never_quoted() -> None:
+    denied = (
+        "When listing objects under key '' in bucket 'b': AWS Error SIGNATURE_DOES_NOT_MATCH "
+        "during ListObjectsV2 operation: The request signature we calculated does not match"
+    )
+    assert "refused these credentials" in _why(denied)
+    down = "AWS Error NETWORK_CONNECTION during HeadBucket operation: curlCode: 7"
+    assert "did not answer" in _why(down)
+    other = "AWS Error SLOW_DOWN during ListObjectsV2 operation: key=secret-thing"
+    assert _why(other) == "the endpoint answered with an error (SLOW_DOWN)"
+    check_warehouse({"warehouse": "file:///nowhere"})  # not S3: nothing to check here
+
+
+def test_the_lock_pins_s3proxy_for_the_tests_not_for_spark() -> None:
+    s3proxy = pinned("s3proxy")
+    assert s3proxy.group in TEST_SERVERS and s3proxy not in spark_pins()
+    assert s3proxy.file_name.endswith("-jar-with-dependencies.jar")
+    jar = PinnedJar("x", "org.gaul:s3proxy:4.1.0:jar-with-dependencies", 1, "0" * 64)
+    assert jar.url("https://repo/") == (
+        "https://repo/org/gaul/s3proxy/4.1.0/s3proxy-4.1.0-jar-with-dependencies.jar"
+    )
+
+
+def test_spark_masks_s3fileio_key_names_in_its_ui_and_event_log() -> None:
+    import re
+
+    from lakewarden.spark.session import spark_conf
+
+    pattern = re.compile(spark_conf(Settings(), "postgresql://u@h/db")["spark.redaction.regex"])
+    for key in ("spark.sql.catalog.x.s3.access-key-id", "fs.s3a.access.key", "x.password"):
+        assert pattern.search(key), key
+    assert not pattern.search("spark.sql.catalog.x.s3.endpoint")
