@@ -25,6 +25,7 @@ from lakewarden.catalog import (
 )
 from lakewarden.catalog_registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
+from lakewarden.hdfs import check_namenode
 from lakewarden.isolation import error_line
 from lakewarden.redact import redact, url_secrets
 from lakewarden.secret_refs import RefRules
@@ -55,7 +56,9 @@ def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, Property
 
 def _answers(entry: CatalogEntry) -> None:
     """List the catalog's namespaces with a client of its own, closed after (its pool of
-    connections would otherwise stay open for the life of the process)."""
+    connections would otherwise stay open for the life of the process); a warehouse on
+    HDFS: its NameNode must answer too."""
+    check_namenode(entry.resolved)
     with build_catalog(entry) as client:
         client.list_namespaces()
 
