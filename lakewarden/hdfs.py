@@ -16,6 +16,7 @@ of the catalog's Hadoop configuration for Iceberg-Java in Spark, and of hdfs-nat
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +56,7 @@ def with_file_io(properties: dict[str, str]) -> dict[str, str]:
     return {**properties, PY_IO_IMPL: FILE_IO}
 
 
+@functools.cache
 def _fsspec_class(scheme: str) -> Any:
     try:
         from hdfs_native import fsspec as native
@@ -64,16 +66,21 @@ def _fsspec_class(scheme: str) -> Any:
         ) from exc
     base = native.ViewfsFileSystem if scheme == "viewfs" else native.HdfsFileSystem
 
-    class WithMtime(base):  # type: ignore[misc, valid-type]
+    class Uncached(base):  # type: ignore[misc, valid-type]
         """hdfs-native's fsspec file system, with each entry's `mtime` (UTC), the name
-        pyarrow's adapter reads: without it `storage` would see no file's age."""
+        pyarrow's adapter reads (without it `storage` would see no file's age), and out of
+        fsspec's instance cache: fsspec clears that cache in a forked child, and a client
+        freed there waits forever for its runtime's threads, which a fork does not copy.
+        PySpark forks (and runs Python in the child) to start its JVM."""
+
+        cachable = False
 
         def _convert_file_status(self, file_status: Any) -> dict[str, Any]:
             info: dict[str, Any] = super()._convert_file_status(file_status)
             info["mtime"] = datetime.fromtimestamp(file_status.modification_time / 1000, UTC)
             return info
 
-    return WithMtime
+    return Uncached
 
 
 def filesystem(scheme: str, netloc: str, config: dict[str, str]) -> FileSystem:
