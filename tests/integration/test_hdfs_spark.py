@@ -24,18 +24,21 @@ from helpers import (
     current,
     equal_to,
     free_port,
+    make_table,
+    manage,
     run_one,
     task_of,
 )
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, IdentityTransform
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, update
 
 from lakewarden import storage
 from lakewarden.db.models import Catalog as CatalogRow
-from lakewarden.db.models import JobRun, ManagedTable
+from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.formats.iceberg.markers import ATTEMPT_KEY
 from lakewarden.hdfs import HdfsFileIO, filesystem
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
@@ -114,6 +117,16 @@ def _planned(rt: Runtime, task_id: int) -> dict[str, Any]:
     task = task_of(rt, task_id)
     assert task.state == "planned" and task.plan is not None, (task.state, task.reason)
     return task.plan
+
+
+def _attempts_committed(table: Table, task_id: int) -> set[str]:
+    """Which attempts of the task committed (a compaction with partial progress commits
+    one snapshot per partition, each tagged with the task and the attempt)."""
+    return {
+        s.summary.get(ATTEMPT_KEY, "")
+        for s in table.snapshots()
+        if s.summary is not None and s.summary.get(TASK_KEY) == str(task_id)
+    }
 
 
 def _run_metrics(rt: Runtime, task_id: int) -> list[dict[str, Any]]:
@@ -322,7 +335,8 @@ def test_registration_names_a_namenode_that_does_not_answer(
     """Nothing listens on the port: a 422 naming the NameNode, at once (no minute of the
     client's failover retries)."""
     monkeypatch.setenv(URL_ENV, rt.db_url)
-    warehouse = f"hdfs://127.0.0.1:{free_port()}/warehouse"
+    # localhost: an error quoting 8 characters of the secret URL (127.0.0.) is withheld
+    warehouse = f"hdfs://localhost:{free_port()}/warehouse"
     started = time.monotonic()
     r = client.post(
         "/api/v1/catalogs",
@@ -337,3 +351,90 @@ def test_registration_names_a_namenode_that_does_not_answer(
     assert time.monotonic() - started < 5
     detail = r.json()["detail"]
     assert f"the NameNode of warehouse {warehouse}" in detail and "did not answer" in detail
+
+
+# --- faults ------------------------------------------------------------------------------
+
+
+def test_a_job_without_its_namenode_fails_is_retried_and_other_catalogs_are_served(
+    scheduler: Scheduler, spark_rt: Runtime, lake: Lake
+) -> None:
+    """The NameNode is down when the job runs: the attempt fails with HDFS's error in its
+    run (after Iceberg's 20 retries of the metadata read, ~90 s) and the task goes back to
+    be planned again; a table of the default catalog (a local
+    warehouse) is compacted meanwhile; with the NameNode back, the retry compacts the HDFS
+    table once, every row kept."""
+    table = append_batches(lake.table("faulted"), 3)
+    before = fingerprint(table)
+    policy = {"compaction": {"min_small_files": 2, "min_input_files": 2, "max_attempts": 3}}
+    task_id = lake.manage(spark_rt, "faulted", policy, "compaction")
+    _planned(spark_rt, task_id)
+    local = append_batches(make_table(spark_rt, name="beside_hdfs"), 3)
+    local_before = fingerprint(local)
+
+    lake.hdfs.stop_namenode()
+    try:
+        started = time.monotonic()
+        assert run_one(scheduler) == "pending"  # to be planned again, after a backoff
+        failed_in_s = time.monotonic() - started
+        task = task_of(spark_rt, task_id)
+        assert (task.reason or "").startswith("attempt 1/3 failed, re-planning in"), task.reason
+        with transaction(spark_rt.engine) as s:
+            (run,) = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).all()
+            assert run.state == "failed"
+            tail = run.log_tail or ""
+        # Spark's own words, in the run: which file, on which NameNode, refused
+        assert f"Failed to open input stream for file: {lake.hdfs.url}/" in tail, tail
+        assert "Connection refused" in tail, tail
+        print(f"the attempt without a NameNode failed in {failed_in_s:.1f} s")
+
+        other = manage(spark_rt, "beside_hdfs", policy)
+        assert Worker(spark_rt).run_once()  # planning another catalog's table is not held
+        assert task_of(spark_rt, other).state == "planned"
+        assert run_one(scheduler) == "succeeded"
+        after = fingerprint(spark_rt.catalog.load_table("sales.beside_hdfs"))
+        assert (after.rows, after.checksum) == (local_before.rows, local_before.checksum)
+    finally:
+        lake.hdfs.start_namenode()
+
+    with transaction(spark_rt.engine) as s:  # the backoff, skipped
+        s.execute(update(Task).where(Task.id == task_id).values(not_before=func.now()))
+    _planned(spark_rt, task_id)
+    assert run_one(scheduler) == "succeeded"
+    table = lake.load("faulted")
+    after = fingerprint(table)
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    assert after.data_files == 2
+    assert _attempts_committed(table, task_id) == {"2"}  # the retry; the first committed nothing
+
+
+def test_a_namenode_restarted_mid_job_loses_nothing_and_commits_once(
+    scheduler: Scheduler, spark_rt: Runtime, lake: Lake
+) -> None:
+    """The NameNode goes down as the job starts and is back ~10 s later: the job either
+    rides it out (Iceberg retries its metadata reads) or fails and is retried; either way
+    the table ends compacted once, every row kept."""
+    table = append_batches(lake.table("restarted"), 3)
+    before = fingerprint(table)
+    policy = {"compaction": {"min_small_files": 2, "min_input_files": 2, "max_attempts": 3}}
+    task_id = lake.manage(spark_rt, "restarted", policy, "compaction")
+    _planned(spark_rt, task_id)
+    scheduler.renew()
+    assert scheduler.dispatch_once()
+    lake.hdfs.stop_namenode()
+    time.sleep(2)
+    lake.hdfs.start_namenode()
+    (entry,) = scheduler.inflight.values()
+    state = str(entry.future.result(timeout=300))
+    if state == "pending":  # it failed: the retry, its backoff skipped
+        with transaction(spark_rt.engine) as s:
+            s.execute(update(Task).where(Task.id == task_id).values(not_before=func.now()))
+        _planned(spark_rt, task_id)
+        state = run_one(scheduler)
+    print(f"after the NameNode's restart: {len(_run_metrics(spark_rt, task_id))} attempt(s)")
+    assert state == "succeeded", task_of(spark_rt, task_id).reason
+    table = lake.load("restarted")
+    after = fingerprint(table)
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    assert after.data_files == 2
+    assert len(_attempts_committed(table, task_id)) == 1  # one attempt committed
