@@ -100,8 +100,9 @@ def test_a_servers_jars_never_reach_sparks_classpath(
     assert hadoop and not any(p.for_spark for p in hadoop)
     cache = tmp_path / "maven"
     cache.mkdir()
-    for p in pinned:  # present with their sizes: nothing is fetched
-        (cache / p.file_name).write_bytes(b"\0" * p.size)
+    for p in pinned:  # present with their sizes (sparse files): nothing is fetched
+        with (cache / p.file_name).open("wb") as f:
+            f.truncate(p.size)
     monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
     monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
