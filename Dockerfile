@@ -61,7 +61,7 @@ RUN pip install --no-cache-dir . \
 # --- slim: api, worker, migrate ---------------------------------------------------------------
 FROM base AS slim
 
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ".[hdfs]" \
     && rm -rf build ./*.egg-info
 
 USER 10001:10001
@@ -82,7 +82,7 @@ RUN mkdir -p /usr/share/man/man1 \
         procps \
     && rm -rf /var/lib/apt/lists/*
 
-RUN pip install --no-cache-dir ".[spark,embedded]" \
+RUN pip install --no-cache-dir ".[spark,embedded,hdfs]" \
     && rm -rf build ./*.egg-info
 
 COPY --from=jars /opt/lakewarden/maven/ /opt/lakewarden/maven/

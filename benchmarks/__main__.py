@@ -42,6 +42,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B16": ("benchmarks.validation", "b16"),
     "B17": ("benchmarks.s3", "b17"),
     "B18": ("benchmarks.s3", "b18"),
+    "B19": ("benchmarks.hdfs", "b19"),
 }
 
 

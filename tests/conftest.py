@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from benchmarks.s3_server import S3Server
     from lakewarden.spark.local_cluster import LocalCluster
+    from lakewarden.spark.local_hdfs import LocalHdfs
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
@@ -361,6 +362,19 @@ def leading_scheduler(spark_rt: Runtime, spark: SparkSession) -> Iterator[Schedu
     finally:
         stop.set()
         sched.pool.shutdown(wait=True)
+
+
+# --- A real HDFS on loopback (lakewarden.spark.local_hdfs) --------------------------------
+
+
+@pytest.fixture(scope="session")
+def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHdfs]:
+    """A NameNode and a DataNode from Hadoop's own jars (jars.lock's `server-hadoop`), for
+    the whole run: ~10-16 s to format and start both (two JVMs on 2 shared cores)."""
+    from lakewarden.spark.local_hdfs import start_hdfs
+
+    with start_hdfs(tmp_path_factory.mktemp("hdfs"), Settings()) as cluster:
+        yield cluster
 
 
 # --- A real Iceberg REST catalog (tests/rest_catalog.py) -----------------------------------

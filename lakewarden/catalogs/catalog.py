@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from sqlalchemy.engine import make_url
 
 from lakewarden import secret_refs
+from lakewarden.hdfs import with_file_io
 from lakewarden.redact import quotes_part_of
 from lakewarden.secret_refs import RefRefused, RefRules
 from lakewarden.settings import Settings, sqlalchemy_pg_url
@@ -206,8 +207,8 @@ def default_entry(settings: Settings, control_plane_url: str) -> CatalogEntry:
 
 
 def build_catalog(entry: CatalogEntry) -> Catalog:
-    """pyiceberg's client for the entry."""
-    props = entry.resolved
+    """pyiceberg's client for the entry (a warehouse on HDFS read through hdfs-native)."""
+    props = with_file_io(entry.resolved)
     if entry.type == "rest":
         from pyiceberg.catalog.rest import RestCatalog
 

@@ -7,11 +7,14 @@
    lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
    Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
 
+A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
+start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
+directory: `benchmarks/s3_server.py`): fetched and checked the same way, never on Spark's
+classpath nor baked into an image.
+
 The lock names every jar by coordinate, so `lakewarden jars` is the one way they arrive:
 `setup.sh`, the Docker image and a scheduler that finds its cache empty all fetch the same
-files and refuse any whose bytes differ. The lock also pins the servers the test suite
-starts from a jar (`TEST_SERVERS`: S3Proxy, an S3 server): fetched the same way by their
-fixtures, never put on Spark's classpath nor baked into an image.
+files and refuse any whose bytes differ.
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ from lakewarden.settings import Settings
 
 LOCK_FILE = Path(__file__).with_name("jars.lock")
 DOWNLOAD_TIMEOUT_S = 120
-# Lock groups that are servers the tests run (`java -jar`), not Spark's jars.
-TEST_SERVERS = frozenset({"s3proxy"})
+SERVER_GROUP_PREFIX = "server-"
 
 
 class JarsUnavailable(RuntimeError):
@@ -46,6 +48,11 @@ class PinnedJar:
     coordinate: str
     size: int
     sha256: str
+
+    @property
+    def for_spark(self) -> bool:
+        """On Spark's classpath: every group but a server's (`server-…`)."""
+        return not self.group.startswith(SERVER_GROUP_PREFIX)
 
     @property
     def file_name(self) -> str:
@@ -85,8 +92,8 @@ def read_lock(path: Path = LOCK_FILE) -> list[PinnedJar]:
 
 
 def spark_pins() -> list[PinnedJar]:
-    """The pinned jars that go on Spark's classpath (the lock less `TEST_SERVERS`)."""
-    return [p for p in read_lock() if p.group not in TEST_SERVERS]
+    """The pinned jars that go on Spark's classpath (the lock less its servers' groups)."""
+    return [p for p in read_lock() if p.for_spark]
 
 
 def pinned(group: str) -> PinnedJar:
@@ -113,8 +120,20 @@ def resolve_jars(settings: Settings) -> JarSpec:
         if not any(p.startswith("org.postgresql:") for p in packages):
             packages += [pinned("jdbc").coordinate]
         return JarSpec(packages=packages, source="maven")
-    paths = fetch_pinned(settings.jars_cache_dir / "maven", settings.maven_repository)
+    paths = fetch_pinned(
+        settings.jars_cache_dir / "maven",
+        settings.maven_repository,
+        spark_pins(),
+    )
     return JarSpec(jars=[str(p) for p in paths], source="pinned")
+
+
+def server_jars(settings: Settings, group: str) -> list[Path]:
+    """The pinned jars of one server group (`server-hadoop`, ...), fetched where missing."""
+    pinned = [p for p in read_lock() if p.group == group]
+    if not pinned:
+        raise JarsUnavailable(f"jars.lock pins no jar of group {group!r}")
+    return fetch_pinned(settings.jars_cache_dir / "maven", settings.maven_repository, pinned)
 
 
 def fetch_pinned(cache: Path, repository: str, jars: list[PinnedJar] | None = None) -> list[Path]:

@@ -13,10 +13,12 @@ _SAFE_OPTION_VALUE = re.compile(r"\A(\d{1,19}(\.\d{1,6})?|true|false)\Z")
 
 
 def table_arg(catalog: str, ref: TableRef) -> str:
-    """The `table => '…'` argument of an Iceberg procedure."""
+    """The `table => '…'` argument of an Iceberg procedure, with its catalog: Iceberg reads
+    the first part of `ns.name` as a catalog when one of that name is registered in the
+    session (a namespace `lake` beside a catalog `lake`) and refuses the call."""
     if not IDENTIFIER.match(catalog):
         raise PlanRejected(f"invalid catalog name {catalog!r}")
-    return f"'{ref.namespace}.{ref.name}'"
+    return f"'{catalog}.{ref.namespace}.{ref.name}'"
 
 
 def procedure(catalog: str, name: str) -> str:

@@ -73,12 +73,12 @@ def test_dockerfile_targets() -> None:
         user = [rest for op, rest in instr if op == "USER"][-1]
         assert user.split(":")[0] not in {"root", "0"}
     slim_runs = " ".join(rest for op, rest in stages["slim"] if op == "RUN")
-    assert "pip install --no-cache-dir ." in slim_runs
+    assert 'pip install --no-cache-dir ".[hdfs]"' in slim_runs  # tables on HDFS: every role
     assert "openjdk" not in slim_runs and "[spark" not in slim_runs
     full_runs = " ".join(rest for op, rest in stages["full"] if op == "RUN")
     assert "openjdk-17-jre-headless" in full_runs
     assert "libpostgresql-jdbc-java" not in full_runs  # the JDBC driver is a pinned jar
-    assert 'pip install --no-cache-dir ".[spark,embedded]"' in full_runs
+    assert 'pip install --no-cache-dir ".[spark,embedded,hdfs]"' in full_runs
 
 
 def test_dockerfile_bakes_the_pinned_jars() -> None:

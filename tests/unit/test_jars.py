@@ -88,3 +88,26 @@ def test_check_names_the_jar_that_differs(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 1
     assert f"{runtime.file_name}: sha256" in result.output
     assert "missing from" in result.output  # the others
+
+
+def test_a_servers_jars_never_reach_sparks_classpath(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hadoop's daemons (`server-hadoop`) are pinned for the test HDFS: on Spark's classpath
+    they would shadow PySpark's own Hadoop client."""
+    pinned = read_lock()
+    hadoop = [p for p in pinned if p.group == "server-hadoop"]
+    assert hadoop and not any(p.for_spark for p in hadoop)
+    cache = tmp_path / "maven"
+    cache.mkdir()
+    for p in pinned:  # present with their sizes (sparse files): nothing is fetched
+        with (cache / p.file_name).open("wb") as f:
+            f.truncate(p.size)
+    monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
+    monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
+    from lakewarden.settings import Settings
+    from lakewarden.spark.jars import resolve_jars
+
+    jars = resolve_jars(Settings())
+    assert {Path(j).name for j in jars.jars} == {p.file_name for p in pinned if p.for_spark}

@@ -133,9 +133,11 @@ def test_every_import_of_ours_names_a_module_that_exists() -> None:
     import of a moved or renamed module of ours as Any: this finds them, in the packages
     and in benchmarks/, tests/ and scripts/ too."""
     modules, _, _ = _tree()
-    known = set(modules) | {"lakewarden", SERVICES} | {
-        module_name(p, ROOT) for p in (ROOT / "benchmarks").rglob("*.py")
-    }
+    known = (
+        set(modules)
+        | {"lakewarden", SERVICES}
+        | {module_name(p, ROOT) for p in (ROOT / "benchmarks").rglob("*.py")}
+    )
     sources = {
         str(p.relative_to(ROOT)): p.read_text()
         for folder in (*PACKAGES, "benchmarks", "tests", "scripts")

@@ -281,7 +281,7 @@ def _plan(**changes: Any) -> dict[str, Any]:
 
 def test_layout_sql_for_zorder_exactly() -> None:
     assert layout_sql("lake", REF, _plan()) == (
-        "CALL `lake`.system.rewrite_data_files(table => 'sales.orders', strategy => 'sort', "
+        "CALL `lake`.system.rewrite_data_files(table => 'lake.sales.orders', strategy => 'sort', "
         "sort_order => 'zorder(`a`, `b`)', options => map('partial-progress.enabled', 'true', "
         "'rewrite-all', 'true', 'target-file-size-bytes', '134217728'))"
     )
@@ -293,7 +293,7 @@ def test_layout_sql_for_clustering_with_a_where_exactly() -> None:
         where="(`region` = 'eu' AND `day` = DATE '2024-01-02') OR (`region` = 'us')",
     )
     assert layout_sql("lake", REF, plan) == (
-        "CALL `lake`.system.rewrite_data_files(table => 'sales.orders', strategy => 'sort', "
+        "CALL `lake`.system.rewrite_data_files(table => 'lake.sales.orders', strategy => 'sort', "
         "sort_order => '`a` ASC NULLS LAST, `b` ASC NULLS LAST', options => "
         "map('partial-progress.enabled', 'true', 'rewrite-all', 'true', "
         "'target-file-size-bytes', '134217728'), "

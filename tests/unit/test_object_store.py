@@ -11,7 +11,7 @@ from lakewarden.kinds.clean import clean_sql
 from lakewarden.object_store import S3_FILE_IO, _why, by_prefix, check_warehouse, spark_properties
 from lakewarden.secret_refs import RefRules
 from lakewarden.settings import Settings
-from lakewarden.spark.jars import TEST_SERVERS, PinnedJar, pinned, spark_pins
+from lakewarden.spark.jars import PinnedJar, pinned, spark_pins
 from lakewarden.spark.session import _is_secret, catalog_conf
 
 REF = TableRef("n", "t")
@@ -77,8 +77,8 @@ def test_a_storage_error_is_told_in_words_never_quoted() -> None:
 
 
 def test_the_lock_pins_s3proxy_for_the_tests_not_for_spark() -> None:
-    s3proxy = pinned("s3proxy")
-    assert s3proxy.group in TEST_SERVERS and s3proxy not in spark_pins()
+    s3proxy = pinned("server-s3proxy")
+    assert not s3proxy.for_spark and s3proxy not in spark_pins()
     assert s3proxy.file_name.endswith("-jar-with-dependencies.jar")
     jar = PinnedJar("x", "org.gaul:s3proxy:4.1.0:jar-with-dependencies", 1, "0" * 64)
     assert jar.url("https://repo/") == (

@@ -41,7 +41,8 @@ def test_table_ref_parse() -> None:
 def test_compaction_sql_is_built_from_validated_parts() -> None:
     sql = compaction_sql("lake", TableRef("sales", "orders"), PLAN)
     assert sql == (
-        "CALL `lake`.system.rewrite_data_files(table => 'sales.orders', strategy => 'binpack', "
+        "CALL `lake`.system.rewrite_data_files(table => 'lake.sales.orders', "
+        "strategy => 'binpack', "
         "options => map('min-input-files', '5', 'target-file-size-bytes', '134217728'))"
     )
 

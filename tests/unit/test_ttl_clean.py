@@ -470,17 +470,17 @@ AT = "2026-11-19T00:00:00+00:00"
 def test_clean_sql_exact_output() -> None:
     expire = {"name": "expire_snapshots", "older_than": AT, "retain_last": 5}
     assert clean_sql("lake", REF, expire, now=NOW) == (
-        "CALL `lake`.system.expire_snapshots(table => 'ns.events', older_than => "
+        "CALL `lake`.system.expire_snapshots(table => 'lake.ns.events', older_than => "
         "TIMESTAMP '2026-11-19 00:00:00.000000', retain_last => 5)"
     )
     orphans = {"name": "remove_orphan_files", "older_than": AT}
     assert clean_sql("lake", REF, orphans, dry_run=True, now=NOW) == (
-        "CALL `lake`.system.remove_orphan_files(table => 'ns.events', older_than => "
+        "CALL `lake`.system.remove_orphan_files(table => 'lake.ns.events', older_than => "
         "TIMESTAMP '2026-11-19 00:00:00.000000', dry_run => true)"
     )
     assert clean_sql("lake", REF, orphans, now=NOW).endswith("dry_run => false)")
     assert clean_sql("lake", REF, {"name": "rewrite_manifests"}) == (
-        "CALL `lake`.system.rewrite_manifests(table => 'ns.events')"
+        "CALL `lake`.system.rewrite_manifests(table => 'lake.ns.events')"
     )
 
 

@@ -25,6 +25,7 @@ from lakewarden.catalogs.catalog import (
 )
 from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
+from lakewarden.hdfs import check_namenode
 from lakewarden.isolation import error_line
 from lakewarden.object_store import WarehouseUnreachable, check_warehouse
 from lakewarden.redact import redact, url_secrets
@@ -56,10 +57,13 @@ def _stored(properties: dict[str, str | SecretRef | None]) -> dict[str, Property
 
 def _answers(entry: CatalogEntry) -> None:
     """List the catalog's namespaces with a client of its own, closed after (its pool of
-    connections would otherwise stay open for the life of the process). A JDBC catalog's S3
-    warehouse must answer too (its bucket listed with the catalog's credentials); a REST
-    catalog's storage is its server's to configure (its config overrides, vended
-    credentials), so the properties registered here may not reach it alone."""
+    connections would otherwise stay open for the life of the process). A warehouse on HDFS:
+    its NameNode must answer (asked once, before the listing, which would retry for
+    minutes). A JDBC catalog's S3 warehouse must answer too (its bucket listed with the
+    catalog's credentials); a REST catalog's storage is its server's to configure (its
+    config overrides, vended credentials), so the properties registered here may not reach
+    it alone."""
+    check_namenode(entry.resolved)
     with build_catalog(entry) as client:
         client.list_namespaces()
     if entry.type == "jdbc":
