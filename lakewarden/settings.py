@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     catalog_database_url: str | None = Field(default=None, repr=False)
     catalog_uri: str | None = None  # REST catalog URI
     warehouse: str | None = None  # default: file://<data_dir>/warehouse
+    # More properties of this catalog, as a JSON object: pyiceberg's and Iceberg-Java's
+    # names (an S3 warehouse's `s3.endpoint`, `s3.region`; `hadoop.*` for HDFS), each
+    # credential a reference ({"env": "LW_SECRET_…"} or {"file": …}), never a value.
+    catalog_properties: dict[str, str | dict[str, str]] = Field(default_factory=dict)
 
     # --- Spark -------------------------------------------------------------------
     spark_master: str = "local[2]"

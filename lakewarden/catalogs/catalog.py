@@ -196,10 +196,16 @@ def default_entry(settings: Settings, control_plane_url: str) -> CatalogEntry:
         uri = settings.catalog_uri
     else:
         uri = settings.catalog_database_url or control_plane_url
+    for key in ("uri", "warehouse"):
+        if key in settings.catalog_properties:
+            setting = "CATALOG_URI" if key == "uri" else "WAREHOUSE"
+            raise ValueError(
+                f"LAKEWARDEN_CATALOG_PROPERTIES may not set {key!r}: use LAKEWARDEN_{setting}"
+            )
     return CatalogEntry(
         name=settings.catalog_name,
         type=settings.catalog_type,
-        properties={"uri": uri, "warehouse": settings.warehouse_uri},
+        properties={**settings.catalog_properties, "uri": uri, "warehouse": settings.warehouse_uri},
         poll_interval_s=settings.poll_interval_s,
         default=True,
         refs=RefRules.of(settings),

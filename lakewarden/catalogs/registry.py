@@ -42,6 +42,7 @@ class CatalogRegistry:
     def __init__(self, settings: Settings, control_plane_url: str, engine: Engine) -> None:
         self._default = default_entry(settings, control_plane_url)
         self._refs = RefRules.of(settings)
+        check_default_properties(settings.catalog_type, settings.catalog_properties, self._refs)
         self._engine = engine
         self._lock = threading.Lock()
         self._entries: dict[str, CatalogEntry] = {}
@@ -179,6 +180,18 @@ def shown(kind: str, properties: dict[str, PropertyValue]) -> dict[str, Property
     """The properties as responses show them: a secret stored as a value (registered before
     `check_properties` refused it) masked, references as they are."""
     return {k: MASK if _secret_value(kind, k, v) else v for k, v in properties.items()}
+
+
+def check_default_properties(
+    kind: str, properties: dict[str, PropertyValue], refs: RefRules
+) -> None:
+    """LAKEWARDEN_CATALOG_PROPERTIES (the default catalog's) under `check_properties`' rule
+    for the properties beside its URI: references that `refs` allows, no secret as a value.
+    A CatalogConfigError names the setting and the property, never the value."""
+    try:
+        check_properties(kind, {"uri": "", **properties}, refs)
+    except CatalogConfigError as exc:
+        raise CatalogConfigError(f"LAKEWARDEN_CATALOG_PROPERTIES: {exc}") from None
 
 
 def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefRules) -> None:

@@ -70,6 +70,9 @@ database-url
 LAKEWARDEN_WAREHOUSE: {{ .Values.warehouse | quote }}
 LAKEWARDEN_CATALOG_NAME: {{ .Values.catalogName | quote }}
 LAKEWARDEN_CATALOG_TYPE: {{ .Values.catalog.type | quote }}
+{{- with .Values.catalog.properties }}
+LAKEWARDEN_CATALOG_PROPERTIES: {{ toJson . | quote }}
+{{- end }}
 {{- if eq .Values.catalog.type "rest" }}
 LAKEWARDEN_CATALOG_URI: {{ required "catalog.uri is required for a rest catalog" .Values.catalog.uri | quote }}
 {{- end }}
