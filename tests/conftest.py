@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakewarden.spark.local_cluster import LocalCluster
+    from lakewarden.spark.local_metastore import Metastore
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
@@ -397,3 +398,22 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
 
     with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
+
+
+# --- A standalone Hive Metastore (lakewarden.spark.local_metastore) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def hive_metastore(
+    server_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Metastore]:
+    """One Hive Metastore server for the run (a JVM: 10-15 s to start on 2 shared cores),
+    on a Postgres database of its own, its warehouse under the run's tmp. Tests use their
+    own database (namespace) names; `restart()` keeps the port and the notification log."""
+    from lakewarden.spark.local_metastore import hive_metastore as serve
+
+    work = tmp_path_factory.mktemp("metastore")
+    with serve(
+        server_url, (work / "warehouse").as_uri(), work, f"lw_hms_{os.getpid()}"
+    ) as metastore:
+        yield metastore

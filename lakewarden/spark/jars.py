@@ -7,6 +7,10 @@
    lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
    Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
 
+A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
+start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`): fetched and checked the same
+way, never on Spark's classpath.
+
 The lock names every jar by coordinate, so `lakewarden jars` is the one way they arrive:
 `setup.sh`, the Docker image and a scheduler that finds its cache empty all fetch the same
 files and refuse any whose bytes differ.
@@ -28,6 +32,9 @@ LOCK_FILE = Path(__file__).with_name("jars.lock")
 DOWNLOAD_TIMEOUT_S = 120
 
 
+SERVER_GROUP_PREFIX = "server-"
+
+
 class JarsUnavailable(RuntimeError):
     pass
 
@@ -40,6 +47,11 @@ class PinnedJar:
     coordinate: str
     size: int
     sha256: str
+
+    @property
+    def for_spark(self) -> bool:
+        """On Spark's classpath: every group but a server's (`server-…`)."""
+        return not self.group.startswith(SERVER_GROUP_PREFIX)
 
     @property
     def file_name(self) -> str:
@@ -94,8 +106,20 @@ def resolve_jars(settings: Settings) -> JarSpec:
         if not any(p.startswith("org.postgresql:") for p in packages):
             packages += [p.coordinate for p in read_lock() if p.group == "jdbc"]
         return JarSpec(packages=packages, source="maven")
-    paths = fetch_pinned(settings.jars_cache_dir / "maven", settings.maven_repository)
+    paths = fetch_pinned(
+        settings.jars_cache_dir / "maven",
+        settings.maven_repository,
+        [p for p in read_lock() if p.for_spark],
+    )
     return JarSpec(jars=[str(p) for p in paths], source="pinned")
+
+
+def server_jars(settings: Settings, group: str) -> list[Path]:
+    """The pinned jars of one server group (`server-hadoop`, ...), fetched where missing."""
+    pinned = [p for p in read_lock() if p.group == group]
+    if not pinned:
+        raise JarsUnavailable(f"jars.lock pins no jar of group {group!r}")
+    return fetch_pinned(settings.jars_cache_dir / "maven", settings.maven_repository, pinned)
 
 
 def fetch_pinned(cache: Path, repository: str, pinned: list[PinnedJar] | None = None) -> list[Path]:
