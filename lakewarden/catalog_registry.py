@@ -153,6 +153,7 @@ _IO_SECRETS = (
 KNOWN_SECRETS: dict[str, frozenset[str]] = {
     "rest": frozenset({"credential", "token", "header.authorization", *_IO_SECRETS}),
     "jdbc": frozenset({"password", "jdbc.password", *_IO_SECRETS}),
+    "hive": frozenset(_IO_SECRETS),
 }
 # Secrets under a prefix (`adls.sas-token.<account>`, `header.<auth header>`).
 _SECRET_PREFIXES = ("adls.sas-token.", "adls.connection-string.", "adls.account-key.")
@@ -187,7 +188,10 @@ def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefR
     (a secret property, a URL with a password, or a value that looks like a credential).
     A message names the property, never its value."""
     if "uri" not in properties:
-        what = "its database URL" if kind == "jdbc" else "the REST endpoint"
+        what = {
+            "jdbc": "its database URL",
+            "hive": "the metastore's thrift://host:port",
+        }.get(kind, "the REST endpoint")
         raise CatalogConfigError(f"a {kind} catalog needs the property 'uri' ({what})")
     for key, value in properties.items():
         if not isinstance(value, str):

@@ -139,7 +139,7 @@ class CatalogIn(RequestModel):
         description="the Iceberg catalog's own name (a JDBC catalog's `catalog_name`)",
         json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
     )
-    type: Literal["jdbc", "rest"]
+    type: Literal["jdbc", "rest", "hive"]
     properties: CatalogProperties = Field(
         description="pyiceberg's catalog properties (`uri`, `warehouse`, `credential`, "
         '`token`, `s3.*`, ...); a secret only as a reference: {"env": NAME} or '
