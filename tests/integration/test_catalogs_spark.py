@@ -1,6 +1,6 @@
 """Compaction through Spark on tables of registered catalogs: a JDBC catalog in a database
-that is not lakewarden's, and an Iceberg REST catalog (a real REST server), each checked
-with pyiceberg through that catalog's own client."""
+that is not lakewarden's, an Iceberg REST catalog (a real REST server) and a Hive
+Metastore (a real one), each checked with pyiceberg through that catalog's own client."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import SCHEMA, append_batches, run_one
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.hive import HiveCatalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import IdentityTransform
@@ -21,6 +22,7 @@ from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import engine_for, transaction
 from lakewarden.runtime import Runtime
+from lakewarden.spark.local_metastore import Metastore
 from lakewarden.tasks import repo
 from lakewarden.verify import fingerprint
 from services.scheduler.main import Scheduler
@@ -111,3 +113,21 @@ def test_compaction_on_a_rest_catalog(
     _compact(spark_rt, scheduler, name, RestCatalog(name, uri=rest_catalog))
     with spark_rt.engine.begin() as conn:  # the shared database: leave no catalogs behind
         conn.execute(text("DELETE FROM catalogs"))
+
+
+def test_compaction_on_a_hive_catalog(
+    scheduler: Scheduler,
+    spark_rt: Runtime,
+    hive_metastore: Metastore,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Spark's Iceberg HiveCatalog (the Hive 2.3.9 client of Spark's own jars) against a
+    real metastore: it takes the metastore's lock and alters the table's pointer."""
+    name = f"hive_{uuid.uuid4().hex[:6]}"
+    props = {"uri": hive_metastore.uri, "warehouse": tmp_path_factory.mktemp("hive").as_uri()}
+    _register(spark_rt, name, "hive", dict(props))
+    try:
+        _compact(spark_rt, scheduler, name, HiveCatalog(name, **props))
+    finally:
+        with spark_rt.engine.begin() as conn:
+            conn.execute(text("DELETE FROM catalogs"))
