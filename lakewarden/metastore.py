@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,7 +52,24 @@ class _TimedClient(_HiveClient):
 
 
 class TimedHiveCatalog(HiveCatalog):
-    """pyiceberg's HiveCatalog whose calls time out after TIMEOUT_S."""
+    """pyiceberg's HiveCatalog whose calls time out after TIMEOUT_S, and which threads may
+    share: pyiceberg's keeps one Thrift transport, which each call opens and closes, so two
+    threads' calls close each other's socket. Here each thread has its own."""
+
+    def __init__(self, name: str, **properties: str) -> None:
+        self._local = threading.local()
+        super().__init__(name, **properties)
+
+    @property
+    def _client(self) -> _HiveClient:
+        client: _HiveClient | None = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._create_hive_client(self.properties)
+        return client
+
+    @_client.setter
+    def _client(self, client: _HiveClient) -> None:  # HiveCatalog.__init__ sets one
+        self._local.client = client
 
     @staticmethod
     def _create_hive_client(properties: dict[str, str]) -> _HiveClient:
