@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from hive_metastore import ttypes
 from hive_metastore.ThriftHiveMetastore import Client
 from hive_metastore.ttypes import NotificationEventRequest
 from hive_metastore.ttypes import Table as HiveTable
 from pyiceberg.catalog.hive import HiveCatalog, _HiveClient
 from thrift.protocol.TJSONProtocol import TJSONProtocolFactory
+from thrift.Thrift import TException
 from thrift.transport import TSocket, TTransport
 from thrift.TSerialization import deserialize
 
@@ -33,6 +35,28 @@ TIMEOUT_S = 10.0
 # Tables per get_table_objects_by_name request.
 TABLES_PER_REQUEST = 100
 METADATA_LOCATION = "metadata_location"
+
+
+def _let_errors_carry_tracebacks() -> None:
+    """The metastore's errors (MetaException, NoSuchObjectException, ...) are generated as
+    immutable, and refuse even the `__traceback__` Python sets on an exception leaving a
+    `@contextmanager` block: there it became "TypeError: can't modify immutable instance",
+    the metastore's message lost. Their fields stay immutable; Python's own dunders pass."""
+    for cls in vars(ttypes).values():
+        if not (isinstance(cls, type) and issubclass(cls, TException)):
+            continue
+        guarded = cls.__setattr__
+
+        def __setattr__(self: Any, name: str, value: Any, _guarded: Any = guarded) -> None:
+            if name.startswith("__") and name.endswith("__"):
+                BaseException.__setattr__(self, name, value)
+            else:
+                _guarded(self, name, value)
+
+        cls.__setattr__ = __setattr__  # type: ignore[method-assign,assignment]
+
+
+_let_errors_carry_tracebacks()
 
 
 class _TimedClient(_HiveClient):

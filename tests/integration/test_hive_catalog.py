@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from helpers import SCHEMA, append_batches, current, free_port, wait_for
+from hive_metastore.ttypes import NoSuchObjectException
 from pyiceberg.catalog.hive import HiveCatalog
 from pyiceberg.table import Table
 from sqlalchemy import func, select, text
@@ -329,3 +330,10 @@ def test_one_client_serves_many_threads(hive_metastore: Metastore, tmp_path: Pat
         loads = [pool.submit(client.load_table, f"{ns}.t") for _ in range(64)]
         errors = [str(f.exception()) for f in loads if f.exception() is not None]
     assert errors == []
+
+
+def test_a_metastore_error_keeps_its_type_and_message(hive_metastore: Metastore) -> None:
+    """Thrift's generated errors refuse the traceback Python sets as one leaves a
+    `@contextmanager` block (a TypeError took its place); `lakewarden.metastore` lets it."""
+    with pytest.raises(NoSuchObjectException), metastore_client(hive_metastore.uri) as client:
+        client.get_table("no_such_database", "t")
