@@ -40,7 +40,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B14": ("benchmarks.cluster", "b14"),
     "B15": ("benchmarks.dashboard", "b15"),
     "B16": ("benchmarks.validation", "b16"),
-    "B17": ("benchmarks.metastore", "b17"),
+    "B19": ("benchmarks.metastore", "b19"),
 }
 
 

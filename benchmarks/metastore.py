@@ -1,4 +1,4 @@
-"""B17, a Hive catalog's commits (issue 26): commit -> task latency through the Hive
+"""B19, a Hive catalog's commits (issue 26): commit -> task latency through the Hive
 Metastore's notification log, against the JDBC catalog's trigger path (B5's measure).
 
 A real metastore (`lakewarden.spark.local_metastore`: Hive 2.3.9 from PySpark's jars,
@@ -9,7 +9,7 @@ managed under a policy that makes every commit a compaction task. The hive path'
 is `follow_due` on a Ticker every FOLLOW_TICK_S, as an API replica runs it; the trigger
 path's is the CommitListener.
 
-    python -m benchmarks --only B17
+    python -m benchmarks --only B19
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _hive(ctx: Context) -> Iterator[HiveCatalog]:
 
 def _hive_table(rt: Runtime, writer: HiveCatalog, name: str) -> tuple[Table, int]:
     """B5's table (3 small files, every further commit a task) in the Hive catalog."""
-    ref = TableRef(f"bench_b17_{RUN}", name)
+    ref = TableRef(f"bench_b19_{RUN}", name)
     table = data.create(writer, ref.dotted, data.Shape(3, 1, 10))
     with transaction(rt.engine) as session:
         table_id = tables.add_table(session, CATALOG, ref, POLICY).id
@@ -75,9 +75,9 @@ def _hive_table(rt: Runtime, writer: HiveCatalog, name: str) -> tuple[Table, int
     return table, table_id
 
 
-def b17(ctx: Context) -> Figure:
+def b19(ctx: Context) -> Figure:
     with measuring(
-        "B17",
+        "B19",
         "commit -> task latency through a Hive Metastore's notification log (pyiceberg "
         "append through HiveCatalog to task row)",
         "the JDBC catalog's trigger path (NOTIFY + LISTEN, B5's measure)",
@@ -106,7 +106,7 @@ def b17(ctx: Context) -> Figure:
                 try:
                     if not listener.connected.wait(30):
                         raise RuntimeError("the commit listener did not connect")
-                    table, table_id = _b5_table(api, writer, f"b17_trigger_{r}_{RUN}")
+                    table, table_id = _b5_table(api, writer, f"b19_trigger_{r}_{RUN}")
                     t, ta = _time_commits(api, table, table_id, n, seed=100 * r + 50)
                 finally:
                     stop.set()
