@@ -174,8 +174,8 @@ def test_a_commit_becomes_a_task_within_two_seconds(rt: Runtime, hive: Hive) -> 
     adopted = _row(rt, ns, "orders")
     assert adopted is not None and adopted.managed_by == f"rule:{hive.rule}"
     for i in range(3):
-        started = time.monotonic()
         table = append_batches(table, 1, start=100 * (i + 1))
+        started = time.monotonic()  # committed (the writer's own time is B19's to report)
         snapshot_id = current(table).snapshot_id
         wait_for(lambda: _task_for(rt, adopted.id, snapshot_id), 5, "a task")  # noqa: B023
         took = time.monotonic() - started
