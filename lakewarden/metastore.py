@@ -162,12 +162,12 @@ def events_after(client: Client, since: int, limit: int) -> EventBatch:
         NotificationEventRequest(lastEvent=since, maxEvents=limit)
     )
     raw = response.events or []
-    out = [event for e in raw if (event := _table_event(e)) is not None]
+    out = [event for e in raw if (event := table_event(e)) is not None]
     last = max((e.eventId for e in raw), default=since)
     return EventBatch(out, last, bool(raw) and raw[0].eventId > since + 1)
 
 
-def _table_event(event: Any) -> TableEvent | None:
+def table_event(event: Any) -> TableEvent | None:
     kind = event.eventType
     if kind not in ("CREATE_TABLE", "ALTER_TABLE", "DROP_TABLE"):
         return None
