@@ -337,3 +337,22 @@ def test_a_metastore_error_keeps_its_type_and_message(hive_metastore: Metastore)
     `@contextmanager` block (a TypeError took its place); `lakewarden.metastore` lets it."""
     with pytest.raises(NoSuchObjectException), metastore_client(hive_metastore.uri) as client:
         client.get_table("no_such_database", "t")
+
+
+def test_an_opted_out_table_stays_out_as_its_commits_arrive(
+    rt: Runtime, hive: Hive, client: TestClient
+) -> None:
+    ns = hive.namespace
+    table = append_batches(hive.writer.create_table(f"{ns}.orders", schema=SCHEMA), 1)
+    wait_for(lambda: _caught_up(rt, ns, "orders", table), 10, "orders adopted")
+    r = client.put(f"/api/v1/catalogs/{CATALOG}/tables/{ns}/orders/opt-out")
+    assert r.status_code == 200 and r.json()["opt_out"], r.text
+    seen = _row(rt, ns, "orders")
+    assert seen is not None and seen.retired_at is not None
+    append_batches(table, 2, start=10)
+    # A table created beside it is adopted: the log was followed past the commits.
+    other = hive.writer.create_table(f"{ns}.other", schema=SCHEMA)
+    wait_for(lambda: _caught_up(rt, ns, "other", other), 10, "the next table adopted")
+    row = _row(rt, ns, "orders")
+    assert row is not None and row.opt_out and row.retired_at is not None
+    assert row.metadata_location == seen.metadata_location
