@@ -19,6 +19,7 @@ lists the catalog at its interval (`poller.poll_catalog`), for what a trimmed lo
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -118,36 +119,71 @@ def follow_catalog(rt: Runtime, entry: CatalogEntry, since: int | None) -> Follo
 
 
 def follow_due(rt: Runtime) -> int:
-    """Follow each Hive catalog's log that is due and that this replica wins; how many
-    notes were acted on."""
-    acted = 0
-    for entry in rt.catalogs.entries():
-        if entry.type != "hive":
-            continue
-        with transaction(rt.engine) as session:
-            won = session.execute(_CLAIM, {"catalog": entry.name, "lease": LEASE_S}).first()
-        if won is None:
-            continue
+    """Follow each Hive catalog's log that is due and that this replica wins, one after
+    another; how many notes were acted on (tests and benchmarks; the API runs `Followers`)."""
+    return sum(follow_one(rt, e) for e in rt.catalogs.entries() if e.type == "hive")
+
+
+def follow_one(rt: Runtime, entry: CatalogEntry) -> int:
+    """Follow the catalog's log if it is due and this replica wins it; notes acted on."""
+    with transaction(rt.engine) as session:
+        won = session.execute(_CLAIM, {"catalog": entry.name, "lease": LEASE_S}).first()
+    if won is None:
+        return 0
+    try:
+        followed = follow_catalog(rt, entry, won[0])
+        next_s = FOLLOW_TICK_S
+    except Exception as exc:  # the metastore does not answer: the cursor stays
+        log.warning(
+            "catalog %s: could not read its metastore's notification log: %s",
+            entry.name,
+            entry.without_secrets(error_line(exc), type(exc).__name__),
+        )
+        followed, next_s = Followed(None), RETRY_S
+    with transaction(rt.engine) as session:
+        session.execute(
+            _RECORD,
+            {
+                "catalog": entry.name,
+                "id": followed.cursor if followed.cursor is not None else won[0],
+                "reset": followed.reset or followed.cursor is None,
+                "next": next_s,
+                "poll_now": followed.poll_now,
+            },
+        )
+    return followed.notes
+
+
+class Followers:
+    """What an API replica runs on its ticker: each Hive catalog followed on a thread of
+    its own (`follow_one`), so a metastore that does not answer (each try waits out the
+    socket timeout) holds up only its own catalog; a catalog whose follow is still under
+    way in this process is skipped, not queued."""
+
+    def __init__(self, rt: Runtime, threads: int = 8) -> None:
+        self.rt = rt
+        self._pool = ThreadPoolExecutor(threads, "metastore-follow")
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    def tick(self) -> None:
+        for entry in self.rt.catalogs.entries():
+            if entry.type != "hive":
+                continue
+            with self._lock:
+                if entry.name in self._busy:
+                    continue
+                self._busy.add(entry.name)
+            self._pool.submit(self._follow, entry)
+
+    def _follow(self, entry: CatalogEntry) -> None:
         try:
-            followed = follow_catalog(rt, entry, won[0])
-            next_s = FOLLOW_TICK_S
-        except Exception as exc:  # the metastore does not answer: the cursor stays
-            log.warning(
-                "catalog %s: could not read its metastore's notification log: %s",
-                entry.name,
-                entry.without_secrets(error_line(exc), type(exc).__name__),
-            )
-            followed, next_s = Followed(None), RETRY_S
-        acted += followed.notes
-        with transaction(rt.engine) as session:
-            session.execute(
-                _RECORD,
-                {
-                    "catalog": entry.name,
-                    "id": followed.cursor if followed.cursor is not None else won[0],
-                    "reset": followed.reset or followed.cursor is None,
-                    "next": next_s,
-                    "poll_now": followed.poll_now,
-                },
-            )
-    return acted
+            follow_one(self.rt, entry)
+        except Exception:  # the database, most likely: the next tick tries again
+            log.exception("catalog %s: following its metastore's log failed", entry.name)
+        finally:
+            with self._lock:
+                self._busy.discard(entry.name)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -6,6 +6,7 @@ restarted metastore missing no commit and ingesting none twice."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -22,9 +23,10 @@ from pyiceberg.catalog.hive import HiveCatalog
 from pyiceberg.table import Table
 from sqlalchemy import func, select, text
 
+from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import CatalogPoll, ManagedTable, ManagementRule, Task, TimelineEvent
 from lakewarden.db.session import transaction
-from lakewarden.events.metastore import FOLLOW_TICK_S, follow_due
+from lakewarden.events.metastore import FOLLOW_TICK_S, Followers, follow_due
 from lakewarden.events.poller import poll_catalog
 from lakewarden.metastore import (
     TABLES_PER_REQUEST,
@@ -57,7 +59,7 @@ def hive(
 ) -> Iterator[Hive]:
     """The session's metastore registered as catalog `hive` through the API, a rule managing
     this test's namespace, and its notification log followed as an API replica follows it
-    (the same Ticker and function create_app starts); no poll runs."""
+    (the same Ticker and Followers create_app starts); no poll runs."""
     warehouse = (tmp_path / "warehouse").as_uri()
     body = {
         "name": CATALOG,
@@ -76,9 +78,11 @@ def hive(
     writer.create_namespace(namespace)
     follow_due(rt)  # the first follow: the cursor starts at the log's newest event
     stop = threading.Event()
-    Ticker("metastore", FOLLOW_TICK_S, lambda: follow_due(rt), stop).start()
+    followers = Followers(rt)
+    Ticker("metastore", FOLLOW_TICK_S, followers.tick, stop).start()
     yield Hive(hive_metastore, writer, namespace, rule)
     stop.set()
+    followers.close()
 
 
 def _row(rt: Runtime, namespace: str, name: str) -> ManagedTable | None:
@@ -356,3 +360,35 @@ def test_an_opted_out_table_stays_out_as_its_commits_arrive(
     row = _row(rt, ns, "orders")
     assert row is not None and row.opt_out and row.retired_at is not None
     assert row.metadata_location == seen.metadata_location
+
+
+def test_a_metastore_that_does_not_answer_holds_up_only_its_own_catalog(
+    rt: Runtime, hive: Hive
+) -> None:
+    """A second Hive catalog whose metastore accepts connections and never answers (each
+    follow waits out the socket timeout): the first catalog's commits still become tasks
+    within 2 s, and the silent one's error is logged, its cursor left alone."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # connections complete in the kernel's backlog; nothing answers
+        uri = f"thrift://127.0.0.1:{silent.getsockname()[1]}"
+        with transaction(rt.engine) as s:
+            s.add(CatalogRow(name="silent", type="hive", properties={"uri": uri}, version=1))
+            s.add(CatalogPoll(catalog="silent", notification_id=5))
+        rt.catalogs.forget()
+        ns = hive.namespace
+        table = append_batches(hive.writer.create_table(f"{ns}.orders", schema=SCHEMA), 2)
+        wait_for(lambda: _caught_up(rt, ns, "orders", table), 10, "orders adopted")
+        adopted = _row(rt, ns, "orders")
+        assert adopted is not None
+        for i in range(3):
+            table = append_batches(table, 1, start=100 * (i + 1))
+            started = time.monotonic()
+            snapshot_id = current(table).snapshot_id
+            wait_for(lambda: _task_for(rt, adopted.id, snapshot_id), 5, "a task")  # noqa: B023
+            took = time.monotonic() - started
+            assert took <= 2.0, f"commit {i} became a task in {took:.2f} s"
+            _cancel_open_tasks(rt, adopted.id)
+        with transaction(rt.engine) as s:
+            poll = s.get(CatalogPoll, "silent")
+            assert poll is not None and poll.notification_id == 5
