@@ -91,12 +91,12 @@ def follow_catalog(rt: Runtime, entry: CatalogEntry, since: int | None) -> Follo
     listing adopts. A log that went back (a new metastore database) starts over, the same."""
     uri = entry.resolved["uri"]
     with metastore_client(uri) as client:
-        newest = current_event_id(client)
-        if since is None or newest < since:
-            return Followed(newest, reset=True, poll_now=True)
-        if newest == since:
-            return Followed(None)
+        if since is None:
+            return Followed(current_event_id(client), reset=True, poll_now=True)
         batch = events_after(client, since, BATCH)
+        if batch.last_id == since:  # nothing new; or a log that went back: start over
+            newest = current_event_id(client)
+            return Followed(newest, reset=True, poll_now=True) if newest < since else Followed(None)
     notes = [n for e in batch.events if (n := note_of(entry.name, e)) is not None]
     ok = True
     if notes:

@@ -392,3 +392,25 @@ def test_a_metastore_that_does_not_answer_holds_up_only_its_own_catalog(
         with transaction(rt.engine) as s:
             poll = s.get(CatalogPoll, "silent")
             assert poll is not None and poll.notification_id == 5
+
+
+def test_a_log_that_went_back_is_followed_from_its_start_again(rt: Runtime, hive: Hive) -> None:
+    """The metastore's database replaced (its event ids start over below the cursor): the
+    cursor goes to the log's newest event, a poll is due at once, and commits are heard."""
+    with transaction(rt.engine) as s:
+        s.execute(
+            text(
+                "UPDATE catalog_polls SET notification_id = notification_id + 100000, "
+                "due_at = now() + interval '1 hour' WHERE catalog = :c"
+            ),
+            {"c": CATALOG},
+        )
+    with metastore_client(hive.metastore.uri) as client:
+        newest = current_event_id(client)
+    wait_for(lambda: _cursor(rt) == newest, 5, "the cursor back at the newest event", str)
+    with transaction(rt.engine) as s:
+        poll = s.get(CatalogPoll, CATALOG)
+        assert poll is not None and poll.due_at <= s.scalar(select(func.now()))
+    ns = hive.namespace
+    table = append_batches(hive.writer.create_table(f"{ns}.orders", schema=SCHEMA), 1)
+    wait_for(lambda: _caught_up(rt, ns, "orders", table), 10, "a commit after the reset")
