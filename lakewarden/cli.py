@@ -182,15 +182,26 @@ def jars(
     check: bool = typer.Option(
         False, "--check", help="hash the cached jars against jars.lock; fetch nothing"
     ),
+    servers: bool = typer.Option(
+        False,
+        "--servers",
+        help="the test servers' jars too (jars.lock's server-… groups: Hadoop's HDFS daemons)",
+    ),
 ) -> None:
     """Fetch the pinned Spark jars (jars.lock) from Maven Central into the cache, and show
     what Spark gets. With --check: verify the cache, exit 1 naming each jar that differs."""
-    from lakewarden.spark.jars import JarsUnavailable, check_pinned, resolve_jars
+    from lakewarden.spark.jars import (
+        JarsUnavailable,
+        check_pinned,
+        read_lock,
+        resolve_jars,
+        server_jars,
+    )
 
     settings = _settings()
     if check:
         cache = settings.jars_cache_dir / "maven"
-        problems = check_pinned(cache)
+        problems = check_pinned(cache, [p for p in read_lock() if servers or p.for_spark])
         for problem in problems:
             typer.echo(problem, err=True)
         if problems:
@@ -199,12 +210,16 @@ def jars(
         return
     try:
         spec = resolve_jars(settings)
+        groups = sorted({p.group for p in read_lock() if not p.for_spark}) if servers else []
+        extra = [str(path) for group in groups for path in server_jars(settings, group)]
     except JarsUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(f"source: {spec.source}")
     for item in spec.jars + spec.packages:
         typer.echo(item)
+    for item in extra:
+        typer.echo(f"server: {item}")
 
 
 # --- check: the fleet through the API, or this pod's process by its heartbeat -------------

@@ -33,10 +33,11 @@ echo "==> pip install -e .[dev,spark,embedded]"
 .venv/bin/pip install -q -e ".[dev,spark,embedded]"
 
 # 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
-#    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock.
-echo "==> lakewarden jars"
-.venv/bin/lakewarden jars
-.venv/bin/lakewarden jars --check
+#    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock;
+#    --servers: the test servers' too (Hadoop's HDFS daemons, for the HDFS tests).
+echo "==> lakewarden jars --servers"
+.venv/bin/lakewarden jars --servers
+.venv/bin/lakewarden jars --check --servers
 
 if [ "$run_demo" -eq 1 ]; then
   echo "==> lakewarden demo"
