@@ -60,6 +60,7 @@ def _planned(rt: Runtime, catalog: str, client: Catalog, **policy: int) -> tuple
         task_id = repo.create_task(
             s, table_id=row.id, kind="compaction", trigger={"reason": "test"}, actor="test"
         )
+    assert task_id is not None
     assert Worker(rt).run_once()  # planned through the catalog's own pyiceberg client
     return ns, task_id
 

@@ -410,7 +410,8 @@ def test_a_log_that_went_back_is_followed_from_its_start_again(rt: Runtime, hive
     wait_for(lambda: _cursor(rt) == newest, 5, "the cursor back at the newest event", str)
     with transaction(rt.engine) as s:
         poll = s.get(CatalogPoll, CATALOG)
-        assert poll is not None and poll.due_at <= s.scalar(select(func.now()))
+        now = s.scalar(select(func.now()))
+        assert poll is not None and now is not None and poll.due_at <= now
     ns = hive.namespace
     table = append_batches(hive.writer.create_table(f"{ns}.orders", schema=SCHEMA), 1)
     wait_for(lambda: _caught_up(rt, ns, "orders", table), 10, "a commit after the reset")
