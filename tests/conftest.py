@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
+# Session fixtures that start a server process (a JVM): their tests are slow.
+SERVER_FIXTURES = {"hive_metastore"}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -50,15 +52,17 @@ def _with_db(url: str, name: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark slow what starts a JVM or other processes: every `spark` test, and every test of
-    a module that imports subprocess or multiprocessing (so a new one is marked too)."""
+    """Mark slow what starts a JVM or other processes: every `spark` test, every test of a
+    module that imports subprocess or multiprocessing (so a new one is marked too), and
+    every test that uses a server fixture (`SERVER_FIXTURES`)."""
     for item in items:
         module = getattr(item, "module", None)
         starts = module is not None and any(
             isinstance(vars(module).get(name), ModuleType)
             for name in ("subprocess", "multiprocessing")
         )
-        if starts or item.get_closest_marker("spark"):
+        serves = bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+        if starts or serves or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.slow)
 
 
