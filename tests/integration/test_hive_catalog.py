@@ -27,7 +27,7 @@ from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import CatalogPoll, ManagedTable, ManagementRule, Task, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events.metastore import FOLLOW_TICK_S, Followers, follow_due
-from lakewarden.events.poller import poll_catalog
+from lakewarden.events.poller import poll_catalog, poll_once
 from lakewarden.metastore import (
     TABLES_PER_REQUEST,
     TimedHiveCatalog,
@@ -301,7 +301,7 @@ def test_no_commit_is_ingested_twice_when_a_batch_is_read_again(rt: Runtime, hiv
 
 
 def test_a_poll_reads_pointers_from_the_metastore_and_loads_only_what_moved(
-    rt: Runtime, hive: Hive
+    rt: Runtime, hive: Hive, client: TestClient
 ) -> None:
     """The poller's road (what a trimmed log lost): the metastore lists every Iceberg
     table's pointer, a few requests per database; only a table whose pointer moved is
@@ -312,12 +312,16 @@ def test_a_poll_reads_pointers_from_the_metastore_and_loads_only_what_moved(
     entry = rt.catalogs.entry(CATALOG)
     first = poll_catalog(rt, entry)
     assert _caught_up(rt, ns, "orders", table) and first.refreshed == 1
-    with metastore_client(hive.metastore.uri) as client:
-        databases = client.get_all_databases()
-        tables = [len(client.get_all_tables(db)) for db in databases]
+    with metastore_client(hive.metastore.uri) as ms:
+        databases = ms.get_all_databases()
+        tables = [len(ms.get_all_tables(db)) for db in databases]
     assert first.requests == 1 + sum(1 + -(-n // TABLES_PER_REQUEST) for n in tables)
     again = poll_catalog(rt, entry)
     assert again.refreshed == 0 and again.tables_seen == first.tables_seen
+    poll_once(rt)  # recorded, as the API's poller records it
+    last = client.get(f"/api/v1/catalogs/{CATALOG}").json()["last_poll"]
+    assert last["tables_seen"] == first.tables_seen and last["error"] is None
+    assert last["notification_id"] == _cursor(rt) is not None
 
 
 def test_one_client_serves_many_threads(hive_metastore: Metastore, tmp_path: Path) -> None:

@@ -169,6 +169,10 @@ class CatalogPollOut(ResponseModel):
         description="JDBC: commits are heard through lakewarden's trigger (false: polled only)"
     )
     error: str | None
+    notification_id: int | None = Field(
+        default=None,
+        description="Hive: the last event of the metastore's notification log followed",
+    )
 
 
 class CatalogOut(ResponseModel):
