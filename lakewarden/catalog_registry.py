@@ -37,7 +37,8 @@ REGISTRY_TTL_S = 5.0
 class CatalogRegistry:
     """Every catalog this deployment watches: the settings' default entry and the `catalogs`
     rows. Clients are built once per catalog version and shared (pyiceberg's catalogs are
-    thread-safe for loads)."""
+    thread-safe for loads; its HiveCatalog is not, so a hive catalog's client is
+    `metastore.TimedHiveCatalog`, one connection per thread)."""
 
     def __init__(self, settings: Settings, control_plane_url: str, engine: Engine) -> None:
         self._default = default_entry(settings, control_plane_url)
