@@ -43,6 +43,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B17": ("benchmarks.s3", "b17"),
     "B18": ("benchmarks.s3", "b18"),
     "B19": ("benchmarks.hdfs", "b19"),
+    "B20": ("benchmarks.metastore", "b20"),
 }
 
 

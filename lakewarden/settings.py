@@ -38,11 +38,12 @@ class Settings(BaseSettings):
     # --- Iceberg catalog ---------------------------------------------------------
     catalog_name: str = "lake"
     # "jdbc" (default: the Iceberg JDBC catalog in the control-plane database)
-    # or "rest" (an Iceberg REST catalog at catalog_uri).
+    # "rest" (an Iceberg REST catalog at catalog_uri) or "hive" (a Hive Metastore at
+    # catalog_uri, thrift://host:port).
     catalog_type: str = "jdbc"
     # JDBC catalog database; defaults to the control-plane database.
     catalog_database_url: str | None = Field(default=None, repr=False)
-    catalog_uri: str | None = None  # REST catalog URI
+    catalog_uri: str | None = None  # REST catalog URI, or the metastore's thrift:// URI
     warehouse: str | None = None  # default: file://<data_dir>/warehouse
     # More properties of this catalog, as a JSON object: pyiceberg's and Iceberg-Java's
     # names (an S3 warehouse's `s3.endpoint`, `s3.region`; `hadoop.*` for HDFS), each

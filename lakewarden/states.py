@@ -65,6 +65,7 @@ class CatalogType(StrEnum):
 
     JDBC = "jdbc"  # an Iceberg JDBC catalog in Postgres
     REST = "rest"  # an Iceberg REST catalog
+    HIVE = "hive"  # Iceberg tables in a Hive Metastore (lakewarden.metastore)
 
 
 class RunMode(StrEnum):

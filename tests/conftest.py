@@ -33,12 +33,15 @@ if TYPE_CHECKING:
     from benchmarks.s3_server import S3Server
     from lakewarden.spark.local_cluster import LocalCluster
     from lakewarden.spark.local_hdfs import LocalHdfs
+    from lakewarden.spark.local_metastore import Metastore
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
 TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
+# Session fixtures that start a server process (a JVM): their tests are slow.
+SERVER_FIXTURES = {"hive_metastore"}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -51,15 +54,17 @@ def _with_db(url: str, name: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark slow what starts a JVM or other processes: every `spark` test, and every test of
-    a module that imports subprocess or multiprocessing (so a new one is marked too)."""
+    """Mark slow what starts a JVM or other processes: every `spark` test, every test of a
+    module that imports subprocess or multiprocessing (so a new one is marked too), and
+    every test that uses a server fixture (`SERVER_FIXTURES`)."""
     for item in items:
         module = getattr(item, "module", None)
         starts = module is not None and any(
             isinstance(vars(module).get(name), ModuleType)
             for name in ("subprocess", "multiprocessing")
         )
-        if starts or item.get_closest_marker("spark"):
+        serves = bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+        if starts or serves or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.slow)
 
 
@@ -426,3 +431,22 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
     with serve_s3(tmp_path_factory.mktemp("s3"), free_port()) as server:
         yield server
+
+
+# --- A standalone Hive Metastore (lakewarden.spark.local_metastore) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def hive_metastore(
+    server_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Metastore]:
+    """One Hive Metastore server for the run (a JVM: 10-15 s to start on 2 shared cores),
+    on a Postgres database of its own, its warehouse under the run's tmp. Tests use their
+    own database (namespace) names; `restart()` keeps the port and the notification log."""
+    from lakewarden.spark.local_metastore import hive_metastore as serve
+
+    work = tmp_path_factory.mktemp("metastore")
+    with serve(
+        server_url, (work / "warehouse").as_uri(), work, f"lw_hms_{os.getpid()}"
+    ) as metastore:
+        yield metastore

@@ -189,10 +189,14 @@ def check_reference(key: str, ref: dict[str, str], refs: RefRules) -> None:
 def default_entry(settings: Settings, control_plane_url: str) -> CatalogEntry:
     """The settings-configured catalog, as the registry's default entry."""
     if settings.catalog_type not in CATALOG_TYPES:
-        raise ValueError(f"unsupported catalog type {settings.catalog_type!r}: use jdbc or rest")
-    if settings.catalog_type == "rest":
+        raise ValueError(
+            f"unsupported catalog type {settings.catalog_type!r}: use jdbc, rest or hive"
+        )
+    if settings.catalog_type in ("rest", "hive"):
         if not settings.catalog_uri:
-            raise ValueError("LAKEWARDEN_CATALOG_URI is required for a REST catalog")
+            raise ValueError(
+                f"LAKEWARDEN_CATALOG_URI is required for a {settings.catalog_type} catalog"
+            )
         uri = settings.catalog_uri
     else:
         uri = settings.catalog_database_url or control_plane_url
@@ -219,8 +223,12 @@ def build_catalog(entry: CatalogEntry) -> Catalog:
         from pyiceberg.catalog.rest import RestCatalog
 
         return RestCatalog(entry.name, **props)
+    if entry.type == "hive":
+        from lakewarden.metastore import TimedHiveCatalog
+
+        return TimedHiveCatalog(entry.name, **props)
     if entry.type != "jdbc":
-        raise CatalogConfigError(f"unsupported catalog type {entry.type!r}: use jdbc or rest")
+        raise CatalogConfigError(f"unsupported catalog type {entry.type!r}: use jdbc, rest or hive")
     from pyiceberg.catalog.sql import SqlCatalog
 
     props["uri"] = sqlalchemy_pg_url(props.get("uri", ""))

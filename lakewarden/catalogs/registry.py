@@ -37,7 +37,8 @@ REGISTRY_TTL_S = 5.0
 class CatalogRegistry:
     """Every catalog this deployment watches: the settings' default entry and the `catalogs`
     rows. Clients are built once per catalog version and shared (pyiceberg's catalogs are
-    thread-safe for loads)."""
+    thread-safe for loads; its HiveCatalog is not, so a hive catalog's client is
+    `metastore.TimedHiveCatalog`, one connection per thread)."""
 
     def __init__(self, settings: Settings, control_plane_url: str, engine: Engine) -> None:
         self._default = default_entry(settings, control_plane_url)
@@ -154,6 +155,7 @@ _IO_SECRETS = (
 KNOWN_SECRETS: dict[str, frozenset[str]] = {
     "rest": frozenset({"credential", "token", "header.authorization", *_IO_SECRETS}),
     "jdbc": frozenset({"password", "jdbc.password", *_IO_SECRETS}),
+    "hive": frozenset(_IO_SECRETS),
 }
 # Secrets under a prefix (`adls.sas-token.<account>`, `header.<auth header>`).
 _SECRET_PREFIXES = ("adls.sas-token.", "adls.connection-string.", "adls.account-key.")
@@ -200,7 +202,10 @@ def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefR
     (a secret property, a URL with a password, or a value that looks like a credential).
     A message names the property, never its value."""
     if "uri" not in properties:
-        what = "its database URL" if kind == "jdbc" else "the REST endpoint"
+        what = {
+            "jdbc": "its database URL",
+            "hive": "the metastore's thrift://host:port",
+        }.get(kind, "the REST endpoint")
         raise CatalogConfigError(f"a {kind} catalog needs the property 'uri' ({what})")
     for key, value in properties.items():
         if not isinstance(value, str):

@@ -143,6 +143,10 @@ class CatalogPoll(Base):
     # Whether commits of this JDBC catalog are heard through the NOTIFY trigger (None: REST).
     commit_trigger: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
+    # A Hive catalog: the last event of its metastore's notification log followed, and when
+    # the log is next due (one replica follows it: lakewarden.events.metastore).
+    notification_id: Mapped[int | None] = mapped_column(BigInteger)
+    notifications_due_at: Mapped[datetime | None]
 
 
 class ManagementRule(Base):

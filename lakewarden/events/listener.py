@@ -158,32 +158,46 @@ class DatabaseListener(threading.Thread):
                     notes.append(note)
             if not notes:
                 return
-        # Each table as the burst leaves it: dropped (None), or there at a metadata pointer.
-        final: dict[tuple[str, TableRef], str | None] = {}
-        for n in notes:  # in commit order: the last word on a table wins
-            if n.old is not None:
-                final[(n.catalog, n.old)] = None
-            final[(n.catalog, n.ref)] = None if n.op == "drop" else (n.location or "")
-        for catalog in sorted({n.catalog for n in notes if n.op != "commit"}):
-            self._follow(catalog, {ref: at for (c, ref), at in final.items() if c == catalog})
-        # A table created is refreshed too: adopted by a rule just now, it gets its baseline.
-        commits = {key: at for key, at in final.items() if at is not None}
-        list(pool.map(lambda k: self._refresh(k[0], k[1], commits[k] or None), commits))
+        settle(self.rt, notes, pool)
 
-    def _follow(self, catalog: str, tables: dict[TableRef, str | None]) -> None:
-        """Tables created, dropped or renamed: only those (`follow_tables`), not the whole
-        catalog (the next poll checks the rest)."""
-        there = [
-            (ref.namespace, ref.name, at or None) for ref, at in tables.items() if at is not None
-        ]
-        gone = [ref for ref, at in tables.items() if at is None]
-        try:
-            follow_tables(self.rt, catalog, there, gone)
-        except Exception:
-            log.exception("could not follow the tables of catalog %s (the poller will)", catalog)
 
-    def _refresh(self, catalog: str, ref: TableRef, location: str | None) -> None:
-        try:
-            refresh_table(self.rt, catalog, ref, source="notify", location=location)
-        except Exception:
-            log.exception("could not ingest commit of %s (the poller will retry)", ref.dotted)
+def settle(rt: Runtime, notes: list[Note], pool: ThreadPoolExecutor) -> bool:
+    """Act on a burst of notes, in commit order (the NOTIFY trigger's, a metastore's
+    notification log's): tables created, dropped or renamed are followed, each table with
+    commits refreshed once, a few at a time. False if any of it failed (logged; the
+    poller catches up)."""
+    # Each table as the burst leaves it: dropped (None), or there at a metadata pointer.
+    final: dict[tuple[str, TableRef], str | None] = {}
+    for n in notes:  # in commit order: the last word on a table wins
+        if n.old is not None:
+            final[(n.catalog, n.old)] = None
+        final[(n.catalog, n.ref)] = None if n.op == "drop" else (n.location or "")
+    ok = True
+    for catalog in sorted({n.catalog for n in notes if n.op != "commit"}):
+        ok &= _follow(rt, catalog, {ref: at for (c, ref), at in final.items() if c == catalog})
+    # A table created is refreshed too: adopted by a rule just now, it gets its baseline.
+    commits = {key: at for key, at in final.items() if at is not None}
+    refreshed = pool.map(lambda k: _refresh(rt, k[0], k[1], commits[k] or None), commits)
+    return all(list(refreshed)) and ok
+
+
+def _follow(rt: Runtime, catalog: str, tables: dict[TableRef, str | None]) -> bool:
+    """Tables created, dropped or renamed: only those (`follow_tables`), not the whole
+    catalog (the next poll checks the rest)."""
+    there = [(ref.namespace, ref.name, at or None) for ref, at in tables.items() if at is not None]
+    gone = [ref for ref, at in tables.items() if at is None]
+    try:
+        follow_tables(rt, catalog, there, gone)
+        return True
+    except Exception:
+        log.exception("could not follow the tables of catalog %s (the poller will)", catalog)
+        return False
+
+
+def _refresh(rt: Runtime, catalog: str, ref: TableRef, location: str | None) -> bool:
+    try:
+        refresh_table(rt, catalog, ref, source="notify", location=location)
+        return True
+    except Exception:
+        log.exception("could not ingest commit of %s (the poller will retry)", ref.dotted)
+        return False

@@ -1,8 +1,9 @@
 """Polling: catch every commit no notification reported, on every catalog, cheaply.
 
 A poll of one catalog lists its tables, with their metadata pointers in one query on a JDBC
-catalog (and installs the commit trigger where it may), or namespace by namespace on a REST
-catalog; follows that list (management rules adopt new tables; renamed and dropped ones are
+catalog (and installs the commit trigger where it may), a few requests per database on a
+Hive Metastore (`lakewarden.metastore`), or namespace by namespace on a REST catalog;
+follows that list (management rules adopt new tables; renamed and dropped ones are
 followed); then refreshes only the managed tables whose pointer moved (on a REST catalog each
 is loaded to see its pointer, at most `poll_concurrency` at once).
 
@@ -29,6 +30,7 @@ from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable, error_line
+from lakewarden.metastore import iceberg_pointers, metastore_client
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, retire_tables
 
@@ -170,9 +172,14 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
     alerted (`lakewarden.isolation`) and retried on the next poll."""
     result = PollResult(entry.name)
     isolated = PerTable("poller")
-    if entry.type == "jdbc":
-        pointers, result.commit_trigger = jdbc_listing(rt, entry)
-        result.requests = 1
+    if entry.type in ("jdbc", "hive"):
+        pointers: Listing | None
+        if entry.type == "jdbc":
+            pointers, result.commit_trigger = jdbc_listing(rt, entry)
+            result.requests = 1
+        else:  # the metastore lists its tables' pointers: nothing is loaded to compare
+            with metastore_client(entry.resolved["uri"]) as client:
+                pointers, result.requests = iceberg_pointers(client)
         if pointers is not None:
             result.tables_seen = len(pointers)
             _follow(rt, entry, pointers)

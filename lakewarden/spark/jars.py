@@ -9,7 +9,8 @@
 
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
-directory: `benchmarks/s3_server.py`): fetched and checked the same way, never on Spark's
+directory: `benchmarks/s3_server.py`; Hive's notification listener:
+`lakewarden.spark.local_metastore`): fetched and checked the same way, never on Spark's
 classpath nor baked into an image.
 
 The lock names every jar by coordinate, so `lakewarden jars` is the one way they arrive:

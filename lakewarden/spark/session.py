@@ -72,9 +72,10 @@ def set_secrets(spark: SparkSession, secrets: dict[str, str]) -> None:
 def catalog_conf(entry: CatalogEntry) -> dict[str, str]:
     """The `spark.sql.catalog.<name>.*` settings of one catalog (secrets included: callers
     split them off with `_is_secret`). pyiceberg's catalog properties and Iceberg-Java's
-    share their names (`warehouse`, `credential`, `token`, `prefix`, `s3.*`, ...), so
-    they pass through, with what Iceberg-Java needs for an S3 warehouse besides
-    (`object_store.spark_properties`); only a JDBC catalog's URL is translated."""
+    share their names (`uri`, `warehouse`, `credential`, `token`, `prefix`, `s3.*`, ...),
+    so they pass through (a REST or Hive catalog's), with what Iceberg-Java needs for an S3
+    warehouse besides (`object_store.spark_properties`); only a JDBC catalog's URL is
+    translated."""
     cat = f"{_CATALOG}{entry.name}"
     props = entry.resolved
     props.update(object_store.spark_properties(props))
@@ -84,8 +85,10 @@ def catalog_conf(entry: CatalogEntry) -> dict[str, str]:
         # an earlier job (writers commit all the time).
         f"{cat}.cache-enabled": "false",
     }
-    if entry.type == "rest":
-        conf[f"{cat}.type"] = "rest"
+    if entry.type in ("rest", "hive"):
+        # Iceberg's HiveCatalog: the metastore's thrift URI, the Hive 2.3.9 client of
+        # Spark's own jars (Iceberg's runtime bundles the catalog, not the client).
+        conf[f"{cat}.type"] = entry.type
         conf.update({f"{cat}.{k}": v for k, v in props.items()})
         return conf
     jdbc = jdbc_params(entry.jdbc_url or "")

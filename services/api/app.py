@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from lakewarden import __version__, process
 from lakewarden.alerts.tick import alert_tick
 from lakewarden.events.listener import CommitListener
+from lakewarden.events.metastore import FOLLOW_TICK_S, Followers
 from lakewarden.events.poller import poll_due
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
@@ -62,6 +63,9 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
             # Each catalog is polled at its own interval, by one replica (poller.poll_due).
             tick = min(POLL_TICK_S, s.poll_interval_s)
             Ticker("poller", tick, lambda: poll_due(rt), stop).start()
+            # Hive catalogs' notification logs, each followed by one replica.
+            followers = Followers(rt)
+            Ticker("metastore", FOLLOW_TICK_S, followers.tick, stop).start()
             Ticker(
                 "alerts", s.alert_interval_s, lambda: alert_tick(rt, as_leader=False), stop
             ).start()
@@ -70,6 +74,8 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
                 app.state.listener.start()
         yield
         stop.set()
+        if background:
+            followers.close()
         app.state.rate_limiter.close()  # its own pool (services/api/rate_limit.py)
 
     app = FastAPI(

@@ -549,7 +549,7 @@ def render_refusal(values: dict[str, Any], tmp: Path) -> str:
         ({"shceduler": {}}, "shceduler"),
         ({"spark": {"master": "local[2]", "kubernetes": {"enabeld": True}}}, "enabeld"),
         ({"logLevel": "LOUD"}, "/logLevel"),
-        ({"catalogs": [{"name": "x", "type": "hive", "properties": {}}]}, "/catalogs/0/type"),
+        ({"catalogs": [{"name": "x", "type": "glue", "properties": {}}]}, "/catalogs/0/type"),
         # a secret given as a value in a catalog's properties is no string and no reference
         ({"catalogs": [{"name": "x", "type": "jdbc", "properties": {"uri": {"v": 1}}}]}, "uri"),
     ],

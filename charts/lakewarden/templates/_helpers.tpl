@@ -73,8 +73,8 @@ LAKEWARDEN_CATALOG_TYPE: {{ .Values.catalog.type | quote }}
 {{- with .Values.catalog.properties }}
 LAKEWARDEN_CATALOG_PROPERTIES: {{ toJson . | quote }}
 {{- end }}
-{{- if eq .Values.catalog.type "rest" }}
-LAKEWARDEN_CATALOG_URI: {{ required "catalog.uri is required for a rest catalog" .Values.catalog.uri | quote }}
+{{- if or (eq .Values.catalog.type "rest") (eq .Values.catalog.type "hive") }}
+LAKEWARDEN_CATALOG_URI: {{ required (printf "catalog.uri is required for a %s catalog" .Values.catalog.type) .Values.catalog.uri | quote }}
 {{- end }}
 LAKEWARDEN_LOG_LEVEL: {{ .Values.logLevel | quote }}
 LAKEWARDEN_LOG_FORMAT: {{ .Values.logFormat | quote }}

@@ -140,7 +140,7 @@ class CatalogIn(RequestModel):
         description="the Iceberg catalog's own name (a JDBC catalog's `catalog_name`)",
         json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
     )
-    type: Literal["jdbc", "rest"]
+    type: Literal["jdbc", "rest", "hive"]
     properties: CatalogProperties = Field(
         description="pyiceberg's catalog properties (`uri`, `warehouse`, `credential`, "
         '`token`, `s3.*`, ...); a secret only as a reference: {"env": NAME} or '
@@ -170,6 +170,10 @@ class CatalogPollOut(ResponseModel):
         description="JDBC: commits are heard through lakewarden's trigger (false: polled only)"
     )
     error: str | None
+    notification_id: int | None = Field(
+        default=None,
+        description="Hive: the last event of the metastore's notification log followed",
+    )
 
 
 class CatalogOut(ResponseModel):
