@@ -16,16 +16,24 @@
 #
 # One Dockerfile with targets rather than a build argument: both images share the base
 # layers (user, sources), and which image a role needs is a name, not a flag to remember.
-FROM python:3.11-slim-bookworm AS base
+# BASE_IMAGE: any Debian bookworm with Python 3.11. Where no registry can be reached,
+# scripts/images.sh builds one from Debian's packages (debootstrap) and passes it here.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE} AS base
 
+# A virtualenv, so that Debian's own python3 (externally managed) serves as well as the
+# python image's. PATH makes its `lakewarden`, `python` and `spark-class` the ones run.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1
+    PIP_NO_CACHE_DIR=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # Non-root runtime user. /warehouse is created here, owned by that user, so a
 # fresh named volume mounted on it inherits the ownership.
-RUN groupadd --system --gid 10001 lakewarden \
+RUN python3 -m venv /opt/venv \
+    && groupadd --system --gid 10001 lakewarden \
     && useradd --system --uid 10001 --gid lakewarden --create-home \
         --home-dir /home/lakewarden --shell /usr/sbin/nologin lakewarden \
     && mkdir -p /warehouse /var/lib/lakewarden \
@@ -36,7 +44,7 @@ WORKDIR /app
 # Copy only what the build and `lakewarden migrate` need (alembic.ini and
 # migrations/ stay in the working directory), never a local .venv or .git.
 # README* may be absent: the wildcard then matches nothing.
-COPY pyproject.toml README* alembic.ini ./
+COPY pyproject.toml constraints.txt README* alembic.ini ./
 COPY lakewarden/ lakewarden/
 COPY services/ services/
 COPY cli/ cli/
@@ -47,21 +55,10 @@ ENV LAKEWARDEN_DATA_DIR=/var/lib/lakewarden \
     LAKEWARDEN_API_PORT=8080
 
 
-# --- jars: the pinned Spark jars (lakewarden/spark/jars.lock), fetched from Maven Central --
-FROM base AS jars
-
-# `lakewarden jars` fetches each jar of the lock and refuses bytes that differ from it;
-# --check hashes them again. Nothing is fetched at run time: `full` points its cache here.
-RUN pip install --no-cache-dir . \
-    && LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars \
-    && LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars --check \
-    && ls -l /opt/lakewarden/maven
-
-
 # --- slim: api, worker, migrate ---------------------------------------------------------------
 FROM base AS slim
 
-RUN pip install --no-cache-dir ".[hdfs]" \
+RUN pip install --no-cache-dir -c constraints.txt ".[hdfs]" \
     && rm -rf build ./*.egg-info
 
 USER 10001:10001
@@ -70,8 +67,22 @@ ENTRYPOINT ["lakewarden"]
 CMD ["api"]
 
 
+# --- jars: the pinned Spark jars (lakewarden/spark/jars.lock), fetched from Maven Central --
+FROM slim AS jars
+
+# `lakewarden jars` fetches each jar of the lock and refuses bytes that differ from it;
+# --check hashes them again. Nothing is fetched at run time: `full` points its cache here.
+USER root
+RUN LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars \
+    && LAKEWARDEN_JARS_CACHE_DIR=/opt/lakewarden lakewarden jars --check \
+    && ls -l /opt/lakewarden/maven
+
+
 # --- full (default): every role, Spark included -----------------------------------------------
-FROM base AS full
+FROM slim AS full
+
+# On top of slim (its packages and layers shared): Java, PySpark, the embedded Postgres.
+USER root
 
 # openjdk's postinst writes man-page alternatives; slim images drop /usr/share/man.
 # hadolint ignore=DL3008
@@ -82,7 +93,7 @@ RUN mkdir -p /usr/share/man/man1 \
         procps \
     && rm -rf /var/lib/apt/lists/*
 
-RUN pip install --no-cache-dir ".[spark,embedded,hdfs]" \
+RUN pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs]" \
     && rm -rf build ./*.egg-info
 
 COPY --from=jars /opt/lakewarden/maven/ /opt/lakewarden/maven/

@@ -1,4 +1,4 @@
-.PHONY: setup test quick lint demo fmt bench
+.PHONY: setup test quick lint demo fmt bench images
 
 setup:  ## install everything (Debian packages, venv, jars) without running the demo
 	bash scripts/setup.sh --no-demo
@@ -23,3 +23,6 @@ demo:
 
 bench:  ## every performance figure (B1-B14) side by side (long: run one with --only); JSON in bench-results.json
 	.venv/bin/python -m benchmarks --out bench-results.json
+
+images:  ## container images with no registry: Debian base (debootstrap), slim, full, postgres (scripts/images.sh)
+	bash scripts/images.sh

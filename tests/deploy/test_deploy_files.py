@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,6 +21,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse deployment 
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
+COMPOSE_HOST = ROOT / "docker-compose.host.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CHART = ROOT / "charts" / "lakewarden"
 
@@ -63,22 +64,27 @@ def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
 def test_dockerfile_targets() -> None:
     """`full` (the default: the last stage) runs every role; `slim` api, worker, migrate."""
     stages = dockerfile_stages()
-    assert list(stages) == ["base", "jars", "slim", "full"]
-    assert stages["base"][0] == ("FROM", "python:3.11-slim-bookworm AS base")
+    assert list(stages) == ["base", "slim", "jars", "full"]
+    # The python image by default; scripts/images.sh passes its Debian-built base instead.
+    assert ("ARG", "BASE_IMAGE=python:3.11-slim-bookworm") in dockerfile_instructions()
+    assert stages["base"][0] == ("FROM", "${BASE_IMAGE} AS base")
+    # full adds Java and PySpark on top of slim, sharing its layers.
+    assert stages["slim"][0] == ("FROM", "base AS slim")
+    assert stages["full"][0] == ("FROM", "slim AS full")
     for target in ("slim", "full"):
         instr = stages[target]
-        assert instr[0] == ("FROM", f"base AS {target}")
         assert ("ENTRYPOINT", '["lakewarden"]') in instr
         assert [rest for op, rest in instr if op == "CMD"][-1] == '["api"]'
         user = [rest for op, rest in instr if op == "USER"][-1]
         assert user.split(":")[0] not in {"root", "0"}
     slim_runs = " ".join(rest for op, rest in stages["slim"] if op == "RUN")
-    assert 'pip install --no-cache-dir ".[hdfs]"' in slim_runs  # tables on HDFS: every role
+    # pinned versions; tables on HDFS from every role
+    assert 'pip install --no-cache-dir -c constraints.txt ".[hdfs]"' in slim_runs
     assert "openjdk" not in slim_runs and "[spark" not in slim_runs
     full_runs = " ".join(rest for op, rest in stages["full"] if op == "RUN")
     assert "openjdk-17-jre-headless" in full_runs
     assert "libpostgresql-jdbc-java" not in full_runs  # the JDBC driver is a pinned jar
-    assert 'pip install --no-cache-dir ".[spark,embedded,hdfs]"' in full_runs
+    assert 'pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs]"' in full_runs
 
 
 def test_dockerfile_bakes_the_pinned_jars() -> None:
@@ -150,10 +156,16 @@ def test_compose_dependencies_and_health(compose: dict[str, Any]) -> None:
         assert "warehouse:/warehouse" in services[name]["volumes"], name
 
     api = services["api"]
-    assert "/readyz" in " ".join(api["healthcheck"]["test"])
     assert all(":" not in str(p) for p in api["ports"]), "replicas cannot share a host port"
-    for role in ("worker", "scheduler"):
+    for role in ("api", "worker", "scheduler"):
         assert services[role]["healthcheck"]["test"][1:] == ["lakewarden", "check", "--role", role]
+        # As the Helm chart runs them: a read-only root, memory-backed writable paths.
+        assert services[role]["read_only"] is True, role
+        assert {t.split(":")[0] for t in services[role]["tmpfs"]} == {
+            "/tmp",
+            "/var/lib/lakewarden",
+            "/home/lakewarden",
+        }, role
     assert {"pgdata", "warehouse"} <= set(compose["volumes"])
 
 
@@ -229,19 +241,47 @@ def _compose_command() -> list[str] | None:
     return None
 
 
-def test_compose_config_validates() -> None:
+def _compose_config(*files: Path) -> dict[str, Any]:
     cmd = _compose_command()
     if cmd is None:
         pytest.skip(
-            "Docker Compose v2 is not installed (neither `docker compose` nor docker-compose)"
+            "Docker Compose v2 is not installed (neither `docker compose` nor docker-compose):"
+            " `bash scripts/images.sh --compose` installs it"
         )
     result = subprocess.run(
-        [*cmd, "-f", str(COMPOSE), "config", "--quiet"],
+        [*cmd, *(a for f in files for a in ("-f", str(f))), "config", "--format", "json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
+    return cast(dict[str, Any], json.loads(result.stdout))
+
+
+def test_compose_config_validates() -> None:
+    _compose_config(COMPOSE)
+
+
+def test_compose_host_override() -> None:
+    """docker-compose.host.yml (no registry, host networking only): every service on the
+    host's network, nothing pulled, no compose network made, each lakewarden service with
+    its own host name and 127.0.0.1 address, no published port."""
+    merged = _compose_config(COMPOSE, COMPOSE_HOST)
+    services = merged["services"]
+    assert set(services) >= {"api-2", "worker-2", "scheduler-2"}
+    assert not merged.get("networks"), "host networking only: no compose network"
+    for name, svc in services.items():
+        assert svc["network_mode"] == "host", name
+        assert svc["pull_policy"] == "never", name
+        assert not svc.get("ports"), name
+        for value in (svc.get("environment") or {}).values():
+            for host in re.findall(r"(?:@|//)([\w.-]+):\d+", str(value or "")):
+                assert host == "127.0.0.1", f"{name}: {value}"
+    names = [svc.get("hostname") for svc in services.values() if svc.get("hostname")]
+    assert len(names) == len(set(names)) == 6  # api, worker, scheduler: two of each
+    for name in ("api", "api-2", "worker", "worker-2", "scheduler", "scheduler-2"):
+        assert services[name]["deploy"]["replicas"] == 1, name
+        assert services[name]["healthcheck"]["test"][1:3] == ["lakewarden", "check"], name
 
 
 # --- Helm chart: static -------------------------------------------------------------------------

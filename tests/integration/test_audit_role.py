@@ -120,6 +120,29 @@ def test_the_catalog_and_its_commit_trigger_work_as_the_services_role(
     assert ops == ["create", "commit", "commit", "drop"]
 
 
+def test_the_services_role_mints_a_token_on_a_migrated_schema(
+    services_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lakewarden token create` as the services' role, with no owner's URL (the compose
+    stack's writer): the schema is at head, so nothing is migrated and the token is made
+    (migrating as a role that owns nothing failed: must be owner of alembic_version)."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from lakewarden.settings import get_settings
+
+    monkeypatch.setenv("LAKEWARDEN_DATABASE_URL", services_rt.db_url)
+    monkeypatch.delenv("LAKEWARDEN_MIGRATION_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        made = CliRunner().invoke(app, ["token", "create", "--admin", "--name", "writer"])
+    finally:
+        get_settings.cache_clear()
+    assert made.exit_code == 0, made.output
+    with _psycopg(services_rt.db_url) as conn:
+        assert conn.execute("SELECT name FROM api_tokens").fetchall() == [("writer",)]
+
+
 def test_migrate_creates_the_services_role_of_an_external_database(
     db_url: str, tmp_path: Path
 ) -> None:
