@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from lakewarden.alerts.store import fire, resolve_absent
 from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import Alert, ManagedTable
+from lakewarden.errors import headline
 from lakewarden.leader import FencedOut
 from lakewarden.redact import redact
 from lakewarden.states import AlertState
@@ -47,11 +48,10 @@ _MAX_ERROR = 300
 
 
 def error_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, without stack trace or credentials (the first
-    line may still carry a URL with them: `redact`)."""
-    message = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
-    line = redact(line)
+    """`Type: what happened` (`errors.headline`: for an error from the JVM, the Java
+    exception's line), without stack trace or credentials (the line may still carry a URL
+    with them: `redact`), shortened."""
+    line = redact(headline(exc))
     return line if len(line) <= _MAX_ERROR else line[: _MAX_ERROR - 1] + "…"
 
 

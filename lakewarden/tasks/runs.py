@@ -19,6 +19,7 @@ from lakewarden import holds
 from lakewarden.backoff import retry_delay_s
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
+from lakewarden.errors import headline
 from lakewarden.leader import Fence, FencedOut
 from lakewarden.redact import redact, secrets_of
 from lakewarden.runtime import Runtime
@@ -68,6 +69,9 @@ def finish_run(
     # Spark's and the catalog's messages may quote a setting or a URL: never a secret.
     secrets = secrets_of(rt.settings, rt.db_url)
     text_error = redact(f"{type(error).__name__}: {error}", secrets) if error else None
+    # What the run's error and the task's reason say: for a JVM error the Java exception's
+    # line, not py4j's "An error occurred while calling o100.loadTable." (`errors.headline`).
+    line_error = redact(headline(error), secrets) if error else None
     text_partial = redact(partial, secrets) if partial else None
     try:
         with transaction(rt.engine) as s:
@@ -95,8 +99,12 @@ def finish_run(
                 if run.spark_app_id:
                     run.ui_url = run_ui_url(rt.settings, run.spark_app_id, run.ui_url, True)
                 if text_error:
-                    run.error = text_error.splitlines()[0][:1000]
-                    run.log_tail = log_tail_of(text_error, redact(spark_log, secrets))
+                    run.error = (line_error or "")[:1000]
+                    # The headline first (the run's error), then the message's other lines
+                    more = text_error.splitlines()[1:]
+                    run.log_tail = log_tail_of(
+                        "\n".join([run.error, *more]), redact(spark_log, secrets)
+                    )
                 elif text_partial:
                     run.log_tail = log_tail_of(text_partial, redact(spark_log, secrets))
             if cancelled:
@@ -133,7 +141,7 @@ def finish_run(
                     result=result,
                 )
                 return TaskState.SUCCEEDED
-            assert text_error is not None
+            assert text_error is not None and line_error is not None
             s.flush()  # this run's error counts in the streak `holds.cause_of` reads
             same = rt.settings.hold_after_same_failures
             cause = holds.cause_of(s, task, metrics, same_failures=same)
@@ -152,7 +160,7 @@ def finish_run(
                     actor=rt.process_id,
                     expected=(TaskState.RUNNING,),
                     fence=fence,
-                    reason=f"{why}: {text_error.splitlines()[0][:1000]}"
+                    reason=f"{why}: {line_error[:1000]}"
                     + (f" ({task.kind} is now held on the table)" if cause else ""),
                 )
                 if cause is not None:
@@ -169,7 +177,7 @@ def finish_run(
                 expected=(TaskState.RUNNING,),
                 fence=fence,
                 reason=f"attempt {attempt}/{task.max_attempts} failed, re-planning in "
-                f"{delay:.0f}s: {text_error.splitlines()[0][:500]}",
+                f"{delay:.0f}s: {line_error[:500]}",
                 not_before=datetime.now(UTC) + timedelta(seconds=delay),
                 holder=None,
                 plan=None,
