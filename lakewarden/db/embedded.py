@@ -127,7 +127,11 @@ def _running_port(pgdata: Path) -> int | None:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on `port`. With SO_REUSEADDR, as Postgres binds: a
+    connection of the last run still in TIME_WAIT on it does not count (else a restarted
+    server moved to another port), a socket listening there does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
