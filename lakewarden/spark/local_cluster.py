@@ -130,7 +130,7 @@ class LocalCluster:
         launcher and the JVM it execs, and the executors the worker started), SIGTERM
         then SIGKILL after a grace period."""
         for proc in reversed(self.processes):
-            _end_group(proc)
+            end_daemon(proc)
         self.processes.clear()
 
     def __enter__(self) -> LocalCluster:
@@ -145,7 +145,9 @@ class LocalCluster:
         self.stop()
 
 
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
+def end_daemon(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a daemon `launch_daemon` started, with its whole process group: SIGTERM, then
+    SIGKILL after a grace period."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -177,7 +179,9 @@ def _daemon_env(base_dir: Path) -> dict[str, str]:
     return env
 
 
-def _launch(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def launch_daemon(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start one of the local servers' JVMs (Spark's, HDFS's, the metastore's), its output
+    appended to `log_path`."""
     with open(log_path, "ab") as log:
         # Its own process group and session: stop() ends the launcher, the JVM and the
         # executors together, and a Ctrl-C in the terminal does not reach them.
@@ -236,7 +240,7 @@ def start_cluster(
     )
     try:
         cluster.processes.append(
-            _launch(
+            launch_daemon(
                 [
                     str(spark_class),
                     MASTER_CLASS,
@@ -263,7 +267,7 @@ def start_cluster(
             "live master",
         )
         cluster.processes.append(
-            _launch(
+            launch_daemon(
                 [
                     str(spark_class),
                     WORKER_CLASS,

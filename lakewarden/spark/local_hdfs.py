@@ -27,11 +27,11 @@ from lakewarden.settings import Settings
 from lakewarden.spark.jars import server_jars
 from lakewarden.spark.local_cluster import (
     HOST,
-    _end_group,
-    _launch,
     _tail,
+    end_daemon,
     free_port,
     java_home,
+    launch_daemon,
     spark_home,
 )
 
@@ -103,7 +103,7 @@ class LocalHdfs:
         """End the NameNode (SIGTERM, then SIGKILL): its clients' calls fail from now on."""
         proc = self.processes.pop("namenode", None)
         if proc is not None:
-            _end_group(proc)
+            end_daemon(proc)
 
     def start_namenode(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start the NameNode again on its ports and metadata; wait until files can be
@@ -115,14 +115,14 @@ class LocalHdfs:
         for name in ("datanode", "namenode"):
             proc = self.processes.pop(name, None)
             if proc is not None:
-                _end_group(proc)
+                end_daemon(proc)
 
     def _daemon(self, main_class: str, name: str, *args: str) -> subprocess.Popen[bytes]:
         home = java_home()
         java = f"{home}/bin/java" if home else "java"
         argv = [java, HEAP, "-cp", self.classpath, main_class, *args]
         env = {**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)}
-        return _launch(argv, env, self.base_dir / "logs" / f"{name}.out")
+        return launch_daemon(argv, env, self.base_dir / "logs" / f"{name}.out")
 
     def __enter__(self) -> LocalHdfs:
         return self

@@ -18,6 +18,7 @@ hive-site.xml, never onto the JVM's command line.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -32,7 +33,13 @@ from sqlalchemy.engine import make_url
 
 from lakewarden.settings import Settings
 from lakewarden.spark.jars import fetch_pinned, read_lock, server_jars
-from lakewarden.spark.local_cluster import free_port, java_home, spark_home
+from lakewarden.spark.local_cluster import (
+    end_daemon,
+    free_port,
+    java_home,
+    launch_daemon,
+    spark_home,
+)
 
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 START_TIMEOUT_S = 120.0
@@ -151,8 +158,7 @@ class Metastore:
 
     def start(self) -> None:
         started = time.monotonic()
-        log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
+        self._proc = launch_daemon(
             [
                 str(Path(java_home() or "/usr") / "bin" / "java"),
                 "-Xmx384m",
@@ -164,11 +170,9 @@ class Metastore:
                 "-p",
                 str(self.port),
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            dict(os.environ),
+            self.log_path,
         )
-        log.close()
         deadline = started + START_TIMEOUT_S
         while not self._answers():
             if self._proc.poll() is not None:
@@ -193,12 +197,7 @@ class Metastore:
     def stop(self) -> None:
         if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        end_daemon(self._proc)
         self._proc = None
 
     def restart(self) -> None:
