@@ -5,6 +5,9 @@
 - each known secret value (`secrets`, usually `secrets_of(settings, db_url)`): database
   and catalog passwords, the alert sinks' URLs and their path and query alone (Slack's
   token is its path), secret `spark_conf` values, any setting named like a secret;
+- every value this process read from a secret reference (`remember`, which
+  `secret_refs.read` calls): a catalog's referenced password is masked in a job's error,
+  an alert's summary and a log's traceback though no caller passes it;
 - the credentials of any URL (`scheme://user:pass@host` -> `scheme://***@host`);
 - the value of any `key=value` or `key: value` whose key names a secret (`password=…` in a
   DSN, `fs.s3a.secret.key=…` in a Java message, `"token": "…"` in JSON);
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
@@ -61,6 +65,23 @@ _KEY_VALUE = re.compile(
 )
 
 
+# Values read from secret references in this process (remember): masked by every redact.
+_remembered: set[str] = set()
+_remembered_lock = threading.Lock()
+
+
+def remember(value: str) -> None:
+    """Mask `value` in everything this process redacts from now on (a secret it read)."""
+    with _remembered_lock:
+        _remembered.update(v for v in (value, value.strip()) if len(v) >= MIN_SECRET_LEN)
+
+
+def _known(secrets: Iterable[str]) -> set[str]:
+    with _remembered_lock:
+        known = set(_remembered)
+    return known | {s for s in secrets if len(s) >= MIN_SECRET_LEN}
+
+
 def is_secret_key(key: str) -> bool:
     """Whether a setting called `key` holds a credential (password, secret, token, ...)."""
     return _SECRET_KEY.search(key) is not None
@@ -69,7 +90,7 @@ def is_secret_key(key: str) -> bool:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` without the given secret values, URL credentials, secret `key=value`s or
     credentials recognisable by their shape."""
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True):
+    for secret in sorted(_known(secrets), key=len, reverse=True):
         text = text.replace(secret, MASK)
     text = _CREDENTIAL.sub(MASK, text)
     text = _USERINFO.sub(rf"\1{MASK}@", text)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakewarden.redact import remember
 from lakewarden.settings import Settings
 
 # A secret is a password, a token or a key file, not a document.
@@ -67,17 +68,21 @@ def check(key: str, ref: Mapping[str, str], rules: RefRules) -> None:
 
 
 def read(key: str, ref: Mapping[str, str], rules: RefRules) -> str:
-    """The secret the reference names, once the rules allow it."""
+    """The secret the reference names, once the rules allow it; from now on masked in
+    whatever this process redacts (`redact.remember`)."""
     check(key, ref, rules)
     if "file" in ref:
-        return _read_file(key, ref["file"], _allowed_path(key, ref["file"], rules))
-    name = ref["env"]
-    if name not in os.environ:
-        raise RefRefused(
-            f"catalog property {key!r} names environment variable {name!r}, which is not "
-            "set in this process"
-        )
-    return os.environ[name]
+        value = _read_file(key, ref["file"], _allowed_path(key, ref["file"], rules))
+    else:
+        name = ref["env"]
+        if name not in os.environ:
+            raise RefRefused(
+                f"catalog property {key!r} names environment variable {name!r}, which is "
+                "not set in this process"
+            )
+        value = os.environ[name]
+    remember(value)
+    return value
 
 
 def _allowed_variable(key: str, name: str, rules: RefRules) -> None:

@@ -4,7 +4,9 @@ by value (`catalogs.registry.is_secret_property`)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from pyiceberg import io as pyiceberg_io
 from pyiceberg.catalog import rest, sql
 
 from lakewarden.catalogs.registry import is_secret_property
+from lakewarden.isolation import error_line
+from lakewarden.redact import MASK, RedactingFilter
 from lakewarden.secret_refs import MAX_FILE_BYTES, RefRefused, RefRules, check, read
 from lakewarden.settings import Settings
 
@@ -117,3 +121,27 @@ def test_every_pyiceberg_secret_property_is_refused_by_value() -> None:
         assert not missed, (kind, missed)
     for key in ("uri", "warehouse", "prefix", "s3.endpoint", "header.X-Iceberg-Access-Delegation"):
         assert not is_secret_property("rest", key), key
+
+
+def test_a_value_read_from_a_reference_is_masked_wherever_the_process_redacts(
+    rules: RefRules, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalog's referenced password in a job's error line or a logged traceback: no
+    caller passes it to redact, which knows it because this process read it."""
+    (rules.secrets_dir / "rest-token").write_text("ref-file-value-9c1d\n")
+    monkeypatch.setenv("LW_SECRET_REST_TOKEN", "ref-env-value-77aa")
+    read("token", {"file": "rest-token"}, rules)
+    read("token", {"env": "LW_SECRET_REST_TOKEN"}, rules)
+    err = RuntimeError("server said: unknown credential ref-file-value-9c1d / ref-env-value-77aa")
+    line = error_line(err)
+    assert "ref-file-value-9c1d" not in line and "ref-env-value-77aa" not in line
+    assert line.count(MASK) == 2
+
+    record = logging.LogRecord("t", logging.ERROR, __file__, 1, "poll failed", None, None)
+    try:
+        raise err
+    except RuntimeError:
+        record.exc_info = sys.exc_info()
+    RedactingFilter().filter(record)
+    assert record.exc_text and "ref-file-value-9c1d" not in record.exc_text
+    assert "ref-env-value-77aa" not in record.exc_text
