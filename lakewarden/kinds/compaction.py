@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from bisect import bisect_right
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +114,26 @@ def event_verdict(policy: CompactionPolicy, facts: EventFacts) -> Verdict:
     )
 
 
+def _full_tier(
+    policy: CompactionPolicy, groups: Iterable[list[DataFile]], min_input: int
+) -> int | None:
+    """The largest tier that some partition has enough files *of its own size* to merge:
+    the lowest tier needs `min_input` (min_input_files), the ones above `tier_min_files`
+    (no more than min_input). Counting only a tier's own files, and merging the largest
+    full one first, is what lets the upper tiers merge at all: counted with everything
+    under them, the lowest tier was full after every round of small appends and the upper
+    ones never merged (B3: 4x the files of full bin-pack at the end). None: no tier full."""
+    bounds = policy.tier_bounds()
+    upper = min(policy.tier_min_files, min_input)
+    full: int | None = None
+    for group in groups:
+        counts = Counter(bisect_right(bounds, f.size) for f in group)
+        for level in range(len(bounds)):
+            if counts[level] >= (min_input if level == 0 else upper):
+                full = level if full is None else max(full, level)
+    return full
+
+
 def plan_from_files(
     policy: CompactionPolicy,
     snapshot_id: int | None,
@@ -137,14 +159,18 @@ def plan_from_files(
     target = policy.target_file_size_bytes
     tier: dict[str, int] | None = None
     if policy.tiers:
-        bounds = policy.tier_bounds()
-        for level, bound in enumerate(bounds):
-            if any(sum(1 for f in g if f.size < bound) >= min_input for g in groups.values()):
-                # merge this tier into files the size of the next one (or the target)
-                output = bounds[level + 1] if level + 1 < len(bounds) else target
-                threshold, target = bound, output
-                tier = {"level": level, "files_below_bytes": bound, "output_file_bytes": output}
-                break
+        level = _full_tier(policy, groups.values(), min_input)
+        if level is not None:
+            bounds = policy.tier_bounds()
+            # Merge that tier, and the smaller files under it (Iceberg selects by size
+            # alone), into files the size of the next tier (or the target).
+            output = bounds[level + 1] if level + 1 < len(bounds) else target
+            threshold, target = bounds[level], output
+            tier = {
+                "level": level,
+                "files_below_bytes": threshold,
+                "output_file_bytes": output,
+            }
 
     partitions: list[dict[str, Any]] = []
     for (spec_id, partition), group in sorted(groups.items(), key=lambda kv: repr(kv[0])):

@@ -180,10 +180,13 @@ class CompactionPolicy(KindPolicy):
     # reaches this, and the position-delete files with them.
     delete_ratio_threshold: float = Field(default=0.2, gt=0, le=1)
     # Tiered merging: 0 = plain bin-pack of every small file. n > 0 = n size tiers below the
-    # small-file threshold, each 4x the one below; the smallest tier holding min_input_files
-    # files is merged into files of the next tier's size, so large files are not rewritten
-    # again and again while small ones keep arriving.
+    # small-file threshold, each 4x the one below. A tier is full when a partition holds
+    # enough files of its own size (the lowest tier min_input_files, the others
+    # tier_min_files); the largest full tier is merged, with the smaller files under it,
+    # into files of the next tier's size, so large files are not rewritten again and again
+    # while small ones keep arriving.
     tiers: int = Field(default=0, ge=0, le=4)
+    tier_min_files: int = Field(default=3, ge=2, le=100_000)
     # Primary-key (upsert) tables bucketed by key (bucket(N, id)): 0 = off. n > 0 = a bucket
     # holding more than n data files is compacted (every partition with 2+ small files is then
     # merged), and every compaction rewrites each data file a delete file applies to, so

@@ -67,10 +67,14 @@ def test_a_keyed_table_rewrites_every_data_file_a_delete_applies_to() -> None:
 def test_tiers_apply_within_an_over_full_bucket() -> None:
     # threshold 75_000, 2 tiers: L0 < 18_750 <= L1 < 75_000
     policy = _policy(max_files_per_bucket=4, tiers=2)
-    files = _bucket(0, 3, 1_000) + _bucket(0, 3, 40_000)
+    files = _bucket(0, 3, 1_000) + _bucket(0, 1, 40_000) + _bucket(0, 1, 90_000)
     plan = plan_from_files(policy, 1, files, buckets=BUCKETS).plan
     assert plan is not None
-    assert plan["tier"]["level"] == 0 and plan["files_to_rewrite"] == 3  # the L1 files stay
+    assert plan["tier"]["level"] == 0 and plan["files_to_rewrite"] == 3  # the L1 file stays
+    # Over the limit a bucket merges any 2 files: two of L1's are a full tier then.
+    files = _bucket(0, 3, 1_000) + _bucket(0, 2, 40_000)
+    plan = plan_from_files(policy, 1, files, buckets=BUCKETS).plan
+    assert plan is not None and plan["tier"]["level"] == 1 and plan["files_to_rewrite"] == 5
 
 
 def test_the_verdict_defers_the_bucket_rule_to_the_planner() -> None:

@@ -168,15 +168,16 @@ def test_after_a_skipped_plan_the_verdict_waits_for_new_files() -> None:
     assert event_verdict(policy, EventFacts(summary, 0, last_task_state="succeeded")).needed
 
 
-def test_tiered_compaction_merges_the_smallest_tier_first_and_leaves_larger_files() -> None:
+def test_tiered_compaction_merges_a_full_tier_and_leaves_larger_files() -> None:
     # threshold 750_000 with 2 tiers: L0 < 187_500 <= L1 < 750_000
     policy = CompactionPolicy(
         target_file_size_bytes=1_000_000, min_small_files=5, min_input_files=5, tiers=2
     )
     assert policy.tier_bounds() == [187_500, 750_000]
-    tiny = _files("a", 8, 10_000)  # L0
-    mid = _files("a", 6, 300_000)  # L1: small by the threshold, but not merged with L0 now
-    outcome = plan_from_files(policy, 1, tiny + mid)
+    tiny = _files("a", 8, 10_000)  # L0: full (min_input_files 5)
+    mid = _files("a", 2, 300_000)  # L1: not full (tier_min_files 3)
+    big = _files("a", 2, 900_000)  # above the threshold: never rewritten
+    outcome = plan_from_files(policy, 1, tiny + mid + big)
     assert outcome.plan is not None
     plan = outcome.plan
     assert plan["tier"] == {"level": 0, "files_below_bytes": 187_500, "output_file_bytes": 750_000}
@@ -185,7 +186,26 @@ def test_tiered_compaction_merges_the_smallest_tier_first_and_leaves_larger_file
     assert plan["options"]["target-file-size-bytes"] == "750000"
     assert "tier L0" in outcome.reason
     assert plan["options"]["max-file-size-bytes"] == "1800000"  # large files are not split
-    # With too few tiny files, the next tier is merged into target-size files.
-    outcome = plan_from_files(policy, 1, _files("a", 2, 10_000) + mid)
+
+
+def test_the_largest_full_tier_is_merged_though_the_lowest_is_full_too() -> None:
+    """While every round brings a full lowest tier, the tiers above must still merge: a
+    tier counts only its own files, and the largest full one goes first (B3)."""
+    policy = CompactionPolicy(
+        target_file_size_bytes=1_000_000, min_small_files=5, min_input_files=5, tiers=2
+    )
+    tiny, mid = _files("a", 8, 10_000), _files("a", 3, 300_000)
+    outcome = plan_from_files(policy, 1, tiny + mid)
     assert outcome.plan is not None and outcome.plan["tier"]["level"] == 1
+    assert outcome.plan["files_to_rewrite"] == 11  # the tier and the small files under it
     assert outcome.plan["options"]["target-file-size-bytes"] == "1000000"
+    # Counted with the tiny files under it, L1 would be full with one file of its own.
+    one_mid = plan_from_files(policy, 1, tiny + mid[:1])
+    assert one_mid.plan is not None and one_mid.plan["tier"]["level"] == 0
+    # Its own files in another partition do not add up.
+    split = plan_from_files(policy, 1, tiny + mid[:2] + _files("b", 2, 300_000))
+    assert split.plan is not None and split.plan["tier"]["level"] == 0
+    # tier_min_files is the upper tiers' count.
+    strict = policy.model_copy(update={"tier_min_files": 4})
+    held = plan_from_files(strict, 1, tiny + mid)
+    assert held.plan is not None and held.plan["tier"]["level"] == 0
