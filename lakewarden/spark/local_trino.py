@@ -9,8 +9,9 @@ that is new enough (`trino_java_home`; None when there is none, and the fixture 
 One coordinator that is also its worker, on loopback and a free port, its `etc/` written
 under a work directory (`config.properties`; the JVM flags, a modest heap, on its command
 line, as Trino's launcher would pass its `jvm.config`), and catalogs
-managed dynamically (`catalog.management=dynamic`), so that a test adds the catalog it
-reads with `CREATE CATALOG` (`Trino.add_iceberg_catalog`). A secret a catalog needs (the
+managed dynamically (`catalog.management=dynamic`, kept in memory only), so that a test adds
+the catalog it reads with `CREATE CATALOG` (`Trino.add_iceberg_catalog`). The server runs in
+its work directory: nothing it writes lands elsewhere. A secret a catalog needs (the
 JDBC catalog's database password) goes into the server's environment at its start
 (`secrets`) and the catalog names it `${ENV:NAME}`: never in a query nor on a command line.
 
@@ -151,6 +152,10 @@ def _write_etc(etc: Path, data: Path, plugins: Path, port: int) -> None:
                 f"node.id={uuid.uuid4()}",
                 f"plugin.dir={plugins}",
                 "catalog.management=dynamic",
+                # Kept in memory only: the file store writes each catalog's properties with
+                # `${ENV:...}` resolved, the secret in clear on disk.
+                "catalog.store=memory",
+                f"http-server.log.path={data / 'http-request.log'}",
                 f"log.path={data / 'server.log'}",
                 "query.max-memory=512MB",
                 "query.max-memory-per-node=256MB",
@@ -203,7 +208,8 @@ def local_trino(
         MAIN_CLASS,
     ]
     started = time.monotonic()
-    trino._proc = proc = launch_daemon(argv, env, trino.log_path)
+    # In `work`: what Trino still writes to relative paths (var/, etc/) stays there.
+    trino._proc = proc = launch_daemon(argv, env, trino.log_path, cwd=work)
     try:
         deadline = started + START_TIMEOUT_S
         while not trino._answers():

@@ -65,6 +65,7 @@ class Through:
     catalog: str  # lakewarden's name for it
     client: Catalog  # pyiceberg's client of it
     trino: str  # Trino's catalog on it
+    secret: str | None = None  # what Trino's catalog names by `${ENV:...}` only
 
 
 @pytest.fixture(params=["jdbc", "rest", "hive"])
@@ -73,9 +74,11 @@ def through(
 ) -> Iterator[Through]:
     kind = request.param
     name = f"{kind}_{uuid.uuid4().hex[:6]}"
+    secret = None
     if kind == "jdbc":  # lakewarden's own JDBC catalog, in its database
         url = make_url(spark_rt.db_url)
         name = spark_rt.settings.catalog_name
+        secret = url.password
         client = spark_rt.catalog
         props: dict[str, str] = {
             "iceberg.catalog.type": "jdbc",
@@ -108,7 +111,7 @@ def through(
     trino_name = f"t_{kind}_{uuid.uuid4().hex[:6]}"
     trino.add_iceberg_catalog(trino_name, props)
     try:
-        yield Through(name, client, trino_name)
+        yield Through(name, client, trino_name, secret)
     finally:
         trino.drop_catalog(trino_name)
         with spark_rt.engine.begin() as conn:  # the shared database: leave no catalogs
@@ -199,3 +202,10 @@ def test_trino_reads_what_pyiceberg_reads_after_each_kind(
     _run(spark_rt, scheduler, table_id, "clean")
     assert len(table.refresh().snapshots()) < snapshots
     assert same("clean") == kept
+
+    if through.secret:  # the password reached Trino as a reference: on its disk nowhere
+        work = trino.etc.parent  # its etc/, data/ (logs) and output; plugin/ is a link
+        written_by_trino = [trino.log_path, *(work / "etc").rglob("*"), *(work / "data").rglob("*")]
+        assert written_by_trino and not [
+            p for p in written_by_trino if p.is_file() and through.secret.encode() in p.read_bytes()
+        ]
