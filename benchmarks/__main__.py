@@ -115,15 +115,19 @@ def table(figures: list[Figure], about: dict[str, object]) -> str:
     return "\n".join(rows)
 
 
+def chosen(only: str, smoke: bool) -> list[str]:
+    """The figures `--only` names, else every one (less NOT_IN_SMOKE's with --smoke)."""
+    ids = [i.strip().upper() for i in only.split(",") if i.strip()]
+    return ids or [i for i in FIGURES if not (smoke and i in NOT_IN_SMOKE)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (the suite's check)")
     parser.add_argument("--only", default="", help="e.g. B1,B4 (default: every figure)")
     parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
     args = parser.parse_args(argv)
-    ids = [i.strip().upper() for i in args.only.split(",") if i.strip()]
-    if not ids:
-        ids = [i for i in FIGURES if not (args.smoke and i in NOT_IN_SMOKE)]
+    ids = chosen(args.only, args.smoke)
     unknown = [i for i in ids if i not in FIGURES]
     if unknown:
         parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
