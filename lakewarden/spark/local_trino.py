@@ -96,14 +96,14 @@ class Trino:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def connect(self) -> Any:
+    def connect(self, **options: Any) -> Any:
         import trino.dbapi
 
-        return trino.dbapi.connect(host=HOST, port=self.port, user="lakewarden")
+        return trino.dbapi.connect(host=HOST, port=self.port, user="lakewarden", **options)
 
-    def query(self, sql: str) -> list[list[Any]]:
-        """Every row of one statement."""
-        conn = self.connect()
+    def query(self, sql: str, **options: Any) -> list[list[Any]]:
+        """Every row of one statement (`options`: the client's, e.g. `max_attempts`)."""
+        conn = self.connect(**options)
         try:
             cur = conn.cursor()
             cur.execute(sql)
@@ -131,7 +131,8 @@ class Trino:
 
     def _answers(self) -> bool:
         try:
-            return self.query("SELECT 1") == [[1]]
+            # One attempt: the client's own retries would log each refused connection.
+            return self.query("SELECT 1", max_attempts=1, request_timeout=5.0) == [[1]]
         except Exception:
             return False
 
