@@ -187,7 +187,8 @@ def jars(
     servers: bool = typer.Option(
         False,
         "--servers",
-        help="the test servers' jars too (jars.lock's server-… groups: Hadoop's HDFS daemons)",
+        help="the test servers' jars too (jars.lock's server-… groups: Hadoop's HDFS daemons, "
+        "Hive's listener, S3Proxy, Trino)",
     ),
 ) -> None:
     """Fetch the pinned Spark jars (jars.lock) from Maven Central into the cache, and show
@@ -198,6 +199,7 @@ def jars(
         read_lock,
         resolve_jars,
         server_jars,
+        unpacked,
     )
 
     settings = _settings()
@@ -213,7 +215,11 @@ def jars(
     try:
         spec = resolve_jars(settings)
         groups = sorted({p.group for p in read_lock() if not p.for_spark}) if servers else []
-        extra = [str(path) for group in groups for path in server_jars(settings, group)]
+        extra = [
+            str(path if path.suffix == ".jar" else unpacked(path))  # an archive: unpack it
+            for group in groups
+            for path in server_jars(settings, group)
+        ]
     except JarsUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -35,7 +35,7 @@ echo "==> pip install -e .[dev,spark,embedded,hdfs]"
 
 # 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
 #    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock;
-#    --servers: the test servers' too (Hadoop's HDFS daemons, for the HDFS tests).
+#    --servers: the test servers' too (HDFS, Hive's listener, S3Proxy, Trino: ~540 MB).
 echo "==> lakewarden jars --servers"
 .venv/bin/lakewarden jars --servers
 .venv/bin/lakewarden jars --check --servers

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from lakewarden.spark.local_cluster import LocalCluster
     from lakewarden.spark.local_hdfs import LocalHdfs
     from lakewarden.spark.local_metastore import Metastore
+    from lakewarden.spark.local_trino import Trino
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
@@ -41,7 +42,7 @@ TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
 # Session fixtures that start a server process (a JVM): their tests are slow.
-SERVER_FIXTURES = {"hive_metastore"}
+SERVER_FIXTURES = {"hive_metastore", "trino"}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -450,3 +451,23 @@ def hive_metastore(
         server_url, (work / "warehouse").as_uri(), work, f"lw_hms_{os.getpid()}"
     ) as metastore:
         yield metastore
+
+
+# --- Trino, the seeds' reader (lakewarden.spark.local_trino) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def trino(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trino]:
+    """One Trino server for the run (Java 24+, ~9 s to start; skipped where no such JDK is
+    found), its catalogs added by the tests that read through them (`add_iceberg_catalog`)."""
+    from helpers import TRINO_PG_PASSWORD
+
+    from lakewarden.spark.local_trino import MIN_JAVA, local_trino, trino_java_home
+
+    if trino_java_home() is None:
+        pytest.skip(f"Trino needs Java {MIN_JAVA}+: set TRINO_JAVA_HOME to a JDK")
+    password = make_url(server_url).password or ""
+    with local_trino(
+        tmp_path_factory.mktemp("trino"), secrets={TRINO_PG_PASSWORD: str(password)}
+    ) as server:
+        yield server

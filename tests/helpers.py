@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from services.scheduler.main import Scheduler
 
 T = TypeVar("T")
+# The variable of the test Trino server's environment holding the test Postgres's password
+# (conftest's `trino`): a JDBC catalog names it `${ENV:...}`, never the password in a query.
+TRINO_PG_PASSWORD = "LW_TRINO_PG_PASSWORD"
 
 SCHEMA = pa.schema(
     [
@@ -96,6 +99,20 @@ def manage(rt: Runtime, name: str, policy: dict[str, Any], kind: str = "compacti
         )
     assert task_id is not None
     return task_id
+
+
+def register_catalog(rt: Runtime, name: str, kind: str, properties: dict[str, object]) -> None:
+    """Catalog `name` of `kind` ("jdbc", "rest", "hive") registered in `rt`'s database (as
+    the API would), replacing one of that name, and `rt` made to load it afresh."""
+    from sqlalchemy import delete
+
+    from lakewarden.db.models import Catalog as CatalogRow
+    from lakewarden.db.session import transaction
+
+    with transaction(rt.engine) as s:
+        s.execute(delete(CatalogRow).where(CatalogRow.name == name))
+        s.add(CatalogRow(name=name, type=kind, properties=properties, version=1))
+    rt.catalogs.forget()
 
 
 def break_planned_rewrite(rt: Runtime, task_id: int, table: Table) -> str:

@@ -10,8 +10,11 @@
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
 directory: `benchmarks/s3_server.py`; Hive's notification listener:
-`lakewarden.spark.local_metastore`): fetched and checked the same way, never on Spark's
-classpath nor baked into an image.
+`lakewarden.spark.local_metastore`; Trino's server and its Iceberg plugin:
+`lakewarden.spark.local_trino`): fetched and checked the same way, never on Spark's
+classpath nor baked into an image. A pin whose coordinate ends in `@tar.gz` or `@zip` (Gradle's
+notation for another packaging than a jar) is an archive: hashed as a jar is, then unpacked
+once beside it (`unpacked`).
 
 The lock names every jar by coordinate, so `lakewarden jars` is the one way they arrive:
 `setup.sh`, the Docker image and a scheduler that finds its cache empty all fetch the same
@@ -22,9 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +39,8 @@ from lakewarden.settings import Settings
 LOCK_FILE = Path(__file__).with_name("jars.lock")
 DOWNLOAD_TIMEOUT_S = 120
 SERVER_GROUP_PREFIX = "server-"
+ARCHIVES = ("tar.gz", "zip")
+UNPACKED_MARK = ".unpacked"  # written last: a directory without it is a half unpacking
 
 
 class JarsUnavailable(RuntimeError):
@@ -43,7 +51,8 @@ class JarsUnavailable(RuntimeError):
 class PinnedJar:
     """One line of `jars.lock`: what it is for, its Maven coordinate
     (`group:artifact:version`, or `group:artifact:version:classifier` for an assembly such
-    as S3Proxy's `jar-with-dependencies`), size and sha256."""
+    as S3Proxy's `jar-with-dependencies`; `@tar.gz` / `@zip` after it for an archive), size
+    and sha256."""
 
     group: str
     coordinate: str
@@ -56,12 +65,18 @@ class PinnedJar:
         return not self.group.startswith(SERVER_GROUP_PREFIX)
 
     @property
+    def extension(self) -> str:
+        """`jar`, or an archive's packaging (`tar.gz`, `zip`)."""
+        _, at, extension = self.coordinate.partition("@")
+        return extension if at else "jar"
+
+    @property
     def file_name(self) -> str:
-        _, artifact, version, *classifier = self.coordinate.split(":")
-        return "-".join([artifact, version, *classifier]) + ".jar"
+        _, artifact, version, *classifier = self.coordinate.split("@")[0].split(":")
+        return "-".join([artifact, version, *classifier]) + "." + self.extension
 
     def url(self, repository: str) -> str:
-        group, artifact, version, *_ = self.coordinate.split(":")
+        group, artifact, version, *_ = self.coordinate.split("@")[0].split(":")
         path = f"{group.replace('.', '/')}/{artifact}/{version}/{self.file_name}"
         return f"{repository.rstrip('/')}/{path}"
 
@@ -82,12 +97,18 @@ def read_lock(path: Path = LOCK_FILE) -> list[PinnedJar]:
             continue
         try:
             group, coordinate, size, sha256 = line.split()
-            if coordinate.count(":") not in (2, 3) or len(sha256) != 64:
+            gav, at, extension = coordinate.partition("@")
+            if (
+                gav.count(":") not in (2, 3)
+                or len(sha256) != 64
+                or (at and extension not in ARCHIVES)
+            ):
                 raise ValueError(coordinate)
             out.append(PinnedJar(group, coordinate, int(size), sha256.lower()))
         except ValueError as exc:
             raise JarsUnavailable(
-                f"{path}:{number}: expected 'group group:artifact:version[:classifier] size sha256'"
+                f"{path}:{number}: expected "
+                "'group group:artifact:version[:classifier][@tar.gz|@zip] size sha256'"
             ) from exc
     return out
 
@@ -130,7 +151,8 @@ def resolve_jars(settings: Settings) -> JarSpec:
 
 
 def server_jars(settings: Settings, group: str) -> list[Path]:
-    """The pinned jars of one server group (`server-hadoop`, ...), fetched where missing."""
+    """The pinned jars (and archives) of one server group (`server-hadoop`, ...), fetched
+    where missing."""
     pinned = [p for p in read_lock() if p.group == group]
     if not pinned:
         raise JarsUnavailable(f"jars.lock pins no jar of group {group!r}")
@@ -150,6 +172,32 @@ def fetch_pinned(cache: Path, repository: str, jars: list[PinnedJar] | None = No
             _download(jar, repository, path)
         out.append(path)
     return out
+
+
+def unpacked(archive: Path) -> Path:
+    """The directory a fetched archive (`…tar.gz`, `…zip`) unpacks to, beside it, unpacked
+    the first time (into a temporary directory, then moved into place, so a half-unpacked
+    tree is never used); the archive's one top directory when it has one (a Trino server's
+    `trino-server-core-476/`)."""
+    stem = archive.name.removesuffix(".tar.gz").removesuffix(".zip")
+    dest = archive.parent / f"{stem}.d"
+    if not (dest / UNPACKED_MARK).exists():
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=f".{stem}."))
+        try:
+            if archive.name.endswith(".tar.gz"):
+                with tarfile.open(archive) as tar:
+                    tar.extractall(tmp, filter="data")  # no links or paths out of `tmp`
+            else:  # not shutil's: it drops every name with ".." (Trino's "com.faster...jar")
+                with zipfile.ZipFile(archive) as zf:
+                    zf.extractall(tmp)  # names out of `tmp` are made relative to it
+            (tmp / UNPACKED_MARK).write_text(archive.name)
+            tmp.chmod(0o755)
+            tmp.rename(dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    (top, *more) = [p for p in dest.iterdir() if p.name != UNPACKED_MARK]
+    return dest if more or not top.is_dir() else top
 
 
 def check_pinned(cache: Path, jars: list[PinnedJar] | None = None) -> list[str]:

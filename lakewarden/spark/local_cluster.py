@@ -179,15 +179,19 @@ def _daemon_env(base_dir: Path) -> dict[str, str]:
     return env
 
 
-def launch_daemon(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start one of the local servers' JVMs (Spark's, HDFS's, the metastore's), its output
-    appended to `log_path`."""
+def launch_daemon(
+    argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start one of the local servers' JVMs (Spark's, HDFS's, the metastore's, Trino's), its
+    output appended to `log_path`; in `cwd` (a server that writes relative paths, as Trino
+    does, is started in its own work directory)."""
     with open(log_path, "ab") as log:
         # Its own process group and session: stop() ends the launcher, the JVM and the
         # executors together, and a Ctrl-C in the terminal does not reach them.
         return subprocess.Popen(
             argv,
             env=env,
+            cwd=cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

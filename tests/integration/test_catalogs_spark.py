@@ -8,17 +8,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from helpers import SCHEMA, append_batches, run_one
+from helpers import SCHEMA, append_batches, register_catalog, run_one
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.hive import HiveCatalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import IdentityTransform
-from sqlalchemy import delete, select, text
+from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
 from lakewarden.catalogs.catalog import TableRef
-from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import engine_for, transaction
 from lakewarden.fingerprint import fingerprint
@@ -29,13 +28,6 @@ from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
 pytestmark = pytest.mark.spark
-
-
-def _register(rt: Runtime, name: str, kind: str, properties: dict[str, object]) -> None:
-    with transaction(rt.engine) as s:
-        s.execute(delete(CatalogRow).where(CatalogRow.name == name))
-        s.add(CatalogRow(name=name, type=kind, properties=properties, version=1))
-    rt.catalogs.forget()
 
 
 def _planned(rt: Runtime, catalog: str, client: Catalog, **policy: int) -> tuple[str, int]:
@@ -100,7 +92,7 @@ def test_compaction_on_a_jdbc_catalog_in_another_database(
 ) -> None:
     name = f"other_{uuid.uuid4().hex[:6]}"  # Spark keeps a catalog once used: one per test
     warehouse = tmp_path_factory.mktemp("other").as_uri()
-    _register(
+    register_catalog(
         spark_rt,
         name,
         "jdbc",
@@ -117,7 +109,7 @@ def test_compaction_on_a_rest_catalog(
     scheduler: Scheduler, spark_rt: Runtime, rest_catalog: str
 ) -> None:
     name = f"rest_{uuid.uuid4().hex[:6]}"
-    _register(spark_rt, name, "rest", {"uri": rest_catalog})
+    register_catalog(spark_rt, name, "rest", {"uri": rest_catalog})
     _compact(spark_rt, scheduler, name, RestCatalog(name, uri=rest_catalog))
     with spark_rt.engine.begin() as conn:  # the shared database: leave no catalogs behind
         conn.execute(text("DELETE FROM catalogs"))
@@ -133,7 +125,7 @@ def test_compaction_on_a_hive_catalog(
     real metastore: it takes the metastore's lock and alters the table's pointer."""
     name = f"hive_{uuid.uuid4().hex[:6]}"
     props = {"uri": hive_metastore.uri, "warehouse": tmp_path_factory.mktemp("hive").as_uri()}
-    _register(spark_rt, name, "hive", dict(props))
+    register_catalog(spark_rt, name, "hive", dict(props))
     try:
         _compact(spark_rt, scheduler, name, HiveCatalog(name, **props))
     finally:
@@ -149,7 +141,7 @@ def test_a_job_whose_metastore_is_down_fails_in_its_run_and_is_retried(
 ) -> None:
     name = f"hive_{uuid.uuid4().hex[:6]}"
     props = {"uri": hive_metastore.uri, "warehouse": tmp_path_factory.mktemp("hive").as_uri()}
-    _register(spark_rt, name, "hive", dict(props))
+    register_catalog(spark_rt, name, "hive", dict(props))
     client = HiveCatalog(name, **props)
     try:
         ns, task_id = _planned(spark_rt, name, client)

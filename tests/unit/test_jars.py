@@ -18,6 +18,7 @@ from lakewarden.spark.jars import (
     check_pinned,
     fetch_pinned,
     read_lock,
+    unpacked,
 )
 
 BYTES = b"PK\x03\x04 not really a jar, but bytes with a known hash"
@@ -111,3 +112,43 @@ def test_a_servers_jars_never_reach_sparks_classpath(
 
     jars = resolve_jars(Settings())
     assert {Path(j).name for j in jars.jars} == {p.file_name for p in pinned if p.for_spark}
+
+
+def test_an_archive_is_pinned_fetched_and_unpacked_once(tmp_path: Path) -> None:
+    """A server shipped as an archive (Trino: `@tar.gz`, `@zip`) is named, fetched and
+    hashed as a jar is, then unpacked beside it once, with every file of it (Trino's
+    file names hold "..." that shutil's zip unpacking drops)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("plugin-1.0/com.faster...xml_jackson-2.19.jar", b"x")
+        zf.writestr("plugin-1.0/plain.jar", b"y")
+    data = buf.getvalue()
+    lock = tmp_path / "jars.lock"
+    lock.write_text(
+        f"server-x org.example:plugin:1.0@zip {len(data)} {hashlib.sha256(data).hexdigest()}\n"
+    )
+    (jar,) = read_lock(lock)
+    assert (jar.extension, jar.file_name, jar.for_spark) == ("zip", "plugin-1.0.zip", False)
+    assert jar.url("https://r/").endswith("/org/example/plugin/1.0/plugin-1.0.zip")
+    where = tmp_path / "repo" / "org" / "example" / "plugin" / "1.0"
+    where.mkdir(parents=True)
+    (where / jar.file_name).write_bytes(data)
+    [archive] = fetch_pinned(tmp_path / "cache", (tmp_path / "repo").as_uri(), [jar])
+    top = unpacked(archive)
+    assert top.name == "plugin-1.0"
+    assert sorted(p.name for p in top.iterdir()) == [
+        "com.faster...xml_jackson-2.19.jar",
+        "plain.jar",
+    ]
+    (top / "plain.jar").unlink()
+    assert unpacked(archive) == top and not (top / "plain.jar").exists()  # not unpacked again
+
+
+def test_a_lock_line_with_an_unknown_packaging_is_named(tmp_path: Path) -> None:
+    lock = tmp_path / "jars.lock"
+    lock.write_text(f"server-x org.example:plugin:1.0@rar 12 {'0' * 64}\n")
+    with pytest.raises(JarsUnavailable, match=r"jars.lock:1: expected"):
+        read_lock(lock)
