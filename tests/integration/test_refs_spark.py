@@ -12,6 +12,7 @@ import pytest
 from helpers import append_batches, current, make_table, manage, run_one, task_of
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot
 
 from lakewarden import tables
 from lakewarden.db.models import ManagedTable
@@ -119,7 +120,8 @@ def test_compaction_of_a_branch_leaves_main_alone(scheduler: Scheduler, spark_rt
     qa = table.snapshot_by_name("qa")
     assert qa is not None
     # The rewrite's commits (one per file group batch: partial progress) on top of qa_before.
-    ours, walk = [], qa
+    ours: list[Snapshot] = []
+    walk: Snapshot | None = qa
     while walk is not None and walk.snapshot_id != qa_before:
         ours.append(walk)
         walk = table.snapshot_by_id(walk.parent_snapshot_id)  # type: ignore[arg-type]
