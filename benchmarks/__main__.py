@@ -44,6 +44,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B18": ("benchmarks.s3", "b18"),
     "B19": ("benchmarks.hdfs", "b19"),
     "B20": ("benchmarks.metastore", "b20"),
+    "B24": ("benchmarks.validation", "b24"),
 }
 
 

@@ -10,7 +10,9 @@ lakewarden.spark.staging).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
@@ -86,11 +88,14 @@ def rewrite_data_files(
     before_commit()
     start = table.snapshot(branch)
     start_id = int(start.snapshotId()) if start is not None else None
-    stage = staging.open_stage(table, branch) if will_validate() else None
+    clock = Phases()
+    with clock("stage"):
+        stage = staging.open_stage(table, branch) if will_validate() else None
     try:
         if stage is not None or branch != MAIN_BRANCH:
             action = action.toBranch(stage.name if stage is not None else branch)
-        result = action.execute()
+        with clock("rewrite"):
+            result = action.execute()
         metrics: dict[str, Any] = {
             "rewritten_data_files": result.rewrittenDataFilesCount(),
             "added_data_files": result.addedDataFilesCount(),
@@ -106,16 +111,22 @@ def rewrite_data_files(
             raise RewriteFailed(progress(metrics), metrics)
         # Rows before and after, per partition the rewrite touched; raises when they differ,
         # the rewrite then never published (lakewarden.spark.validation).
-        validation = validate_rewrite(spark, catalog, ref, table, start_id, metrics, stage, branch)
+        metrics["seconds"] = clock.seconds
+        with clock("validate"):
+            validation = validate_rewrite(
+                spark, catalog, ref, table, start_id, metrics, stage, branch
+            )
         if stage is not None:
-            published = staging.publish(jvm, table, stage)
+            with clock("publish"):
+                published = staging.publish(jvm, table, stage)
             if validation is not None:
                 validation["publish"] = published
         if validation is not None:
             metrics["validation"] = validation
     finally:
         if stage is not None:
-            staging.drop(table, stage)
+            with clock("drop"):
+                staging.drop(table, stage)
     committed = (
         committed_by_this_job(table, branch, since=start_id)
         if metrics["rewritten_data_files"]
@@ -124,6 +135,22 @@ def rewrite_data_files(
     if committed is not None:
         metrics[COMMITTED] = committed
     return metrics
+
+
+class Phases:
+    """Wall seconds per phase of a rewrite job (`metrics["seconds"]`: stage, rewrite,
+    validate, publish, drop): where a task's time goes, on every run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = round(time.perf_counter() - started, 3)
 
 
 # Of the failed file groups' partitions, at most this many are named in the metrics.

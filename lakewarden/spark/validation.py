@@ -311,11 +311,14 @@ def _compare(
     if not columns:
         return _skipped("the table has no column of a primitive type to checksum")
     jvm: Any = spark._jvm
+    started = time.monotonic()
     touched = [touched_partitions(jvm, catalog, table, span.commits) for span in spans]
     estimate = sum(
         rows_in(jvm, table, span.before, parts, policy.max_rows)
         for span, parts in zip(spans, touched, strict=True)
     )
+    # metadata (which partitions, how many rows) against the scans of both sides
+    seconds = {"metadata": round(time.monotonic() - started, 3)}
     if estimate > policy.max_rows:
         return {
             **_skipped(
@@ -326,6 +329,7 @@ def _compare(
             "max_rows": policy.max_rows,
         }
     partitions: list[dict[str, Any]] = []
+    started = time.monotonic()
     for span, parts in zip(spans, touched, strict=True):
         labels: list[Any] = [p.label for p in parts]
         predicates = [p.predicate for p in parts]
@@ -344,6 +348,7 @@ def _compare(
                     "after_snapshot": span.after,
                 }
             )
+    seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])
     return {
@@ -358,6 +363,7 @@ def _compare(
             for s in spans
         ],
         "max_rows": policy.max_rows,
+        "seconds": seconds,
         "reason": (
             "a partition's rows changed"
             if failed
