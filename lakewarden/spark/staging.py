@@ -13,10 +13,10 @@ would mean reading them outside any snapshot, with another reader: no stronger, 
   the target's head, the base; an earlier attempt's staging branch of the task is dropped
   in the same commit (a crashed attempt left it; the finders never count its commits).
 - `publish`, once validation passed:
-  - the target's head is still the base: the target is set to the staging branch's head in
-    one compare-and-swap of the table's metadata, so the very snapshots validated become
-    the target's history (a writer committing in that instant makes the swap fail, and
-    the next way is taken);
+  - the target's head is still the base: the target is set to the staging branch's head,
+    and the staging branch removed, in one compare-and-swap of the table's metadata, so the
+    very snapshots validated become the target's history (a writer committing in that
+    instant makes the swap fail, and the next way is taken);
   - a writer committed to the target since: the staged commits' net file changes are
     committed to it as one `RewriteFiles`, carrying the task's mark, validated by Iceberg
     from the base (it fails if a writer removed a replaced file or added deletes against
@@ -96,8 +96,11 @@ def publish(jvm: Any, table: Any, stage: Stage) -> dict[str, Any]:
     base = ops.current()
     head = base.ref(stage.target)
     if head is not None and int(head.snapshotId()) == stage.base:
-        meta = jvm.org.apache.iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(
-            staged_id, stage.target
+        # the staging branch goes in the same swap: one metadata commit, not two
+        meta = (
+            jvm.org.apache.iceberg.TableMetadata.buildFrom(base)
+            .setBranchSnapshot(staged_id, stage.target)
+            .removeRef(stage.name)
         )
         try:
             ops.commit(base, meta.build())
@@ -105,7 +108,7 @@ def publish(jvm: Any, table: Any, stage: Stage) -> dict[str, Any]:
             log.warning("fast-forward of %s lost to a commit: %s", table.name(), exc)
         table.refresh()
         now = table.snapshot(stage.target)
-        if now is not None and int(now.snapshotId()) == staged_id:
+        if now is not None and int(now.snapshotId()) == staged_id:  # published
             return {
                 "action": "fast_forwarded",
                 "snapshot_id": staged_id,

@@ -155,7 +155,7 @@ def test_the_warehouse_is_in_the_bucket(s3_lake: S3Lake) -> None:
     assert files and all(s3_lake.server.object_path(f).is_file() for f in files)
 
 
-def test_compaction_validated_then_a_corrupted_one_undone(
+def test_compaction_validated_then_a_corrupted_one_never_published(
     scheduler: Scheduler, spark_rt: Runtime, s3_lake: S3Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = _table(s3_lake, "orders", by=("region", IdentityTransform(), "region"))
