@@ -10,8 +10,10 @@ compares the staged snapshots with the base as before, both read by Spark's Iceb
 would mean reading them outside any snapshot, with another reader: no stronger, more code.)
 
 - `open_stage`: a branch `lakewarden-stage-<task>-<attempt>` (`markers.stage_branch`) at
-  the target's head, the base; an earlier attempt's staging branch of the task is dropped
-  in the same commit (a crashed attempt left it; the finders never count its commits).
+  the target's head, the base. Any other staging branch of the table is dropped in the same
+  commit: the scheduler runs one job per table at a time, so it is one a crashed job left
+  (the finders never count its commits; a deposed leader's job still running then finds
+  its staging branch gone and publishes nothing).
 - `publish`, once validation passed:
   - the target's head is still the base: the target is set to the staging branch's head,
     and the staging branch removed, in one compare-and-swap of the table's metadata, so the
@@ -37,8 +39,8 @@ from lakewarden.formats.iceberg import history
 from lakewarden.formats.iceberg.markers import (
     ATTEMPT_KEY,
     PUBLISHED_FROM_KEY,
-    STAGE_PREFIX,
     TASK_KEY,
+    is_stage,
     stage_branch,
 )
 from lakewarden.policy.model import MAIN_BRANCH
@@ -75,7 +77,7 @@ def open_stage(table: Any, target: str) -> Stage | None:
     name = stage_branch(JobMarker(int(props[TASK_KEY]), int(attempt) if attempt else None))
     manage = table.manageSnapshots()
     for ref in list(_each(table.refs().keySet())):
-        if str(ref).startswith(f"{STAGE_PREFIX}{props[TASK_KEY]}-"):
+        if is_stage(str(ref)):
             manage = manage.removeBranch(str(ref))
     manage.createBranch(name, head.snapshotId()).commit()
     table.refresh()

@@ -382,8 +382,12 @@ def test_a_rewrite_is_reapplied_over_a_writers_commit_or_not_published_on_confli
     """A writer commits to main while the rewrite is staged (just before it is published):
     the validated file changes are committed on top, the writer's rows kept. When the
     writer's commit removed files the rewrite replaced, Iceberg refuses the re-applied
-    commit: nothing of the rewrite reaches main, and the task fails (to be retried)."""
+    commit: nothing of the rewrite reaches main, and the task fails (to be retried). A
+    staging branch a crashed job left is dropped when the next rewrite stages."""
     table = append_batches(make_table(spark_rt, name="published_over"), 6)
+    # what a crashed job of another task left: dropped when this one stages
+    table.manage_snapshots().create_branch(current(table).snapshot_id, "lakewarden-stage-9-1")
+    table = table.refresh()
     rows = _rows(table)
     task_id = manage(spark_rt, "published_over", POLICY)
     real_publish = staging.publish
