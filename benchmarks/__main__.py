@@ -46,6 +46,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B19": ("benchmarks.hdfs", "b19"),
     "B20": ("benchmarks.metastore", "b20"),
     "B22": ("benchmarks.trino", "b22"),
+    "B24": ("benchmarks.validation", "b24"),
 }
 # Left out of `--smoke` unless named with --only: a server whose start alone outlasts the
 # smoke run's budget for one figure (Trino: 10-25 s on 2 shared cores; its reads are

@@ -147,3 +147,81 @@ def b16(ctx: Context) -> Figure:
             "counts the rows of one side, each read twice"
         )
     return fig
+
+
+PHASE_TABLES = {  # B24's tables: B16's (day partitions) and B9's (issue 30's 300 files)
+    "b16": TableRef("bench", "phases_b16"),
+    "b9": TableRef("bench", "phases_b9"),
+}
+
+
+def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
+    """`repeats` pairs of one compaction job with validation on and one off, alternated,
+    from the same small-file snapshot; the phases of the validated one (its metrics'
+    `seconds`: staging branch, rewrite, validation's metadata and scans, publish, drop)."""
+    table = ctx.rt.catalog.load_table(ref.dotted)
+    snap = table.current_snapshot()
+    assert snap is not None
+    small = snap.snapshot_id
+    _ = ctx.spark
+    on: list[float] = []
+    off: list[float] = []
+    phases: dict[str, list[float]] = {}
+    for i in range(repeats):
+        for enabled in (True, False) if i % 2 == 0 else (False, True):
+            seconds, metrics = _compaction(ctx, ref, enabled)
+            rollback(ctx, ref, small)
+            if not enabled:
+                off.append(seconds)
+                continue
+            on.append(seconds)
+            split = {
+                **metrics["seconds"],
+                **{f"validate_{k}": v for k, v in metrics["validation"]["seconds"].items()},
+            }
+            split["job_outside_phases"] = seconds - sum(metrics["seconds"].values())
+            for key, value in split.items():
+                phases.setdefault(key, []).append(value)
+    return {
+        "with_validation_s": Stat.of(on),
+        "without_validation_s": Stat.of(off),
+        "with_over_without": Stat.of([a / b for a, b in zip(on, off, strict=True)]),
+        "phases_s": {k: Stat.of(v) for k, v in phases.items()},
+        "overhead_over_rewrite": Stat.of(
+            [t / r for t, r in zip(on, phases["rewrite"], strict=True)]
+        ),
+    }
+
+
+def b24(ctx: Context) -> Figure:
+    """Where a validated compaction's time goes (the write-audit-publish path: staging
+    branch, rewrite, validation, publish), on B16's table and on B9's (issue 30's ~100 MB
+    in 300 unpartitioned files; B4's 1 GB table is past validation.max_rows' default)."""
+    sizes = SIZES[ctx.sizes.name]
+    b16_shape = data.Shape(sizes.appends, 1, sizes.rows_per_append)
+    b9_shape = data.Shape(
+        ctx.sizes.peer_appends, ctx.sizes.peer_files_per_append, ctx.sizes.peer_rows_per_file
+    )
+    with measuring(
+        "B24",
+        "a validated compaction job's phases (staging branch, rewrite, validation's metadata "
+        "and scans, publish, drop) on B16's table and B9's; with and without validation "
+        "alternated",
+        "the rewrite phase of the same job (Iceberg's action committing to the staging branch)",
+        "report",
+    ) as fig:
+        data.create(
+            ctx.rt.catalog,
+            PHASE_TABLES["b16"].dotted,
+            b16_shape,
+            spec=data.BY_DAY,
+            days=sizes.days,
+        )
+        data.create(ctx.rt.catalog, PHASE_TABLES["b9"].dotted, b9_shape)
+        found = {name: _phases(ctx, ref, ctx.repeats) for name, ref in PHASE_TABLES.items()}
+        fig.ratio = found["b16"]["overhead_over_rewrite"]
+        fig.ratio_label = "validated job wall time / its rewrite phase (B16's table)"
+        fig.values = found
+        for ref in PHASE_TABLES.values():
+            ctx.rt.catalog.purge_table(ref.dotted)
+    return fig

@@ -1,7 +1,7 @@
 """Kind holds: a kind stopped on one table after a failure that would only repeat itself.
 
-A rewrite that failed its post-rewrite validation is undone, and the table's next commit
-would plan the same rewrite again, which fails and is undone again, without end (a
+A rewrite that failed its validation is never published, and the table's next commit
+would plan the same rewrite again, which fails again, without end (a
 systematic fault: an engine bug on one column type, a corrupt input file). The same holds
 for a job that fails with the same error run after run. So, when the leader records such
 a failure (`lakewarden.tasks.runs.finish_run`, fenced, in the same transaction that fails
@@ -76,7 +76,8 @@ def cause_of(
     if validation_failed(metrics):
         return Cause(
             VALIDATION_RULE,
-            f"rewrite of task {task.id} failed validation ({VALIDATION_RULE}) and was undone",
+            f"rewrite of task {task.id} failed validation ({VALIDATION_RULE}) "
+            "and was not published",
         )
     if same_failures < 1:
         return None

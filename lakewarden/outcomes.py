@@ -43,10 +43,11 @@ class RewriteFailed(RuntimeError):
 
 
 class RewriteMismatch(VerificationFailed):
-    """A rewrite committed, and a partition it touched no longer holds the same rows (count
-    or checksum: `lakewarden.spark.validation`). The rewrite was undone before this is
-    raised (the message says how); the task fails for good with a critical alert: running
-    it again would only rewrite the same way. `metrics`: the rewrite's, with "validation"."""
+    """A rewrite committed to its staging branch, and a partition it touched no longer holds
+    the same rows there (count or checksum: `lakewarden.spark.validation`). The rewrite is
+    never published (the staging branch is dropped); the task fails for good with a critical
+    alert: running it again would only rewrite the same way. `metrics`: the rewrite's, with
+    "validation"."""
 
     def __init__(self, reason: str, metrics: dict[str, object]) -> None:
         super().__init__(reason)

@@ -34,14 +34,14 @@ RUNBOOKS = {
     "(e.g. a data file missing from storage: restore it, or remove it from the table). "
     "Resolves when a later task of that kind is not partial.",
     "rewrite_mismatch": "A rewrite (compaction, clustering, Z-order) left a partition with "
-    "other rows than before (count or checksum: the post-rewrite validation) and was undone: "
-    "the task's reason says how (rolled back to the snapshot before it, or only the rewrite "
-    "reverted because a writer had committed since, or not undone and how to do it by hand). "
-    "Its run (GET /api/v1/tasks/{id}) lists the partitions compared. Suspect the engine or "
-    "storage. The kind is held on the table (no task of it is made or started: explain says "
-    "so) until this alert is acknowledged or POST /api/v1/catalogs/{catalog}/tables/{ns}/"
-    "{name}/kinds/{kind}/resume; acknowledge once the cause is understood, or disable the kind "
-    "for the table. Resolves when a later task of that kind succeeds.",
+    "other rows than before (count or checksum: the validation of the rewrite, staged on a "
+    "branch of its own) and was never published: readers never saw it, and the table holds "
+    "what its writers committed. Its run (GET /api/v1/tasks/{id}) lists the partitions "
+    "compared. Suspect the engine or storage. The kind is held on the table (no task of it "
+    "is made or started: explain says so) until this alert is acknowledged or POST "
+    "/api/v1/catalogs/{catalog}/tables/{ns}/{name}/kinds/{kind}/resume; acknowledge once the "
+    "cause is understood, or disable the kind for the table. Resolves when a later task of "
+    "that kind succeeds.",
     "backlog_stale": "Tasks wait longer than the window: check GET /api/v1/scheduler/leader, "
     "that workers run (planning) and that Spark accepts jobs (running). Add workers or raise "
     "max_concurrent_jobs if the backlog is real.",
@@ -118,7 +118,7 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     }
     mismatched = {
         f"{label(default, c, ns, n)}:{kind}": (
-            f"{kind} of {label(default, c, ns, n)} changed the table's rows and was undone "
+            f"{kind} of {label(default, c, ns, n)} changed the table's rows and was not published "
             f"(task {tid}): {reason}",
             {"task_id": tid, "kind": kind, **table_details(c, ns, n)},
         )

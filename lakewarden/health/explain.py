@@ -318,8 +318,8 @@ def _triggers(
 
 
 def explain_validation(policy: ValidationPolicy, table: Table) -> dict[str, Any]:
-    """What the post-rewrite validation (`lakewarden.spark.validation`) would check after
-    the table's next rewrite (compaction, clustering, Z-order), or that it is off."""
+    """What the rewrite validation (`lakewarden.spark.validation`) would check of the table's
+    next rewrite, before publishing it (compaction, clustering, Z-order), or that it is off."""
     primitive = [f.name for f in table.schema().fields if f.field_type.is_primitive]
     names = {f.name for f in table.schema().fields}
     columns = list(policy.columns) or primitive
@@ -335,11 +335,13 @@ def explain_validation(policy: ValidationPolicy, table: Table) -> dict[str, Any]
         )
     else:
         reason = (
-            "after each rewrite commits, every partition it touched is read before and after: "
+            "each rewrite commits to a staging branch first, and every partition it touched is "
+            "read before and after: "
             f"row count and a checksum of {len(columns)} column(s); skipped when those "
             f"partitions held more than max_rows {policy.max_rows} rows (the table holds "
             f"{rows}); a mismatch fails the task, raises the critical rewrite_mismatch alert "
-            "and undoes the rewrite"
+            "and the rewrite is never published (readers never see it); one that passes is "
+            "published to its branch"
         )
     return {
         "enabled": policy.enabled,

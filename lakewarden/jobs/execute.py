@@ -162,7 +162,7 @@ def run_job(
             joblog.capture(spark, job.group) as job_log,
         ):
             result = runner(spark, job.catalog, job.ref, job.plan)
-    except RewriteMismatch as exc:  # undone already: the run records what was compared
+    except RewriteMismatch as exc:  # never published: the run records what was compared
         return finish_run(
             rt, fence(), job.task_id, job.attempt, metrics=exc.metrics, error=exc, retryable=False
         )

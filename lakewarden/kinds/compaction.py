@@ -21,7 +21,6 @@ from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_bu
 from lakewarden.policy.model import MAIN_BRANCH, REF_NAME, CompactionPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import COMMITTED, rewrite_data_files
-from lakewarden.spark.branches import rewrite_branch
 from lakewarden.states import TaskState
 
 if TYPE_CHECKING:
@@ -347,8 +346,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     if branch is not None and branch != MAIN_BRANCH:
         if not isinstance(branch, str) or not re.fullmatch(REF_NAME, branch):
             raise PlanRejected(f"invalid branch {branch!r}")
-        # Iceberg's action knows only main: lakewarden.spark.branches says how.
-        on_branch = rewrite_branch(spark, catalog, ref, branch, plan.get("options", {}))
+        on_branch = rewrite_data_files(spark, catalog, ref, plan.get("options", {}), branch=branch)
         return JobResult(on_branch, on_branch.pop(COMMITTED, None))
     metrics: dict[str, Any] = rewrite_data_files(spark, catalog, ref, plan.get("options", {}))
     if plan.get("rewrite_position_deletes"):

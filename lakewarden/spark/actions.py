@@ -1,14 +1,18 @@
 """Iceberg's Java `rewriteDataFiles` action, driven over py4j.
 
 Used instead of the SQL procedure because the action takes snapshot properties
-(the commit carries the task id and attempt: see lakewarden.spark.commits) and a
-typed filter expression (no SQL text to build for a partition filter).
+(the commit carries the task id and attempt: see lakewarden.spark.commits), a typed
+filter expression (no SQL text to build for a partition filter) and a branch to plan from
+and commit to (a named branch's compaction, and a validated rewrite's staging branch:
+lakewarden.spark.staging).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
@@ -16,10 +20,11 @@ from uuid import uuid4
 from lakewarden import object_store
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history
-from lakewarden.outcomes import RewriteFailed
+from lakewarden.outcomes import PlanRejected, RewriteFailed
 from lakewarden.policy.model import MAIN_BRANCH
+from lakewarden.spark import staging
 from lakewarden.spark.commits import before_commit, commit_properties
-from lakewarden.spark.validation import validate_rewrite
+from lakewarden.spark.validation import validate_rewrite, will_validate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,10 +64,18 @@ def rewrite_data_files(
     ref: TableRef,
     options: dict[str, str],
     configure: Callable[[Any, Any, Any], Any] = lambda action, table, jvm: action.binPack(),
+    branch: str = MAIN_BRANCH,
 ) -> dict[str, Any]:
-    """Run the action; `configure(action, java_table, jvm)` picks the strategy and filter."""
+    """Run the action on `branch` (planned from its head, committed to it; other branches
+    untouched); `configure(action, java_table, jvm)` picks the strategy and filter. A
+    validated rewrite commits to a staging branch and reaches `branch` only once validation
+    passed (lakewarden.spark.staging)."""
     jvm: Any = spark._jvm
     table = load_java_table(spark, catalog, ref)
+    if branch != MAIN_BRANCH and (
+        table.refs().get(branch) is None or not table.refs().get(branch).isBranch()
+    ):
+        raise PlanRejected(f"the table has no branch {branch!r}")
     codec_set = settle_codec(table)
     action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(
         spark._jsparkSession
@@ -73,31 +86,71 @@ def rewrite_data_files(
     for key, value in commit_properties().items():
         action = action.snapshotProperty(key, value)
     before_commit()
-    start = table.currentSnapshot()
-    result = action.execute()
-    metrics: dict[str, Any] = {
-        "rewritten_data_files": result.rewrittenDataFilesCount(),
-        "added_data_files": result.addedDataFilesCount(),
-        "rewritten_bytes": result.rewrittenBytesCount(),
-        "removed_delete_files": result.removedDeleteFilesCount(),
-        **failures_of(result),
-    }
-    if codec_set:
-        metrics["set_table_codec"] = codec_set
-    if metrics["failed_groups"] and not metrics["rewritten_groups"]:
-        raise RewriteFailed(progress(metrics), metrics)
+    start = table.snapshot(branch)
     start_id = int(start.snapshotId()) if start is not None else None
+    clock = Phases()
+    with clock("stage"):
+        stage = staging.open_stage(table, branch) if will_validate() else None
+    try:
+        if stage is not None or branch != MAIN_BRANCH:
+            action = action.toBranch(stage.name if stage is not None else branch)
+        with clock("rewrite"):
+            result = action.execute()
+        metrics: dict[str, Any] = {
+            "rewritten_data_files": result.rewrittenDataFilesCount(),
+            "added_data_files": result.addedDataFilesCount(),
+            "rewritten_bytes": result.rewrittenBytesCount(),
+            "removed_delete_files": result.removedDeleteFilesCount(),
+            **failures_of(result),
+        }
+        if branch != MAIN_BRANCH:
+            metrics["branch"] = branch
+        if codec_set:
+            metrics["set_table_codec"] = codec_set
+        if metrics["failed_groups"] and not metrics["rewritten_groups"]:
+            raise RewriteFailed(progress(metrics), metrics)
+        # Rows before and after, per partition the rewrite touched; raises when they differ,
+        # the rewrite then never published (lakewarden.spark.validation).
+        metrics["seconds"] = clock.seconds
+        with clock("validate"):
+            validation = validate_rewrite(
+                spark, catalog, ref, table, start_id, metrics, stage, branch
+            )
+        if stage is not None:
+            with clock("publish"):
+                published = staging.publish(jvm, table, stage)
+            if validation is not None:
+                validation["publish"] = published
+        if validation is not None:
+            metrics["validation"] = validation
+    finally:
+        if stage is not None:
+            with clock("drop"):
+                staging.drop(table, stage)
     committed = (
-        committed_by_this_job(table, since=start_id) if metrics["rewritten_data_files"] else None
+        committed_by_this_job(table, branch, since=start_id)
+        if metrics["rewritten_data_files"]
+        else None
     )
     if committed is not None:
         metrics[COMMITTED] = committed
-    # Rows before and after, per partition the rewrite touched; raises after undoing it
-    # when they differ (lakewarden.spark.validation).
-    validation = validate_rewrite(spark, catalog, ref, table, start_id, metrics)
-    if validation is not None:
-        metrics["validation"] = validation
     return metrics
+
+
+class Phases:
+    """Wall seconds per phase of a rewrite job (`metrics["seconds"]`: stage, rewrite,
+    validate, publish, drop): where a task's time goes, on every run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = round(time.perf_counter() - started, 3)
 
 
 # Of the failed file groups' partitions, at most this many are named in the metrics.

@@ -1,27 +1,19 @@
-"""Post-rewrite validation: a rewrite must not change a table's rows.
+"""Rewrite validation: a rewrite must not change a table's rows, and readers never see one
+that did.
 
 `rewrite_data_files` (lakewarden.spark.actions: compaction, clustering and Z-order all go
-through it) calls `validate_rewrite` once Iceberg's action returned, and so does the
-compaction of a named branch (lakewarden.spark.branches) once it committed; all below is
-on that branch (main, or `compaction.branch`). It finds the job's commits (those carrying
-its task id and attempt: lakewarden.spark.commits) since the snapshot that was the head
-when the rewrite started, grouped into spans of consecutive commits (with partial progress
-a writer may commit between two of them), and compares, for every partition a span's
-commits touched, the row count and an order-independent checksum (the sum of `xxhash64`
-over the chosen columns) read through Spark's Iceberg reader, which applies delete files,
-at the snapshot before the span and at its last commit.
+through it, on main or on `compaction.branch`) commits to a staging branch when the job's
+rewrite is validated (`will_validate`; lakewarden.spark.staging), then calls
+`validate_rewrite`. It finds the job's commits on the staging branch (those carrying its
+task id and attempt: lakewarden.spark.commits) since the base, the target's head when the
+rewrite started, grouped into spans of consecutive commits, and compares, for every
+partition a span's commits touched, the row count and an order-independent checksum (the
+sum of `xxhash64` over the chosen columns) read through Spark's Iceberg reader, which
+applies delete files, at the snapshot before the span and at its last commit.
 
-On a mismatch the rewrite is undone before the task fails (`undo`):
-
-- no other commit since the job's first one: the branch is set back to the snapshot
-  before it, in one compare-and-swap of the table's metadata (a writer committing
-  meanwhile makes it fail, and the revert below is done instead);
-- a writer committed since: a new commit (an overwrite) swaps the job's output files back
-  for the files it replaced, keeping the writer's rows; it fails if a writer removed one of
-  them, or added deletes against them, meanwhile. Only when the table has no delete files:
-  restored files get a new data sequence number, and deletes that applied to them would
-  stop applying. Otherwise the table is left as it is and the reason says how to undo it
-  by hand.
+A mismatch raises RewriteMismatch: the rewrite is never published to its target (the
+caller drops the staging branch), so no reader of the target ever saw it. A match is
+published (`staging.publish`).
 """
 
 from __future__ import annotations
@@ -41,7 +33,9 @@ from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy.model import MAIN_BRANCH, ValidationPolicy
-from lakewarden.spark.commits import REVERT_KEY, TASK_KEY, commit_properties
+from lakewarden.spark import staging
+from lakewarden.spark.commits import commit_properties
+from lakewarden.spark.staging import Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,6 +72,13 @@ def validating(policy: ValidationPolicy, failpoint: str | None = None) -> Iterat
         _ACTIVE.reset(token)
 
 
+def will_validate() -> bool:
+    """Whether the running job's rewrites are validated (so staged first): inside a
+    scheduled job (`validating`, commit properties set) with validation on."""
+    active = _ACTIVE.get()
+    return active is not None and bool(commit_properties()) and active.policy.enabled
+
+
 @dataclass
 class Span:
     """Consecutive commits of the job: `before` is the parent of the first."""
@@ -97,19 +98,23 @@ def validate_rewrite(
     table: Any,
     start_id: int | None,
     metrics: dict[str, Any],
-    branch: str = MAIN_BRANCH,
+    stage: Stage | None,
+    target: str = MAIN_BRANCH,
 ) -> dict[str, Any] | None:
     """What `metrics["validation"]` records of the rewrite that just ran on the Java
-    `table` (started at snapshot `start_id` of `branch`); None outside a scheduled job.
-    Raises RewriteMismatch, after undoing the rewrite, when a partition's rows changed."""
+    `table` (started at snapshot `start_id` of `target`), committed to `stage` (None: it
+    was not staged, as when validation is off); None outside a scheduled job. Raises
+    RewriteMismatch when a partition's rows changed: the caller must then drop the staging
+    branch, never publishing it."""
     active = _ACTIVE.get()
     if active is None or not commit_properties():
         return None
+    branch = stage.name if stage is not None else target
     if active.failpoint in (CORRUPT, CORRUPT_THEN_WRITE) and metrics.get("rewritten_data_files"):
         write = active.failpoint == CORRUPT_THEN_WRITE
-        _corrupt(spark, ref.spark_name(catalog), table, branch, write=write)
+        _corrupt(spark, ref.spark_name(catalog), table, branch, target, write=write)
     policy = active.policy
-    if not policy.enabled:
+    if not policy.enabled or stage is None:
         return _skipped("validation is off for this table (validation.enabled: false)")
     table.refresh()
     spans = job_spans(table, start_id, branch)
@@ -124,20 +129,11 @@ def validate_rewrite(
     result["cost_seconds"] = round(time.monotonic() - started, 3)
     if result["status"] != "failed":
         return result
-    try:
-        result["undo"] = undo(spark, table, spans, branch)
-    except Exception as exc:  # the task must still fail for good, saying the undo failed
-        log.exception("undoing the rewrite of %s failed", ref.dotted)
-        first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        result["undo"] = {
-            "action": "none",
-            "reason": f"undoing it failed ({first}): roll back by hand to snapshot "
-            f"{spans[0].before}, the one before the rewrite, re-applying later commits",
-        }
+    result["publish"] = staging.refused(stage)
     bad = [p for p in result["partitions"] if not p["match"]]
     raise RewriteMismatch(
         f"post-rewrite validation failed: {len(bad)} of {result['partitions_checked']} "
-        f"partition(s) changed ({_describe(bad[0])}); {result['undo']['reason']}",
+        f"partition(s) changed ({_describe(bad[0])}); {result['publish']['reason']}",
         {**metrics, "validation": result},
     )
 
@@ -315,11 +311,14 @@ def _compare(
     if not columns:
         return _skipped("the table has no column of a primitive type to checksum")
     jvm: Any = spark._jvm
+    started = time.monotonic()
     touched = [touched_partitions(jvm, catalog, table, span.commits) for span in spans]
     estimate = sum(
         rows_in(jvm, table, span.before, parts, policy.max_rows)
         for span, parts in zip(spans, touched, strict=True)
     )
+    # metadata (which partitions, how many rows) against the scans of both sides
+    seconds = {"metadata": round(time.monotonic() - started, 3)}
     if estimate > policy.max_rows:
         return {
             **_skipped(
@@ -330,6 +329,7 @@ def _compare(
             "max_rows": policy.max_rows,
         }
     partitions: list[dict[str, Any]] = []
+    started = time.monotonic()
     for span, parts in zip(spans, touched, strict=True):
         labels: list[Any] = [p.label for p in parts]
         predicates = [p.predicate for p in parts]
@@ -348,6 +348,7 @@ def _compare(
                     "after_snapshot": span.after,
                 }
             )
+    seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])
     return {
@@ -362,6 +363,7 @@ def _compare(
             for s in spans
         ],
         "max_rows": policy.max_rows,
+        "seconds": seconds,
         "reason": (
             "a partition's rows changed"
             if failed
@@ -370,110 +372,16 @@ def _compare(
     }
 
 
-# --- undoing a rewrite ------------------------------------------------------------------
-
-
-def undo(
-    spark: SparkSession, table: Any, spans: list[Span], branch: str = MAIN_BRANCH
-) -> dict[str, Any]:
-    """Undo the job's commits on `branch` (see the module's docstring); says what it did
-    and why."""
-    jvm: Any = spark._jvm
-    table.refresh()
-    first_before, last = spans[0].before, spans[-1].after
-    ops = table.operations()
-    base = ops.current()
-    head = base.ref(branch)
-    if len(spans) == 1 and head is not None and int(head.snapshotId()) == last:
-        meta = jvm.org.apache.iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(
-            first_before, branch
-        )
-        try:
-            ops.commit(base, meta.build())
-            table.refresh()
-            return {
-                "action": "rolled_back",
-                "to_snapshot": first_before,
-                "reason": f"no writer committed since the rewrite: {_which(branch)} was rolled "
-                f"back to snapshot {first_before}, the one before it",
-            }
-        except Exception as exc:  # a writer's commit won the race: revert instead
-            log.warning("rollback of %s lost to a commit: %s", table.name(), exc)
-            table.refresh()
-    return _revert(table, spans, branch)
-
-
-def _which(branch: str) -> str:
-    return "the table" if branch == MAIN_BRANCH else f"branch {branch}"
-
-
-def _revert(table: Any, spans: list[Span], branch: str) -> dict[str, Any]:
-    ours = [c for span in spans for c in span.commits]
-    ids = [int(c.snapshotId()) for c in ours]
-    current = table.snapshot(branch)
-    by_hand = (
-        f"to undo by hand, restore the data files the rewrite snapshots {ids} removed "
-        f"(or roll back to snapshot {spans[0].before} and re-apply the later commits)"
-    )
-    deletes = int(current.summary().get("total-delete-files", "0") or 0)
-    removed_deletes = sum(int(c.summary().get("removed-delete-files", "0") or 0) for c in ours)
-    if deletes or removed_deletes:
-        return {
-            "action": "none",
-            "reason": "a writer committed since the rewrite and the table has delete files: "
-            f"not undone automatically (restored files would escape their deletes); {by_hand}",
-        }
-    io = table.io()
-    added: dict[str, Any] = {}
-    removed: dict[str, Any] = {}
-    for c in ours:
-        for f in _each(c.removedDataFiles(io)):
-            path = str(f.location())
-            if added.pop(path, None) is None:
-                removed[path] = f
-        for f in _each(c.addedDataFiles(io)):
-            added[str(f.location())] = f
-    # An overwrite, not a RewriteFiles: Iceberg refuses a "replace" whose added and removed
-    # row counts differ, which is what a rewrite that lost rows leaves to undo. It fails if
-    # a writer removed one of the files, or added deletes against them, meanwhile.
-    revert = (
-        table.newOverwrite()
-        .toBranch(branch)
-        .validateFromSnapshot(current.snapshotId())
-        .validateNoConflictingDeletes()
-    )
-    for f in added.values():
-        revert = revert.deleteFile(f)
-    for f in removed.values():
-        revert = revert.addFile(f)
-    revert = revert.set(REVERT_KEY, commit_properties().get(TASK_KEY, ""))
-    try:
-        revert.commit()
-    except Exception as exc:
-        return {
-            "action": "none",
-            "reason": f"a writer committed since the rewrite and reverting it failed "
-            f"({str(exc).splitlines()[0][:300]}): {by_hand}",
-        }
-    table.refresh()
-    snapshot_id = int(table.snapshot(branch).snapshotId())
-    return {
-        "action": "reverted",
-        "snapshot_id": snapshot_id,
-        "reverted_commits": ids,
-        "reason": f"a writer committed since the rewrite: only the rewrite was reverted "
-        f"(commit {snapshot_id} puts back the {len(removed)} data files it replaced, "
-        f"the writers' commits are kept)",
-    }
-
-
 # --- the test-only failpoint ------------------------------------------------------------
 
 
-def _corrupt(spark: SparkSession, name: str, table: Any, branch: str, *, write: bool) -> None:
-    """Drop one data file of the rewrite's output in a commit carrying the task's tags, as
-    if the rewrite had lost its rows; with `write`, then a writer appends a copy of one
-    remaining row (no tags). Reached only with settings.failpoints_enabled."""
+def _corrupt(
+    spark: SparkSession, name: str, table: Any, branch: str, target: str, *, write: bool
+) -> None:
+    """Drop one data file of the rewrite's output on `branch` (where it committed: its
+    staging branch) in a commit carrying the task's tags, as if the rewrite had lost its
+    rows; with `write`, then a writer appends a copy of one row to `target` (no tags).
+    Reached only with settings.failpoints_enabled."""
     table.refresh()
     snapshot = table.snapshot(branch)
     added = next(_each(snapshot.addedDataFiles(table.io())), None)
@@ -485,6 +393,6 @@ def _corrupt(spark: SparkSession, name: str, table: Any, branch: str, *, write: 
         delete = delete.set(key, value)
     delete.commit()
     if write:
-        target = name if branch == MAIN_BRANCH else f"{name}.`branch_{branch}`"
-        spark.sql(f"INSERT INTO {target} SELECT * FROM {target} LIMIT 1").collect()
+        into = name if target == MAIN_BRANCH else f"{name}.`branch_{target}`"
+        spark.sql(f"INSERT INTO {into} SELECT * FROM {into} LIMIT 1").collect()
     table.refresh()

@@ -1,6 +1,7 @@
 """A task's commit counts as done (and is never run again) only while it stands: in a
 branch's history and not reverted. A rewrite rolled away or reverted after a failed
-validation is not a success for a retry or a re-attached run to recover."""
+validation is not a success for a retry or a re-attached run to recover, nor is one only
+on a rewrite's staging branch."""
 
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ def test_only_a_commit_that_stands_is_found(rt: Runtime) -> None:
     table.manage_snapshots().create_branch(before, "qa").commit()
     table.refresh().append(ROWS, branch="qa", snapshot_properties={TASK_KEY: "11"})
     assert find_commit(table.refresh(), 11) is not None
+
+    # Only staged (a crashed job's staging branch, never validated nor published): not done.
+    table.manage_snapshots().create_branch(before, "lakewarden-stage-12-1").commit()
+    stage = "lakewarden-stage-12-1"
+    table.refresh().append(ROWS, branch=stage, snapshot_properties={TASK_KEY: "12"})
+    assert stage in table.refresh().metadata.refs
+    assert find_commit(table, 12) is None
 
 
 def _parent(table: Table, snapshot_id: int) -> int:

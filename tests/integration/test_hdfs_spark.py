@@ -167,7 +167,7 @@ def test_compaction_is_validated_and_keeps_every_row(
     assert summary is not None and summary[TASK_KEY] == str(task_id)
 
 
-def test_a_corrupted_rewrite_is_undone(
+def test_a_corrupted_rewrite_is_never_published(
     scheduler: Scheduler, spark_rt: Runtime, lake: Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = append_batches(lake.table("undone"), 3)
@@ -183,10 +183,9 @@ def test_a_corrupted_rewrite_is_undone(
     monkeypatch.setattr(spark_rt.settings, "failpoints_enabled", True)
     assert run_one(scheduler) == "failed"
     (metrics,) = _run_metrics(spark_rt, task_id)
-    undo = metrics["validation"]["undo"]
-    assert undo["action"] == "rolled_back" and undo["to_snapshot"] == before
+    assert metrics["validation"]["publish"]["action"] == "not_published"
     table = lake.load("undone")
-    assert current(table).snapshot_id == before
+    assert current(table).snapshot_id == before and list(table.metadata.refs) == ["main"]
     assert fingerprint(table) == rows
 
 

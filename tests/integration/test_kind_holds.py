@@ -190,7 +190,7 @@ def test_a_failed_validation_holds_at_once_until_its_alert_is_acknowledged(
     [held] = _held(client)
     assert held["rule"] == holds.VALIDATION_RULE
     assert held["reason"] == (
-        f"rewrite of task {first} failed validation (rewrite_mismatch) and was undone"
+        f"rewrite of task {first} failed validation (rewrite_mismatch) and was not published"
     )
     _raise_alerts(rt)
     with transaction(rt.engine) as s:

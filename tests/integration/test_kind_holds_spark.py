@@ -2,10 +2,10 @@
 test-only failpoint that corrupts every rewrite, a writer keeps committing small files;
 each commit goes the real road (`refresh_table`: ingest, then `evaluate_events`), the
 sweep runs, the leader's alert round runs, a worker plans and the leading scheduler
-dispatches whatever it would. Exactly one rewrite runs and is undone; the kind is then
+dispatches whatever it would. Exactly one rewrite runs and is never published; the kind is then
 held (explain and the table say why, and how to lift it), so the commits that follow make
 no compaction and none runs, until the alert is acknowledged; then compaction runs again.
-Without the hold, every commit made a new compaction that failed and was undone again."""
+Without the hold, every commit made a new compaction that failed again."""
 
 from __future__ import annotations
 
@@ -79,10 +79,10 @@ def test_a_failed_validation_stops_the_kind_until_its_alert_is_acknowledged(
     monkeypatch.setattr(spark_rt.settings, "failpoint", "corrupt-rewrite-then-write")
     monkeypatch.setattr(spark_rt.settings, "failpoints_enabled", True)
 
-    # Round 1: the first compaction rewrites, fails validation and is undone.
+    # Round 1: the first compaction rewrites, fails validation and is never published.
     assert _round(spark_rt, scheduler, 1) == [TaskState.FAILED]
     failed = task_of(spark_rt, first)
-    assert "only the rewrite was reverted" in (failed.reason or "")
+    assert "never published" in (failed.reason or "")
     # The writer keeps committing: each commit would want a compaction (the small files
     # are back), but none is made and none runs.
     for batch in range(2, 6):
@@ -109,7 +109,7 @@ def test_a_failed_validation_stops_the_kind_until_its_alert_is_acknowledged(
         explain = client.get(f"{TABLE}/explain")
         assert explain.status_code == 200, explain.text
         said = (
-            f"rewrite of task {first} failed validation (rewrite_mismatch) and was undone; "
+            f"rewrite of task {first} failed validation (rewrite_mismatch) and was not published; "
             f"acknowledge alert {alert_id} or POST /api/v1/catalogs/"
             f"{spark_rt.settings.catalog_name}/tables/sales/{NAME}/kinds/compaction/resume "
             "to lift"

@@ -1,11 +1,15 @@
-"""Post-rewrite validation (lakewarden.spark.validation) on real Spark + Iceberg: a
-compaction records per-partition row counts and checksums on its run; with validation off it
-says it skipped; a rewrite corrupted on purpose (the test-only failpoint) fails its task with
-a critical alert and is undone: rolled back to the snapshot before it, or, when a writer
-committed after it, reverted alone with the writer's rows kept. Checked with pyiceberg."""
+"""Rewrite validation (lakewarden.spark.validation) on real Spark + Iceberg: a compaction
+records per-partition row counts and checksums on its run; with validation off it says it
+skipped; a rewrite corrupted on purpose (the test-only failpoint) fails its task with a
+critical alert and is never published: it committed to a staging branch only
+(lakewarden.spark.staging), so main never held it, and a reader polling main throughout
+never sees a row missing or extra. A validated rewrite is published by moving main to it,
+or, when a writer committed meanwhile, re-applied on top of the writer's commit; a writer's
+conflicting commit leaves it unpublished. Checked with pyiceberg."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from types import SimpleNamespace
@@ -21,11 +25,13 @@ from sqlalchemy import select, update
 from lakewarden.alerts.rules import evaluate_task_rules
 from lakewarden.db.models import Alert, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.formats.iceberg.markers import PUBLISHED_FROM_KEY, is_stage
 from lakewarden.health.explain import explain_validation
 from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
+from lakewarden.spark import staging
 from lakewarden.spark.commits import TASK_KEY
-from lakewarden.spark.validation import REVERT_KEY, Span, _aggregate
+from lakewarden.spark.validation import Span, _aggregate
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
 from services.scheduler.main import Scheduler
@@ -217,8 +223,85 @@ def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
     assert sums[(0, 0)][0] == sums[(1, 0)][0] == 1 and sums[(0, 0)][1] != sums[(1, 0)][1]
 
 
+def test_every_mutation_of_a_rewrite_that_matters_is_caught(
+    spark_rt: Runtime, spark: SparkSession
+) -> None:
+    """Issue 30's mutation suite, on a merge-on-read table with a delete file, partitioned
+    by region: each mutation is one commit, compared (as validation compares a span) with
+    the commit before it, per touched partition. Each one changes some partition's count or
+    checksum; a real rewrite (Iceberg's own) of the last state changes none. (A value
+    changed, and a value moved into its NULL neighbour's column: the test above.)"""
+    name = "lake.sales.mutated"
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.sales")
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, region STRING, amount DOUBLE) USING iceberg "
+        "PARTITIONED BY (region) TBLPROPERTIES ('format-version'='2', "
+        "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
+    )
+    rows = "SELECT id, IF(id % 2 = 0, 'a', 'b') AS region, CAST(id AS DOUBLE) AS amount"
+    spark.sql(f"INSERT INTO {name} {rows} FROM range(0, 40)")
+    spark.sql(f"INSERT INTO {name} {rows} FROM range(40, 80)")
+    spark.sql(f"DELETE FROM {name} WHERE id = 2")  # a position delete in partition a
+
+    def head() -> int:
+        return current(spark_rt.catalog.load_table("sales.mutated")).snapshot_id
+
+    mutations = {
+        "a row dropped in a partition with deletes": f"DELETE FROM {name} WHERE id = 4",
+        "values moved between rows": f"UPDATE {name} SET amount = CASE id WHEN 6 THEN 8.0 "
+        "ELSE 6.0 END WHERE id IN (6, 8)",
+        "a partition's row moved to another": f"UPDATE {name} SET region = 'b' WHERE id = 10",
+        "a file doubled": f"INSERT INTO {name} SELECT * FROM {name} WHERE region = 'b' "
+        "AND id >= 40",
+    }
+    predicates = ["`region` = 'a'", "`region` = 'b'"]
+    columns = ["id", "region", "amount"]
+
+    def compared(before: int, after: int) -> dict[int, bool]:
+        span = Span(before, [SimpleNamespace(snapshotId=lambda: after)])
+        sums = _aggregate(spark, "`lake`.`sales`.`mutated`", span, predicates, columns)
+        return {k: sums.get((0, k)) == sums.get((1, k)) for k in (0, 1)}
+
+    caught = {}
+    for label, statement in mutations.items():
+        before = head()
+        spark.sql(statement)
+        caught[label] = compared(before, head())
+    assert caught == {
+        "a row dropped in a partition with deletes": {0: False, 1: True},
+        "values moved between rows": {0: False, 1: True},
+        "a partition's row moved to another": {0: False, 1: False},
+        "a file doubled": {0: True, 1: False},
+    }
+    before = head()
+    spark.sql(
+        "CALL lake.system.rewrite_data_files(table => 'sales.mutated', "
+        "options => map('rewrite-all', 'true'))"
+    ).collect()
+    assert head() != before and compared(before, head()) == {0: True, 1: True}
+
+
+def _main_history(table: Table) -> list[int]:
+    """Every snapshot main has ever pointed to, as its snapshot log records it (a commit
+    later rolled away stays in the log)."""
+    return [entry.snapshot_id for entry in table.refresh().metadata.snapshot_log]
+
+
+def _marked(table: Table, snapshot_ids: list[int], task_id: int) -> list[int]:
+    out = []
+    for snapshot_id in snapshot_ids:
+        snapshot = table.snapshot_by_id(snapshot_id)
+        if (
+            snapshot is not None
+            and snapshot.summary is not None
+            and snapshot.summary.get(TASK_KEY) == str(task_id)
+        ):
+            out.append(snapshot_id)
+    return out
+
+
 @pytest.mark.parametrize("failpoint", ["corrupt-rewrite", "corrupt-rewrite-then-write"])
-def test_a_corrupted_rewrite_fails_alerts_and_is_undone(
+def test_a_corrupted_rewrite_fails_alerts_and_is_never_published(
     scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch, failpoint: str
 ) -> None:
     name = "corrupted" if failpoint == "corrupt-rewrite" else "corrupted_then_written"
@@ -237,27 +320,122 @@ def test_a_corrupted_rewrite_fails_alerts_and_is_undone(
     assert (task.reason or "").startswith(
         "not retryable: RewriteMismatch: post-rewrite validation failed: 1 of 2 partition(s)"
     )
+    assert "never published" in (task.reason or "")
+    assert validation["publish"]["action"] == "not_published"
     assert ("rewrite_mismatch", f"sales.{name}:compaction", "critical") in _open_alerts(spark_rt)
     assert not [a for a in _open_alerts(spark_rt) if a[0] == "task_failed" and name in a[1]]
 
     table = table.refresh()
-    undo = validation["undo"]
+    # The staging branch is gone, and main never pointed at a commit of the task.
+    assert list(table.metadata.refs) == ["main"]
+    assert _marked(table, _main_history(table), task_id) == []
     if failpoint == "corrupt-rewrite":
-        # Nobody committed since: back to the snapshot before the rewrite, rows as they were.
-        assert undo["action"] == "rolled_back" and undo["to_snapshot"] == before
         assert current(table).snapshot_id == before
         assert _rows(table) == rows
-        assert "rolled back to snapshot" in (task.reason or "")
     else:
-        # A writer appended a row after the corrupted rewrite: only the rewrite is reverted.
-        assert undo["action"] == "reverted", undo
+        # The writer's append (to main, while the rewrite was staged) is all main got.
         head = current(table)
-        assert head.snapshot_id == undo["snapshot_id"]
-        assert head.summary is not None and head.summary.get(REVERT_KEY) == str(task_id)
-        writer = table.snapshot_by_id(head.parent_snapshot_id)  # type: ignore[arg-type]
-        assert writer is not None and writer.summary is not None
-        assert writer.summary.get(TASK_KEY) is None, writer.summary
+        assert head.parent_snapshot_id == before
+        assert head.summary is not None and head.summary.get(TASK_KEY) is None
         added = _rows(table) - rows
         assert sum(added.values()) == 1 and next(iter(added)) in rows  # the writer's copy
         assert _rows(table) - added == rows
-        assert "only the rewrite was reverted" in (task.reason or "")
+
+
+def test_a_reader_never_sees_a_corrupted_rewrite(
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader polls main's rows with pyiceberg (its own catalog client) for the whole
+    of a corrupted rewrite run by the real scheduler: every read holds exactly the rows the
+    table held before. (With the rewrite committed to main and undone afterwards, main
+    pointed at the corrupted snapshot for the length of the validation.)"""
+    table = append_batches(make_table(spark_rt, name="read_during"), 6)
+    rows = _rows(table)
+    task_id = manage(spark_rt, "read_during", POLICY)
+    monkeypatch.setattr(spark_rt.settings, "failpoint", "corrupt-rewrite")
+    monkeypatch.setattr(spark_rt.settings, "failpoints_enabled", True)
+    done, reads, wrong = threading.Event(), [0], []
+
+    def read() -> None:
+        reader = spark_rt.catalog.load_table("sales.read_during")
+        while not done.is_set():
+            seen = _rows(reader)
+            reads[0] += 1
+            if seen != rows:
+                wrong.append((current(reader).snapshot_id, sum(seen.values())))
+
+    poller = threading.Thread(target=read, daemon=True)
+    poller.start()
+    try:
+        assert _compact(scheduler, spark_rt, task_id) == TaskState.FAILED
+    finally:
+        done.set()
+        poller.join(timeout=60)
+    assert wrong == [] and reads[0] >= 3, (wrong, reads)
+    assert _marked(table, _main_history(table), task_id) == []
+    assert (task_of(spark_rt, task_id).reason or "").count("never published") == 1
+
+
+def test_a_rewrite_is_reapplied_over_a_writers_commit_or_not_published_on_conflict(
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer commits to main while the rewrite is staged (just before it is published):
+    the validated file changes are committed on top, the writer's rows kept. When the
+    writer's commit removed files the rewrite replaced, Iceberg refuses the re-applied
+    commit: nothing of the rewrite reaches main, and the task fails (to be retried). A
+    staging branch a crashed job left is dropped when the next rewrite stages."""
+    table = append_batches(make_table(spark_rt, name="published_over"), 6)
+    # what a crashed job of another task left: dropped when this one stages
+    table.manage_snapshots().create_branch(current(table).snapshot_id, "lakewarden-stage-9-1")
+    table = table.refresh()
+    rows = _rows(table)
+    task_id = manage(spark_rt, "published_over", POLICY)
+    real_publish = staging.publish
+    writes: list[str] = []
+
+    def writer_first(jvm: Any, java_table: Any, stage: staging.Stage) -> dict[str, Any]:
+        assert (
+            is_stage(stage.name)
+            and stage.name in spark_rt.catalog.load_table("sales.published_over").metadata.refs
+        )
+        writer = spark_rt.catalog.load_table("sales.published_over")
+        if writes[-1] == "append":
+            append_batches(writer, 1, start=500, regions=("b",))
+        else:
+            writer.delete("region = 'a'")  # drops partition a's files: the rewrite's inputs
+        return real_publish(jvm, java_table, stage)
+
+    monkeypatch.setattr(staging, "publish", writer_first)
+    writes.append("append")
+    assert _compact(scheduler, spark_rt, task_id) == TaskState.SUCCEEDED
+    table = table.refresh()
+    validation = _run(spark_rt, task_id).metrics["validation"]  # type: ignore[index]
+    assert validation["status"] == "passed"
+    published = validation["publish"]
+    assert published["action"] == "reapplied", published
+    head = current(table)
+    assert head.snapshot_id == published["snapshot_id"]
+    assert head.summary is not None and head.summary.get(TASK_KEY) == str(task_id)
+    assert head.summary.get(PUBLISHED_FROM_KEY) == str(published["staged_snapshot_id"])
+    writer = table.snapshot_by_id(head.parent_snapshot_id)  # type: ignore[arg-type]
+    assert writer is not None and writer.summary is not None
+    assert writer.summary.get(TASK_KEY) is None
+    assert list(table.metadata.refs) == ["main"]
+    added = _rows(table) - rows
+    assert sum(added.values()) == 10 and _rows(table) - added == rows  # the writer's batch
+    files = Counter(t.file.partition[0] for t in table.scan().plan_files())
+    assert files == {"a": 1, "b": 2}  # a and b compacted; the writer's file in b stays
+    result = task_of(spark_rt, task_id).result or {}
+    assert result["committed_snapshot_id"] == head.snapshot_id
+
+    # A conflict: the writer removed the files the rewrite replaced.
+    table = append_batches(table, 6, start=2000)
+    again = _next_compaction(spark_rt, task_id, {})
+    writes.append("delete")
+    assert _compact(scheduler, spark_rt, again) != TaskState.SUCCEEDED
+    table = table.refresh()
+    assert list(table.metadata.refs) == ["main"]
+    summary = current(table).summary  # the writer's delete
+    assert summary is not None and summary.get(TASK_KEY) is None
+    assert "not published" in (_run(spark_rt, again).error or "")
+    assert {r[1] for r in _rows(table)} == {"b"}

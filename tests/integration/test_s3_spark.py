@@ -155,7 +155,7 @@ def test_the_warehouse_is_in_the_bucket(s3_lake: S3Lake) -> None:
     assert files and all(s3_lake.server.object_path(f).is_file() for f in files)
 
 
-def test_compaction_validated_then_a_corrupted_one_undone(
+def test_compaction_validated_then_a_corrupted_one_never_published(
     scheduler: Scheduler, spark_rt: Runtime, s3_lake: S3Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = _table(s3_lake, "orders", by=("region", IdentityTransform(), "region"))
@@ -170,7 +170,7 @@ def test_compaction_validated_then_a_corrupted_one_undone(
     assert (after.rows, after.checksum) == (before.rows, before.checksum)
     assert _metrics(spark_rt, task_id)["validation"]["status"] == "passed"
 
-    # A rewrite corrupted on purpose fails its validation and is rolled back.
+    # A rewrite corrupted on purpose fails its validation and is never published.
     table = append_batches(s3_lake.client.load_table("sales.orders"), 3, start=100)
     head, before = current(table).snapshot_id, fingerprint(table)
     monkeypatch.setattr(spark_rt.settings, "failpoint", "corrupt-rewrite")
@@ -181,10 +181,10 @@ def test_compaction_validated_then_a_corrupted_one_undone(
     assert _run(scheduler, spark_rt, bad) == TaskState.FAILED
     validation = _metrics(spark_rt, bad)["validation"]
     assert validation["status"] == "failed"
-    assert (
-        validation["undo"]["action"] == "rolled_back" and validation["undo"]["to_snapshot"] == head
-    )
-    assert fingerprint(s3_lake.client.load_table("sales.orders")) == before
+    assert validation["publish"]["action"] == "not_published"
+    table = s3_lake.client.load_table("sales.orders")
+    assert current(table).snapshot_id == head and list(table.metadata.refs) == ["main"]
+    assert fingerprint(table) == before
 
 
 def _random_ab(lake: S3Lake, name: str, seed: str) -> Table:

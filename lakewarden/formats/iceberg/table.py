@@ -20,7 +20,7 @@ from lakewarden.formats.base import (
     Timeline,
     TimelinePage,
 )
-from lakewarden.formats.iceberg import finder, history
+from lakewarden.formats.iceberg import finder, history, markers
 from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.refs import branch_heads
 
@@ -67,7 +67,8 @@ class IcebergTimeline:
     def find_job_commits(self, task_id: int) -> Commit | None:
         """The newest commit task `task_id` made that still stands: in a branch's history
         (main's, or the branch the job wrote to) and not reverted after a failed validation
-        (`finder.standing_in`); a commit rolled away or reverted is not a success."""
+        (`finder.standing_in`); a commit rolled away or reverted, or only staged (a staging
+        branch a crashed attempt left: `IcebergRefs.heads`), is not a success."""
         return finder.newest_standing(
             (
                 history.branch_history(self.table, head)
@@ -83,8 +84,9 @@ class IcebergRefs:
     main: str = MAIN_BRANCH
 
     def heads(self) -> dict[str, int]:
-        """Each branch (main too) and the snapshot at its head."""
-        return branch_heads(self.table)
+        """Each branch (main too) and the snapshot at its head; not a rewrite's staging
+        branch (`markers.is_stage`: lakewarden's own, its commits not yet validated)."""
+        return {n: h for n, h in branch_heads(self.table).items() if not markers.is_stage(n)}
 
     def branches(self) -> set[str]:
         return set(self.heads())
