@@ -68,6 +68,13 @@ class CatalogType(StrEnum):
     HIVE = "hive"  # Iceberg tables in a Hive Metastore (lakewarden.metastore)
 
 
+class TableFormatName(StrEnum):
+    """The table formats a managed table can be in (`managed_tables.format`)."""
+
+    ICEBERG = "iceberg"
+    HUDI = "hudi"
+
+
 class RunMode(StrEnum):
     """How a job run executes (`job_runs.mode`, and a pool's mode in `pool_modes`)."""
 
