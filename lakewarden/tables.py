@@ -286,6 +286,7 @@ def add_table(
     overrides: dict[str, Any],
     *,
     author: str | None = None,
+    format: str = "iceberg",
 ) -> ManagedTable:
     """Register the table with policy version 1, or, if it was unregistered, revive its row
     with the next policy version (its events, tasks and versions continue). Raises
@@ -293,7 +294,9 @@ def add_table(
     CONFLICT, and the revival's UPDATE, wait for it to commit)."""
     new_id = session.execute(
         insert(ManagedTable)
-        .values(catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides)
+        .values(
+            catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides, format=format
+        )
         .on_conflict_do_nothing(
             index_elements=[ManagedTable.catalog, ManagedTable.namespace, ManagedTable.name]
         )
