@@ -66,6 +66,7 @@ class CatalogType(StrEnum):
     JDBC = "jdbc"  # an Iceberg JDBC catalog in Postgres
     REST = "rest"  # an Iceberg REST catalog
     HIVE = "hive"  # Iceberg tables in a Hive Metastore (lakewarden.metastore)
+    HUDI = "hudi"  # Hudi tables by base path, <warehouse>/<namespace>/<name> (formats.hudi)
 
 
 class TableFormatName(StrEnum):

@@ -74,6 +74,10 @@ class TableGone(LookupError):
 
 # A row that is managed now (not retired by an unregistration).
 LIVE = ManagedTable.retired_at.is_(None)
+# The tables the Iceberg-only loops take (health measurement, the time-based kinds' and
+# tags' sweep, readiness): a Hudi table's events are recorded, but no kind, health
+# measure or readiness check reads it there yet (issue 28).
+ICEBERG = ManagedTable.format == "iceberg"
 
 
 def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive: bool) -> None:

@@ -490,7 +490,8 @@ def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
     import subprocess
     import sys
 
-    where = tmp_path_factory.mktemp("hudi")
+    where = tmp_path_factory.mktemp("hudi") / "lake"  # a hudi catalog's <warehouse>/<ns>
+    where.mkdir()
     mor, cow = (where / "mor").as_uri(), (where / "cow").as_uri()
     part = {"type": "MERGE_ON_READ", "partitioned": True}
     steps: list[dict[str, Any]] = [

@@ -22,9 +22,14 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.db.session import transaction
 from lakewarden.formats.base import Commit
+from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.runtime import Runtime
+from lakewarden.tables import get_table
 
 PAGE = 1000  # instants read and inserted per round
 
@@ -128,3 +133,21 @@ def sync_hudi_table(
     row.updated_at = func.now()
     session.flush()
     return HudiIngested(new_ids, cursor_of(session, row.id))
+
+
+def refresh_hudi_table(rt: Runtime, entry: CatalogEntry, ref: TableRef, known: str | None) -> int:
+    """A poll of one managed table of a `hudi` catalog: its timeline's head token read (no
+    transaction open meanwhile) and, if it moved from `known`, its new instants ingested
+    under the row's lock; 1 if there were any."""
+    timeline = open_timeline(entry, ref)
+    if known is not None and timeline.head_token() == known:
+        return 0
+    with transaction(rt.engine) as session:
+        row = get_table(session, entry.name, ref)
+        if row is None:
+            return 0
+        locked = session.get(ManagedTable, row.id, with_for_update=True, populate_existing=True)
+        if locked is None or locked.retired_at is not None:
+            return 0
+        ingested = sync_hudi_table(session, locked, timeline, source="poll")
+    return 1 if ingested.new_event_ids else 0

@@ -1,6 +1,7 @@
 """Table formats: each managed table's `format` ('iceberg' for every table so far, or
-'hudi'), and a timeline event's commit id as text for a format whose ids are not
-Iceberg's 64-bit snapshot ids (a Hudi instant, `20261125230101311`)
+'hudi'), a timeline event's commit id as text for a format whose ids are not Iceberg's
+64-bit snapshot ids (a Hudi instant, `20261125230101311`), and the catalog type `hudi`
+(Hudi tables by base path under a warehouse)
 
 Revision ID: 0019
 Revises: 0018
@@ -21,6 +22,10 @@ oldest_compatible_head = "0018"
 
 
 def upgrade() -> None:
+    op.drop_constraint(op.f("ck_catalogs_type"), "catalogs", type_="check")
+    op.create_check_constraint(
+        op.f("ck_catalogs_type"), "catalogs", "type IN ('jdbc', 'rest', 'hive', 'hudi')"
+    )
     op.add_column(
         "managed_tables",
         sa.Column("format", sa.String(16), server_default=sa.text("'iceberg'"), nullable=False),
@@ -53,3 +58,8 @@ def downgrade() -> None:
     op.execute("DELETE FROM managed_tables WHERE format <> 'iceberg'")
     op.drop_constraint(op.f("ck_managed_tables_format"), "managed_tables", type_="check")
     op.drop_column("managed_tables", "format")
+    op.execute("DELETE FROM catalogs WHERE type = 'hudi'")
+    op.drop_constraint(op.f("ck_catalogs_type"), "catalogs", type_="check")
+    op.create_check_constraint(
+        op.f("ck_catalogs_type"), "catalogs", "type IN ('jdbc', 'rest', 'hive')"
+    )

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import fastavro
 from pyarrow import fs as pafs
 
 from lakewarden.formats.base import Commit, CommitId, JobMarker, TimelinePage
@@ -177,6 +176,8 @@ class HudiTimeline:
         if not raw:
             return {}
         if raw[:4] == b"Obj\x01":
+            import fastavro  # the `hudi` extra: only where a Hudi table's instants are read
+
             for record in fastavro.reader(io.BytesIO(raw)):
                 return dict(record) if isinstance(record, dict) else {}
             return {}
