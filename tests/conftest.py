@@ -486,9 +486,7 @@ def _rows_after(steps: list[dict[str, Any]], path: str) -> dict[int, int]:
 def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
     """The two tables, written once per run by a Hudi-family Spark session in a process of
     its own (~1 min on 2 shared cores)."""
-    import json
-    import subprocess
-    import sys
+    from hudi_writer import run as run_hudi_writer
 
     where = tmp_path_factory.mktemp("hudi") / "lake"  # a hudi catalog's <warehouse>/<ns>
     where.mkdir()
@@ -507,20 +505,7 @@ def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
         {"path": cow, "type": "COPY_ON_WRITE", "op": "upsert", "ids": [0, 10], "value": 1},
         {"path": cow, "type": "COPY_ON_WRITE", "op": "delete", "ids": [90, 100], "value": 2},
     ]
-    spec = where / "steps.json"
-    spec.write_text(json.dumps(steps))
-    tests_dir = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir.parent), str(tests_dir)])}
-    done = subprocess.run(
-        [sys.executable, "-m", "hudi_writer", str(spec)],
-        cwd=tests_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    calls = json.loads(done.stdout.strip().splitlines()[-1])
+    calls = run_hudi_writer(steps, where)
     return HudiTables(
         mor=str(where / "mor"),
         cow=str(where / "cow"),

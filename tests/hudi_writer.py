@@ -6,17 +6,22 @@ Each step: {"path", "type": "MERGE_ON_READ"|"COPY_ON_WRITE", "op": "insert"|"ups
 "delete", "ids": [from, to], "value": n, "partitioned": bool} writes rows `id` in [from,
 to) with `v = id * 10 + value` (region `r<id % 3>` when partitioned); or
 {"path", "call": "<procedure args>"} runs `CALL <procedure>` (run_compaction, ...) and
-records its rows. Prints one JSON line: the calls' results.
+records its rows; {"path", "compact": true} runs lakewarden's compaction
+(lakewarden.formats.hudi.jobs.compact) and records what it did. Prints one JSON line: the
+calls' results.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from lakewarden.formats.hudi.jobs import compact
 from lakewarden.settings import Settings
 from lakewarden.spark.session import build_session
 
@@ -70,15 +75,40 @@ def main(steps_file: str) -> None:
             "hudi-writer",
             family="hudi",
         )
-        results = []
+        results: list[Any] = []
         for step in steps:
             if "call" in step:
                 rows = spark.sql(f"CALL {step['call']}").collect()
                 results.append([r.asDict() for r in rows])
+            elif step.get("compact"):
+                results.append(vars(compact(spark, step["path"])))
             else:
                 write(spark, step)
         spark.stop()
     print(json.dumps(results, default=str))
+
+
+def run(steps: list[dict[str, Any]], where: Path) -> list[Any]:
+    """Run `steps` in a process of its own (this module as a script); the calls' results.
+    A failure's message leads with the exceptions' lines, not the stack's tail."""
+    spec = where / "steps.json"
+    spec.write_text(json.dumps(steps))
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "hudi_writer", str(spec)],
+        cwd=tests,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        lines = done.stderr.splitlines()
+        causes = [ln for ln in lines if ("Exception" in ln or "Error" in ln) and "\tat " not in ln]
+        raise AssertionError("\n".join([*causes[:12], "...", *lines[-15:]]))
+    results: list[Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results
 
 
 if __name__ == "__main__":

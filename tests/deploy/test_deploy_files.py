@@ -84,7 +84,9 @@ def test_dockerfile_targets() -> None:
     full_runs = " ".join(rest for op, rest in stages["full"] if op == "RUN")
     assert "openjdk-17-jre-headless" in full_runs
     assert "libpostgresql-jdbc-java" not in full_runs  # the JDBC driver is a pinned jar
-    assert 'pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs,hudi]"' in full_runs
+    assert (
+        'pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs,hudi]"' in full_runs
+    )
 
 
 def test_dockerfile_bakes_the_pinned_jars() -> None:
