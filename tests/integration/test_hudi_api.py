@@ -76,3 +76,5 @@ def test_register_poll_and_explain_a_hudi_table(
     assert compaction["due"] and "1 compaction(s) planned and not run" in compaction["reason"]
     iceberg_view = client.get(f"{tables}/lake/mor/health")
     assert iceberg_view.status_code == 409 and "/lake/mor/hudi" in iceberg_view.json()["detail"]
+    refs = client.get(f"{tables}/lake/mor/refs")  # any Iceberg-only route: a 409, not a 503
+    assert refs.status_code == 409 and "holds Hudi tables" in refs.json()["detail"], refs.text
