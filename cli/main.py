@@ -194,6 +194,7 @@ def jars(
     """Fetch the pinned Spark jars (jars.lock) from Maven Central into the cache, and show
     what Spark gets. With --check: verify the cache, exit 1 naming each jar that differs."""
     from lakewarden.spark.jars import (
+        FAMILY_GROUPS,
         JarsUnavailable,
         check_pinned,
         read_lock,
@@ -214,6 +215,8 @@ def jars(
         return
     try:
         spec = resolve_jars(settings)
+        # Each further session family's own jars (Hudi's bundle), fetched now too.
+        families = {f: resolve_jars(settings, f) for f in FAMILY_GROUPS}
         groups = sorted({p.group for p in read_lock() if not p.for_spark}) if servers else []
         extra = [
             str(path if path.suffix == ".jar" else unpacked(path))  # an archive: unpack it
@@ -226,6 +229,10 @@ def jars(
     typer.echo(f"source: {spec.source}")
     for item in spec.jars + spec.packages:
         typer.echo(item)
+    for family, fspec in families.items():
+        for item in fspec.jars + fspec.packages:
+            if item not in spec.jars + spec.packages:
+                typer.echo(f"{family}: {item}")
     for item in extra:
         typer.echo(f"server: {item}")
 

@@ -66,6 +66,14 @@ class CatalogType(StrEnum):
     JDBC = "jdbc"  # an Iceberg JDBC catalog in Postgres
     REST = "rest"  # an Iceberg REST catalog
     HIVE = "hive"  # Iceberg tables in a Hive Metastore (lakewarden.metastore)
+    HUDI = "hudi"  # Hudi tables by base path, <warehouse>/<namespace>/<name> (formats.hudi)
+
+
+class TableFormatName(StrEnum):
+    """The table formats a managed table can be in (`managed_tables.format`)."""
+
+    ICEBERG = "iceberg"
+    HUDI = "hudi"
 
 
 class RunMode(StrEnum):

@@ -74,6 +74,10 @@ class TableGone(LookupError):
 
 # A row that is managed now (not retired by an unregistration).
 LIVE = ManagedTable.retired_at.is_(None)
+# The tables the Iceberg-only loops take (health measurement, the time-based kinds' and
+# tags' sweep, readiness): a Hudi table's events are recorded, but no kind, health
+# measure or readiness check reads it there yet (issue 28).
+ICEBERG = ManagedTable.format == "iceberg"
 
 
 def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive: bool) -> None:
@@ -286,6 +290,7 @@ def add_table(
     overrides: dict[str, Any],
     *,
     author: str | None = None,
+    format: str = "iceberg",
 ) -> ManagedTable:
     """Register the table with policy version 1, or, if it was unregistered, revive its row
     with the next policy version (its events, tasks and versions continue). Raises
@@ -293,7 +298,9 @@ def add_table(
     CONFLICT, and the revival's UPDATE, wait for it to commit)."""
     new_id = session.execute(
         insert(ManagedTable)
-        .values(catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides)
+        .values(
+            catalog=catalog, namespace=ref.namespace, name=ref.name, policy=overrides, format=format
+        )
         .on_conflict_do_nothing(
             index_elements=[ManagedTable.catalog, ManagedTable.namespace, ManagedTable.name]
         )

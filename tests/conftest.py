@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
 # Session fixtures that start a server process (a JVM): their tests are slow.
-SERVER_FIXTURES = {"hive_metastore", "trino"}
+SERVER_FIXTURES = {"hive_metastore", "trino", "hudi_tables"}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -471,3 +472,65 @@ def trino(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         tmp_path_factory.mktemp("trino"), secrets={TRINO_PG_PASSWORD: str(password)}
     ) as server:
         yield server
+
+
+# --- Real Hudi tables, written by Spark's Hudi datasource (tests/hudi_writer.py) ----------
+
+
+@dataclass(frozen=True)
+class HudiTables:
+    """A merge-on-read table (partitioned by `region`: an insert, two upserts with log
+    files, a compaction scheduled and not run) and a copy-on-write one (not partitioned:
+    insert, upsert, delete), with each table's expected rows (id -> v)."""
+
+    mor: str
+    cow: str
+    mor_rows: dict[int, int]
+    cow_rows: dict[int, int]
+    calls: list[Any]
+
+
+def _rows_after(steps: list[dict[str, Any]], path: str) -> dict[int, int]:
+    rows: dict[int, int] = {}
+    for step in steps:
+        if step.get("path") != path or "op" not in step:
+            continue
+        for i in range(*step["ids"]):
+            if step["op"] == "delete":
+                rows.pop(i, None)
+            else:
+                rows[i] = i * 10 + step["value"]
+    return rows
+
+
+@pytest.fixture(scope="session")
+def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
+    """The two tables, written once per run by a Hudi-family Spark session in a process of
+    its own (~1 min on 2 shared cores)."""
+    from hudi_writer import run as run_hudi_writer
+
+    where = tmp_path_factory.mktemp("hudi") / "lake"  # a hudi catalog's <warehouse>/<ns>
+    where.mkdir()
+    mor, cow = (where / "mor").as_uri(), (where / "cow").as_uri()
+    part = {"type": "MERGE_ON_READ", "partitioned": True}
+    steps: list[dict[str, Any]] = [
+        {"path": mor, **part, "op": "insert", "ids": [0, 300], "value": 0},
+        {"path": mor, **part, "op": "upsert", "ids": [0, 30], "value": 1},
+        {"path": mor, **part, "op": "upsert", "ids": [10, 40], "value": 2},
+        {
+            "path": mor,
+            "call": f"run_compaction(op => 'schedule', path => '{where / 'mor'}', "
+            "options => 'hoodie.compact.inline.max.delta.commits=1')",
+        },
+        {"path": cow, "type": "COPY_ON_WRITE", "op": "insert", "ids": [0, 100], "value": 0},
+        {"path": cow, "type": "COPY_ON_WRITE", "op": "upsert", "ids": [0, 10], "value": 1},
+        {"path": cow, "type": "COPY_ON_WRITE", "op": "delete", "ids": [90, 100], "value": 2},
+    ]
+    calls = run_hudi_writer(steps, where)
+    return HudiTables(
+        mor=str(where / "mor"),
+        cow=str(where / "cow"),
+        mor_rows=_rows_after(steps, mor),
+        cow_rows=_rows_after(steps, cow),
+        calls=calls,
+    )

@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 REGISTRY_TTL_S = 5.0
 
 
+class NotIceberg(CatalogConfigError):
+    """An Iceberg-only path was asked of a catalog of another format (a hudi catalog)."""
+
+
 class CatalogRegistry:
     """Every catalog this deployment watches: the settings' default entry and the `catalogs`
     rows. Clients are built once per catalog version and shared (pyiceberg's catalogs are
@@ -73,8 +77,13 @@ class CatalogRegistry:
             ) from None
 
     def load(self, name: str) -> Catalog:
-        """pyiceberg's client of the catalog called `name`."""
+        """pyiceberg's client of the catalog called `name` (an Iceberg catalog's)."""
         entry = self.entry(name)
+        if entry.type == "hudi":
+            raise NotIceberg(
+                f"catalog {name!r} holds Hudi tables, read by base path "
+                "(lakewarden.formats.hudi), not through an Iceberg catalog client"
+            )
         with self._lock:
             cached = self._clients.get(name)
             if cached is not None and cached[0] == entry.version:
@@ -201,7 +210,13 @@ def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefR
     is there, every reference names what `refs` allows, and no secret is given as a value
     (a secret property, a URL with a password, or a value that looks like a credential).
     A message names the property, never its value."""
-    if "uri" not in properties:
+    if kind == "hudi":
+        if not isinstance(properties.get("warehouse"), str) or not properties["warehouse"]:
+            raise CatalogConfigError(
+                "a hudi catalog needs the property 'warehouse' (the directory or URI its "
+                "tables' base paths are under: <warehouse>/<namespace>/<name>)"
+            )
+    elif "uri" not in properties:
         what = {
             "jdbc": "its database URL",
             "hive": "the metastore's thrift://host:port",

@@ -35,6 +35,7 @@ from lakewarden.states import (
     CatalogType,
     RunMode,
     RunState,
+    TableFormatName,
     TaskState,
     sql_in,
 )
@@ -64,6 +65,7 @@ class ManagedTable(Base):
     __tablename__ = "managed_tables"
     __table_args__ = (
         UniqueConstraint("catalog", "namespace", "name"),
+        _one_of("format", TableFormatName),
         # The fleet list sorted worst health first (GET /api/v1/tables?sort=health).
         Index(
             "ix_managed_tables_live_health",
@@ -79,6 +81,8 @@ class ManagedTable(Base):
     name: Mapped[str] = mapped_column(String(255))
     policy: Mapped[dict[str, Any]]
     policy_version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    # Its table format (lakewarden.formats): "iceberg" or "hudi".
+    format: Mapped[str] = mapped_column(String(16), server_default=text("'iceberg'"))
     # The catalog's metadata pointer last ingested; the poller compares against it.
     metadata_location: Mapped[str | None] = mapped_column(Text)
     current_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -184,16 +188,25 @@ class PolicyVersion(Base):
 
 
 class TimelineEvent(Base):
-    """One commit (snapshot) of a managed table. Unique per (table, snapshot)."""
+    """One commit of a managed table. Unique per (table, commit): an Iceberg snapshot's
+    id in `snapshot_id` (bigint, as every Iceberg query reads it), another format's commit
+    id (a Hudi instant) in `commit_id` (text); exactly one of the two. `commit` is the
+    seam's string id either way."""
 
     __tablename__ = "timeline_events"
-    __table_args__ = (UniqueConstraint("table_id", "snapshot_id"),)
+    __table_args__ = (
+        UniqueConstraint("table_id", "snapshot_id"),
+        UniqueConstraint("table_id", "commit_id"),
+        CheckConstraint("(snapshot_id IS NULL) <> (commit_id IS NULL)", name="one_commit_id"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     table_id: Mapped[int] = mapped_column(
         ForeignKey("managed_tables.id", ondelete="CASCADE"), index=True
     )
-    snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    # Non-null for an Iceberg table's event (the typing keeps today's Iceberg code exact).
+    snapshot_id: Mapped[int] = mapped_column(BigInteger, nullable=True)
+    commit_id: Mapped[str | None] = mapped_column(Text)
     parent_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     sequence_number: Mapped[int | None] = mapped_column(BigInteger)
     operation: Mapped[str | None] = mapped_column(String(32))
@@ -205,6 +218,11 @@ class TimelineEvent(Base):
     # What policy evaluation made of this event: "task:<id>", "no-action", ...
     decision: Mapped[str | None] = mapped_column(String(32))
     decision_detail: Mapped[dict[str, Any] | None]
+
+    @property
+    def commit(self) -> str:
+        """The commit id as the format seam spells it (lakewarden.formats.base.CommitId)."""
+        return self.commit_id if self.commit_id is not None else str(self.snapshot_id)
 
 
 class Task(Base):

@@ -28,6 +28,7 @@ from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRe
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
+from lakewarden.events.hudi import refresh_hudi_table
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable, error_line
 from lakewarden.metastore import iceberg_pointers, metastore_client
@@ -172,7 +173,14 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
     alerted (`lakewarden.isolation`) and retried on the next poll."""
     result = PollResult(entry.name)
     isolated = PerTable("poller")
-    if entry.type in ("jdbc", "hive"):
+    if entry.type == "hudi":
+        # No catalog to list: each managed table's timeline is read for its head token.
+        managed = _managed(rt, entry.name)
+        result.tables_seen = len(managed)
+        for (namespace, name), known in managed.items():
+            with isolated.table(f"{namespace}.{name}"):
+                result.refreshed += refresh_hudi_table(rt, entry, TableRef(namespace, name), known)
+    elif entry.type in ("jdbc", "hive"):
         pointers: Listing | None
         if entry.type == "jdbc":
             pointers, result.commit_trigger = jdbc_listing(rt, entry)

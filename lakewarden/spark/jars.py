@@ -7,6 +7,10 @@
    lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
    Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
 
+A lock group named after a format family (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle)
+goes on Spark's classpath only in that family's session (`resolve_jars(settings, family)`):
+the Iceberg session launches with the jars it always had.
+
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
 directory: `benchmarks/s3_server.py`; Hive's notification listener:
@@ -41,6 +45,10 @@ DOWNLOAD_TIMEOUT_S = 120
 SERVER_GROUP_PREFIX = "server-"
 ARCHIVES = ("tar.gz", "zip")
 UNPACKED_MARK = ".unpacked"  # written last: a directory without it is a half unpacking
+# Session families (research note §6: Hudi wants `spark_catalog`, so its jobs get a Spark
+# session of their own): the default one, and each further one with its lock group.
+DEFAULT_FAMILY = "iceberg"
+FAMILY_GROUPS = {"hudi": "hudi"}
 
 
 class JarsUnavailable(RuntimeError):
@@ -69,6 +77,11 @@ class PinnedJar:
         """`jar`, or an archive's packaging (`tar.gz`, `zip`)."""
         _, at, extension = self.coordinate.partition("@")
         return extension if at else "jar"
+
+    @property
+    def family(self) -> str | None:
+        """The one session family whose classpath has it (`hudi`), or None: every family's."""
+        return next((f for f, g in FAMILY_GROUPS.items() if g == self.group), None)
 
     @property
     def file_name(self) -> str:
@@ -113,9 +126,19 @@ def read_lock(path: Path = LOCK_FILE) -> list[PinnedJar]:
     return out
 
 
-def spark_pins() -> list[PinnedJar]:
-    """The pinned jars that go on Spark's classpath (the lock less its servers' groups)."""
-    return [p for p in read_lock() if p.for_spark]
+def spark_pins(family: str | None = DEFAULT_FAMILY) -> list[PinnedJar]:
+    """The pinned jars that go on the classpath of a `family` session (the lock less its
+    servers' groups and other families' groups); `family=None`: every family's."""
+    check_family(family or DEFAULT_FAMILY)
+    return [
+        p for p in read_lock() if p.for_spark and (family is None or p.family in (None, family))
+    ]
+
+
+def check_family(family: str) -> None:
+    if family != DEFAULT_FAMILY and family not in FAMILY_GROUPS:
+        known = ", ".join([DEFAULT_FAMILY, *FAMILY_GROUPS])
+        raise JarsUnavailable(f"unknown Spark session family {family!r} (known: {known})")
 
 
 def pinned(group: str) -> PinnedJar:
@@ -130,22 +153,29 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def resolve_jars(settings: Settings) -> JarSpec:
+def resolve_jars(settings: Settings, family: str = DEFAULT_FAMILY) -> JarSpec:
+    """The jars of a `family` session. Explicit jars and Maven coordinates stand for the
+    Iceberg family's; another family adds its own pinned group to them (its coordinate, or
+    its jar fetched into the cache)."""
+    own = [p for p in spark_pins(family) if p.family is not None]
     if settings.spark_jars:
         jars = _split(settings.spark_jars)
         missing = [j for j in jars if not Path(j).exists()]
         if missing:
             raise JarsUnavailable(f"LAKEWARDEN_SPARK_JARS names missing files: {missing}")
+        cache, repo = settings.jars_cache_dir / "maven", settings.maven_repository
+        jars += [str(p) for p in fetch_pinned(cache, repo, own)] if own else []
         return JarSpec(jars=jars, source="explicit")
     if settings.spark_packages:
         packages = _split(settings.spark_packages)
         if not any(p.startswith("org.postgresql:") for p in packages):
             packages += [pinned("jdbc").coordinate]
+        packages += [p.coordinate for p in own]
         return JarSpec(packages=packages, source="maven")
     paths = fetch_pinned(
         settings.jars_cache_dir / "maven",
         settings.maven_repository,
-        spark_pins(),
+        spark_pins(family),
     )
     return JarSpec(jars=[str(p) for p in paths], source="pinned")
 
@@ -162,11 +192,11 @@ def server_jars(settings: Settings, group: str) -> list[Path]:
 def fetch_pinned(cache: Path, repository: str, jars: list[PinnedJar] | None = None) -> list[Path]:
     """The path in `cache` of each of `jars` (Spark's pinned jars by default), fetched
     first where it is missing. A jar already there is trusted by its size (a full hash of
-    ~120 MB at every Spark start would cost more than it guards; `check_pinned` hashes
-    them); a fetched one must match its sha256 before it is moved into place, so a half or
-    wrong download is never used."""
+    ~200 MB at every Spark start would cost more than it guards; `check_pinned` hashes
+    them); `jars` defaults to every family's Spark jars. A fetched one must match its
+    sha256 before it is moved into place, so a half or wrong download is never used."""
     out = []
-    for jar in jars if jars is not None else spark_pins():
+    for jar in jars if jars is not None else spark_pins(None):
         path = cache / jar.file_name
         if not (path.exists() and path.stat().st_size == jar.size):
             _download(jar, repository, path)
@@ -201,10 +231,10 @@ def unpacked(archive: Path) -> Path:
 
 
 def check_pinned(cache: Path, jars: list[PinnedJar] | None = None) -> list[str]:
-    """What is wrong with the cache against the lock, one line per jar of `jars` (Spark's
-    by default); empty when every jar is there with its size and sha256."""
+    """What is wrong with the cache against the lock, one line per jar of `jars` (every
+    family's Spark jars by default); empty when every jar is there with its size and sha256."""
     problems = []
-    for jar in jars if jars is not None else spark_pins():
+    for jar in jars if jars is not None else spark_pins(None):
         path = cache / jar.file_name
         if not path.exists():
             problems.append(f"{jar.file_name}: missing from {cache} (run `lakewarden jars`)")

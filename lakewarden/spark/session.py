@@ -1,4 +1,12 @@
-"""The warm Spark session with the Iceberg catalog wired to lakewarden's catalog."""
+"""The warm Spark session with the Iceberg catalog wired to lakewarden's catalog.
+
+A session belongs to a format family (`jars.DEFAULT_FAMILY`, "iceberg"; or "hudi"). The
+Hudi family's adds Hudi's bundle, its session extension beside Iceberg's, its
+`spark_catalog` (HoodieCatalog: Hudi's SQL and procedures want it, and `spark_catalog`
+can hold one implementation only) and the Kryo serializer Hudi requires. One JVM has one
+classpath, so a family is a JVM of its own; the Iceberg family is launched exactly as
+before.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ from lakewarden.catalogs.catalog import CatalogEntry, default_entry, jdbc_params
 from lakewarden.redact import is_secret_key
 from lakewarden.settings import Settings
 from lakewarden.spark import joblog
-from lakewarden.spark.jars import resolve_jars
+from lakewarden.spark.jars import DEFAULT_FAMILY, check_family, resolve_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,12 +40,30 @@ def _is_secret(key: str) -> bool:
     return is_secret_key(key)
 
 
-def spark_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
+_ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+# What a family adds to the Iceberg session's settings (its jars come from `resolve_jars`).
+FAMILY_CONF: dict[str, dict[str, str]] = {
+    "hudi": {
+        "spark.sql.extensions": (
+            f"{_ICEBERG_EXTENSIONS},org.apache.spark.sql.hudi.HoodieSparkSessionExtension"
+        ),
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+    },
+}
+
+
+def spark_conf(
+    settings: Settings, control_plane_url: str, family: str = DEFAULT_FAMILY
+) -> dict[str, str]:
     """Every Spark setting lakewarden launches the JVM with, as plain data (tested without a
     JVM). No secrets: PySpark passes each of these to spark-submit as `--conf key=value`,
     so they are on the JVM's world-readable /proc/<pid>/cmdline. `session_secrets` holds
     the rest, which `build_session` sets on the running session."""
-    return {k: v for k, v in _all_conf(settings, control_plane_url).items() if not _is_secret(k)}
+    conf = _all_conf(settings, control_plane_url, family)
+    return {k: v for k, v in conf.items() if not _is_secret(k)}
 
 
 def session_secrets(settings: Settings, control_plane_url: str) -> dict[str, str]:
@@ -128,12 +154,15 @@ def _on_loopback(master: str) -> bool:
     return all(h in _LOOPBACK_HOSTS for h in hosts)
 
 
-def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
+def _all_conf(
+    settings: Settings, control_plane_url: str, family: str = DEFAULT_FAMILY
+) -> dict[str, str]:
+    check_family(family)
     conf = {
         "spark.master": settings.spark_master,
         "spark.app.name": "lakewarden",
         "spark.driver.memory": settings.spark_driver_memory,
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.extensions": _ICEBERG_EXTENSIONS,
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "true" if settings.spark_ui_enabled else "false",
         "spark.ui.showConsoleProgress": "false",
@@ -164,7 +193,8 @@ def _all_conf(settings: Settings, control_plane_url: str) -> dict[str, str]:
         # default, or at `spark.driver.host` in LAKEWARDEN_SPARK_CONF (applied below).
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-    jars = resolve_jars(settings)
+    conf.update(FAMILY_CONF.get(family, {}))
+    jars = resolve_jars(settings, family)
     if jars.jars:
         conf["spark.jars"] = ",".join(jars.jars)
     if jars.packages:
@@ -193,7 +223,9 @@ def write_fair_pools(settings: Settings) -> Path:
     return path
 
 
-def build_session(settings: Settings, control_plane_url: str, app_name: str) -> SparkSession:
+def build_session(
+    settings: Settings, control_plane_url: str, app_name: str, family: str = DEFAULT_FAMILY
+) -> SparkSession:
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -208,7 +240,7 @@ def build_session(settings: Settings, control_plane_url: str, app_name: str) -> 
     # (a py4j connection thread serves whichever Python thread calls).
     os.environ["PYSPARK_PIN_THREAD"] = "true"
     builder = SparkSession.builder
-    conf = spark_conf(settings, control_plane_url)
+    conf = spark_conf(settings, control_plane_url, family)
     if "spark.scheduler.allocation.file" not in conf:
         conf["spark.scheduler.allocation.file"] = str(write_fair_pools(settings))
     for key, value in conf.items():

@@ -27,6 +27,17 @@ def procedure(catalog: str, name: str) -> str:
     return f"CALL `{catalog}`.system.{name}"
 
 
+_UNSAFE_PATH = re.compile(r"['\\\x00-\x1f`]")
+
+
+def path_literal(path: str) -> str:
+    """A table's base path as a SQL string (a Hudi procedure's `path => '…'`); a path with a
+    quote, backslash, backtick or control character is refused rather than escaped."""
+    if not path or _UNSAFE_PATH.search(path):
+        raise PlanRejected(f"a table path with quotes or control characters: {path!r}")
+    return f"'{path}'"
+
+
 def column(name: str) -> str:
     if not IDENTIFIER.match(name):
         raise PlanRejected(f"invalid column name {name!r}")

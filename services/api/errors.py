@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from lakewarden.catalogs.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
+from lakewarden.catalogs.registry import NotIceberg
 from lakewarden.db.session import transaction
 from lakewarden.tables import TableGone
 from lakewarden.tasks.machine import TERMINAL_STATES
@@ -197,6 +198,12 @@ async def _catalog_unusable(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, f"{exc}; fix the deployment of this replica or the catalog")
 
 
+async def _not_iceberg(_: Request, exc: Exception) -> JSONResponse:
+    # An Iceberg-only operation (refs, readiness, a policy check against the table, ...)
+    # on a Hudi table: the request, not the deployment, is at fault.
+    return error_response(409, f"{exc}: this operation is for Iceberg tables only")
+
+
 async def _table_gone(_: Request, exc: Exception) -> JSONResponse:
     # Unregistered by a concurrent request after this one looked the table up.
     return error_response(404, f"{exc}; register it again with POST /api/v1/tables")
@@ -251,6 +258,7 @@ def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(NoSuchTableError, _no_such_table)
     app.add_exception_handler(UnknownCatalog, _unknown_catalog)
     app.add_exception_handler(CatalogConfigError, _catalog_unusable)
+    app.add_exception_handler(NotIceberg, _not_iceberg)
     app.add_exception_handler(TableGone, _table_gone)
     app.add_exception_handler(TransitionRejected, _transition_rejected)
     app.add_exception_handler(DBAPIError, _database_error)

@@ -23,7 +23,7 @@ from lakewarden.db.session import transaction
 from lakewarden.health.measure import measure
 from lakewarden.isolation import PerTable
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, effective_policy_for, ref_of
+from lakewarden.tables import ICEBERG, LIVE, effective_policy_for, ref_of
 
 
 def measure_due_tables(
@@ -78,6 +78,7 @@ def _due_batch(
         select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
         .where(
             LIVE,
+            ICEBERG,
             or_(
                 ManagedTable.health_measured_at.is_(None),
                 ManagedTable.health_measured_at < stale,

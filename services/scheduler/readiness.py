@@ -54,7 +54,7 @@ from lakewarden.redact import redact, secrets_of
 from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
-from lakewarden.tables import LIVE, effective_policy_for, ref_of
+from lakewarden.tables import ICEBERG, LIVE, effective_policy_for, ref_of
 from lakewarden.tasks.birth import open_task
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _candidates(rt: Runtime) -> list[tuple[int, str]]:
     with transaction(rt.engine) as s:
         rows = s.execute(
             select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
-            .where(LIVE, or_(named, by_namespace))
+            .where(LIVE, ICEBERG, or_(named, by_namespace))
             .order_by(ManagedTable.id)
         ).all()
     return [(r.id, f"{r.namespace}.{r.name}") for r in rows]

@@ -39,7 +39,7 @@ from lakewarden.leader import Fence, check_fence
 from lakewarden.policy.model import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
 from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, holds_on
+from lakewarden.tables import ICEBERG, LIVE, holds_on
 from lakewarden.tasks.birth import open_task
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
             check_fence(s, fence)
             rows = s.execute(
                 select(*_COLUMNS)
-                .where(LIVE, ManagedTable.id > after)
+                .where(LIVE, ICEBERG, ManagedTable.id > after)
                 .order_by(ManagedTable.id)
                 .limit(rt.settings.sweep_batch_size)
             ).all()

@@ -54,6 +54,7 @@ OPERATION_IDS = {
     ("PUT", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): "putNamespacePolicy",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/health"): "getTableHealth",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): "explainTable",
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/hudi"): "hudiTableHealth",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): "listTableRefs",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): "rollbackTable",
     ("GET", "/api/v1/tasks"): "listTasks",

@@ -116,13 +116,18 @@ def _value(column: Column[Any], n: int) -> Any:
     raise AssertionError(f"no test value for {column} of type {kind!r}: add one here")
 
 
-def _check_values(table: Table) -> dict[str, str]:
-    """A value each `column IN ('a', ...)` / `column = 'a'` CHECK of the table allows."""
-    out = {}
+def _check_values(table: Table) -> dict[str, str | None]:
+    """A value each `column IN ('a', ...)` / `column = 'a'` CHECK of the table allows; of
+    an exactly-one-of CHECK (`(a IS NULL) <> (b IS NULL)`), `b` is left NULL."""
+    out: dict[str, str | None] = {}
     for check in table.constraints:
         if isinstance(check, CheckConstraint):
-            m = re.fullmatch(r"(\w+) (?:IN \(|= )'(\w+)'.*", str(check.sqltext))
-            assert m, f"a CHECK this test cannot satisfy yet: {check.sqltext}"
+            sql = str(check.sqltext)
+            if one_of := re.fullmatch(r"\((\w+) IS NULL\) <> \((\w+) IS NULL\)", sql):
+                out[one_of[2]] = None
+                continue
+            m = re.fullmatch(r"(\w+) (?:IN \(|= )'(\w+)'.*", sql)
+            assert m, f"a CHECK this test cannot satisfy yet: {sql}"
             out[m[1]] = m[2]
     return out
 

@@ -20,6 +20,9 @@ from lakewarden.spark.jars import (
     read_lock,
     unpacked,
 )
+from lakewarden.spark.jars import (
+    pinned as pinned_jar,
+)
 
 BYTES = b"PK\x03\x04 not really a jar, but bytes with a known hash"
 
@@ -111,7 +114,8 @@ def test_a_servers_jars_never_reach_sparks_classpath(
     from lakewarden.spark.jars import resolve_jars
 
     jars = resolve_jars(Settings())
-    assert {Path(j).name for j in jars.jars} == {p.file_name for p in pinned if p.for_spark}
+    iceberg = {p.file_name for p in pinned if p.for_spark and p.family is None}
+    assert {Path(j).name for j in jars.jars} == iceberg
 
 
 def test_an_archive_is_pinned_fetched_and_unpacked_once(tmp_path: Path) -> None:
@@ -152,3 +156,31 @@ def test_a_lock_line_with_an_unknown_packaging_is_named(tmp_path: Path) -> None:
     lock.write_text(f"server-x org.example:plugin:1.0@rar 12 {'0' * 64}\n")
     with pytest.raises(JarsUnavailable, match=r"jars.lock:1: expected"):
         read_lock(lock)
+
+
+def test_hudi_s_bundle_is_on_the_hudi_family_s_classpath_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hudi's bundle brings its own `spark_catalog` and Avro: the Iceberg session launches
+    without it, the Hudi family's with it and everything else the Iceberg one has."""
+    pinned = read_lock()
+    cache = tmp_path / "maven"
+    cache.mkdir()
+    for p in pinned:
+        with (cache / p.file_name).open("wb") as f:
+            f.truncate(p.size)
+    monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
+    monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
+    from lakewarden.settings import Settings
+    from lakewarden.spark.jars import resolve_jars
+
+    hudi = pinned_jar("hudi")
+    iceberg = {Path(j).name for j in resolve_jars(Settings()).jars}
+    both = {Path(j).name for j in resolve_jars(Settings(), "hudi").jars}
+    assert hudi.file_name not in iceberg and both == iceberg | {hudi.file_name}
+    monkeypatch.setenv("LAKEWARDEN_SPARK_PACKAGES", "org.example:x:1")
+    assert hudi.coordinate in resolve_jars(Settings(), "hudi").packages
+    assert hudi.coordinate not in resolve_jars(Settings()).packages
+    with pytest.raises(JarsUnavailable, match="unknown Spark session family 'delta'"):
+        resolve_jars(Settings(), "delta")

@@ -17,7 +17,11 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import find_table
 from lakewarden.db.models import ManagedTable
+from lakewarden.formats.hudi.catalog import open_timeline
+from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVersion
 from lakewarden.health import explain
+from lakewarden.health.hudi import hudi_health
 from lakewarden.health.measure import add_storage, measure
 from lakewarden.runtime import Runtime
 from lakewarden.storage import DEFAULT_MAX_FILES, LIMIT_MAX_FILES
@@ -26,7 +30,7 @@ from services.api import errors
 from services.api.access import TableDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.policies import current_policy
-from services.api.schemas import ErrorOut, ExplainOut, HealthOut
+from services.api.schemas import ErrorOut, ExplainOut, HealthOut, HudiHealthOut
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["health"])
 
@@ -39,6 +43,16 @@ GONE = {
 def _read_only(session: Session) -> None:
     # Allowed after the table lookup: Postgres only refuses a switch to read-write late.
     session.execute(text("SET TRANSACTION READ ONLY"))
+
+
+def _iceberg_only(row: ManagedTable) -> None:
+    if row.format != "iceberg":
+        raise HTTPException(
+            409,
+            f"table {row.namespace}.{row.name} is a {row.format} table: GET "
+            f"/api/v1/catalogs/{row.catalog}/tables/{row.namespace}/{row.name}/hudi shows "
+            "its file groups, log files and table services",
+        )
 
 
 def load_live_table(rt: Runtime, row: ManagedTable) -> Table:
@@ -84,6 +98,7 @@ def get_table_health(
     metadata files, layout, partition skew and TTL state (overall and per partition), a
     0-100 score with what each factor cost, and every threshold that fires."""
     _read_only(session)
+    _iceberg_only(row)
     policy = current_policy(session, row)
     table = load_live_table(rt, row)
     now = datetime.now(UTC)
@@ -115,8 +130,34 @@ def explain_table(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Explain
     create a task, and the plan its planner would make now (with the expected gain) or why
     it would skip. Live blockers are listed. Nothing is run or written."""
     _read_only(session)
+    _iceberg_only(row)
     table = load_live_table(rt, row)
     policy = current_policy(session, row)
     return ExplainOut.model_validate(
         explain.explain_table(session, row, table, policy, datetime.now(UTC), settings=rt.settings)
+    )
+
+
+@router.get(
+    "/{namespace}/{name}/hudi",
+    response_model=HudiHealthOut,
+    responses=errors.documented(
+        notes={**errors.ON_TABLE, 409: "the table is not a Hudi table, or its path no longer is"}
+    ),
+)
+def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> HudiHealthOut:
+    """A Hudi table's health and explain: file groups, base-file sizes (a histogram), log
+    files per file slice and their bytes, pending compactions and clustering, timeline
+    length; and per table service whether there is work and who does it."""
+    _read_only(session)
+    if row.format != "hudi":
+        raise HTTPException(409, f"table {row.namespace}.{row.name} is not a Hudi table")
+    session.commit()  # hudi-rs lists the table's files: no transaction open meanwhile
+    try:
+        timeline = open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
+    except (NotAHudiTable, UnsupportedTableVersion) as exc:
+        raise HTTPException(409, str(exc)) from exc
+    facts = read_facts(timeline.base_path, timeline)
+    return HudiHealthOut.model_validate(
+        {"table": f"{row.namespace}.{row.name}", **hudi_health(facts)}
     )

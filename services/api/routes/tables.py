@@ -5,18 +5,22 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
+from sqlalchemy.orm import Session
 
 from lakewarden import tables
 from lakewarden.auth.grants import Role
-from lakewarden.catalogs.catalog import TableRef, find_table, load_table
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef, find_table, load_table
 from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
+from lakewarden.events.hudi import sync_hudi_table
 from lakewarden.events.ingest import list_events
 from lakewarden.events.refresh import ingest_commits
+from lakewarden.formats.hudi.catalog import open_timeline
+from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVersion
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.model import Policy
 from services.api import errors
-from services.api.access import AccessDep, TableDep
+from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import CatalogDep, RuntimeDep, SessionDep
 from services.api.paging import PageDep, read_sorted_cursor, sorted_cursor
 from services.api.policies import (
@@ -65,6 +69,9 @@ def register_table(
     tables.lock_namespace(session, catalog, ref.namespace, exclusive=False)
     if tables.get_table(session, catalog, ref) is not None:
         raise HTTPException(409, f"table {ref.dotted} is already managed")
+    entry = rt.catalogs.entry(catalog)
+    if entry.type == "hudi":
+        return _register_hudi_table(entry, ref, body, session, access)
     table = load_table(rt.catalogs.load(catalog), ref)
     foreign = detect_table(table)
     if foreign is not None and not body.force:
@@ -84,6 +91,34 @@ def register_table(
         raise HTTPException(409, str(exc)) from exc
     # The current snapshot is the baseline, evaluated at once: the table may already need work.
     ingest_commits(session, rt, row, table, source="register", max_walk=1)
+    return table_out(session, row)
+
+
+def _register_hudi_table(
+    entry: CatalogEntry, ref: TableRef, body: TableIn, session: Session, access: Access
+) -> TableOut:
+    """A Hudi table of a `hudi` catalog, found by its base path (404: no Hudi table there;
+    422: a table version lakewarden does not read). Its newest completed instant is the
+    baseline event; no maintenance kind plans it yet, so its policy is stored as given
+    (and validated) for when they do."""
+    try:
+        timeline = open_timeline(entry, ref)
+    except NotAHudiTable as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except UnsupportedTableVersion as exc:
+        raise HTTPException(422, str(exc)) from exc
+    overrides = body.policy.model_dump(exclude_unset=True)
+    policy = check_policy(session, entry.name, ref.namespace, overrides, None)
+    inherited = check_policy(session, entry.name, ref.namespace, {}, None)
+    authorize_policy_change(access, entry.name, ref.namespace, inherited, policy, "the policy")
+    record_policy_change(access, inherited, policy)
+    try:
+        row = tables.add_table(
+            session, entry.name, ref, overrides, author=access.actor, format="hudi"
+        )
+    except tables.AlreadyManaged as exc:
+        raise HTTPException(409, str(exc)) from exc
+    sync_hudi_table(session, row, timeline, source="register", baseline=True)
     return table_out(session, row)
 
 

@@ -140,11 +140,14 @@ class CatalogIn(RequestModel):
         description="the Iceberg catalog's own name (a JDBC catalog's `catalog_name`)",
         json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
     )
-    type: Literal["jdbc", "rest", "hive"]
+    type: Literal["jdbc", "rest", "hive", "hudi"] = Field(
+        description="an Iceberg catalog (jdbc, rest, hive), or `hudi`: Hudi tables by base "
+        "path, `<warehouse>/<namespace>/<name>` (docs/hudi.md)"
+    )
     properties: CatalogProperties = Field(
         description="pyiceberg's catalog properties (`uri`, `warehouse`, `credential`, "
-        '`token`, `s3.*`, ...); a secret only as a reference: {"env": NAME} or '
-        '{"file": PATH}',
+        "`token`, `s3.*`, ...); a hudi catalog: `warehouse` only; a secret only as a "
+        'reference: {"env": NAME} or {"file": PATH}',
         max_length=100,
     )
     poll_interval_s: float = Field(default=30.0, ge=1, le=86400)

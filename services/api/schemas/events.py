@@ -75,7 +75,11 @@ class EventBatchIn(RequestModel):
 
 class EventOut(ResponseModel):
     id: int
-    snapshot_id: int
+    commit: str = Field(
+        description="the commit's id as its format spells it: an Iceberg snapshot id (as "
+        "text), a Hudi instant's requested time"
+    )
+    snapshot_id: int | None = Field(description="an Iceberg table's snapshot id; null for Hudi")
     parent_snapshot_id: int | None
     sequence_number: int | None
     operation: str | None

@@ -509,3 +509,24 @@ class ExplainOut(ResponseModel):
 
 class PartitionReadinessPage(Page[PartitionReadinessOut]):
     pass
+
+
+class HudiServiceOut(ResponseModel):
+    service: Literal["compaction", "clustering", "clean"]
+    due: bool = Field(description="the table has work for this service")
+    reason: str
+
+
+class HudiHealthOut(ResponseModel):
+    """A Hudi table's file-system view and timeline, and its table services' state."""
+
+    table: str
+    facts: dict[str, Any] = Field(
+        description="table type and version, head instant, timeline length, pending "
+        "services, file groups, base and log files and bytes (overall and per partition)"
+    )
+    base_file_sizes: dict[str, int] = Field(description="base files per size bucket")
+    log_files_per_slice: dict[str, int] = Field(
+        description="file slices by how many log files a reader merges into each"
+    )
+    services: list[HudiServiceOut]
