@@ -78,3 +78,30 @@ def test_register_poll_and_explain_a_hudi_table(
     assert iceberg_view.status_code == 409 and "/lake/mor/hudi" in iceberg_view.json()["detail"]
     refs = client.get(f"{tables}/lake/mor/refs")  # any Iceberg-only route: a 409, not a 503
     assert refs.status_code == 409 and "holds Hudi tables" in refs.json()["detail"], refs.text
+
+
+def test_a_hudi_tables_policy_is_read_checked_and_stored_without_iceberg(
+    client: TestClient, hudi_tables: HudiTables, tmp_path: Path
+) -> None:
+    """PUT .../policy on a Hudi table: validated as a policy (over its namespace's
+    defaults), versioned; no Iceberg load (it answered 409 before)."""
+    warehouse = tmp_path / "wh"
+    shutil.copytree(hudi_tables.cow, warehouse / "lake" / "cow")
+    _hudi_catalog(client, warehouse)
+    table = f"{CATALOGS}/hlake/tables/lake/cow"
+    assert client.post(f"{CATALOGS}/hlake/tables", json={"namespace": "lake", "name": "cow"})
+    put = client.put(f"{table}/policy", json={"compaction": {"min_input_files": 2}})
+    assert put.status_code == 200, put.text
+    body = put.json()
+    assert body["policy_version"] == 2 and body["policy"]["compaction"]["min_input_files"] == 2
+    bad = client.put(f"{table}/policy", json={"compaction": {"min_input_files": 20}})
+    assert bad.status_code == 422 and "must not exceed" in bad.text, bad.text
+    versions = client.get(f"{table}/policy/versions").json()
+    assert [v["version"] for v in versions] == [2, 1]
+    restored = client.post(f"{table}/policy/versions/1/restore")
+    assert restored.status_code == 200 and restored.json()["policy_version"] == 3
+    defaults = client.put(
+        f"{CATALOGS}/hlake/namespaces/lake/policy",
+        json={"clustering": {"enabled": True, "columns": ["region"]}},
+    )
+    assert defaults.status_code == 200, defaults.text  # no Iceberg schema read for it
