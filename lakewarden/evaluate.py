@@ -13,10 +13,12 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import KindHold, ManagedTable, Task, TimelineEvent
+from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.holds import describe as describe_hold
-from lakewarden.kinds import REGISTRY
-from lakewarden.kinds.base import EventFacts
-from lakewarden.policy.model import first_problem
+from lakewarden.kinds import REGISTRY, hudi_compaction
+from lakewarden.kinds.base import EventFacts, Verdict
+from lakewarden.policy.model import CompactionPolicy, Policy, first_problem
 from lakewarden.tables import effective_policy_for
 from lakewarden.tasks.birth import open_task, why_not
 
@@ -58,9 +60,28 @@ def _last_task_state(session: Session, table_id: int, kind: str) -> str | None:
     )
 
 
-def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], actor: str) -> None:
+def hudi_verdicts(
+    session: Session, row: ManagedTable, policy: Policy, timeline: HudiTimeline
+) -> dict[str, Verdict]:
+    """The kinds that run on a Hudi table and their verdicts, from its file-system view
+    and timeline (lakewarden.kinds.hudi_compaction): compaction only, for now."""
+    facts = read_facts(timeline.base_path, timeline)
+    ours = hudi_compaction.planned_instants(session, row.id)
+    section = policy.for_kind(hudi_compaction.KIND)
+    assert isinstance(section, CompactionPolicy)
+    return {hudi_compaction.KIND: hudi_compaction.verdict(section, facts, timeline, ours)}
+
+
+def evaluate_events(
+    session: Session,
+    row: ManagedTable,
+    event_ids: list[int],
+    actor: str,
+    timeline: HudiTimeline | None = None,
+) -> None:
     """Evaluate the newest of the new events for every event-driven kind; older ones are
-    superseded by it. The event records one decision per kind, with its reason."""
+    superseded by it. The event records one decision per kind, with its reason. A Hudi
+    table (`timeline`: its timeline as just read) is judged by the kinds that run on it."""
     if not event_ids:
         return
     events = list(
@@ -85,15 +106,24 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
         session.flush()
         return
     detail: dict[str, Any] = {}
+    hudi = None if timeline is None else hudi_verdicts(session, row, policy, timeline)
     for kind in REGISTRY.values():
         if kind.event_verdict is None:
             continue
         section = kind.section(policy)
+        if hudi is not None and kind.name not in hudi:
+            reason = f"{kind.name} does not run on Hudi tables yet (issue 28)"
+            detail[kind.name] = {"decision": "no-action", "reason": reason}
+            continue
         if not section.enabled:
             detail[kind.name] = {"decision": "disabled", "reason": f"{kind.name} is disabled"}
             continue
-        verdict = kind.event_verdict(
-            section, event_facts(session, row.id, kind.name, newest.summary)
+        verdict = (
+            hudi[kind.name]
+            if hudi is not None
+            else kind.event_verdict(
+                section, event_facts(session, row.id, kind.name, newest.summary)
+            )
         )
         entry: dict[str, Any] = {"reason": verdict.reason, "metrics": verdict.metrics}
         if not verdict.needed:
@@ -110,6 +140,7 @@ def evaluate_events(session: Session, row: ManagedTable, event_ids: list[int], a
                     "source": "event",
                     "event_id": newest.id,
                     "snapshot_id": newest.snapshot_id,
+                    **({"commit": newest.commit_id} if timeline is not None else {}),
                     "reason": verdict.reason,
                     "metrics": verdict.metrics,
                     "expected_gain": verdict.expected_gain,

@@ -9,8 +9,10 @@ timeline's head token (the newest completed instant's file name): an unchanged t
 nothing new, and nothing is read. As with Iceberg, `INSERT ... ON CONFLICT DO NOTHING`
 keeps one event per instant however often it is reported.
 
-No maintenance kind plans a Hudi table yet, so events are recorded with the decision
-`no-action` and that reason, never handed to the Iceberg kinds' verdicts.
+Events are inserted with the decision `no-action`; a poll and a registration then judge
+the newest of them by the kinds that run on Hudi tables (`lakewarden.evaluate`, with the
+timeline just read: compaction of merge-on-read tables), never by the Iceberg kinds'
+verdicts; the older ones of the batch become `superseded`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sqlalchemy.orm import Session
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
+from lakewarden.evaluate import evaluate_events
 from lakewarden.formats.base import Commit
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -33,9 +36,7 @@ from lakewarden.tables import get_table
 
 PAGE = 1000  # instants read and inserted per round
 
-NO_KINDS_YET = (
-    "a Hudi table: its instants are recorded; no maintenance kind plans Hudi tables yet (issue 28)"
-)
+NO_KINDS_YET = "a Hudi instant, recorded; not judged by any kind (not the newest of its batch)"
 
 _INSERT = text(
     """
@@ -150,4 +151,6 @@ def refresh_hudi_table(rt: Runtime, entry: CatalogEntry, ref: TableRef, known: s
         if locked is None or locked.retired_at is not None:
             return 0
         ingested = sync_hudi_table(session, locked, timeline, source="poll")
+        actor = f"poll:{rt.process_id}"
+        evaluate_events(session, locked, ingested.new_event_ids, actor, timeline=timeline)
     return 1 if ingested.new_event_ids else 0

@@ -38,9 +38,11 @@ from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.jobs.execute import Job, run_job
+from lakewarden.jobs.hudi import run_hudi_job
 from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
+from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
@@ -158,13 +160,15 @@ def _run_loaded(rt: Runtime, job: Job) -> int:
         try:
             from lakewarden.spark.session import build_session
 
-            spark = build_session(rt.settings, rt.db_url, job.group)
+            family = "hudi" if job.format == "hudi" else DEFAULT_FAMILY
+            spark = build_session(rt.settings, rt.db_url, job.group, family=family)
         except Exception as exc:
             log.exception("task %d: no Spark session", task_id)
             state = finish_run(rt, fence(), task_id, attempt, error=exc)
         else:
             try:
-                state = run_job(rt, spark, fence, job)
+                run = run_hudi_job if job.format == "hudi" else run_job
+                state = run(rt, spark, fence, job)
             finally:
                 spark.stop()
     finally:

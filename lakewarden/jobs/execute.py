@@ -60,6 +60,9 @@ class Job:
     # `validation` section (lakewarden.spark.validation), and it may run `timeout_s`.
     validation: ValidationPolicy = field(default_factory=ValidationPolicy)
     timeout_s: float = 0.0
+    # The table's format (lakewarden.formats): a Hudi table's job runs in a Hudi-family
+    # session of its own application (lakewarden.jobs.hudi), whatever its pool's mode.
+    format: str = "iceberg"
 
     @classmethod
     def of(
@@ -86,6 +89,7 @@ class Job:
             task.pool,
             checks,
             timeout_s,
+            row.format,
         )
 
     @property

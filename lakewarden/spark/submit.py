@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lakewarden.redact import MASK, is_secret_key, redact, secrets_of
 from lakewarden.settings import Settings
+from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.session import spark_conf
 
 ENTRY_MODULE = "lakewarden.jobs.application_entry"
@@ -87,17 +88,22 @@ def submit_argv(
     task_id: int,
     attempt: int,
     group: str,
+    family: str = DEFAULT_FAMILY,
 ) -> Submission:
     """`spark-submit` for one attempt of a task: its own application named after the job
     group, every `spark_conf` setting (no secrets there), and `entry` (the file of
-    `lakewarden.jobs.application_entry`) as the primary resource with `--task-id --attempt`."""
+    `lakewarden.jobs.application_entry`) as the primary resource with `--task-id --attempt`.
+    `family`: the session family whose jars and settings the JVM starts with (a Hudi
+    table's job: "hudi")."""
     master = application_master(settings)
     deploy_mode = settings.application_deploy_mode  # client or cluster: Settings checks
     if deploy_mode == CLUSTER and not is_kubernetes(master):
         # Spark itself refuses Python applications in cluster mode on a standalone master.
         raise ValueError("cluster deploy mode is for Kubernetes masters (k8s://...) only")
     conf = {
-        k: v for k, v in spark_conf(settings, control_plane_url).items() if k not in _NOT_AS_CONF
+        k: v
+        for k, v in spark_conf(settings, control_plane_url, family).items()
+        if k not in _NOT_AS_CONF
     }
     submission_id = None
     resource = entry

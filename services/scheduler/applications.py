@@ -29,21 +29,25 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import load_table
-from lakewarden.db.models import JobRun, Task
+from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.jobs import application_entry as entry
 from lakewarden.jobs.execute import Job, finish_if_committed
+from lakewarden.kinds import hudi_compaction
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark.commits import find_commit
+from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
     application_settings,
@@ -66,7 +70,11 @@ KILL_GRACE_S = 10.0  # SIGTERM, then SIGKILL this much later
 CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every loop
 
 
-def mode_of(settings: Settings, pool: str) -> RunMode:
+def mode_of(settings: Settings, pool: str, table_format: str = "iceberg") -> RunMode:
+    """How a job runs: its pool's mode (`pool_modes`); a Hudi table's job always as an
+    application (a Hudi-family JVM of its own: the warm session is Iceberg's)."""
+    if table_format == "hudi":
+        return RunMode.APPLICATION
     return settings.pool_modes.get(pool, RunMode.SESSION)
 
 
@@ -125,6 +133,7 @@ class Applications:
                 task_id=job.task_id,
                 attempt=job.attempt,
                 group=job.group,
+                family="hudi" if job.format == "hudi" else DEFAULT_FAMILY,
             )
         except ValueError as exc:  # misconfigured: no attempt can succeed
             finish_run(self.rt, fence, job.task_id, job.attempt, error=exc, retryable=False)
@@ -344,8 +353,11 @@ def judge_ended_run(
     if found is None:
         return "gone"
     task, row = found
-    table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
-    recovered = finish_if_committed(rt, fence, task_id, attempt, task.kind, table, judged=why)
+    if row.format == "hudi":
+        recovered = hudi_finish_if_committed(rt, fence, task_id, attempt, row, judged=why)
+    else:
+        table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
+        recovered = finish_if_committed(rt, fence, task_id, attempt, task.kind, table, judged=why)
     if recovered is not None:
         return recovered
     error: BaseException = (
@@ -354,6 +366,22 @@ def judge_ended_run(
         else ApplicationEnded(why)
     )
     return finish_run(rt, fence, task_id, attempt, error=error, spark_log=log_tail)
+
+
+def hudi_finish_if_committed(
+    rt: Runtime, fence: Fence, task_id: int, attempt: int, row: ManagedTable, **said: Any
+) -> str | None:
+    """A Hudi job's application ended without a word: the compaction instant its task's
+    runs recorded, completed on the timeline, means it succeeded (never run again)."""
+    with transaction(rt.engine) as s:
+        planned = hudi_compaction.planned_by_task(s, task_id)
+    if planned is None:
+        return None
+    timeline = open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
+    if planned not in {i.requested for i in timeline.completed()}:
+        return None
+    metrics = {hudi_compaction.PLANNED: planned, "recovered": True, **said}
+    return finish_run(rt, fence, task_id, attempt, metrics=metrics)
 
 
 def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications) -> str | None:
@@ -410,6 +438,8 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
     if held is None:
         return None
     task, row = held
+    if row.format == "hudi":
+        return None  # re-planned: its retry executes the instant its run recorded
     table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
     if find_commit(table, task_id) is None:
         return None

@@ -73,6 +73,10 @@ _NEXT_PLANNED = text(
       -- not a pool whose execution mode (pool_modes) this scheduler has no room for
       AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
           <> ALL(CAST(:full_modes AS text[]))
+      -- a Hudi table's job is always an application (services.scheduler.applications)
+      AND NOT ('{RunMode.APPLICATION}' = ANY(CAST(:full_modes AS text[]))
+               AND EXISTS (SELECT 1 FROM managed_tables m
+                           WHERE m.id = t.table_id AND m.format = 'hudi'))
       -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
       AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
       AND t.pool <> ALL(CAST(:quota_pools AS text[]))
@@ -201,7 +205,7 @@ class DispatchRounds(LeaseRounds):
                         scheduler_id=self.rt.process_id,
                         leader_epoch=fence.epoch,
                         spark_job_group=job.group,
-                        mode=mode_of(self.rt.settings, job.pool),
+                        mode=mode_of(self.rt.settings, job.pool, job.format),
                     )
                 )
         except FencedOut as exc:
@@ -211,7 +215,7 @@ class DispatchRounds(LeaseRounds):
             log.info(
                 "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
             )
-            if mode_of(self.rt.settings, job.pool) == RunMode.APPLICATION:
+            if mode_of(self.rt.settings, job.pool, job.format) == RunMode.APPLICATION:
                 self.applications.launch(fence, job, job.timeout_s)
                 return True
         future = self.pool.submit(self._run_job, fence, job)

@@ -48,7 +48,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     )
 
 
-def _argv(settings: Settings, **kw: object) -> list[str]:
+def _argv(settings: Settings, **kw: str) -> list[str]:
     return submit_argv(
         settings,
         DB,
@@ -91,6 +91,18 @@ def test_argv_runs_the_entry_for_one_attempt_with_every_launch_setting(settings:
     assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
     assert conf["spark.pyspark.driver.python"] == "/venv/bin/python"
     assert "spark.master" not in conf and "spark.app.name" not in conf
+
+
+def test_a_hudi_tables_application_starts_with_the_hudi_familys_jars_and_catalog(
+    settings: Settings,
+) -> None:
+    """A Hudi job's JVM is launched by spark-submit: its family's settings must be on the
+    command line (set in the session later, they would not reach the classpath)."""
+    iceberg, hudi = _confs(_argv(settings)), _confs(_argv(settings, family="hudi"))
+    assert "hudi-spark3.5-bundle" in hudi["spark.jars"]
+    assert "hudi-spark3.5-bundle" not in iceberg.get("spark.jars", "")
+    assert hudi["spark.sql.catalog.spark_catalog"].endswith("HoodieCatalog")
+    assert "HoodieSparkSessionExtension" in hudi["spark.sql.extensions"]
 
 
 def test_no_secret_from_the_environment_reaches_the_argv(

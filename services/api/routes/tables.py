@@ -12,6 +12,7 @@ from lakewarden.auth.grants import Role
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef, find_table, load_table
 from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
+from lakewarden.evaluate import evaluate_events
 from lakewarden.events.hudi import sync_hudi_table
 from lakewarden.events.ingest import list_events
 from lakewarden.events.refresh import ingest_commits
@@ -99,8 +100,7 @@ def _register_hudi_table(
 ) -> TableOut:
     """A Hudi table of a `hudi` catalog, found by its base path (404: no Hudi table there;
     422: a table version lakewarden does not read). Its newest completed instant is the
-    baseline event; no maintenance kind plans it yet, so its policy is stored as given
-    (and validated) for when they do."""
+    baseline event, judged at once by the kinds that run on Hudi tables (compaction)."""
     try:
         timeline = open_timeline(entry, ref)
     except NotAHudiTable as exc:
@@ -118,7 +118,9 @@ def _register_hudi_table(
         )
     except tables.AlreadyManaged as exc:
         raise HTTPException(409, str(exc)) from exc
-    sync_hudi_table(session, row, timeline, source="register", baseline=True)
+    ingested = sync_hudi_table(session, row, timeline, source="register", baseline=True)
+    # The baseline is judged at once, as Iceberg's is: the table may already need work.
+    evaluate_events(session, row, ingested.new_event_ids, f"register:{access.actor}", timeline)
     return table_out(session, row)
 
 
