@@ -1,0 +1,127 @@
+"""Hudi compaction as a kind, end to end through the real services: a merge-on-read table
+with log files (written by Spark's Hudi datasource), registered under a policy that makes
+it due; the baseline event opens the task, the worker plans it from hudi-rs's file-system
+view, the leader submits it as a Hudi-family application of its own (the task's pool is in
+session mode: a Hudi job always runs so), which plans the instant, records it on the run,
+compacts and validates. Checked with hudi-rs: no log files left, the same rows and checksum."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from helpers import task_of, wait_for
+from hudi_writer import run as run_hudi_writer
+from sqlalchemy import create_engine, select
+
+from lakewarden.db.models import JobRun
+from lakewarden.db.session import transaction
+from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.formats.hudi.validation import digest
+from lakewarden.kinds import hudi_compaction
+from lakewarden.policy.model import CompactionPolicy
+from lakewarden.process import Ticker
+from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
+from services.scheduler.main import Scheduler
+from services.worker.main import Worker
+
+TABLES = "/api/v1/catalogs/hlake/tables"
+
+
+def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
+    client: TestClient, db_url: str, tmp_path: Path
+) -> None:
+    table = tmp_path / "wh" / "lake" / "orders"
+    part = {"path": table.as_uri(), "type": "MERGE_ON_READ", "partitioned": True}
+    run_hudi_writer(
+        [
+            {**part, "op": "insert", "ids": [0, 60], "value": 0},
+            {**part, "op": "upsert", "ids": [0, 30], "value": 1},
+            {**part, "op": "upsert", "ids": [15, 45], "value": 2},
+        ],
+        tmp_path,
+    )
+    before = read_facts(str(table))
+    assert max(before.log_files_per_slice) == 2
+    rows_before = digest(str(table))
+
+    got = client.post(
+        "/api/v1/catalogs",
+        json={"name": "hlake", "type": "hudi", "properties": {"warehouse": str(tmp_path / "wh")}},
+    )
+    assert got.status_code == 201, got.text
+    policy = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
+    got = client.post(TABLES, json={"namespace": "lake", "name": "orders", "policy": policy})
+    assert got.status_code == 201, got.text
+    event = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
+    assert event["decision"] == "task-created", event
+    compaction = event["decision_detail"]["compaction"]
+    assert "2 log files >= min_input_files 2" in compaction["reason"]
+    others = [d for k, d in event["decision_detail"].items() if k != "compaction"]
+    assert others and all("not run on Hudi tables yet" in d["reason"] for d in others)
+    task_id = compaction["task_id"]
+
+    settings = Settings(
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        application_master="local[1]",
+        application_driver_memory="768m",
+        heartbeat_interval_s=1.0,
+        spark_warmup=False,
+    )
+    url = settings.database_url or db_url
+    rt = Runtime(settings, url, create_engine(url, pool_size=5), role="scheduler")
+    sched = Scheduler(rt)
+    stop = threading.Event()
+    try:
+        assert Worker(rt).run_once()
+        planned = task_of(rt, task_id)
+        assert planned.state == "planned" and planned.plan["base_path"] == str(table)
+        sched.renew()
+        Ticker("lease", 1.0, sched.renew, stop).start()
+        assert sched.dispatch_once()  # the default pool runs in session mode: not for Hudi
+
+        def done() -> str | None:
+            sched.applications.poll(sched.leading())
+            state = task_of(rt, task_id).state
+            return state if state in ("succeeded", "failed", "pending") else None
+
+        logs = sched.applications.log_dir
+        state = wait_for(
+            done,
+            300,
+            f"task {task_id}",
+            lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
+        )
+        with transaction(rt.engine) as s:
+            run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
+            s.expunge(run)
+        assert state == "succeeded", (run.error, run.log_tail)
+    finally:
+        stop.set()
+        sched.applications.kill_all()
+        rt.engine.dispose()
+
+    assert run.mode == "application" and run.spark_app_id
+    metrics = run.metrics or {}
+    instant = metrics[hudi_compaction.PLANNED]
+    assert metrics["validation"]["status"] == "passed" and metrics["validation"]["rows"] == 60
+    assert metrics["log_files_before"] == before.log_files and metrics["log_files_after"] == 0
+    timeline = HudiTimeline(str(table))
+    assert timeline.completed()[-1].requested == instant
+    assert timeline.completed()[-1].action == "commit" and timeline.pending() == []
+    assert read_facts(str(table)).log_files == 0
+    assert digest(str(table)) == rows_before  # independent reader: same rows, same checksum
+
+    # And why not, now: no log files are left; a compaction lakewarden did not plan would
+    # be the writer's (this one is ours: its run recorded it).
+    after, section = read_facts(str(table)), CompactionPolicy(min_input_files=2, min_small_files=2)
+    assert (
+        "0 log files per slice"
+        in hudi_compaction.verdict(section, after, timeline, {instant}).reason
+    )
+    theirs = hudi_compaction.verdict(section, after, timeline, set())
+    assert not theirs.needed and "not planned by lakewarden" in theirs.reason
