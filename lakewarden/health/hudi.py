@@ -1,7 +1,8 @@
 """Health and explain of a Hudi table (issue 28): what its file-system view and timeline
-say (`lakewarden.formats.hudi.facts`), and what lakewarden would run on it and why. No
-kind runs on Hudi tables yet, so explain says what is due and that Hudi's own services
-(the writer's inline or async ones, or Hudi's standalone jobs) must do it for now."""
+say (`lakewarden.formats.hudi.facts`), and what lakewarden would run on it and why.
+Compaction is lakewarden's (its verdict: `lakewarden.kinds.hudi_compaction`, under the
+table's policy); clustering and clean are not yet, so explain says what is due and that
+Hudi's own services (the writer's, or Hudi's standalone jobs) must do it for now."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from itertools import pairwise
 from typing import Any
 
 from lakewarden.formats.hudi.facts import HudiFacts
+from lakewarden.kinds.base import Verdict
 
 MB = 1 << 20
 # Base-file size buckets (upper bounds, MB): Hudi's small-file limit is 100 MB by default
 # (hoodie.parquet.small.file.limit), its target 120 MB (hoodie.parquet.max.file.size).
 SIZE_BUCKETS_MB = (16, 64, 100, 128)
-NOT_YET = "lakewarden runs no Hudi table service yet (issue 28)"
+NOT_YET = "lakewarden does not run this Hudi table service yet (issue 28)"
 
 
 def size_histogram(sizes: list[int]) -> dict[str, int]:
@@ -37,38 +39,30 @@ def slice_histogram(log_counts: list[int]) -> dict[str, int]:
     return out
 
 
-def explain_services(facts: HudiFacts) -> list[dict[str, Any]]:
-    """Per table service: is there work, and who does it (never lakewarden, yet)."""
+def explain_services(facts: HudiFacts, compaction_verdict: Verdict) -> list[dict[str, Any]]:
+    """Per table service: is there work, and who does it: compaction by lakewarden's
+    verdict (`compaction_verdict`: why, and why not), the others not by lakewarden yet."""
     small = sum(1 for s in facts.base_file_sizes if s < SIZE_BUCKETS_MB[2] * MB)
-    with_logs = sum(1 for n in facts.log_files_per_slice if n)
-    pending = facts.pending.get("compaction", 0)
-    if facts.table_type != "MERGE_ON_READ":
-        compaction = "copy-on-write: no log files, nothing to compact"
-    elif not with_logs and not pending:
-        compaction = "no file slice has log files"
-    else:
-        compaction = (
-            f"{with_logs} of {len(facts.log_files_per_slice)} file slices have log files "
-            f"({facts.log_files} files, {facts.log_bytes} bytes, at most "
-            f"{max(facts.log_files_per_slice, default=0)} per slice); {pending} compaction(s) "
-            f"planned and not run; {NOT_YET}"
-        )
     clustering = (
         f"{small} of {len(facts.base_file_sizes)} base files are under "
         f"{SIZE_BUCKETS_MB[2]} MB (Hudi's small-file limit); {NOT_YET}"
     )
     clean = f"{facts.timeline_length} completed instants on the active timeline; {NOT_YET}"
     return [
-        {"service": "compaction", "due": bool(with_logs or pending), "reason": compaction},
+        {
+            "service": "compaction",
+            "due": compaction_verdict.needed,
+            "reason": f"{compaction_verdict.reason} (lakewarden's compaction kind)",
+        },
         {"service": "clustering", "due": small > 1, "reason": clustering},
         {"service": "clean", "due": False, "reason": clean},
     ]
 
 
-def hudi_health(facts: HudiFacts) -> dict[str, Any]:
+def hudi_health(facts: HudiFacts, compaction_verdict: Verdict) -> dict[str, Any]:
     return {
         "facts": facts.summary(),
         "base_file_sizes": size_histogram(facts.base_file_sizes),
         "log_files_per_slice": slice_histogram(facts.log_files_per_slice),
-        "services": explain_services(facts),
+        "services": explain_services(facts, compaction_verdict),
     }

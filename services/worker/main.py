@@ -24,7 +24,7 @@ from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import NotAHudiTable
 from lakewarden.kinds import REGISTRY, get_kind, hudi_compaction
-from lakewarden.kinds.base import PlanOutcome, PlanRejected
+from lakewarden.kinds.base import PlanOutcome
 from lakewarden.logs import log_context
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.gate import Verdict
@@ -120,7 +120,7 @@ class Worker:
     ) -> PlanOutcome:
         """A Hudi table's plan, from its timeline and file-system view (no JVM)."""
         if kind != hudi_compaction.KIND or not isinstance(section, CompactionPolicy):
-            raise PlanRejected(f"{kind} does not run on Hudi tables yet (issue 28)")
+            return PlanOutcome(None, f"{kind} does not run on Hudi tables yet (issue 28)")
         timeline = open_timeline(self.rt.catalogs.entry(catalog), ref)
         facts = read_facts(timeline.base_path, timeline)
         return hudi_compaction.plan(section, facts, timeline, ours)

@@ -79,7 +79,7 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     try:
         assert Worker(rt).run_once()
         planned = task_of(rt, task_id)
-        assert planned.state == "planned" and planned.plan["base_path"] == str(table)
+        assert planned.state == "planned" and (planned.plan or {})["base_path"] == str(table)
         sched.renew()
         Ticker("lease", 1.0, sched.renew, stop).start()
         assert sched.dispatch_once()  # the default pool runs in session mode: not for Hudi

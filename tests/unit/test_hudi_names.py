@@ -5,6 +5,7 @@ from __future__ import annotations
 from lakewarden.formats.hudi.facts import HudiFacts
 from lakewarden.formats.hudi.timeline import parse_instant
 from lakewarden.health.hudi import MB, explain_services, size_histogram, slice_histogram
+from lakewarden.kinds.base import Verdict
 
 
 def test_instant_file_names_of_both_layouts() -> None:
@@ -40,10 +41,12 @@ def test_explain_says_what_is_due_and_who_does_it() -> None:
     facts = HudiFacts(
         "p", "COPY_ON_WRITE", 9, "1", 3, {}, base_file_sizes=[MB], log_files_per_slice=[0]
     )
-    compaction, clustering, _ = explain_services(facts)
+    why_not = Verdict(False, "copy-on-write: no log files, nothing to compact")
+    compaction, clustering, _ = explain_services(facts, why_not)
     assert not compaction["due"] and "copy-on-write" in compaction["reason"]
+    assert "lakewarden's compaction kind" in compaction["reason"]
     assert not clustering["due"]  # one small file: nothing to merge it with
-    mor = HudiFacts("p", "MERGE_ON_READ", 9, "1", 3, {"compaction": 1}, log_files_per_slice=[2, 0])
-    compaction = explain_services(mor)[0]
-    assert compaction["due"] and "1 of 2 file slices have log files" in compaction["reason"]
-    assert "runs no Hudi table service yet" in compaction["reason"]
+    assert "does not run this Hudi table service yet" in clustering["reason"]
+    mor = HudiFacts("p", "MERGE_ON_READ", 9, "1", 3, {}, log_files_per_slice=[2, 0])
+    compaction = explain_services(mor, Verdict(True, "a file slice has 2 log files"))[0]
+    assert compaction["due"] and "a file slice has 2 log files" in compaction["reason"]

@@ -23,6 +23,7 @@ from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVers
 from lakewarden.health import explain
 from lakewarden.health.hudi import hudi_health
 from lakewarden.health.measure import add_storage, measure
+from lakewarden.kinds import hudi_compaction
 from lakewarden.runtime import Runtime
 from lakewarden.storage import DEFAULT_MAX_FILES, LIMIT_MAX_FILES
 from lakewarden.tables import ref_of
@@ -152,6 +153,8 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
     _read_only(session)
     if row.format != "hudi":
         raise HTTPException(409, f"table {row.namespace}.{row.name} is not a Hudi table")
+    section = current_policy(session, row).compaction
+    ours = hudi_compaction.planned_instants(session, row.id)
     session.commit()  # hudi-rs lists the table's files: no transaction open meanwhile
     try:
         timeline = open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
@@ -159,5 +162,8 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
         raise HTTPException(409, str(exc)) from exc
     facts = read_facts(timeline.base_path, timeline)
     return HudiHealthOut.model_validate(
-        {"table": f"{row.namespace}.{row.name}", **hudi_health(facts)}
+        {
+            "table": f"{row.namespace}.{row.name}",
+            **hudi_health(facts, hudi_compaction.verdict(section, facts, timeline, ours)),
+        }
     )
