@@ -480,11 +480,14 @@ def trino(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 @dataclass(frozen=True)
 class HudiTables:
     """A merge-on-read table (partitioned by `region`: an insert, two upserts with log
-    files, a compaction scheduled and not run) and a copy-on-write one (not partitioned:
-    insert, upsert, delete), with each table's expected rows (id -> v)."""
+    files, a compaction scheduled and not run), a copy-on-write one (not partitioned:
+    insert, upsert, delete), with each table's expected rows (id -> v); and a small
+    merge-on-read table with log files and nothing planned (`mor_logs`: 60 rows, two log
+    files per slice), for tests that compact a copy of it."""
 
     mor: str
     cow: str
+    mor_logs: str
     mor_rows: dict[int, int]
     cow_rows: dict[int, int]
     calls: list[Any]
@@ -512,8 +515,12 @@ def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
     where = tmp_path_factory.mktemp("hudi") / "lake"  # a hudi catalog's <warehouse>/<ns>
     where.mkdir()
     mor, cow = (where / "mor").as_uri(), (where / "cow").as_uri()
+    logs = (where / "mor_logs").as_uri()
     part = {"type": "MERGE_ON_READ", "partitioned": True}
     steps: list[dict[str, Any]] = [
+        {"path": logs, **part, "op": "insert", "ids": [0, 60], "value": 0},
+        {"path": logs, **part, "op": "upsert", "ids": [0, 30], "value": 1},
+        {"path": logs, **part, "op": "upsert", "ids": [15, 45], "value": 2},
         {"path": mor, **part, "op": "insert", "ids": [0, 300], "value": 0},
         {"path": mor, **part, "op": "upsert", "ids": [0, 30], "value": 1},
         {"path": mor, **part, "op": "upsert", "ids": [10, 40], "value": 2},
@@ -530,6 +537,7 @@ def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
     return HudiTables(
         mor=str(where / "mor"),
         cow=str(where / "cow"),
+        mor_logs=str(where / "mor_logs"),
         mor_rows=_rows_after(steps, mor),
         cow_rows=_rows_after(steps, cow),
         calls=calls,

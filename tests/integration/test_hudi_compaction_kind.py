@@ -1,18 +1,19 @@
 """Hudi compaction as a kind, end to end through the real services: a merge-on-read table
-with log files (written by Spark's Hudi datasource), registered under a policy that makes
-it due; the baseline event opens the task, the worker plans it from hudi-rs's file-system
+with log files (a copy of `hudi_tables.mor_logs`), registered under a policy that makes it
+due; the baseline event opens the task, the worker plans it from hudi-rs's file-system
 view, the leader submits it as a Hudi-family application of its own (the task's pool is in
 session mode: a Hudi job always runs so), which plans the instant, records it on the run,
 compacts and validates. Checked with hudi-rs: no log files left, the same rows and checksum."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 
+from conftest import HudiTables
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
-from hudi_writer import run as run_hudi_writer
 from sqlalchemy import create_engine, select
 
 from lakewarden.db.models import JobRun
@@ -32,18 +33,10 @@ TABLES = "/api/v1/catalogs/hlake/tables"
 
 
 def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
-    client: TestClient, db_url: str, tmp_path: Path
+    client: TestClient, db_url: str, hudi_tables: HudiTables, tmp_path: Path
 ) -> None:
     table = tmp_path / "wh" / "lake" / "orders"
-    part = {"path": table.as_uri(), "type": "MERGE_ON_READ", "partitioned": True}
-    run_hudi_writer(
-        [
-            {**part, "op": "insert", "ids": [0, 60], "value": 0},
-            {**part, "op": "upsert", "ids": [0, 30], "value": 1},
-            {**part, "op": "upsert", "ids": [15, 45], "value": 2},
-        ],
-        tmp_path,
-    )
+    shutil.copytree(hudi_tables.mor_logs, table)  # written once per run by the fixture
     before = read_facts(str(table))
     assert max(before.log_files_per_slice) == 2
     rows_before = digest(str(table))
