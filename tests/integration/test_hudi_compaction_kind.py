@@ -118,3 +118,27 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     )
     theirs = hudi_compaction.verdict(section, after, timeline, set())
     assert not theirs.needed and "not planned by lakewarden" in theirs.reason
+
+
+def test_why_not_copy_on_write_a_foreign_plan_or_a_writer_that_compacts(
+    hudi_tables: HudiTables, tmp_path: Path
+) -> None:
+    """The verdict's reasons for leaving a table alone, on real tables (no JVM here)."""
+    section = CompactionPolicy(min_input_files=2, min_small_files=2)
+
+    def why(path: str) -> str:
+        found = hudi_compaction.verdict(section, read_facts(path), HudiTimeline(path), set())
+        assert not found.needed
+        return found.reason
+
+    assert why(hudi_tables.cow).startswith("copy-on-write")
+    assert "planned by someone else and is pending" in why(hudi_tables.mor)
+    inline = tmp_path / "inline"
+    shutil.copytree(hudi_tables.mor_logs, inline)
+    with open(inline / ".hoodie" / "hoodie.properties", "a") as props:
+        props.write("hoodie.compact.inline=true\n")
+    assert "hoodie.compact.inline=true: the writer compacts" in why(str(inline))
+    due = hudi_compaction.verdict(
+        section, read_facts(hudi_tables.mor_logs), HudiTimeline(hudi_tables.mor_logs), set()
+    )
+    assert due.needed and due.metrics["max_log_files_per_slice"] == 2
