@@ -179,6 +179,16 @@ def test_dispatch_skips_the_pools_of_a_full_mode_only(rt: Runtime) -> None:
     assert pick(["application"]) == small
     assert pick(["session"]) == big
     assert pick(["session", "application"]) is None
+    # A Hudi table's job is always an application: in a session pool, it waits for room.
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE managed_tables SET format = 'hudi' "
+                "WHERE id = (SELECT table_id FROM tasks WHERE id = :id)"
+            ),
+            {"id": small},
+        )
+    assert pick(["application"]) is None
 
 
 def test_an_application_that_cannot_be_submitted_fails_its_task_at_once(rt: Runtime) -> None:
