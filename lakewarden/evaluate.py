@@ -65,10 +65,12 @@ def hudi_verdicts(
 ) -> dict[str, Verdict]:
     """The kinds that run on a Hudi table and their verdicts, from its file-system view
     and timeline (lakewarden.kinds.hudi_compaction): compaction only, for now."""
-    facts = read_facts(timeline.base_path, timeline)
-    ours = hudi_compaction.planned_instants(session, row.id)
     section = policy.for_kind(hudi_compaction.KIND)
     assert isinstance(section, CompactionPolicy)
+    if not section.enabled:  # recorded as disabled by the caller: nothing to read
+        return {hudi_compaction.KIND: Verdict(False, "compaction is disabled by policy")}
+    facts = read_facts(timeline.base_path, timeline)
+    ours = hudi_compaction.planned_instants(session, row.id)
     return {hudi_compaction.KIND: hudi_compaction.verdict(section, facts, timeline, ours)}
 
 
