@@ -19,6 +19,7 @@ least 256 MB) and their memory is not policed (the tests' JVMs are what they are
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -98,6 +99,32 @@ class LocalYarn:
     def app(self, app_id: str) -> dict[str, Any] | None:
         return yarn.app_report(self.web_url, app_id)
 
+    def client_env(self) -> dict[str, str]:
+        """What spark-submit needs in its environment to find this ResourceManager."""
+        return {"HADOOP_CONF_DIR": str(self.conf_dir), "YARN_CONF_DIR": str(self.conf_dir)}
+
+    def application_values(
+        self, deploy_mode: str = "client", *, executor_memory: str = "512m"
+    ) -> dict[str, str]:
+        """The settings (as `benchmarks.processes.process_env` takes them) that run a
+        scheduler's submitted applications here: small containers, one executor, and
+        PySpark's own jars as YARN's Spark jars (`local:`: already on this node, so
+        nothing is zipped and uploaded per application)."""
+        return {
+            "application_master": "yarn",
+            "application_deploy_mode": deploy_mode,
+            "yarn_resourcemanager_url": self.web_url,
+            "application_driver_memory": "512m",
+            "spark_conf": json.dumps(
+                {
+                    "spark.yarn.jars": f"local:{spark_home() / 'jars'}/*",
+                    "spark.executor.instances": "1",
+                    "spark.executor.memory": executor_memory,
+                    "spark.yarn.am.memory": "256m",
+                }
+            ),
+        }
+
     def stop(self) -> None:
         for name in ("nodemanager", "resourcemanager"):
             proc = self.processes.pop(name, None)
@@ -175,7 +202,7 @@ def start_yarn(
     base_dir: Path,
     settings: Settings,
     *,
-    memory_mb: int = 3072,
+    memory_mb: int = 6144,
     vcores: int = 4,
     timeout_s: float = START_TIMEOUT_S,
 ) -> LocalYarn:

@@ -2,6 +2,11 @@
 an application it submitted with `--master yarn` (its state and YARN's diagnostics), and
 how it kills one. The web address is the setting `yarn_resourcemanager_url`.
 
+An application's full report (`/apps/{id}`: state, final status, YARN's diagnostics) is
+asked first; a ResourceManager that cannot serialise it (Hadoop 3.3's shaded minicluster,
+the tests', whose JSON provider trips over the protobuf id) is asked `/apps/{id}/state`
+instead: its state, and its diagnostics where it has them.
+
 Applications are found by name as well as by id: lakewarden names each after its job group
 (task and attempt: unique), so a leader finds one whose driver never got to record its
 application id (an ApplicationMaster that failed to start), and a new leader finds one
@@ -79,17 +84,30 @@ def active_nodes(web_url: str) -> int:
 
 
 def app_report(web_url: str, app_id: str) -> dict[str, Any] | None:
-    """One application's report (`id`, `name`, `state`, `finalStatus`, `diagnostics`, ...),
-    or None if the ResourceManager does not know it."""
-    body = _unwrapped(_get(web_url, f"apps/{app_id}"), "app")
-    return body if isinstance(body, dict) and body.get("id") else None
+    """One application's report (`id`, `state`, `diagnostics`; `name`, `finalStatus`, ...
+    where the full report is served), or None if the ResourceManager does not know it."""
+    try:
+        body = _unwrapped(_get(web_url, f"apps/{app_id}"), "app")
+    except ResourceManagerUnreachable:
+        body = None  # a 500 of the full report: its state is asked below
+    if isinstance(body, dict) and body.get("state"):
+        return body
+    state = _get(web_url, f"apps/{app_id}/state")
+    if not isinstance(state, dict) or not state.get("state"):
+        return None
+    return {"id": app_id, "state": state["state"], "diagnostics": state.get("diagnostics")}
 
 
 def app_by_name(web_url: str, name: str) -> dict[str, Any] | None:
     """The newest application named `name` (lakewarden's names are unique per attempt)."""
-    body = _unwrapped(_get(web_url, "apps", applicationTypes="SPARK"), "apps") or {}
+    try:
+        body = _unwrapped(_get(web_url, "apps", applicationTypes="SPARK"), "apps") or {}
+    except ResourceManagerUnreachable:
+        cluster_info(web_url)  # raises if it does not answer at all
+        return None  # it answers, but cannot list its applications (see above)
     apps = body.get("app", []) if isinstance(body, dict) else []
-    named = [a for a in apps if a.get("name") == name]
+    # A ResourceManager whose list lacks the names (see above) finds none.
+    named = [a for a in apps if a.get("name") == name and a.get("id")]
     return max(named, key=lambda a: int(a.get("startedTime", 0)), default=None)
 
 
@@ -116,6 +134,6 @@ def ended(report: dict[str, Any] | None) -> str | None:
     if report is None or report.get("state") not in FINAL_STATES:
         return None
     diagnostics = " ".join(str(report.get("diagnostics") or "").split())
-    final = report.get("finalStatus") or "UNDEFINED"
-    why = f"YARN says {report['state']} ({final})"
+    final = report.get("finalStatus")
+    why = f"YARN says {report['state']}" + (f" ({final})" if final else "")
     return f"{why}: {diagnostics[:500]}" if diagnostics else why
