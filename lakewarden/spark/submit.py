@@ -185,11 +185,18 @@ def yarn_conf(conf: dict[str, str]) -> dict[str, str]:
 def yarn_am_env(settings: Settings, db_url: str) -> dict[str, str]:
     """A YARN cluster-mode driver's `LAKEWARDEN_*` environment (it runs in the
     ApplicationMaster's container, not under spark-submit) as
-    `spark.yarn.appMasterEnv.X`: secrets included, so for a properties file only."""
+    `spark.yarn.appMasterEnv.X`: secrets included, so for a properties file only. The
+    NodeManager writes each into the container's launch script as `export X="value"`
+    without escaping: a JSON setting's quotes (or a `$`) must be escaped for that shell."""
     return {
-        f"spark.yarn.appMasterEnv.{key}": value
+        f"spark.yarn.appMasterEnv.{key}": _for_double_quotes(value)
         for key, value in settings_env(settings, db_url, only_changed=True).items()
     }
+
+
+def _for_double_quotes(value: str) -> str:
+    """`value` as it must stand inside a POSIX shell's double quotes to mean itself."""
+    return re.sub(r'([\\"$`])', r"\\\1", value)
 
 
 def properties_text(properties: dict[str, str], defaults: str = "") -> str:

@@ -5,12 +5,14 @@ and is masked if one is forced in; Kubernetes gets references to a Secret, not v
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lakewarden.settings import Settings
+from lakewarden.spark.submit import _for_double_quotes as yarn_am_env_value
 from lakewarden.spark.submit import (
     application_settings,
     driver_pod_name,
@@ -20,6 +22,7 @@ from lakewarden.spark.submit import (
     secrets_of,
     settings_env,
     submit_argv,
+    yarn_am_env,
 )
 from lakewarden.spark.yarn import ended
 
@@ -278,3 +281,19 @@ def test_yarns_word_on_an_ended_application_carries_its_diagnostics() -> None:
         "YARN says KILLED (KILLED): Application application_1_0001 was killed by user dr.who "
         "at 127.0.0.1"
     )
+
+
+def test_the_ams_environment_survives_the_nodemanagers_launch_script(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The NodeManager writes `export X="value"` unescaped: a JSON setting's quotes, a `$`,
+    a backslash must reach the driver as they were."""
+    s = settings.model_copy(update={**YARN, "application_deploy_mode": "cluster"})
+    props = yarn_am_env(application_settings(s), DB)
+    value = props["spark.yarn.appMasterEnv.LAKEWARDEN_SPARK_CONF"]
+    tricky = 'x"$HOME`id`\\y'
+    script = f'export A="{value}"; export B="{yarn_am_env_value(tricky)}"; printf %s "$A"; '
+    script += 'printf "\\0%s" "$B"'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    a, b = out.stdout.split("\0")
+    assert json.loads(a) == s.spark_conf and b == tricky
