@@ -113,9 +113,10 @@ def submit_argv(
             "a yarn master needs yarn_resourcemanager_url (the ResourceManager's web "
             "address, http://host:8088): lakewarden follows and kills applications there"
         )
-    conf = {
-        k: v for k, v in spark_conf(settings, control_plane_url).items() if k not in _NOT_AS_CONF
-    }
+    # The application's own settings: its master decides whether its driver stays on
+    # loopback (a YARN cluster-mode driver bound to 127.0.0.1 is out of its executors' reach).
+    app_conf = spark_conf(application_settings(settings), control_plane_url)
+    conf = {k: v for k, v in app_conf.items() if k not in _NOT_AS_CONF}
     submission_id = None
     resource = entry
     properties: dict[str, str] = {}

@@ -297,3 +297,15 @@ def test_the_ams_environment_survives_the_nodemanagers_launch_script(
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     a, b = out.stdout.split("\0")
     assert json.loads(a) == s.spark_conf and b == tricky
+
+
+def test_the_drivers_address_is_the_applications_masters_not_the_schedulers(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The scheduler's local[2] keeps its own driver on loopback; a YARN application's
+    driver (in a container, in cluster mode) must be reachable by its executors."""
+    s = settings.model_copy(update={**YARN, "application_deploy_mode": "cluster"})
+    conf = _confs(_argv(s, properties_file=str(tmp_path / "p")))
+    assert "spark.driver.bindAddress" not in conf and "spark.driver.host" not in conf
+    local = _confs(_argv(settings))
+    assert local["spark.driver.bindAddress"] == "127.0.0.1"
