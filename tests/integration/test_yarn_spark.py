@@ -110,8 +110,11 @@ def _compact(
     yarn_id = run.spark_app_id or ""
     assert yarn_id.startswith("application_")
     wait_for(lambda: (yarn.app(yarn_id) or {}).get("state") == "FINISHED", 60, "FINISHED")
-    # A cluster-mode submission's settings file (secrets) does not outlive it.
-    assert not list((data_dir / "applications").glob("*.properties"))
+    # A cluster-mode submission's settings file (secrets) does not outlive it: gone once
+    # the scheduler saw spark-submit exit.
+    wait_for(
+        lambda: not list((data_dir / "applications").glob("*.properties")), 30, "no secrets file"
+    )
 
 
 def test_compaction_as_a_yarn_application_in_client_mode(
