@@ -315,6 +315,8 @@ class Applications:
             log.warning("task %d: %s", app.task_id, exc)
             return exited  # no word: its heartbeat still tells (cluster_state unchanged)
         app.cluster_state = None if report is None else str(report.get("state"))
+        if report is not None:  # YARN has it: spark-submit read its settings file long ago
+            self._drop_properties(app)
         word = yarn.ended(report)
         return f"{exited}; {word}" if exited and word else exited or word
 
@@ -337,7 +339,10 @@ class Applications:
     def _forget(self, app: Application) -> None:
         with self.lock:
             self.running.pop(app.task_id, None)
-        # A YARN cluster-mode submission's secrets: read by spark-submit long ago.
+        self._drop_properties(app)
+
+    def _drop_properties(self, app: Application) -> None:
+        """A YARN cluster-mode submission's settings file (its secrets), once read."""
         (self.log_dir / f"{app.group}.properties").unlink(missing_ok=True)
 
     def _secrets(self) -> list[str]:

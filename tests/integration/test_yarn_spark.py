@@ -20,7 +20,7 @@ from sqlalchemy import select, text
 from benchmarks import processes
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
-from lakewarden.fingerprint import fingerprint
+from lakewarden.fingerprint import Fingerprint, fingerprint
 from lakewarden.runtime import Runtime
 from lakewarden.spark import yarn as rm
 from lakewarden.spark.commits import TASK_KEY
@@ -84,24 +84,15 @@ def started(rt: Runtime) -> Iterator[list[subprocess.Popen[bytes]]]:
     processes.stop(procs, timeout=15, crash=True)
 
 
-def _compact(
-    rt: Runtime, yarn: LocalYarn, started: list[subprocess.Popen[bytes]], mode: str
+def check_compacted(
+    rt: Runtime, yarn: LocalYarn, task_id: int, name: str, before: Fingerprint, mode: str
 ) -> None:
+    """The task succeeded, pyiceberg reads the same rows from one file, its run was a YARN
+    application of `mode` that YARN ran to its end, its secrets file gone."""
     data_dir = rt.settings.data_dir
-    started.append(
-        processes.start(["scheduler"], scheduler_env(rt, yarn, mode), data_dir / "scheduler.log")
-    )
-    task_id = plan_compaction(rt, f"y_{mode}")
-    before = fingerprint(rt.catalog.load_table(f"sales.y_{mode}"))
-    wait_for(
-        lambda: task_of(rt, task_id).state in TERMINAL,
-        240,
-        "the compaction",
-        lambda: logs(data_dir),
-    )
     task = task_of(rt, task_id)
     assert task.state == "succeeded", (task.reason, logs(data_dir))
-    after = fingerprint(rt.catalog.load_table(f"sales.y_{mode}"))
+    after = fingerprint(rt.catalog.load_table(f"sales.{name}"))
     assert before.data_files == 6 and after.data_files == 1
     assert (after.rows, after.checksum) == (before.rows, before.checksum)
     (run,) = runs_of(rt, task_id)
@@ -120,13 +111,15 @@ def _compact(
 def test_compaction_as_a_yarn_application_in_client_mode(
     rt: Runtime, yarn: LocalYarn, started: list[subprocess.Popen[bytes]]
 ) -> None:
-    _compact(rt, yarn, started, "client")
-
-
-def test_compaction_as_a_yarn_application_in_cluster_mode(
-    rt: Runtime, yarn: LocalYarn, started: list[subprocess.Popen[bytes]]
-) -> None:
-    _compact(rt, yarn, started, "cluster")
+    data_dir = rt.settings.data_dir
+    env = scheduler_env(rt, yarn, "client")
+    started.append(processes.start(["scheduler"], env, data_dir / "scheduler.log"))
+    task_id = plan_compaction(rt, "y_client")
+    before = fingerprint(rt.catalog.load_table("sales.y_client"))
+    wait_for(
+        lambda: task_of(rt, task_id).state in TERMINAL, 240, "the task", lambda: logs(data_dir)
+    )
+    check_compacted(rt, yarn, task_id, "y_client", before, "client")
 
 
 def test_an_application_killed_from_outside_fails_its_run_with_yarns_word(
@@ -175,7 +168,7 @@ def test_an_unreachable_resourcemanager_fails_the_run_naming_it(
     assert run.spark_app_id is None  # nothing was submitted
 
 
-def test_kill_9_of_the_leader_and_the_standby_reattaches_the_yarn_application(
+def test_cluster_mode_and_kill_9_of_the_leader_the_standby_reattaches_the_application(
     rt: Runtime, yarn: LocalYarn, started: list[subprocess.Popen[bytes]]
 ) -> None:
     data_dir = rt.settings.data_dir
@@ -187,6 +180,7 @@ def test_kill_9_of_the_leader_and_the_standby_reattaches_the_yarn_application(
     holder, epoch = wait_for(lambda: processes.lease_holder(rt.engine), 30, "a leader")
     leader = next(p for p in started if f"-{p.pid}-" in holder)
     task_id = plan_compaction(rt, "y_failover")
+    before = fingerprint(rt.catalog.load_table("sales.y_failover"))
 
     def driver_up() -> bool:
         runs = runs_of(rt, task_id)
@@ -198,8 +192,10 @@ def test_kill_9_of_the_leader_and_the_standby_reattaches_the_yarn_application(
     wait_for(
         lambda: task_of(rt, task_id).state in TERMINAL, 240, "the task", lambda: logs(data_dir)
     )
+    # Cluster mode's compaction, checked as client mode's is.
+    check_compacted(rt, yarn, task_id, "y_failover", before, "cluster")
     task = task_of(rt, task_id)
-    assert task.state == "succeeded" and task.attempt == 1, (task.reason, logs(data_dir))
+    assert task.attempt == 1
     with transaction(rt.engine) as s:
         history = repo.history(s, task_id)
     moves = [h for h in history if h.from_state == h.to_state == "running"]
