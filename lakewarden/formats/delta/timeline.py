@@ -89,7 +89,7 @@ class DeltaTimeline:
         """delta-rs' table at its newest version; UnsupportedProtocol if lakewarden cannot
         read it (registration and health ask this, a poll does not)."""
         from deltalake import DeltaTable  # the `delta` extra: only where Delta tables are read
-        from deltalake.exceptions import DeltaProtocolError, TableNotFoundError
+        from deltalake.exceptions import DeltaError, DeltaProtocolError, TableNotFoundError
 
         try:
             table = DeltaTable(self.path)
@@ -97,6 +97,15 @@ class DeltaTimeline:
             raise NotADeltaTable(f"{self.path} is not a Delta table: {exc}") from exc
         except DeltaProtocolError as exc:
             raise UnsupportedProtocol(f"{self.path}: {exc}") from exc
+        except DeltaError as exc:
+            # delta-rs' kernel refuses a table feature it cannot read as a plain DeltaError
+            # ("Kernel error: Unsupported: Feature 'x' is not supported"); anything else
+            # (storage, a corrupt log) is not the table's protocol and goes on as it is.
+            if "unsupported" not in str(exc).lower():
+                raise
+            raise UnsupportedProtocol(
+                f"{self.path}: delta-rs 1.6.6 cannot read this Delta table ({exc})"
+            ) from exc
         protocol = table.protocol()
         check_protocol(self.path, protocol.min_reader_version, protocol.reader_features)
         return table
