@@ -20,8 +20,9 @@ CommitId = str
 
 # The keys of a job's mark in a commit's summary, whatever the format (an Iceberg snapshot
 # summary, a Hudi instant's extraMetadata, a Delta commit's commitInfo).
-TASK_KEY = "lakewarden.task-id"
-ATTEMPT_KEY = "lakewarden.attempt"
+MARKER_PREFIX = "lakewarden."  # every key lakewarden stamps on a commit starts so
+TASK_KEY = f"{MARKER_PREFIX}task-id"
+ATTEMPT_KEY = f"{MARKER_PREFIX}attempt"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyarrow import fs as pafs
 
-from lakewarden.formats.base import Commit, CommitId, TimelinePage, marker_of
+from lakewarden.formats.base import MARKER_PREFIX, Commit, CommitId, TimelinePage, marker_of
 from lakewarden.formats.warehouse import filesystem
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 LOG = "_delta_log"
 _COMMIT_FILE = re.compile(r"^(?P<version>\d{20})\.json$")
-MARKER_PREFIX = "lakewarden."  # commitInfo keys a lakewarden job stamps (JobMarker)
 # The Delta protocol's reader versions and table features delta-rs 1.6.6 reads (a table
 # asking for anything else is refused with its name, never half read).
 MAX_READER_VERSION = 3

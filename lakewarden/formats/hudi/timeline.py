@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pyarrow import fs as pafs
 
-from lakewarden.formats.base import Commit, CommitId, TimelinePage, marker_of
+from lakewarden.formats.base import MARKER_PREFIX, Commit, CommitId, TimelinePage, marker_of
 from lakewarden.formats.warehouse import filesystem
 
 # Instant times: yyyyMMddHHmmss[SSS]; Hudi's own format, in the table's timezone.
@@ -37,7 +37,6 @@ _INFLIGHT_COMMIT_V1 = re.compile(rf"^(?P<req>{_TIME})\.inflight$")
 
 # Actions whose completed file is a HoodieCommitMetadata (or its replace subtype).
 WRITE_ACTIONS = frozenset({"commit", "deltacommit", "replacecommit"})
-MARKER_PREFIX = "lakewarden."  # extraMetadata keys a lakewarden job stamps (JobMarker)
 
 
 class NotAHudiTable(ValueError):
