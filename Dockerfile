@@ -58,7 +58,7 @@ ENV LAKEWARDEN_DATA_DIR=/var/lib/lakewarden \
 # --- slim: api, worker, migrate ---------------------------------------------------------------
 FROM base AS slim
 
-RUN pip install --no-cache-dir -c constraints.txt ".[hdfs,hudi]" \
+RUN pip install --no-cache-dir -c constraints.txt ".[hdfs,hudi,delta]" \
     && rm -rf build ./*.egg-info
 
 USER 10001:10001
@@ -93,7 +93,7 @@ RUN mkdir -p /usr/share/man/man1 \
         procps \
     && rm -rf /var/lib/apt/lists/*
 
-RUN pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs,hudi]" \
+RUN pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs,hudi,delta]" \
     && rm -rf build ./*.egg-info
 
 COPY --from=jars /opt/lakewarden/maven/ /opt/lakewarden/maven/

@@ -45,13 +45,15 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B18": ("benchmarks.s3", "b18"),
     "B19": ("benchmarks.hdfs", "b19"),
     "B20": ("benchmarks.metastore", "b20"),
+    "B21": ("benchmarks.yarn", "b21"),
     "B22": ("benchmarks.trino", "b22"),
     "B24": ("benchmarks.validation", "b24"),
 }
-# Left out of `--smoke` unless named with --only: a server whose start alone outlasts the
-# smoke run's budget for one figure (Trino: 10-25 s on 2 shared cores; its reads are
-# checked by tests/integration/test_trino_reads.py).
-NOT_IN_SMOKE = {"B22"}
+# Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
+# run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
+# session on YARN, ~2 min on 2 busy cores, tests/integration/test_yarn_spark.py; B22: Trino's
+# start alone 10-25 s, tests/integration/test_trino_reads.py).
+NOT_IN_SMOKE = {"B21", "B22"}
 
 
 def _context(smoke: bool) -> Context:

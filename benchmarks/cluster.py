@@ -166,16 +166,25 @@ def _state(rt: Runtime, task_id: int) -> str:
         return str(s.scalar(select(Task.state).where(Task.id == task_id)))
 
 
-def _scheduler(rt: Runtime, master: str, web_url: str | None, log: Path) -> subprocess.Popen[bytes]:
+def _scheduler(
+    rt: Runtime,
+    master: str,
+    web_url: str | None,
+    log: Path,
+    settings_update: dict[str, Any] | None = None,
+    env_update: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     settings = rt.settings.model_copy(
         update={
             "spark_master": master,
             "spark_master_web_url": web_url,
             "max_concurrent_jobs": 1,
             "scheduler_poll_interval_s": 1.0,
+            **(settings_update or {}),
         }
     )
     env = processes.process_env(rt.db_url, drop="LAKEWARDEN_", settings=settings)
+    env.update(env_update or {})
     return processes.start(["scheduler"], env, log, append=True, start_new_session=True)
 
 
@@ -206,15 +215,23 @@ def _runs(rt: Runtime, tasks: dict[str, int]) -> dict[str, JobRun]:
 
 
 def _mode(
-    rt: Runtime, ctx: Context, mode: str, master: str, web_url: str | None, rounds: int
+    rt: Runtime,
+    ctx: Context,
+    mode: str,
+    master: str,
+    web_url: str | None,
+    rounds: int,
+    settings_update: dict[str, Any] | None = None,
+    env_update: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Every round on one scheduler process; per kind the job seconds of the measured
-    rounds, each round's wall time, whether every job succeeded, the app ids."""
+    """Every round on one scheduler process (its settings and environment updated by
+    `settings_update`, `env_update`); per kind the job seconds of the measured rounds, each
+    round's wall time, whether every job succeeded, the app ids."""
     log = ctx.work_dir / f"b14-{mode}-scheduler.log"
     log.unlink(missing_ok=True)
     with rt.engine.begin() as conn:
         conn.execute(text("DELETE FROM leader_lease"))
-    proc = _scheduler(rt, master, web_url, log)
+    proc = _scheduler(rt, master, web_url, log, settings_update, env_update)
     seconds: dict[str, list[float]] = {k: [] for k in KINDS}
     walls: list[float] = []
     failed: list[str] = []

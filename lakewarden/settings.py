@@ -147,9 +147,14 @@ class Settings(BaseSettings):
     pool_modes: dict[str, RunMode] = Field(default_factory=dict)
     max_concurrent_applications: int = Field(default=4, ge=1)  # per scheduler
     application_master: str | None = None  # default: spark_master
-    application_deploy_mode: Literal["client", "cluster"] = "client"  # cluster: Kubernetes
+    # cluster: the driver runs on the cluster (Kubernetes: a pod; YARN: the AM's container)
+    application_deploy_mode: Literal["client", "cluster"] = "client"
     application_driver_memory: str = "1g"
     spark_master_web_url: str | None = None  # a standalone master's web UI (its /json)
+    # A `yarn` master's ResourceManager web address (http://rm:8088): each application's
+    # status, YARN's diagnostics, and kill go through its REST API. spark-submit finds the
+    # ResourceManager itself in $HADOOP_CONF_DIR's yarn-site.xml.
+    yarn_resourcemanager_url: str | None = None
     kubernetes_namespace: str = "default"
     kubernetes_image: str | None = None  # the lakewarden image, for driver and executors
     # The Kubernetes Secret whose keys are the secret LAKEWARDEN_* variables (database URL,

@@ -67,6 +67,7 @@ class CatalogType(StrEnum):
     REST = "rest"  # an Iceberg REST catalog
     HIVE = "hive"  # Iceberg tables in a Hive Metastore (lakewarden.metastore)
     HUDI = "hudi"  # Hudi tables by base path, <warehouse>/<namespace>/<name> (formats.hudi)
+    DELTA = "delta"  # Delta tables by path, <warehouse>/<namespace>/<name> (formats.delta)
 
 
 class TableFormatName(StrEnum):
@@ -74,6 +75,12 @@ class TableFormatName(StrEnum):
 
     ICEBERG = "iceberg"
     HUDI = "hudi"
+    DELTA = "delta"
+
+
+# The catalog types that are a warehouse of table paths (`formats.warehouse`), no catalog
+# server, and the format of their tables.
+PATH_CATALOGS = {CatalogType.HUDI: TableFormatName.HUDI, CatalogType.DELTA: TableFormatName.DELTA}
 
 
 class RunMode(StrEnum):

@@ -75,8 +75,8 @@ class TableGone(LookupError):
 # A row that is managed now (not retired by an unregistration).
 LIVE = ManagedTable.retired_at.is_(None)
 # The tables the Iceberg-only loops take (health measurement, the time-based kinds' and
-# tags' sweep, readiness): a Hudi table's events are recorded, but no kind, health
-# measure or readiness check reads it there yet (issue 28).
+# tags' sweep, readiness): a Hudi or Delta table's events are recorded, but no kind,
+# health measure or readiness check reads it there yet (issues 28, 29).
 ICEBERG = ManagedTable.format == "iceberg"
 
 

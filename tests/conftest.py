@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from lakewarden.spark.local_hdfs import LocalHdfs
     from lakewarden.spark.local_metastore import Metastore
     from lakewarden.spark.local_trino import Trino
+    from lakewarden.spark.local_yarn import LocalYarn
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
@@ -43,7 +44,7 @@ TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
 # Session fixtures that start a server process (a JVM): their tests are slow.
-SERVER_FIXTURES = {"hive_metastore", "trino", "hudi_tables"}
+SERVER_FIXTURES = {"hive_metastore", "trino", "hudi_tables", "yarn"}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -418,6 +419,19 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     from lakewarden.spark.local_cluster import start_cluster
 
     with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
+
+
+# --- YARN on loopback (lakewarden.spark.local_yarn) --------------------------------------
+
+
+@pytest.fixture(scope="session")
+def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalYarn]:
+    """A ResourceManager and a NodeManager from Hadoop's own jars, for the whole run: two
+    JVMs, ~12 s to start on 2 shared cores. Its `conf_dir` is a client's HADOOP_CONF_DIR."""
+    from lakewarden.spark.local_yarn import start_yarn
+
+    with start_yarn(tmp_path_factory.mktemp("yarn"), Settings()) as cluster:
         yield cluster
 
 

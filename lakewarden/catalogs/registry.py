@@ -26,6 +26,7 @@ from lakewarden.db.models import Catalog as CatalogRow
 from lakewarden.redact import MASK, is_secret_key, looks_like_credential, url_secrets
 from lakewarden.secret_refs import RefRules
 from lakewarden.settings import Settings
+from lakewarden.states import PATH_CATALOGS
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ REGISTRY_TTL_S = 5.0
 
 
 class NotIceberg(CatalogConfigError):
-    """An Iceberg-only path was asked of a catalog of another format (a hudi catalog)."""
+    """An Iceberg-only path was asked of a catalog of another format (a hudi or delta
+    catalog)."""
 
 
 class CatalogRegistry:
@@ -79,10 +81,10 @@ class CatalogRegistry:
     def load(self, name: str) -> Catalog:
         """pyiceberg's client of the catalog called `name` (an Iceberg catalog's)."""
         entry = self.entry(name)
-        if entry.type == "hudi":
+        if entry.type in PATH_CATALOGS:
             raise NotIceberg(
-                f"catalog {name!r} holds Hudi tables, read by base path "
-                "(lakewarden.formats.hudi), not through an Iceberg catalog client"
+                f"catalog {name!r} holds {entry.type.capitalize()} tables, read by path "
+                f"(lakewarden.formats.{entry.type}), not through an Iceberg catalog client"
             )
         with self._lock:
             cached = self._clients.get(name)
@@ -210,10 +212,10 @@ def check_properties(kind: str, properties: dict[str, PropertyValue], refs: RefR
     is there, every reference names what `refs` allows, and no secret is given as a value
     (a secret property, a URL with a password, or a value that looks like a credential).
     A message names the property, never its value."""
-    if kind == "hudi":
+    if kind in PATH_CATALOGS:
         if not isinstance(properties.get("warehouse"), str) or not properties["warehouse"]:
             raise CatalogConfigError(
-                "a hudi catalog needs the property 'warehouse' (the directory or URI its "
+                f"a {kind} catalog needs the property 'warehouse' (the directory or URI its "
                 "tables' base paths are under: <warehouse>/<namespace>/<name>)"
             )
     elif "uri" not in properties:

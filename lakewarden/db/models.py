@@ -81,7 +81,7 @@ class ManagedTable(Base):
     name: Mapped[str] = mapped_column(String(255))
     policy: Mapped[dict[str, Any]]
     policy_version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
-    # Its table format (lakewarden.formats): "iceberg" or "hudi".
+    # Its table format (lakewarden.formats): "iceberg", "hudi" or "delta".
     format: Mapped[str] = mapped_column(String(16), server_default=text("'iceberg'"))
     # The catalog's metadata pointer last ingested; the poller compares against it.
     metadata_location: Mapped[str | None] = mapped_column(Text)

@@ -18,6 +18,13 @@ FormatName = Literal["iceberg", "hudi", "delta"]
 CommitId = str
 
 
+# The keys of a job's mark in a commit's summary, whatever the format (an Iceberg snapshot
+# summary, a Hudi instant's extraMetadata, a Delta commit's commitInfo).
+MARKER_PREFIX = "lakewarden."  # every key lakewarden stamps on a commit starts so
+TASK_KEY = f"{MARKER_PREFIX}task-id"
+ATTEMPT_KEY = f"{MARKER_PREFIX}attempt"
+
+
 @dataclass(frozen=True)
 class JobMarker:
     """ "Made by lakewarden task `task_id`, attempt `attempt`": what a job stamps on its
@@ -25,6 +32,15 @@ class JobMarker:
 
     task_id: int
     attempt: int | None = None
+
+
+def marker_of(summary: Mapping[str, str]) -> JobMarker | None:
+    """The mark a commit's summary carries (`TASK_KEY`, `ATTEMPT_KEY`), or None."""
+    task = summary.get(TASK_KEY)
+    if task is None or not task.isdigit():
+        return None
+    attempt = summary.get(ATTEMPT_KEY)
+    return JobMarker(int(task), int(attempt) if attempt and attempt.isdigit() else None)
 
 
 @dataclass(frozen=True)

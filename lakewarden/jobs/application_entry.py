@@ -31,21 +31,28 @@ import argparse
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, text, update
 
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
+from lakewarden.errors import headline
 from lakewarden.jobs.execute import Job, run_job
 from lakewarden.jobs.hudi import run_hudi_job
 from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
+from lakewarden.spark import yarn
 from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("lakewarden.application")  # the name its log lines always had
 
@@ -137,6 +144,31 @@ class Heartbeat(threading.Thread):
                 log.exception("heartbeat failed")
 
 
+class YarnApplicationEnded(RuntimeError):
+    """The job failed because YARN ended its application (killed from outside, ...)."""
+
+
+def yarn_explained(rt: Runtime, spark: SparkSession) -> Callable[[BaseException], BaseException]:
+    """On YARN, a job that failed because YARN ended its application (killed from outside:
+    the driver's context stops, its job fails with "SparkContext was shut down") says so
+    with YARN's diagnostics; any other failure is left as it is."""
+    web = rt.settings.yarn_resourcemanager_url
+    app_id = spark.sparkContext.applicationId
+
+    def explain(exc: BaseException) -> BaseException:
+        if not web or not app_id.startswith("application_"):
+            return exc
+        try:
+            why = yarn.ended(yarn.app_report(web, app_id))
+        except yarn.ResourceManagerUnreachable:
+            return exc
+        if why is None:
+            return exc
+        return YarnApplicationEnded(f"{why} ({headline(exc)})")
+
+    return explain
+
+
 def run_application(rt: Runtime, task_id: int, attempt: int) -> int:
     job = load_job(rt, task_id, attempt)
     if job is None:
@@ -167,8 +199,11 @@ def _run_loaded(rt: Runtime, job: Job) -> int:
             state = finish_run(rt, fence(), task_id, attempt, error=exc)
         else:
             try:
-                run = run_hudi_job if job.format == "hudi" else run_job
-                state = run(rt, spark, fence, job)
+                if job.format == "hudi":
+                    state = run_hudi_job(rt, spark, fence, job)
+                else:
+                    explained = yarn_explained(rt, spark)
+                    state = run_job(rt, spark, fence, job, explain_error=explained)
             finally:
                 spark.stop()
     finally:

@@ -7,9 +7,10 @@
    lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
    Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
 
-A lock group named after a format family (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle)
-goes on Spark's classpath only in that family's session (`resolve_jars(settings, family)`):
-the Iceberg session launches with the jars it always had.
+A lock group named after a format family (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle;
+`delta`, Delta Lake's delta-spark and delta-storage) goes on Spark's classpath only in
+that family's session (`resolve_jars(settings, family)`): the Iceberg session launches
+with the jars it always had.
 
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
@@ -48,7 +49,7 @@ UNPACKED_MARK = ".unpacked"  # written last: a directory without it is a half un
 # Session families (research note §6: Hudi wants `spark_catalog`, so its jobs get a Spark
 # session of their own): the default one, and each further one with its lock group.
 DEFAULT_FAMILY = "iceberg"
-FAMILY_GROUPS = {"hudi": "hudi"}
+FAMILY_GROUPS = {"hudi": "hudi", "delta": "delta"}
 
 
 class JarsUnavailable(RuntimeError):
@@ -80,7 +81,8 @@ class PinnedJar:
 
     @property
     def family(self) -> str | None:
-        """The one session family whose classpath has it (`hudi`), or None: every family's."""
+        """The one session family whose classpath has it (`hudi`, `delta`), or None: every
+        family's."""
         return next((f for f, g in FAMILY_GROUPS.items() if g == self.group), None)
 
     @property

@@ -1,11 +1,12 @@
 """The warm Spark session with the Iceberg catalog wired to lakewarden's catalog.
 
-A session belongs to a format family (`jars.DEFAULT_FAMILY`, "iceberg"; or "hudi"). The
-Hudi family's adds Hudi's bundle, its session extension beside Iceberg's, its
+A session belongs to a format family (`jars.DEFAULT_FAMILY`, "iceberg"; "hudi"; "delta").
+The Hudi family's adds Hudi's bundle, its session extension beside Iceberg's, its
 `spark_catalog` (HoodieCatalog: Hudi's SQL and procedures want it, and `spark_catalog`
-can hold one implementation only) and the Kryo serializer Hudi requires. One JVM has one
-classpath, so a family is a JVM of its own; the Iceberg family is launched exactly as
-before.
+can hold one implementation only) and the Kryo serializer Hudi requires; the Delta
+family's adds Delta's jars, its extension and its `spark_catalog` (DeltaCatalog). One JVM
+has one classpath, so a family is a JVM of its own; the Iceberg family is launched exactly
+as before.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ FAMILY_CONF: dict[str, dict[str, str]] = {
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
         "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
         "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+    },
+    "delta": {
+        "spark.sql.extensions": f"{_ICEBERG_EXTENSIONS},io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     },
 }
 

@@ -14,6 +14,10 @@ Status, by master: `local[...]` and standalone client mode: the spark-submit pro
 driver runs in it) while this leader launched it; after a failover, that process by pid on
 the same host, or the run's heartbeat (the application writes it). Standalone: also the
 master's JSON API. Kubernetes: `spark-submit --status/--kill <namespace>:<driver pod>`.
+YARN (client and cluster mode): the ResourceManager's REST API (`lakewarden.spark.yarn`),
+the application found by its id (`spark_app_id`, which the driver records) or its name
+(the job group), its end told with YARN's diagnostics; spark-submit's exit too while this
+leader launched it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from lakewarden.logs import log_context
 from lakewarden.redact import secrets_of
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
+from lakewarden.spark import yarn
 from lakewarden.spark.commits import find_commit
 from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.local_cluster import app_state, kill_app
@@ -53,8 +58,10 @@ from lakewarden.spark.submit import (
     application_settings,
     is_kubernetes,
     is_local,
+    is_yarn,
     kubernetes_argv,
     masked,
+    properties_text,
     settings_env,
     spark_submit_path,
     submit_argv,
@@ -123,6 +130,8 @@ class Applications:
         """spark-submit the job (its own process group: it outlives this leader, so the next
         one can re-attach it) and store its submission at once."""
         s = self.rt.settings
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        properties_file = self.log_dir / f"{job.group}.properties"
         try:
             sub = submit_argv(
                 s,
@@ -134,11 +143,19 @@ class Applications:
                 attempt=job.attempt,
                 group=job.group,
                 family="hudi" if job.format == "hudi" else DEFAULT_FAMILY,
+                properties_file=str(properties_file),
             )
         except ValueError as exc:  # misconfigured: no attempt can succeed
             finish_run(self.rt, fence, job.task_id, job.attempt, error=exc, retryable=False)
             return
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if is_yarn(sub.master):
+            try:
+                yarn.check_ready(s.yarn_resourcemanager_url or "")
+            except yarn.ResourceManagerUnreachable as exc:  # retried as any failure is
+                finish_run(self.rt, fence, job.task_id, job.attempt, error=exc)
+                return
+        if sub.properties:
+            write_private(properties_file, properties_text(sub.properties, spark_defaults()))
         log_path = self.log_dir / f"{job.group}.log"
         log.info("task %d: submitting %s", job.task_id, " ".join(masked(sub.argv, self._secrets())))
         try:
@@ -268,6 +285,8 @@ class Applications:
         """Why the application is over, or None while it (may) run."""
         if is_kubernetes(app.master):
             return self._cluster_ended(app)
+        if is_yarn(app.master):
+            return self._yarn_ended(app)
         if app.process is not None:
             code = app.process.poll()
             return None if code is None else f"spark-submit exited with code {code}"
@@ -288,6 +307,27 @@ class Applications:
             return f"the cluster says {state}"
         return None
 
+    def _yarn_ended(self, app: Application) -> str | None:
+        """spark-submit's exit (while we watch it) and the ResourceManager's word, asked
+        every CLUSTER_STATUS_EVERY_S and at once when spark-submit exited (for YARN's
+        diagnostics of why)."""
+        exited = None
+        if app.process is not None and (code := app.process.poll()) is not None:
+            exited = f"spark-submit exited with code {code}"
+        if exited is None and time.monotonic() - app.state_checked_at < CLUSTER_STATUS_EVERY_S:
+            return None
+        app.state_checked_at = time.monotonic()
+        try:
+            report = yarn_report(self.rt, app)
+        except yarn.ResourceManagerUnreachable as exc:
+            log.warning("task %d: %s", app.task_id, exc)
+            return exited  # no word: its heartbeat still tells (cluster_state unchanged)
+        app.cluster_state = None if report is None else str(report.get("state"))
+        if report is not None:  # YARN has it: spark-submit read its settings file long ago
+            self._drop_properties(app)
+        word = yarn.ended(report)
+        return f"{exited}; {word}" if exited and word else exited or word
+
     def _judge(self, fence: Fence, app: Application, why: str) -> None:
         """The application ended without recording its outcome: its commits decide."""
         state = judge_ended_run(
@@ -307,6 +347,11 @@ class Applications:
     def _forget(self, app: Application) -> None:
         with self.lock:
             self.running.pop(app.task_id, None)
+        self._drop_properties(app)
+
+    def _drop_properties(self, app: Application) -> None:
+        """A YARN cluster-mode submission's settings file (its secrets), once read."""
+        (self.log_dir / f"{app.group}.properties").unlink(missing_ok=True)
 
     def _secrets(self) -> list[str]:
         return secrets_of(self.rt.settings, self.rt.db_url)
@@ -318,6 +363,13 @@ class Applications:
             argv = kubernetes_argv(spark_submit_path(), app.master, "kill", app.submission_id)
             subprocess.run(argv, capture_output=True, timeout=120, check=False)
             return
+        if is_yarn(app.master):
+            try:
+                report = yarn_report(self.rt, app)
+                if report is not None and yarn.ended(report) is None:
+                    yarn.kill(self.rt.settings.yarn_resourcemanager_url or "", str(report["id"]))
+            except yarn.ResourceManagerUnreachable as exc:
+                log.warning("task %d: cannot kill its YARN application: %s", app.task_id, exc)
         if app.master.startswith("spark://") and self.rt.settings.spark_master_web_url:
             app_id = _app_id(self.rt, app)
             if app_id:
@@ -326,7 +378,7 @@ class Applications:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL if hard else signal.SIGTERM)
-        elif not is_local(app.master):
+        elif not is_local(app.master) and not is_yarn(app.master):
             log.warning("task %d: cannot kill %s from here", app.task_id, app.submission_id)
 
     def kill_all(self) -> None:
@@ -408,6 +460,8 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
         s.expunge(run)
     pid = local_pid(run.submission_id)
     alive = _alive(pid) if pid is not None else bool(fresh)
+    if run.master and is_yarn(run.master):
+        alive = yarn_alive(rt, run, default=alive)
     if alive:
         try:
             with transaction(rt.engine) as s:
@@ -513,6 +567,36 @@ def _app_id(rt: Runtime, app: Application) -> str | None:
         )
 
 
+def yarn_report(rt: Runtime, app: Application) -> dict[str, Any] | None:
+    """The ResourceManager's report of the application: by the id its driver recorded,
+    else by its name (the job group; a driver that never started recorded none)."""
+    web = rt.settings.yarn_resourcemanager_url
+    if not web:
+        return None
+    app_id = _app_id(rt, app)
+    if app_id and app_id.startswith("application_"):
+        return yarn.app_report(web, app_id)
+    return yarn.app_by_name(web, app.group)
+
+
+def yarn_alive(rt: Runtime, run: JobRun, *, default: bool) -> bool:
+    """After a failover: whether the run's YARN application still runs (the
+    ResourceManager's word; `default`, the pid's or heartbeat's, when it has none)."""
+    web = rt.settings.yarn_resourcemanager_url
+    group = run.spark_job_group or f"lakewarden-task-{run.task_id}-{run.attempt}"
+    try:
+        if not web:
+            return default
+        if run.spark_app_id and run.spark_app_id.startswith("application_"):
+            report = yarn.app_report(web, run.spark_app_id)
+        else:
+            report = yarn.app_by_name(web, group)
+    except yarn.ResourceManagerUnreachable as exc:
+        log.warning("task %d: %s", run.task_id, exc)
+        return default
+    return default if report is None else yarn.ended(report) is None
+
+
 def cluster_state(rt: Runtime, app: Application) -> str | None:
     """The cluster's word on the application: a standalone master's JSON API, or
     Kubernetes' `spark-submit --status` (its driver pod's phase). None: no word yet."""
@@ -537,6 +621,20 @@ def kubernetes_phase(output: str) -> str | None:
     if "not found" in output.lower():
         return "UNKNOWN_GONE"
     return None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (created so: never readable for a moment)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def spark_defaults() -> str:
+    """$SPARK_CONF_DIR/spark-defaults.conf's text, or "" (a `--properties-file` replaces it)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    path = Path(conf_dir) / "spark-defaults.conf" if conf_dir else None
+    return path.read_text() if path is not None and path.is_file() else ""
 
 
 def _tail(path: Path | None) -> str:

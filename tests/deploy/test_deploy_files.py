@@ -22,6 +22,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse deployment 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_HOST = ROOT / "docker-compose.host.yml"
+COMPOSE_HADOOP = ROOT / "docker-compose.hadoop.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CHART = ROOT / "charts" / "lakewarden"
 
@@ -286,6 +287,29 @@ def test_compose_host_override() -> None:
         assert services[name]["healthcheck"]["test"][1:3] == ["lakewarden", "check"], name
 
 
+def test_compose_hadoop_override() -> None:
+    """docker-compose.hadoop.yml: every lakewarden service gets the Hive Metastore catalog,
+    the HDFS warehouse and YARN applications as settings lakewarden knows, and the site's
+    Hadoop client files where HADOOP_CONF_DIR points; the stack's own env stays."""
+    from lakewarden.settings import Settings
+
+    known = {f"LAKEWARDEN_{name.upper()}" for name in Settings.model_fields}
+    services = _compose_config(COMPOSE, COMPOSE_HADOOP)["services"]
+    for name in ("migrate", "api", "worker", "scheduler", "writer"):
+        env = services[name]["environment"]
+        assert env["LAKEWARDEN_CATALOG_TYPE"] == "hive", name
+        assert env["LAKEWARDEN_CATALOG_URI"].startswith("thrift://"), name
+        assert env["LAKEWARDEN_WAREHOUSE"].startswith("hdfs://"), name
+        assert env["LAKEWARDEN_APPLICATION_MASTER"] == "yarn", name
+        assert env["LAKEWARDEN_YARN_RESOURCEMANAGER_URL"].startswith("http://"), name
+        assert env["HADOOP_CONF_DIR"] == env["YARN_CONF_DIR"] == "/etc/hadoop/conf", name
+        assert env["LAKEWARDEN_DATABASE_URL"], name  # merged, not replaced
+        mounts = {v["target"]: v for v in services[name]["volumes"]}
+        assert mounts["/etc/hadoop/conf"]["read_only"] is True, name
+    added = {k for k in load_yaml(COMPOSE_HADOOP)["x-hadoop-env"] if k.startswith("LAKEWARDEN_")}
+    assert added <= known, added - known
+
+
 # --- Helm chart: static -------------------------------------------------------------------------
 
 
@@ -517,7 +541,17 @@ ALL_ON: dict[str, Any] = {
         "eventLogDir": "s3a://logs/spark-events",
         "historyUrl": "http://spark-history:18080",
         "logRetentionDays": 3,
+        "poolModes": {"big": "application"},
+        "applications": {
+            "master": "yarn",
+            "deployMode": "cluster",
+            "driverMemory": "2g",
+            "maxConcurrent": 2,
+            "masterWebUrl": "",
+        },
+        "yarn": {"resourceManagerUrl": "http://rm.hadoop:8088"},
     },
+    "hadoop": {"conf": {"yarn-site.xml": "<configuration/>", "core-site.xml": "<configuration/>"}},
     "extraEnv": [
         {"name": "LW_SECRET_SALES_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "t"}}}
     ],
@@ -625,6 +659,34 @@ def test_values_schema_is_strict_everywhere() -> None:
     assert set(values) <= set(schema["properties"])
 
 
+def test_hadoop_client_files_are_mounted_where_hadoop_conf_dir_points(
+    all_on: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    hadoop = by_kind(all_on, "ConfigMap")["lw-lakewarden-hadoop"]["data"]
+    assert set(hadoop) == {"yarn-site.xml", "core-site.xml"}
+    for name, c in containers_of(all_on).items():
+        if not name.endswith(tuple(LONG_RUNNING)):
+            continue
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["HADOOP_CONF_DIR"] == env["YARN_CONF_DIR"] == "/etc/hadoop/conf", name
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["hadoop-conf"] == {
+            "name": "hadoop-conf",
+            "mountPath": "/etc/hadoop/conf",
+            "readOnly": True,
+        }
+    # The user's own ConfigMap instead: mounted, none made.
+    docs = render({"hadoop": {"existingConfigMap": "site-hadoop"}}, tmp_path)
+    assert "lw-lakewarden-hadoop" not in by_kind(docs, "ConfigMap")
+    volumes = {
+        v["name"]: v
+        for d in docs
+        if d["kind"] == "Deployment"
+        for v in d["spec"]["template"]["spec"]["volumes"]
+    }
+    assert volumes["hadoop-conf"]["configMap"]["name"] == "site-hadoop"
+
+
 def test_refusals_that_need_the_values_together(tmp_path: Path) -> None:
     assert "tokenSecret" in render_refusal(
         {"catalogs": [{"name": "x", "type": "jdbc", "properties": {}}]}, tmp_path
@@ -634,6 +696,10 @@ def test_refusals_that_need_the_values_together(tmp_path: Path) -> None:
     secret = {"name": "s", "key": "k"}
     both = {"spark": {"master": "local[2]", "conf": {"spark.a": "1"}, "confSecret": secret}}
     assert "exclude each other" in render_refusal(both, tmp_path)
+    yarn = {"spark": {"master": "local[2]", "applications": {"master": "yarn"}}}
+    assert "hadoop.conf" in render_refusal(yarn, tmp_path)
+    site = {"hadoop": {"conf": {"yarn-site.xml": "<configuration/>"}}}
+    assert "resourceManagerUrl" in render_refusal({**yarn, **site}, tmp_path)
 
 
 def test_helm_lint_with_every_option_on(tmp_path: Path) -> None:
@@ -839,6 +905,13 @@ def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
     assert data["LAKEWARDEN_SPARK_EVENT_LOG_DIR"] == "s3a://logs/spark-events"
     assert data["LAKEWARDEN_SPARK_HISTORY_URL"] == "http://spark-history:18080"
     assert data["LAKEWARDEN_SPARK_LOG_RETENTION_DAYS"] == "3"
+    assert json.loads(data["LAKEWARDEN_POOL_MODES"]) == {"big": "application"}
+    assert data["LAKEWARDEN_APPLICATION_MASTER"] == "yarn"
+    assert data["LAKEWARDEN_APPLICATION_DEPLOY_MODE"] == "cluster"
+    assert data["LAKEWARDEN_APPLICATION_DRIVER_MEMORY"] == "2g"
+    assert data["LAKEWARDEN_MAX_CONCURRENT_APPLICATIONS"] == "2"
+    assert data["LAKEWARDEN_YARN_RESOURCEMANAGER_URL"] == "http://rm.hadoop:8088"
+    assert "LAKEWARDEN_SPARK_MASTER_WEB_URL" not in data
     ports = containers_of(all_on)["Deployment/scheduler"]["ports"]
     assert {"name": "spark-ui", "containerPort": 4050, "protocol": "TCP"} in ports
     assert "LAKEWARDEN_SPARK_JARS" not in data  # the image's baked-in jars apply

@@ -182,5 +182,42 @@ def test_hudi_s_bundle_is_on_the_hudi_family_s_classpath_only(
     monkeypatch.setenv("LAKEWARDEN_SPARK_PACKAGES", "org.example:x:1")
     assert hudi.coordinate in resolve_jars(Settings(), "hudi").packages
     assert hudi.coordinate not in resolve_jars(Settings()).packages
-    with pytest.raises(JarsUnavailable, match="unknown Spark session family 'delta'"):
-        resolve_jars(Settings(), "delta")
+    with pytest.raises(JarsUnavailable, match="unknown Spark session family 'paimon'"):
+        resolve_jars(Settings(), "paimon")
+
+
+def test_delta_s_jars_are_on_the_delta_family_s_classpath_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Delta's jars bring its own `spark_catalog`: the Iceberg session launches without
+    them, the Delta family's with both (delta-spark and delta-storage) and everything else
+    the Iceberg one has, never Hudi's bundle."""
+    pinned = read_lock()
+    cache = tmp_path / "maven"
+    cache.mkdir()
+    for p in pinned:
+        with (cache / p.file_name).open("wb") as f:
+            f.truncate(p.size)
+    monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
+    monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
+    from lakewarden.settings import Settings
+    from lakewarden.spark.jars import resolve_jars
+    from lakewarden.spark.session import spark_conf
+
+    delta = {p.file_name for p in pinned if p.group == "delta"}
+    assert {n.split("-3")[0] for n in delta} == {"delta-spark_2.12", "delta-storage"}
+    iceberg = {Path(j).name for j in resolve_jars(Settings()).jars}
+    family = {Path(j).name for j in resolve_jars(Settings(), "delta").jars}
+    assert not delta & iceberg and family == iceberg | delta
+    assert pinned_jar("hudi").file_name not in family
+    monkeypatch.setenv("LAKEWARDEN_SPARK_PACKAGES", "org.example:x:1")
+    coords = {p.coordinate for p in pinned if p.group == "delta"}
+    assert coords <= set(resolve_jars(Settings(), "delta").packages)
+    assert not coords & set(resolve_jars(Settings()).packages)
+    conf = spark_conf(Settings(), "postgresql+psycopg://lw:pw@127.0.0.1:5432/lw", "delta")
+    assert conf["spark.sql.catalog.spark_catalog"].endswith("delta.catalog.DeltaCatalog")
+    assert "io.delta.sql.DeltaSparkSessionExtension" in conf["spark.sql.extensions"]
+    assert "Delta" not in spark_conf(
+        Settings(), "postgresql+psycopg://lw:pw@127.0.0.1:5432/lw"
+    ).get("spark.sql.extensions", "")

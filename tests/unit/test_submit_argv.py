@@ -5,20 +5,26 @@ and is masked if one is forced in; Kubernetes gets references to a Secret, not v
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lakewarden.settings import Settings
+from lakewarden.spark.submit import _for_double_quotes as yarn_am_env_value
 from lakewarden.spark.submit import (
     application_settings,
     driver_pod_name,
     kubernetes_argv,
     masked,
+    properties_text,
     secrets_of,
     settings_env,
     submit_argv,
+    yarn_am_env,
 )
+from lakewarden.spark.yarn import ended
 
 DB = "postgresql+psycopg://lw:DB-pw-123@127.0.0.1:5432/lw"
 SECRETS = ("S3-secret-value", "S3-access-value", "CATALOG-pw-456", "DB-pw-123")
@@ -48,7 +54,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     )
 
 
-def _argv(settings: Settings, **kw: str) -> list[str]:
+def _argv(settings: Settings, **kw: Any) -> list[str]:
     return submit_argv(
         settings,
         DB,
@@ -193,8 +199,8 @@ def test_a_secret_needs_a_kubernetes_secret_to_refer_to(settings: Settings) -> N
         _argv(k8s)
 
 
-def test_cluster_mode_is_refused_off_kubernetes(settings: Settings) -> None:
-    with pytest.raises(ValueError, match="Kubernetes"):
+def test_cluster_mode_is_refused_off_kubernetes_and_yarn(settings: Settings) -> None:
+    with pytest.raises(ValueError, match=r"Kubernetes .* and YARN"):
         _argv(settings.model_copy(update={"application_deploy_mode": "cluster"}))
 
 
@@ -212,3 +218,106 @@ def test_the_application_reads_back_its_own_master_not_the_schedulers(settings: 
     assert env["LAKEWARDEN_SPARK_MASTER"] == "spark://m:7077"
     assert env["LAKEWARDEN_SPARK_DRIVER_MEMORY"] == "512m"
     assert settings_env(s, DB)["LAKEWARDEN_SPARK_MASTER"] == "local[2]"  # the scheduler's
+
+
+YARN = {"application_master": "yarn", "yarn_resourcemanager_url": "http://rm:8088"}
+
+
+def test_a_yarn_master_needs_the_resourcemanagers_address(settings: Settings) -> None:
+    with pytest.raises(ValueError, match="yarn_resourcemanager_url"):
+        _argv(settings.model_copy(update={"application_master": "yarn"}))
+
+
+def test_yarn_client_mode_runs_one_am_attempt_with_the_schedulers_python(
+    settings: Settings,
+) -> None:
+    argv = _argv(settings.model_copy(update=YARN))
+    assert argv[1:5] == ["--master", "yarn", "--deploy-mode", "client"]
+    assert "--properties-file" not in argv
+    conf = _confs(argv)
+    assert conf["spark.yarn.maxAppAttempts"] == "1"  # a failed attempt is the scheduler's
+    assert conf["spark.hadoop.yarn.resourcemanager.connect.max-wait.ms"] == "30000"
+    assert conf["spark.pyspark.python"] == "/venv/bin/python"
+    # spark_conf wins over the defaults.
+    s = settings.model_copy(
+        update={**YARN, "spark_conf": {**settings.spark_conf, "spark.yarn.maxAppAttempts": "2"}}
+    )
+    assert _confs(_argv(s))["spark.yarn.maxAppAttempts"] == "2"
+
+
+def test_yarn_cluster_mode_gives_the_am_its_settings_in_a_file_never_on_argv(
+    settings: Settings, tmp_path: Path
+) -> None:
+    s = settings.model_copy(update={**YARN, "application_deploy_mode": "cluster"})
+    with pytest.raises(ValueError, match="properties file"):
+        _argv(s)
+    props = str(tmp_path / "p.properties")
+    sub = submit_argv(
+        s,
+        DB,
+        spark_submit="/spark/bin/spark-submit",
+        entry="/app/e.py",
+        python="/venv/bin/python",
+        task_id=1,
+        attempt=1,
+        group="g",
+        properties_file=props,
+    )
+    assert sub.argv[1:3] == ["--properties-file", props]
+    assert sub.argv[sub.argv.index("--deploy-mode") + 1] == "cluster"
+    text = "\0".join(sub.argv)
+    for secret in SECRETS:
+        assert secret not in text
+    env = sub.properties
+    assert env["spark.yarn.appMasterEnv.LAKEWARDEN_DATABASE_URL"] == DB
+    assert env["spark.yarn.appMasterEnv.LAKEWARDEN_SPARK_MASTER"] == "yarn"
+    assert "S3-secret-value" in env["spark.yarn.appMasterEnv.LAKEWARDEN_SPARK_CONF"]
+
+
+def test_properties_text_escapes_what_java_would_read_otherwise() -> None:
+    text = properties_text({"b": "x\\y\nz", "a": " lead"}, "spark.x 1\n")
+    assert text == "spark.x 1\na=\\ lead\nb=x\\\\y\\nz\n"
+
+
+def test_yarns_word_on_an_ended_application_carries_its_diagnostics() -> None:
+    assert ended(None) is None
+    assert ended({"state": "RUNNING", "finalStatus": "UNDEFINED"}) is None
+    why = ended(
+        {
+            "state": "KILLED",
+            "finalStatus": "KILLED",
+            "diagnostics": "Application application_1_0001 was killed by user dr.who\n at 127.0.0.1",  # noqa: E501
+        }
+    )
+    assert why == (
+        "YARN says KILLED (KILLED): Application application_1_0001 was killed by user dr.who "
+        "at 127.0.0.1"
+    )
+
+
+def test_the_ams_environment_survives_the_nodemanagers_launch_script(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The NodeManager writes `export X="value"` unescaped: a JSON setting's quotes, a `$`,
+    a backslash must reach the driver as they were."""
+    s = settings.model_copy(update={**YARN, "application_deploy_mode": "cluster"})
+    props = yarn_am_env(application_settings(s), DB)
+    value = props["spark.yarn.appMasterEnv.LAKEWARDEN_SPARK_CONF"]
+    tricky = 'x"$HOME`id`\\y'
+    script = f'export A="{value}"; export B="{yarn_am_env_value(tricky)}"; printf %s "$A"; '
+    script += 'printf "\\0%s" "$B"'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    a, b = out.stdout.split("\0")
+    assert json.loads(a) == s.spark_conf and b == tricky
+
+
+def test_the_drivers_address_is_the_applications_masters_not_the_schedulers(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The scheduler's local[2] keeps its own driver on loopback; a YARN application's
+    driver (in a container, in cluster mode) must be reachable by its executors."""
+    s = settings.model_copy(update={**YARN, "application_deploy_mode": "cluster"})
+    conf = _confs(_argv(s, properties_file=str(tmp_path / "p")))
+    assert "spark.driver.bindAddress" not in conf and "spark.driver.host" not in conf
+    local = _confs(_argv(settings))
+    assert local["spark.driver.bindAddress"] == "127.0.0.1"

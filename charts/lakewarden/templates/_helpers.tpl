@@ -98,6 +98,26 @@ LAKEWARDEN_SPARK_EVENT_LOG_DIR: {{ . | quote }}
 LAKEWARDEN_SPARK_HISTORY_URL: {{ . | quote }}
 {{- end }}
 LAKEWARDEN_SPARK_LOG_RETENTION_DAYS: {{ .Values.spark.logRetentionDays | quote }}
+{{- with .Values.spark.poolModes }}
+LAKEWARDEN_POOL_MODES: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.spark.applications }}
+{{- if .master }}
+LAKEWARDEN_APPLICATION_MASTER: {{ .master | quote }}
+{{- end }}
+LAKEWARDEN_APPLICATION_DEPLOY_MODE: {{ .deployMode | quote }}
+LAKEWARDEN_APPLICATION_DRIVER_MEMORY: {{ .driverMemory | quote }}
+LAKEWARDEN_MAX_CONCURRENT_APPLICATIONS: {{ .maxConcurrent | quote }}
+{{- with .masterWebUrl }}
+LAKEWARDEN_SPARK_MASTER_WEB_URL: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- if or (eq .Values.spark.master "yarn") (eq .Values.spark.applications.master "yarn") }}
+{{- if not (or .Values.hadoop.conf .Values.hadoop.existingConfigMap) }}
+{{- fail "a yarn master needs the cluster's yarn-site.xml: give hadoop.conf or hadoop.existingConfigMap" }}
+{{- end }}
+LAKEWARDEN_YARN_RESOURCEMANAGER_URL: {{ required "spark.yarn.resourceManagerUrl is required with a yarn master (its REST API: status, diagnostics, kill)" .Values.spark.yarn.resourceManagerUrl | quote }}
+{{- end }}
 LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }}
 {{- with .Values.scheduler.poolLimits }}
 LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
@@ -166,9 +186,20 @@ envFrom:
   {{- end }}
 env:
   {{- include "lakewarden.secretEnv" (dict "root" . "databaseSecret" (include "lakewarden.databaseSecretName" .)) | nindent 2 }}
+  {{- if or .Values.hadoop.conf .Values.hadoop.existingConfigMap }}
+  - name: HADOOP_CONF_DIR
+    value: /etc/hadoop/conf
+  - name: YARN_CONF_DIR
+    value: /etc/hadoop/conf
+  {{- end }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+{{- end }}
+
+{{/* The ConfigMap of Hadoop client files the pods mount (hadoop.conf, or one of the user's). */}}
+{{- define "lakewarden.hadoopConfigMap" -}}
+{{- .Values.hadoop.existingConfigMap | default (printf "%s-hadoop" (include "lakewarden.fullname" .)) -}}
 {{- end }}
 
 {{/* Pod-level fields shared by every workload: (dict "root" . "component" "api"). */}}
@@ -225,6 +256,11 @@ volumes:
     emptyDir: {}
   - name: home
     emptyDir: {}
+  {{- if or .Values.hadoop.conf .Values.hadoop.existingConfigMap }}
+  - name: hadoop-conf
+    configMap:
+      name: {{ include "lakewarden.hadoopConfigMap" . }}
+  {{- end }}
   {{- with .Values.extraVolumes }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -243,6 +279,11 @@ volumeMounts:
   # Ivy's cache (~/.ivy2) when spark.packages are resolved, and ~/.cache
   - name: home
     mountPath: /home/lakewarden
+  {{- if or .Values.hadoop.conf .Values.hadoop.existingConfigMap }}
+  - name: hadoop-conf
+    mountPath: /etc/hadoop/conf
+    readOnly: true
+  {{- end }}
   {{- with .Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 from pyarrow import fs as pafs
 
-from lakewarden.formats.base import Commit, CommitId, JobMarker, TimelinePage
+from lakewarden.formats.base import MARKER_PREFIX, Commit, CommitId, TimelinePage, marker_of
+from lakewarden.formats.warehouse import filesystem
 
 # Instant times: yyyyMMddHHmmss[SSS]; Hudi's own format, in the table's timezone.
 _TIME = r"\d{14}(?:\d{3})?"
@@ -36,7 +37,6 @@ _INFLIGHT_COMMIT_V1 = re.compile(rf"^(?P<req>{_TIME})\.inflight$")
 
 # Actions whose completed file is a HoodieCommitMetadata (or its replace subtype).
 WRITE_ACTIONS = frozenset({"commit", "deltacommit", "replacecommit"})
-MARKER_PREFIX = "lakewarden."  # extraMetadata keys a lakewarden job stamps (JobMarker)
 
 
 class NotAHudiTable(ValueError):
@@ -85,14 +85,6 @@ def instant_millis(instant_time: str, tz: Any = None) -> int:
     text = instant_time + "000" if len(instant_time) == 17 else instant_time
     at = datetime.strptime(text, fmt)
     return int((at.replace(tzinfo=tz) if tz else at.astimezone()).timestamp() * 1000)
-
-
-def filesystem(base_path: str) -> tuple[pafs.FileSystem, str]:
-    """pyarrow's file system for a base path (a local path or a URI) and the path in it."""
-    if "://" not in base_path:
-        return pafs.LocalFileSystem(), base_path.rstrip("/")
-    fs, path = pafs.FileSystem.from_uri(base_path)
-    return fs, path.rstrip("/")
 
 
 def read_properties(fs: pafs.FileSystem, base: str) -> dict[str, str]:
@@ -186,6 +178,15 @@ class HudiTimeline:
 
     # --- the seam -------------------------------------------------------------------
 
+    def head_id(self) -> CommitId | None:
+        done = self.completed()
+        return done[-1].requested if done else None
+
+    def head(self) -> Commit | None:
+        """The newest completed instant as a commit (the registration's baseline)."""
+        done = self.completed()
+        return self.commit(done[-1], done[-2] if len(done) > 1 else None) if done else None
+
     def commit(self, instant: Instant, parent: Instant | None) -> Commit:
         meta = self.read_instant(instant)
         return Commit(
@@ -222,14 +223,6 @@ class HudiTimeline:
             if marker is not None and marker.task_id == task_id:
                 return commit
         return None
-
-
-def marker_of(summary: Mapping[str, str]) -> JobMarker | None:
-    task = summary.get(f"{MARKER_PREFIX}task-id")
-    if task is None or not task.isdigit():
-        return None
-    attempt = summary.get(f"{MARKER_PREFIX}attempt")
-    return JobMarker(int(task), int(attempt) if attempt and attempt.isdigit() else None)
 
 
 def summarize(action: str, meta: Mapping[str, Any]) -> dict[str, str]:

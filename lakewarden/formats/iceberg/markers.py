@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from lakewarden.formats.base import ATTEMPT_KEY as ATTEMPT_KEY  # the same for every format
+from lakewarden.formats.base import TASK_KEY as TASK_KEY
 from lakewarden.formats.base import JobMarker
 
-TASK_KEY = "lakewarden.task-id"
-ATTEMPT_KEY = "lakewarden.attempt"
 # On the commit that reverted a task's rewrite after a failed validation (before rewrites
 # were staged: such commits stay in older tables' histories, and the finders honour them).
 REVERT_KEY = "lakewarden.reverts-task"

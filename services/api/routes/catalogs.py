@@ -25,12 +25,13 @@ from lakewarden.catalogs.catalog import (
 )
 from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
-from lakewarden.formats.hudi.catalog import check_warehouse as check_hudi_warehouse
+from lakewarden.formats.warehouse import check_warehouse as check_path_warehouse
 from lakewarden.hdfs import check_namenode
 from lakewarden.isolation import error_line
 from lakewarden.object_store import WarehouseUnreachable, check_warehouse
 from lakewarden.redact import redact, url_secrets
 from lakewarden.secret_refs import RefRules
+from lakewarden.states import PATH_CATALOGS
 from lakewarden.tables import LIVE
 from services.api import errors
 from services.api.access import AccessDep
@@ -64,8 +65,8 @@ def _answers(entry: CatalogEntry) -> None:
     catalog's credentials); a REST catalog's storage is its server's to configure (its
     config overrides, vended credentials), so the properties registered here may not reach
     it alone."""
-    if entry.type == "hudi":  # no catalog server: its warehouse must be there
-        check_hudi_warehouse(entry)
+    if entry.type in PATH_CATALOGS:  # no catalog server: its warehouse must be there
+        check_path_warehouse(entry)
         return
     check_namenode(entry.resolved)
     with build_catalog(entry) as client:

@@ -17,10 +17,14 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import find_table
 from lakewarden.db.models import ManagedTable
+from lakewarden.formats.delta import catalog as delta_catalog
+from lakewarden.formats.delta.facts import read_facts as read_delta_facts
+from lakewarden.formats.delta.timeline import NotADeltaTable, UnsupportedProtocol
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVersion
 from lakewarden.health import explain
+from lakewarden.health.delta import delta_health
 from lakewarden.health.hudi import hudi_health
 from lakewarden.health.measure import add_storage, measure
 from lakewarden.kinds import hudi_compaction
@@ -31,7 +35,7 @@ from services.api import errors
 from services.api.access import TableDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.policies import current_policy
-from services.api.schemas import ErrorOut, ExplainOut, HealthOut, HudiHealthOut
+from services.api.schemas import DeltaHealthOut, ErrorOut, ExplainOut, HealthOut, HudiHealthOut
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["health"])
 
@@ -46,13 +50,20 @@ def _read_only(session: Session) -> None:
     session.execute(text("SET TRANSACTION READ ONLY"))
 
 
+# What a non-Iceberg table's own health route shows, named by the 409 of Iceberg's.
+_OWN_HEALTH = {
+    "hudi": "its file groups, log files and table services",
+    "delta": "its files, deletion vectors, log and checkpoint, and Delta's commands",
+}
+
+
 def _iceberg_only(row: ManagedTable) -> None:
     if row.format != "iceberg":
         raise HTTPException(
             409,
             f"table {row.namespace}.{row.name} is a {row.format} table: GET "
-            f"/api/v1/catalogs/{row.catalog}/tables/{row.namespace}/{row.name}/hudi shows "
-            "its file groups, log files and table services",
+            f"/api/v1/catalogs/{row.catalog}/tables/{row.namespace}/{row.name}/{row.format} "
+            f"shows {_OWN_HEALTH.get(row.format, 'its health')}",
         )
 
 
@@ -166,4 +177,35 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
             "table": f"{row.namespace}.{row.name}",
             **hudi_health(facts, hudi_compaction.verdict(section, facts, timeline, ours)),
         }
+    )
+
+
+@router.get(
+    "/{namespace}/{name}/delta",
+    response_model=DeltaHealthOut,
+    responses=errors.documented(
+        notes={**errors.ON_TABLE, 409: "the table is not a Delta table, or its path no longer is"}
+    ),
+)
+def delta_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> DeltaHealthOut:
+    """A Delta table's health and explain: files and bytes (a histogram against the target
+    size, small files per partition), deletion vectors, versions, commit files in the log
+    and the last checkpoint's age; and per Delta command whether there is work."""
+    _read_only(session)
+    if row.format != "delta":
+        raise HTTPException(409, f"table {row.namespace}.{row.name} is not a Delta table")
+    compaction = current_policy(session, row).compaction
+    session.commit()  # delta-rs reads the log and lists the files: no transaction open meanwhile
+    try:
+        timeline = delta_catalog.open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
+        facts = read_delta_facts(
+            timeline,
+            target_file_size=compaction.target_file_size_bytes,
+            small_file_ratio=compaction.small_file_ratio,
+        )
+    except (NotADeltaTable, UnsupportedProtocol) as exc:
+        raise HTTPException(409, str(exc)) from exc
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    return DeltaHealthOut.model_validate(
+        {"table": f"{row.namespace}.{row.name}", **delta_health(facts, now_ms)}
     )

@@ -148,8 +148,8 @@ def _check_members(
         what = f"for table {namespace}.{first.name}, the new defaults"
         authorize_policy_change(access, catalog, namespace, before, after, what)
         added = after.columns_used() - (before.columns_used() if before else set())
-        # A Hudi table has no Iceberg schema to read: its columns are not checked.
-        to_read += [(t, added) for t in group if t.format != "hudi"] if added else []
+        # A Hudi or Delta table has no Iceberg schema to read: its columns are not checked.
+        to_read += [(t, added) for t in group if t.format == "iceberg"] if added else []
     if not to_read:
         return
     client = rt.catalogs.load(catalog)

@@ -13,9 +13,12 @@ from lakewarden.catalogs.catalog import CatalogEntry, TableRef, find_table, load
 from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.evaluate import evaluate_events
+from lakewarden.events.delta import sync_delta_table
 from lakewarden.events.hudi import sync_hudi_table
 from lakewarden.events.ingest import list_events
 from lakewarden.events.refresh import ingest_commits
+from lakewarden.formats.delta import catalog as delta_catalog
+from lakewarden.formats.delta.timeline import NotADeltaTable, UnsupportedProtocol
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVersion
 from lakewarden.policy import gate as policy_gate
@@ -73,6 +76,8 @@ def register_table(
     entry = rt.catalogs.entry(catalog)
     if entry.type == "hudi":
         return _register_hudi_table(entry, ref, body, session, access)
+    if entry.type == "delta":
+        return _register_delta_table(entry, ref, body, session, access)
     table = load_table(rt.catalogs.load(catalog), ref)
     foreign = detect_table(table)
     if foreign is not None and not body.force:
@@ -107,21 +112,48 @@ def _register_hudi_table(
         raise HTTPException(404, str(exc)) from exc
     except UnsupportedTableVersion as exc:
         raise HTTPException(422, str(exc)) from exc
+    row = _add_path_table(entry, ref, body, session, access, format="hudi")
+    ingested = sync_hudi_table(session, row, timeline, source="register", baseline=True)
+    # The baseline is judged at once, as Iceberg's is: the table may already need work.
+    evaluate_events(session, row, ingested.new_event_ids, f"register:{access.actor}", timeline)
+    return table_out(session, row)
+
+
+def _register_delta_table(
+    entry: CatalogEntry, ref: TableRef, body: TableIn, session: Session, access: Access
+) -> TableOut:
+    """A Delta table of a `delta` catalog, found by its path (404: no `_delta_log` with a
+    commit there; 422: a reader version or feature lakewarden does not read). Its newest
+    version is the baseline event; no maintenance kind plans it yet, so its policy is
+    stored as given (and validated) for when they do."""
+    try:
+        timeline = delta_catalog.open_timeline(entry, ref)
+        timeline.open_table()  # the protocol: refused here, not at the first health read
+    except NotADeltaTable as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except UnsupportedProtocol as exc:
+        raise HTTPException(422, str(exc)) from exc
+    row = _add_path_table(entry, ref, body, session, access, format="delta")
+    sync_delta_table(session, row, timeline, source="register", baseline=True)
+    return table_out(session, row)
+
+
+def _add_path_table(
+    entry: CatalogEntry, ref: TableRef, body: TableIn, session: Session, access: Access, format: str
+) -> ManagedTable:
+    """The row of a path catalog's table (`hudi`, `delta`), its policy checked without the
+    table (the Iceberg-only checks against it do not apply) and authorized."""
     overrides = body.policy.model_dump(exclude_unset=True)
     policy = check_policy(session, entry.name, ref.namespace, overrides, None)
     inherited = check_policy(session, entry.name, ref.namespace, {}, None)
     authorize_policy_change(access, entry.name, ref.namespace, inherited, policy, "the policy")
     record_policy_change(access, inherited, policy)
     try:
-        row = tables.add_table(
-            session, entry.name, ref, overrides, author=access.actor, format="hudi"
+        return tables.add_table(
+            session, entry.name, ref, overrides, author=access.actor, format=format
         )
     except tables.AlreadyManaged as exc:
         raise HTTPException(409, str(exc)) from exc
-    ingested = sync_hudi_table(session, row, timeline, source="register", baseline=True)
-    # The baseline is judged at once, as Iceberg's is: the table may already need work.
-    evaluate_events(session, row, ingested.new_event_ids, f"register:{access.actor}", timeline)
-    return table_out(session, row)
 
 
 @fleet.post(
@@ -202,12 +234,12 @@ def replace_policy(
 ) -> TableOut:
     """Set the table's own settings (a PUT, or a restored version): checked, authorized,
     versioned with its author, and obeyed by the open tasks at once."""
-    # A Hudi table has no Iceberg schema to check column names against: its policy is
-    # validated as a policy (and over its namespace's defaults) only.
+    # A Hudi (or Delta) table has no Iceberg schema to check column names against: its
+    # policy is validated as a policy (and over its namespace's defaults) only.
     table = (
-        None
-        if row.format == "hudi"
-        else find_table(rt.catalogs.load(row.catalog), tables.ref_of(row))
+        find_table(rt.catalogs.load(row.catalog), tables.ref_of(row))
+        if row.format == "iceberg"
+        else None
     )
     after = check_policy(session, row.catalog, row.namespace, overrides, table)
     before = policy_or_none(session, row)

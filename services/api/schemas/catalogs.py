@@ -140,13 +140,14 @@ class CatalogIn(RequestModel):
         description="the Iceberg catalog's own name (a JDBC catalog's `catalog_name`)",
         json_schema_extra=documented_pattern(IDENTIFIER_PATTERN),
     )
-    type: Literal["jdbc", "rest", "hive", "hudi"] = Field(
-        description="an Iceberg catalog (jdbc, rest, hive), or `hudi`: Hudi tables by base "
-        "path, `<warehouse>/<namespace>/<name>` (docs/hudi.md)"
+    type: Literal["jdbc", "rest", "hive", "hudi", "delta"] = Field(
+        description="an Iceberg catalog (jdbc, rest, hive); `hudi`: Hudi tables by base "
+        "path, `<warehouse>/<namespace>/<name>` (docs/hudi.md); `delta`: Delta tables by "
+        "path, the same layout (docs/delta.md)"
     )
     properties: CatalogProperties = Field(
         description="pyiceberg's catalog properties (`uri`, `warehouse`, `credential`, "
-        "`token`, `s3.*`, ...); a hudi catalog: `warehouse` only; a secret only as a "
+        "`token`, `s3.*`, ...); a hudi or delta catalog: `warehouse` only; a secret only as a "
         'reference: {"env": NAME} or {"file": PATH}',
         max_length=100,
     )

@@ -77,9 +77,11 @@ class EventOut(ResponseModel):
     id: int
     commit: str = Field(
         description="the commit's id as its format spells it: an Iceberg snapshot id (as "
-        "text), a Hudi instant's requested time"
+        "text), a Hudi instant's requested time, a Delta version (as text)"
     )
-    snapshot_id: int | None = Field(description="an Iceberg table's snapshot id; null for Hudi")
+    snapshot_id: int | None = Field(
+        description="an Iceberg table's snapshot id; null for Hudi and Delta"
+    )
     parent_snapshot_id: int | None
     sequence_number: int | None
     operation: str | None

@@ -530,3 +530,24 @@ class HudiHealthOut(ResponseModel):
         description="file slices by how many log files a reader merges into each"
     )
     services: list[HudiServiceOut]
+
+
+class DeltaCommandOut(ResponseModel):
+    command: Literal["optimize", "purge", "checkpoint"]
+    due: bool = Field(description="the table has work for this Delta command")
+    reason: str
+
+
+class DeltaHealthOut(ResponseModel):
+    """A Delta table's files and log, and its Delta commands' state."""
+
+    table: str
+    facts: dict[str, Any] = Field(
+        description="version, protocol, partition columns, files, bytes, records, target "
+        "size and small files, deletion vectors, commit files in the log, last checkpoint "
+        "and its age, the writer's autoOptimize settings, per partition files and bytes"
+    )
+    file_sizes: dict[str, int] = Field(
+        description="live files per size bucket, as fractions of the target file size"
+    )
+    commands: list[DeltaCommandOut]

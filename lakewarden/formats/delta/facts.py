@@ -1,0 +1,170 @@
+"""What health and explain read of a Delta table: the files of its newest version (delta-rs'
+add actions: size, records, partition values; its deletion vectors) and its log (versions,
+commit files kept, the last checkpoint and how old it is). Python only, no JVM."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from lakewarden.formats.delta.timeline import DeltaTimeline
+
+# Delta's own declared target file size (Spark's OPTIMIZE and auto compaction, delta-rs'
+# optimize honour it); without it, lakewarden's policy gives the target.
+TARGET_FILE_SIZE = "delta.targetFileSize"
+
+
+@dataclass
+class PartitionFacts:
+    """One partition's live files."""
+
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    small_files: int = 0
+
+
+@dataclass
+class DeltaFacts:
+    """A Delta table at its newest version."""
+
+    path: str
+    version: int
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: list[str]
+    writer_features: list[str]
+    partition_columns: list[str]
+    configuration: dict[str, str]
+    target_file_size: int  # bytes: `delta.targetFileSize`, else the policy's target
+    small_file_threshold: int  # bytes: a live file under this is small
+    commit_files: int  # commit files (`%020d.json`) still in the log
+    oldest_version_in_log: int | None
+    checkpoint_version: int | None  # `_last_checkpoint`'s version; None: never checkpointed
+    checkpoint_at_ms: int | None  # when that checkpoint was written (its file's time)
+    file_sizes: list[int] = field(default_factory=list)
+    partitions: dict[str, PartitionFacts] = field(default_factory=dict)
+    deletion_vector_files: int = 0
+    deleted_rows: int = 0  # rows hidden by deletion vectors (still in the files)
+
+    @property
+    def files(self) -> int:
+        return len(self.file_sizes)
+
+    @property
+    def small_files(self) -> int:
+        return sum(1 for s in self.file_sizes if s < self.small_file_threshold)
+
+    @property
+    def versions_since_checkpoint(self) -> int:
+        """Versions a reader replays from JSON on top of the last checkpoint (all of them
+        when there is none)."""
+        last = self.checkpoint_version if self.checkpoint_version is not None else -1
+        return self.version - last
+
+    def checkpoint_age_s(self, now_ms: int) -> float | None:
+        if self.checkpoint_at_ms is None:
+            return None
+        return max(0.0, (now_ms - self.checkpoint_at_ms) / 1000)
+
+    def summary(self, now_ms: int) -> dict[str, Any]:
+        """The facts as plain data (the health endpoint's `facts`)."""
+        return {
+            "format": "delta",
+            "version": self.version,
+            "protocol": {
+                "min_reader_version": self.min_reader_version,
+                "min_writer_version": self.min_writer_version,
+                "reader_features": self.reader_features,
+                "writer_features": self.writer_features,
+            },
+            "partition_columns": self.partition_columns,
+            "files": self.files,
+            "bytes": sum(self.file_sizes),
+            "records": sum(p.records for p in self.partitions.values()),
+            "target_file_size": self.target_file_size,
+            "small_file_threshold": self.small_file_threshold,
+            "small_files": self.small_files,
+            "deletion_vector_files": self.deletion_vector_files,
+            "deleted_rows": self.deleted_rows,
+            "commit_files": self.commit_files,
+            "oldest_version_in_log": self.oldest_version_in_log,
+            "checkpoint_version": self.checkpoint_version,
+            "versions_since_checkpoint": self.versions_since_checkpoint,
+            "checkpoint_age_s": self.checkpoint_age_s(now_ms),
+            "auto_optimize": {k: v for k, v in self.configuration.items() if "autoOptimize" in k},
+            "partitions": {k: vars(v) for k, v in sorted(self.partitions.items())},
+        }
+
+
+def partition_key(columns: list[str], row: dict[str, Any]) -> str:
+    """A partition's name as Delta lays it out, `a=1/b=x`; "" when unpartitioned."""
+    values = [row.get(f"partition.{c}") for c in columns]
+    return "/".join(f"{c}={'' if v is None else v}" for c, v in zip(columns, values, strict=True))
+
+
+def last_checkpoint(timeline: DeltaTimeline) -> tuple[int | None, int | None]:
+    """`_last_checkpoint`'s version and when its checkpoint file was written (ms), or
+    (None, None) when the table was never checkpointed."""
+    fs, log = timeline.fs, timeline.log
+    try:
+        with fs.open_input_stream(f"{log}/_last_checkpoint") as f:
+            version = int(json.loads(f.read().decode())["version"])
+    except (FileNotFoundError, OSError, ValueError, KeyError):
+        return None, None
+    written = [
+        info.mtime_ns // 10**6
+        for info in fs.get_file_info(pafs.FileSelector(log))
+        if info.base_name.startswith(f"{version:020d}.checkpoint") and info.mtime_ns is not None
+    ]
+    return version, (max(written) if written else None)
+
+
+def read_facts(
+    timeline: DeltaTimeline, *, target_file_size: int, small_file_ratio: float
+) -> DeltaFacts:
+    """The table's facts now: delta-rs for the protocol, the files and deletion vectors;
+    the log's listing for its length and checkpoint. The target is the table's own
+    `delta.targetFileSize` if it declares one, else `target_file_size` (the policy's)."""
+    table = timeline.open_table()
+    protocol = table.protocol()
+    metadata = table.metadata()
+    config = dict(metadata.configuration or {})
+    target = int(config.get(TARGET_FILE_SIZE) or target_file_size)
+    versions = timeline.versions()
+    checkpoint, checkpoint_at = last_checkpoint(timeline)
+    columns = list(metadata.partition_columns or [])
+    facts = DeltaFacts(
+        path=timeline.path,
+        version=table.version(),
+        min_reader_version=protocol.min_reader_version,
+        min_writer_version=protocol.min_writer_version,
+        reader_features=sorted(protocol.reader_features or []),
+        writer_features=sorted(protocol.writer_features or []),
+        partition_columns=columns,
+        configuration=config,
+        target_file_size=target,
+        small_file_threshold=int(target * small_file_ratio),
+        commit_files=len(versions),
+        oldest_version_in_log=versions[0] if versions else None,
+        checkpoint_version=checkpoint,
+        checkpoint_at_ms=checkpoint_at,
+    )
+    for row in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        size = int(row["size_bytes"])
+        part = facts.partitions.setdefault(partition_key(columns, row), PartitionFacts())
+        part.files += 1
+        part.bytes += size
+        part.records += int(row.get("num_records") or 0)
+        part.small_files += size < facts.small_file_threshold
+        facts.file_sizes.append(size)
+    if "deletionVectors" in (protocol.reader_features or []):
+        # Each file with a deletion vector, and its keep-mask (False: a deleted row).
+        for batch in pa.table(table.deletion_vectors()).to_pylist():
+            facts.deletion_vector_files += 1
+            facts.deleted_rows += sum(1 for keep in batch["selection_vector"] or [] if not keep)
+    return facts

@@ -1,0 +1,63 @@
+"""Health and explain of a Delta table (issue 29): what its files and log say
+(`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why. No kind
+runs on Delta tables yet, so explain says what is due and that Delta's own commands
+(OPTIMIZE, REORG ... APPLY (PURGE), VACUUM, a checkpoint) must do it for now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakewarden.formats.delta.facts import DeltaFacts
+
+MB = 1 << 20
+NOT_YET = "lakewarden runs no Delta command yet (issue 29)"
+# A checkpoint is due when this many versions were written since the last one (Delta
+# writes one every `delta.checkpointInterval` commits, 10 by default).
+CHECKPOINT_INTERVAL = 10
+
+
+def size_histogram(sizes: list[int], target: int) -> dict[str, int]:
+    """Live files by size against the target: `<1/16`, `1/16-1/4`, `1/4-3/4`, `3/4-1`,
+    `>=1` (of the target file size)."""
+    edges = [(target / 16, "<1/16"), (target / 4, "1/16-1/4"), (target * 3 / 4, "1/4-3/4")]
+    edges.append((target, "3/4-1"))
+    out = dict.fromkeys([label for _, label in edges] + [">=1"], 0)
+    for size in sizes:
+        out[next((label for hi, label in edges if size < hi), ">=1")] += 1
+    return out
+
+
+def explain_commands(facts: DeltaFacts, now_ms: int) -> list[dict[str, Any]]:
+    """Per Delta command: is there work, and who does it (never lakewarden, yet)."""
+    small = facts.small_files
+    parts = sum(1 for p in facts.partitions.values() if p.small_files > 1)
+    optimize = (
+        f"{small} of {facts.files} files are under {facts.small_file_threshold} bytes "
+        f"(target {facts.target_file_size}), in {parts} partition(s) with 2 or more; {NOT_YET}"
+    )
+    purge = (
+        f"{facts.deletion_vector_files} files carry deletion vectors hiding "
+        f"{facts.deleted_rows} rows; {NOT_YET}"
+        if facts.deletion_vector_files
+        else "no file has a deletion vector"
+    )
+    since = facts.versions_since_checkpoint
+    age = facts.checkpoint_age_s(now_ms)
+    checkpoint = (
+        f"{since} version(s) since the last checkpoint"
+        + (f" (version {facts.checkpoint_version}, {age:.0f} s old)" if age is not None else "")
+        + f"; {facts.commit_files} commit files in the log; {NOT_YET}"
+    )
+    return [
+        {"command": "optimize", "due": parts > 0, "reason": optimize},
+        {"command": "purge", "due": facts.deletion_vector_files > 0, "reason": purge},
+        {"command": "checkpoint", "due": since > CHECKPOINT_INTERVAL, "reason": checkpoint},
+    ]
+
+
+def delta_health(facts: DeltaFacts, now_ms: int) -> dict[str, Any]:
+    return {
+        "facts": facts.summary(now_ms),
+        "file_sizes": size_histogram(facts.file_sizes, facts.target_file_size),
+        "commands": explain_commands(facts, now_ms),
+    }

@@ -1,0 +1,129 @@
+"""Delta tables through the API: a `delta` catalog (a warehouse of table paths), a table
+registered by name, its new versions polled end to end (`poll_once`, the replicas' poll)
+into events on a real Postgres, and its health checked against the files on disk, on real
+tables delta-rs wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from delta_tables import parquet_on_disk, rows, write_orders, write_unreadable
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from lakewarden.db.models import ManagedTable, TimelineEvent
+from lakewarden.db.session import transaction
+from lakewarden.events.delta import NO_KINDS_YET
+from lakewarden.events.poller import poll_once
+from lakewarden.runtime import Runtime
+
+CATALOGS = "/api/v1/catalogs"
+TABLES = f"{CATALOGS}/dlake/tables"
+
+
+def _delta_catalog(client: TestClient, warehouse: Path) -> None:
+    got = client.post(
+        CATALOGS,
+        json={"name": "dlake", "type": "delta", "properties": {"warehouse": str(warehouse)}},
+    )
+    assert got.status_code == 201, got.text
+
+
+def test_a_delta_catalog_needs_a_warehouse_that_is_there(
+    client: TestClient, tmp_path: Path
+) -> None:
+    no_warehouse = client.post(CATALOGS, json={"name": "d1", "type": "delta", "properties": {}})
+    assert no_warehouse.status_code == 422
+    assert "a delta catalog needs the property 'warehouse'" in no_warehouse.json()["detail"]
+    missing = client.post(
+        CATALOGS,
+        json={"name": "d2", "type": "delta", "properties": {"warehouse": str(tmp_path / "no")}},
+    )
+    assert missing.status_code == 422 and "is not a directory" in missing.json()["detail"]
+
+
+def test_registration_refuses_a_path_without_a_log_and_an_unreadable_protocol(
+    client: TestClient, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "wh"
+    (warehouse / "lake" / "plain").mkdir(parents=True)
+    write_unreadable(warehouse / "lake" / "future")
+    _delta_catalog(client, warehouse)
+    plain = client.post(TABLES, json={"namespace": "lake", "name": "plain"})
+    assert plain.status_code == 404 and "is not a Delta table" in plain.json()["detail"]
+    nope = client.post(TABLES, json={"namespace": "lake", "name": "nope"})
+    assert nope.status_code == 404 and "has no _delta_log" in nope.json()["detail"]
+    future = client.post(TABLES, json={"namespace": "lake", "name": "future"})
+    assert future.status_code == 422 and "futureFeature" in future.json()["detail"], future.text
+    assert client.get(f"{TABLES}/lake/future").status_code == 404  # nothing was registered
+
+
+def test_register_poll_and_explain_a_delta_table(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    """Registered at version 2 (the baseline event), then three writes land; each poll
+    makes the versions after the cursor events, in order, once."""
+    warehouse = tmp_path / "wh"
+    path = warehouse / "sales" / "orders"
+    write_orders(path)
+    _delta_catalog(client, warehouse)
+    got = client.post(TABLES, json={"namespace": "sales", "name": "orders"})
+    assert got.status_code == 201, got.text
+    events = client.get(f"{TABLES}/sales/orders/events").json()["items"]
+    assert [(e["commit"], e["operation"], e["source"]) for e in events] == [
+        ("2", "DELETE", "register")
+    ]
+    assert events[0]["snapshot_id"] is None and events[0]["sequence_number"] == 2
+
+    assert poll_once(rt) == 0  # nothing moved
+    write_deltalake(str(path), rows(range(40, 50), "d2"), mode="append")
+    assert poll_once(rt) == 1
+    marked = CommitProperties(custom_metadata={"userMetadata": "backfill"})
+    write_deltalake(str(path), rows(range(50, 60), "d3"), mode="append", commit_properties=marked)
+    DeltaTable(str(path)).delete("id >= 55")
+    assert poll_once(rt) == 1
+    assert poll_once(rt) == 0
+
+    events = client.get(f"{TABLES}/sales/orders/events").json()["items"]  # newest first
+    assert [e["commit"] for e in events] == ["5", "4", "3", "2"]
+    assert [e["operation"] for e in events] == ["DELETE", "WRITE", "WRITE", "DELETE"]
+    assert {e["source"] for e in events[:3]} == {"poll"}
+    assert {e["decision"] for e in events} == {"no-action"}
+    assert events[1]["summary"]["user-metadata"] == "backfill"
+    assert events[1]["summary"]["metric.num_added_rows"] == "10"
+    assert events[0]["summary"]["parent"] == "4"
+    assert events[0]["summary"]["metric.num_deleted_rows"] == "5"
+    with transaction(rt.engine) as session:
+        row = session.scalars(select(ManagedTable).where(ManagedTable.catalog == "dlake")).one()
+        assert row.format == "delta" and row.metadata_location == f"{5:020d}.json"
+        details = session.scalars(
+            select(TimelineEvent.decision_detail).where(TimelineEvent.table_id == row.id)
+        ).all()
+        assert all(d == {"reason": NO_KINDS_YET} for d in details)
+
+    health = client.get(f"{TABLES}/sales/orders/delta")
+    assert health.status_code == 200, health.text
+    body = health.json()
+    disk = parquet_on_disk(path)  # not vacuumed: the disk also holds removed files
+    live = DeltaTable(str(path)).file_uris()
+    live_sizes = [size for name, size in disk.items() if any(u.endswith(name) for u in live)]
+    facts = body["facts"]
+    assert facts["version"] == 5 and facts["files"] == len(live) == len(live_sizes)
+    assert facts["bytes"] == sum(live_sizes) and facts["records"] == 35 + 10 + 5
+    assert facts["small_files"] == facts["files"]  # KB-sized files, a 128 MB target
+    assert facts["checkpoint_version"] == 2 and facts["versions_since_checkpoint"] == 3
+    assert facts["deletion_vector_files"] == 0 and facts["commit_files"] == 6
+    assert sum(body["file_sizes"].values()) == facts["files"] == body["file_sizes"]["<1/16"]
+    optimize = next(c for c in body["commands"] if c["command"] == "optimize")
+    assert optimize["due"] and f"{facts['files']} of {facts['files']} files" in optimize["reason"]
+
+    iceberg_view = client.get(f"{TABLES}/sales/orders/health")
+    assert iceberg_view.status_code == 409
+    assert "/sales/orders/delta" in iceberg_view.json()["detail"]
+    explain = client.get(f"{TABLES}/sales/orders/explain")
+    assert explain.status_code == 409 and "is a delta table" in explain.json()["detail"]
+    hudi_view = client.get(f"{TABLES}/sales/orders/hudi")
+    assert hudi_view.status_code == 409 and "is not a Hudi table" in hudi_view.json()["detail"]
+    refs = client.get(f"{TABLES}/sales/orders/refs")  # any Iceberg-only route: a 409
+    assert refs.status_code == 409 and "holds Delta tables" in refs.json()["detail"], refs.text
