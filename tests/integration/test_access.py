@@ -59,6 +59,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", "/api/v1/catalogs/{catalog}/namespaces/{namespace}/policy"): Rule("operator"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/health"): Rule("viewer"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): Rule("viewer"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/hudi"): Rule("viewer"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/delta"): Rule("viewer"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/partitions"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): Rule("operator"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): Rule("viewer"),
