@@ -142,11 +142,13 @@ class CatalogEntry:
                     continue
         return out
 
-    def without_secrets(self, line: str, what: str) -> str:
+    def without_secrets(self, line: str, what: str, raw: str | None = None) -> str:
         """`line`, an error of using this catalog, unless it quotes any part of a value
         read from a reference (a host parsed out of a URL, a line of a secret file): then
-        only `what` failed (the error's type) and where the whole message is."""
-        if not quotes_part_of(line, self.secret_values):
+        only `what` failed (the error's type) and where the whole message is. `raw`: the
+        error's text before redaction, which is what is judged (redaction masks a whole
+        value read from a reference, not the parts of it an error may quote)."""
+        if not quotes_part_of(line if raw is None else raw, self.secret_values):
             return line
         return (
             f"{what} (its message is withheld: it quotes a value read from a secret "

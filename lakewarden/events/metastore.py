@@ -27,6 +27,7 @@ from sqlalchemy import text
 
 from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRef
 from lakewarden.db.session import transaction
+from lakewarden.errors import headline
 from lakewarden.events.listener import REFRESH_THREADS, Note, settle
 from lakewarden.isolation import error_line
 from lakewarden.metastore import TableEvent, current_event_id, events_after, metastore_client
@@ -137,7 +138,7 @@ def follow_one(rt: Runtime, entry: CatalogEntry) -> int:
         log.warning(
             "catalog %s: could not read its metastore's notification log: %s",
             entry.name,
-            entry.without_secrets(error_line(exc), type(exc).__name__),
+            entry.without_secrets(error_line(exc), type(exc).__name__, headline(exc)),
         )
         followed, next_s = Followed(None), RETRY_S
     with transaction(rt.engine) as session:

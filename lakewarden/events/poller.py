@@ -28,6 +28,7 @@ from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRe
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
+from lakewarden.errors import headline
 from lakewarden.events.delta import refresh_delta_table
 from lakewarden.events.hudi import refresh_hudi_table
 from lakewarden.events.refresh import refresh_table
@@ -301,7 +302,7 @@ def _poll_recorded(
             error = entry.without_secrets(error, "reading some tables")
     except Exception as exc:
         log.exception("could not poll catalog %s", entry.name)
-        error = entry.without_secrets(error_line(exc), type(exc).__name__)
+        error = entry.without_secrets(error_line(exc), type(exc).__name__, headline(exc))
         result = PollResult(entry.name)
     with transaction(rt.engine) as session:
         session.execute(

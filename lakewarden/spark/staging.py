@@ -56,6 +56,10 @@ class Stage:
     base: int  # the target's head the staging branch started at
 
 
+# Tries to make the staging branch while writers keep committing.
+OPEN_TRIES = 4
+
+
 def _which(branch: str) -> str:
     return "main" if branch == MAIN_BRANCH else f"branch {branch}"
 
@@ -70,18 +74,32 @@ def open_stage(table: Any, target: str) -> Stage | None:
     """A staging branch at the head of `target` for the running job (its commit properties
     name it); None when the target has no snapshot (nothing to rewrite) or outside a job."""
     props = commit_properties()
-    head = table.snapshot(target)
-    if head is None or TASK_KEY not in props:
+    if TASK_KEY not in props:
         return None
     attempt = props.get(ATTEMPT_KEY)
     name = stage_branch(JobMarker(int(props[TASK_KEY]), int(attempt) if attempt else None))
-    manage = table.manageSnapshots()
-    for ref in list(_each(table.refs().keySet())):
-        if is_stage(str(ref)):
-            manage = manage.removeBranch(str(ref))
-    manage.createBranch(name, head.snapshotId()).commit()
-    table.refresh()
-    return Stage(name, target, int(head.snapshotId()))
+    for tries_left in reversed(range(OPEN_TRIES)):
+        # Fresh metadata each try: a writer's commit since the table was loaded made the
+        # ref update's transaction fail with "Table metadata refresh is required" (Iceberg
+        # does not retry that one), and the job with it.
+        table.refresh()
+        head = table.snapshot(target)
+        if head is None:
+            return None
+        manage = table.manageSnapshots()
+        for ref in list(_each(table.refs().keySet())):
+            if is_stage(str(ref)):
+                manage = manage.removeBranch(str(ref))
+        try:
+            manage.createBranch(name, head.snapshotId()).commit()
+        except Exception as exc:
+            if tries_left == 0 or "CommitFailedException" not in str(exc):
+                raise
+            log.info("staging branch %s: the table moved meanwhile; trying again", name)
+            continue
+        table.refresh()
+        return Stage(name, target, int(head.snapshotId()))
+    raise AssertionError("unreachable")
 
 
 def publish(jvm: Any, table: Any, stage: Stage) -> dict[str, Any]:

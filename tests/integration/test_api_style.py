@@ -55,6 +55,7 @@ OPERATION_IDS = {
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/health"): "getTableHealth",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/explain"): "explainTable",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/hudi"): "hudiTableHealth",
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/delta"): "deltaTableHealth",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): "listTableRefs",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): "rollbackTable",
     ("GET", "/api/v1/tasks"): "listTasks",

@@ -25,6 +25,7 @@ from lakewarden.catalogs.catalog import (
 )
 from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
+from lakewarden.errors import headline
 from lakewarden.formats.warehouse import check_warehouse as check_path_warehouse
 from lakewarden.hdfs import check_namenode
 from lakewarden.isolation import error_line
@@ -104,7 +105,7 @@ def _check(entry: CatalogEntry) -> None:
         raise HTTPException(
             422,
             f"catalog {entry.name!r} does not answer with these properties: "
-            f"{entry.without_secrets(error_line(exc), type(exc).__name__)}",
+            f"{entry.without_secrets(error_line(exc), type(exc).__name__, headline(exc))}",
         ) from None
 
 
