@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -327,3 +327,29 @@ def _wait_until(
 
 def _logs(paths: tuple[Path, ...]) -> str:
     return "\n".join(f"--- {p.name}\n{_tail(p)}" for p in paths)
+
+
+def wait_for_daemons(
+    processes: Mapping[str, subprocess.Popen[bytes]],
+    ready: Callable[[], bool],
+    log_dir: Path,
+    timeout_s: float,
+    not_ready: str,
+    error: type[Exception],
+) -> None:
+    """Until `ready()` (HDFS writable, a NodeManager registered, ...): `error` with every
+    daemon's log tail (`log_dir`'s *.out) as soon as one exits, or when `timeout_s` runs
+    out (`not_ready` says what did not happen)."""
+
+    def logs() -> str:
+        return _logs(tuple(sorted(log_dir.glob("*.out"))))
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for name, proc in processes.items():
+            if proc.poll() is not None:
+                raise error(f"the {name} exited with code {proc.returncode}:\n" + logs())
+        if ready():
+            return
+        time.sleep(0.25)
+    raise error(f"{not_ready} within {timeout_s:.0f}s:\n" + logs())

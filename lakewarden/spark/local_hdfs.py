@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -33,6 +32,7 @@ from lakewarden.spark.local_cluster import (
     java_home,
     launch_daemon,
     spark_home,
+    wait_for_daemons,
 )
 
 NAMENODE_CLASS = "org.apache.hadoop.hdfs.server.namenode.NameNode"
@@ -199,19 +199,11 @@ def start_hdfs(
 
 
 def _wait(hdfs: LocalHdfs, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for name, proc in hdfs.processes.items():
-            if proc.poll() is not None:
-                raise HdfsStartError(
-                    f"the {name} exited with code {proc.returncode}:\n" + _logs(hdfs)
-                )
-        if hdfs.ready():
-            return
-        time.sleep(0.25)
-    raise HdfsStartError(f"HDFS not writable within {timeout_s:.0f}s:\n" + _logs(hdfs))
-
-
-def _logs(hdfs: LocalHdfs) -> str:
-    logs = sorted((hdfs.base_dir / "logs").glob("*.out"))
-    return "\n".join(f"--- {p.name}\n{_tail(p)}" for p in logs)
+    wait_for_daemons(
+        hdfs.processes,
+        hdfs.ready,
+        hdfs.base_dir / "logs",
+        timeout_s,
+        "HDFS not writable",
+        HdfsStartError,
+    )

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -33,12 +32,12 @@ from lakewarden.spark import yarn
 from lakewarden.spark.jars import server_jars
 from lakewarden.spark.local_cluster import (
     HOST,
-    _tail,
     end_daemon,
     free_port,
     java_home,
     launch_daemon,
     spark_home,
+    wait_for_daemons,
 )
 from lakewarden.spark.local_hdfs import JAR_GROUP, site_xml
 
@@ -245,19 +244,11 @@ def start_yarn(
 
 
 def _wait(yarn: LocalYarn, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for name, proc in yarn.processes.items():
-            if proc.poll() is not None:
-                raise YarnStartError(
-                    f"the {name} exited with code {proc.returncode}:\n" + _logs(yarn)
-                )
-        if yarn.ready():
-            return
-        time.sleep(0.25)
-    raise YarnStartError(f"no NodeManager registered within {timeout_s:.0f}s:\n" + _logs(yarn))
-
-
-def _logs(yarn: LocalYarn) -> str:
-    logs = sorted((yarn.base_dir / "logs").glob("*.out"))
-    return "\n".join(f"--- {p.name}\n{_tail(p)}" for p in logs)
+    wait_for_daemons(
+        yarn.processes,
+        yarn.ready,
+        yarn.base_dir / "logs",
+        timeout_s,
+        "no NodeManager registered",
+        YarnStartError,
+    )
