@@ -21,7 +21,7 @@ def _daemon(log_dir: Path, name: str, script: str) -> subprocess.Popen[bytes]:
 
 def test_a_daemon_that_exits_is_named_with_every_log_tail(tmp_path: Path) -> None:
     procs = {
-        "namenode": _daemon(tmp_path, "namenode", "echo 'port 9000 in use'; exit 3"),
+        "namenode": _daemon(tmp_path, "namenode", "sleep 0.5; echo 'port 9000 in use'; exit 3"),
         "datanode": _daemon(tmp_path, "datanode", "echo waiting; sleep 30"),
     }
     try:
