@@ -80,13 +80,14 @@ def test_dockerfile_targets() -> None:
         assert user.split(":")[0] not in {"root", "0"}
     slim_runs = " ".join(rest for op, rest in stages["slim"] if op == "RUN")
     # pinned versions; tables on HDFS and Hudi tables (their readers) from every role
-    assert 'pip install --no-cache-dir -c constraints.txt ".[hdfs,hudi]"' in slim_runs
+    assert 'pip install --no-cache-dir -c constraints.txt ".[hdfs,hudi,delta]"' in slim_runs
     assert "openjdk" not in slim_runs and "[spark" not in slim_runs
     full_runs = " ".join(rest for op, rest in stages["full"] if op == "RUN")
     assert "openjdk-17-jre-headless" in full_runs
     assert "libpostgresql-jdbc-java" not in full_runs  # the JDBC driver is a pinned jar
     assert (
-        'pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs,hudi]"' in full_runs
+        'pip install --no-cache-dir -c constraints.txt ".[spark,embedded,hdfs,hudi,delta]"'
+        in full_runs
     )
 
 
