@@ -46,7 +46,6 @@ from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
 from lakewarden.spark import yarn
-from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
@@ -192,8 +191,7 @@ def _run_loaded(rt: Runtime, job: Job) -> int:
         try:
             from lakewarden.spark.session import build_session
 
-            family = "hudi" if job.format == "hudi" else DEFAULT_FAMILY
-            spark = build_session(rt.settings, rt.db_url, job.group, family=family)
+            spark = build_session(rt.settings, rt.db_url, job.group, family=job.family)
         except Exception as exc:
             log.exception("task %d: no Spark session", task_id)
             state = finish_run(rt, fence(), task_id, attempt, error=exc)

@@ -31,9 +31,10 @@ from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog, validation
 from lakewarden.spark.actions import first_failure, progress
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
+from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.session import use_catalog
 from lakewarden.spark.validation import validating
-from lakewarden.states import TaskState
+from lakewarden.states import TableFormatName, TaskState
 from lakewarden.tables import effective_policy_for, ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run, run_ui_url
@@ -43,6 +44,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+
+# Formats whose jobs run in a Spark session family of their own, so always each as its own
+# application, whatever its pool's mode: the scheduler's warm session is Iceberg's.
+OWN_FAMILY_FORMATS = frozenset({TableFormatName.HUDI})
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class Job:
     # The table's format (lakewarden.formats): a Hudi table's job runs in a Hudi-family
     # session of its own application (lakewarden.jobs.hudi), whatever its pool's mode.
     format: str = "iceberg"
+
+    @property
+    def family(self) -> str:
+        """The Spark session family the job runs in (lakewarden.spark.session)."""
+        return self.format if self.format in OWN_FAMILY_FORMATS else DEFAULT_FAMILY
 
     @classmethod
     def of(

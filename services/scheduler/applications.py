@@ -43,7 +43,7 @@ from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.jobs import application_entry as entry
-from lakewarden.jobs.execute import Job, finish_if_committed
+from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, finish_if_committed
 from lakewarden.kinds import hudi_compaction
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
@@ -52,7 +52,6 @@ from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark import yarn
 from lakewarden.spark.commits import find_commit
-from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
     application_settings,
@@ -80,7 +79,7 @@ CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every l
 def mode_of(settings: Settings, pool: str, table_format: str = "iceberg") -> RunMode:
     """How a job runs: its pool's mode (`pool_modes`); a Hudi table's job always as an
     application (a Hudi-family JVM of its own: the warm session is Iceberg's)."""
-    if table_format == "hudi":
+    if table_format in OWN_FAMILY_FORMATS:
         return RunMode.APPLICATION
     return settings.pool_modes.get(pool, RunMode.SESSION)
 
@@ -142,7 +141,7 @@ class Applications:
                 task_id=job.task_id,
                 attempt=job.attempt,
                 group=job.group,
-                family="hudi" if job.format == "hudi" else DEFAULT_FAMILY,
+                family=job.family,
                 properties_file=str(properties_file),
             )
         except ValueError as exc:  # misconfigured: no attempt can succeed

@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
-from lakewarden.jobs.execute import Job, run_job
+from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, run_job
 from lakewarden.leader import Fence, FencedOut
 from lakewarden.logs import log_context
 from lakewarden.policy import gate as policy_gate
@@ -73,10 +73,11 @@ _NEXT_PLANNED = text(
       -- not a pool whose execution mode (pool_modes) this scheduler has no room for
       AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
           <> ALL(CAST(:full_modes AS text[]))
-      -- a Hudi table's job is always an application (services.scheduler.applications)
+      -- a Hudi table's job is always an application (execute.OWN_FAMILY_FORMATS)
       AND NOT ('{RunMode.APPLICATION}' = ANY(CAST(:full_modes AS text[]))
                AND EXISTS (SELECT 1 FROM managed_tables m
-                           WHERE m.id = t.table_id AND m.format = 'hudi'))
+                           WHERE m.id = t.table_id
+                             AND {sql_in("m.format", OWN_FAMILY_FORMATS)}))
       -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
       AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
       AND t.pool <> ALL(CAST(:quota_pools AS text[]))
