@@ -94,22 +94,27 @@ def test_check_names_the_jar_that_differs(tmp_path: Path, monkeypatch: pytest.Mo
     assert "missing from" in result.output  # the others
 
 
-def test_a_servers_jars_never_reach_sparks_classpath(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Hadoop's daemons (`server-hadoop`) are pinned for the test HDFS: on Spark's classpath
-    they would shadow PySpark's own Hadoop client."""
-    pinned = read_lock()
-    hadoop = [p for p in pinned if p.group == "server-hadoop"]
-    assert hadoop and not any(p.for_spark for p in hadoop)
+@pytest.fixture
+def pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[PinnedJar]:
+    """The committed lock's pins, each present in a jar cache of its own with its size
+    (sparse files: nothing is fetched), and no jars or packages set by the environment."""
+    pins = read_lock()
     cache = tmp_path / "maven"
     cache.mkdir()
-    for p in pinned:  # present with their sizes (sparse files): nothing is fetched
+    for p in pins:
         with (cache / p.file_name).open("wb") as f:
             f.truncate(p.size)
     monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
     monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
+    return pins
+
+
+def test_a_servers_jars_never_reach_sparks_classpath(pinned: list[PinnedJar]) -> None:
+    """Hadoop's daemons (`server-hadoop`) are pinned for the test HDFS: on Spark's classpath
+    they would shadow PySpark's own Hadoop client."""
+    hadoop = [p for p in pinned if p.group == "server-hadoop"]
+    assert hadoop and not any(p.for_spark for p in hadoop)
     from lakewarden.settings import Settings
     from lakewarden.spark.jars import resolve_jars
 
@@ -159,19 +164,10 @@ def test_a_lock_line_with_an_unknown_packaging_is_named(tmp_path: Path) -> None:
 
 
 def test_hudi_s_bundle_is_on_the_hudi_family_s_classpath_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pinned: list[PinnedJar], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Hudi's bundle brings its own `spark_catalog` and Avro: the Iceberg session launches
     without it, the Hudi family's with it and everything else the Iceberg one has."""
-    pinned = read_lock()
-    cache = tmp_path / "maven"
-    cache.mkdir()
-    for p in pinned:
-        with (cache / p.file_name).open("wb") as f:
-            f.truncate(p.size)
-    monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
-    monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
     from lakewarden.settings import Settings
     from lakewarden.spark.jars import resolve_jars
 
@@ -187,20 +183,11 @@ def test_hudi_s_bundle_is_on_the_hudi_family_s_classpath_only(
 
 
 def test_delta_s_jars_are_on_the_delta_family_s_classpath_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pinned: list[PinnedJar], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Delta's jars bring its own `spark_catalog`: the Iceberg session launches without
     them, the Delta family's with both (delta-spark and delta-storage) and everything else
     the Iceberg one has, never Hudi's bundle."""
-    pinned = read_lock()
-    cache = tmp_path / "maven"
-    cache.mkdir()
-    for p in pinned:
-        with (cache / p.file_name).open("wb") as f:
-            f.truncate(p.size)
-    monkeypatch.setenv("LAKEWARDEN_JARS_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("LAKEWARDEN_SPARK_JARS", raising=False)
-    monkeypatch.delenv("LAKEWARDEN_SPARK_PACKAGES", raising=False)
     from lakewarden.settings import Settings
     from lakewarden.spark.jars import resolve_jars
     from lakewarden.spark.session import spark_conf
