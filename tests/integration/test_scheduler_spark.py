@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers import append_batches, current, equal_to, make_table, manage, run_one, wait_for
+from helpers import append_batches, current, equal_to, make_table, manage, run_one, task_of, wait_for
 from sqlalchemy import select, text
 
 from lakewarden.catalogs.catalog import TableRef
@@ -178,7 +178,7 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
             conn.execute(text("UPDATE tasks SET not_before = now() WHERE id = :i"), {"i": task_id})
         assert Worker(spark_rt).run_once()
         outcome = run_one(scheduler)
-    assert outcome == "succeeded"
+    assert outcome == "succeeded", task_of(spark_rt, task_id).reason
 
     ids = (
         spark_rt.catalog.load_table("sales.raced")
