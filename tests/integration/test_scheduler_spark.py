@@ -7,7 +7,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers import append_batches, current, equal_to, make_table, manage, run_one, task_of, wait_for
+from helpers import (
+    append_batches,
+    current,
+    equal_to,
+    make_table,
+    manage,
+    run_one,
+    task_of,
+    wait_for,
+)
 from sqlalchemy import select, text
 
 from lakewarden.catalogs.catalog import TableRef
