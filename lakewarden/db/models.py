@@ -519,7 +519,12 @@ class PartitionReadiness(Base):
     says so in `unready_reason`."""
 
     __tablename__ = "partition_readiness"
-    __table_args__ = (UniqueConstraint("table_id", "column", "partition"),)
+    __table_args__ = (
+        UniqueConstraint("table_id", "column", "partition"),
+        CheckConstraint(
+            "(last_commit_at IS NULL) = (last_commit_snapshot_id IS NULL)", name="one_last_commit"
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     table_id: Mapped[int] = mapped_column(
@@ -533,10 +538,18 @@ class PartitionReadiness(Base):
     snapshot_id: Mapped[int | None] = mapped_column(BigInteger)  # the one that made it ready
     reason: Mapped[str | None] = mapped_column(Text)  # why it is ready, or what it waits for
     tag: Mapped[str | None] = mapped_column(String(255))  # ready-<partition>, when tagged
-    last_commit_at: Mapped[datetime]
-    last_commit_snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    # NULL: no commit touched it (an empty partition: ready by a writer's heartbeat or the
+    # watermark passing it, or late).
+    last_commit_at: Mapped[datetime | None]
+    last_commit_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     unready_at: Mapped[datetime | None]
     unready_reason: Mapped[str | None] = mapped_column(Text)  # "late commit <id> at <ts> ..."
+    # The writer's last heartbeat for it ("I ran for it and wrote nothing"), and by whom.
+    heartbeat_at: Mapped[datetime | None]
+    heartbeat_by: Mapped[str | None] = mapped_column(String(255))
+    # Since when it has been late: no commit and no heartbeat past its end and the policy's
+    # deadline_minutes (the partition_late alert's condition).
+    late_since: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 

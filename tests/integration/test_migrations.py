@@ -118,7 +118,8 @@ def _value(column: Column[Any], n: int) -> Any:
 
 def _check_values(table: Table) -> dict[str, str | None]:
     """A value each `column IN ('a', ...)` / `column = 'a'` CHECK of the table allows; of
-    an exactly-one-of CHECK (`(a IS NULL) <> (b IS NULL)`), `b` is left NULL."""
+    an exactly-one-of CHECK (`(a IS NULL) <> (b IS NULL)`), `b` is left NULL (both of a
+    both-or-neither one are written)."""
     out: dict[str, str | None] = {}
     for check in table.constraints:
         if isinstance(check, CheckConstraint):
@@ -126,6 +127,8 @@ def _check_values(table: Table) -> dict[str, str | None]:
             if one_of := re.fullmatch(r"\((\w+) IS NULL\) <> \((\w+) IS NULL\)", sql):
                 out[one_of[2]] = None
                 continue
+            if re.fullmatch(r"\((\w+) IS NULL\) = \((\w+) IS NULL\)", sql):
+                continue  # both or neither: both are written
             m = re.fullmatch(r"(\w+) (?:IN \(|= )'(\w+)'.*", sql)
             assert m, f"a CHECK this test cannot satisfy yet: {sql}"
             out[m[1]] = m[2]
