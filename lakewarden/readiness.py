@@ -17,13 +17,23 @@ touched are those of the data and delete files it added or removed, read from th
 it wrote (pyiceberg). A data commit into a ready partition un-readies it, saying which commit
 at what time. The leader's round (services/scheduler/readiness.py) applies all this; explain
 and the API only read.
+
+A partition no commit touched (an hour with no data) is *empty*: there is nothing for the
+rule or the required kinds to look at. It becomes ready, "no data", when the writer posts a
+heartbeat for it ("I ran for it and wrote nothing"), or under the watermark rule when the
+watermark passes its end (every period of a time-based field between the earliest one
+recorded and the watermark is looked at, at most MAX_EMPTY new ones a round). Without
+either, `deadline_minutes` after its end it is *overdue*: not ready, "late: no data and no
+heartbeat ...", and alerted (a broken pipeline, not an empty hour). A data commit into an
+empty partition makes it a partition with data, judged by the rule (un-readied first if it
+was ready).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -52,6 +62,8 @@ from lakewarden.states import TaskState
 # How many commits one round reads back from the current snapshot at most (the first round
 # of a table, or after a rollback moved the cursor off the history).
 MAX_WALK = 200
+# How many empty periods one round records at most (the rest the next round).
+MAX_EMPTY = 1000
 # How many of a kind's latest finished tasks are asked whether they looked at a partition.
 RECENT_TASKS = 20
 READY_EVENT, UNREADY_EVENT = "partition_ready", "partition_unready"
@@ -143,6 +155,110 @@ def partition_label(field: PartitionField, raw: Any) -> tuple[str, datetime | No
     if isinstance(field.source_type, TimestampType | TimestamptzType) and isinstance(raw, int):
         raw = values.micros(raw)
     return (raw.isoformat() if isinstance(raw, datetime) else str(raw)), None
+
+
+def _ordinal(field: PartitionField, at: datetime) -> int:
+    """The number of the period of a time-based field that holds `at` (the raw partition
+    value of its transform: hours, days, months or years since 1970)."""
+    at = at.astimezone(UTC)
+    t = field.transform
+    if isinstance(t, HourTransform):
+        return int((at - _EPOCH).total_seconds() // 3600)
+    if isinstance(t, MonthTransform):
+        return (at.year - 1970) * 12 + at.month - 1
+    if isinstance(t, YearTransform):
+        return at.year - 1970
+    return (at.date() - _EPOCH.date()).days  # day, or identity of a date
+
+
+def _period(field: PartitionField, ordinal: int) -> tuple[str, datetime]:
+    """The label and end of a time-based field's period number `ordinal`."""
+    raw: Any = ordinal
+    if isinstance(field.transform, IdentityTransform):
+        raw = values.day(ordinal)
+    label, end = partition_label(field, raw)
+    assert end is not None
+    return label, end
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How a period of each time transform is named, with an example (for a bad name's 422).
+_FORMS = {
+    HourTransform: ("YYYY-MM-DD-HH", "2026-11-23-05"),
+    DayTransform: ("YYYY-MM-DD", "2026-11-23"),
+    MonthTransform: ("YYYY-MM", "2026-11"),
+    YearTransform: ("YYYY", "2026"),
+}
+_PATTERNS = {
+    HourTransform: re.compile(r"(\d{4})-(\d{2})-(\d{2})-(\d{2})"),
+    DayTransform: re.compile(r"(\d{4})-(\d{2})-(\d{2})"),
+    MonthTransform: re.compile(r"(\d{4})-(\d{2})"),
+    YearTransform: re.compile(r"(\d{4})"),
+}
+
+
+def parse_partition(field: PartitionField, text: str) -> tuple[str, datetime | None]:
+    """A partition named as `partition_label` names it, checked against the field: (the
+    label, its end). A name of another form (another granularity, not a date) raises
+    ReadinessProblem saying the expected form, with an example. Identity values of other
+    types are taken as they are (they have no end)."""
+    if not time_based(field):
+        if not text or len(text) > 255:
+            raise ReadinessProblem("a partition is 1 to 255 characters")
+        return text, None
+    kind = DayTransform if isinstance(field.transform, IdentityTransform) else type(field.transform)
+    form, example = _FORMS[kind]
+    match = _PATTERNS[kind].fullmatch(text)
+    wrong = ReadinessProblem(
+        f"partition {text[:40]!r} is not a period of {field.column!r} (partitioned by "
+        f"{field.transform}): name it {form}, e.g. {example}"
+    )
+    if match is None:
+        raise wrong
+    parts = [int(g) for g in match.groups()] + [1, 1, 0][len(match.groups()) - 1 :]
+    try:
+        start = datetime(parts[0], parts[1], parts[2], parts[3], tzinfo=UTC)
+        return _period(field, _ordinal(field, start))
+    except (ValueError, OverflowError):  # no such day or hour; past year 9999
+        raise wrong from None
+
+
+@dataclass(frozen=True)
+class EmptyPeriods:
+    """The periods of a time-based field no recorded partition names: (label, end) each,
+    oldest first, and how many more there were past the cap."""
+
+    periods: list[tuple[str, datetime]]
+    more: int = 0
+
+
+def empty_periods(
+    field: PartitionField,
+    recorded_ends: Iterable[datetime],
+    until: datetime,
+    limit: int = MAX_EMPTY,
+) -> EmptyPeriods:
+    """The periods from the earliest recorded one up to the last ending at or before
+    `until` that no recorded partition (by its end) is: at most `limit`, oldest first."""
+    ends = {_ordinal(field, end) - 1 for end in recorded_ends}
+    if not ends:
+        return EmptyPeriods([])
+    first, stop = min(ends), _ordinal(field, until)  # the periods before `stop` have ended
+    out: list[tuple[str, datetime]] = []
+    ordinal = first
+    while ordinal < stop and len(out) < limit:
+        if ordinal not in ends:
+            out.append(_period(field, ordinal))
+        ordinal += 1
+    more = (stop - ordinal) - sum(1 for o in ends if ordinal <= o < stop) if ordinal < stop else 0
+    return EmptyPeriods(out, max(more, 0))
+
+
+def next_deadline(field: PartitionField, deadline: timedelta, now: datetime) -> datetime:
+    """When the next period of a time-based field becomes overdue: the first one whose end
+    plus `deadline` is after `now`."""
+    _, end = _period(field, _ordinal(field, now - deadline))
+    return end + deadline
 
 
 def tag_name(partition: str) -> str:
@@ -292,6 +408,52 @@ def _completeness(
     )
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    """The writer's word that it ran for a partition and wrote nothing."""
+
+    at: datetime
+    by: str
+
+
+def judge_empty(
+    policy: ReadinessPolicy,
+    partition: str,
+    end: datetime | None,
+    heartbeat: Heartbeat | None,
+    watermark: datetime | None,
+    now: datetime,
+) -> tuple[Judgement, bool]:
+    """Whether a partition no commit touched is ready now, and whether it is overdue: ready
+    "no data" on the writer's heartbeat, or when the watermark (rule `watermark`) passed its
+    end; overdue `deadline_minutes` after its end without either. There is no data for the
+    required kinds to look at."""
+    if heartbeat is not None:
+        why = f"no data: writer heartbeat at {heartbeat.at.isoformat()} by {heartbeat.by}"
+        return Judgement(True, True, why, ()), False
+    passed = end is not None and watermark is not None and watermark >= end
+    if policy.rule == "watermark" and passed:
+        assert end is not None and watermark is not None
+        why = (
+            f"no data: the watermark {watermark.isoformat()} passed its end "
+            f"{end.isoformat()} and no commit touched it"
+        )
+        return Judgement(True, True, why, ()), False
+    if end is not None and policy.deadline_minutes is not None:
+        due = end + timedelta(minutes=policy.deadline_minutes)
+        if now >= due:
+            why = (
+                f"late: no data and no heartbeat {policy.deadline_minutes:g} min after its end "
+                f"{end.isoformat()} (due {due.isoformat()}): check the writer, or post a "
+                "heartbeat if it ran and had nothing to write"
+            )
+            return Judgement(False, False, why, (why,)), True
+    waits = "data, or the writer's heartbeat"
+    if policy.rule == "watermark":
+        waits += ", or the watermark to pass its end"
+    return Judgement(False, False, f"waiting for {waits}", (waits,)), False
+
+
 # --- have the required kinds looked at it? -------------------------------------------
 
 
@@ -427,6 +589,49 @@ def post_watermark(
     )
 
 
+@dataclass(frozen=True)
+class HeartbeatRecorded:
+    at: datetime
+    last_commit_snapshot_id: int | None  # None: no commit touched it
+    last_commit_at: datetime | None
+    ready: bool
+
+
+def post_heartbeat(
+    session: Session,
+    table_id: int,
+    column: str,
+    partition: str,
+    end: datetime | None,
+    by: str,
+) -> HeartbeatRecorded:
+    """Record the writer's heartbeat for a partition ("I ran for it and wrote nothing"):
+    a partition no commit touched becomes ready, no data, in the leader's next round; one
+    with data keeps its rule (the heartbeat is recorded and changes nothing)."""
+    beat = {"heartbeat_at": func.now(), "heartbeat_by": by, "updated_at": func.now()}
+    row = session.execute(
+        pg_insert(PartitionReadiness)
+        .values(
+            table_id=table_id,
+            column=column,
+            partition=partition,
+            partition_end=end,
+            reason="no data: a writer heartbeat; ready in the leader's next round",
+            **beat,
+        )
+        .on_conflict_do_update(index_elements=["table_id", "column", "partition"], set_=beat)
+        .returning(
+            PartitionReadiness.heartbeat_at,
+            PartitionReadiness.last_commit_snapshot_id,
+            PartitionReadiness.last_commit_at,
+            PartitionReadiness.ready,
+        )
+    ).one()
+    at, snapshot_id, commit_at, ready = row
+    assert at is not None  # just set
+    return HeartbeatRecorded(at, snapshot_id, commit_at, ready)
+
+
 # --- one table, assessed ------------------------------------------------------------------
 
 
@@ -436,11 +641,13 @@ class Assessed:
 
     partition: str
     end: datetime | None
-    last_commit: Commit
+    last_commit: Commit | None  # None: no commit touched it (empty)
     was_ready: bool
     # Why a commit since the last round un-readied it (it was ready and a commit touched it).
     late: str | None
     judgement: Judgement
+    # Empty and past its deadline with no heartbeat (judge_empty): alerted.
+    overdue: bool = False
 
     @property
     def becomes_ready(self) -> bool:
@@ -454,6 +661,8 @@ class Assessment:
     snapshot_id: int | None  # the current snapshot: what a partition ready now is tagged on
     watermark: datetime | None
     partitions: list[Assessed]
+    # When the next round must look for empty periods even if nothing else changed.
+    empty_due_at: datetime | None = None
 
     def becoming_ready(self) -> list[Assessed]:
         return [p for p in self.partitions if p.becomes_ready]
@@ -463,8 +672,9 @@ class Assessment:
 class StoredPartition:
     ready: bool
     end: datetime | None
-    last_commit_snapshot_id: int
-    last_commit_at: datetime
+    last_commit_snapshot_id: int | None  # None: no commit touched it (empty)
+    last_commit_at: datetime | None
+    heartbeat: Heartbeat | None = None
 
 
 @dataclass(frozen=True)
@@ -478,6 +688,12 @@ class Recorded:
     looks: list[Look]
 
 
+def _heartbeat(row: PartitionReadiness) -> Heartbeat | None:
+    if row.heartbeat_at is None:
+        return None
+    return Heartbeat(row.heartbeat_at, row.heartbeat_by or "unknown")
+
+
 def recorded(session: Session, table_id: int, policy: ReadinessPolicy) -> Recorded:
     cursor = cursor_of(session, table_id)
     rows = partitions(session, table_id, policy.partition) if policy.partition else []
@@ -487,7 +703,11 @@ def recorded(session: Session, table_id: int, policy: ReadinessPolicy) -> Record
         cursor.watermark if cursor else None,
         {
             r.partition: StoredPartition(
-                r.ready, r.partition_end, r.last_commit_snapshot_id, r.last_commit_at
+                r.ready,
+                r.partition_end,
+                r.last_commit_snapshot_id,
+                r.last_commit_at,
+                _heartbeat(r),
             )
             for r in rows
         },
@@ -508,8 +728,9 @@ def assess(known: Recorded, table: Table, policy: ReadinessPolicy, now: datetime
             commit = Commit.of(snapshot)
             for label, (_, end) in touched_partitions(table, snapshot, field).items():
                 touched[label] = (end, commit)
+    empty, due, capped = _empty(field, known, touched, policy, now)
     out: list[Assessed] = []
-    for label in sorted(set(known.partitions) | set(touched)):
+    for label in sorted(set(known.partitions) | set(touched) | set(empty)):
         row = known.partitions.get(label)
         was_ready = row is not None and row.ready
         late = None
@@ -520,17 +741,62 @@ def assess(known: Recorded, table: Table, policy: ReadinessPolicy, now: datetime
                     f"late commit {commit.snapshot_id} at {commit.at.isoformat()} touched "
                     f"partition {label}"
                 )
+        elif row is not None and row.ready:
+            continue  # ready, and no commit touched it since: nothing to judge
+        elif row is None or row.last_commit_snapshot_id is None or row.last_commit_at is None:
+            end = row.end if row is not None else empty[label]
+            heartbeat = row.heartbeat if row is not None else None
+            judged, overdue = judge_empty(policy, label, end, heartbeat, known.watermark, now)
+            if row is None and capped is not None:
+                judged = replace(judged, reason=f"{judged.reason} ({capped})")
+            out.append(Assessed(label, end, None, False, None, judged, overdue))
+            continue
         else:
-            assert row is not None
-            if row.ready:
-                continue  # ready, and no commit touched it since: nothing to judge
             end = row.end
             commit = Commit.stored(table, row.last_commit_snapshot_id, row.last_commit_at)
         missing = missing_kinds(table, field, policy.require, known.looks, label, commit)
         judgement = judge(policy, PartitionFacts(label, end, commit, missing), known.watermark, now)
         out.append(Assessed(label, end, commit, was_ready, late, judgement))
     current = table.current_snapshot()
-    return Assessment(field, current.snapshot_id if current else None, known.watermark, out)
+    snapshot_id = current.snapshot_id if current else None
+    return Assessment(field, snapshot_id, known.watermark, out, due)
+
+
+def _empty(
+    field: PartitionField,
+    known: Recorded,
+    touched: dict[str, tuple[datetime | None, Commit]],
+    policy: ReadinessPolicy,
+    now: datetime,
+) -> tuple[dict[str, datetime], datetime | None, str | None]:
+    """The periods no partition recorded or touched names that have something to say: under
+    the watermark rule those it passed (ready, no data), with a deadline those past it
+    (overdue); label -> end. And when the next round must look again although nothing else
+    changed (the next period's deadline; at once when this round stopped at MAX_EMPTY), and
+    what to say of the cap when it did."""
+    if not time_based(field):
+        return {}, None, None
+    until = []
+    if policy.rule == "watermark" and known.watermark is not None:
+        until.append(min(known.watermark, now))
+    deadline = None
+    if policy.deadline_minutes is not None:
+        deadline = timedelta(minutes=policy.deadline_minutes)
+        until.append(now - deadline)
+    if not until:
+        return {}, None, None
+    ends = [p.end for p in known.partitions.values() if p.end is not None]
+    ends += [end for end, _ in touched.values() if end is not None]
+    found = empty_periods(field, ends, max(until))
+    due = next_deadline(field, deadline, now) if deadline is not None else None
+    capped = None
+    if found.more:
+        due = now
+        capped = (
+            f"this round recorded the first {len(found.periods)} empty periods; "
+            f"{found.more} more follow in the next rounds"
+        )
+    return {label: end for label, end in found.periods if label not in touched}, due, capped
 
 
 def explain_readiness(
@@ -560,8 +826,10 @@ def explain_readiness(
                 "would_become_unready": p.late is not None and not p.judgement.ready,
                 "reason": (f"{p.late}; " if p.late else "") + p.judgement.reason,
                 "waiting_for": list(p.judgement.waiting_for),
-                "last_commit_snapshot_id": p.last_commit.snapshot_id,
-                "last_commit_at": p.last_commit.at,
+                "last_commit_snapshot_id": p.last_commit.snapshot_id if p.last_commit else None,
+                "last_commit_at": p.last_commit.at if p.last_commit else None,
+                "no_data": p.last_commit is None,
+                "overdue": p.overdue,
             }
         )
     ready = [str(i["partition"]) for i in items if i["would_become_ready"]]

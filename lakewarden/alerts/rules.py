@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.alerts.store import fire, resolve_absent, table_details
 from lakewarden.db.locks import DBLocks
-from lakewarden.db.models import ManagedTable
+from lakewarden.db.models import ManagedTable, PartitionReadiness
 from lakewarden.isolation import RULE as UNREADABLE_RULE
 from lakewarden.isolation import RUNBOOK as UNREADABLE_RUNBOOK
 from lakewarden.isolation import PerTable
@@ -51,6 +51,12 @@ RUNBOOKS = {
     "for longer than slo.window_minutes. GET /api/v1/tables/{ns}/{name}/health says which "
     "signals fire and /explain what would run; check for failed or held tasks, blockers, "
     "or a disabled kind.",
+    "partition_overdue": "A partition of a table with readiness.deadline_minutes has neither "
+    "data nor a writer's heartbeat that long after its end: downstream waits for it. Check "
+    "the writer (did it run? did it fail?); if it ran and had nothing to write, POST "
+    "/api/v1/tables/{ns}/{name}/heartbeat with the partition (it then becomes ready, no "
+    "data). GET …/partitions?ready=false lists the overdue ones. Resolves when data or a "
+    "heartbeat arrives for it.",
     UNREADABLE_RULE: UNREADABLE_RUNBOOK,
     "no_leader": "No scheduler holds the lease: nothing is dispatched. Start a scheduler "
     "(`lakewarden scheduler`) or check its logs and its database connection.",
@@ -218,6 +224,41 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     # A table whose rule could not be judged keeps its alert as it is.
     _apply(session, "table_unhealthy", "warning", unhealthy, keep=set(isolated.failed))
     isolated.record(session)
+    _apply(session, "partition_overdue", "warning", _overdue_partitions(session, default))
+
+
+def _overdue_partitions(session: Session, default: str) -> dict[str, tuple[str, dict[str, object]]]:
+    """Empty partitions past their deadline with no heartbeat, as the readiness round found
+    them (one alert each, open until data or a heartbeat arrives). Only a table's current
+    readiness column counts (rows of a column it no longer judges are history)."""
+    rows = session.execute(
+        select(PartitionReadiness, ManagedTable)
+        .join(ManagedTable, ManagedTable.id == PartitionReadiness.table_id)
+        .where(PartitionReadiness.overdue_since.is_not(None), ~PartitionReadiness.ready, LIVE)
+        .order_by(PartitionReadiness.id)
+    ).all()
+    out: dict[str, tuple[str, dict[str, object]]] = {}
+    columns: dict[int, str | None] = {}
+    for p, row in rows:
+        if row.id not in columns:
+            try:
+                readiness = effective_policy_for(session, row).readiness
+                columns[row.id] = readiness.partition if readiness.enabled else None
+            except ValueError:  # a stored policy that no longer parses: keep what fired
+                columns[row.id] = p.column
+        if columns[row.id] != p.column:
+            continue
+        table = label(default, row.catalog, row.namespace, row.name)
+        out[f"{table}:{p.column}={p.partition}"] = (
+            f"{table} partition {p.partition} is not ready: {p.reason}",
+            {
+                "partition_column": p.column,
+                "partition": p.partition,
+                "overdue_since": p.overdue_since,
+                **table_details(row.catalog, row.namespace, row.name),
+            },
+        )
+    return out
 
 
 def evaluate_leader_rule(session: Session, settings: Settings) -> None:

@@ -547,9 +547,9 @@ class PartitionReadiness(Base):
     # The writer's last heartbeat for it ("I ran for it and wrote nothing"), and by whom.
     heartbeat_at: Mapped[datetime | None]
     heartbeat_by: Mapped[str | None] = mapped_column(String(255))
-    # Since when it has been late: no commit and no heartbeat past its end and the policy's
-    # deadline_minutes (the partition_late alert's condition).
-    late_since: Mapped[datetime | None]
+    # Since when it has been overdue: no commit and no heartbeat past its end and the
+    # policy's deadline_minutes (reason "late: ..."; the partition_overdue alert's condition).
+    overdue_since: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 
@@ -569,6 +569,9 @@ class ReadinessCursor(Base):
     # The partition column it was read for: another one reads the commits again.
     scanned_column: Mapped[str | None] = mapped_column(String(255))
     scanned_at: Mapped[datetime | None]
+    # When the round must next look for empty periods though nothing else changed (the next
+    # period's deadline; the next round when the last one stopped at its cap). NULL: never.
+    empty_due_at: Mapped[datetime | None]
 
 
 class ReadinessNotification(Base):

@@ -369,6 +369,9 @@ class ReadinessPolicy(InputModel):
     # quiet: no commit touched the partition for quiet_minutes after its end.
     rule: Literal["watermark", "quiet"] = "quiet"
     quiet_minutes: float = Field(default=60, gt=0, le=MAX_MINUTES)
+    # A time-based period with no commit and no writer's heartbeat this long after its end
+    # is overdue: not ready, "late: ...", and alerted (partition_overdue). None: never.
+    deadline_minutes: float | None = Field(default=None, gt=0, le=MAX_MINUTES)
     require: list[ReadinessKind] = Field(default_factory=list, max_length=len(READINESS_KINDS))
     # Tag `ready-<partition>` on the snapshot that made the partition ready, kept this long.
     tag: bool = False

@@ -1,7 +1,9 @@
 """Empty partitions (issue 33 §3): a partition readiness row may have no commit (made ready
 by a writer's heartbeat or the watermark passing it, or found late: no data and no
 heartbeat past the policy's deadline), so its last commit is nullable; the writer's last
-heartbeat for it, and since when it has been late (the `partition_late` alert's condition).
+heartbeat for it, and since when it has been overdue (the `partition_overdue` alert's
+condition); per table, when the leader's round must next look for empty periods although
+nothing else changed (a period's deadline passing).
 
 Revision ID: 0023
 Revises: 0020 (0021 and 0022 are reserved for work landing in parallel: whichever lands
@@ -44,13 +46,17 @@ def upgrade() -> None:
     )
     op.add_column("partition_readiness", sa.Column("heartbeat_by", sa.String(255), nullable=True))
     op.add_column(
-        "partition_readiness", sa.Column("late_since", sa.DateTime(timezone=True), nullable=True)
+        "partition_readiness", sa.Column("overdue_since", sa.DateTime(timezone=True), nullable=True)
+    )
+    op.add_column(
+        "readiness_cursors", sa.Column("empty_due_at", sa.DateTime(timezone=True), nullable=True)
     )
 
 
 def downgrade() -> None:
     op.execute("DELETE FROM partition_readiness WHERE last_commit_snapshot_id IS NULL")
-    op.drop_column("partition_readiness", "late_since")
+    op.drop_column("readiness_cursors", "empty_due_at")
+    op.drop_column("partition_readiness", "overdue_since")
     op.drop_column("partition_readiness", "heartbeat_by")
     op.drop_column("partition_readiness", "heartbeat_at")
     op.drop_constraint(

@@ -113,7 +113,7 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
         policy = effective_policy_for(s, row)
         if not policy.readiness.enabled:
             return 0
-        if _idle(s, row, policy):
+        if _idle(s, row, policy, now):
             return 0
         catalog, ref, version = row.catalog, ref_of(row), row.policy_version
         known = recorded(s, table_id, policy.readiness)
@@ -128,13 +128,19 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
     return changed
 
 
-def _idle(s: Session, row: ManagedTable, policy: Policy) -> bool:
-    """Nothing new to read and no partition waiting: the round has nothing to judge."""
+def _idle(s: Session, row: ManagedTable, policy: Policy, now: datetime) -> bool:
+    """Nothing new to read, no partition waiting, no watermark posted since the last round
+    (it may pass empty periods) and no period's deadline passed: nothing to judge."""
     column = policy.readiness.partition
     cursor = s.get(ReadinessCursor, row.id)
     if cursor is None or cursor.scanned_column != column:
         return False
     if cursor.scanned_snapshot_id is None or cursor.scanned_snapshot_id != row.current_snapshot_id:
+        return False
+    scanned = cursor.scanned_at
+    if cursor.watermark_at is not None and (scanned is None or cursor.watermark_at >= scanned):
+        return False
+    if cursor.empty_due_at is not None and now >= cursor.empty_due_at:
         return False
     waiting = s.scalar(
         select(func.count())
@@ -155,7 +161,7 @@ def _tag(table: Table, found: Assessment, policy: Policy) -> dict[str, str]:
     a partition asked to be tagged is not ready until it is)."""
     becoming = found.becoming_ready()
     if not becoming or found.snapshot_id is None:
-        return {}
+        return {}  # (a table without a snapshot: empty partitions become ready untagged)
     snapshot = table.snapshot_by_id(found.snapshot_id)
     now = datetime.now(UTC)
     # Iceberg counts a tag's age from its snapshot's commit: kept that long from now.
@@ -192,15 +198,21 @@ def _store(
     for p in found.partitions:
         values: dict[str, Any] = {
             "partition_end": p.end,
-            "last_commit_at": p.last_commit.at,
-            "last_commit_snapshot_id": p.last_commit.snapshot_id,
+            "last_commit_at": p.last_commit.at if p.last_commit else None,
+            "last_commit_snapshot_id": p.last_commit.snapshot_id if p.last_commit else None,
             "reason": p.judgement.reason,
+            "overdue_since": now if p.overdue else None,
             "updated_at": func.now(),
         }
+        # Overdue since the round that first found it so; cleared by data or a heartbeat.
+        since = func.coalesce(PartitionReadiness.overdue_since, now) if p.overdue else None
         s.execute(
             pg_insert(PartitionReadiness)
             .values(table_id=table_id, column=column, partition=p.partition, **values)
-            .on_conflict_do_update(index_elements=["table_id", "column", "partition"], set_=values)
+            .on_conflict_do_update(
+                index_elements=["table_id", "column", "partition"],
+                set_={**values, "overdue_since": since},
+            )
         )
         this = (
             PartitionReadiness.table_id == table_id,
@@ -214,7 +226,7 @@ def _store(
             _enqueue(s, table_id, table, column, p, ready=False, reason=p.late, at=now)
         if not p.becomes_ready:
             continue
-        if tags is not None and p.partition not in tags:
+        if tags is not None and p.partition not in tags and found.snapshot_id is not None:
             continue  # its tag did not commit: ready next round, tagged
         tag = tags.get(p.partition) if tags is not None else None
         if _move(s, this, ready=True, since=now, snapshot_id=found.snapshot_id, tag=tag):
@@ -235,6 +247,7 @@ def _store(
         "scanned_snapshot_id": found.snapshot_id,
         "scanned_column": column,
         "scanned_at": now,
+        "empty_due_at": found.empty_due_at,
     }
     s.execute(
         pg_insert(ReadinessCursor)
@@ -275,7 +288,8 @@ def _enqueue(
         "ready": ready,
         "at": at.isoformat(),
         "reason": reason,
-        "last_commit_snapshot_id": p.last_commit.snapshot_id,
+        "last_commit_snapshot_id": p.last_commit.snapshot_id if p.last_commit else None,
+        "no_data": p.last_commit is None,
         **extra,
     }
     verb = "ready" if ready else "no longer ready"
@@ -295,7 +309,7 @@ def _open_tasks(
     it failed: alerted as any failed task, and not retried from here)."""
     waiting: dict[str, datetime] = {}
     for p in found.partitions:
-        if p.judgement.complete:
+        if p.judgement.complete and p.last_commit is not None:  # empty: nothing to look at
             for missing in p.judgement.missing_kinds:
                 waiting[missing] = max(waiting.get(missing, p.last_commit.at), p.last_commit.at)
     for kind, since in waiting.items():

@@ -1,5 +1,6 @@
 """Partition readiness, for downstream schedulers (`lakewarden.readiness`): which partitions
-are ready (the leader's round records them), and the writer's completeness watermark."""
+are ready (the leader's round records them), the writer's completeness watermark, and its
+heartbeat for a partition it had nothing to write to."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from lakewarden.db.models import PartitionReadiness
 from lakewarden.db.paging import keyset_page
 from services.api import errors
 from services.api.access import AccessDep, TableDep
-from services.api.deps import SessionDep
+from services.api.deps import RuntimeDep, SessionDep
 from services.api.paging import PageDep
 from services.api.policies import current_policy
-from services.api.schemas import PartitionReadinessPage, WatermarkIn, WatermarkOut
+from services.api.routes.health import load_live_table
+from services.api.schemas import (
+    HeartbeatIn,
+    HeartbeatOut,
+    PartitionReadinessPage,
+    WatermarkIn,
+    WatermarkOut,
+)
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["readiness"])
 
@@ -92,3 +100,79 @@ def post_watermark(
         )
     access.change = {"watermark": watermark.isoformat()}
     return WatermarkOut(watermark=watermark)
+
+
+@router.post(
+    "/{namespace}/{name}/heartbeat",
+    response_model=HeartbeatOut,
+    responses=errors.documented(
+        409,
+        body=True,
+        notes={
+            **errors.ON_TABLE,
+            409: "readiness is not enabled, or the table cannot be judged as the policy asks",
+            422: "the partition is not named as readiness names the table's partitions, or it "
+            "ends in the future",
+        },
+    ),
+)
+def post_heartbeat(
+    body: HeartbeatIn, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> HeartbeatOut:
+    """The writer ran for `partition` and wrote nothing: a partition no commit touched
+    becomes ready in the leader's next round, reason "no data: writer heartbeat at <time>
+    by <actor>". A partition with data keeps its rule (the heartbeat is recorded and changes
+    nothing). Operator."""
+    access.need(Role.operator, row.catalog, row.namespace)
+    policy = current_policy(session, row).readiness
+    if not policy.enabled or policy.partition is None:
+        raise HTTPException(
+            409,
+            f"readiness of {row.namespace}.{row.name} is disabled: a heartbeat is only used "
+            "with readiness.enabled: true; set it first",
+        )
+    if row.format != "iceberg":
+        raise HTTPException(
+            409, f"readiness judges Iceberg tables; {row.namespace}.{row.name} is {row.format}"
+        )
+    table_id, column = row.id, policy.partition
+    session.commit()  # the catalog is read with no transaction open
+    table = load_live_table(rt, row)
+    try:
+        field = readiness.partition_field(table, column)
+    except readiness.ReadinessProblem as exc:
+        raise HTTPException(409, str(exc)) from exc
+    try:
+        label, end = readiness.parse_partition(field, body.partition)
+    except readiness.ReadinessProblem as exc:
+        raise HTTPException(422, str(exc)) from exc
+    now = datetime.now(UTC)
+    if end is not None and end > now + MAX_FUTURE:
+        raise HTTPException(
+            422,
+            f"partition {label} ends at {end.isoformat()}, in the future (now is "
+            f"{now.isoformat()}): a heartbeat declares it complete with no data; post it "
+            "once the writer has run for the whole partition",
+        )
+    beat = readiness.post_heartbeat(session, table_id, column, label, end, access.actor)
+    if beat.last_commit_snapshot_id is not None:
+        at = beat.last_commit_at.isoformat() if beat.last_commit_at else "unknown"
+        effect = (
+            f"recorded; partition {label} has data (last commit {beat.last_commit_snapshot_id} "
+            f"at {at}), so the heartbeat changes nothing: its readiness follows "
+            f"readiness.rule {policy.rule!r}"
+        )
+    elif beat.ready:
+        effect = f"recorded; partition {label} is already ready with no data"
+    else:
+        effect = (
+            f"recorded; no commit touched partition {label}: it becomes ready with no data "
+            "in the leader's next round"
+        )
+    access.change = {"partition": label, "has_data": beat.last_commit_snapshot_id is not None}
+    return HeartbeatOut(
+        partition=label,
+        heartbeat_at=beat.at,
+        has_data=beat.last_commit_snapshot_id is not None,
+        effect=effect,
+    )

@@ -10,6 +10,7 @@ from pydantic import (
     AwareDatetime,
     ConfigDict,
     Field,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -376,9 +377,15 @@ class ReadinessPartitionExplainOut(ResponseModel):
     would_become_ready: bool
     would_become_unready: bool = Field(description="a late commit touched it since")
     reason: str
-    waiting_for: list[str] = Field(description="quiet time left, the watermark, a kind")
-    last_commit_snapshot_id: int
-    last_commit_at: datetime
+    waiting_for: list[str] = Field(
+        description="quiet time left, the watermark, a kind; data or a heartbeat"
+    )
+    last_commit_snapshot_id: int | None = Field(description="null: no commit touched it")
+    last_commit_at: datetime | None
+    no_data: bool = Field(description="no commit touched it: an empty partition")
+    overdue: bool = Field(
+        description="empty, with no heartbeat, past its end and readiness.deadline_minutes"
+    )
 
 
 class ReadinessExplainOut(ResponseModel):
@@ -402,10 +409,22 @@ class PartitionReadinessOut(ResponseModel):
     snapshot_id: int | None = Field(description="the snapshot that made it ready")
     reason: str | None = Field(description="why it is ready, or what it waits for")
     tag: str | None = Field(description="the Iceberg tag on that snapshot (readiness.tag)")
-    last_commit_at: datetime
-    last_commit_snapshot_id: int
+    last_commit_at: datetime | None = Field(description="null: no commit touched it")
+    last_commit_snapshot_id: int | None
     unready_at: datetime | None
     unready_reason: str | None = Field(description="the late commit that last un-readied it")
+    heartbeat_at: datetime | None = Field(description="the writer's last heartbeat for it")
+    heartbeat_by: str | None
+    overdue_since: datetime | None = Field(
+        description="empty, with no heartbeat, since this round found it past its deadline"
+    )
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="no commit touched it: ready on a heartbeat or the watermark, or overdue"
+    )
+    @property
+    def no_data(self) -> bool:
+        return self.last_commit_snapshot_id is None
 
 
 class WatermarkIn(RequestModel):
@@ -435,6 +454,23 @@ class WatermarkIn(RequestModel):
 
 class WatermarkOut(ResponseModel):
     watermark: datetime = Field(description="the table's watermark now")
+
+
+class HeartbeatIn(RequestModel):
+    partition: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=TEXT_PATTERN,
+        description="the partition as readiness names it: 2026-11-23-05 (hour), 2026-11-23 "
+        "(day), 2026-11 (month), 2026 (year), or the identity value",
+    )
+
+
+class HeartbeatOut(ResponseModel):
+    partition: str
+    heartbeat_at: datetime
+    has_data: bool = Field(description="a commit touched it: the heartbeat changes nothing")
+    effect: str = Field(description="what the heartbeat does to the partition's readiness")
 
 
 class OrphanRemovalExplainOut(ResponseModel):
