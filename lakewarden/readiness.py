@@ -787,7 +787,7 @@ def _empty(
         return {}, None, None
     ends = [p.end for p in known.partitions.values() if p.end is not None]
     ends += [end for end, _ in touched.values() if end is not None]
-    found = empty_periods(field, ends, max(until))
+    found = empty_periods(field, ends, max(until), MAX_EMPTY)
     due = next_deadline(field, deadline, now) if deadline is not None else None
     capped = None
     if found.more:

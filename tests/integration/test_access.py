@@ -63,6 +63,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/delta"): Rule("viewer"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/partitions"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): Rule("operator"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/heartbeat"): Rule("operator"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): Rule("admin"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
@@ -220,6 +221,9 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         ("POST", "/api/v1/tokens"): {"name": "made", "grants": [f"viewer@lake/{NS}"]},
         ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): {
             "watermark": "2026-01-01T00:00:00Z"
+        },
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/heartbeat"): {
+            "partition": "2026-01-01"
         },
         # no such tag: a 404 for whoever may roll back
         ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): {

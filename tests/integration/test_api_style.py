@@ -95,6 +95,7 @@ OPERATION_IDS = {
     ("DELETE", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/opt-out"): "clearTableOptOut",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/partitions"): "listPartitions",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/watermark"): "postWatermark",
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/heartbeat"): "postHeartbeat",
     ("POST", "/api/v1/tables"): "registerDefaultCatalogTable",
     ("GET", "/api/v1/tables"): "listTables",
 }

@@ -136,8 +136,7 @@ def post_heartbeat(
             409, f"readiness judges Iceberg tables; {row.namespace}.{row.name} is {row.format}"
         )
     table_id, column = row.id, policy.partition
-    session.commit()  # the catalog is read with no transaction open
-    table = load_live_table(rt, row)
+    table = load_live_table(rt, row)  # the spec says how its partitions are named
     try:
         field = readiness.partition_field(table, column)
     except readiness.ReadinessProblem as exc:
