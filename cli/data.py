@@ -1,5 +1,6 @@
 """The operator's commands on a table's data for downstream readers and recovery:
-`lakewarden partitions` (readiness), `watermark` (the writer's completeness mark), `refs`
+`lakewarden partitions` (readiness), `watermark` (the writer's completeness mark),
+`heartbeat` (the writer ran for a partition and wrote nothing), `refs`
 (branches and tags, and when snapshot expiry drops them) and `rollback` (main back to a
 snapshot or a tag; admin, and asked for confirmation). Each is one or two REST calls, printed
 as the other operator commands are (cli/ops.py)."""
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (partitions, watermark, refs, rollback):
+    for command in (partitions, watermark, heartbeat, refs, rollback):
         app.command()(command)
 
 
@@ -57,7 +58,7 @@ def _partitions_view(page: dict[str, Any]) -> Iterable[RenderableType]:
             + (f" (un-readied: {p['unready_reason']})" if p.get("unready_reason") else ""),
             p["tag"],
             p["snapshot_id"],
-            p["last_commit_at"],
+            p["last_commit_at"] or "none (no data)",
         )
         for p in page["items"]
     ]
@@ -94,6 +95,28 @@ def watermark(
             f"{table_path(catalog, *split_name(name))}/watermark", {"watermark": timestamp}
         )
     emit(result, output, lambda r: [f"{name}: watermark at {r['watermark']}"])
+
+
+def heartbeat(
+    ctx: typer.Context,
+    name: TableName,
+    partition: Annotated[
+        str,
+        typer.Argument(
+            metavar="PARTITION",
+            help="as `lakewarden partitions` names it, e.g. 2026-11-23-05 (hour), 2026-11-23 (day)",
+        ),
+    ],
+    catalog: Catalog = None,
+    output: Output = Format.table,
+) -> None:
+    """The writer ran for PARTITION and wrote nothing: if no commit touched it, it becomes
+    ready with no data in the leader's next round (readiness.enabled)."""
+    with calling(ctx) as api:
+        result = api.post(
+            f"{table_path(catalog, *split_name(name))}/heartbeat", {"partition": partition}
+        )
+    emit(result, output, lambda r: [f"{name} {r['partition']}: {r['effect']}"])
 
 
 # --- branches, tags, rollback ------------------------------------------------------------

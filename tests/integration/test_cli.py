@@ -327,6 +327,10 @@ def test_partitions_and_watermark(live: Live) -> None:
     off = live.cli("watermark", "sales.returns", "2026-01-01T00:00:00Z")
     assert off.exit_code == 1 and "409" in off.stderr and "readiness.enabled: true" in off.stderr
 
+    beat_off = live.cli("heartbeat", "sales.returns", "a")
+    assert beat_off.exit_code == 1 and "409" in beat_off.stderr
+    assert "readiness.enabled: true" in beat_off.stderr
+
     vague = live.cli("watermark", "sales.returns", "yesterday")
     assert vague.exit_code == 1 and "422" in vague.stderr and "watermark: " in vague.stderr
 
@@ -351,6 +355,14 @@ def test_partitions_and_watermark(live: Live) -> None:
     assert live.json("partitions", "sales.returns", "--not-ready")["items"] == []
     shown = _table_mode(live, "partitions", "sales.returns")
     assert "ready-a" in shown and "quiet since its end" in shown
+
+    # The writer ran for region c and wrote nothing; for a, which has data, it changes nothing.
+    assert "sales.returns c: recorded" in _table_mode(live, "heartbeat", "sales.returns", "c")
+    empty = live.json("heartbeat", "sales.returns", "c")
+    assert "becomes ready with no data in the leader's next round" in empty["effect"]
+    assert live.json("heartbeat", "sales.returns", "a")["has_data"]
+    (waiting,) = live.json("partitions", "sales.returns", "--not-ready")["items"]
+    assert (waiting["partition"], waiting["no_data"]) == ("c", True)
 
 
 def test_errors_say_what_to_fix(live: Live) -> None:
