@@ -128,6 +128,12 @@ def policy_problem(table: Table, policy: ReadinessPolicy) -> str | None:
             f"partitioned by {field.transform} of a {field.source_type}; use a date or "
             'timestamp column (day/hour/month/year, or identity of a date), or rule "quiet"'
         )
+    if policy.deadline_minutes is not None and not time_based(field):
+        return (
+            f"readiness.deadline_minutes needs partitions that end in time: {field.column!r} is "
+            f"partitioned by {field.transform} of a {field.source_type}; use a date or "
+            "timestamp column, or leave deadline_minutes unset"
+        )
     return None
 
 

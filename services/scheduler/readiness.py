@@ -142,6 +142,8 @@ def _idle(s: Session, row: ManagedTable, policy: Policy, now: datetime) -> bool:
         return False
     if cursor.empty_due_at is not None and now >= cursor.empty_due_at:
         return False
+    if policy.readiness.deadline_minutes is not None and cursor.empty_due_at is None:
+        return False  # a deadline set since the last round: its due time is not known yet
     waiting = s.scalar(
         select(func.count())
         .select_from(PartitionReadiness)

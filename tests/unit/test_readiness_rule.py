@@ -173,3 +173,6 @@ def test_the_partition_column_must_be_partitioned_by_a_judged_transform() -> Non
     problem = policy_problem(region, watermark) or ""
     assert "needs partitions that end in time" in problem
     assert policy_problem(region, _policy(partition="region")) is None
+    deadline = policy_problem(region, _policy(partition="region", deadline_minutes=30)) or ""
+    assert deadline.startswith("readiness.deadline_minutes needs partitions that end in time")
+    assert policy_problem(day, _policy(deadline_minutes=30)) is None
