@@ -6,8 +6,9 @@ a complete partition since its last commit (its planner then rewrites the partit
 there is nothing to do: either counts). Then deliver the notifications.
 
 Cost: only tables whose own settings or namespace defaults name `readiness` are parsed (the
-section is off by default); a table whose current snapshot is the one read last time and
-that has no partition waiting is not even loaded. A table's catalog I/O (load, manifests,
+section is off by default); a table whose current snapshot is the one read last time, that
+has no partition waiting (an overdue one waits), no watermark posted since and no period's
+`deadline_minutes` passed since (`readiness_cursors.empty_due_at`) is not even loaded. A table's catalog I/O (load, manifests,
 tag commits) runs with no transaction open; its writes are one short fenced transaction,
 each state change guarded by the state it expects.
 """
