@@ -230,7 +230,17 @@ def test_an_hour_with_no_data_and_no_heartbeat_past_its_deadline_is_late_and_ale
     assert all(shown[label]["overdue"] and shown[label]["no_data"] for label in late)
     assert shown[late[0]]["reason"].startswith("late: no data and no heartbeat")
 
-    assert _beat(client, "broken", late[0]).status_code == 200
+    # The dashboard offers the operator a heartbeat on each overdue partition.
+    page = client.get(f"/ui/t/{rt.settings.catalog_name}/sales/broken")
+    assert page.status_code == 200 and page.text.count(">Heartbeat</button>") == 2
+    r = client.post(
+        f"/ui/t/{rt.settings.catalog_name}/sales/broken/heartbeat",
+        data={"partition": late[0]},
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and "error" not in r.headers["location"], r.headers
+    assert _rows(rt)[late[0]].heartbeat_at is not None
     assert _round(rt, fence) == 1
     with transaction(rt.engine) as s:
         evaluate_task_rules(s, rt.settings, datetime.now(UTC))

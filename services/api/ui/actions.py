@@ -108,6 +108,15 @@ async def add_blocker(request: Request, catalog: str, namespace: str, name: str)
     )
 
 
+@router.post("/t/{catalog}/{namespace}/{name}/heartbeat")
+async def heartbeat(request: Request, catalog: str, namespace: str, name: str) -> Response:
+    """The writer ran for an empty partition and wrote nothing (an overdue one, say)."""
+    api, back = _table(catalog, namespace, name)
+    partition = (await form(request)).get("partition", "")
+    done = f"heartbeat for partition {partition} recorded"
+    return await act(request, "POST", f"{api}/heartbeat", back, done, {"partition": partition})
+
+
 @router.post("/t/{catalog}/{namespace}/{name}/blockers/{blocker_id}/remove")
 async def remove_blocker(
     request: Request, catalog: str, namespace: str, name: str, blocker_id: Id
