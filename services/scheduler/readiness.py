@@ -8,9 +8,9 @@ there is nothing to do: either counts). Then deliver the notifications.
 Cost: only tables whose own settings or namespace defaults name `readiness` are parsed (the
 section is off by default); a table whose current snapshot is the one read last time, that
 has no partition waiting (an overdue one waits), no watermark posted since and no period's
-`deadline_minutes` passed since (`readiness_cursors.empty_due_at`) is not even loaded. A table's catalog I/O (load, manifests,
-tag commits) runs with no transaction open; its writes are one short fenced transaction,
-each state change guarded by the state it expects.
+`deadline_minutes` passed since (`readiness_cursors.empty_due_at`) is not even loaded. A
+table's catalog I/O (load, manifests, tag commits) runs with no transaction open; its writes
+are one short fenced transaction, each state change guarded by the state it expects.
 """
 
 from __future__ import annotations
