@@ -12,8 +12,8 @@ from lakewarden.catalogs.catalog import TableRef, find_table
 from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
-from lakewarden.evaluate import evaluate_events
-from lakewarden.events.ingest import MAX_WALK, Ingested, sync_table
+from lakewarden.evaluate import Evaluation, evaluate_batch
+from lakewarden.events.ingest import MAX_WALK, Ingested, Sync, sync_tables
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, TableGone, get_table, retire_tables
 
@@ -26,15 +26,25 @@ REFRESH_TRIES = 3
 
 
 def _lock_row(session: Session, table_id: int) -> ManagedTable | None:
-    """The table's row, locked until the transaction ends (FOR NO KEY UPDATE: rows that
-    reference the table can still be written); None if it was unregistered (retired: the
-    WHERE is checked again on the row an unregistration committed while we waited)."""
-    return session.scalars(
+    """The table's row, locked until the transaction ends; None if it was unregistered."""
+    return lock_rows(session, [table_id]).get(table_id)
+
+
+def lock_rows(session: Session, table_ids: list[int]) -> dict[int, ManagedTable]:
+    """The tables' rows, locked until the transaction ends (FOR NO KEY UPDATE: rows that
+    reference a table can still be written), in id order (two batches sharing tables never
+    deadlock), in one statement. A table unregistered (retired) is absent: the WHERE is
+    checked again on the row an unregistration committed while we waited."""
+    if not table_ids:
+        return {}
+    rows = session.scalars(
         select(ManagedTable)
-        .where(ManagedTable.id == table_id, LIVE)
+        .where(ManagedTable.id.in_(sorted(set(table_ids))), LIVE)
+        .order_by(ManagedTable.id)
         .with_for_update(key_share=True)
         .execution_options(populate_existing=True)
-    ).one_or_none()
+    )
+    return {row.id: row for row in rows}
 
 
 def ingest_commits(
@@ -46,33 +56,65 @@ def ingest_commits(
     source: str,
     max_walk: int = MAX_WALK,
 ) -> Ingested:
-    """Record and evaluate the commits of `table` (read from the catalog beforehand) not yet
-    seen. The table's row is locked first, so ingests of one table (every road's) take
-    their locks in one order and wait for each other."""
-    locked = _lock_row(session, row.id)
-    if locked is None:
+    """`ingest_batch` of one table; TableGone if it is no longer managed."""
+    ingested = ingest_batch(session, rt, [(row.id, table)], source=source, max_walk=max_walk)
+    if row.id not in ingested:
         raise TableGone(f"table {row.namespace}.{row.name} is no longer managed")
-    if locked.metadata_location is None and locked.managed_by != "api":
-        # Adopted by a management rule and seen for the first time.
-        foreign = detect_table(table)
-        if foreign is not None:
-            # Never fight another optimizer: registering it explicitly (force) overrides.
-            reason = f"maintained by {foreign.who}: {foreign.evidence}"
-            retire_tables(session, [locked.id], reason=reason, by=f"{source}:{rt.process_id}")
-            log.info("%s.%s not managed: %s", locked.namespace, locked.name, reason)
-            return Ingested([], None)
-        max_walk = 1  # as a registration: its history before lakewarden is not replayed
-    ingested = sync_table(session, locked, table, source=source, max_walk=max_walk)
-    evaluate_events(session, locked, ingested.new_event_ids, actor=f"{source}:{rt.process_id}")
-    if ingested.new_event_ids:
-        log.info(
-            "%s.%s: %d new commit(s) via %s",
-            locked.namespace,
-            locked.name,
-            len(ingested.new_event_ids),
-            source,
-        )
-    return ingested
+    return ingested[row.id]
+
+
+def ingest_batch(
+    session: Session,
+    rt: Runtime,
+    tables: list[tuple[int, Table]],
+    *,
+    source: str,
+    max_walk: int = MAX_WALK,
+) -> dict[int, Ingested]:
+    """Record and evaluate the commits not yet seen of each (table id, table read from the
+    catalog beforehand), set-based: the rows locked in one statement, the commits of every
+    table recorded and evaluated in a few (`sync_tables`, `evaluate_batch`). The rows are
+    locked first, in id order, so ingests of one table (every road's) take their locks in
+    one order and wait for each other. What each table recorded, by id; a table no longer
+    managed is absent (one found maintained by another optimizer is retired: nothing
+    recorded)."""
+    locked = lock_rows(session, [table_id for table_id, _ in tables])
+    out: dict[int, Ingested] = {}
+    syncs: list[Sync] = []
+    for table_id, table in tables:
+        row = locked.get(table_id)
+        if row is None:
+            continue
+        walk = max_walk
+        if row.metadata_location is None and row.managed_by != "api":
+            # Adopted by a management rule and seen for the first time.
+            foreign = detect_table(table)
+            if foreign is not None:
+                # Never fight another optimizer: registering it explicitly (force) overrides.
+                reason = f"maintained by {foreign.who}: {foreign.evidence}"
+                retire_tables(session, [row.id], reason=reason, by=f"{source}:{rt.process_id}")
+                log.info("%s.%s not managed: %s", row.namespace, row.name, reason)
+                out[table_id] = Ingested([], None)
+                continue
+            walk = 1  # as a registration: its history before lakewarden is not replayed
+        syncs.append(Sync(row, table, walk))
+    ingested = sync_tables(session, syncs, source=source)
+    evaluate_batch(
+        session,
+        [Evaluation(s.row, i.new_event_ids) for s, i in zip(syncs, ingested, strict=True)],
+        actor=f"{source}:{rt.process_id}",
+    )
+    for s, i in zip(syncs, ingested, strict=True):
+        out[s.row.id] = i
+        if i.new_event_ids:
+            log.info(
+                "%s.%s: %d new commit(s) via %s",
+                s.row.namespace,
+                s.row.name,
+                len(i.new_event_ids),
+                source,
+            )
+    return out
 
 
 def refresh_table(

@@ -43,7 +43,7 @@ from lakewarden.catalogs.catalog import (
 )
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
-from lakewarden.events.refresh import ingest_commits
+from lakewarden.events.refresh import ingest_batch, ingest_commits, lock_rows
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, TableGone
 from services.api import errors
@@ -296,47 +296,82 @@ def _read_group(
     return (table, valid) if valid else None
 
 
-def _ingest_group(
-    session: Session, rt: Runtime, batch: _Batch, group: _Group, valid: list[int], table: Table
+def _ingest_wave(
+    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], Table]]
 ) -> None:
-    """Ingest the group's table for the notifications `valid`, in a savepoint: a failure
-    rolls back this table's work alone and is reported on its notifications."""
-    row = group.row
-    assert row is not None
-    ref, table_id = group.ref, group.table_id
+    """Ingest the wave's tables set-based (refresh.ingest_batch: a few statements for all
+    of them), in one savepoint. Should it fail, each table is ingested again alone in a
+    savepoint of its own, so one table's failure is reported on its notifications alone."""
+    if not wave:
+        return
     try:
         with session.begin_nested():
-            session.refresh(row, with_for_update={"key_share": True})
-            table, ingested = _ingest(session, rt, row, group.seen, ref, table)
-            wanted = {
-                batch.events[i].snapshot_id
-                if batch.events[i].snapshot_id is not None
-                else ingested.current_snapshot_id
-                for i in valid
-            }
-            events = _events_of(session, {(table_id, s) for s in wanted if s is not None})
-            new = len(ingested.new_event_ids)
-            for n, i in enumerate(valid):
-                snapshot_id = batch.events[i].snapshot_id
-                if snapshot_id is None:
-                    snapshot_id = ingested.current_snapshot_id
-                batch.accept(
-                    i,
-                    new_events=new if n == 0 else 0,
-                    current_snapshot_id=ingested.current_snapshot_id,
-                    event=events.get((table_id, snapshot_id)) if snapshot_id else None,
+            _ingest_tables(session, rt, batch, wave)
+        return
+    except Exception:  # the tables one by one find which failed, and why
+        log.info("an event batch's wave of %d tables failed; ingesting them one by one", len(wave))
+    for one in wave:
+        group, valid, _ = one
+        try:
+            with session.begin_nested():
+                _ingest_tables(session, rt, batch, [one])
+        except TableGone as exc:
+            _fail_all(batch, valid, 404, str(exc))
+        except DBAPIError as exc:
+            if not errors.is_conflict(exc):
+                _fail_unexpected(batch, valid, group.ref)
+            else:
+                _fail_all(
+                    batch,
+                    valid,
+                    409,
+                    "collided with a concurrent change; nothing was written: retry",
                 )
-    except TableGone as exc:
-        _fail_all(batch, valid, 404, str(exc))
-    except DBAPIError as exc:
-        if not errors.is_conflict(exc):
-            _fail_unexpected(batch, valid, ref)
-        else:
-            _fail_all(
-                batch, valid, 409, "collided with a concurrent change; nothing was written: retry"
+        except Exception:
+            _fail_unexpected(batch, valid, group.ref)
+
+
+def _ingest_tables(
+    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], Table]]
+) -> None:
+    """Lock the wave's rows, read again from the catalog a table whose row another ingest
+    moved meanwhile (`_ingest`'s rule), ingest them all and accept their notifications."""
+    locked = lock_rows(session, [g.table_id for g, _, _ in wave])
+    reads: list[tuple[int, Table]] = []
+    for group, _valid, table in wave:
+        row = locked.get(group.table_id)
+        if row is None:
+            raise TableGone(f"table {group.ref.dotted} is no longer managed")
+        if row.metadata_location not in (group.seen, table.metadata_location):
+            again = find_table(rt.catalogs.load(row.catalog), group.ref)
+            if again is None:
+                raise TableGone(f"table {group.ref.dotted} is gone from the catalog")
+            table = again
+        reads.append((group.table_id, table))
+    ingested = ingest_batch(session, rt, reads, source="webhook")
+    wanted: set[tuple[int, int]] = set()
+    for group, valid, _ in wave:
+        if group.table_id not in ingested:
+            raise TableGone(f"table {group.ref.dotted} is no longer managed")
+        current = ingested[group.table_id].current_snapshot_id
+        for i in valid:
+            snapshot_id = batch.events[i].snapshot_id
+            snapshot_id = current if snapshot_id is None else snapshot_id
+            if snapshot_id is not None:
+                wanted.add((group.table_id, snapshot_id))
+    events = _events_of(session, wanted)
+    for group, valid, _ in wave:
+        got = ingested[group.table_id]
+        for n, i in enumerate(valid):
+            snapshot_id = batch.events[i].snapshot_id
+            if snapshot_id is None:
+                snapshot_id = got.current_snapshot_id
+            batch.accept(
+                i,
+                new_events=len(got.new_event_ids) if n == 0 else 0,
+                current_snapshot_id=got.current_snapshot_id,
+                event=events.get((group.table_id, snapshot_id)) if snapshot_id else None,
             )
-    except Exception:
-        _fail_unexpected(batch, valid, ref)
 
 
 def _fail_all(batch: _Batch, indexes: list[int], status: int, error: str) -> None:
@@ -450,14 +485,12 @@ def post_events_batch(
     # held while a table is read, but those of earlier waves (bounded memory: a wave's
     # tables are held at once).
     for start in range(0, len(todo), READ_WAVE):
-        wave = [
-            (g, _read_group(rt, batch, g, pending))
-            for g, pending in todo[start : start + READ_WAVE]
-        ]
-        for group, read in wave:
+        wave = []
+        for group, pending in todo[start : start + READ_WAVE]:
+            read = _read_group(rt, batch, group, pending)
             if read is not None:
-                table, valid = read
-                _ingest_group(session, rt, batch, group, valid, table)
+                wave.append((group, read[1], read[0]))
+        _ingest_wave(session, rt, batch, wave)
     answer = batch.answer()
     catalogs = {g.catalog for g in groups.values()}
     access.catalog = catalogs.pop() if len(catalogs) == 1 else None
