@@ -39,6 +39,7 @@ from lakewarden.catalogs.catalog import (
     TableRef,
     UnknownCatalog,
     find_table,
+    find_tables,
     load_table,
 )
 from lakewarden.db.models import ManagedTable, TimelineEvent
@@ -271,29 +272,44 @@ class _Batch:
         )
 
 
-def _read_group(
-    rt: Runtime, batch: _Batch, group: _Group, pending: list[int]
-) -> tuple[Table, list[int]] | None:
-    """The group's table read from the catalog (no lock held by this request's reads yet
-    for it), and those of `pending` it can answer; the others are failed. None: nothing
-    left to ingest."""
-    ref = group.ref
-    try:
-        table = find_table(rt.catalogs.load(group.catalog), ref)
-    except Exception:
-        _fail_unexpected(batch, pending, ref)
-        return None
-    if table is None:
-        _fail_all(batch, pending, 404, f"catalog {group.catalog!r} has no table {ref.dotted}")
-        return None
-    valid: list[int] = []
-    for i in pending:
-        problem = _unknown_snapshot(table, ref, batch.events[i].snapshot_id)
-        if problem:
-            batch.fail(i, 422, problem)
-        else:
-            valid.append(i)
-    return (table, valid) if valid else None
+def _read_wave(
+    rt: Runtime, batch: _Batch, todo: list[tuple[_Group, list[int]]]
+) -> list[tuple[_Group, list[int], Table]]:
+    """The wave's tables read from the catalog (no lock held by this request's reads yet
+    for them): each catalog's at once (`find_tables`), one by one if that fails. Each
+    group with those of its pending notifications the table can answer; the others are
+    failed, and a group with none left is dropped."""
+    read: dict[tuple[str, TableRef], Table | Exception | None] = {}
+    for catalog in sorted({g.catalog for g, _ in todo}):
+        refs = [g.ref for g, _ in todo if g.catalog == catalog]
+        try:
+            found = find_tables(rt.catalogs.load(catalog), refs)
+            read.update({(catalog, ref): table for ref, table in found.items()})
+        except Exception:
+            for ref in refs:
+                try:
+                    read[(catalog, ref)] = find_table(rt.catalogs.load(catalog), ref)
+                except Exception as exc:
+                    read[(catalog, ref)] = exc
+    out: list[tuple[_Group, list[int], Table]] = []
+    for group, pending in todo:
+        ref, table = group.ref, read[(group.catalog, group.ref)]
+        if isinstance(table, Exception):
+            _fail_unexpected(batch, pending, ref, table)
+            continue
+        if table is None:
+            _fail_all(batch, pending, 404, f"catalog {group.catalog!r} has no table {ref.dotted}")
+            continue
+        valid: list[int] = []
+        for i in pending:
+            problem = _unknown_snapshot(table, ref, batch.events[i].snapshot_id)
+            if problem:
+                batch.fail(i, 422, problem)
+            else:
+                valid.append(i)
+        if valid:
+            out.append((group, valid, table))
+    return out
 
 
 def _ingest_wave(
@@ -383,9 +399,18 @@ def _fail_all(batch: _Batch, indexes: list[int], status: int, error: str) -> Non
             batch.fail(i, status, error)
 
 
-def _fail_unexpected(batch: _Batch, indexes: list[int], ref: TableRef) -> None:
+def _fail_unexpected(
+    batch: _Batch, indexes: list[int], ref: TableRef, exc: BaseException | None = None
+) -> None:
+    """Fail `indexes` with a 500 whose id the server log has with the traceback (of `exc`,
+    else of the exception being handled)."""
     error_id = uuid.uuid4().hex[:12]
-    log.exception("unexpected error %s ingesting %s in an event batch", error_id, ref.dotted)
+    log.error(
+        "unexpected error %s ingesting %s in an event batch",
+        error_id,
+        ref.dotted,
+        exc_info=exc or True,
+    )
     _fail_all(batch, indexes, 500, f"internal error; the server log has it under {error_id}")
 
 
@@ -485,12 +510,7 @@ def post_events_batch(
     # held while a table is read, but those of earlier waves (bounded memory: a wave's
     # tables are held at once).
     for start in range(0, len(todo), READ_WAVE):
-        wave = []
-        for group, pending in todo[start : start + READ_WAVE]:
-            read = _read_group(rt, batch, group, pending)
-            if read is not None:
-                wave.append((group, read[1], read[0]))
-        _ingest_wave(session, rt, batch, wave)
+        _ingest_wave(session, rt, batch, _read_wave(rt, batch, todo[start : start + READ_WAVE]))
     answer = batch.answer()
     catalogs = {g.catalog for g in groups.values()}
     access.catalog = catalogs.pop() if len(catalogs) == 1 else None
