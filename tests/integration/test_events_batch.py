@@ -342,7 +342,8 @@ def test_concurrent_overlapping_batches_record_each_commit_and_open_each_task_on
                 "JOIN timeline_events e ON e.id = (t.trigger->>'event_id')::bigint"
             )
         ).all()
-        decisions = dict(s.execute(text("SELECT snapshot_id, decision FROM timeline_events")).all())
+        found = s.execute(text("SELECT snapshot_id, decision FROM timeline_events"))
+        decisions: dict[int, str] = {snapshot_id: decision for snapshot_id, decision in found}
         births = s.execute(
             text("SELECT count(*) FROM task_transitions WHERE from_state IS NULL")
         ).scalar_one()
