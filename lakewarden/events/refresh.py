@@ -8,14 +8,14 @@ from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lakewarden.catalogs.catalog import TableRef, find_table
+from lakewarden.catalogs.catalog import TableRef, find_tables
 from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.evaluate import Evaluation, evaluate_batch
 from lakewarden.events.ingest import MAX_WALK, Ingested, Sync, sync_tables
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, TableGone, get_table, retire_tables
+from lakewarden.tables import LIVE, TableGone, get_tables, retire_tables
 
 log = logging.getLogger(__name__)
 
@@ -126,36 +126,74 @@ def refresh_table(
     table: Table | None = None,
     location: str | None = None,
 ) -> Ingested | None:
-    """Ingest and evaluate every unseen commit of a managed table; None if not managed.
-    `table`: the table as just loaded by the caller (a poll that compared its pointer), so
-    it is not loaded twice. `location`: the metadata pointer a notification reported; if
-    it is the one already ingested, there is nothing to read.
+    """`refresh_tables` of one table (`table`: as just loaded by the caller, a poll that
+    compared its pointer, so it is not loaded twice); None if not managed."""
+    found = refresh_tables(
+        rt, catalog, {ref: location}, source=source, loaded={ref: table} if table else None
+    )
+    return found.get(ref)
+
+
+def refresh_tables(
+    rt: Runtime,
+    catalog: str,
+    wanted: dict[TableRef, str | None],
+    *,
+    source: str,
+    loaded: dict[TableRef, Table] | None = None,
+) -> dict[TableRef, Ingested | None]:
+    """Ingest and evaluate every unseen commit of managed tables of one catalog, set-based
+    (their pointers read in one query, `ingest_batch`); what each recorded, None for a table
+    not managed or gone from the catalog. `wanted`: each table with the metadata pointer a
+    notification reported (None: unknown); a table at the pointer already ingested is not
+    read. `loaded`: tables the caller has just loaded, not loaded again.
 
     No transaction is open while the catalog is read. The write that follows is guarded:
-    if the row's metadata pointer moved since it was read (another refresh recorded the
-    table meanwhile, perhaps from an older read), the catalog is read again, so the row
-    never goes back to an older state of the table."""
+    if a row's metadata pointer moved since it was read (another refresh recorded the
+    table meanwhile, perhaps from an older read), the table is read again, so the row never
+    goes back to an older state of the table."""
+    out: dict[TableRef, Ingested | None] = {ref: None for ref in wanted}
     with transaction(rt.engine) as session:
-        row = get_table(session, catalog, ref)
-        if row is None:
-            return None
-        table_id, seen = row.id, row.metadata_location
-        if location is not None and location == seen:
-            return Ingested([], row.current_snapshot_id)
+        rows = get_tables(session, catalog, wanted)
+        seen: dict[TableRef, tuple[int, str | None, int | None]] = {}
+        for ref, row in rows.items():
+            if wanted[ref] is not None and wanted[ref] == row.metadata_location:
+                out[ref] = Ingested([], row.current_snapshot_id)
+            else:
+                seen[ref] = (row.id, row.metadata_location, row.current_snapshot_id)
+    tables: dict[TableRef, Table | None] = dict(loaded or {})
     for _ in range(REFRESH_TRIES):
-        if table is None:
-            table = find_table(rt.catalogs.load(catalog), ref)
-        if table is None:
+        if not seen:
+            return out
+        unread = [ref for ref in seen if tables.get(ref) is None]
+        if unread:
+            tables.update(find_tables(rt.catalogs.load(catalog), unread))
+        for ref in [r for r in seen if tables.get(r) is None]:
             log.warning("managed table %s.%s is gone from the catalog", catalog, ref.dotted)
-            return None
+            del seen[ref]
         with transaction(rt.engine) as session:
-            row = _lock_row(session, table_id)
-            if row is None:
-                return None
-            if row.metadata_location == seen:
-                return ingest_commits(session, rt, row, table, source=source)
-            seen, table = row.metadata_location, None
-    log.info(
-        "%s: refreshed by others meanwhile %d times; leaving it to them", ref.dotted, REFRESH_TRIES
-    )
-    return Ingested([], row.current_snapshot_id)
+            locked = lock_rows(session, [table_id for table_id, _, _ in seen.values()])
+            ready: list[tuple[TableRef, int, Table]] = []
+            for ref, (table_id, pointer, _) in list(seen.items()):
+                now = locked.get(table_id)
+                if now is None:
+                    del seen[ref]  # unregistered meanwhile
+                elif now.metadata_location == pointer:
+                    table = tables[ref]
+                    assert table is not None
+                    ready.append((ref, table_id, table))
+                    del seen[ref]
+                else:  # recorded by another refresh meanwhile: read again
+                    seen[ref] = (table_id, now.metadata_location, now.current_snapshot_id)
+                    tables[ref] = None
+            ingested = ingest_batch(session, rt, [(i, t) for _, i, t in ready], source=source)
+            for ref, table_id, _ in ready:
+                out[ref] = ingested.get(table_id)
+    for ref, (_, _, current) in seen.items():
+        log.info(
+            "%s: refreshed by others meanwhile %d times; leaving it to them",
+            ref.dotted,
+            REFRESH_TRIES,
+        )
+        out[ref] = Ingested([], current)
+    return out

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, HTTPException
 from pyiceberg.table import Table
-from sqlalchemy import BigInteger, any_, bindparam, select, tuple_
+from sqlalchemy import BigInteger, any_, bindparam, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -46,7 +45,7 @@ from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
 from lakewarden.events.refresh import ingest_batch, ingest_commits, lock_rows
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, TableGone
+from lakewarden.tables import TableGone, get_tables
 from services.api import errors
 from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep, managed
@@ -186,21 +185,6 @@ class _Group:
     table_id: int = 0
     seen: str | None = None  # the row's pointer before the catalog was read
     current_snapshot_id: int | None = None
-
-
-def _rows(session: Session, catalog: str, refs: Iterable[TableRef]) -> dict[TableRef, ManagedTable]:
-    """The managed rows of `refs`, in one query."""
-    wanted = [(ref.namespace, ref.name) for ref in refs]
-    if not wanted:
-        return {}
-    rows = session.scalars(
-        select(ManagedTable).where(
-            ManagedTable.catalog == catalog,
-            LIVE,
-            tuple_(ManagedTable.namespace, ManagedTable.name).in_(wanted),
-        )
-    )
-    return {TableRef(r.namespace, r.name): r for r in rows}
 
 
 def _events_of(
@@ -469,7 +453,7 @@ def post_events_batch(
     rows = {
         (name, ref): row
         for name in {c for c, _ in groups}
-        for ref, row in _rows(session, name, [r for c, r in groups if c == name]).items()
+        for ref, row in get_tables(session, name, [r for c, r in groups if c == name]).items()
     }
     for (catalog, ref), group in groups.items():
         group.row = rows.get((catalog, ref))
