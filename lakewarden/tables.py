@@ -99,6 +99,24 @@ def get_table(
     return session.scalars(query if include_retired else query.where(LIVE)).one_or_none()
 
 
+def get_tables(
+    session: Session, catalog: str, refs: Iterable[TableRef]
+) -> dict[TableRef, ManagedTable]:
+    """The managed (live) tables of `refs` in the catalog, in one query; those not managed
+    are absent."""
+    wanted = [(ref.namespace, ref.name) for ref in refs]
+    if not wanted:
+        return {}
+    rows = session.scalars(
+        select(ManagedTable).where(
+            ManagedTable.catalog == catalog,
+            LIVE,
+            tuple_(ManagedTable.namespace, ManagedTable.name).in_(wanted),
+        )
+    )
+    return {TableRef(r.namespace, r.name): r for r in rows}
+
+
 TableSort = Literal["registered", "health"]
 TABLE_SORTS: tuple[TableSort, ...] = ("registered", "health")
 # The keys a page's `next_key` holds per sort: (id,), and (health_score or None, id).

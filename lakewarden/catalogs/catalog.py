@@ -9,9 +9,12 @@ import re
 from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
+from sqlalchemy import select, tuple_
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from lakewarden import secret_refs
 from lakewarden.hdfs import with_file_io
@@ -93,6 +96,29 @@ def find_table(catalog: Catalog, ref: TableRef) -> Table | None:
         return load_table(catalog, ref)
     except NoSuchTableError:
         return None
+
+
+def find_tables(catalog: Catalog, refs: list[TableRef]) -> dict[TableRef, Table | None]:
+    """`find_table` of many tables. A JDBC catalog's pointers are read in one query (not
+    one session and query per table: a batch of commits reads its tables at once), then
+    each table's metadata file; other catalogs load them one by one."""
+    if not isinstance(catalog, SqlCatalog) or not refs:
+        return {ref: find_table(catalog, ref) for ref in refs}
+    stmt = select(IcebergTables).where(
+        IcebergTables.catalog_name == catalog.name,
+        tuple_(IcebergTables.table_namespace, IcebergTables.table_name).in_(
+            [(ref.namespace, ref.name) for ref in refs]
+        ),
+    )
+    # pyiceberg's own filters and conversion (private: pinned with pyiceberg), so a table
+    # read here is the one SqlCatalog.load_table reads.
+    if (type_filter := catalog._iceberg_type_filter()) is not None:
+        stmt = stmt.where(type_filter)
+    with Session(catalog.engine) as session:
+        rows = {TableRef(r.table_namespace, r.table_name): r for r in session.scalars(stmt)}
+        return {
+            ref: catalog._convert_orm_to_iceberg(rows[ref]) if ref in rows else None for ref in refs
+        }
 
 
 CATALOG_TYPES = tuple(CatalogType)

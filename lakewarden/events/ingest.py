@@ -15,9 +15,9 @@ from typing import Any
 
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from sqlalchemy import BigInteger, any_, bindparam, func, select, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.paging import Page, PageRequest, keyset_page
@@ -52,41 +52,76 @@ def snapshot_fields(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def known_snapshots(session: Session, table_id: int, snapshot_ids: list[int]) -> set[int]:
-    """Which of `snapshot_ids` the table already has an event for (one indexed lookup on
-    the (table_id, snapshot_id) unique key, however long the table's history)."""
-    if not snapshot_ids:
+@dataclass(frozen=True)
+class Sync:
+    """One table to sync: its row (locked), the table as read from the catalog, and how far
+    back its history is walked."""
+
+    row: ManagedTable
+    table: Table
+    max_walk: int = MAX_WALK
+
+
+_KNOWN = text(
+    """
+    SELECT e.table_id, e.snapshot_id FROM timeline_events e
+    JOIN unnest(CAST(:table_ids AS bigint[]), CAST(:snapshot_ids AS bigint[])) AS u(t, s)
+      ON e.table_id = u.t AND e.snapshot_id = u.s
+    """
+)
+
+
+def known_snapshots(session: Session, pairs: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Which (table id, snapshot id) pairs already have an event, in one statement (an
+    indexed lookup per pair on the (table_id, snapshot_id) key, however long the history)."""
+    if not pairs:
         return set()
-    return set(
-        session.scalars(
-            select(TimelineEvent.snapshot_id).where(
-                TimelineEvent.table_id == table_id,
-                TimelineEvent.snapshot_id
-                == any_(bindparam("snapshot_ids", snapshot_ids, type_=ARRAY(BigInteger))),
-            )
-        )
+    found = session.execute(
+        _KNOWN,
+        {"table_ids": [t for t, _ in pairs], "snapshot_ids": [s for _, s in pairs]},
     )
+    return {(t, s) for t, s in found}
 
 
 def unseen_snapshots(
     session: Session, table_id: int, table: Table, *, max_walk: int = MAX_WALK
 ) -> list[Snapshot]:
-    """The commits of `table` not recorded yet, newest first: walked back from the current
-    snapshot in chunks (FIRST_CHUNK ids, then doubling up to MAX_CHUNK), asking the database
-    only which ids of each chunk it knows, and stopping at the first known one. What it
-    reads is bounded by the new commits (plus one chunk), never the table's whole history."""
-    unseen: list[Snapshot] = []
-    walk = history.ancestors(table, table.current_snapshot(), max_walk)
+    """`unseen_of` one table."""
+    return unseen_of(session, [(table_id, table, max_walk)])[0]
+
+
+def unseen_of(session: Session, walks: list[tuple[int, Table, int]]) -> list[list[Snapshot]]:
+    """The commits of each (table id, table, max walk) not recorded yet, newest first: each
+    walked back from its current snapshot in chunks (FIRST_CHUNK ids, then doubling up to
+    MAX_CHUNK), asking the database only which ids of the chunks it knows (one statement
+    per round for every table) and stopping at a table's first known one. What it reads is
+    bounded by the new commits (plus one chunk), never a table's whole history."""
+    histories = [
+        history.ancestors(table, table.current_snapshot(), max_walk) for _, table, max_walk in walks
+    ]
+    unseen: list[list[Snapshot]] = [[] for _ in walks]
+    walking = set(range(len(walks)))
     size = FIRST_CHUNK
-    while len(unseen) < max_walk:
-        chunk = list(islice(walk, min(size, max_walk - len(unseen))))
-        if not chunk:
+    while walking:
+        chunks: dict[int, list[Snapshot]] = {}
+        for i in sorted(walking):
+            room = walks[i][2] - len(unseen[i])
+            chunk = list(islice(histories[i], min(size, room))) if room > 0 else []
+            if chunk:
+                chunks[i] = chunk
+            else:
+                walking.discard(i)
+        if not chunks:
             break
-        known = known_snapshots(session, table_id, [s.snapshot_id for s in chunk])
-        for snap in chunk:
-            if snap.snapshot_id in known:
-                return unseen
-            unseen.append(snap)
+        known = known_snapshots(
+            session, [(walks[i][0], snap.snapshot_id) for i, c in chunks.items() for snap in c]
+        )
+        for i, chunk in chunks.items():
+            for snap in chunk:
+                if (walks[i][0], snap.snapshot_id) in known:
+                    walking.discard(i)
+                    break
+                unseen[i].append(snap)
         size = min(size * 2, MAX_CHUNK)
     return unseen
 
@@ -95,83 +130,110 @@ _INSERT_EVENTS = text(
     """
     INSERT INTO timeline_events (table_id, snapshot_id, parent_snapshot_id, sequence_number,
         operation, summary, metadata_location, source, committed_at)
-    SELECT :table_id, u.snapshot_id, u.parent_snapshot_id, u.sequence_number, u.operation,
+    SELECT u.table_id, u.snapshot_id, u.parent_snapshot_id, u.sequence_number, u.operation,
         u.summary::jsonb, u.metadata_location, :source, u.committed_at
-    FROM unnest(CAST(:snapshot_ids AS bigint[]), CAST(:parents AS bigint[]),
-        CAST(:sequences AS bigint[]), CAST(:operations AS text[]), CAST(:summaries AS text[]),
-        CAST(:locations AS text[]), CAST(:committed AS timestamptz[])) WITH ORDINALITY
-        AS u(snapshot_id, parent_snapshot_id, sequence_number, operation, summary,
+    FROM unnest(CAST(:table_ids AS bigint[]), CAST(:snapshot_ids AS bigint[]),
+        CAST(:parents AS bigint[]), CAST(:sequences AS bigint[]), CAST(:operations AS text[]),
+        CAST(:summaries AS text[]), CAST(:locations AS text[]),
+        CAST(:committed AS timestamptz[])) WITH ORDINALITY
+        AS u(table_id, snapshot_id, parent_snapshot_id, sequence_number, operation, summary,
              metadata_location, committed_at, n)
     ORDER BY u.n
     ON CONFLICT (table_id, snapshot_id) DO NOTHING
-    RETURNING id
+    RETURNING id, table_id
     """
 )
 
 
 def insert_events(
-    session: Session,
-    table_id: int,
-    snapshots: list[Snapshot],
-    *,
-    source: str,
-    current: Snapshot | None,
-    metadata_location: str | None,
-) -> list[int]:
-    """Insert one event per snapshot in one statement (of one text, whatever the count), in
-    the order given (ids follow it); the ids of those inserted (a (table, snapshot) already
-    known is skipped)."""
-    if not snapshots:
-        return []
-    fields = [snapshot_fields(snap) for snap in snapshots]
-    return sorted(
-        session.scalars(
-            _INSERT_EVENTS,
-            {
-                "table_id": table_id,
-                "source": source,
-                "snapshot_ids": [f["snapshot_id"] for f in fields],
-                "parents": [f["parent_snapshot_id"] for f in fields],
-                "sequences": [f["sequence_number"] for f in fields],
-                "operations": [f["operation"] for f in fields],
-                "summaries": [json.dumps(f["summary"]) for f in fields],
-                "locations": [metadata_location if s is current else None for s in snapshots],
-                "committed": [f["committed_at"] for f in fields],
-            },
-        )
-    )
+    session: Session, events: list[tuple[int, Snapshot, str | None]], *, source: str
+) -> dict[int, list[int]]:
+    """Insert one event per (table id, snapshot, metadata location) in one statement (of
+    one text, whatever the count), in the order given (ids follow it); the ids inserted,
+    by table (a (table, snapshot) already known is skipped)."""
+    if not events:
+        return {}
+    fields = [snapshot_fields(snap) for _, snap, _ in events]
+    out: dict[int, list[int]] = {}
+    for event_id, table_id in session.execute(
+        _INSERT_EVENTS,
+        {
+            "source": source,
+            "table_ids": [table_id for table_id, _, _ in events],
+            "snapshot_ids": [f["snapshot_id"] for f in fields],
+            "parents": [f["parent_snapshot_id"] for f in fields],
+            "sequences": [f["sequence_number"] for f in fields],
+            "operations": [f["operation"] for f in fields],
+            "summaries": [json.dumps(f["summary"]) for f in fields],
+            "locations": [location for _, _, location in events],
+            "committed": [f["committed_at"] for f in fields],
+        },
+    ):
+        out.setdefault(table_id, []).append(event_id)
+    return {table_id: sorted(ids) for table_id, ids in out.items()}
+
+
+_MOVE_ROWS = text(
+    """
+    UPDATE managed_tables m SET metadata_location = u.location, current_snapshot_id = u.current,
+        updated_at = now()
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:locations AS text[]), CAST(:currents AS bigint[]))
+         AS u(id, location, current)
+    WHERE m.id = u.id
+    """
+)
 
 
 def sync_table(
     session: Session, row: ManagedTable, table: Table, *, source: str, max_walk: int = MAX_WALK
 ) -> Ingested:
-    """Record every commit of `table` not yet seen, walking back from the current snapshot.
+    """`sync_tables` of one table."""
+    return sync_tables(session, [Sync(row, table, max_walk)], source=source)[0]
+
+
+def sync_tables(session: Session, syncs: list[Sync], *, source: str) -> list[Ingested]:
+    """Record every commit of each table not yet seen, walking back from its current
+    snapshot; what each recorded, in order. A few statements for any number of tables: the
+    known-snapshot lookups (one per round of the walk), one insert, one update of the rows.
 
     The walk stops at the first snapshot already recorded, so a missed
     notification is caught up by the next one (or by the poller). Registration
     passes max_walk=1: history before lakewarden managed the table is not replayed.
 
-    `row` should be locked (refresh.ingest_commits does). When the table's metadata
-    pointer is the one the row already holds, nothing changed: nothing is read and the row
+    The rows should be locked (refresh.ingest_batch does). When a table's metadata
+    pointer is the one its row already holds, nothing changed: nothing is read and the row
     is not written (no UPDATE, no updated_at bump).
     """
-    if row.metadata_location is not None and table.metadata_location == row.metadata_location:
-        return Ingested([], row.current_snapshot_id)
-    current = table.current_snapshot()
-    unseen = unseen_snapshots(session, row.id, table, max_walk=max_walk)
-    new_ids = insert_events(
-        session,
-        row.id,
-        list(reversed(unseen)),  # oldest first, so ids follow commit order
-        source=source,
-        current=current,
-        metadata_location=table.metadata_location,
-    )
-    row.metadata_location = table.metadata_location
-    row.current_snapshot_id = current.snapshot_id if current else None
-    row.updated_at = func.now()
-    session.flush()
-    return Ingested(new_ids, row.current_snapshot_id)
+    moved = [
+        s
+        for s in syncs
+        if s.row.metadata_location is None or s.table.metadata_location != s.row.metadata_location
+    ]
+    unseen = unseen_of(session, [(s.row.id, s.table, s.max_walk) for s in moved])
+    events: list[tuple[int, Snapshot, str | None]] = []
+    for s, snaps in zip(moved, unseen, strict=True):
+        current = s.table.current_snapshot()
+        for snap in reversed(snaps):  # oldest first, so ids follow commit order
+            is_current = current is not None and snap.snapshot_id == current.snapshot_id
+            location = s.table.metadata_location if is_current else None
+            events.append((s.row.id, snap, location))
+    new_ids = insert_events(session, events, source=source)
+    if moved:
+        currents = [s.table.current_snapshot() for s in moved]
+        session.execute(
+            _MOVE_ROWS,
+            {
+                "ids": [s.row.id for s in moved],
+                "locations": [s.table.metadata_location for s in moved],
+                "currents": [c.snapshot_id if c else None for c in currents],
+            },
+        )
+        for s, c in zip(moved, currents, strict=True):
+            # The row as written (its updated_at, the database's clock, read when asked).
+            set_committed_value(s.row, "metadata_location", s.table.metadata_location)
+            set_committed_value(s.row, "current_snapshot_id", c.snapshot_id if c else None)
+            session.expire(s.row, ["updated_at"])
+    return [Ingested(new_ids.get(s.row.id, []), s.row.current_snapshot_id) for s in syncs]
 
 
 def list_events(session: Session, table_id: int, page: PageRequest) -> Page[TimelineEvent]:

@@ -2,10 +2,10 @@
 
 One connection per JDBC catalog database (several registered catalogs may share one). A
 burst of notifications is drained at once, each table refreshed once however many commits
-it reported, and the tables refreshed a few at a time: a burst does not queue behind one
-table's catalog read. A table created, dropped or renamed in the catalog is reported to
-a poll of its catalog (`poll_catalog`: management rules adopt it, a rename keeps its
-history, a drop retires it).
+it reported, and the tables refreshed set-based (REFRESH_BATCH of a catalog in one
+transaction, a few such batches at a time): a burst does not queue behind one table. A
+table created, dropped or renamed in the catalog is reported to a poll of its catalog
+(`poll_catalog`: management rules adopt it, a rename keeps its history, a drop retires it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from lakewarden.catalogs.catalog import InvalidIdentifier, TableRef
 from lakewarden.db.trigger import CHANNEL
 from lakewarden.events.poller import follow_tables, poll_catalog
-from lakewarden.events.refresh import refresh_table
+from lakewarden.events.refresh import refresh_tables
 from lakewarden.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # How long a burst is drained before its tables are refreshed, and how many at once.
 DRAIN_S = 0.05
 REFRESH_THREADS = 4
+# The most tables of a burst refreshed in one transaction (refresh.refresh_tables).
+REFRESH_BATCH = 100
 # How often the listener looks for newly registered JDBC catalogs.
 RESCAN_S = 5.0
 # Reconnecting after a lost connection: 1 s, doubling up to a minute (a database down for
@@ -176,8 +178,15 @@ def settle(rt: Runtime, notes: list[Note], pool: ThreadPoolExecutor) -> bool:
     for catalog in sorted({n.catalog for n in notes if n.op != "commit"}):
         ok &= _follow(rt, catalog, {ref: at for (c, ref), at in final.items() if c == catalog})
     # A table created is refreshed too: adopted by a rule just now, it gets its baseline.
+    # A catalog's tables are refreshed set-based, REFRESH_BATCH at a time, a few at once.
     commits = {key: at for key, at in final.items() if at is not None}
-    refreshed = pool.map(lambda k: _refresh(rt, k[0], k[1], commits[k] or None), commits)
+    batches: list[tuple[str, dict[TableRef, str | None]]] = []
+    for catalog in sorted({c for c, _ in commits}):
+        refs = sorted((ref for c, ref in commits if c == catalog), key=lambda r: r.dotted)
+        for start in range(0, len(refs), REFRESH_BATCH):
+            chunk = refs[start : start + REFRESH_BATCH]
+            batches.append((catalog, {ref: commits[(catalog, ref)] or None for ref in chunk}))
+    refreshed = pool.map(lambda b: _refresh(rt, *b), batches)
     return all(list(refreshed)) and ok
 
 
@@ -194,10 +203,15 @@ def _follow(rt: Runtime, catalog: str, tables: dict[TableRef, str | None]) -> bo
         return False
 
 
-def _refresh(rt: Runtime, catalog: str, ref: TableRef, location: str | None) -> bool:
+def _refresh(rt: Runtime, catalog: str, tables: dict[TableRef, str | None]) -> bool:
+    """Refresh the tables at once; should that fail, each alone, so one table's failure
+    (logged; the poller retries it) does not hold back the others."""
     try:
-        refresh_table(rt, catalog, ref, source="notify", location=location)
+        refresh_tables(rt, catalog, tables, source="notify")
         return True
     except Exception:
-        log.exception("could not ingest commit of %s (the poller will retry)", ref.dotted)
-        return False
+        if len(tables) == 1:
+            ref = next(iter(tables))
+            log.exception("could not ingest commit of %s (the poller will retry)", ref.dotted)
+            return False
+    return all([_refresh(rt, catalog, {ref: at}) for ref, at in tables.items()])

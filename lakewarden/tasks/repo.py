@@ -43,21 +43,69 @@ class TaskRecord:
 
 # Open tasks hold a (table, kind) slot; the inference clause names the partial unique
 # index's predicate as literals, which is how Postgres matches it to the index. No task of
-# a kind held on the table (lakewarden.holds) is made, whichever path asks.
+# a kind held on the table (lakewarden.holds) is made, whichever path asks. One statement
+# for any number of tasks (the arrays are the columns), and one for their first transitions.
 _CREATE = text(
     f"""
-    INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts, pool)
-    SELECT CAST(:table_id AS bigint), CAST(:kind AS varchar), :pending,
-           CAST(:priority AS integer), CAST(:trigger AS jsonb),
-           CAST(:max_attempts AS integer), CAST(:pool AS varchar)
-    WHERE NOT EXISTS (SELECT 1 FROM kind_holds h
-                      WHERE h.table_id = CAST(:table_id AS bigint)
-                        AND h.kind = CAST(:kind AS varchar))
-    ON CONFLICT (table_id, kind) WHERE {sql_in("state", OPEN_TASK_STATES)}
-    DO NOTHING
-    RETURNING id
+    WITH created AS (
+        INSERT INTO tasks (table_id, kind, state, priority, trigger, max_attempts, pool)
+        SELECT u.table_id, u.kind, :pending, u.priority, u.trigger::jsonb, u.max_attempts,
+               u.pool
+        FROM unnest(CAST(:table_ids AS bigint[]), CAST(:kinds AS varchar[]),
+                    CAST(:priorities AS integer[]), CAST(:triggers AS text[]),
+                    CAST(:max_attempts AS integer[]), CAST(:pools AS varchar[]))
+             WITH ORDINALITY AS u(table_id, kind, priority, trigger, max_attempts, pool, n)
+        WHERE NOT EXISTS (SELECT 1 FROM kind_holds h
+                          WHERE h.table_id = u.table_id AND h.kind = u.kind)
+        ORDER BY u.n
+        ON CONFLICT (table_id, kind) WHERE {sql_in("state", OPEN_TASK_STATES)}
+        DO NOTHING
+        RETURNING id, table_id, kind, trigger->>'reason' AS reason
+    ), history AS (
+        INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
+        SELECT id, NULL, :pending, :actor, reason FROM created
+    )
+    SELECT id, table_id, kind FROM created
     """
 ).bindparams(pending=TaskState.PENDING.value)
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """A task `create_tasks` is asked to open."""
+
+    table_id: int
+    kind: str
+    trigger: dict[str, Any]
+    priority: int = 0
+    max_attempts: int = 3
+    pool: str = "default"
+
+
+def create_tasks(session: Session, tasks: Sequence[NewTask], *, actor: str) -> dict[int, int]:
+    """Open every task of `tasks` whose (table, kind) has no open task yet and whose kind is
+    not held on the table, each with its first transition, in one statement (a batch of
+    commits' tasks costs one round trip). Returns {index in `tasks`: new id} for those
+    opened. Two of `tasks` for one (table, kind): the first is opened."""
+    if not tasks:
+        return {}
+    created = session.execute(
+        _CREATE,
+        {
+            "actor": actor,
+            "table_ids": [t.table_id for t in tasks],
+            "kinds": [t.kind for t in tasks],
+            "priorities": [t.priority for t in tasks],
+            "triggers": [_json(t.trigger) for t in tasks],
+            "max_attempts": [t.max_attempts for t in tasks],
+            "pools": [t.pool for t in tasks],
+        },
+    ).all()
+    if not created:
+        return {}
+    index = {(t.table_id, t.kind): i for i, t in reversed(list(enumerate(tasks)))}
+    announce(session, TaskState.PENDING)  # a worker waiting for work wakes at commit
+    return {index[(table_id, kind)]: task_id for task_id, table_id, kind in created}
 
 
 def create_task(
@@ -73,30 +121,8 @@ def create_task(
 ) -> int | None:
     """Create an open task unless (table, kind) already has one or the kind is held on the
     table (`lakewarden.holds.hold_of` says which). Returns the new id or None."""
-    new_id = session.execute(
-        _CREATE,
-        {
-            "table_id": table_id,
-            "kind": kind,
-            "priority": priority,
-            "trigger": _json(trigger),
-            "max_attempts": max_attempts,
-            "pool": pool,
-        },
-    ).scalar()
-    if new_id is not None:
-        session.add(
-            TaskTransition(
-                task_id=new_id,
-                from_state=None,
-                to_state=TaskState.PENDING,
-                actor=actor,
-                reason=trigger.get("reason"),
-            )
-        )
-        session.flush()
-        announce(session, TaskState.PENDING)  # a worker waiting for work wakes at commit
-    return new_id
+    new = NewTask(table_id, kind, trigger, priority, max_attempts, pool)
+    return create_tasks(session, [new], actor=actor).get(0)
 
 
 def find_open_task(session: Session, table_id: int, kind: str) -> Task | None:

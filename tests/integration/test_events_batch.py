@@ -282,3 +282,106 @@ def test_the_walk_is_bounded_by_max_walk(rt: Runtime) -> None:
         row = s.scalars(select(ManagedTable)).one()
         got = ingest.unseen_snapshots(s, row.id, table, max_walk=10)
     assert [x.snapshot_id for x in got] == _commits(table)[::-1][:10]
+
+
+# Every commit of these tables calls for compaction (each writes 2 small files).
+EAGER = {"compaction": {"min_small_files": 2, "min_input_files": 2}}
+
+
+def _fleet(client: TestClient, rt: Runtime, count: int, commits: int) -> dict[str, list[int]]:
+    """`count` managed tables under EAGER with `commits` unreported commits each: their
+    snapshot ids, oldest first, by name."""
+    out = {}
+    for k in range(count):
+        name = f"t{k}"
+        table = make_table(rt, name=name)
+        r = client.post(
+            "/api/v1/tables", json={"namespace": "sales", "name": name, "policy": EAGER}
+        )
+        assert r.status_code == 201, r.text
+        out[name] = _commits(append_batches(table, commits))
+    return out
+
+
+def _items(commits: dict[str, list[int]]) -> list[dict[str, Any]]:
+    return [
+        {"namespace": "sales", "name": name, "snapshot_id": s}
+        for name, snaps in commits.items()
+        for s in snaps
+    ]
+
+
+def test_concurrent_overlapping_batches_record_each_commit_and_open_each_task_once(
+    client: TestClient, rt: Runtime
+) -> None:
+    commits = _fleet(client, rt, 4, 3)
+    items = _items(commits)
+    orders = [items, items[::-1], items[5:] + items[:5]]
+    answers: list[dict[str, Any]] = []
+    start = threading.Barrier(len(orders))
+
+    def post(events: list[dict[str, Any]]) -> None:
+        start.wait()
+        r = client.post("/api/v1/events/batch", json={"events": events})
+        assert r.status_code == 202, r.text
+        answers.append(r.json())
+
+    threads = [threading.Thread(target=post, args=(o,)) for o in orders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == len(orders) and all(a["failed"] == 0 for a in answers)
+    assert sum(a["new_events"] for a in answers) == len(items)  # each commit new once
+    assert sorted(_snapshot_ids(rt)) == sorted(s for snaps in commits.values() for s in snaps)
+    with transaction(rt.engine) as s:
+        tasks = s.execute(
+            text(
+                "SELECT m.name, t.kind, t.state, t.trigger, e.snapshot_id FROM tasks t "
+                "JOIN managed_tables m ON m.id = t.table_id "
+                "JOIN timeline_events e ON e.id = (t.trigger->>'event_id')::bigint"
+            )
+        ).all()
+        found = s.execute(text("SELECT snapshot_id, decision FROM timeline_events"))
+        decisions: dict[int, str] = {snapshot_id: decision for snapshot_id, decision in found}
+        births = s.execute(
+            text("SELECT count(*) FROM task_transitions WHERE from_state IS NULL")
+        ).scalar_one()
+    # One task per table, born once, triggered by (and saying why) the table's newest commit.
+    assert sorted(name for name, *_ in tasks) == sorted(commits) and births == len(commits)
+    for name, kind, state, trigger, snapshot_id in tasks:
+        assert (kind, state) == ("compaction", "pending")
+        assert snapshot_id == trigger["snapshot_id"] == commits[name][-1]
+        assert trigger["source"] == "event" and "reducible files" in trigger["reason"]
+        assert trigger["policy_version"] == 1
+    for snaps in commits.values():
+        assert [decisions[s] for s in snaps] == ["superseded", "superseded", "task-created"]
+
+
+def test_a_batch_costs_the_same_statements_for_two_tables_or_six(
+    client: TestClient, rt: Runtime
+) -> None:
+    """Set-based ingest: what a batch runs does not grow with its tables (each table cost
+    ~18 statements before)."""
+    commits = _fleet(client, rt, 8, 2)
+    names = sorted(commits)
+    counted = []
+    for few in (names[:2], names[2:]):
+        with _statements(rt) as seen:
+            r = client.post(
+                "/api/v1/events/batch", json={"events": _items({n: commits[n] for n in few})}
+            )
+        assert r.status_code == 202 and r.json()["new_events"] == 2 * len(few), r.text
+        counted.append(len(seen))
+    assert counted[0] == counted[1], counted
+
+
+def test_one_table_failing_in_a_wave_fails_its_items_alone(client: TestClient, rt: Runtime) -> None:
+    commits = _fleet(client, rt, 3, 1)
+    broken = rt.catalog.load_table("sales.t1")
+    with _catalog_unreadable(broken):
+        r = client.post("/api/v1/events/batch", json={"events": _items(commits)})
+    assert r.status_code == 202, r.text
+    assert [x["status"] for x in r.json()["results"]] == [202, 500, 202]
+    assert "the server log has it" in r.json()["results"][1]["error"]
+    assert sorted(_snapshot_ids(rt)) == sorted([commits["t0"][0], commits["t2"][0]])

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers import Receiver, append_batches, make_table
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from sqlalchemy import select, text
 
@@ -137,13 +138,17 @@ def _probe_locks(rt: Runtime, problems: list[str]) -> None:
 def _probing_catalog(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch, before: Callable[[], None]
 ) -> None:
-    real = rt.catalog.load_table
+    catalog = rt.catalog
+    assert isinstance(catalog, SqlCatalog)
+    real = catalog._convert_orm_to_iceberg
 
-    def load_table(identifier: Any) -> Table:
+    def read(orm: Any) -> Table:
         before()
-        return real(identifier)
+        return real(orm)
 
-    monkeypatch.setattr(rt.catalog, "load_table", load_table)
+    # Where every read of a JDBC catalog's table ends: one table's load_table and the
+    # set-based catalog.find_tables alike.
+    monkeypatch.setattr(catalog, "_convert_orm_to_iceberg", read)
 
 
 def _managed(rt: Runtime, policy: dict[str, Any] | None = None) -> Table:
@@ -182,16 +187,18 @@ def test_a_refresh_from_an_older_read_does_not_set_the_table_back(
     assert refresh_table(rt, rt.settings.catalog_name, REF, source="poll") is not None
     table = append_batches(table, 1)
     a_read, b_done = threading.Event(), threading.Event()
-    real = rt.catalog.load_table
+    catalog = rt.catalog
+    assert isinstance(catalog, SqlCatalog)
+    real = catalog._convert_orm_to_iceberg
 
-    def load_table(identifier: Any) -> Table:
-        loaded = real(identifier)
+    def read(orm: Any) -> Table:
+        loaded = real(orm)
         if threading.current_thread().name == "refresh-a" and not a_read.is_set():
             a_read.set()
             assert b_done.wait(10)
         return loaded
 
-    monkeypatch.setattr(rt.catalog, "load_table", load_table)
+    monkeypatch.setattr(catalog, "_convert_orm_to_iceberg", read)
     a = threading.Thread(
         target=lambda: refresh_table(rt, rt.settings.catalog_name, REF, source="notify"),
         name="refresh-a",

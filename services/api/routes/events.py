@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, HTTPException
 from pyiceberg.table import Table
-from sqlalchemy import BigInteger, any_, bindparam, select, tuple_
+from sqlalchemy import BigInteger, any_, bindparam, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -39,13 +38,14 @@ from lakewarden.catalogs.catalog import (
     TableRef,
     UnknownCatalog,
     find_table,
+    find_tables,
     load_table,
 )
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
-from lakewarden.events.refresh import ingest_commits
+from lakewarden.events.refresh import ingest_batch, ingest_commits, lock_rows
 from lakewarden.runtime import Runtime
-from lakewarden.tables import LIVE, TableGone
+from lakewarden.tables import TableGone, get_tables
 from services.api import errors
 from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep, managed
@@ -187,21 +187,6 @@ class _Group:
     current_snapshot_id: int | None = None
 
 
-def _rows(session: Session, catalog: str, refs: Iterable[TableRef]) -> dict[TableRef, ManagedTable]:
-    """The managed rows of `refs`, in one query."""
-    wanted = [(ref.namespace, ref.name) for ref in refs]
-    if not wanted:
-        return {}
-    rows = session.scalars(
-        select(ManagedTable).where(
-            ManagedTable.catalog == catalog,
-            LIVE,
-            tuple_(ManagedTable.namespace, ManagedTable.name).in_(wanted),
-        )
-    )
-    return {TableRef(r.namespace, r.name): r for r in rows}
-
-
 def _events_of(
     session: Session, pairs: set[tuple[int, int]]
 ) -> dict[tuple[int, int], TimelineEvent]:
@@ -271,72 +256,122 @@ class _Batch:
         )
 
 
-def _read_group(
-    rt: Runtime, batch: _Batch, group: _Group, pending: list[int]
-) -> tuple[Table, list[int]] | None:
-    """The group's table read from the catalog (no lock held by this request's reads yet
-    for it), and those of `pending` it can answer; the others are failed. None: nothing
-    left to ingest."""
-    ref = group.ref
-    try:
-        table = find_table(rt.catalogs.load(group.catalog), ref)
-    except Exception:
-        _fail_unexpected(batch, pending, ref)
-        return None
-    if table is None:
-        _fail_all(batch, pending, 404, f"catalog {group.catalog!r} has no table {ref.dotted}")
-        return None
-    valid: list[int] = []
-    for i in pending:
-        problem = _unknown_snapshot(table, ref, batch.events[i].snapshot_id)
-        if problem:
-            batch.fail(i, 422, problem)
-        else:
-            valid.append(i)
-    return (table, valid) if valid else None
+def _read_wave(
+    rt: Runtime, batch: _Batch, todo: list[tuple[_Group, list[int]]]
+) -> list[tuple[_Group, list[int], Table]]:
+    """The wave's tables read from the catalog (no lock held by this request's reads yet
+    for them): each catalog's at once (`find_tables`), one by one if that fails. Each
+    group with those of its pending notifications the table can answer; the others are
+    failed, and a group with none left is dropped."""
+    read: dict[tuple[str, TableRef], Table | Exception | None] = {}
+    for catalog in sorted({g.catalog for g, _ in todo}):
+        refs = [g.ref for g, _ in todo if g.catalog == catalog]
+        try:
+            found = find_tables(rt.catalogs.load(catalog), refs)
+            read.update({(catalog, ref): table for ref, table in found.items()})
+        except Exception:
+            for ref in refs:
+                try:
+                    read[(catalog, ref)] = find_table(rt.catalogs.load(catalog), ref)
+                except Exception as exc:
+                    read[(catalog, ref)] = exc
+    out: list[tuple[_Group, list[int], Table]] = []
+    for group, pending in todo:
+        ref, table = group.ref, read[(group.catalog, group.ref)]
+        if isinstance(table, Exception):
+            _fail_unexpected(batch, pending, ref, table)
+            continue
+        if table is None:
+            _fail_all(batch, pending, 404, f"catalog {group.catalog!r} has no table {ref.dotted}")
+            continue
+        valid: list[int] = []
+        for i in pending:
+            problem = _unknown_snapshot(table, ref, batch.events[i].snapshot_id)
+            if problem:
+                batch.fail(i, 422, problem)
+            else:
+                valid.append(i)
+        if valid:
+            out.append((group, valid, table))
+    return out
 
 
-def _ingest_group(
-    session: Session, rt: Runtime, batch: _Batch, group: _Group, valid: list[int], table: Table
+def _ingest_wave(
+    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], Table]]
 ) -> None:
-    """Ingest the group's table for the notifications `valid`, in a savepoint: a failure
-    rolls back this table's work alone and is reported on its notifications."""
-    row = group.row
-    assert row is not None
-    ref, table_id = group.ref, group.table_id
+    """Ingest the wave's tables set-based (refresh.ingest_batch: a few statements for all
+    of them), in one savepoint. Should it fail, each table is ingested again alone in a
+    savepoint of its own, so one table's failure is reported on its notifications alone."""
+    if not wave:
+        return
     try:
         with session.begin_nested():
-            session.refresh(row, with_for_update={"key_share": True})
-            table, ingested = _ingest(session, rt, row, group.seen, ref, table)
-            wanted = {
-                batch.events[i].snapshot_id
-                if batch.events[i].snapshot_id is not None
-                else ingested.current_snapshot_id
-                for i in valid
-            }
-            events = _events_of(session, {(table_id, s) for s in wanted if s is not None})
-            new = len(ingested.new_event_ids)
-            for n, i in enumerate(valid):
-                snapshot_id = batch.events[i].snapshot_id
-                if snapshot_id is None:
-                    snapshot_id = ingested.current_snapshot_id
-                batch.accept(
-                    i,
-                    new_events=new if n == 0 else 0,
-                    current_snapshot_id=ingested.current_snapshot_id,
-                    event=events.get((table_id, snapshot_id)) if snapshot_id else None,
+            _ingest_tables(session, rt, batch, wave)
+        return
+    except Exception:  # the tables one by one find which failed, and why
+        log.info("an event batch's wave of %d tables failed; ingesting them one by one", len(wave))
+    for one in wave:
+        group, valid, _ = one
+        try:
+            with session.begin_nested():
+                _ingest_tables(session, rt, batch, [one])
+        except TableGone as exc:
+            _fail_all(batch, valid, 404, str(exc))
+        except DBAPIError as exc:
+            if not errors.is_conflict(exc):
+                _fail_unexpected(batch, valid, group.ref)
+            else:
+                _fail_all(
+                    batch,
+                    valid,
+                    409,
+                    "collided with a concurrent change; nothing was written: retry",
                 )
-    except TableGone as exc:
-        _fail_all(batch, valid, 404, str(exc))
-    except DBAPIError as exc:
-        if not errors.is_conflict(exc):
-            _fail_unexpected(batch, valid, ref)
-        else:
-            _fail_all(
-                batch, valid, 409, "collided with a concurrent change; nothing was written: retry"
+        except Exception:
+            _fail_unexpected(batch, valid, group.ref)
+
+
+def _ingest_tables(
+    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], Table]]
+) -> None:
+    """Lock the wave's rows, read again from the catalog a table whose row another ingest
+    moved meanwhile (`_ingest`'s rule), ingest them all and accept their notifications."""
+    locked = lock_rows(session, [g.table_id for g, _, _ in wave])
+    reads: list[tuple[int, Table]] = []
+    for group, _valid, table in wave:
+        row = locked.get(group.table_id)
+        if row is None:
+            raise TableGone(f"table {group.ref.dotted} is no longer managed")
+        if row.metadata_location not in (group.seen, table.metadata_location):
+            again = find_table(rt.catalogs.load(row.catalog), group.ref)
+            if again is None:
+                raise TableGone(f"table {group.ref.dotted} is gone from the catalog")
+            table = again
+        reads.append((group.table_id, table))
+    ingested = ingest_batch(session, rt, reads, source="webhook")
+    wanted: set[tuple[int, int]] = set()
+    for group, valid, _ in wave:
+        if group.table_id not in ingested:
+            raise TableGone(f"table {group.ref.dotted} is no longer managed")
+        current = ingested[group.table_id].current_snapshot_id
+        for i in valid:
+            snapshot_id = batch.events[i].snapshot_id
+            snapshot_id = current if snapshot_id is None else snapshot_id
+            if snapshot_id is not None:
+                wanted.add((group.table_id, snapshot_id))
+    events = _events_of(session, wanted)
+    for group, valid, _ in wave:
+        got = ingested[group.table_id]
+        for n, i in enumerate(valid):
+            snapshot_id = batch.events[i].snapshot_id
+            if snapshot_id is None:
+                snapshot_id = got.current_snapshot_id
+            batch.accept(
+                i,
+                new_events=len(got.new_event_ids) if n == 0 else 0,
+                current_snapshot_id=got.current_snapshot_id,
+                event=events.get((group.table_id, snapshot_id)) if snapshot_id else None,
             )
-    except Exception:
-        _fail_unexpected(batch, valid, ref)
 
 
 def _fail_all(batch: _Batch, indexes: list[int], status: int, error: str) -> None:
@@ -348,9 +383,18 @@ def _fail_all(batch: _Batch, indexes: list[int], status: int, error: str) -> Non
             batch.fail(i, status, error)
 
 
-def _fail_unexpected(batch: _Batch, indexes: list[int], ref: TableRef) -> None:
+def _fail_unexpected(
+    batch: _Batch, indexes: list[int], ref: TableRef, exc: BaseException | None = None
+) -> None:
+    """Fail `indexes` with a 500 whose id the server log has with the traceback (of `exc`,
+    else of the exception being handled)."""
     error_id = uuid.uuid4().hex[:12]
-    log.exception("unexpected error %s ingesting %s in an event batch", error_id, ref.dotted)
+    log.error(
+        "unexpected error %s ingesting %s in an event batch",
+        error_id,
+        ref.dotted,
+        exc_info=exc or True,
+    )
     _fail_all(batch, indexes, 500, f"internal error; the server log has it under {error_id}")
 
 
@@ -409,7 +453,7 @@ def post_events_batch(
     rows = {
         (name, ref): row
         for name in {c for c, _ in groups}
-        for ref, row in _rows(session, name, [r for c, r in groups if c == name]).items()
+        for ref, row in get_tables(session, name, [r for c, r in groups if c == name]).items()
     }
     for (catalog, ref), group in groups.items():
         group.row = rows.get((catalog, ref))
@@ -450,14 +494,7 @@ def post_events_batch(
     # held while a table is read, but those of earlier waves (bounded memory: a wave's
     # tables are held at once).
     for start in range(0, len(todo), READ_WAVE):
-        wave = [
-            (g, _read_group(rt, batch, g, pending))
-            for g, pending in todo[start : start + READ_WAVE]
-        ]
-        for group, read in wave:
-            if read is not None:
-                table, valid = read
-                _ingest_group(session, rt, batch, group, valid, table)
+        _ingest_wave(session, rt, batch, _read_wave(rt, batch, todo[start : start + READ_WAVE]))
     answer = batch.answer()
     catalogs = {g.catalog for g in groups.values()}
     access.catalog = catalogs.pop() if len(catalogs) == 1 else None

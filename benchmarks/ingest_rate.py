@@ -1,0 +1,225 @@
+"""B25: sustained ingest over a fleet (issue 31's goal 1): commits/s through
+POST /api/v1/events/batch over 1,000 tables, exactly once, and commit -> task latency.
+
+Each of FORWARDERS client threads forwards the commits of its share of the tables, as a
+catalog or engine forwarding its commit stream does: a slice of its tables commits
+COMMITS_PER_FORWARD times (pointer moves to the next real metadata file, one UPDATE for the
+slice: what JDBC-catalog commits do), then the slice's notifications go in one batch. The
+latency of a commit is from its pointer move to the 202 of the batch reporting it (its event
+and its task, or the decision why none, are committed then). The run's length is its rounds
+(each table commits COMMITS_PER_FORWARD times a round): LAKEWARDEN_BENCH_B25_ROUNDS,
+LAKEWARDEN_BENCH_B25_TABLES override the sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, create_engine, text
+
+from benchmarks import data
+from benchmarks.control_plane import RUN, _admin_token, _b7_aliases, _quantile, _runtime
+from benchmarks.harness import Context, Figure, Stat, measuring
+from lakewarden.catalogs.catalog import TableRef
+from lakewarden.states import OPEN_TASK_STATES
+from services.api.app import serve_in_thread
+
+FORWARDERS = 4
+COMMITS_PER_FORWARD = 10  # a table's commits coalesced into one batch (B7's 10)
+SLICE = 100  # tables per batch: 1,000 events a batch (the endpoint's most)
+
+
+def _sizes(ctx: Context) -> tuple[int, int]:
+    """(tables, rounds): 1,000 tables and 2 rounds at full size, 40 and 1 in the smoke."""
+    smoke = ctx.sizes.name == "smoke"
+    tables = int(os.environ.get("LAKEWARDEN_BENCH_B25_TABLES", 40 if smoke else 1000))
+    rounds = int(os.environ.get("LAKEWARDEN_BENCH_B25_ROUNDS", 1 if smoke else 2))
+    return tables, rounds
+
+
+def _move_all(engine: Engine, catalog: str, refs: list[TableRef], location: str) -> None:
+    """Commit to every table of `refs`: its pointer moved to `location`, in one statement."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, "
+                "metadata_location = :m FROM unnest(CAST(:n AS text[]), CAST(:t AS text[])) "
+                "AS u(n, t) WHERE catalog_name = :c AND table_namespace = u.n "
+                "AND table_name = u.t"
+            ),
+            {
+                "m": location,
+                "c": catalog,
+                "n": [r.namespace for r in refs],
+                "t": [r.name for r in refs],
+            },
+        )
+
+
+def _forward(
+    url: str,
+    secret: str,
+    movers: Engine,
+    catalog: str,
+    refs: list[TableRef],
+    files: list[str],
+    snapshots: list[int],
+) -> dict[str, Any]:
+    """One forwarder's work: every round, each slice of its tables commits
+    COMMITS_PER_FORWARD times, then one batch reports them."""
+    latencies: list[float] = []
+    new = failed = bad = posted = 0
+    headers = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=300) as client:
+        for start in range(0, len(files), COMMITS_PER_FORWARD):
+            versions = range(start, min(len(files), start + COMMITS_PER_FORWARD))
+            for s in range(0, len(refs), SLICE):
+                chunk = refs[s : s + SLICE]
+                moved: list[float] = []
+                for v in versions:
+                    _move_all(movers, catalog, chunk, files[v])
+                    moved.append(time.perf_counter())
+                events = [
+                    {
+                        "namespace": ref.namespace,
+                        "name": ref.name,
+                        "snapshot_id": snapshots[v],
+                        "metadata_location": files[v],
+                    }
+                    for ref in chunk
+                    for v in versions
+                ]
+                resp = client.post("/api/v1/events/batch", json={"events": events})
+                done = time.perf_counter()
+                posted += len(events)
+                if resp.status_code != 202:
+                    bad += 1
+                    continue
+                new += resp.json()["new_events"]
+                failed += resp.json()["failed"]
+                latencies += [done - at for _ in chunk for at in moved]
+    return {"latencies": latencies, "new": new, "failed": failed, "bad": bad, "posted": posted}
+
+
+def _counts(engine: Engine, table_ids: list[int]) -> tuple[int, int, int]:
+    """(events stored, distinct (table, snapshot) among them, tables with two open tasks
+    of one kind) of the tables."""
+    with engine.connect() as conn:
+        events, distinct = conn.execute(
+            text(
+                "SELECT count(*), count(DISTINCT (table_id, snapshot_id)) FROM timeline_events "
+                "WHERE table_id = ANY(:ids)"
+            ),
+            {"ids": table_ids},
+        ).one()
+        doubled = conn.execute(
+            text(
+                "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE table_id = ANY(:ids) "
+                "AND state = ANY(:open) "
+                "GROUP BY table_id, kind HAVING count(*) > 1) x"
+            ),
+            {"ids": table_ids, "open": [str(s) for s in OPEN_TASK_STATES]},
+        ).scalar_one()
+    return int(events), int(distinct), int(doubled)
+
+
+def _repeat(ctx: Context, r: int) -> dict[str, Any]:
+    api = _runtime(ctx.rt, mutations_per_minute=10**9)
+    tables, rounds = _sizes(ctx)
+    versions = rounds * COMMITS_PER_FORWARD
+    source = data.create(api.catalog, f"bench_b7.b25_{r}_{RUN}", data.Shape(versions, 1, 10))
+    files = [m.metadata_file for m in source.metadata.metadata_log[1:]]
+    files.append(source.metadata_location)
+    files = files[:versions]
+    snapshots = [s.snapshot_id for s in source.snapshots()]
+    aliases = _b7_aliases(api, source, tables, 200 + r)
+    ids = [tid for _, tid in aliases]
+    baseline = _counts(api.engine, ids)[0]
+    secret = _admin_token(api)
+    movers = create_engine(api.engine.url, pool_size=FORWARDERS)
+    shares = [[ref for ref, _ in aliases[k::FORWARDERS]] for k in range(FORWARDERS)]
+    catalog = api.settings.catalog_name
+    with serve_in_thread(api) as url:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(FORWARDERS) as pool:
+            results = list(
+                pool.map(
+                    lambda share: _forward(url, secret, movers, catalog, share, files, snapshots),
+                    shares,
+                )
+            )
+        seconds = time.perf_counter() - start
+    movers.dispose()
+    stored, distinct, doubled = _counts(api.engine, ids)
+    unique = tables * versions
+    new = sum(x["new"] for x in results)
+    latencies = [lat for x in results for lat in x["latencies"]]
+    return {
+        "rate": unique / seconds,
+        "seconds": seconds,
+        "lost": max(0, unique - (distinct - baseline)),
+        "duplicated": (stored - distinct) + abs(new - (stored - baseline)) + doubled,
+        "refused": sum(x["failed"] + x["bad"] for x in results),
+        "p50": _quantile(latencies, 0.5),
+        "p99": _quantile(latencies, 0.99),
+        "commits": unique,
+    }
+
+
+def b25(ctx: Context) -> Figure:
+    with measuring(
+        "B25",
+        "sustained ingest over a fleet: new commits/s via POST /api/v1/events/batch over "
+        "1,000 tables, exactly once, with commit -> task latency",
+        "B7's figure before set-based ingest (53/s, docs/performance.md)",
+        ">= 2,000 commits/s, 0 lost, 0 duplicated, commit -> task p99 <= 1 s",
+    ) as fig:
+        tables, rounds = _sizes(ctx)
+        runs = [_repeat(ctx, r) for r in range(ctx.repeats)]
+        fig.ratio = Stat.of([m["rate"] for m in runs])
+        fig.ratio_label = "new commits ingested per second over the fleet"
+        lost = sum(m["lost"] for m in runs)
+        duplicated = sum(m["duplicated"] for m in runs)
+        p99 = max(m["p99"] for m in runs)
+        fig.goal_met = fig.ratio.median >= 2000 and lost == duplicated == 0 and p99 <= 1.0
+        fig.values = {
+            "tables": tables,
+            "rounds": rounds,
+            "commits_per_repeat": runs[0]["commits"],
+            "seconds_per_repeat": Stat.of([round(m["seconds"], 1) for m in runs]),
+            "forwarders": FORWARDERS,
+            "commits_per_table_per_batch": COMMITS_PER_FORWARD,
+            "events_per_batch": SLICE * COMMITS_PER_FORWARD,
+            "commits_per_s": Stat.of([round(m["rate"], 1) for m in runs]),
+            "vs_b7_before": round(fig.ratio.median / 53.2, 1),
+            "lost": lost,
+            "duplicated": duplicated,
+            "refused": sum(m["refused"] for m in runs),
+            "commit_to_task_p50_s": Stat.of([round(m["p50"], 3) for m in runs]),
+            "commit_to_task_p99_s": Stat.of([round(m["p99"], 3) for m in runs]),
+        }
+        fig.notes = [
+            f"{FORWARDERS} forwarder threads each report the commits of a quarter of the "
+            f"tables: a slice of {SLICE} tables commits {COMMITS_PER_FORWARD} times (pointer "
+            "moves to the next real metadata file, one UPDATE per commit for the slice: the "
+            "writers' work, inside the timed loop), then one batch reports them "
+            f"({SLICE * COMMITS_PER_FORWARD} events). Each table is read from the catalog "
+            "once a batch",
+            "latency: from a commit's pointer move to the 202 of the batch that reports it "
+            "(its event, its task or the reason none was opened, committed then)",
+            "lost: commits with no event; duplicated: events beyond one per (table, "
+            "snapshot), answered new_events unequal to events stored, tables with two open "
+            "tasks of a kind",
+            "length: LAKEWARDEN_BENCH_B25_ROUNDS rounds (each table commits "
+            f"{COMMITS_PER_FORWARD} times a round; the tables share one source table's "
+            "metadata files, so a round needs 10 more of them) and LAKEWARDEN_BENCH_B25_TABLES",
+            "vs_b7_before: the median over B7's batch figure measured before set-based "
+            "ingest (53.2/s, 20 tables); the same B25 run on that code is in "
+            "docs/performance.md",
+            "uvicorn serves in a thread of the benchmark process, beside the forwarders",
+        ]
+    return fig
