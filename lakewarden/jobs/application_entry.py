@@ -40,6 +40,7 @@ from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.errors import headline
+from lakewarden.jobs.delta import run_delta_job
 from lakewarden.jobs.execute import Job, run_job
 from lakewarden.jobs.hudi import run_hudi_job
 from lakewarden.leader import Fence
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("lakewarden.application")  # the name its log lines always had
+
+# The runner of each format with a Spark family of its own (execute.OWN_FAMILY_FORMATS); an
+# Iceberg job runs through execute.run_job.
+OWN_FAMILY_RUNNERS = {"hudi": run_hudi_job, "delta": run_delta_job}
 
 # Exit codes the scheduler reads.
 REPORTED, NOTHING_TO_DO, NOT_REPORTED = 0, 2, 3
@@ -197,8 +202,9 @@ def _run_loaded(rt: Runtime, job: Job) -> int:
             state = finish_run(rt, fence(), task_id, attempt, error=exc)
         else:
             try:
-                if job.format == "hudi":
-                    state = run_hudi_job(rt, spark, fence, job)
+                own = OWN_FAMILY_RUNNERS.get(job.format)
+                if own is not None:
+                    state = own(rt, spark, fence, job)
                 else:
                     explained = yarn_explained(rt, spark)
                     state = run_job(rt, spark, fence, job, explain_error=explained)
