@@ -63,6 +63,12 @@ def _commit_metrics(commit: Commit | None) -> dict[str, Any]:
         "files_added": int(s.get("files-added", 0)),
         "bytes_removed": int(s.get("bytes-removed", 0)),
         "bytes_added": int(s.get("bytes-added", 0)),
+        # VACUUM END's count of the files it deleted
+        **(
+            {"files_deleted": int(s["metric.numDeletedFiles"])}
+            if "metric.numDeletedFiles" in s
+            else {}
+        ),
     }
 
 

@@ -166,11 +166,13 @@ def clean_verdict(policy: CleanPolicy, facts: DeltaFacts, expired: int) -> Verdi
 
 def expired_files(timeline: DeltaTimeline, hours: float) -> int:
     """Files the table no longer references, removed more than `hours` ago (delta-rs'
-    VACUUM dry run, which reads the log's remove actions; it deletes nothing)."""
+    VACUUM dry run, which reads the log's remove actions; it deletes nothing). delta-rs
+    takes whole hours: the count is of files removed `floor(hours)` ago, so a plan may
+    find a VACUUM deletes less than it counted, never that one was needed and skipped."""
     table = timeline.open_table()
     return len(
         table.vacuum(
-            retention_hours=math.ceil(hours), dry_run=True, enforce_retention_duration=False
+            retention_hours=math.floor(hours), dry_run=True, enforce_retention_duration=False
         )
     )
 
