@@ -3,8 +3,9 @@ Delta-family session and record its outcome: always in a Spark application of it
 (`lakewarden.jobs.application_entry`), as every format with its own family.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
-before it runs, the table's log is read for a commit of the task (`find_job_commits`): one
-there means an earlier attempt committed, and the run succeeds without running again.
+before its JVM starts, the table's log is read for a commit of the task
+(`recover_committed`): one there means an earlier attempt committed, and the run
+succeeds with that version without running again.
 
 Validation (compaction, zorder): the rows and their order-independent checksum read by
 delta-rs at the version before the job's commit and at that commit must be equal. Delta's
@@ -50,6 +51,20 @@ def recovered_metrics(commit: Commit, **said: Any) -> dict[str, Any]:
         "recovered": True,
         **said,
     }
+
+
+def recover_committed(rt: Runtime, fence: Callable[[], Fence], job: Job) -> str | None:
+    """An earlier attempt of the job's task committed (its mark is in the table's log): the
+    run finishes as succeeded with that version, and the task's new state is returned;
+    None: no commit of the task, run it. Asked before the job's JVM starts
+    (`application_entry.OWN_FAMILY_COMMITTED`)."""
+    path = str(job.plan.get("path") or "")
+    if not path:
+        return None
+    done = DeltaTimeline(path).find_job_commits(job.task_id)
+    if done is None:
+        return None
+    return finish_run(rt, fence(), job.task_id, job.attempt, metrics=recovered_metrics(done))
 
 
 def _commit_metrics(commit: Commit | None) -> dict[str, Any]:
@@ -131,10 +146,6 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
         if job.plan.get("format") != "delta" or not path:
             raise PlanRejected(f"not a Delta plan: {job.kind} {sorted(job.plan)}")
-        done = DeltaTimeline(path).find_job_commits(job.task_id)
-        if done is not None:  # an earlier attempt committed: never run again
-            recovered = recovered_metrics(done)
-            return finish_run(rt, fence(), job.task_id, job.attempt, metrics=recovered)
         # The last look at the policy: Delta's commands commit inside themselves.
         policy_check(rt, job.task_id)()
         sc.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
 from sqlalchemy import create_engine, select
@@ -93,7 +93,7 @@ class Services:
             run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
             s.expunge(run)
         assert state == "succeeded", (run.error, run.log_tail)
-        assert run.mode == "application" and run.spark_app_id
+        assert run.mode == "application"
         print(f"task {task_id}: {run.duration_ms} ms, {(run.metrics or {}).get('seconds')} s")
         return run
 
@@ -128,6 +128,7 @@ def _ask(client: TestClient, kind: str) -> int:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(1800)  # three Delta-family JVMs: ~3 min each on a loaded 2-core box
 def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     client: TestClient, services: Services, tmp_path: Path
 ) -> None:
@@ -149,38 +150,61 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     }
     got = client.post(TABLES, json={"namespace": "lake", "name": "events", "policy": policy})
     assert got.status_code == 201, got.text
+
+    # A rerun never commits twice: a commit of the task in the log (as an earlier attempt
+    # leaves it; here one delta-rs wrote, marked so) is the run's outcome, and its
+    # application finishes from it before starting a JVM.
+    task_id = _ask(client, "compaction")
+    assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
+    mark = {"lakewarden.task-id": str(task_id), "lakewarden.attempt": "1"}
+    write_deltalake(
+        path,
+        _batch(200, "d3"),
+        partition_by=["day"],
+        mode="append",
+        commit_properties=CommitProperties(custom_metadata=mark),
+    )
+    run = services.run(task_id)
+    assert run.metrics == {
+        "recovered": True,
+        "recovered_commit_of_attempt": 1,
+        "committed_version": 6,
+    }
+    assert run.spark_app_id is None  # no Spark application was started
+    assert DeltaTimeline(path).versions()[-1] == 6  # no OPTIMIZE
     rows = _rows(path)
-    assert len(rows) == 60
+    assert len(rows) == 70
 
     # Compaction: only d1 (four small files); d2's two are under min_input_files.
     task_id = _ask(client, "compaction")
     plan = services.plan(task_id)
     assert plan["format"] == "delta" and plan["path"] == path
-    assert plan["partitions"] == [{"day": "d1"}] and plan["version"] == 5
+    assert plan["partitions"] == [{"day": "d1"}] and plan["version"] == 6
     run = services.run(task_id)
+    assert run.spark_app_id
     metrics = run.metrics or {}
     assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4
     compacted = int(metrics["committed_version"])
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
-    assert metrics["validation"]["rows"] == 60 and metrics["validation"]["after_version"] == 6
+    assert metrics["validation"]["rows"] == 70 and metrics["validation"]["after_version"] == 7
     commit = DeltaTimeline(path).find_job_commits(task_id)
-    assert commit is not None and int(commit.id) == compacted == 6
+    assert commit is not None and int(commit.id) == compacted == 7
     assert marker_of(commit.summary) == JobMarker(task_id, 1)
     assert "day = d1" in commit.summary["param.predicate"]  # as Delta renders it
-    assert _files(path) == {"d1": 1, "d2": 2}
-    assert _rows(path, 5) == _rows(path, 6) == rows  # delta-rs: the same row set
+    assert _files(path) == {"d1": 1, "d2": 2, "d3": 1}
+    assert _rows(path, 6) == _rows(path, 7) == rows  # delta-rs: the same row set
 
-    # Z-order: d2's two files overlap on x and y (a lookup opens both); d1 is one file.
+    # Z-order: d2's two files overlap on x and y (a lookup opens both); d1, d3: one file.
     task_id = _ask(client, "zorder")
     plan = services.plan(task_id)
     assert plan["partitions"] == [{"day": "d2"}] and plan["zorder"] == ["x", "y"]
     metrics = services.run(task_id).metrics or {}
-    assert metrics["validation"]["status"] == "passed" and metrics["committed_version"] == 7
-    commit = DeltaTimeline(path).since("6", 10).commits[0]
+    assert metrics["validation"]["status"] == "passed" and metrics["committed_version"] == 8
+    commit = DeltaTimeline(path).since("7", 10).commits[0]
     assert commit.operation == "OPTIMIZE" and marker_of(commit.summary) == JobMarker(task_id, 1)
     assert commit.summary["param.zOrderBy"].replace(" ", "") == '["x","y"]'
-    assert _files(path) == {"d1": 1, "d2": 1}
-    assert _rows(path, 7) == rows
+    assert _files(path) == {"d1": 1, "d2": 1, "d3": 1}
+    assert _rows(path, 8) == rows
 
     # Clean: the policy's hour is below Delta's 7-day retention check, so without the
     # policy's consent VACUUM keeps a week, and nothing removed is that old.
@@ -201,7 +225,7 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert plan["below_retention_check"] is True and plan["retain_hours"] == 0.0001
     removed = {
         a["remove"]["path"]
-        for v in (6, 7)
+        for v in (7, 8)
         for a in DeltaTimeline(path).read_actions(v)
         if "remove" in a
     }
@@ -210,6 +234,6 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert metrics["operation"] == "VACUUM END" and metrics["files_deleted"] == 6
     assert not any((Path(path) / p).exists() for p in removed)  # VACUUM deleted them
     assert _rows(path) == rows  # the live files are untouched
-    vacuums = DeltaTimeline(path).since("7", 10).commits
+    vacuums = DeltaTimeline(path).since("8", 10).commits
     assert [c.operation for c in vacuums] == ["VACUUM START", "VACUUM END"]
     assert all(marker_of(c.summary) == JobMarker(task_id, 1) for c in vacuums)
