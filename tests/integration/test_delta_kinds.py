@@ -107,8 +107,12 @@ def services(db_url: str, tmp_path: Path) -> Iterator[Services]:
         application_driver_memory="768m",
         heartbeat_interval_s=1.0,
         spark_warmup=False,
-        # A few tasks, not Delta's 50, to rebuild a tiny table's state on local[1].
-        spark_conf={"spark.databricks.delta.snapshotPartitions": "2"},
+        # A few tasks, not Delta's 50 to rebuild a tiny table's state, nor Spark's 10000 to
+        # list its files for VACUUM, on local[1].
+        spark_conf={
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+        },
     )
     url = settings.database_url or db_url
     rt = Runtime(settings, url, create_engine(url, pool_size=5), role="scheduler")
