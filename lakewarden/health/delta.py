@@ -1,16 +1,18 @@
 """Health and explain of a Delta table (issue 29): what its files and log say
-(`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why. No kind
-runs on Delta tables yet, so explain says what is due and that Delta's own commands
-(OPTIMIZE, REORG ... APPLY (PURGE), VACUUM, a checkpoint) must do it for now."""
+(`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why: OPTIMIZE
+as its compaction judges it (`lakewarden.kinds.delta`); for REORG ... APPLY (PURGE) and a
+checkpoint, what is due and that Delta's own commands must do it for now."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lakewarden.formats.delta.facts import DeltaFacts
+from lakewarden.kinds.delta import compaction_verdict
+from lakewarden.policy.model import CompactionPolicy
 
 MB = 1 << 20
-NOT_YET = "lakewarden runs no Delta command yet (issue 29)"
+NOT_YET = "lakewarden does not run this Delta command yet (issue 29)"
 # A checkpoint is due when this many versions were written since the last one (Delta
 # writes one every `delta.checkpointInterval` commits, 10 by default).
 CHECKPOINT_INTERVAL = 10
@@ -27,13 +29,14 @@ def size_histogram(sizes: list[int], target: int) -> dict[str, int]:
     return out
 
 
-def explain_commands(facts: DeltaFacts, now_ms: int) -> list[dict[str, Any]]:
-    """Per Delta command: is there work, and who does it (never lakewarden, yet)."""
-    small = facts.small_files
-    parts = sum(1 for p in facts.partitions.values() if p.small_files > 1)
+def explain_commands(
+    facts: DeltaFacts, now_ms: int, compaction: CompactionPolicy
+) -> list[dict[str, Any]]:
+    """Per Delta command: is there work, and who does it."""
+    verdict, _ = compaction_verdict(compaction, facts)
     optimize = (
-        f"{small} of {facts.files} files are under {facts.small_file_threshold} bytes "
-        f"(target {facts.target_file_size}), in {parts} partition(s) with 2 or more; {NOT_YET}"
+        f"{facts.small_files} of {facts.files} files are under {facts.small_file_threshold} "
+        f"bytes (target {facts.target_file_size}); lakewarden's compaction: {verdict.reason}"
     )
     purge = (
         f"{facts.deletion_vector_files} files carry deletion vectors hiding "
@@ -49,15 +52,15 @@ def explain_commands(facts: DeltaFacts, now_ms: int) -> list[dict[str, Any]]:
         + f"; {facts.commit_files} commit files in the log; {NOT_YET}"
     )
     return [
-        {"command": "optimize", "due": parts > 0, "reason": optimize},
+        {"command": "optimize", "due": verdict.needed, "reason": optimize},
         {"command": "purge", "due": facts.deletion_vector_files > 0, "reason": purge},
         {"command": "checkpoint", "due": since > CHECKPOINT_INTERVAL, "reason": checkpoint},
     ]
 
 
-def delta_health(facts: DeltaFacts, now_ms: int) -> dict[str, Any]:
+def delta_health(facts: DeltaFacts, now_ms: int, compaction: CompactionPolicy) -> dict[str, Any]:
     return {
         "facts": facts.summary(now_ms),
         "file_sizes": size_histogram(facts.file_sizes, facts.target_file_size),
-        "commands": explain_commands(facts, now_ms),
+        "commands": explain_commands(facts, now_ms, compaction),
     }

@@ -40,6 +40,7 @@ from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.errors import headline
+from lakewarden.jobs.delta import recover_committed, run_delta_job
 from lakewarden.jobs.execute import Job, run_job
 from lakewarden.jobs.hudi import run_hudi_job
 from lakewarden.leader import Fence
@@ -54,6 +55,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("lakewarden.application")  # the name its log lines always had
+
+# The runner of each format with a Spark family of its own (execute.OWN_FAMILY_FORMATS); an
+# Iceberg job runs through execute.run_job.
+OWN_FAMILY_RUNNERS = {"hudi": run_hudi_job, "delta": run_delta_job}
+# Before any JVM starts: a format whose log shows the task's commit (an earlier attempt's)
+# finishes the run from it (the new state), never running again; None: run it.
+OWN_FAMILY_COMMITTED = {"delta": recover_committed}
 
 # Exit codes the scheduler reads.
 REPORTED, NOTHING_TO_DO, NOT_REPORTED = 0, 2, 3
@@ -177,6 +185,24 @@ def run_application(rt: Runtime, task_id: int, attempt: int) -> int:
         return _run_loaded(rt, job)
 
 
+def _run_in_session(rt: Runtime, job: Job, fence: Callable[[], Fence]) -> str:
+    """Build the job's Spark session (its format's family), run the job, stop the session."""
+    try:
+        from lakewarden.spark.session import build_session
+
+        spark = build_session(rt.settings, rt.db_url, job.group, family=job.family)
+    except Exception as exc:
+        log.exception("task %d: no Spark session", job.task_id)
+        return finish_run(rt, fence(), job.task_id, job.attempt, error=exc)
+    try:
+        own = OWN_FAMILY_RUNNERS.get(job.format)
+        if own is not None:
+            return own(rt, spark, fence, job)
+        return run_job(rt, spark, fence, job, explain_error=yarn_explained(rt, spark))
+    finally:
+        spark.stop()
+
+
 def _run_loaded(rt: Runtime, job: Job) -> int:
     task_id, attempt = job.task_id, job.attempt
     heartbeat = Heartbeat(rt, task_id, attempt)
@@ -188,22 +214,15 @@ def _run_loaded(rt: Runtime, job: Job) -> int:
         return fence_waiting_for_leader(rt, task_id, attempt, deadline_s)
 
     try:
+        # An earlier attempt's commit in the table's log is this run's outcome: no JVM.
+        committed = OWN_FAMILY_COMMITTED.get(job.format)
         try:
-            from lakewarden.spark.session import build_session
-
-            spark = build_session(rt.settings, rt.db_url, job.group, family=job.family)
-        except Exception as exc:
-            log.exception("task %d: no Spark session", task_id)
+            state = committed(rt, fence, job) if committed is not None else None
+        except Exception as exc:  # the table's log unreadable: the run fails saying so
+            log.exception("task %d: its table's log not read", task_id)
             state = finish_run(rt, fence(), task_id, attempt, error=exc)
-        else:
-            try:
-                if job.format == "hudi":
-                    state = run_hudi_job(rt, spark, fence, job)
-                else:
-                    explained = yarn_explained(rt, spark)
-                    state = run_job(rt, spark, fence, job, explain_error=explained)
-            finally:
-                spark.stop()
+        if state is None:
+            state = _run_in_session(rt, job, fence)
     finally:
         heartbeat.stop.set()
     log.info("task %d attempt %d: %s", task_id, attempt, state)

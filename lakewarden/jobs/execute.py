@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Formats whose jobs run in a Spark session family of their own, so always each as its own
 # application, whatever its pool's mode: the scheduler's warm session is Iceberg's.
-OWN_FAMILY_FORMATS = frozenset({TableFormatName.HUDI})
+OWN_FAMILY_FORMATS = frozenset({TableFormatName.HUDI, TableFormatName.DELTA})
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,9 @@ class Job:
     # `validation` section (lakewarden.spark.validation), and it may run `timeout_s`.
     validation: ValidationPolicy = field(default_factory=ValidationPolicy)
     timeout_s: float = 0.0
-    # The table's format (lakewarden.formats): a Hudi table's job runs in a Hudi-family
-    # session of its own application (lakewarden.jobs.hudi), whatever its pool's mode.
+    # The table's format (lakewarden.formats): a Hudi or Delta table's job runs in its
+    # format's session family, in an application of its own (lakewarden.jobs.hudi,
+    # lakewarden.jobs.delta), whatever its pool's mode.
     format: str = "iceberg"
 
     @property

@@ -23,11 +23,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.db.models import JobRun, Task
-from lakewarden.formats.hudi.facts import HudiFacts
+from lakewarden.formats.hudi.catalog import open_timeline
+from lakewarden.formats.hudi.facts import HudiFacts, read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds.base import PlanOutcome, Verdict
-from lakewarden.policy.model import CompactionPolicy
+from lakewarden.policy.model import CompactionPolicy, KindPolicy
 
 KIND = "compaction"
 # Where a run records the instant it planned (its metrics, also while it runs): a retry
@@ -168,3 +170,20 @@ def plan(
         },
         found.reason,
     )
+
+
+def context(session: Session, table_id: int) -> dict[str, Any]:
+    """What `plan_table` needs from the table's past runs: the compactions lakewarden
+    planned (its own, never the writer's)."""
+    return {"ours": planned_instants(session, table_id)}
+
+
+def plan_table(
+    kind: str, section: KindPolicy, entry: CatalogEntry, ref: TableRef, context: dict[str, Any]
+) -> PlanOutcome:
+    """A Hudi table's plan, from its timeline and file-system view (no JVM)."""
+    if kind != KIND or not isinstance(section, CompactionPolicy):
+        return PlanOutcome(None, f"{kind} does not run on Hudi tables yet (issue 28)")
+    timeline = open_timeline(entry, ref)
+    facts = read_facts(timeline.base_path, timeline)
+    return plan(section, facts, timeline, context["ours"])

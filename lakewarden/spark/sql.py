@@ -4,7 +4,7 @@ identifiers are validated, values are produced here from typed Python values."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from lakewarden.catalogs.catalog import IDENTIFIER, TableRef
 from lakewarden.outcomes import PlanRejected
@@ -69,3 +69,36 @@ def timestamp_literal(at: datetime) -> str:
     if at.tzinfo is None:
         raise PlanRejected("timestamps must be timezone-aware")
     return f"TIMESTAMP '{at.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+
+
+_UNSAFE_TEXT = re.compile(r"[\x00-\x1f]")
+
+
+def value_literal(value: object) -> str:
+    """A typed Python value as a Spark SQL literal (a partition's value in a predicate):
+    text is quoted with Spark's backslash escapes; text with control characters, and any
+    type not listed, is refused rather than guessed at."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, datetime):
+        return timestamp_literal(value)
+    if isinstance(value, date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, str) and not _UNSAFE_TEXT.search(value):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise PlanRejected(f"a partition value lakewarden cannot write as SQL: {value!r}")
+
+
+def partition_predicate(values: list[dict[str, object]]) -> str:
+    """`(a = 1 AND b = 'x') OR (...)`: the partitions named by `values` (each one's column
+    -> value; None is `IS NULL`)."""
+    ors = []
+    for partition in values:
+        ands = [
+            f"{column(c)} IS NULL" if v is None else f"{column(c)} = {value_literal(v)}"
+            for c, v in sorted(partition.items())
+        ]
+        ors.append("(" + " AND ".join(ands) + ")")
+    return " OR ".join(ors)

@@ -41,8 +41,10 @@ from sqlalchemy.orm import Session
 from lakewarden.catalogs.catalog import load_table
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.formats.delta import catalog as delta_catalog
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.jobs import application_entry as entry
+from lakewarden.jobs.delta import recovered_metrics
 from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, finish_if_committed
 from lakewarden.kinds import hudi_compaction
 from lakewarden.leader import Fence, FencedOut, check_fence
@@ -77,8 +79,8 @@ CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every l
 
 
 def mode_of(settings: Settings, pool: str, table_format: str = "iceberg") -> RunMode:
-    """How a job runs: its pool's mode (`pool_modes`); a Hudi table's job always as an
-    application (a Hudi-family JVM of its own: the warm session is Iceberg's)."""
+    """How a job runs: its pool's mode (`pool_modes`); a Hudi or Delta table's job always as
+    an application (a JVM of its format's family: the warm session is Iceberg's)."""
     if table_format in OWN_FAMILY_FORMATS:
         return RunMode.APPLICATION
     return settings.pool_modes.get(pool, RunMode.SESSION)
@@ -404,8 +406,9 @@ def judge_ended_run(
     if found is None:
         return "gone"
     task, row = found
-    if row.format == "hudi":
-        recovered = hudi_finish_if_committed(rt, fence, task_id, attempt, row, judged=why)
+    own = OWN_FINISH.get(row.format)
+    if own is not None:
+        recovered = own(rt, fence, task_id, attempt, row, judged=why)
     else:
         table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
         recovered = finish_if_committed(rt, fence, task_id, attempt, task.kind, table, judged=why)
@@ -433,6 +436,23 @@ def hudi_finish_if_committed(
         return None
     metrics = {hudi_compaction.PLANNED: planned, "recovered": True, **said}
     return finish_run(rt, fence, task_id, attempt, metrics=metrics)
+
+
+def delta_finish_if_committed(
+    rt: Runtime, fence: Fence, task_id: int, attempt: int, row: ManagedTable, **said: Any
+) -> str | None:
+    """A Delta job's application ended without a word: a commit in the table's log marked
+    with the task means it succeeded (never run again)."""
+    timeline = delta_catalog.open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
+    commit = timeline.find_job_commits(task_id)
+    if commit is None:
+        return None
+    return finish_run(rt, fence, task_id, attempt, metrics=recovered_metrics(commit, **said))
+
+
+# How a run of a format with its own Spark family is judged from its table when its
+# application ended without a word (an Iceberg run: `finish_if_committed`).
+OWN_FINISH = {"hudi": hudi_finish_if_committed, "delta": delta_finish_if_committed}
 
 
 def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications) -> str | None:
@@ -491,8 +511,10 @@ def reattach(rt: Runtime, fence: Fence, task_id: int, applications: Applications
     if held is None:
         return None
     task, row = held
-    if row.format == "hudi":
-        return None  # re-planned: its retry executes the instant its run recorded
+    if row.format in OWN_FAMILY_FORMATS:
+        # re-planned: a Hudi retry executes the instant its run recorded; a Delta retry
+        # finds the task's commit in the log first
+        return None
     table = load_table(rt.catalogs.load(row.catalog), ref_of(row))
     if find_commit(table, task_id) is None:
         return None

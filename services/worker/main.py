@@ -20,15 +20,11 @@ from lakewarden.catalogs.catalog import TableRef, load_table
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.listener import libpq_url
-from lakewarden.formats.hudi.catalog import open_timeline
-from lakewarden.formats.hudi.facts import read_facts
-from lakewarden.formats.hudi.timeline import NotAHudiTable
-from lakewarden.kinds import REGISTRY, get_kind, hudi_compaction
-from lakewarden.kinds.base import PlanOutcome
+from lakewarden.kinds import REGISTRY, get_kind
+from lakewarden.kinds.formats import PLANNERS, FormatPlanner
 from lakewarden.logs import log_context
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.gate import Verdict
-from lakewarden.policy.model import CompactionPolicy, KindPolicy
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
@@ -61,15 +57,16 @@ class Worker:
             ref, verdict = ref_of(row), policy_gate.judge(s, row, task)
             catalog = row.catalog
             kind = REGISTRY.get(task.kind)  # unknown: planning fails below, saying so
-            hudi = row.format == "hudi"
-            if hudi:  # the compactions lakewarden planned (its own, never the writer's)
-                context = {"ours": hudi_compaction.planned_instants(s, row.id)}
+            # A format with planners of its own (Hudi, Delta) plans from its log and files.
+            own = PLANNERS.get(row.format)
+            if own is not None:
+                context = own.context(s, row.id)
             else:
                 context = kind.plan_context(s, row.id) if kind is not None else {}
         # attempt: the one this planning counts as (a failure spends it)
         table_name = f"{catalog}.{ref.dotted}"
         with log_context(task_id=task.id, table=table_name, attempt=task.attempt + 1):
-            return self._plan(task, ref, catalog, verdict, context, hudi=hudi)
+            return self._plan(task, ref, catalog, verdict, context, own=own)
 
     def _plan(
         self,
@@ -79,7 +76,7 @@ class Worker:
         verdict: Verdict,
         context: dict[str, Any],
         *,
-        hudi: bool = False,
+        own: FormatPlanner | None = None,
     ) -> bool:
         if verdict.section is None or verdict.action == "cancel":
             self._finish(task.id, TaskState.CANCELLED, verdict.reason)
@@ -88,14 +85,16 @@ class Worker:
         self.current_task = task.id
         if self.rt.settings.fault_plan_delay_s:
             self.stop.wait(self.rt.settings.fault_plan_delay_s)  # failpoint: die mid-plan
+        gone: type[Exception] = own.gone if own is not None else NoSuchTableError
         try:
-            if hudi:
-                outcome = self._plan_hudi(task.kind, section, ref, catalog, context["ours"])
+            if own is not None:
+                entry = self.rt.catalogs.entry(catalog)
+                outcome = own.plan(task.kind, section, entry, ref, context)
             else:
                 table = load_table(self.rt.catalogs.load(catalog), ref)
                 kind = get_kind(task.kind)
                 outcome = kind.plan(section, table, datetime.now(UTC), **context)
-        except (NoSuchTableError, NotAHudiTable):
+        except (NoSuchTableError, gone):
             self._finish(
                 task.id, TaskState.SKIPPED, f"table {ref.dotted} no longer exists in the catalog"
             )
@@ -114,16 +113,6 @@ class Worker:
             self._finish(task.id, TaskState.PLANNED, outcome.reason, plan=plan)
         log.info("task %d (%s %s): %s", task.id, task.kind, ref.dotted, outcome.reason)
         return True
-
-    def _plan_hudi(
-        self, kind: str, section: KindPolicy, ref: TableRef, catalog: str, ours: set[str]
-    ) -> PlanOutcome:
-        """A Hudi table's plan, from its timeline and file-system view (no JVM)."""
-        if kind != hudi_compaction.KIND or not isinstance(section, CompactionPolicy):
-            return PlanOutcome(None, f"{kind} does not run on Hudi tables yet (issue 28)")
-        timeline = open_timeline(self.rt.catalogs.entry(catalog), ref)
-        facts = read_facts(timeline.base_path, timeline)
-        return hudi_compaction.plan(section, facts, timeline, ours)
 
     def _finish(self, task_id: int, to: TaskState, reason: str, **fields: Any) -> None:
         try:

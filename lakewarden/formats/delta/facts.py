@@ -12,6 +12,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.metadata import DataFile
 
 # Delta's own declared target file size (Spark's OPTIMIZE and auto compaction, delta-rs'
 # optimize honour it); without it, lakewarden's policy gives the target.
@@ -50,6 +51,12 @@ class DeltaFacts:
     partitions: dict[str, PartitionFacts] = field(default_factory=dict)
     deletion_vector_files: int = 0
     deleted_rows: int = 0  # rows hidden by deletion vectors (still in the files)
+    # What the planners read and health does not show: each partition's values (column ->
+    # typed value, for an OPTIMIZE's WHERE) and live files (with each column's min/max
+    # from the writer's stats, for files per lookup), by partition key.
+    partition_values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    partition_files: dict[str, list[DataFile]] = field(default_factory=dict)
+    columns: list[str] = field(default_factory=list)  # the table's top-level columns
 
     @property
     def files(self) -> int:
@@ -107,6 +114,16 @@ def partition_key(columns: list[str], row: dict[str, Any]) -> str:
     return "/".join(f"{c}={'' if v is None else v}" for c, v in zip(columns, values, strict=True))
 
 
+def _data_file(row: dict[str, Any], size: int) -> DataFile:
+    """An add action as the DataFile files-per-lookup reads: the columns' min/max stats."""
+    bounds = {
+        name[4:]: (value, row[f"max.{name[4:]}"])
+        for name, value in row.items()
+        if name.startswith("min.") and value is not None and row.get(f"max.{name[4:]}") is not None
+    }
+    return DataFile(row["path"], size, int(row.get("num_records") or 0), 0, (), bounds)
+
+
 def last_checkpoint(timeline: DeltaTimeline) -> tuple[int | None, int | None]:
     """`_last_checkpoint`'s version and when its checkpoint file was written (ms), or
     (None, None) when the table was never checkpointed."""
@@ -153,10 +170,14 @@ def read_facts(
         oldest_version_in_log=versions[0] if versions else None,
         checkpoint_version=checkpoint,
         checkpoint_at_ms=checkpoint_at,
+        columns=[f.name for f in table.schema().fields],
     )
     for row in pa.table(table.get_add_actions(flatten=True)).to_pylist():
         size = int(row["size_bytes"])
-        part = facts.partitions.setdefault(partition_key(columns, row), PartitionFacts())
+        key = partition_key(columns, row)
+        part = facts.partitions.setdefault(key, PartitionFacts())
+        facts.partition_values[key] = {c: row.get(f"partition.{c}") for c in columns}
+        facts.partition_files.setdefault(key, []).append(_data_file(row, size))
         part.files += 1
         part.bytes += size
         part.records += int(row.get("num_records") or 0)

@@ -207,5 +207,5 @@ def delta_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> De
         raise HTTPException(409, str(exc)) from exc
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     return DeltaHealthOut.model_validate(
-        {"table": f"{row.namespace}.{row.name}", **delta_health(facts, now_ms)}
+        {"table": f"{row.namespace}.{row.name}", **delta_health(facts, now_ms, compaction)}
     )

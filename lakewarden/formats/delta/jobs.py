@@ -1,0 +1,77 @@
+"""Delta's own commands on a Delta-family session (`lakewarden.spark.session`,
+`family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`) and `VACUUM`.
+
+Every command runs in a new session of the job's own (`spark.newSession()`) whose
+`spark.databricks.delta.commitInfo.userMetadata` is the job's mark as a JSON object (the
+one free-form field Spark writes into a commit's commitInfo; `formats.delta.timeline` reads
+it back), so a retry finds the commit and never runs again. Session confs set there are
+that session's only: the sizes an OPTIMIZE packs to, and, when the policy consents to a
+retention below Delta's own check, `retentionDurationCheck.enabled=false` for that VACUUM.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY
+from lakewarden.spark.sql import column, partition_predicate, path_literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# OPTIMIZE's bin-packing: files under minFileSize are rewritten into files of maxFileSize.
+MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
+MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# VACUUM writes its START and END commits (with the job's mark) to the log.
+VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
+
+
+def marked_session(
+    spark: SparkSession, task_id: int, attempt: int, conf: dict[str, str] | None = None
+) -> SparkSession:
+    """A session of the job's own whose commits carry its mark (and `conf`)."""
+    session = spark.newSession()
+    mark = {TASK_KEY: str(task_id), ATTEMPT_KEY: str(attempt)}
+    session.conf.set(USER_METADATA, json.dumps(mark, sort_keys=True))
+    for key, value in (conf or {}).items():
+        session.conf.set(key, value)
+    return session
+
+
+def optimize_sql(
+    path: str, partitions: list[dict[str, Any]] | None, zorder: list[str] | None = None
+) -> str:
+    """`OPTIMIZE delta.`path` [WHERE <those partitions>] [ZORDER BY (cols)]`."""
+    sql = f"OPTIMIZE delta.`{_path(path)}`"
+    if partitions:
+        sql += f" WHERE {partition_predicate(partitions)}"
+    if zorder:
+        sql += f" ZORDER BY ({', '.join(column(c) for c in zorder)})"
+    return sql
+
+
+def optimize(
+    session: SparkSession,
+    path: str,
+    partitions: list[dict[str, Any]] | None,
+    *,
+    zorder: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run OPTIMIZE in `session` (a `marked_session`); its metrics row as plain data."""
+    rows = session.sql(optimize_sql(path, partitions, zorder)).collect()
+    return rows[0].asDict(recursive=True)["metrics"] if rows else {}
+
+
+def vacuum(session: SparkSession, path: str, retain_hours: float) -> None:
+    """VACUUM the files the table stopped referencing more than `retain_hours` ago."""
+    hours = f"{float(retain_hours):.6f}"  # a plain decimal: Spark's grammar has no 1e-05
+    session.sql(f"VACUUM delta.`{_path(path)}` RETAIN {hours} HOURS").collect()
+
+
+def _path(path: str) -> str:
+    """The path for `delta.`…``: `path_literal`'s checks (no quotes, backticks, control
+    characters), without its quotes."""
+    return path_literal(path)[1:-1]

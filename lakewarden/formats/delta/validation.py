@@ -1,0 +1,27 @@
+"""A Delta table's rows at a version, as a count and an order-independent checksum read by
+delta-rs (no JVM; `formats.digest`): a rewrite's version and the one before it must agree.
+delta-rs 1.6.6 does not read the rows of a table with the `deletionVectors` reader feature:
+`Unreadable` says so (the caller records the validation as skipped, with that reason)."""
+
+from __future__ import annotations
+
+from lakewarden.formats.digest import Digest, digest_rows
+
+__all__ = ["Digest", "Unreadable", "digest"]
+
+
+class Unreadable(RuntimeError):
+    """delta-rs cannot read the table's rows (a reader feature it does not support)."""
+
+
+def digest(path: str, version: int) -> Digest:
+    """The table's rows as of `version`."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        table = pa.table(DeltaTable(path, version=version).to_pyarrow_table())
+    except DeltaError as exc:
+        raise Unreadable(f"delta-rs cannot read version {version} of {path}: {exc}") from exc
+    return digest_rows(table)

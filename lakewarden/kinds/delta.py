@@ -1,0 +1,227 @@
+"""The kinds that run on a Delta table (issue 29), planned in Python from its log (delta-rs'
+add actions: sizes, partition values, min/max stats; `formats.delta.facts`), run as Delta's
+own commands in a Delta-family application (`lakewarden.jobs.delta`).
+
+The policy sections are Iceberg's, their fields read where they mean the same:
+- compaction, `OPTIMIZE … WHERE <partitions>` (bin-pack): a file under
+  `target_file_size_bytes` * `small_file_ratio` is small (the table's own
+  `delta.targetFileSize` replaces the target); a partition with at least `min_input_files`
+  small files is due; a task needs `min_small_files` small files in due partitions.
+- zorder, `OPTIMIZE … WHERE <partitions> ZORDER BY (columns)`: a partition where a lookup
+  on `columns` opens more than `max_files_per_lookup` files (from the files' min/max
+  stats) is due; files are written at `target_file_size_bytes`.
+- clean, `VACUUM … RETAIN n HOURS`: `max_snapshot_age_hours` is the retention. Never below
+  Delta's own retention check (the table's `delta.deletedFileRetentionDuration`, 7 days by
+  default) unless the policy says `allow_below_safety_floors` (a destructive change, so
+  admin only: `policy.model.destructive_changes`).
+Other fields (tiers, buckets, branches, orphans, snapshots kept) are Iceberg's and not read.
+
+Never fight the writer: a table whose writer compacts (`delta.autoOptimize.autoCompact`)
+is not compacted. Every skip says why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
+from lakewarden.formats.delta.catalog import open_timeline
+from lakewarden.formats.delta.facts import DeltaFacts, read_facts
+from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.health.files_per_lookup import files_per_lookup
+from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.policy.model import CleanPolicy, CompactionPolicy, KindPolicy, ZOrderPolicy
+
+KINDS = frozenset({"compaction", "zorder", "clean"})
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+RETENTION = "delta.deletedFileRetentionDuration"
+DEFAULT_RETENTION_HOURS = 168.0  # Delta's default: interval 1 week
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+(\w+?)s?\s*$", re.IGNORECASE)
+_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1, "day": 24, "week": 168}
+
+
+def _on(value: Any) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+def _names(keys: list[str]) -> str:
+    shown = ", ".join(k or "(unpartitioned)" for k in keys[:5])
+    return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+
+def compaction_verdict(policy: CompactionPolicy, facts: DeltaFacts) -> tuple[Verdict, list[str]]:
+    """Is a bin-pack due, and in which partitions (their keys)?"""
+    small = {k: p.small_files for k, p in facts.partitions.items()}
+    due = sorted(k for k, n in small.items() if n >= policy.min_input_files)
+    in_due = sum(small[k] for k in due)
+    metrics = {
+        "files": facts.files,
+        "small_files": facts.small_files,
+        "small_file_threshold": facts.small_file_threshold,
+        "partitions_due": len(due),
+        "small_files_in_due_partitions": in_due,
+    }
+    if not policy.enabled:
+        return Verdict(False, "compaction is disabled by policy", metrics), []
+    if _on(facts.configuration.get(AUTO_COMPACT)):
+        why = f"its table property {AUTO_COMPACT}=true: the writer compacts; lakewarden does "
+        return Verdict(False, why + "not fight it", metrics), []
+    if not due:
+        most = max(small.items(), key=lambda kv: kv[1], default=("", 0))
+        return Verdict(
+            False,
+            f"no partition has min_input_files {policy.min_input_files} small files (under "
+            f"{facts.small_file_threshold} bytes; most: {most[1]} in {_names([most[0]])})",
+            metrics,
+        ), []
+    if in_due < policy.min_small_files:
+        return Verdict(
+            False,
+            f"{in_due} small files in {len(due)} partition(s) with min_input_files "
+            f"{policy.min_input_files} < min_small_files {policy.min_small_files}",
+            metrics,
+        ), []
+    reason = (
+        f"{in_due} small files (under {facts.small_file_threshold} bytes) in {len(due)} "
+        f"partition(s) >= min_small_files {policy.min_small_files}: {_names(due)}"
+    )
+    return Verdict(True, reason, metrics, {"files_removed_estimate": in_due}), due
+
+
+def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, list[str]]:
+    """Is a Z-order due, and in which partitions: where a lookup on the columns opens more
+    than `max_files_per_lookup` files."""
+    cols = policy.columns
+    lookups = {k: files_per_lookup(files, cols) for k, files in facts.partition_files.items()}
+    due = sorted(k for k, n in lookups.items() if n is not None and n > policy.max_files_per_lookup)
+    worst = max((n for n in lookups.values() if n is not None), default=None)
+    metrics = {"columns": cols, "max_files_per_lookup_seen": worst, "partitions_due": len(due)}
+    if not policy.enabled:
+        return Verdict(False, "zorder is disabled by policy", metrics), []
+    missing = [c for c in cols if c not in facts.columns]
+    if missing:
+        why = f"column(s) {', '.join(missing)} not in the table (it has {', '.join(facts.columns)})"
+        return Verdict(False, why, metrics), []
+    parts = [c for c in cols if c in facts.partition_columns]
+    if parts:
+        why = f"{', '.join(parts)}: partition column(s), which Delta's ZORDER BY refuses"
+        return Verdict(False, why, metrics), []
+    if worst is None:
+        return Verdict(False, f"no file has min/max stats for {', '.join(cols)}", metrics), []
+    if not due:
+        return Verdict(
+            False,
+            f"a lookup on {', '.join(cols)} opens at most {worst} files <= "
+            f"max_files_per_lookup {policy.max_files_per_lookup:g}",
+            metrics,
+        ), []
+    reason = (
+        f"a lookup on {', '.join(cols)} opens up to {worst} files > max_files_per_lookup "
+        f"{policy.max_files_per_lookup:g} in {len(due)} partition(s): {_names(due)}"
+    )
+    return Verdict(True, reason, metrics), due
+
+
+def retention_hours(facts: DeltaFacts) -> float:
+    """Delta's own retention check for this table: its `delta.deletedFileRetentionDuration`
+    (`interval 7 days`), else a week."""
+    match = _INTERVAL.match(str(facts.configuration.get(RETENTION) or ""))
+    if match is None or match.group(2).lower() not in _HOURS:
+        return DEFAULT_RETENTION_HOURS
+    return float(match.group(1)) * _HOURS[match.group(2).lower()]
+
+
+def retain_hours(policy: CleanPolicy, facts: DeltaFacts) -> float:
+    """The retention a VACUUM keeps: the policy's, never below Delta's own check without
+    the policy's consent (`allow_below_safety_floors`)."""
+    wanted = policy.max_snapshot_age_hours
+    return wanted if policy.allow_below_safety_floors else max(wanted, retention_hours(facts))
+
+
+def clean_verdict(policy: CleanPolicy, facts: DeltaFacts, expired: int) -> Verdict:
+    """Is a VACUUM due (`retain_hours`)? `expired`: files the log says were removed longer
+    ago than that (delta-rs' dry run)."""
+    floor, wanted = retention_hours(facts), policy.max_snapshot_age_hours
+    retain = retain_hours(policy, facts)
+    metrics = {"retain_hours": retain, "delta_retention_hours": floor, "expired_files": expired}
+    if not policy.enabled:
+        return Verdict(False, "clean is disabled by policy", metrics)
+    why = f"RETAIN {retain:g} HOURS"
+    if retain < floor:
+        why += (
+            f", below Delta's retention check ({floor:g} h): the policy consents "
+            "(allow_below_safety_floors)"
+        )
+    elif wanted < floor:
+        why += (
+            f": the policy's max_snapshot_age_hours {wanted:g} is below Delta's retention "
+            f"check ({floor:g} h), which holds without allow_below_safety_floors"
+        )
+    if expired == 0:
+        return Verdict(False, f"no file was removed longer ago than {why}", metrics)
+    return Verdict(True, f"{expired} removed file(s) to delete, {why}", metrics)
+
+
+def expired_files(timeline: DeltaTimeline, hours: float) -> int:
+    """Files the table no longer references, removed more than `hours` ago (delta-rs'
+    VACUUM dry run, which reads the log's remove actions; it deletes nothing). delta-rs
+    takes whole hours: the count is of files removed `floor(hours)` ago, so a plan may
+    find a VACUUM deletes less than it counted, never that one was needed and skipped."""
+    table = timeline.open_table()
+    return len(
+        table.vacuum(
+            retention_hours=math.floor(hours), dry_run=True, enforce_retention_duration=False
+        )
+    )
+
+
+def plan(
+    kind: str, section: KindPolicy, entry: CatalogEntry, ref: TableRef, context: dict[str, Any]
+) -> PlanOutcome:
+    """A Delta table's plan for `kind` (no JVM), or why not."""
+    if kind not in KINDS:
+        return PlanOutcome(None, f"{kind} does not run on Delta tables yet (issue 29)")
+    timeline = open_timeline(entry, ref)
+    if isinstance(section, CompactionPolicy):
+        facts = read_facts(
+            timeline,
+            target_file_size=section.target_file_size_bytes,
+            small_file_ratio=section.small_file_ratio,
+        )
+        found, due = compaction_verdict(section, facts)
+        extra: dict[str, Any] = {
+            "target_file_size_bytes": facts.target_file_size,
+            "min_file_size_bytes": facts.small_file_threshold,
+        }
+    elif isinstance(section, ZOrderPolicy):
+        facts = read_facts(
+            timeline, target_file_size=section.target_file_size_bytes, small_file_ratio=1.0
+        )
+        found, due = zorder_verdict(section, facts)
+        extra = {"zorder": section.columns, "target_file_size_bytes": facts.target_file_size}
+    elif isinstance(section, CleanPolicy):
+        facts = read_facts(timeline, target_file_size=1 << 27, small_file_ratio=1.0)
+        retain = retain_hours(section, facts)
+        found = clean_verdict(section, facts, expired_files(timeline, retain))
+        below = retain < retention_hours(facts)
+        due, extra = [], {"retain_hours": retain, "below_retention_check": below}
+    else:
+        raise TypeError(f"not a Delta kind's policy section: {type(section).__name__}")
+    if not found.needed:
+        return PlanOutcome(None, found.reason)
+    partitioned = bool(facts.partition_columns) and kind != "clean"
+    return PlanOutcome(
+        {
+            "format": "delta",
+            "path": facts.path,
+            "version": facts.version,
+            # null: the whole table (unpartitioned, or clean)
+            "partitions": [facts.partition_values[k] for k in due] if partitioned else None,
+            "files_before": facts.files,
+            **extra,
+            "metrics": found.metrics,
+        },
+        found.reason,
+    )

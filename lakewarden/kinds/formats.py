@@ -1,0 +1,39 @@
+"""How the kinds plan a table of a format with its own planners (Hudi, Delta), by format:
+the worker asks here, never a format's name. An Iceberg table is planned by each kind's
+own `Kind.plan` (pyiceberg); a format listed here is planned from its own log and files
+(no JVM), and its jobs run in its own Spark family (`lakewarden.jobs.execute`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
+from lakewarden.formats.delta.timeline import NotADeltaTable
+from lakewarden.formats.hudi.timeline import NotAHudiTable
+from lakewarden.kinds import delta, hudi_compaction
+from lakewarden.kinds.base import PlanOutcome
+from lakewarden.policy.model import KindPolicy
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+def _no_context(session: Session, table_id: int) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class FormatPlanner:
+    # (kind, its policy section, the table's catalog, the table, `context`'s answer)
+    plan: Callable[[str, KindPolicy, CatalogEntry, TableRef, dict[str, Any]], PlanOutcome]
+    # what the planner needs from the table's past runs, read in the caller's session
+    context: Callable[[Session, int], dict[str, Any]] = _no_context
+    gone: type[Exception] = LookupError  # the table is no longer at its path
+
+
+PLANNERS: dict[str, FormatPlanner] = {
+    "hudi": FormatPlanner(hudi_compaction.plan_table, hudi_compaction.context, NotAHudiTable),
+    "delta": FormatPlanner(delta.plan, gone=NotADeltaTable),
+}

@@ -1,0 +1,243 @@
+"""Delta tables maintained end to end through the real services (issue 29): one table, three
+kinds in turn, each asked for through the API, planned by the worker from delta-rs' view of
+the log, submitted by the leader as a Delta-family application of its own, and run as
+Delta's own command: compaction (`OPTIMIZE … WHERE` the partitions with enough small
+files), Z-order (`OPTIMIZE … ZORDER BY`, where lookups open many files) and clean
+(`VACUUM`, only below Delta's retention check with the policy's consent). Every result is
+read back by delta-rs: the row sets at the versions before and after, the files."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from fastapi.testclient import TestClient
+from helpers import task_of, wait_for
+from sqlalchemy import create_engine, select
+
+from lakewarden.db.models import JobRun
+from lakewarden.db.session import transaction
+from lakewarden.formats.base import JobMarker, marker_of
+from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.process import Ticker
+from lakewarden.runtime import Runtime
+from lakewarden.settings import Settings
+from services.scheduler.main import Scheduler
+from services.worker.main import Worker
+
+TABLES = "/api/v1/catalogs/dlake/tables"
+TABLE = f"{TABLES}/lake/events"
+
+
+def _batch(start: int, day: str) -> pa.Table:
+    """Ten rows whose x and y each span most of their range: every file overlaps."""
+    ids = range(start, start + 10)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "day": [day] * 10,
+            "x": pa.array([(i * 37) % 100 for i in ids], pa.int64()),
+            "y": pa.array([(i * 53) % 100 for i in ids], pa.int64()),
+        }
+    )
+
+
+def _rows(path: str, version: int | None = None) -> list[tuple[Any, ...]]:
+    """The table's rows at `version` as a sorted list, read by delta-rs."""
+    table = DeltaTable(path, version=version).to_pyarrow_table()
+    return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "day", "x", "y")), strict=True))
+
+
+def _files(path: str) -> dict[str, int]:
+    """Live files per day partition, read by delta-rs."""
+    found: dict[str, int] = {}
+    for row in pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist():
+        found[row["partition.day"]] = found.get(row["partition.day"], 0) + 1
+    return found
+
+
+class Services:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt, self.sched, self.stop = rt, Scheduler(rt), threading.Event()
+        self.sched.renew()
+        Ticker("lease", 1.0, self.sched.renew, self.stop).start()
+
+    def plan(self, task_id: int) -> dict[str, Any]:
+        assert Worker(self.rt).run_once()
+        task = task_of(self.rt, task_id)
+        assert task.state == "planned", (task.state, task.reason)
+        return dict(task.plan or {})
+
+    def run(self, task_id: int) -> JobRun:
+        """Dispatch the planned task (an application, whatever its pool's mode) and wait."""
+        assert self.sched.dispatch_once()
+
+        def done() -> str | None:
+            self.sched.applications.poll(self.sched.leading())
+            state = task_of(self.rt, task_id).state
+            return state if state in ("succeeded", "failed", "pending") else None
+
+        logs = self.sched.applications.log_dir
+        state = wait_for(
+            done,
+            900,  # one JVM per job; minutes on a loaded machine
+            f"task {task_id}",
+            lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
+        )
+        with transaction(self.rt.engine) as s:
+            run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
+            s.expunge(run)
+        assert state == "succeeded", (run.error, run.log_tail)
+        assert run.mode == "application"
+        print(f"task {task_id}: {run.duration_ms} ms, {(run.metrics or {}).get('seconds')} s")
+        return run
+
+
+@pytest.fixture
+def services(db_url: str, tmp_path: Path) -> Iterator[Services]:
+    settings = Settings(
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        application_master="local[1]",
+        application_driver_memory="768m",
+        heartbeat_interval_s=1.0,
+        spark_warmup=False,
+        # A few tasks, not Delta's 50 to rebuild a tiny table's state, nor Spark's 10000 to
+        # list its files for VACUUM, on local[1].
+        spark_conf={
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+        },
+    )
+    url = settings.database_url or db_url
+    rt = Runtime(settings, url, create_engine(url, pool_size=5), role="scheduler")
+    found = Services(rt)
+    try:
+        yield found
+    finally:
+        found.stop.set()
+        found.sched.applications.kill_all()
+        rt.engine.dispose()
+
+
+def _ask(client: TestClient, kind: str) -> int:
+    got = client.post(f"{TABLE}/tasks", json={"kind": kind})
+    assert got.status_code == 201, got.text
+    return int(got.json()["id"])
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # three Delta-family JVMs: ~3 min each on a loaded 2-core box
+def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
+    client: TestClient, services: Services, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "events")
+    for i in range(4):  # d1: four small files (due); d2: two (under min_input_files)
+        write_deltalake(path, _batch(10 * i, "d1"), partition_by=["day"], mode="append")
+    for i in range(2):
+        write_deltalake(path, _batch(100 + 10 * i, "d2"), partition_by=["day"], mode="append")
+    got = client.post(
+        "/api/v1/catalogs",
+        json={"name": "dlake", "type": "delta", "properties": {"warehouse": str(warehouse)}},
+    )
+    assert got.status_code == 201, got.text
+    policy = {
+        "compaction": {"min_input_files": 3, "min_small_files": 3},
+        "zorder": {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0},
+        "clean": {"max_snapshot_age_hours": 1},
+    }
+    got = client.post(TABLES, json={"namespace": "lake", "name": "events", "policy": policy})
+    assert got.status_code == 201, got.text
+
+    # A rerun never commits twice: a commit of the task in the log (as an earlier attempt
+    # leaves it; here one delta-rs wrote, marked so) is the run's outcome, and its
+    # application finishes from it before starting a JVM.
+    task_id = _ask(client, "compaction")
+    assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
+    mark = {"lakewarden.task-id": str(task_id), "lakewarden.attempt": "1"}
+    write_deltalake(
+        path,
+        _batch(200, "d3"),
+        partition_by=["day"],
+        mode="append",
+        commit_properties=CommitProperties(custom_metadata=mark),
+    )
+    run = services.run(task_id)
+    assert run.metrics == {
+        "recovered": True,
+        "recovered_commit_of_attempt": 1,
+        "committed_version": 6,
+    }
+    assert run.spark_app_id is None  # no Spark application was started
+    assert DeltaTimeline(path).versions()[-1] == 6  # no OPTIMIZE
+    rows = _rows(path)
+    assert len(rows) == 70
+
+    # Compaction: only d1 (four small files); d2's two are under min_input_files.
+    task_id = _ask(client, "compaction")
+    plan = services.plan(task_id)
+    assert plan["format"] == "delta" and plan["path"] == path
+    assert plan["partitions"] == [{"day": "d1"}] and plan["version"] == 6
+    run = services.run(task_id)
+    assert run.spark_app_id
+    metrics = run.metrics or {}
+    assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4
+    compacted = int(metrics["committed_version"])
+    assert metrics["validation"]["status"] == "passed", metrics["validation"]
+    assert metrics["validation"]["rows"] == 70 and metrics["validation"]["after_version"] == 7
+    commit = DeltaTimeline(path).find_job_commits(task_id)
+    assert commit is not None and int(commit.id) == compacted == 7
+    assert marker_of(commit.summary) == JobMarker(task_id, 1)
+    assert "day = d1" in commit.summary["param.predicate"]  # as Delta renders it
+    assert _files(path) == {"d1": 1, "d2": 2, "d3": 1}
+    assert _rows(path, 6) == _rows(path, 7) == rows  # delta-rs: the same row set
+
+    # Z-order: d2's two files overlap on x and y (a lookup opens both); d1, d3: one file.
+    task_id = _ask(client, "zorder")
+    plan = services.plan(task_id)
+    assert plan["partitions"] == [{"day": "d2"}] and plan["zorder"] == ["x", "y"]
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["validation"]["status"] == "passed" and metrics["committed_version"] == 8
+    commit = DeltaTimeline(path).since("7", 10).commits[0]
+    assert commit.operation == "OPTIMIZE" and marker_of(commit.summary) == JobMarker(task_id, 1)
+    assert commit.summary["param.zOrderBy"].replace(" ", "") == '["x","y"]'
+    assert _files(path) == {"d1": 1, "d2": 1, "d3": 1}
+    assert _rows(path, 8) == rows
+
+    # Clean: the policy's hour is below Delta's 7-day retention check, so without the
+    # policy's consent VACUUM keeps a week, and nothing removed is that old.
+    task_id = _ask(client, "clean")
+    assert Worker(services.rt).run_once()
+    skipped = task_of(services.rt, task_id)
+    reason = skipped.reason or ""
+    assert skipped.state == "skipped", reason
+    assert "RETAIN 168 HOURS" in reason and "allow_below_safety_floors" in reason
+
+    consent = {
+        "clean": {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True},
+    }
+    got = client.put(f"{TABLE}/policy", json=consent)
+    assert got.status_code == 200, got.text
+    task_id = _ask(client, "clean")
+    plan = services.plan(task_id)
+    assert plan["below_retention_check"] is True and plan["retain_hours"] == 0.0001
+    removed = {
+        a["remove"]["path"]
+        for v in (7, 8)
+        for a in DeltaTimeline(path).read_actions(v)
+        if "remove" in a
+    }
+    assert len(removed) == 6 and all((Path(path) / p).exists() for p in removed)
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["operation"] == "VACUUM END" and metrics["files_deleted"] == 6
+    assert not any((Path(path) / p).exists() for p in removed)  # VACUUM deleted them
+    assert _rows(path) == rows  # the live files are untouched
+    vacuums = DeltaTimeline(path).since("8", 10).commits
+    assert [c.operation for c in vacuums] == ["VACUUM START", "VACUUM END"]
+    assert all(marker_of(c.summary) == JobMarker(task_id, 1) for c in vacuums)
