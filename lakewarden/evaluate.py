@@ -17,12 +17,11 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from lakewarden.db.models import KindHold, ManagedTable, TimelineEvent
-from lakewarden.formats.hudi.facts import read_facts
-from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.holds import describe as describe_hold
-from lakewarden.kinds import REGISTRY, hudi_compaction
-from lakewarden.kinds.base import EventFacts, Verdict
-from lakewarden.policy.model import CompactionPolicy, Policy, effective_policy, first_problem
+from lakewarden.kinds import REGISTRY
+from lakewarden.kinds.base import EventFacts
+from lakewarden.kinds.formats import PLANNERS
+from lakewarden.policy.model import Policy, effective_policy, first_problem
 from lakewarden.tables import namespaces_defaults
 from lakewarden.tasks.birth import Birth, open_tasks, why_not_all
 
@@ -66,27 +65,14 @@ def history_facts(
     return {(t, k): (int(added or 0), state) for t, k, state, added in found}
 
 
-def hudi_verdicts(
-    session: Session, row: ManagedTable, policy: Policy, timeline: HudiTimeline
-) -> dict[str, Verdict]:
-    """The kinds that run on a Hudi table and their verdicts, from its file-system view
-    and timeline (lakewarden.kinds.hudi_compaction): compaction only, for now."""
-    section = policy.for_kind(hudi_compaction.KIND)
-    assert isinstance(section, CompactionPolicy)
-    if not section.enabled:  # recorded as disabled by the caller: nothing to read
-        return {hudi_compaction.KIND: Verdict(False, "compaction is disabled by policy")}
-    facts = read_facts(timeline.base_path, timeline)
-    ours = hudi_compaction.planned_instants(session, row.id)
-    return {hudi_compaction.KIND: hudi_compaction.verdict(section, facts, timeline, ours)}
-
-
 @dataclass(frozen=True)
 class Evaluation:
-    """The new events of one table to evaluate; `timeline`: a Hudi table's, as just read."""
+    """The new events of one table to evaluate; `timeline`: a path table's log (Hudi's
+    timeline, Delta's log), as just read; its format's kinds judge it."""
 
     row: ManagedTable
     event_ids: list[int]
-    timeline: HudiTimeline | None = None
+    timeline: Any = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +90,7 @@ def evaluate_events(
     row: ManagedTable,
     event_ids: list[int],
     actor: str,
-    timeline: HudiTimeline | None = None,
+    timeline: Any = None,
 ) -> None:
     """`evaluate_batch` of one table."""
     evaluate_batch(session, [Evaluation(row, event_ids, timeline)], actor)
@@ -113,7 +99,8 @@ def evaluate_events(
 def evaluate_batch(session: Session, batch: Sequence[Evaluation], actor: str) -> None:
     """Evaluate the newest of each table's new events for every event-driven kind; older
     ones are superseded by it. The event records one decision per kind, with its reason. A
-    Hudi table (with its `timeline`) is judged by the kinds that run on it.
+    path table (with its `timeline`) is judged by the kinds that run on its format
+    (`kinds.formats.PLANNERS`).
 
     Set-based, whatever the number of tables: one read of the events, one of the
     namespaces' defaults, one of the tables' task history, one statement opening every
@@ -198,19 +185,23 @@ def _judge(
     for e, policy in judged:
         row, ev = e.row, newest[e.row.id]
         detail: dict[str, Any] = details.setdefault(row.id, {})
-        hudi = None if e.timeline is None else hudi_verdicts(session, row, policy, e.timeline)
+        own = (
+            None
+            if e.timeline is None
+            else PLANNERS[row.format].event_verdicts(session, row.id, policy, e.timeline)
+        )
         for kind in kinds:
             assert kind.event_verdict is not None
             section = kind.section(policy)
-            if hudi is not None and kind.name not in hudi:
-                reason = f"{kind.name} does not run on Hudi tables yet (issue 28)"
+            if own is not None and kind.name not in own:
+                reason = f"{kind.name} does not run on {row.format.title()} tables yet"
                 detail[kind.name] = {"decision": "no-action", "reason": reason}
                 continue
             if not section.enabled:
                 detail[kind.name] = {"decision": "disabled", "reason": f"{kind.name} is disabled"}
                 continue
-            if hudi is not None:
-                verdict = hudi[kind.name]
+            if own is not None:
+                verdict = own[kind.name]
             else:
                 added, last_state = facts[(row.id, kind.name)]
                 verdict = kind.event_verdict(section, EventFacts(ev.summary, added, last_state))

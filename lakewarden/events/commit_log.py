@@ -1,6 +1,6 @@
 """Ingest the commits of a table whose format names them by text (a Hudi instant, a Delta
 version) as timeline events, one per (table, commit), from a cursor: the newest commit the
-table has an event for. `events.hudi` and `events.delta` give it their format's log.
+table has an event for. `events.path_tables` gives it each format's log.
 
 Such an event keeps the commit's id in `commit_id` (text; an Iceberg event's `snapshot_id`
 stays NULL), its parent in `summary["parent"]`, the format's order as `sequence_number`

@@ -29,8 +29,7 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.errors import headline
-from lakewarden.events.delta import refresh_delta_table
-from lakewarden.events.hudi import refresh_hudi_table
+from lakewarden.events.path_tables import LOGS, refresh_path_table
 from lakewarden.events.refresh import refresh_table
 from lakewarden.isolation import PerTable, error_line
 from lakewarden.metastore import iceberg_pointers, metastore_client
@@ -169,24 +168,19 @@ def _managed(rt: Runtime, catalog: str) -> dict[tuple[str, str], str | None]:
     return {(ns, name): location for ns, name, location in rows}
 
 
-# A path catalog's (`states.PATH_CATALOGS`) poll of one managed table, per catalog type.
-_PATH_REFRESH = {"hudi": refresh_hudi_table, "delta": refresh_delta_table}
-
-
 def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
     """Follow the catalog's table list (`_follow`), then refresh every managed table of it
     whose metadata pointer moved (tables just adopted included). A table that fails is
     alerted (`lakewarden.isolation`) and retried on the next poll."""
     result = PollResult(entry.name)
     isolated = PerTable("poller")
-    if entry.type in _PATH_REFRESH:
+    if entry.type in LOGS:
         # No catalog to list: each managed table's log is read for its head token.
-        refresh = _PATH_REFRESH[entry.type]
         managed = _managed(rt, entry.name)
         result.tables_seen = len(managed)
         for (namespace, name), known in managed.items():
             with isolated.table(f"{namespace}.{name}"):
-                result.refreshed += refresh(rt, entry, TableRef(namespace, name), known)
+                result.refreshed += refresh_path_table(rt, entry, TableRef(namespace, name), known)
     elif entry.type in ("jdbc", "hive"):
         pointers: Listing | None
         if entry.type == "jdbc":

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.formats.delta.catalog import open_timeline
@@ -32,7 +32,16 @@ from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds.base import PlanOutcome, Verdict
-from lakewarden.policy.model import CleanPolicy, CompactionPolicy, KindPolicy, ZOrderPolicy
+from lakewarden.policy.model import (
+    CleanPolicy,
+    CompactionPolicy,
+    KindPolicy,
+    Policy,
+    ZOrderPolicy,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 KINDS = frozenset({"compaction", "zorder", "clean"})
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
@@ -122,6 +131,33 @@ def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, li
         f"{policy.max_files_per_lookup:g} in {len(due)} partition(s): {_names(due)}"
     )
     return Verdict(True, reason, metrics), due
+
+
+def event_verdicts(
+    session: Session, table_id: int, policy: Policy, timeline: DeltaTimeline
+) -> dict[str, Verdict]:
+    """The verdicts of the event-driven kinds that run on a Delta table when its log moved
+    (compaction, Z-order), from its log as just read (no JVM); clean is swept by time."""
+    out: dict[str, Verdict] = {}
+    compaction = policy.compaction
+    if compaction.enabled:
+        facts = read_facts(
+            timeline,
+            target_file_size=compaction.target_file_size_bytes,
+            small_file_ratio=compaction.small_file_ratio,
+        )
+        out["compaction"] = compaction_verdict(compaction, facts)[0]
+    else:
+        out["compaction"] = Verdict(False, "compaction is disabled by policy")
+    zorder = policy.zorder
+    if zorder.enabled:
+        facts = read_facts(
+            timeline, target_file_size=zorder.target_file_size_bytes, small_file_ratio=1.0
+        )
+        out["zorder"] = zorder_verdict(zorder, facts)[0]
+    else:
+        out["zorder"] = Verdict(False, "zorder is disabled by policy")
+    return out
 
 
 def retention_hours(facts: DeltaFacts) -> float:

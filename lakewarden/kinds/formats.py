@@ -1,7 +1,8 @@
-"""How the kinds plan a table of a format with its own planners (Hudi, Delta), by format:
-the worker asks here, never a format's name. An Iceberg table is planned by each kind's
-own `Kind.plan` (pyiceberg); a format listed here is planned from its own log and files
-(no JVM), and its jobs run in its own Spark family (`lakewarden.jobs.execute`)."""
+"""How the kinds judge and plan a table of a format with its own planners (Hudi, Delta),
+by format: evaluation and the worker ask here, never a format's name. An Iceberg table is
+planned by each kind's own `Kind.plan` (pyiceberg); a format listed here is judged and
+planned from its own log and files (no JVM), and its jobs run in its own Spark family
+(`lakewarden.jobs.execute`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.formats.delta.timeline import NotADeltaTable
 from lakewarden.formats.hudi.timeline import NotAHudiTable
 from lakewarden.kinds import delta, hudi_compaction
-from lakewarden.kinds.base import PlanOutcome
-from lakewarden.policy.model import KindPolicy
+from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.policy.model import KindPolicy, Policy
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -28,12 +29,21 @@ def _no_context(session: Session, table_id: int) -> dict[str, Any]:
 class FormatPlanner:
     # (kind, its policy section, the table's catalog, the table, `context`'s answer)
     plan: Callable[[str, KindPolicy, CatalogEntry, TableRef, dict[str, Any]], PlanOutcome]
+    # (session, table id, its policy, its log as just read): the verdict of each kind that
+    # runs on the format, when its log moved (`lakewarden.evaluate`); a kind left out is
+    # recorded as not running on the format yet
+    event_verdicts: Callable[[Session, int, Policy, Any], dict[str, Verdict]]
     # what the planner needs from the table's past runs, read in the caller's session
     context: Callable[[Session, int], dict[str, Any]] = _no_context
     gone: type[Exception] = LookupError  # the table is no longer at its path
 
 
 PLANNERS: dict[str, FormatPlanner] = {
-    "hudi": FormatPlanner(hudi_compaction.plan_table, hudi_compaction.context, NotAHudiTable),
-    "delta": FormatPlanner(delta.plan, gone=NotADeltaTable),
+    "hudi": FormatPlanner(
+        hudi_compaction.plan_table,
+        hudi_compaction.event_verdicts,
+        hudi_compaction.context,
+        NotAHudiTable,
+    ),
+    "delta": FormatPlanner(delta.plan, delta.event_verdicts, gone=NotADeltaTable),
 }

@@ -29,7 +29,7 @@ from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import HudiFacts, read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds.base import PlanOutcome, Verdict
-from lakewarden.policy.model import CompactionPolicy, KindPolicy
+from lakewarden.policy.model import CompactionPolicy, KindPolicy, Policy
 
 KIND = "compaction"
 # Where a run records the instant it planned (its metrics, also while it runs): a retry
@@ -187,3 +187,16 @@ def plan_table(
     timeline = open_timeline(entry, ref)
     facts = read_facts(timeline.base_path, timeline)
     return plan(section, facts, timeline, context["ours"])
+
+
+def event_verdicts(
+    session: Session, table_id: int, policy: Policy, timeline: HudiTimeline
+) -> dict[str, Verdict]:
+    """The verdicts of the kinds that run on a Hudi table when its timeline moved, from its
+    file-system view and timeline as just read: compaction only, for now."""
+    section = policy.for_kind(KIND)
+    assert isinstance(section, CompactionPolicy)
+    if not section.enabled:  # recorded as disabled by the caller: nothing to read
+        return {KIND: Verdict(False, "compaction is disabled by policy")}
+    facts = read_facts(timeline.base_path, timeline)
+    return {KIND: verdict(section, facts, timeline, planned_instants(session, table_id))}

@@ -6,6 +6,7 @@ tables delta-rs wrote."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from delta_tables import parquet_on_disk, rows, write_orders, write_unreadable
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -14,7 +15,6 @@ from sqlalchemy import select
 
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
-from lakewarden.events.delta import NO_KINDS_YET
 from lakewarden.events.poller import poll_once
 from lakewarden.runtime import Runtime
 
@@ -28,6 +28,12 @@ def _delta_catalog(client: TestClient, warehouse: Path) -> None:
         json={"name": "dlake", "type": "delta", "properties": {"warehouse": str(warehouse)}},
     )
     assert got.status_code == 201, got.text
+
+
+def _tasks(client: TestClient) -> list[dict[str, Any]]:
+    got = client.get("/api/v1/tasks", params={"table": "sales.orders", "catalog": "dlake"})
+    assert got.status_code == 200, got.text
+    return list(got.json()["items"])
 
 
 def test_a_delta_catalog_needs_a_warehouse_that_is_there(
@@ -89,7 +95,9 @@ def test_register_poll_and_explain_a_delta_table(
     assert [e["commit"] for e in events] == ["5", "4", "3", "2"]
     assert [e["operation"] for e in events] == ["DELETE", "WRITE", "WRITE", "DELETE"]
     assert {e["source"] for e in events[:3]} == {"poll"}
-    assert {e["decision"] for e in events} == {"no-action"}
+    # the newest of each batch judged by the kinds that run on Delta tables, the rest
+    # superseded by it: register (2), the first poll (3), the second poll (4, 5)
+    assert [e["decision"] for e in events] == ["no-action", "superseded", "no-action", "no-action"]
     assert events[1]["summary"]["user-metadata"] == "backfill"
     assert events[1]["summary"]["metric.num_added_rows"] == "10"
     assert events[0]["summary"]["parent"] == "4"
@@ -97,10 +105,18 @@ def test_register_poll_and_explain_a_delta_table(
     with transaction(rt.engine) as session:
         row = session.scalars(select(ManagedTable).where(ManagedTable.catalog == "dlake")).one()
         assert row.format == "delta" and row.metadata_location == f"{5:020d}.json"
-        details = session.scalars(
-            select(TimelineEvent.decision_detail).where(TimelineEvent.table_id == row.id)
-        ).all()
-        assert all(d == {"reason": NO_KINDS_YET} for d in details)
+        details: dict[str, Any] = dict(
+            session.execute(
+                select(TimelineEvent.commit_id, TimelineEvent.decision_detail).where(
+                    TimelineEvent.table_id == row.id
+                )
+            ).all()
+        )
+    assert details["4"] == {"reason": f"evaluated together with newer event {events[0]['id']}"}
+    for judged in ("2", "3", "5"):
+        assert "no partition has min_input_files 5" in details[judged]["compaction"]["reason"]
+        assert details[judged]["zorder"]["decision"] == "disabled"
+        assert "does not run on Delta tables yet" in details[judged]["clustering"]["reason"]
 
     health = client.get(f"{TABLES}/sales/orders/delta")
     assert health.status_code == 200, health.text
@@ -129,3 +145,27 @@ def test_register_poll_and_explain_a_delta_table(
     assert hudi_view.status_code == 409 and "is not a Hudi table" in hudi_view.json()["detail"]
     refs = client.get(f"{TABLES}/sales/orders/refs")  # any Iceberg-only route: a 409
     assert refs.status_code == 409 and "holds Delta tables" in refs.json()["detail"], refs.text
+
+
+def test_a_polled_delta_version_opens_the_compaction_it_calls_for(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    """Small files land in one partition; the poll that sees the version judges it as the
+    worker's planner would and opens one compaction task saying why."""
+    warehouse = tmp_path / "wh"
+    path = warehouse / "sales" / "orders"
+    write_orders(path)
+    _delta_catalog(client, warehouse)
+    policy = {"compaction": {"min_small_files": 4, "min_input_files": 4}}
+    got = client.post(TABLES, json={"namespace": "sales", "name": "orders", "policy": policy})
+    assert got.status_code == 201, got.text
+    assert _tasks(client) == []
+    for i in range(4):
+        write_deltalake(str(path), rows(range(100 + i, 101 + i), "d9"), mode="append")
+    assert poll_once(rt) == 1
+    (listed,) = _tasks(client)
+    task = client.get(f"/api/v1/tasks/{listed['id']}").json()
+    assert task["kind"] == "compaction" and task["state"] == "pending"
+    assert task["trigger"]["source"] == "event" and task["trigger"]["commit"] == "6"
+    assert "small files" in task["trigger"]["reason"] and "d9" in task["trigger"]["reason"]
+    assert poll_once(rt) == 0  # nothing moved: no second task

@@ -1,4 +1,4 @@
-"""A Hudi table's completed instants become timeline events (lakewarden.events.hudi), on
+"""A Hudi table's completed instants become timeline events (lakewarden.events.path_tables), on
 a real Postgres, from real tables Spark's Hudi datasource wrote (`hudi_tables`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sqlalchemy import select
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
-from lakewarden.events.hudi import NO_KINDS_YET, sync_hudi_table
+from lakewarden.events.path_tables import UNJUDGED, sync_path_table
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.runtime import Runtime
 from lakewarden.tables import add_table
@@ -41,7 +41,7 @@ def _sync(rt: Runtime, table_id: int, timeline: HudiTimeline, **kw: object) -> l
     with transaction(rt.engine) as session:
         row = session.get(ManagedTable, table_id, with_for_update=True)
         assert row is not None
-        return sync_hudi_table(session, row, timeline, source="poll", **kw).new_event_ids  # type: ignore[arg-type]
+        return sync_path_table(session, row, timeline, source="poll", **kw).new_event_ids  # type: ignore[arg-type]
 
 
 def test_every_completed_instant_is_one_event_in_order(
@@ -61,7 +61,7 @@ def test_every_completed_instant_is_one_event_in_order(
     assert [e.summary["records-written"] for e in events] == ["300", "30", "30"]
     assert {e.operation for e in events} == {"deltacommit"}
     assert {e.decision for e in events} == {"no-action"}
-    assert events[-1].decision_detail == {"reason": NO_KINDS_YET}
+    assert events[-1].decision_detail == {"reason": UNJUDGED}
     assert events[-1].metadata_location == timeline.head_token()
     with transaction(rt.engine) as session:
         row = session.get(ManagedTable, table_id)

@@ -13,9 +13,8 @@ from lakewarden.catalogs.catalog import CatalogEntry, TableRef, find_table, load
 from lakewarden.catalogs.foreign import detect_table
 from lakewarden.db.models import ManagedTable
 from lakewarden.evaluate import evaluate_events
-from lakewarden.events.delta import sync_delta_table
-from lakewarden.events.hudi import sync_hudi_table
 from lakewarden.events.ingest import list_events
+from lakewarden.events.path_tables import sync_path_table
 from lakewarden.events.refresh import ingest_commits
 from lakewarden.formats.delta import catalog as delta_catalog
 from lakewarden.formats.delta.timeline import NotADeltaTable, UnsupportedProtocol
@@ -113,7 +112,7 @@ def _register_hudi_table(
     except UnsupportedTableVersion as exc:
         raise HTTPException(422, str(exc)) from exc
     row = _add_path_table(entry, ref, body, session, access, format="hudi")
-    ingested = sync_hudi_table(session, row, timeline, source="register", baseline=True)
+    ingested = sync_path_table(session, row, timeline, source="register", baseline=True)
     # The baseline is judged at once, as Iceberg's is: the table may already need work.
     evaluate_events(session, row, ingested.new_event_ids, f"register:{access.actor}", timeline)
     return table_out(session, row)
@@ -124,8 +123,8 @@ def _register_delta_table(
 ) -> TableOut:
     """A Delta table of a `delta` catalog, found by its path (404: no `_delta_log` with a
     commit there; 422: a reader version or feature lakewarden does not read). Its newest
-    version is the baseline event; no maintenance kind plans it yet, so its policy is
-    stored as given (and validated) for when they do."""
+    version is the baseline event, judged at once by the kinds that run on Delta tables
+    (compaction, Z-order)."""
     try:
         timeline = delta_catalog.open_timeline(entry, ref)
         timeline.open_table()  # the protocol: refused here, not at the first health read
@@ -134,7 +133,8 @@ def _register_delta_table(
     except UnsupportedProtocol as exc:
         raise HTTPException(422, str(exc)) from exc
     row = _add_path_table(entry, ref, body, session, access, format="delta")
-    sync_delta_table(session, row, timeline, source="register", baseline=True)
+    ingested = sync_path_table(session, row, timeline, source="register", baseline=True)
+    evaluate_events(session, row, ingested.new_event_ids, f"register:{access.actor}", timeline)
     return table_out(session, row)
 
 

@@ -1,0 +1,68 @@
+"""Ingest a path table's commits as timeline events, through `events.commit_log`: one event
+per (table, commit), from a cursor; the newest of a batch is judged by the kinds that run on
+the table's format (`lakewarden.evaluate`, `kinds.formats`), the older ones superseded.
+
+- A Hudi table (issue 28): each completed instant. Its event keeps the instant's requested
+  time in `commit_id`, the previous completed instant as its parent, the completion time
+  as `sequence_number` (the order instants landed in) and the instant's action as
+  `operation`; the row's `metadata_location` is the newest completed instant's file name.
+- A Delta table (issue 29): each log version. Its event keeps the version as text in
+  `commit_id` and as its `sequence_number`, the previous version as its parent, the
+  commit's `operation` (WRITE, MERGE, OPTIMIZE, ...) and a summary of its files added and
+  removed, its operationMetrics and userMetadata (`formats.delta.timeline.summarize`); the
+  row's `metadata_location` is the newest commit file's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
+from lakewarden.db.models import ManagedTable
+from lakewarden.evaluate import evaluate_events
+from lakewarden.events.commit_log import PAGE, CommitLog, Ingested, refresh_from_log, sync_table
+from lakewarden.formats.delta import catalog as delta_catalog
+from lakewarden.formats.hudi import catalog as hudi_catalog
+from lakewarden.runtime import Runtime
+
+# The decision an event is inserted with; the newest of its batch is then judged.
+UNJUDGED = "a commit, recorded; not judged by any kind (not the newest of its batch)"
+
+# Each path catalog type's (`states.PATH_CATALOGS`) log of one table.
+LOGS: dict[str, Callable[[CatalogEntry, TableRef], CommitLog]] = {
+    "hudi": hudi_catalog.open_timeline,
+    "delta": delta_catalog.open_timeline,
+}
+
+
+def sync_path_table(
+    session: Session,
+    row: ManagedTable,
+    log: CommitLog,
+    *,
+    source: str,
+    baseline: bool = False,
+    page: int = PAGE,
+) -> Ingested:
+    """Record every commit after the table's cursor (`commit_log.sync_table`)."""
+    return sync_table(
+        session, row, log, source=source, reason=UNJUDGED, baseline=baseline, page=page
+    )
+
+
+def refresh_path_table(rt: Runtime, entry: CatalogEntry, ref: TableRef, known: str | None) -> int:
+    """A poll of one managed table of a path catalog (`commit_log.refresh_from_log`), its
+    new commits judged."""
+    return refresh_from_log(
+        rt, entry, ref, known, LOGS[entry.type], reason=UNJUDGED, judge=_judge(rt)
+    )
+
+
+def _judge(rt: Runtime) -> Callable[[Session, ManagedTable, list[int], Any], None]:
+    def judge(session: Session, row: ManagedTable, event_ids: list[int], log: Any) -> None:
+        evaluate_events(session, row, event_ids, f"poll:{rt.process_id}", timeline=log)
+
+    return judge
