@@ -194,6 +194,8 @@ class Context:
     rt: Runtime
     work_dir: Path
     _spark: SparkSession | None = None
+    # What several figures measure alike, kept for the next (`benchmarks.cluster.local_rounds`)
+    shared: dict[str, Any] = field(default_factory=dict)
 
     @property
     def repeats(self) -> int:
