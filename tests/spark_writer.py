@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,9 @@ HUDI_OPTIONS = {
     "hoodie.clean.automatic": "false",
 }
 RESULT, ERROR = "RESULT ", "ERROR "
+# A writer no test has asked anything for this long exits (IDLE_EXIT), its JVM's memory
+# freed for the rest of the run; the next request starts it again.
+IDLE_S, IDLE_EXIT = 180.0, 3
 
 
 def write_hudi(spark: Any, step: dict[str, Any]) -> None:
@@ -103,7 +107,12 @@ def main(family: str) -> None:
             f"{family}-writer",
             family=family,
         )
-        for line in sys.stdin:
+        # One request at a time (the parent waits for each answer): nothing is left in
+        # stdin's buffer when select looks.
+        while select.select([sys.stdin], [], [], IDLE_S)[0]:
+            line = sys.stdin.readline()
+            if not line:
+                break
             try:
                 results = [run_step(spark, step) for step in json.loads(line)]
                 # a Hudi write answers nothing: the results are the other steps'
@@ -111,6 +120,9 @@ def main(family: str) -> None:
             except Exception:
                 answer = ERROR + json.dumps(traceback.format_exc())
             print(answer, flush=True)
+        else:
+            spark.stop()
+            sys.exit(IDLE_EXIT)
         spark.stop()
 
 
@@ -124,14 +136,9 @@ class SparkWriters:
     def run(self, family: str, steps: list[dict[str, Any]], timeout: float = 600) -> list[Any]:
         """Each step's result, run by the family's process. A failure's message leads with
         the exceptions' lines, not the stack's tail."""
-        proc, answers = self.procs.get(family) or self._start(family)
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(steps) + "\n")
-        proc.stdin.flush()
-        try:
-            line = answers.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"the {family} writer did not answer in {timeout:.0f} s") from None
+        line = self._ask(family, steps, timeout)
+        if not line and self.procs[family][0].wait(60) == IDLE_EXIT:  # it left as we asked
+            line = self._ask(family, steps, timeout)
         if line.startswith(RESULT):
             results: list[Any] = json.loads(line[len(RESULT) :])
             return results
@@ -143,11 +150,28 @@ class SparkWriters:
         causes = [ln for ln in lines if ("Exception" in ln or "Error" in ln) and "\tat " not in ln]
         raise AssertionError("\n".join([*causes[:12], "...", *lines[-15:]]))
 
+    def _ask(self, family: str, steps: list[dict[str, Any]], timeout: float) -> str:
+        """Send `steps` to the family's process (started anew if it is not running); its
+        answer, or "" if it exited."""
+        proc, answers = self.procs.get(family) or self._start(family)
+        if proc.poll() is not None:  # idle for IDLE_S, it exited
+            proc, answers = self._start(family)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps(steps) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            return ""
+        try:
+            return answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the {family} writer did not answer in {timeout:.0f} s") from None
+
     def _start(self, family: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
         tests = Path(__file__).parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
         self.logs.mkdir(parents=True, exist_ok=True)
-        with open(self.logs / f"{family}-writer.log", "w") as log:  # Spark's and py4j's lines
+        with open(self.logs / f"{family}-writer.log", "a") as log:  # Spark's and py4j's lines
             proc = subprocess.Popen(
                 [sys.executable, "-m", "spark_writer", family],
                 cwd=tests,
