@@ -148,7 +148,7 @@ class Sizes:
 
 SMOKE = Sizes(
     name="smoke",
-    repeats=2,
+    repeats=1,  # checks every figure's path once (B6 and B13 start a JVM per repeat)
     appends=2,
     files_per_append=5,
     rows_per_file=2_000,
