@@ -183,6 +183,10 @@ def b5(ctx: Context) -> Figure:
             poll += p
             p99s.append(_quantile(t, 0.99))
             ratios.append(statistics.median(p) / statistics.median(t))
+        # Its tables' last open tasks are no other figure's to run: B12's scheduler ran one
+        # before its own warm-up job, B14's worker planned them with its own.
+        with ctx.rt.engine.begin() as conn:
+            conn.execute(text("DELETE FROM managed_tables WHERE namespace = 'bench_b5'"))
         fig.ratio = Stat.of(p99s)
         fig.ratio_label = "trigger-path p99 commit -> task latency, seconds (per repeat)"
         fig.goal_met = fig.ratio.median <= 1.0

@@ -148,7 +148,7 @@ class Sizes:
 
 SMOKE = Sizes(
     name="smoke",
-    repeats=2,
+    repeats=1,  # checks every figure's path once (B6 and B13 start a JVM per repeat)
     appends=2,
     files_per_append=5,
     rows_per_file=2_000,
@@ -194,6 +194,8 @@ class Context:
     rt: Runtime
     work_dir: Path
     _spark: SparkSession | None = None
+    # What several figures measure alike, kept for the next (`benchmarks.cluster.local_rounds`)
+    shared: dict[str, Any] = field(default_factory=dict)
 
     @property
     def repeats(self) -> int:

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.cluster import KINDS, NAMESPACE, _clear, _mode
+from benchmarks.cluster import KINDS, NAMESPACE, _clear, _mode, local_rounds
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.runtime import Runtime
 from lakewarden.spark.local_hdfs import start_hdfs
@@ -54,7 +54,7 @@ def b19(ctx: Context) -> Figure:
         rt = ctx.rt
         rounds = 2 if ctx.sizes.name == "smoke" else ctx.repeats + 1
         _clear(rt)
-        local = _mode(rt, ctx, "disk", "local[2]", None, rounds)
+        local = local_rounds(ctx, rounds)  # the disk: B14's local[2] rounds
         mode = f"hdfs{uuid.uuid4().hex[:6]}"  # fresh names: no table of an earlier HDFS
         started = time.perf_counter()
         with start_hdfs(ctx.work_dir / "b19-hdfs", rt.settings) as hdfs:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from benchmarks.cluster import _clear, _mode, _report
+from benchmarks.cluster import _clear, _mode, _report, local_rounds
 from benchmarks.harness import Context, Figure, measuring
 from lakewarden.spark.local_cluster import spark_home
 from lakewarden.spark.local_yarn import start_yarn
@@ -38,7 +38,7 @@ def b21(ctx: Context) -> Figure:
         rt = ctx.rt
         rounds = 2 if ctx.sizes.name == "smoke" else ctx.repeats + 1
         _clear(rt)
-        local = _mode(rt, ctx, "local", "local[2]", None, rounds)
+        local = local_rounds(ctx, rounds)
         started = time.perf_counter()
         with start_yarn(ctx.work_dir / "b21-yarn", rt.settings) as cluster:
             start_s = time.perf_counter() - started

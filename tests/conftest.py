@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
     from pyspark.sql import SparkSession
+    from spark_writer import SparkWriters
 
     from benchmarks.s3_server import S3Server
     from lakewarden.spark.local_cluster import LocalCluster
@@ -44,7 +45,7 @@ TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
 # Session fixtures that start a server process (a JVM): their tests are slow.
-SERVER_FIXTURES = {"hive_metastore", "trino", "hudi_tables", "yarn"}
+SERVER_FIXTURES = {"hive_metastore", "trino", "hudi_tables", "spark_writers", "yarn"}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -488,7 +489,19 @@ def trino(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield server
 
 
-# --- Real Hudi tables, written by Spark's Hudi datasource (tests/hudi_writer.py) ----------
+# --- Real Hudi and Delta tables, written by Spark (tests/spark_writer.py) ------------------
+
+
+@pytest.fixture(scope="session")
+def spark_writers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkWriters]:
+    """A Spark writer process per format family (Hudi's, Delta's), each started at its first
+    use and serving the whole run: a family's session is a JVM of its own (~30-60 s to start
+    on 2 shared cores), started once, not once per fixture or test."""
+    from spark_writer import SparkWriters
+
+    writers = SparkWriters(tmp_path_factory.mktemp("spark-writers"))
+    yield writers
+    writers.close()
 
 
 @dataclass(frozen=True)
@@ -521,11 +534,10 @@ def _rows_after(steps: list[dict[str, Any]], path: str) -> dict[int, int]:
 
 
 @pytest.fixture(scope="session")
-def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
-    """The two tables, written once per run by a Hudi-family Spark session in a process of
-    its own (~1 min on 2 shared cores)."""
-    from hudi_writer import run as run_hudi_writer
-
+def hudi_tables(
+    tmp_path_factory: pytest.TempPathFactory, spark_writers: SparkWriters
+) -> HudiTables:
+    """The three tables, written once per run by the Hudi-family writer (`spark_writers`)."""
     where = tmp_path_factory.mktemp("hudi") / "lake"  # a hudi catalog's <warehouse>/<ns>
     where.mkdir()
     mor, cow = (where / "mor").as_uri(), (where / "cow").as_uri()
@@ -547,7 +559,7 @@ def hudi_tables(tmp_path_factory: pytest.TempPathFactory) -> HudiTables:
         {"path": cow, "type": "COPY_ON_WRITE", "op": "upsert", "ids": [0, 10], "value": 1},
         {"path": cow, "type": "COPY_ON_WRITE", "op": "delete", "ids": [90, 100], "value": 2},
     ]
-    calls = run_hudi_writer(steps, where)
+    calls = spark_writers.run("hudi", steps)
     return HudiTables(
         mor=str(where / "mor"),
         cow=str(where / "cow"),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from delta_tables import rows
-from delta_writer import run
 from deltalake import write_deltalake
+from spark_writer import SparkWriters
 
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.facts import read_facts
@@ -21,13 +21,14 @@ MiB = 1 << 20
 
 @pytest.mark.spark
 def test_deletion_vectors_and_a_marked_optimize_in_a_delta_family_session(
-    tmp_path: Path,
+    spark_writers: SparkWriters, tmp_path: Path
 ) -> None:
     dv, small = tmp_path / "dv", tmp_path / "small"
     for i in range(3):  # three small files in one partition, for OPTIMIZE to merge
         write_deltalake(str(small), rows(range(10 * i, 10 * i + 10), "d1"), mode="append")
     mark = json.dumps({"lakewarden.task-id": "43", "lakewarden.attempt": "1"})
-    run(
+    spark_writers.run(
+        "delta",
         [
             {
                 "sql": f"CREATE TABLE delta.`{dv}` (id BIGINT, day STRING) USING delta "
@@ -40,7 +41,6 @@ def test_deletion_vectors_and_a_marked_optimize_in_a_delta_family_session(
             {"sql": f"DELETE FROM delta.`{dv}` WHERE id % 10 = 0"},
             {"sql": f"OPTIMIZE delta.`{small}`", "user_metadata": mark},
         ],
-        tmp_path,
     )
     timeline = DeltaTimeline(str(dv))
     delete = timeline.since("1", 10).commits[0]

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from conftest import HudiTables
-from hudi_writer import run as run_hudi_writer
+from spark_writer import SparkWriters
 
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -17,13 +17,14 @@ from lakewarden.formats.hudi.validation import digest
 
 
 def test_compaction_merges_log_files_and_keeps_every_row(
-    hudi_tables: HudiTables, tmp_path: Path
+    hudi_tables: HudiTables, spark_writers: SparkWriters, tmp_path: Path
 ) -> None:
     fresh, foreign = tmp_path / "fresh", tmp_path / "foreign"
     shutil.copytree(hudi_tables.mor, foreign)  # its compaction was planned by the fixture
     foreign_plan = HudiTimeline(str(foreign)).pending()
     part = {"path": fresh.as_uri(), "type": "MERGE_ON_READ", "partitioned": True}
-    runs = run_hudi_writer(
+    runs = spark_writers.run(
+        "hudi",
         [
             {**part, "op": "insert", "ids": [0, 200], "value": 0},
             {**part, "op": "upsert", "ids": [0, 50], "value": 1},
@@ -31,7 +32,6 @@ def test_compaction_merges_log_files_and_keeps_every_row(
             {"path": str(fresh), "compact": True},
             {"path": str(foreign), "compact": True},
         ],
-        tmp_path,
     )
     ours, theirs = runs
     timeline = HudiTimeline(str(fresh))

@@ -1,0 +1,213 @@
+"""Write real Hudi and Delta tables with Spark, in a format family's session of its own
+process (`python -m spark_writer <family>`): a test's Iceberg session holds this process's
+only SparkContext, and a family is a JVM of its own (lakewarden.spark.session). One process
+per family serves the whole test session (`SparkWriters`, conftest's `spark_writers`): its
+JVM starts once, not once per fixture or test.
+
+The process reads one JSON list of steps per line on stdin and answers one line on stdout:
+`RESULT <json>`, each step's result, or `ERROR <traceback>`.
+
+Hudi steps: {"path", "type": "MERGE_ON_READ"|"COPY_ON_WRITE", "op": "insert"|"upsert"|
+"delete", "ids": [from, to], "value": n, "partitioned": bool} writes rows `id` in [from,
+to) with `v = id * 10 + value` (region `r<id % 3>` when partitioned); {"path", "call":
+"<procedure args>"} runs `CALL <procedure>` (run_compaction, ...) and gives its rows;
+{"path", "compact": true} runs lakewarden's compaction (lakewarden.formats.hudi.jobs.compact)
+and gives what it did. The answer holds each step's result but a Hudi write's (none).
+
+SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?} gives
+the statement's rows; a step with user_metadata runs in a new session of its own with
+`spark.databricks.delta.commitInfo.userMetadata` set (as a lakewarden job marks its commits).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from lakewarden.formats.hudi.jobs import compact
+from lakewarden.settings import Settings
+from lakewarden.spark.session import build_session
+
+# Small and quick: two shuffle partitions, no metadata table (hudi-rs lists the files),
+# no embedded timeline server; services only when a step calls them.
+HUDI_OPTIONS = {
+    "hoodie.datasource.write.recordkey.field": "id",
+    "hoodie.datasource.write.precombine.field": "ts",
+    "hoodie.metadata.enable": "false",
+    "hoodie.embed.timeline.server": "false",
+    "hoodie.insert.shuffle.parallelism": "2",
+    "hoodie.upsert.shuffle.parallelism": "2",
+    "hoodie.delete.shuffle.parallelism": "2",
+    "hoodie.bulkinsert.shuffle.parallelism": "2",
+    "hoodie.compact.inline": "false",
+    "hoodie.clean.automatic": "false",
+}
+RESULT, ERROR = "RESULT ", "ERROR "
+# A writer no test has asked anything for this long exits (IDLE_EXIT), its JVM's memory
+# freed for the rest of the run; the next request starts it again.
+IDLE_S, IDLE_EXIT = 180.0, 3
+
+
+def write_hudi(spark: Any, step: dict[str, Any]) -> None:
+    start, end = step["ids"]
+    df = spark.range(start, end, 1, 2).selectExpr(
+        "id",
+        "CONCAT('r', CAST(id % 3 AS STRING)) AS region",
+        f"id * 10 + {int(step.get('value', 0))} AS v",
+        f"CAST({int(step.get('value', 0))} AS BIGINT) AS ts",
+    )
+    options = {
+        **HUDI_OPTIONS,
+        "hoodie.table.name": step["path"].rstrip("/").rsplit("/", 1)[-1],
+        "hoodie.datasource.write.table.type": step["type"],
+        "hoodie.datasource.write.operation": step["op"],
+        "hoodie.datasource.write.partitionpath.field": (
+            "region" if step.get("partitioned") else ""
+        ),
+        **step.get("options", {}),
+    }
+    if not step.get("partitioned"):
+        options["hoodie.datasource.write.keygenerator.class"] = (
+            "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
+        )
+    df.write.format("hudi").options(**options).mode("append").save(step["path"])
+
+
+def run_step(spark: Any, step: dict[str, Any]) -> Any:
+    if "sql" in step:
+        session = spark
+        if "user_metadata" in step:
+            session = spark.newSession()
+            session.conf.set(
+                "spark.databricks.delta.commitInfo.userMetadata", step["user_metadata"]
+            )
+        return [r.asDict(recursive=True) for r in session.sql(step["sql"]).collect()]
+    if "call" in step:
+        return [r.asDict() for r in spark.sql(f"CALL {step['call']}").collect()]
+    if step.get("compact"):
+        return vars(compact(spark, step["path"]))
+    write_hudi(spark, step)
+    return None
+
+
+def main(family: str) -> None:
+    with tempfile.TemporaryDirectory() as data_dir:
+        spark = build_session(
+            Settings(data_dir=Path(data_dir)),
+            f"postgresql://{family}@127.0.0.1:1/none",
+            f"{family}-writer",
+            family=family,
+        )
+        # One request at a time (the parent waits for each answer): nothing is left in
+        # stdin's buffer when select looks.
+        while select.select([sys.stdin], [], [], IDLE_S)[0]:
+            line = sys.stdin.readline()
+            if not line:
+                break
+            try:
+                results = [run_step(spark, step) for step in json.loads(line)]
+                # a Hudi write answers nothing: the results are the other steps'
+                answer = RESULT + json.dumps([r for r in results if r is not None], default=str)
+            except Exception:
+                answer = ERROR + json.dumps(traceback.format_exc())
+            print(answer, flush=True)
+        else:
+            spark.stop()
+            sys.exit(IDLE_EXIT)
+        spark.stop()
+
+
+class SparkWriters:
+    """One writer process per family, started at its first use, stopped by `close`."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: dict[str, tuple[subprocess.Popen[str], queue.Queue[str]]] = {}
+
+    def run(self, family: str, steps: list[dict[str, Any]], timeout: float = 600) -> list[Any]:
+        """Each step's result, run by the family's process. A failure's message leads with
+        the exceptions' lines, not the stack's tail."""
+        line = self._ask(family, steps, timeout)
+        if not line and self.procs[family][0].wait(60) == IDLE_EXIT:  # it left as we asked
+            line = self._ask(family, steps, timeout)
+        if line.startswith(RESULT):
+            results: list[Any] = json.loads(line[len(RESULT) :])
+            return results
+        if line.startswith(ERROR):
+            lines = json.loads(line[len(ERROR) :]).splitlines()
+        else:  # it exited: its log says why
+            self.procs.pop(family, None)
+            lines = (self.logs / f"{family}-writer.log").read_text(errors="replace").splitlines()
+        causes = [ln for ln in lines if ("Exception" in ln or "Error" in ln) and "\tat " not in ln]
+        raise AssertionError("\n".join([*causes[:12], "...", *lines[-15:]]))
+
+    def _ask(self, family: str, steps: list[dict[str, Any]], timeout: float) -> str:
+        """Send `steps` to the family's process (started anew if it is not running); its
+        answer, or "" if it exited."""
+        proc, answers = self.procs.get(family) or self._start(family)
+        if proc.poll() is not None:  # idle for IDLE_S, it exited
+            proc, answers = self._start(family)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps(steps) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            return ""
+        try:
+            return answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the {family} writer did not answer in {timeout:.0f} s") from None
+
+    def _start(self, family: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+        tests = Path(__file__).parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{family}-writer.log", "a") as log:  # Spark's and py4j's lines
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "spark_writer", family],
+                cwd=tests,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=_answers, args=(proc, answers), daemon=True).start()
+        self.procs[family] = (proc, answers)
+        return proc, answers
+
+    def close(self) -> None:
+        for proc, _ in self.procs.values():
+            if proc.stdin is not None:
+                proc.stdin.close()  # the process stops its session and exits
+        for proc, _ in self.procs.values():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
+def _answers(proc: subprocess.Popen[str], answers: queue.Queue[str]) -> None:
+    """The process's answers, in order (its other lines on stdout are not), then "" when it
+    exits."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith((RESULT, ERROR)):
+            answers.put(line.rstrip("\n"))
+    answers.put("")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
