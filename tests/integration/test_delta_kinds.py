@@ -154,6 +154,18 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     }
     got = client.post(TABLES, json={"namespace": "lake", "name": "events", "policy": policy})
     assert got.status_code == 201, got.text
+    # The baseline version is judged at registration: d1's small files call for compaction,
+    # its overlapping files for Z-order; each task says why. Cancelled here: the steps
+    # below ask for each kind in turn.
+    opened = client.get("/api/v1/tasks", params={"table": "lake.events", "catalog": "dlake"})
+    assert opened.status_code == 200, opened.text
+    by_kind = {t["kind"]: t["id"] for t in opened.json()["items"]}
+    assert set(by_kind) == {"compaction", "zorder"}, by_kind
+    for kind, opened_id in by_kind.items():
+        task = client.get(f"/api/v1/tasks/{opened_id}").json()
+        assert task["trigger"]["source"] == "event" and task["trigger"]["commit"] == "5"
+        assert "d1" in task["trigger"]["reason"], (kind, task["trigger"])
+        assert client.post(f"/api/v1/tasks/{opened_id}/cancel").status_code == 200
 
     # A rerun never commits twice: a commit of the task in the log (as an earlier attempt
     # leaves it; here one delta-rs wrote, marked so) is the run's outcome, and its
