@@ -33,7 +33,10 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("managed_tables", "format"): TableFormatName,
 }
 # CHECKs that are no vocabulary: exactly one of a timeline event's two commit ids is set.
-OTHER_CHECKS = {("timeline_events", "ck_timeline_events_one_commit_id")}
+OTHER_CHECKS = {
+    ("timeline_events", "ck_timeline_events_one_commit_id"),
+    ("partition_readiness", "ck_partition_readiness_one_last_commit"),
+}
 VALUES = {column: {s.value for s in enum} for column, enum in COLUMNS.items()}
 
 
