@@ -17,6 +17,9 @@ of the catalog's Hadoop configuration for Iceberg-Java in Spark, and of hdfs-nat
 from __future__ import annotations
 
 import functools
+import io
+import logging
+import time
 import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
@@ -25,12 +28,19 @@ from pyarrow.fs import FileSystem, FSSpecHandler, PyFileSystem
 from pyiceberg.io import PY_IO_IMPL, WAREHOUSE
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
+log = logging.getLogger(__name__)
+
 SCHEMES = ("hdfs", "viewfs")
 FILE_IO = f"{__name__}.HdfsFileIO"
 HADOOP_PREFIX = "hadoop."
 # Registration asks the NameNode once: the client's default fails over 15 times with a
 # backoff of up to 15 s, minutes before a down NameNode is reported.
 PROBE_CONFIG = {"dfs.client.failover.max.attempts": "0"}
+# A block read every DataNode failed (hdfs-native's DataTransferError, e.g. a DataNode too
+# busy to answer in time) is tried again from where it started, as Java's DFSClient does
+# (dfs.client.max.block.acquire.failures, 3); hdfs-native gives up at once.
+READ_TRIES = 3
+READ_RETRY_S = 0.5
 
 
 class NameNodeUnreachable(RuntimeError):
@@ -75,12 +85,42 @@ def _fsspec_class(scheme: str) -> Any:
 
         cachable = False
 
+        def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+            opened = super()._open(path, mode, **kwargs)
+            if mode == "rb" and not isinstance(opened, io.BufferedReader):
+                retrying_reads(opened)  # (a buffered one, for a block size asked for: as is)
+            return opened
+
         def _convert_file_status(self, file_status: Any) -> dict[str, Any]:
             info: dict[str, Any] = super()._convert_file_status(file_status)
             info["mtime"] = datetime.fromtimestamp(file_status.modification_time / 1000, UTC)
             return info
 
     return Uncached
+
+
+def retrying_reads(reader: Any, tries: int = READ_TRIES, pause_s: float = READ_RETRY_S) -> Any:
+    """`reader` (an hdfs-native file) whose `read` is tried again from its starting offset
+    when every DataNode failed the transfer; any other error, or the last try's, is
+    raised."""
+    read = reader.read
+
+    def read_again(size: int = -1) -> bytes:
+        start = reader.tell()
+        for tries_left in reversed(range(tries)):
+            try:
+                data: bytes = read(size)
+                return data
+            except RuntimeError as exc:
+                if tries_left == 0 or "DataTransferError" not in str(exc):
+                    raise
+                log.warning("HDFS read failed, trying again: %s", str(exc)[:200])
+                time.sleep(pause_s)
+                reader.seek(start)
+        raise AssertionError("unreachable")
+
+    reader.read = read_again
+    return reader
 
 
 def filesystem(scheme: str, netloc: str, config: dict[str, str]) -> FileSystem:

@@ -66,3 +66,43 @@ def test_a_fork_after_a_client_was_dropped_does_not_hang() -> None:
         [sys.executable, "-c", script], cwd=ROOT, timeout=30, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+class _FlakyReader:
+    """An hdfs-native reader whose first reads fail as every DataNode failing does."""
+
+    def __init__(self, data: bytes, failures: int, error: str = "DataTransferError(...)"):
+        self.data, self.pos, self.failures, self.error = data, 0, failures, error
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int) -> None:
+        self.pos = offset
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self.data) if size < 0 else self.pos + size
+        if self.failures:
+            self.failures -= 1
+            self.pos += 1  # a failed transfer may have moved the position
+            raise RuntimeError(f'{self.error}: "All DataNodes failed"')
+        out, self.pos = self.data[self.pos : end], min(end, len(self.data))
+        return out
+
+
+def test_a_read_every_datanode_failed_is_tried_again_from_where_it_started() -> None:
+    from lakewarden.hdfs import retrying_reads
+
+    reader = retrying_reads(_FlakyReader(b"abcdef", failures=2), pause_s=0)
+    assert reader.read(3) == b"abc" and reader.read() == b"def"
+
+
+def test_a_read_that_keeps_failing_or_fails_otherwise_is_raised() -> None:
+    import pytest
+
+    from lakewarden.hdfs import retrying_reads
+
+    with pytest.raises(RuntimeError, match="All DataNodes failed"):
+        retrying_reads(_FlakyReader(b"abc", failures=3), pause_s=0).read()
+    with pytest.raises(RuntimeError, match="FileNotFound"):
+        retrying_reads(_FlakyReader(b"abc", failures=1, error="FileNotFound"), pause_s=0).read()
