@@ -27,11 +27,10 @@ from lakewarden.formats.base import Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import Unreadable, digest
-from lakewarden.jobs.execute import Job, policy_check, record_app_id
+from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
 from lakewarden.leader import Fence
-from lakewarden.outcomes import PlanRejected, PolicyChanged, RewriteMismatch
+from lakewarden.outcomes import PlanRejected, RewriteMismatch
 from lakewarden.runtime import Runtime
-from lakewarden.states import TaskState
 from lakewarden.tasks.runs import finish_run
 
 if TYPE_CHECKING:
@@ -166,17 +165,8 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
                     "delta-rs",
                     metrics,
                 )
-    except (RewriteMismatch, PlanRejected) as exc:
-        failed = exc.metrics if isinstance(exc, RewriteMismatch) else metrics or None
-        return finish_run(
-            rt, fence(), job.task_id, job.attempt, metrics=failed, error=exc, retryable=False
-        )
-    except PolicyChanged as exc:
-        to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
-        return finish_run(rt, fence(), job.task_id, job.attempt, moved_to=(to, str(exc)))
     except Exception as exc:
-        log.exception("task %d attempt %d failed", job.task_id, job.attempt)
-        return finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics or None, error=exc)
+        return finish_raised(rt, fence(), job, exc, metrics)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
     log.info("task %d: %s %s", job.task_id, state, metrics)
     return state

@@ -30,12 +30,11 @@ from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.jobs import run_compaction, schedule_compaction
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.formats.hudi.validation import Digest, digest
-from lakewarden.jobs.execute import Job, policy_check, record_app_id
+from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
 from lakewarden.kinds import hudi_compaction
 from lakewarden.leader import Fence
-from lakewarden.outcomes import PolicyChanged, RewriteMismatch
+from lakewarden.outcomes import RewriteMismatch
 from lakewarden.runtime import Runtime
-from lakewarden.states import TaskState
 from lakewarden.tasks.runs import finish_run
 
 if TYPE_CHECKING:
@@ -135,16 +134,8 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
                 )
         else:
             metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
-    except RewriteMismatch as exc:
-        return finish_run(
-            rt, fence(), job.task_id, job.attempt, metrics=exc.metrics, error=exc, retryable=False
-        )
-    except PolicyChanged as exc:
-        to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
-        return finish_run(rt, fence(), job.task_id, job.attempt, moved_to=(to, str(exc)))
     except Exception as exc:
-        log.exception("task %d attempt %d failed", job.task_id, job.attempt)
-        return finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics or None, error=exc)
+        return finish_raised(rt, fence(), job, exc, metrics)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
     log.info("task %d: %s %s", job.task_id, state, metrics)
     return state
