@@ -8,7 +8,10 @@ NoSuchNamespaceException / NoSuchTableException, 409 AlreadyExistsException /
 NamespaceNotEmptyException / CommitFailedException, 400 BadRequestException.
 
 `GET /test/requests` answers how many requests the catalog has served (that route's own
-not counted): benchmarks count a poller's catalog requests there.
+not counted), and how many of them were table loads answered 304: benchmarks count a poller's catalog requests there.
+
+Table loads carry an `ETag` (of the metadata pointer) and answer `If-None-Match` with a 304,
+as catalogs keeping ETags do (off with `etags=False`).
 
 Not served: views, staged creates (`stage-create`), multi-table transactions, register,
 credentials vending, scan planning, paging (every list is one page), authentication (any
@@ -20,7 +23,7 @@ stored by SqlCatalog as `a.b`, so a namespace part may not contain a dot.
 
 or on its own, until interrupted (prints the URI):
 
-    .venv/bin/python tests/rest_catalog.py SQL_URI WAREHOUSE_URI
+    .venv/bin/python tests/rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags]
 
 Spark's Iceberg runtime from the offline assembly lacks the (relocated) Apache HttpClient 5
 its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a session.
@@ -28,6 +31,7 @@ its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -47,6 +51,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
+from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -120,6 +125,22 @@ def _table_result(table: Table) -> dict[str, Any]:
     }
 
 
+def _pointer(catalog: SqlCatalog, namespace: tuple[str, ...], table: str) -> str | None:
+    """The table's metadata pointer from SqlCatalog's own table (None: no such table)."""
+    with catalog.engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = :c "
+                "AND table_namespace = :ns AND table_name = :t"
+            ),
+            {"c": catalog.name, "ns": ".".join(namespace), "t": table},
+        ).scalar()
+
+
+def _etag(pointer: str) -> str:
+    return f'"{hashlib.sha256(pointer.encode()).hexdigest()[:32]}"'
+
+
 class RequestCounter:
     """ASGI middleware counting the HTTP requests served, but for `COUNTER_PATH`'s own (it
     runs on the event loop's one thread: a plain int is safe)."""
@@ -134,18 +155,19 @@ class RequestCounter:
         await self.app(scope, receive, send)
 
 
-def create_app(catalog: SqlCatalog) -> FastAPI:
+def create_app(catalog: SqlCatalog, etags: bool = True) -> FastAPI:
     """The REST routes over `catalog`. Handlers are plain `def`s: FastAPI runs them in its
     thread pool, and SqlCatalog's commit is an optimistic compare-and-swap on the metadata
     pointer, so concurrent commits to one table end in one success and 409s."""
     app = FastAPI(title="test Iceberg REST catalog")
     table_path = "/v1/namespaces/{namespace}/tables/{table}"
-    counts = {"requests": 0}
+    counts = {"requests": 0, "not_modified": 0}
+    counted = threading.Lock()  # handlers run in a thread pool
     app.add_middleware(RequestCounter, counts=counts)
 
     @app.get(COUNTER_PATH)
     def requests_served() -> dict[str, int]:
-        return {"requests": counts["requests"]}
+        return dict(counts)
 
     for kind, status, name in _ERRORS:
 
@@ -240,8 +262,19 @@ def create_app(catalog: SqlCatalog) -> FastAPI:
         return _table_result(table)
 
     @app.get(table_path)
-    def load_table(namespace: str, table: str) -> dict[str, Any]:
-        return _table_result(load(namespace, table))
+    def load_table(namespace: str, table: str, request: Request) -> Response:
+        # Conditional loads, as the spec has them: the ETag names the metadata pointer, and
+        # a client sending it back in If-None-Match gets a 304 read from the database
+        # alone (no metadata file read). Serving none: `serve_rest_catalog(etags=False)`.
+        if etags and (asked := request.headers.get("if-none-match")):
+            pointer = _pointer(catalog, _ns(namespace), table)
+            if pointer is not None and asked == _etag(pointer):
+                with counted:
+                    counts["not_modified"] += 1
+                return Response(status_code=304, headers={"ETag": asked})
+        found = load(namespace, table)
+        headers = {"ETag": _etag(found.metadata_location)} if etags else {}
+        return JSONResponse(_table_result(found), headers=headers)
 
     @app.head(table_path, status_code=204)
     def table_exists(namespace: str, table: str) -> Response:
@@ -285,9 +318,12 @@ def create_app(catalog: SqlCatalog) -> FastAPI:
 
 
 @contextmanager
-def serve_rest_catalog(sql_uri: str, warehouse: str, name: str = "rest") -> Iterator[str]:
+def serve_rest_catalog(
+    sql_uri: str, warehouse: str, name: str = "rest", etags: bool = True
+) -> Iterator[str]:
     """Serve a REST catalog over `SqlCatalog(name, uri=sql_uri, warehouse=warehouse)` on a
-    free loopback port, in a thread of this process; yields its base URI."""
+    free loopback port, in a thread of this process; yields its base URI. `etags`: answer
+    conditional loads (as catalogs that keep ETags do), or never (as those that do not)."""
     import uvicorn
 
     catalog = SqlCatalog(name, uri=sql_uri, warehouse=warehouse)
@@ -295,7 +331,7 @@ def serve_rest_catalog(sql_uri: str, warehouse: str, name: str = "rest") -> Iter
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(catalog), log_level="warning", lifespan="off")
+    config = uvicorn.Config(create_app(catalog, etags), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="rest-catalog", daemon=True
@@ -317,9 +353,10 @@ def serve_rest_catalog(sql_uri: str, warehouse: str, name: str = "rest") -> Iter
 if __name__ == "__main__":
     import sys
 
-    if len(sys.argv) != 3:
-        sys.exit("usage: rest_catalog.py SQL_URI WAREHOUSE_URI")
-    with serve_rest_catalog(sys.argv[1], sys.argv[2]) as uri:
+    args = [a for a in sys.argv[1:] if a != "--no-etags"]
+    if len(args) != 2:
+        sys.exit("usage: rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags]")
+    with serve_rest_catalog(args[0], args[1], etags="--no-etags" not in sys.argv) as uri:
         print(uri, flush=True)
         with suppress(KeyboardInterrupt):
             threading.Event().wait()

@@ -85,6 +85,8 @@ class ManagedTable(Base):
     format: Mapped[str] = mapped_column(String(16), server_default=text("'iceberg'"))
     # The catalog's metadata pointer last ingested; the poller compares against it.
     metadata_location: Mapped[str | None] = mapped_column(Text)
+    # A REST catalog's ETag for the load that saw that pointer (lakewarden.catalogs.rest_loads).
+    catalog_etag: Mapped[str | None] = mapped_column(Text)
     current_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     # Health as the leader last measured it, and since when it is below the SLO.
     health_score: Mapped[int | None] = mapped_column(Integer)

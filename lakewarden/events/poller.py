@@ -14,6 +14,7 @@ however many replicas run, and the cost does not grow with them.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -21,17 +22,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.table import Table
 from sqlalchemy import Engine, select, text, tuple_
 
 from lakewarden.catalogs.adoption import DROPPED, AdoptResult, adopt
-from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRef, find_table
+from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRef
+from lakewarden.catalogs.rest_loads import Load, load_if_changed
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.errors import headline
 from lakewarden.events.path_tables import LOGS, refresh_path_table
-from lakewarden.events.refresh import refresh_table
+from lakewarden.events.refresh import refresh_table, refresh_tables
 from lakewarden.isolation import PerTable, error_line
+from lakewarden.leader import FencedOut
 from lakewarden.metastore import iceberg_pointers, metastore_client
 from lakewarden.runtime import Runtime
 from lakewarden.tables import LIVE, retire_tables
@@ -202,43 +207,120 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
         listing, result.requests = rest_listing(client)
         result.tables_seen = len(listing)
         _follow(rt, entry, listing)
-        managed = _managed(rt, entry.name)
-
-        def check(key: tuple[str, str]) -> int:
-            return _refresh(rt, entry.name, key, isolated, client, managed[key])
-
-        with ThreadPoolExecutor(max(1, entry.poll_concurrency), "poll") as pool:
-            result.refreshed = sum(pool.map(check, list(managed)))
-        result.requests += len(managed)
+        checked, result.refreshed = _refresh_rest(rt, entry, client, isolated)
+        result.requests += checked
     with transaction(rt.engine) as session:
         isolated.record(session)
     result.errors = sorted(isolated.failed)
     return result
 
 
-def _refresh(
+# Tables whose pointer moved are ingested this many at a time (`refresh_tables`, set-based):
+# the first poll after adopting a large fleet finds every table moved.
+REST_REFRESH_CHUNK = 200
+
+
+def _refresh_rest(
+    rt: Runtime, entry: CatalogEntry, client: Catalog, isolated: PerTable
+) -> tuple[int, int]:
+    """Load each managed table of a REST catalog conditionally (`rest_loads`: a 304 for an
+    unchanged one where the catalog keeps ETags), at most `poll_concurrency` at once; then
+    ingest those whose pointer moved, set-based, and keep the ETags that describe what is
+    now recorded. Returns (tables loaded, tables with new commits)."""
+    with transaction(rt.engine) as session:
+        rows = session.execute(
+            select(
+                ManagedTable.namespace,
+                ManagedTable.name,
+                ManagedTable.metadata_location,
+                ManagedTable.catalog_etag,
+            ).where(ManagedTable.catalog == entry.name, LIVE)
+        ).all()
+    assert isinstance(client, RestCatalog)
+
+    def check(row: tuple[str, str, str | None, str | None]) -> tuple[TableRef, Load] | None:
+        namespace, name, known, etag = row
+        with isolated.table(f"{namespace}.{name}"):
+            try:
+                ref = TableRef(namespace, name)
+            except InvalidIdentifier:
+                return None
+            return ref, load_if_changed(client, ref, known, etag)
+        return None
+
+    with ThreadPoolExecutor(max(1, entry.poll_concurrency), "poll") as pool:
+        loads = dict(found for found in pool.map(check, rows) if found is not None)
+    moved = [ref for ref, load in loads.items() if load.table is not None]
+    refreshed = 0
+    for start in range(0, len(moved), REST_REFRESH_CHUNK):
+        chunk = {ref: loads[ref].table for ref in moved[start : start + REST_REFRESH_CHUNK]}
+        refreshed += _ingest_chunk(rt, entry.name, chunk, isolated)
+    _keep_etags(rt, entry.name, loads, {(ns, name): etag for ns, name, _, etag in rows})
+    return len(rows), refreshed
+
+
+def _ingest_chunk(
+    rt: Runtime, catalog: str, chunk: dict[TableRef, Table | None], isolated: PerTable
+) -> int:
+    """Ingest a chunk of loaded tables in one set-based refresh; if that fails, table by
+    table, so one bad table is alerted alone and the others are ingested."""
+    loaded = {ref: table for ref, table in chunk.items() if table is not None}
+    try:
+        found = refresh_tables(
+            rt, catalog, {ref: None for ref in loaded}, source="poll", loaded=loaded
+        )
+    except FencedOut:
+        raise
+    except Exception:
+        log.warning("catalog %s: a chunk of %d tables failed; one by one", catalog, len(loaded))
+        count = 0
+        for ref, table in loaded.items():
+            with isolated.table(ref.dotted):
+                outcome = refresh_table(rt, catalog, ref, source="poll", table=table)
+                count += 1 if outcome and outcome.new_event_ids else 0
+        return count
+    return sum(1 for outcome in found.values() if outcome and outcome.new_event_ids)
+
+
+def _keep_etags(
     rt: Runtime,
     catalog: str,
-    key: tuple[str, str],
-    isolated: PerTable,
-    client: Catalog | None = None,
-    known: str | None = None,
-) -> int:
+    loads: dict[TableRef, Load],
+    stored: dict[tuple[str, str], str | None],
+) -> None:
+    """Record each ETag that changed, on the row only while it holds the pointer that ETag
+    was answered with (a table whose ingest failed keeps its old one and is loaded in full
+    next time)."""
+    changed = [
+        {"ns": ref.namespace, "t": ref.name, "etag": load.etag, "loc": load.location}
+        for ref, load in loads.items()
+        if load.etag and load.location and load.etag != stored.get((ref.namespace, ref.name))
+    ]
+    if not changed:
+        return
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE managed_tables m SET catalog_etag = v.etag "
+                "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) "
+                "AS v(ns text, t text, etag text, loc text) "
+                "WHERE m.catalog = :c AND m.namespace = v.ns AND m.name = v.t "
+                "AND m.metadata_location = v.loc"
+            ),
+            {"rows": json.dumps(changed), "c": catalog},
+        )
+
+
+def _refresh(rt: Runtime, catalog: str, key: tuple[str, str], isolated: PerTable) -> int:
     """Refresh one managed table (isolated: a failure is alerted, the poll goes on); 1 if
-    it had new commits. With `client` (a REST catalog, which lists no pointers), the table
-    is loaded first and refreshed only if its pointer moved from `known`."""
+    it had new commits."""
     namespace, name = key
     with isolated.table(f"{namespace}.{name}"):
         try:
             ref = TableRef(namespace, name)
         except InvalidIdentifier:
             return 0
-        table = None
-        if client is not None:
-            table = find_table(client, ref)
-            if table is not None and table.metadata_location == known:
-                return 0
-        outcome = refresh_table(rt, catalog, ref, source="poll", table=table)
+        outcome = refresh_table(rt, catalog, ref, source="poll")
         return 1 if outcome and outcome.new_event_ids else 0
     return 0
 

@@ -314,6 +314,59 @@ def test_a_rest_catalog_is_polled_and_its_new_tables_adopted(
     assert poll["catalog_requests"] >= 3  # the namespace walk, the table list, one load
 
 
+def test_a_steady_rest_poll_loads_no_unchanged_table(
+    client: TestClient, rt: Runtime, rest_catalog: str
+) -> None:
+    """Each load sends back the ETag the catalog answered last (If-None-Match): an unchanged
+    table costs a 304 and no metadata; a table that moved is loaded and ingested; a stale
+    ETag costs one full load and is replaced."""
+    import httpx
+
+    def not_modified() -> int:
+        return int(httpx.get(f"{rest_catalog}/test/requests").json()["not_modified"])
+
+    body = {"name": "restcat", "type": "rest", "properties": {"uri": rest_catalog}}
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201, body
+    writer = RestCatalog("restcat", uri=rest_catalog)
+    writer.create_namespace("lake")
+    tables = [
+        append_batches(writer.create_table(("lake", name), schema=SCHEMA), 1) for name in ("a", "b")
+    ]
+    with transaction(rt.engine) as s:
+        s.add(ManagementRule(catalog="restcat", namespace="lake", include=["*"], exclude=[]))
+    assert poll_once(rt) == 2
+
+    def etags() -> dict[str, str | None]:
+        with transaction(rt.engine) as s:
+            rows = s.execute(
+                select(ManagedTable.name, ManagedTable.catalog_etag).where(
+                    ManagedTable.catalog == "restcat"
+                )
+            ).all()
+        return dict(rows)
+
+    first = etags()
+    assert all(first.values()), first
+    before = not_modified()
+    assert poll_once(rt) == 0
+    assert not_modified() - before == 2  # both unchanged: no metadata sent
+
+    append_batches(tables[0], 1)
+    before = not_modified()
+    assert poll_once(rt) == 1  # the moved one loaded in full and ingested
+    assert not_modified() - before == 1
+    assert etags()["a"] != first["a"] and etags()["b"] == first["b"]
+    events = client.get("/api/v1/catalogs/restcat/tables/lake/a/events").json()["items"]
+    assert len(events) == 2
+
+    with transaction(rt.engine) as s:
+        s.execute(text("UPDATE managed_tables SET catalog_etag = '\"stale\"' WHERE name = 'b'"))
+    before = not_modified()
+    assert poll_once(rt) == 0  # the same pointer: nothing ingested, the ETag repaired
+    assert not_modified() - before == 1
+    assert etags()["b"] == first["b"]
+
+
 def test_namespace_defaults_read_only_the_tables_whose_columns_change(
     client: TestClient, rt: Runtime
 ) -> None:
