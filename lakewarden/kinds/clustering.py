@@ -27,6 +27,7 @@ from pyiceberg.types import (
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import history
 from lakewarden.formats.iceberg.partitions import sql_literal
+from lakewarden.formats.iceberg.sort_order import DeclaredOrder, declared_order
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds.base import (
     EventFacts,
@@ -127,8 +128,9 @@ def event_verdict(policy: LayoutPolicy, facts: EventFacts) -> Verdict:
     }
     if not policy.enabled:
         return Verdict(False, f"{kind} is disabled by policy", metrics)
-    if not policy.columns:
+    if not policy.columns and kind == "zorder":
         return Verdict(False, f"{kind} has no columns", metrics)
+    on = policy.columns or "the table's declared sort order"
     if added >= policy.min_changed_files:
         return Verdict(
             True,
@@ -136,7 +138,7 @@ def event_verdict(policy: LayoutPolicy, facts: EventFacts) -> Verdict:
             f"min_changed_files {policy.min_changed_files}",
             metrics,
             {
-                "target": f"lookups on {policy.columns} open <= "
+                "target": f"lookups on {on} open <= "
                 f"{policy.max_files_per_lookup} files per partition",
                 "target_files_per_lookup": policy.max_files_per_lookup,
                 "files_written_since_last_task": added,
@@ -187,11 +189,29 @@ def plan_from_files(
     snapshot_id: int | None,
     files: list[DataFile],
     identity: IdentityFields | None = None,
+    declared: DeclaredOrder | None = None,
 ) -> PlanOutcome:
-    """Pure planning over file descriptions (unit-tested without a table)."""
+    """Pure planning over file descriptions (unit-tested without a table). `declared`: the
+    table's sort order, which clustering sorts by when the policy names no columns."""
     if snapshot_id is None or not files:
         return PlanOutcome(None, "table has no data: nothing to lay out")
     columns = list(policy.columns)
+    order_text = None
+    if not columns and kind == "clustering":
+        if declared is None:
+            return PlanOutcome(
+                None,
+                "clustering names no columns and the table declares no sort order: give "
+                "clustering.columns, or declare the table's sort order",
+            )
+        if declared.columns is None or declared.text is None:
+            return PlanOutcome(
+                None,
+                f"clustering names no columns and the table's declared sort order "
+                f"({declared.description}) cannot be used: {declared.problem}; give "
+                "clustering.columns",
+            )
+        columns, order_text = declared.columns, declared.text
     groups: dict[tuple[int, Partition], list[DataFile]] = defaultdict(list)
     for f in files:
         groups[(f.spec_id, f.partition)].append(f)
@@ -249,7 +269,7 @@ def plan_from_files(
     plan = {
         "action": "rewrite_data_files",
         "strategy": "sort",
-        "sort_order": sort_order(kind, columns),
+        "sort_order": order_text or sort_order(kind, columns),
         "columns": columns,
         "where": where,
         "options": {
@@ -275,10 +295,13 @@ def plan_from_files(
         "expected_files_after": len(files) - rewrite_files + after,
         "snapshot_id": snapshot_id,
     }
+    if order_text is not None:
+        plan["declared"] = declared.description if declared else None
     scope = f"{len(poor)} partition(s)" if where is not None else f"the whole table ({why_whole})"
+    by = f"the table's declared order {columns}" if order_text is not None else f"{columns}"
     return PlanOutcome(
         plan,
-        f"{kind} {scope} by {columns}: {len(poor)} of {len(measured)} measured partition(s) "
+        f"{kind} {scope} by {by}: {len(poor)} of {len(measured)} measured partition(s) "
         f"open > max_files_per_lookup {policy.max_files_per_lookup} files per lookup "
         f"(worst {_describe(worst[1])}: {worst[3]}); rewrite {rewrite_files} data files",
     )
@@ -306,8 +329,12 @@ def _planner(kind: str) -> Planner:
         missing = [c for c in policy.columns if c not in names]
         if missing:  # the policy was checked against the table; the schema changed since
             return PlanOutcome(None, f"{kind} columns {missing} are not columns of the table")
-        files = read_files(table, policy.columns)
-        return plan_from_files(kind, policy, files.snapshot_id, files.data, identity_fields(table))
+        declared = declared_order(table)
+        columns = policy.columns or (declared.columns if declared and declared.columns else [])
+        files = read_files(table, columns)
+        return plan_from_files(
+            kind, policy, files.snapshot_id, files.data, identity_fields(table), declared
+        )
 
     return plan
 

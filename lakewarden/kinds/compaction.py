@@ -7,7 +7,7 @@ import math
 import re
 from bisect import bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from pyiceberg.table import Table
 
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import history
+from lakewarden.formats.iceberg.sort_order import declared_order
 from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
 from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
@@ -317,25 +318,56 @@ def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOut
     reason = f"branch {branch}: {outcome.reason}"
     if outcome.plan is None:
         return PlanOutcome(None, reason)
-    return PlanOutcome({**outcome.plan, "rewrite_position_deletes": False}, reason)
+    on_branch = PlanOutcome({**outcome.plan, "rewrite_position_deletes": False}, reason)
+    return in_declared_order(policy, table, on_branch)
 
 
 def _plan_main(policy: CompactionPolicy, table: Table) -> PlanOutcome:
     files = read_files(table)
-    return plan_from_files(
+    outcome = plan_from_files(
         policy, files.snapshot_id, files.data, len(files.deletes), key_buckets(table)
+    )
+    return in_declared_order(policy, table, outcome)
+
+
+def in_declared_order(policy: CompactionPolicy, table: Table, outcome: PlanOutcome) -> PlanOutcome:
+    """A table that declares a sort order is compacted into it (Iceberg's sort strategy
+    with the table's own order: what its writers are asked to write), unless the policy's
+    `sort_by_table_order` is off; the plan and the reason say which order."""
+    order = declared_order(table)
+    if outcome.plan is None or order is None:
+        return outcome
+    if not policy.sort_by_table_order:
+        return PlanOutcome(
+            outcome.plan,
+            f"{outcome.reason}; bin-packed, not sorted into the table's declared order "
+            f"({order.description}): compaction.sort_by_table_order is off",
+        )
+    return PlanOutcome(
+        {**outcome.plan, "strategy": "sort", "sort_order": "table", "declared": order.description},
+        f"{outcome.reason}, sorted into the table's declared order ({order.description})",
     )
 
 
 def compaction_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
     """The CALL statement for a compaction plan (pure; tested without Spark)."""
-    if plan.get("action") != "rewrite_data_files" or plan.get("strategy") != "binpack":
-        raise PlanRejected(f"not a bin-pack plan: {plan.get('action')}/{plan.get('strategy')}")
+    strategy = plan.get("strategy")
+    sorted_ = strategy == "sort" and plan.get("sort_order") == "table"
+    if plan.get("action") != "rewrite_data_files" or not (strategy == "binpack" or sorted_):
+        raise PlanRejected(f"not a compaction plan: {plan.get('action')}/{strategy}")
     opts = sql.option_map(plan.get("options", {}), OPTIONS)
+    # strategy 'sort' without a sort_order: Iceberg sorts by the table's own order
     return (
         f"{sql.procedure(catalog, 'rewrite_data_files')}(table => {sql.table_arg(catalog, ref)}, "
-        f"strategy => 'binpack', options => {opts})"
+        f"strategy => '{strategy}', options => {opts})"
     )
+
+
+def _configure(plan: dict[str, Any]) -> Callable[[Any, Any, Any], Any]:
+    """The action's strategy: bin-pack, or a sort by the table's declared order."""
+    if plan.get("strategy") == "sort":
+        return lambda action, table, jvm: action.sort()
+    return lambda action, table, jvm: action.binPack()
 
 
 def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
@@ -346,9 +378,13 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     if branch is not None and branch != MAIN_BRANCH:
         if not isinstance(branch, str) or not re.fullmatch(REF_NAME, branch):
             raise PlanRejected(f"invalid branch {branch!r}")
-        on_branch = rewrite_data_files(spark, catalog, ref, plan.get("options", {}), branch=branch)
+        on_branch = rewrite_data_files(
+            spark, catalog, ref, plan.get("options", {}), _configure(plan), branch=branch
+        )
         return JobResult(on_branch, on_branch.pop(COMMITTED, None))
-    metrics: dict[str, Any] = rewrite_data_files(spark, catalog, ref, plan.get("options", {}))
+    metrics: dict[str, Any] = rewrite_data_files(
+        spark, catalog, ref, plan.get("options", {}), _configure(plan)
+    )
     if plan.get("rewrite_position_deletes"):
         pos = (
             spark.sql(

@@ -195,6 +195,9 @@ class CompactionPolicy(KindPolicy):
     # The branch to compact (null: main). Its own head is planned and rewritten; main and
     # every other branch are untouched.
     branch: str | None = Field(default=None, pattern=REF_NAME)
+    # A table that declares a sort order (Iceberg's write order) is compacted into it;
+    # false: bin-packed as written (cheaper: no sort).
+    sort_by_table_order: bool = True
 
     def tier_bounds(self) -> list[int]:
         """Upper size bound of each tier, smallest first; the last is the small threshold."""
@@ -239,7 +242,10 @@ class _LayoutPolicy(KindPolicy):
 
 
 class ClusteringPolicy(_LayoutPolicy):
-    """Sort files by `columns` (in that order) where the layout is poor."""
+    """Sort files by `columns` (in that order) where the layout is poor; with no columns,
+    by the sort order the table declares (a table without one is refused at PUT)."""
+
+    _min_columns = 0
 
 
 class ZOrderPolicy(_LayoutPolicy):

@@ -16,6 +16,7 @@ from lakewarden import holds, readiness
 from lakewarden.audit import diff as audit_diff
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable
+from lakewarden.formats.iceberg.sort_order import declared_order
 from lakewarden.policy.model import (
     Policy,
     destructive_changes,
@@ -57,6 +58,15 @@ def check_policy(
         problem = readiness.policy_problem(table, policy.readiness)
         if problem is not None:
             raise HTTPException(422, problem)
+        if policy.clustering.enabled and not policy.clustering.columns:
+            order = declared_order(table)
+            if order is None or order.problem is not None:
+                why = "declares no sort order" if order is None else order.problem
+                raise HTTPException(
+                    422,
+                    f"clustering names no columns, so it would sort by the table's declared "
+                    f"sort order, but the table {why}: give clustering.columns",
+                )
     return policy
 
 

@@ -267,3 +267,22 @@ def test_a_safety_floor_says_how_to_override(client: TestClient) -> None:
     r = client.put("/api/v1/tables/sec/t1/policy", json=policy)
     assert r.status_code == 200, r.text
     assert r.json()["policy"]["clean"]["max_snapshot_age_hours"] == 0.5
+
+
+def test_clustering_without_columns_needs_a_declared_sort_order(
+    client: TestClient, rt: Runtime
+) -> None:
+    """Clustering that names no columns sorts by the table's declared order: refused on a
+    table that declares none, accepted once it does."""
+    from pyiceberg.transforms import IdentityTransform
+
+    policy = {"clustering": {"enabled": True}}
+    r = client.put("/api/v1/tables/sec/t1/policy", json=policy)
+    assert r.status_code == 422, r.text
+    assert "declares no sort order: give clustering.columns" in _problems(r)
+    table = rt.catalog.load_table("sec.t1")
+    column = table.schema().fields[0].name
+    with table.update_sort_order() as order:
+        order.asc(column, IdentityTransform())
+    r = client.put("/api/v1/tables/sec/t1/policy", json=policy)
+    assert r.status_code == 200, r.text

@@ -191,6 +191,58 @@ def test_only_the_poor_partition_is_rewritten(scheduler: Scheduler, spark_rt: Ru
     assert result is not None and result["rewritten_data_files"] == 12  # the 'e u' files only
 
 
+def test_a_declared_sort_order_is_what_compaction_writes_and_clustering_sorts_by(
+    scheduler: Scheduler, spark_rt: Runtime
+) -> None:
+    """A table that declares a sort order is compacted into it (Iceberg's sort strategy with
+    the table's order); clustering that names no columns plans by that order."""
+    import pyarrow.parquet as pq
+    from pyiceberg.table.sorting import NullOrder
+
+    name = "lw_layout_declared"
+    table = _table(spark_rt, name, AB)
+    with table.update_sort_order() as order:
+        order.desc("a", IdentityTransform(), NullOrder.NULLS_LAST)
+    table = _random_appends(spark_rt.catalog.load_table(f"sales.{name}"), name)
+    before = fingerprint(table)
+    total = sum(f.size for f in read_files(table).data)
+    task_id = manage(spark_rt, name, {"compaction": {"target_file_size_bytes": total // 3}})
+
+    assert Worker(spark_rt).run_once()
+    planned = task_of(spark_rt, task_id)
+    assert planned.state == "planned", planned.reason
+    assert planned.plan is not None
+    assert (planned.plan["strategy"], planned.plan["sort_order"]) == ("sort", "table")
+    assert "sorted into the table's declared order (a DESC NULLS LAST)" in (planned.reason or "")
+    assert run_one(scheduler) == "succeeded"
+
+    table = spark_rt.catalog.load_table(f"sales.{name}")
+    after = fingerprint(table)
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    files = read_files(table, ["a"]).data
+    assert 1 < len(files) < before.data_files
+    for f in files:  # each written in the declared order, descending
+        values = pq.read_table(table.io.new_input(f.path).open(), columns=["a"])["a"]
+        assert values.to_pylist() == sorted(values.to_pylist(), reverse=True), f.path
+    assert files_per_lookup(files, ["a"]) is not None
+    assert (files_per_lookup(files, ["a"]) or 0) <= THRESHOLD  # ranges split across files
+
+    # Clustering without columns measures by the declared order: laid out already.
+    with transaction(spark_rt.engine) as s:
+        from lakewarden.db.models import ManagedTable
+        from lakewarden.tasks import repo
+
+        row = s.query(ManagedTable).filter_by(name=name).one()
+        row.policy = {"clustering": {"enabled": True}}
+        again = repo.create_task(
+            s, table_id=row.id, kind="clustering", trigger={"reason": "test"}, actor="test"
+        )
+    assert again is not None and Worker(spark_rt).run_once()
+    skipped = task_of(spark_rt, again)
+    assert skipped.state == "skipped", skipped.reason
+    assert "on ['a']" in (skipped.reason or ""), skipped.reason
+
+
 def test_the_sql_form_is_what_iceberg_accepts(spark_rt: Runtime, spark: Any) -> None:
     """layout_sql's CALL text, run as is: Iceberg 1.10 parses the quoted sort orders, the
     Z-order and the escaped where, and rewrites only the named partition."""

@@ -21,6 +21,7 @@ from pyiceberg.types import (
 )
 
 from lakewarden.catalogs.catalog import TableRef
+from lakewarden.formats.iceberg.sort_order import DeclaredOrder
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import EventFacts, PlanRejected
 from lakewarden.kinds.clustering import (
@@ -122,6 +123,25 @@ def test_every_partition_poor_rewrites_the_whole_table() -> None:
     assert outcome.plan["sort_order"] == "zorder(`a`, `b`)"
     assert outcome.plan["files_to_rewrite"] == 10
     assert "the whole table (every partition is poor)" in outcome.reason
+
+
+def test_clustering_without_columns_sorts_by_the_declared_order_or_says_why_not() -> None:
+    policy = ClusteringPolicy(enabled=True)  # no columns: allowed for clustering
+    files = _overlapping("eu") + _overlapping("us")
+    declared = DeclaredOrder("b DESC NULLS FIRST", ["b"], "`b` DESC NULLS FIRST", None)
+    outcome = plan_from_files("clustering", policy, 1, files, REGION, declared)
+    assert outcome.plan is not None
+    assert (outcome.plan["sort_order"], outcome.plan["columns"]) == ("`b` DESC NULLS FIRST", ["b"])
+    assert layout_sql("lake", REF, outcome.plan).count("`b` DESC NULLS FIRST") == 1
+    assert "by the table's declared order ['b']" in outcome.reason
+
+    none = plan_from_files("clustering", policy, 1, files, REGION, None)
+    assert none.plan is None and "declares no sort order" in none.reason
+    bucketed = DeclaredOrder("bucket[4](b) ASC NULLS FIRST", None, None, "a transform")
+    refused = plan_from_files("clustering", policy, 1, files, REGION, bucketed)
+    assert refused.plan is None and "cannot be used: a transform" in refused.reason
+    with pytest.raises(ValueError, match="at least 2 column"):
+        ZOrderPolicy(enabled=True)  # Z-order still names its columns
 
 
 def test_unpartitioned_table_is_one_partition() -> None:

@@ -56,6 +56,14 @@ def test_compaction_sql_rejects_unknown_or_unsafe_options(options: dict[str, str
         compaction_sql("lake", TableRef("sales", "orders"), {**PLAN, "options": options})
 
 
+def test_compaction_into_the_declared_order_is_iceberg_s_sort_without_an_order() -> None:
+    plan = {**PLAN, "strategy": "sort", "sort_order": "table"}
+    sql = compaction_sql("lake", TableRef("sales", "orders"), plan)
+    assert "strategy => 'sort', options => map(" in sql and "sort_order" not in sql
+    with pytest.raises(PlanRejected):  # any other order text is not a compaction's
+        compaction_sql("lake", TableRef("s", "t"), {**plan, "sort_order": "`a` ASC NULLS LAST"})
+
+
 def test_compaction_sql_rejects_other_actions_and_bad_catalog() -> None:
     with pytest.raises(PlanRejected):
         compaction_sql("lake", TableRef("s", "t"), {**PLAN, "strategy": "sort"})
