@@ -8,7 +8,8 @@ NoSuchNamespaceException / NoSuchTableException, 409 AlreadyExistsException /
 NamespaceNotEmptyException / CommitFailedException, 400 BadRequestException.
 
 `GET /test/requests` answers how many requests the catalog has served (that route's own
-not counted), and how many of them were table loads answered 304: benchmarks count a poller's catalog requests there.
+not counted), and how many of them were table loads answered 304: benchmarks count a
+poller's catalog requests there.
 
 Table loads carry an `ETag` (of the metadata pointer) and answer `If-None-Match` with a 304,
 as catalogs keeping ETags do (off with `etags=False`).

@@ -347,6 +347,28 @@ class CleanPolicy(SweptPolicy):
         return self
 
 
+class StatsPolicy(SweptPolicy):
+    """Column statistics (distinct-count sketches) kept fresh for query planners; off by
+    default: computing them reads every row of the columns."""
+
+    enabled: bool = False
+    # The columns to sketch ([]: every top-level column of a primitive type).
+    columns: list[str] = Field(default_factory=list, max_length=64)
+    # Statistics of a snapshot older than this are stale once the table changed since (a
+    # rewrite makes them stale at once).
+    max_age_hours: float = Field(default=24, gt=0, le=MAX_HOURS)
+    interval_minutes: float = Field(default=360, ge=1, le=MAX_MINUTES)
+
+    @model_validator(mode="after")
+    def _columns(self) -> StatsPolicy:
+        for c in self.columns:
+            if not IDENTIFIER.match(c):
+                raise ValueError(f"invalid column name {c!r}")
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError("columns must not repeat")
+        return self
+
+
 class SLOPolicy(InputModel):
     """The health the owner expects: below `min_score` for `window_minutes` raises an alert."""
 
@@ -447,6 +469,7 @@ class Policy(InputModel):
     zorder: ZOrderPolicy = Field(default_factory=ZOrderPolicy)
     ttl: TTLPolicy = Field(default_factory=TTLPolicy)
     clean: CleanPolicy = Field(default_factory=CleanPolicy)
+    stats: StatsPolicy = Field(default_factory=StatsPolicy)
     readiness: ReadinessPolicy = Field(default_factory=ReadinessPolicy)
     tags: TagsPolicy = Field(default_factory=TagsPolicy)
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
@@ -488,6 +511,8 @@ class Policy(InputModel):
             used.add(self.readiness.partition)
         if self.validation.enabled:
             used |= set(self.validation.columns)
+        if self.stats.enabled:
+            used |= set(self.stats.columns)
         return used
 
 

@@ -25,7 +25,7 @@ from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.refs import branch_heads
 
 CAPABILITIES = Capabilities(
-    kinds=frozenset({"compaction", "clustering", "zorder", "ttl", "clean"}),
+    kinds=frozenset({"compaction", "clustering", "zorder", "ttl", "clean", "stats"}),
     branches=True,
     tags="native",
     rollback="to_ancestor",
