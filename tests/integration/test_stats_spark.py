@@ -56,7 +56,7 @@ def test_column_statistics_are_computed_and_read_back(
     (stats,) = table.metadata.statistics
     assert stats.snapshot_id == current.snapshot_id
     ndv = {
-        table.schema().find_field(blob.fields[0]).name: int(blob.properties["ndv"])
+        table.schema().find_field(blob.fields[0]).name: int((blob.properties or {})["ndv"])
         for blob in stats.blob_metadata
     }
     assert set(ndv) == {"id", "city"}
