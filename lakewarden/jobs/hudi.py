@@ -14,7 +14,11 @@ Validation: the table's rows and their order-independent checksum read by hudi-r
 must be equal. Hudi's procedure commits as it ends (no staging branch to publish from), so
 a mismatch cannot be kept from readers: it fails the task for good with the run's
 `validation` metrics, which holds the kind and raises the critical `rewrite_mismatch`
-alert, as an Iceberg mismatch does. Undoing it (Hudi's restore) is not done yet.
+alert, as an Iceberg mismatch does; and it is undone: before a compaction or
+clustering executes, the table's newest write commit is savepointed (`create_savepoint`),
+and a mismatch restores the table to it (`rollback_to_savepoint`, which rolls the rewrite
+back), the run's `validation` and `undo` metrics saying so. The savepoint is dropped
+after either way.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+# Where a rewrite's run records the commit it savepointed before rewriting (its undo point).
+SAVEPOINT = "hudi_savepoint"
 
 
 def record_planned(rt: Runtime, job: Job, instant: str) -> None:
@@ -139,12 +146,20 @@ def _rewrite(
     started = time.monotonic()
     before = digest(base_path) if job.validation.enabled else None
     checked_s = time.monotonic() - started
+    # The undo point: the table's newest write commit, savepointed before the rewrite.
+    hudi_jobs.with_metadata(spark, metadata)
+    savepoint = before_facts.head_write
+    if savepoint is not None:
+        hudi_jobs.create_savepoint(spark, base_path, savepoint)
+        metrics[SAVEPOINT] = savepoint
     started = time.monotonic()
     execute(instant)
     metrics[f"{label}_seconds"] = round(time.monotonic() - started, 3)
     done = {i.requested for i in HudiTimeline(base_path).completed()}
     if instant not in done:
         raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
+    if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
+        _corrupt(base_path, instant)
     after_facts = read_facts(base_path)
     metrics.update(
         log_files_before=before_facts.log_files,
@@ -153,8 +168,50 @@ def _rewrite(
         base_files_before=len(before_facts.base_file_sizes),
         base_files_after=len(after_facts.base_file_sizes),
     )
-    _validate(job, base_path, before, checked_s, f"{label} {instant}", metrics)
+    try:
+        _validate(job, base_path, before, checked_s, f"{label} {instant}", metrics)
+    except RewriteMismatch as exc:
+        if savepoint is None:
+            raise
+        # Undo: the table restored to the savepoint (Hudi rolls the rewrite back), then
+        # the savepoint dropped; the task still fails for good and the alert is raised.
+        started = time.monotonic()
+        hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
+        hudi_jobs.delete_savepoint(spark, base_path, savepoint)
+        restored = digest(base_path) if before is not None else None
+        exc.metrics["undo"] = {
+            "restored_to_savepoint": savepoint,
+            "rows_as_before": restored == before,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        raise RewriteMismatch(
+            f"{exc}; undone: the table was restored to savepoint {savepoint}", exc.metrics
+        ) from exc
+    if savepoint is not None:
+        hudi_jobs.delete_savepoint(spark, base_path, savepoint)
     return None
+
+
+def _failpoint(rt: Runtime) -> str | None:
+    """The test-only failpoint, only when failpoints are enabled too (never by accident)."""
+    return rt.settings.failpoint if rt.settings.failpoints_enabled else None
+
+
+def _corrupt(base_path: str, instant: str) -> None:
+    """Test-only (the `corrupt-rewrite` failpoint): delete one base file the rewrite wrote,
+    so that validation sees rows missing."""
+    from pyarrow import fs as pafs
+
+    timeline = HudiTimeline(base_path)
+    infos = timeline.fs.get_file_info(pafs.FileSelector(timeline.base, recursive=True))
+    written = sorted(
+        i.path
+        for i in infos
+        if i.base_name.endswith(f"_{instant}.parquet") and "/.hoodie" not in i.path
+    )
+    if written:
+        log.warning("failpoint: deleting %s written by %s", written[0], instant)
+        timeline.fs.delete_file(written[0])
 
 
 def _validate(

@@ -8,7 +8,8 @@ they are counted here from the files themselves. The rule is the cleaner's
 (`CleanPlanner.getFilesToCleanKeepingLatestCommits`): of a file group's slices, the latest
 is kept, and so is the newest slice older than the earliest commit to retain (a query as
 of that commit reads it); older slices go. A file group a replacecommit (a clustering)
-replaced goes whole once that replacecommit is older than the earliest commit to retain.
+replaced goes whole once that replacecommit is older than the earliest commit to retain,
+and is left whole before (Hudi's file-system view no longer lists its slices).
 Log files are put in the slice of the newest base instant not after theirs.
 """
 
@@ -116,6 +117,7 @@ def cleanable(
         return Cleanable(retained, None, versions_on_storage=versions)
     earliest = write_commits[-retained]
     gone = {key for instant, keys in replaced.items() if instant < earliest for key in keys}
+    every = {key for keys in replaced.values() for key in keys}
     files = size = whole = old = 0
     for key, group in groups.items():
         slices = group.slices()
@@ -123,6 +125,8 @@ def cleanable(
             whole += 1
             files += sum(len(s) for s in slices.values())
             size += sum(sum(s) for s in slices.values())
+            continue
+        if key in every:  # replaced, not yet old enough: the cleaner leaves it whole
             continue
         starts = sorted(slices)
         older = [s for s in starts[:-1] if s < earliest]

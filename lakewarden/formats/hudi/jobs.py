@@ -1,8 +1,11 @@
 """Hudi's table services through Hudi's own Spark procedures, on a Hudi-family session
 (`lakewarden.spark.session`, `family="hudi"`): compaction and clustering (`run_compaction`,
 `run_clustering`: planned, then executed by instant), clean (`run_clean`) and timeline
-archival (`archive_commits`). A table without Hudi's metadata table is served with
-`hoodie.metadata.enable=false` (a procedure's write client would otherwise build one).
+archival (`archive_commits`), savepoints and restore (`create_savepoint`,
+`rollback_to_savepoint`, `delete_savepoint`: a rewrite's undo). A table without Hudi's
+metadata table is served with `hoodie.metadata.enable=false` (a procedure's write client
+would otherwise build one): in the procedure's options, or for those without options, in
+the session's conf (`with_metadata`), which Hudi's write client reads too.
 
 Compaction is planned first (`op => 'schedule'`, which returns the instant it planned) and
 then executed by that instant (`op => 'execute', instants => …`): the procedures take no
@@ -163,3 +166,33 @@ def archive(
         f"retain_commits => {int(retain)}, enable_metadata => {'true' if metadata else 'false'})"
     ).collect()
     return int(rows[0][0]) if rows else 0
+
+
+def with_metadata(spark: SparkSession, enabled: bool) -> None:
+    """The session's `hoodie.metadata.enable`, for the procedures without options."""
+    spark.conf.set("hoodie.metadata.enable", "true" if enabled else "false")
+
+
+def create_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    """Savepoint the completed commit `instant`: the cleaner keeps what it reads, and the
+    table can be restored to it."""
+    spark.sql(
+        f"CALL create_savepoint(path => {path_literal(base_path)}, "
+        f"commit_time => '{_instant(instant)}', user => 'lakewarden', "
+        "comments => 'before a lakewarden rewrite')"
+    ).collect()
+
+
+def restore_to_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    """Restore the table to savepoint `instant`: every later instant rolled back."""
+    spark.sql(
+        f"CALL rollback_to_savepoint(path => {path_literal(base_path)}, "
+        f"instant_time => '{_instant(instant)}')"
+    ).collect()
+
+
+def delete_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    spark.sql(
+        f"CALL delete_savepoint(path => {path_literal(base_path)}, "
+        f"instant_time => '{_instant(instant)}')"
+    ).collect()
