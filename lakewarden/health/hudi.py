@@ -1,8 +1,8 @@
 """Health and explain of a Hudi table (issue 28): what its file-system view and timeline
 say (`lakewarden.formats.hudi.facts`), and what lakewarden would run on it and why.
-Compaction is lakewarden's (its verdict: `lakewarden.kinds.hudi_compaction`, under the
-table's policy); clustering and clean are not yet, so explain says what is due and that
-Hudi's own services (the writer's, or Hudi's standalone jobs) must do it for now."""
+Compaction, clustering (and zorder) and clean are lakewarden's kinds (their verdicts:
+`lakewarden.kinds.hudi`, under the table's policy): explain says, per service, whether
+it is due and why, or why not (the writer's own service, a disabled kind, ...)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ MB = 1 << 20
 # Base-file size buckets (upper bounds, MB): Hudi's small-file limit is 100 MB by default
 # (hoodie.parquet.small.file.limit), its target 120 MB (hoodie.parquet.max.file.size).
 SIZE_BUCKETS_MB = (16, 64, 100, 128)
-NOT_YET = "lakewarden does not run this Hudi table service yet (issue 28)"
 
 
 def size_histogram(sizes: list[int]) -> dict[str, int]:
@@ -39,30 +38,24 @@ def slice_histogram(log_counts: list[int]) -> dict[str, int]:
     return out
 
 
-def explain_services(facts: HudiFacts, compaction_verdict: Verdict) -> list[dict[str, Any]]:
-    """Per table service: is there work, and who does it: compaction by lakewarden's
-    verdict (`compaction_verdict`: why, and why not), the others not by lakewarden yet."""
-    small = sum(1 for s in facts.base_file_sizes if s < SIZE_BUCKETS_MB[2] * MB)
-    clustering = (
-        f"{small} of {len(facts.base_file_sizes)} base files are under "
-        f"{SIZE_BUCKETS_MB[2]} MB (Hudi's small-file limit); {NOT_YET}"
-    )
-    clean = f"{facts.timeline_length} completed instants on the active timeline; {NOT_YET}"
+def explain_services(verdicts: dict[str, Verdict]) -> list[dict[str, Any]]:
+    """Per table service (compaction, clustering, zorder, clean): is there work, and why,
+    or why not (lakewarden's verdict of the kind, `kinds.hudi.verdicts`)."""
     return [
         {
-            "service": "compaction",
-            "due": compaction_verdict.needed,
-            "reason": f"{compaction_verdict.reason} (lakewarden's compaction kind)",
-        },
-        {"service": "clustering", "due": small > 1, "reason": clustering},
-        {"service": "clean", "due": False, "reason": clean},
+            "service": kind,
+            "due": v.needed,
+            "reason": f"{v.reason} (lakewarden's {kind} kind)",
+            "metrics": v.metrics,
+        }
+        for kind, v in verdicts.items()
     ]
 
 
-def hudi_health(facts: HudiFacts, compaction_verdict: Verdict) -> dict[str, Any]:
+def hudi_health(facts: HudiFacts, verdicts: dict[str, Verdict]) -> dict[str, Any]:
     return {
         "facts": facts.summary(),
         "base_file_sizes": size_histogram(facts.base_file_sizes),
         "log_files_per_slice": slice_histogram(facts.log_files_per_slice),
-        "services": explain_services(facts, compaction_verdict),
+        "services": explain_services(verdicts),
     }

@@ -1,18 +1,24 @@
-"""Run a Hudi table's job (compaction, `lakewarden.kinds.hudi_compaction`) on a Hudi-family
-session and record its outcome: always in a Spark application of its own
-(`lakewarden.jobs.application_entry`), never in the scheduler's warm Iceberg session (one
-JVM has one classpath, and PySpark one JVM per process).
+"""Run a Hudi table's job (`lakewarden.kinds.hudi`: compaction, clustering and zorder,
+clean and archival) on a Hudi-family session and record its outcome: always in a Spark
+application of its own (`lakewarden.jobs.application_entry`), never in the scheduler's
+warm Iceberg session (one JVM has one classpath, and PySpark one JVM per process).
 
-The instant is planned once (Hudi's `run_compaction` schedule) and recorded on the run at
-once (`hudi_planned_instant` in its metrics): a retry of the task executes that instant
-(done already: the run succeeds without running again), never a new schedule.
+A compaction's or clustering's instant is planned once (Hudi's `run_compaction` or
+`run_clustering` schedule) and recorded on the run at once (`hudi_planned_instant` in its
+metrics): a retry of the task executes that instant (done already: the run succeeds
+without running again), never a new schedule. A clean runs Hudi's cleaner, then its
+timeline archival; a retry runs them again (each does only what is left).
 
 Validation: the table's rows and their order-independent checksum read by hudi-rs
 (`lakewarden.formats.hudi.validation.digest`) right before the execution and after it
 must be equal. Hudi's procedure commits as it ends (no staging branch to publish from), so
 a mismatch cannot be kept from readers: it fails the task for good with the run's
 `validation` metrics, which holds the kind and raises the critical `rewrite_mismatch`
-alert, as an Iceberg mismatch does. Undoing it (Hudi's restore) is not done yet.
+alert, as an Iceberg mismatch does; and it is undone: before a compaction or
+clustering executes, the table's newest write commit is savepointed (`create_savepoint`),
+and a mismatch restores the table to it (`rollback_to_savepoint`, which rolls the rewrite
+back), the run's `validation` and `undo` metrics saying so. The savepoint is dropped
+after either way.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ from sqlalchemy import update
 
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
+from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
-from lakewarden.formats.hudi.jobs import run_compaction, schedule_compaction
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.formats.hudi.validation import Digest, digest
 from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
-from lakewarden.kinds import hudi_compaction
+from lakewarden.kinds import hudi as hudi_kinds
+from lakewarden.kinds import hudi_clean, hudi_compaction
 from lakewarden.leader import Fence
-from lakewarden.outcomes import RewriteMismatch
+from lakewarden.outcomes import PlanRejected, RewriteMismatch
 from lakewarden.runtime import Runtime
 from lakewarden.tasks.runs import finish_run
 
@@ -41,6 +48,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+# Where a rewrite's run records the commit it savepointed before rewriting (its undo point).
+SAVEPOINT = "hudi_savepoint"
 
 
 def record_planned(rt: Runtime, job: Job, instant: str) -> None:
@@ -71,69 +81,229 @@ def _validation(before: Digest, after: Digest, instant: str, seconds: float) -> 
     }
 
 
+def _rewrite(
+    rt: Runtime,
+    spark: SparkSession,
+    fence: Callable[[], Fence],
+    job: Job,
+    metrics: dict[str, Any],
+) -> str | None:
+    """A compaction or clustering: plan the instant once (recorded on the run before it
+    runs), execute it, validate. A state when the run finished early (an earlier attempt
+    finished it, or nothing to plan); None when `metrics` hold the outcome."""
+    base_path = str(job.plan["base_path"])
+    metadata = bool(job.plan.get("metadata_table"))
+    if job.kind == hudi_compaction.KIND:
+        label = "compaction"
+
+        def schedule() -> str | None:
+            return hudi_jobs.schedule_compaction(spark, base_path)
+
+        def execute(instant: str) -> None:
+            hudi_jobs.run_compaction(spark, base_path, instant)
+    else:
+        label = "clustering"
+        columns = [str(c) for c in job.plan.get("columns") or []]
+        if not columns:
+            raise PlanRejected(f"a clustering plan without columns: {sorted(job.plan)}")
+
+        def schedule() -> str | None:
+            return hudi_jobs.schedule_clustering(
+                spark,
+                base_path,
+                columns,
+                str(job.plan.get("strategy")),
+                int(job.plan.get("target_file_size_bytes") or 128 << 20),
+                metadata,
+            )
+
+        def execute(instant: str) -> None:
+            hudi_jobs.run_clustering(spark, base_path, instant, metadata)
+
+    instant = planned_before(rt, job)
+    if instant is not None:
+        done = {i.requested for i in HudiTimeline(base_path).completed()}
+        if instant in done:  # an earlier attempt finished it: never run again
+            return finish_run(
+                rt,
+                fence(),
+                job.task_id,
+                job.attempt,
+                metrics={hudi_compaction.PLANNED: instant, "recovered": True},
+            )
+    # The last look at the policy: Hudi's procedure commits inside itself.
+    policy_check(rt, job.task_id)()
+    spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+    if instant is None:
+        instant = schedule()
+        if instant is None:
+            return finish_run(
+                rt, fence(), job.task_id, job.attempt, metrics={"reason": "nothing to plan"}
+            )
+        record_planned(rt, job, instant)
+    metrics[hudi_compaction.PLANNED] = instant
+    before_facts = read_facts(base_path)
+    started = time.monotonic()
+    before = digest(base_path) if job.validation.enabled else None
+    checked_s = time.monotonic() - started
+    # The undo point: the table's newest write commit, savepointed before the rewrite.
+    hudi_jobs.with_metadata(spark, metadata)
+    savepoint = before_facts.head_write
+    if savepoint is not None:
+        hudi_jobs.create_savepoint(spark, base_path, savepoint)
+        metrics[SAVEPOINT] = savepoint
+    started = time.monotonic()
+    execute(instant)
+    metrics[f"{label}_seconds"] = round(time.monotonic() - started, 3)
+    done = {i.requested for i in HudiTimeline(base_path).completed()}
+    if instant not in done:
+        raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
+    if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
+        _corrupt(base_path, instant)
+    after_facts = read_facts(base_path)
+    metrics.update(
+        log_files_before=before_facts.log_files,
+        log_files_after=after_facts.log_files,
+        log_bytes_before=before_facts.log_bytes,
+        base_files_before=len(before_facts.base_file_sizes),
+        base_files_after=len(after_facts.base_file_sizes),
+    )
+    try:
+        _validate(job, base_path, before, checked_s, f"{label} {instant}", metrics)
+    except RewriteMismatch as exc:
+        if savepoint is None:
+            raise
+        # Undo: the table restored to the savepoint (Hudi rolls the rewrite back), then
+        # the savepoint dropped; the task still fails for good and the alert is raised.
+        started = time.monotonic()
+        hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
+        hudi_jobs.delete_savepoint(spark, base_path, savepoint)
+        restored = digest(base_path) if before is not None else None
+        exc.metrics["undo"] = {
+            "restored_to_savepoint": savepoint,
+            "rows_as_before": restored == before,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        raise RewriteMismatch(
+            f"{exc}; undone: the table was restored to savepoint {savepoint}", exc.metrics
+        ) from exc
+    if savepoint is not None:
+        hudi_jobs.delete_savepoint(spark, base_path, savepoint)
+    return None
+
+
+def _failpoint(rt: Runtime) -> str | None:
+    """The test-only failpoint, only when failpoints are enabled too (never by accident)."""
+    return rt.settings.failpoint if rt.settings.failpoints_enabled else None
+
+
+def _corrupt(base_path: str, instant: str) -> None:
+    """Test-only (the `corrupt-rewrite` failpoint): delete one base file the rewrite wrote,
+    so that validation sees rows missing."""
+    from pyarrow import fs as pafs
+
+    timeline = HudiTimeline(base_path)
+    infos = timeline.fs.get_file_info(pafs.FileSelector(timeline.base, recursive=True))
+    written = sorted(
+        i.path
+        for i in infos
+        if i.base_name.endswith(f"_{instant}.parquet") and "/.hoodie" not in i.path
+    )
+    if written:
+        log.warning("failpoint: deleting %s written by %s", written[0], instant)
+        timeline.fs.delete_file(written[0])
+
+
+def _validate(
+    job: Job,
+    base_path: str,
+    before: Digest | None,
+    checked_s: float,
+    what: str,
+    metrics: dict[str, Any],
+) -> None:
+    """The rows after equal those before (hudi-rs), else RewriteMismatch."""
+    if before is None:
+        metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
+        return
+    started = time.monotonic()
+    after = digest(base_path)
+    checked_s += time.monotonic() - started
+    metrics["validation"] = _validation(before, after, what.rsplit(" ", 1)[-1], checked_s)
+    if before != after:
+        raise RewriteMismatch(
+            f"{what} changed the table's rows: {before.rows} rows (checksum "
+            f"{before.checksum}) before, {after.rows} ({after.checksum}) after, read by hudi-rs",
+            metrics,
+        )
+
+
+def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) -> None:
+    """Hudi's cleaner keeping the plan's retained commits, then timeline archival; the
+    latest rows must be the same after (a clean deletes only what no retained commit
+    reads). A retry runs them again: each does only what is left."""
+    base_path = str(job.plan["base_path"])
+    metadata = bool(job.plan.get("metadata_table"))
+    retain = int(job.plan.get("retain_commits") or 0)
+    if retain < 1:
+        raise PlanRejected(f"a clean plan without retained commits: {job.plan}")
+    policy_check(rt, job.task_id)()
+    spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+    timeline = HudiTimeline(base_path)
+    cleans_before = {i.requested for i in timeline.instants() if i.action == "clean"}
+    length_before = len(timeline.completed())
+    started = time.monotonic()
+    before = digest(base_path) if job.validation.enabled else None
+    checked_s = time.monotonic() - started
+    started = time.monotonic()
+    rows = hudi_jobs.run_clean(spark, base_path, retain, metadata)
+    metrics["clean_seconds"] = round(time.monotonic() - started, 3)
+    timeline = HudiTimeline(base_path)
+    made = sorted(
+        i.requested
+        for i in timeline.completed()
+        if i.action == "clean" and i.requested not in cleans_before
+    )
+    metrics.update(
+        {
+            hudi_clean.CLEANED: made,
+            "retain_commits": retain,
+            "files_deleted": sum(int(r.get("total_files_deleted") or 0) for r in rows),
+            "earliest_commit_to_retain": next(
+                (r.get("earliest_commit_to_retain") for r in rows), None
+            ),
+        }
+    )
+    started = time.monotonic()
+    metrics["archive_result"] = hudi_jobs.archive(
+        spark,
+        base_path,
+        int(job.plan.get("archive_min_commits") or retain + 1),
+        int(job.plan.get("archive_max_commits") or retain + 11),
+        retain,
+        metadata,
+    )
+    metrics["archive_seconds"] = round(time.monotonic() - started, 3)
+    metrics["timeline_length_before"] = length_before
+    metrics["timeline_length_after"] = len(HudiTimeline(base_path).completed())
+    _validate(job, base_path, before, checked_s, f"clean {made[-1] if made else ''}", metrics)
+
+
 def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
-    """Compact the job's table (`job.plan["base_path"]`) and record the outcome."""
-    base_path = str(job.plan.get("base_path") or "")
+    """Run the job's Hudi table service on its table (`job.plan["base_path"]`) and record
+    the outcome."""
     metrics: dict[str, Any] = {}
     try:
         sc = spark.sparkContext
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
-        if job.kind != hudi_compaction.KIND or not base_path:
-            raise ValueError(f"not a Hudi compaction plan: {job.kind} {sorted(job.plan)}")
-        instant = planned_before(rt, job)
-        if instant is not None:
-            done = {i.requested: i for i in HudiTimeline(base_path).completed()}
-            if instant in done:  # an earlier attempt finished it: never run again
-                return finish_run(
-                    rt,
-                    fence(),
-                    job.task_id,
-                    job.attempt,
-                    metrics={hudi_compaction.PLANNED: instant, "recovered": True},
-                )
-        # The last look at the policy: Hudi's procedure commits inside itself.
-        policy_check(rt, job.task_id)()
-        spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
-        if instant is None:
-            instant = schedule_compaction(spark, base_path)
-            if instant is None:
-                return finish_run(
-                    rt, fence(), job.task_id, job.attempt, metrics={"reason": "nothing to plan"}
-                )
-            record_planned(rt, job, instant)
-        metrics[hudi_compaction.PLANNED] = instant
-        before_facts = read_facts(base_path)
-        started = time.monotonic()
-        before = digest(base_path) if job.validation.enabled else None
-        checked_s = time.monotonic() - started
-        started = time.monotonic()
-        run_compaction(spark, base_path, instant)
-        metrics["compaction_seconds"] = round(time.monotonic() - started, 3)
-        done = {i.requested: i for i in HudiTimeline(base_path).completed()}
-        if instant not in done:
-            raise RuntimeError(f"compaction {instant} did not complete on {base_path}")
-        after_facts = read_facts(base_path)
-        metrics.update(
-            log_files_before=before_facts.log_files,
-            log_files_after=after_facts.log_files,
-            log_bytes_before=before_facts.log_bytes,
-            base_files_before=len(before_facts.base_file_sizes),
-            base_files_after=len(after_facts.base_file_sizes),
-        )
-        if before is not None:
-            started = time.monotonic()
-            after = digest(base_path)
-            checked_s += time.monotonic() - started
-            metrics["validation"] = _validation(before, after, instant, checked_s)
-            if before != after:
-                raise RewriteMismatch(
-                    f"compaction {instant} changed the table's rows: {before.rows} rows "
-                    f"(checksum {before.checksum}) before, {after.rows} ({after.checksum}) "
-                    "after, read by hudi-rs",
-                    metrics,
-                )
+        if job.kind not in hudi_kinds.KINDS or not job.plan.get("base_path"):
+            raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
+        if job.kind == hudi_clean.KIND:
+            _clean(rt, spark, job, metrics)
         else:
-            metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
+            early = _rewrite(rt, spark, fence, job, metrics)
+            if early is not None:
+                return early
     except Exception as exc:
         return finish_raised(rt, fence(), job, exc, metrics)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)

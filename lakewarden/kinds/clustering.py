@@ -325,6 +325,8 @@ def identity_fields(table: Table) -> IdentityFields:
 
 def _planner(kind: str) -> Planner:
     def plan(policy: LayoutPolicy, table: Table, now: datetime) -> PlanOutcome:
+        if isinstance(policy, ZOrderPolicy) and policy.curve != "z-order":
+            return PlanOutcome(None, f"curve {policy.curve} is Hudi's only: Iceberg Z-orders")
         names = {f.name for f in table.schema().fields}
         missing = [c for c in policy.columns if c not in names]
         if missing:  # the policy was checked against the table; the schema changed since

@@ -109,6 +109,8 @@ def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, li
     metrics = {"columns": cols, "max_files_per_lookup_seen": worst, "partitions_due": len(due)}
     if not policy.enabled:
         return Verdict(False, "zorder is disabled by policy", metrics), []
+    if policy.curve != "z-order":
+        return Verdict(False, f"curve {policy.curve} is Hudi's only: Delta Z-orders", metrics), []
     missing = [c for c in cols if c not in facts.columns]
     if missing:
         why = f"column(s) {', '.join(missing)} not in the table (it has {', '.join(facts.columns)})"

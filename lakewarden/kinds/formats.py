@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.formats.delta.timeline import NotADeltaTable
 from lakewarden.formats.hudi.timeline import NotAHudiTable
-from lakewarden.kinds import delta, hudi_compaction
+from lakewarden.kinds import delta, hudi
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import KindPolicy, Policy
 
@@ -31,7 +31,8 @@ class FormatPlanner:
     plan: Callable[[str, KindPolicy, CatalogEntry, TableRef, dict[str, Any]], PlanOutcome]
     # (session, table id, its policy, its log as just read): the verdict of each kind that
     # runs on the format, when its log moved (`lakewarden.evaluate`); a kind left out is
-    # recorded as not running on the format yet
+    # recorded as not running on the format yet; a time-swept kind (clean) given here is
+    # judged by the log too
     event_verdicts: Callable[[Session, int, Policy, Any], dict[str, Verdict]]
     # what the planner needs from the table's past runs, read in the caller's session
     context: Callable[[Session, int], dict[str, Any]] = _no_context
@@ -40,9 +41,9 @@ class FormatPlanner:
 
 PLANNERS: dict[str, FormatPlanner] = {
     "hudi": FormatPlanner(
-        hudi_compaction.plan_table,
-        hudi_compaction.event_verdicts,
-        hudi_compaction.context,
+        hudi.plan_table,
+        hudi.event_verdicts,
+        hudi.context,
         NotAHudiTable,
     ),
     "delta": FormatPlanner(delta.plan, delta.event_verdicts, gone=NotADeltaTable),

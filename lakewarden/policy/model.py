@@ -251,6 +251,10 @@ class ClusteringPolicy(_LayoutPolicy):
 class ZOrderPolicy(_LayoutPolicy):
     """Z-order files by `columns` (two or more) where multi-column lookups open many files."""
 
+    # The space-filling curve: `hilbert` is Hudi's layout strategy only (an Iceberg or
+    # Delta table's zorder planner skips it, saying so).
+    curve: Literal["z-order", "hilbert"] = "z-order"
+
     _min_columns = 2
 
 

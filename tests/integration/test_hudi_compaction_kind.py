@@ -53,8 +53,9 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     assert event["decision"] == "task-created", event
     compaction = event["decision_detail"]["compaction"]
     assert "2 log files >= min_input_files 2" in compaction["reason"]
-    others = [d for k, d in event["decision_detail"].items() if k != "compaction"]
-    assert others and all("not run on Hudi tables yet" in d["reason"] for d in others)
+    detail = event["decision_detail"]
+    assert "no more write commits than retained" in detail["clean"]["reason"], detail
+    assert detail["clustering"]["decision"] == detail["zorder"]["decision"] == "disabled"
     task_id = compaction["task_id"]
 
     settings = Settings(

@@ -77,6 +77,11 @@ def test_zorder_where_a_lookup_opens_many_files() -> None:
     assert not refused.needed and "day: partition column" in refused.reason
     missing, _ = zorder_verdict(ZOrderPolicy(enabled=True, columns=["x", "z"]), facts)
     assert "column(s) z not in the table" in missing.reason
+    hilbert = ZOrderPolicy(
+        enabled=True, columns=["x", "y"], max_files_per_lookup=1.5, curve="hilbert"
+    )
+    curved, _ = zorder_verdict(hilbert, facts)  # Hudi's layout strategy only
+    assert not curved.needed and "curve hilbert is Hudi's only" in curved.reason
 
 
 def test_vacuum_keeps_deltas_retention_unless_the_policy_consents() -> None:

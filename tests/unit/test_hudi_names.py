@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from lakewarden.formats.hudi.facts import HudiFacts
 from lakewarden.formats.hudi.timeline import parse_instant
 from lakewarden.health.hudi import MB, explain_services, size_histogram, slice_histogram
 from lakewarden.kinds.base import Verdict
@@ -37,16 +36,14 @@ def test_histograms_bucket_every_file() -> None:
     assert slice_histogram([0, 2, 2, 9]) == {"0": 1, "2": 2, "8+": 1}
 
 
-def test_explain_says_what_is_due_and_who_does_it() -> None:
-    facts = HudiFacts(
-        "p", "COPY_ON_WRITE", 9, "1", 3, {}, base_file_sizes=[MB], log_files_per_slice=[0]
-    )
-    why_not = Verdict(False, "copy-on-write: no log files, nothing to compact")
-    compaction, clustering, _ = explain_services(facts, why_not)
+def test_explain_says_per_service_what_is_due_and_why() -> None:
+    verdicts = {
+        "compaction": Verdict(False, "copy-on-write: no log files, nothing to compact"),
+        "clean": Verdict(True, "3 files ...", {"cleanable_files": 3}),
+        "clustering": Verdict(False, "clustering is disabled by policy"),
+    }
+    compaction, clean, clustering = explain_services(verdicts)
     assert not compaction["due"] and "copy-on-write" in compaction["reason"]
     assert "lakewarden's compaction kind" in compaction["reason"]
-    assert not clustering["due"]  # one small file: nothing to merge it with
-    assert "does not run this Hudi table service yet" in clustering["reason"]
-    mor = HudiFacts("p", "MERGE_ON_READ", 9, "1", 3, {}, log_files_per_slice=[2, 0])
-    compaction = explain_services(mor, Verdict(True, "a file slice has 2 log files"))[0]
-    assert compaction["due"] and "a file slice has 2 log files" in compaction["reason"]
+    assert clean["due"] and clean["metrics"] == {"cleanable_files": 3}
+    assert clustering["service"] == "clustering" and "disabled" in clustering["reason"]

@@ -394,3 +394,9 @@ def test_a_kind_runs_only_its_own_shape(kind: Any, sort_order: str, columns: lis
 def test_tampered_plans_never_reach_spark() -> None:
     with pytest.raises(PlanRejected):
         ZORDER.run(None, "lake", REF, _plan(where="1=1"))  # type: ignore[arg-type]
+
+
+def test_iceberg_zorder_skips_hudis_hilbert_curve_before_reading_the_table() -> None:
+    policy = ZOrderPolicy(enabled=True, columns=["a", "b"], curve="hilbert")
+    found = REGISTRY["zorder"].plan(policy, None, datetime.now(UTC))  # type: ignore[arg-type]
+    assert found.plan is None and "curve hilbert is Hudi's only" in found.reason

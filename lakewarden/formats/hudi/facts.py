@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
 
 
 @dataclass
@@ -36,6 +36,8 @@ class HudiFacts:
     partitions: dict[str, PartitionFacts] = field(default_factory=dict)
     base_file_sizes: list[int] = field(default_factory=list)
     log_files_per_slice: list[int] = field(default_factory=list)
+
+    head_write: str | None = None  # newest completed write commit (a savepoint can hold it)
 
     @property
     def file_groups(self) -> int:
@@ -90,6 +92,9 @@ def read_facts(base_path: str, timeline: HudiTimeline | None = None) -> HudiFact
         head=completed[-1].requested if completed else None,
         timeline_length=len(completed),
         pending=pending_services(timeline),
+        head_write=next(
+            (i.requested for i in reversed(completed) if i.action in WRITE_ACTIONS), None
+        ),
     )
     if not completed:
         return facts

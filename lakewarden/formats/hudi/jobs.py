@@ -1,5 +1,11 @@
 """Hudi's table services through Hudi's own Spark procedures, on a Hudi-family session
-(`lakewarden.spark.session`, `family="hudi"`).
+(`lakewarden.spark.session`, `family="hudi"`): compaction and clustering (`run_compaction`,
+`run_clustering`: planned, then executed by instant), clean (`run_clean`) and timeline
+archival (`archive_commits`), savepoints and restore (`create_savepoint`,
+`rollback_to_savepoint`, `delete_savepoint`: a rewrite's undo). A table without Hudi's
+metadata table is served with `hoodie.metadata.enable=false` (a procedure's write client
+would otherwise build one): in the procedure's options, or for those without options, in
+the session's conf (`with_metadata`), which Hudi's write client reads too.
 
 Compaction is planned first (`op => 'schedule'`, which returns the instant it planned) and
 then executed by that instant (`op => 'execute', instants => …`): the procedures take no
@@ -11,10 +17,12 @@ the failed inflight attempt first). An instant someone else planned is never run
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from lakewarden.catalogs.catalog import IDENTIFIER
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.spark.sql import path_literal
+from lakewarden.outcomes import PlanRejected
+from lakewarden.spark.sql import column, path_literal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,3 +72,127 @@ def compact(spark: SparkSession, base_path: str, planned: str | None = None) -> 
     run_compaction(spark, base_path, instant)
     done = {i.requested: i for i in HudiTimeline(base_path).completed()}
     return CompactionRun(instant, instant in done and done[instant].action == "commit")
+
+
+def _instant(instant: str) -> str:
+    if not instant.isdigit() or len(instant) not in _INSTANT_DIGITS:
+        raise ValueError(f"not a Hudi instant: {instant!r}")
+    return instant
+
+
+def _metadata(enabled: bool) -> str:
+    return f"hoodie.metadata.enable={'true' if enabled else 'false'}"
+
+
+def schedule_clustering(
+    spark: SparkSession,
+    base_path: str,
+    columns: list[str],
+    strategy: str,
+    target_bytes: int,
+    metadata: bool,
+) -> str | None:
+    """Plan a clustering of the table's base files under `target_bytes`, sorted by
+    `columns` with Hudi's layout `strategy` (linear, z-order, hilbert); its instant, or
+    None (nothing Hudi would cluster). Only an instant that was not pending before is
+    ours (as for compaction)."""
+    if strategy not in ("linear", "z-order", "hilbert"):
+        raise PlanRejected(f"not a Hudi layout strategy: {strategy!r}")
+    order = ",".join(column(c).strip("`") for c in columns)
+    size = int(target_bytes)
+    before = {i.requested for i in HudiTimeline(base_path).pending()}
+    spark.sql(
+        f"CALL run_clustering(op => 'schedule', path => {path_literal(base_path)}, "
+        f"order => '{order}', order_strategy => '{strategy}', options => "
+        f"'hoodie.clustering.plan.strategy.small.file.limit={size},"
+        f"hoodie.clustering.plan.strategy.target.file.max.bytes={size},"
+        f"{_metadata(metadata)}')"
+    ).collect()
+    ours = sorted(
+        i.requested for i in HudiTimeline(base_path).pending() if i.requested not in before
+    )
+    return ours[-1] if ours else None
+
+
+def run_clustering(spark: SparkSession, base_path: str, instant: str, metadata: bool) -> None:
+    """Execute the planned clustering `instant` (and only it)."""
+    spark.sql(
+        f"CALL run_clustering(op => 'execute', path => {path_literal(base_path)}, "
+        f"instants => '{_instant(instant)}', options => '{_metadata(metadata)}')"
+    ).collect()
+
+
+def catalog_name(spark: SparkSession, base_path: str) -> str:
+    """The table registered in the session's own (in-memory) catalog by its hoodie.properties
+    name, for the procedures that take a table name only (`run_clean`); nothing is written
+    to the table."""
+    name = HudiTimeline(base_path).properties.get("hoodie.table.name", "")
+    if not IDENTIFIER.match(name):
+        raise PlanRejected(f"a Hudi table name lakewarden will not quote: {name!r}")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS default.`{name}` USING hudi LOCATION {path_literal(base_path)}"
+    )
+    return f"default.{name}"
+
+
+def run_clean(
+    spark: SparkSession, base_path: str, retain_commits: int, metadata: bool
+) -> list[dict[str, Any]]:
+    """Hudi's cleaner keeping the latest `retain_commits` write commits; its rows
+    (`start_clean_time`, `total_files_deleted`, `earliest_commit_to_retain`, ...), none
+    when it had nothing to clean."""
+    table = catalog_name(spark, base_path)
+    rows = spark.sql(
+        f"CALL run_clean(table => '{table}', clean_policy => 'KEEP_LATEST_COMMITS', "
+        f"retain_commits => {int(retain_commits)}, options => '{_metadata(metadata)}')"
+    ).collect()
+    return [r.asDict() for r in rows]
+
+
+def archive(
+    spark: SparkSession,
+    base_path: str,
+    min_commits: int,
+    max_commits: int,
+    retain: int,
+    metadata: bool,
+) -> int:
+    """Hudi's timeline archival: once the active timeline holds more than `max_commits`
+    instants, the oldest go to the archived timeline down to `min_commits` (never one the
+    cleaner's `retain` commits need). Hudi's result code (0: done)."""
+    rows = spark.sql(
+        f"CALL archive_commits(path => {path_literal(base_path)}, "
+        f"min_commits => {int(min_commits)}, max_commits => {int(max_commits)}, "
+        f"retain_commits => {int(retain)}, enable_metadata => {'true' if metadata else 'false'})"
+    ).collect()
+    return int(rows[0][0]) if rows else 0
+
+
+def with_metadata(spark: SparkSession, enabled: bool) -> None:
+    """The session's `hoodie.metadata.enable`, for the procedures without options."""
+    spark.conf.set("hoodie.metadata.enable", "true" if enabled else "false")
+
+
+def create_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    """Savepoint the completed commit `instant`: the cleaner keeps what it reads, and the
+    table can be restored to it."""
+    spark.sql(
+        f"CALL create_savepoint(path => {path_literal(base_path)}, "
+        f"commit_time => '{_instant(instant)}', user => 'lakewarden', "
+        "comments => 'before a lakewarden rewrite')"
+    ).collect()
+
+
+def restore_to_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    """Restore the table to savepoint `instant`: every later instant rolled back."""
+    spark.sql(
+        f"CALL rollback_to_savepoint(path => {path_literal(base_path)}, "
+        f"instant_time => '{_instant(instant)}')"
+    ).collect()
+
+
+def delete_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    spark.sql(
+        f"CALL delete_savepoint(path => {path_literal(base_path)}, "
+        f"instant_time => '{_instant(instant)}')"
+    ).collect()

@@ -27,7 +27,7 @@ from lakewarden.health import explain
 from lakewarden.health.delta import delta_health
 from lakewarden.health.hudi import hudi_health
 from lakewarden.health.measure import add_storage, measure
-from lakewarden.kinds import hudi_compaction
+from lakewarden.kinds import hudi as hudi_kinds
 from lakewarden.runtime import Runtime
 from lakewarden.storage import DEFAULT_MAX_FILES, LIMIT_MAX_FILES
 from lakewarden.tables import ref_of
@@ -164,8 +164,8 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
     _read_only(session)
     if row.format != "hudi":
         raise HTTPException(409, f"table {row.namespace}.{row.name} is not a Hudi table")
-    section = current_policy(session, row).compaction
-    ours = hudi_compaction.planned_instants(session, row.id)
+    policy = current_policy(session, row)
+    ctx = hudi_kinds.context(session, row.id)
     session.commit()  # hudi-rs lists the table's files: no transaction open meanwhile
     try:
         timeline = open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
@@ -175,7 +175,7 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
     return HudiHealthOut.model_validate(
         {
             "table": f"{row.namespace}.{row.name}",
-            **hudi_health(facts, hudi_compaction.verdict(section, facts, timeline, ours)),
+            **hudi_health(facts, hudi_kinds.verdicts(policy, timeline, ctx)),
         }
     )
 

@@ -1,0 +1,105 @@
+"""The kinds that run on a Hudi table (issue 28), judged and planned from its timeline and
+files (no JVM), by kind: compaction (`hudi_compaction`), clean and archival
+(`hudi_clean`), clustering (`hudi_clustering`). The format's planner in
+`kinds.formats.PLANNERS`; each job runs Hudi's own procedures (`lakewarden.jobs.hudi`).
+
+Every kind is judged when the table's timeline moves, clean too (a Hudi table's file
+versions pile up with its commits, not with time)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from lakewarden.catalogs.catalog import CatalogEntry, TableRef
+from lakewarden.db.models import JobRun, Task
+from lakewarden.formats.hudi.catalog import open_timeline
+from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction
+from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.policy.model import (
+    CleanPolicy,
+    ClusteringPolicy,
+    CompactionPolicy,
+    KindPolicy,
+    Policy,
+    ZOrderPolicy,
+)
+
+KINDS = frozenset({"compaction", "clean", "clustering", "zorder"})
+
+
+def recorded(session: Session, table_id: int, kinds: tuple[str, ...], key: str) -> set[str]:
+    """Every instant a lakewarden run of this table's `kinds` recorded under `key` in its
+    metrics (one instant, or a list of them)."""
+    found = session.scalars(
+        select(JobRun.metrics[key])
+        .join(Task, Task.id == JobRun.task_id)
+        .where(Task.table_id == table_id, Task.kind.in_(kinds), JobRun.metrics[key].isnot(None))
+    )
+    out: set[str] = set()
+    for value in found:
+        out.update(str(v) for v in (value if isinstance(value, list) else [value]) if v)
+    return out
+
+
+def context(session: Session, table_id: int) -> dict[str, Any]:
+    """What the planners need from the table's past runs: the instants lakewarden made
+    (its own, never the writer's)."""
+    return {
+        "ours": hudi_compaction.planned_instants(session, table_id),
+        "cleans": recorded(session, table_id, (hudi_clean.KIND,), hudi_clean.CLEANED),
+        "clusterings": recorded(session, table_id, hudi_clustering.KINDS, hudi_compaction.PLANNED),
+    }
+
+
+def plan_table(
+    kind: str, section: KindPolicy, entry: CatalogEntry, ref: TableRef, context: dict[str, Any]
+) -> PlanOutcome:
+    """A Hudi table's plan for `kind`, from its timeline and files (no JVM), or why not."""
+    if kind not in KINDS:
+        return PlanOutcome(None, f"{kind} does not run on Hudi tables yet (issue 28)")
+    timeline = open_timeline(entry, ref)
+    if isinstance(section, CompactionPolicy):
+        facts = read_facts(timeline.base_path, timeline)
+        return hudi_compaction.plan(section, facts, timeline, context["ours"])
+    if isinstance(section, CleanPolicy):
+        return hudi_clean.plan(section, timeline, context["cleans"], datetime.now(UTC))
+    if isinstance(section, ClusteringPolicy | ZOrderPolicy):
+        facts = read_facts(timeline.base_path, timeline)
+        return hudi_clustering.plan(kind, section, facts, timeline, context["clusterings"])
+    raise TypeError(f"not a Hudi kind's policy section: {type(section).__name__}")
+
+
+def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dict[str, Verdict]:
+    """Each Hudi kind's verdict on the table as it is now (`ctx`: `context`'s answer);
+    a disabled kind's without reading anything for it."""
+    out: dict[str, Verdict] = {}
+    compaction = policy.compaction
+    facts = None
+    if compaction.enabled:
+        facts = read_facts(timeline.base_path, timeline)
+        out["compaction"] = hudi_compaction.verdict(compaction, facts, timeline, ctx["ours"])
+    else:
+        out["compaction"] = Verdict(False, "compaction is disabled by policy")
+    out["clean"] = hudi_clean.judge(policy.clean, timeline, ctx["cleans"], datetime.now(UTC))
+    for kind in hudi_clustering.KINDS:
+        section = policy.for_kind(kind)
+        assert isinstance(section, ClusteringPolicy | ZOrderPolicy)
+        if not section.enabled:
+            out[kind] = Verdict(False, f"{kind} is disabled by policy")
+            continue
+        facts = facts or read_facts(timeline.base_path, timeline)
+        out[kind] = hudi_clustering.verdict(kind, section, facts, timeline, ctx["clusterings"])
+    return out
+
+
+def event_verdicts(
+    session: Session, table_id: int, policy: Policy, timeline: HudiTimeline
+) -> dict[str, Verdict]:
+    """Each Hudi kind's verdict when the table's timeline moved."""
+    return verdicts(policy, timeline, context(session, table_id))

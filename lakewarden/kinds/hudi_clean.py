@@ -1,0 +1,172 @@
+"""Clean of a Hudi table (issue 28): Hudi's cleaner deletes the file versions no retained
+commit reads, then Hudi's timeline archival moves old instants off the active timeline;
+both through Hudi's own procedures (`run_clean`, `archive_commits`) in a Hudi-family
+application (`lakewarden.jobs.hudi`).
+
+The table's `clean` policy section, read the Hudi way: the cleaner keeps the latest
+`retained` write commits (`KEEP_LATEST_COMMITS`), where `retained` is the larger of
+`keep_last_snapshots` and the write commits completed in the last `max_snapshot_age_hours`
+(a commit is Iceberg's snapshot: never below either retention). Archival keeps one more
+instant than that (Hudi's rule: `hoodie.keep.min.commits` > the cleaner's retained commits).
+`enabled`, `priority`, `pool`, `timeout_minutes` as for Iceberg; the orphan and manifest
+fields are Iceberg's and not read. Judged when the timeline moves (not swept by time):
+a clean is due when file versions no retained commit reads are still on storage
+(`formats.hudi.file_versions`, a listing and the timeline, no JVM).
+
+Never fight the writer: a table whose writer cleans (`hoodie.clean.automatic` or async
+clean true in its hoodie.properties or its last write commit's extraMetadata, or a
+completed clean on its timeline no lakewarden run made) is skipped with that reason, as is
+one with a clean someone else left pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from lakewarden.formats.hudi.file_versions import Cleanable, table_cleanable
+from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline, instant_millis
+from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.policy.model import CleanPolicy
+
+KIND = "clean"
+# Where a run records the clean instant(s) Hudi's cleaner made (its metrics): a completed
+# clean that no run recorded is the writer's.
+CLEANED = "hudi_clean_instants"
+WRITER_CLEANS = (
+    "hoodie.clean.automatic",
+    "hoodie.clean.async.enabled",
+    "hoodie.clean.async",
+)
+
+
+def _on(value: Any) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+def retained_commits(policy: CleanPolicy, timeline: HudiTimeline, now: datetime) -> int:
+    """Write commits the cleaner keeps: `keep_last_snapshots`, or more when more completed
+    within `max_snapshot_age_hours`."""
+    since = (now - timedelta(hours=policy.max_snapshot_age_hours)).timestamp() * 1000
+    young = sum(
+        1
+        for i in timeline.completed()
+        if i.action in WRITE_ACTIONS and instant_millis(i.completed or i.requested) >= since
+    )
+    return max(policy.keep_last_snapshots, young)
+
+
+def writer_cleans(timeline: HudiTimeline, ours: Iterable[str]) -> str | None:
+    """Why the table's writer (or Hudi's own job) cleans it, or None."""
+    props: Mapping[str, Any] = timeline.properties
+    for key in WRITER_CLEANS:
+        if _on(props.get(key)):
+            return f"its hoodie.properties set {key}=true: the writer cleans"
+    done = timeline.completed()
+    writes = [i for i in done if i.action in WRITE_ACTIONS]
+    if writes:
+        extra: Mapping[str, Any] = timeline.read_instant(writes[-1]).get("extraMetadata") or {}
+        for key in WRITER_CLEANS:
+            if _on(extra.get(key)):
+                return (
+                    f"its last write commit {writes[-1].requested} says {key}=true: the "
+                    "writer cleans"
+                )
+    ours = set(ours)
+    theirs = [i.requested for i in done if i.action == "clean" and i.requested not in ours]
+    if theirs:
+        return (
+            f"clean {theirs[-1]} on its timeline was not made by lakewarden: the writer "
+            "(hoodie.clean.automatic, Hudi's default) or Hudi's own job cleans it"
+        )
+    return None
+
+
+def verdict(
+    policy: CleanPolicy, timeline: HudiTimeline, found: Cleanable, ours: Iterable[str]
+) -> Verdict:
+    """Is a clean due: file versions no retained commit reads are still on storage?"""
+    metrics = {
+        "retained_commits": found.retained,
+        "earliest_commit_to_retain": found.earliest_retained,
+        "cleanable_files": found.files,
+        "cleanable_bytes": found.bytes,
+        "cleanable_slices": found.slices,
+        "replaced_file_groups": found.file_groups_replaced,
+        "file_versions_on_storage": found.versions_on_storage,
+        "timeline_length": len(timeline.completed()),
+    }
+    if not policy.enabled:
+        return Verdict(False, "clean is disabled by policy", metrics)
+    pending = [i.requested for i in timeline.pending() if i.action == "clean"]
+    if pending:
+        return Verdict(
+            False,
+            f"clean {pending[-1]} is pending, left by someone else: theirs to finish "
+            "(lakewarden never runs a plan it did not make)",
+            metrics,
+        )
+    writer = writer_cleans(timeline, ours)
+    if writer is not None:
+        return Verdict(False, f"{writer}; lakewarden does not fight it", metrics)
+    keep = (
+        f"keeping the latest {found.retained} write commits (keep_last_snapshots, or those "
+        "within max_snapshot_age_hours)"
+    )
+    if found.earliest_retained is None:
+        return Verdict(
+            False, f"no more write commits than retained: nothing to clean, {keep}", metrics
+        )
+    if found.files == 0:
+        return Verdict(
+            False,
+            f"no file version older than commit {found.earliest_retained} is left to delete, "
+            f"{keep}",
+            metrics,
+        )
+    return Verdict(
+        True,
+        f"{found.files} files ({found.bytes} bytes: {found.slices} older file slices, "
+        f"{found.file_groups_replaced} replaced file groups) no query as of commit "
+        f"{found.earliest_retained} or later reads, {keep}",
+        metrics,
+        {"files_deleted_estimate": found.files, "bytes_freed_estimate": found.bytes},
+    )
+
+
+def judge(
+    policy: CleanPolicy, timeline: HudiTimeline, ours: Iterable[str], now: datetime
+) -> Verdict:
+    """The verdict of the table as it is now (a listing of its files)."""
+    if not policy.enabled:
+        return Verdict(False, "clean is disabled by policy")
+    found = table_cleanable(timeline, retained_commits(policy, timeline, now))
+    return verdict(policy, timeline, found, ours)
+
+
+def plan(
+    policy: CleanPolicy, timeline: HudiTimeline, ours: Iterable[str], now: datetime
+) -> PlanOutcome:
+    """The job's plan (base path, the commits the cleaner keeps, archival's bounds), or why
+    not."""
+    found = judge(policy, timeline, ours, now)
+    if not found.needed:
+        return PlanOutcome(None, found.reason)
+    retained = int(found.metrics["retained_commits"])
+    return PlanOutcome(
+        {
+            "format": "hudi",
+            "base_path": timeline.base_path,
+            "clean_policy": "KEEP_LATEST_COMMITS",
+            "retain_commits": retained,
+            # Hudi archives down to min once the active timeline holds more than max; min
+            # must exceed the cleaner's retained commits.
+            "archive_min_commits": retained + 1,
+            "archive_max_commits": retained + 11,
+            "metadata_table": bool(timeline.properties.get("hoodie.table.metadata.partitions")),
+            "expected_files_deleted": found.metrics["cleanable_files"],
+            "earliest_commit_to_retain": found.metrics["earliest_commit_to_retain"],
+        },
+        found.reason,
+    )
