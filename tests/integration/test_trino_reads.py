@@ -55,6 +55,7 @@ POLICY: dict[str, Any] = {
         "remove_orphans": False,
         "rewrite_manifests_min_count": 1000,
     },
+    "stats": {"enabled": True, "columns": ["id", "a", "v"]},
 }
 
 
@@ -202,6 +203,20 @@ def test_trino_reads_what_pyiceberg_reads_after_each_kind(
     _run(spark_rt, scheduler, table_id, "clean")
     assert len(table.refresh().snapshots()) < snapshots
     assert same("clean") == kept
+
+    def distinct(after: str) -> dict[str, Any]:
+        # SHOW STATS: column, data size, distinct values, nulls fraction, row count, low, high
+        shown = trino.query(f'SHOW STATS FOR {through.trino}."{ns}"."events"')
+        return {r[0]: r[2] for r in shown if r[0] in ("id", "a", "v")}
+
+    assert set(distinct("clean").values()) == {None}  # no statistics yet: Trino knows none
+    _run(spark_rt, scheduler, table_id, "stats")
+    known = distinct("stats")
+    expected = {c: len({r[COLUMNS.index(c)] for r in kept} - {None}) for c in known}
+    assert all(abs(known[c] - expected[c]) <= max(1, expected[c] * 0.05) for c in known), (
+        known,
+        expected,
+    )  # the stats kind's sketches are what Trino plans with
 
     if through.secret:  # the password reached Trino as a reference: on its disk nowhere
         work = trino.etc.parent  # its etc/, data/ (logs) and output; plugin/ is a link
