@@ -13,6 +13,7 @@ when asked.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pyiceberg.manifest import DataFileContent, ManifestContent
 from pyiceberg.table import Table
@@ -31,6 +32,7 @@ from lakewarden.health.model import (
     build,
     layout_sections,
 )
+from lakewarden.kinds import stats
 from lakewarden.metadata import key_buckets, read_files
 from lakewarden.policy.model import Policy
 
@@ -104,7 +106,7 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
             kind = "equality" if f.content == DataFileContent.EQUALITY_DELETES else "position"
             deletes.append(LiveDelete(part, kind, f.record_count))
 
-    return build(
+    health = build(
         policy,
         files.snapshot_id,
         files.data,
@@ -120,6 +122,22 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
         metadata=_metadata_files(table),
         buckets=key_buckets(table),
     )
+    health.statistics = statistics_freshness(stats.read_state(table), now)
+    return health
+
+
+def statistics_freshness(state: stats.StatsState, now: datetime) -> dict[str, Any]:
+    """What the newest column statistics describe, and how far the table moved since."""
+    at = state.stats_snapshot_at
+    return {
+        "snapshot_id": state.stats_snapshot_id,
+        "current": state.stats_snapshot_id is not None
+        and state.stats_snapshot_id == state.current_snapshot_id,
+        "age_hours": round((now - at).total_seconds() / 3600, 3) if at else None,
+        "columns": sorted(state.stats_columns),
+        "snapshots_since": len(state.changes),
+        "rewrites_since": sum(1 for c in state.changes if c.operation == stats.REWRITE),
+    }
 
 
 def add_storage(

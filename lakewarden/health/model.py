@@ -159,6 +159,7 @@ class TableHealth:
     metadata_files: dict[str, Any] = field(default_factory=dict)  # metadata_summary()
     storage: dict[str, Any] | None = None  # lakewarden.storage, when asked for
     buckets: dict[str, Any] | None = None  # bucket_summary(): tables bucketed by key
+    statistics: dict[str, Any] | None = None  # column statistics' freshness (kinds.stats)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,6 +8,8 @@ import pyarrow as pa
 import pytest
 from helpers import manage, run_one, task_of
 
+from lakewarden.health.measure import measure
+from lakewarden.policy.model import Policy
 from lakewarden.runtime import Runtime
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
@@ -42,6 +44,15 @@ def test_column_statistics_are_computed_and_read_back(
     table = table.refresh()
     current = table.current_snapshot()
     assert current is not None and not table.metadata.statistics
+    policy = Policy.model_validate({"stats": {"enabled": True}})
+    assert measure(table, policy).statistics == {
+        "snapshot_id": None,
+        "current": False,
+        "age_hours": None,
+        "columns": [],
+        "snapshots_since": 3,
+        "rewrites_since": 0,
+    }
     task_id = manage(spark_rt, "lw_stats", {"stats": {"enabled": True}}, kind="stats")
 
     assert Worker(spark_rt).run_once()
@@ -62,6 +73,9 @@ def test_column_statistics_are_computed_and_read_back(
     assert set(ndv) == {"id", "city"}
     assert ndv["city"] == 37  # theta sketches are exact below their size (4,096)
     assert abs(ndv["id"] - 3000) <= 3000 * 0.05  # estimated beyond it
+    freshness = measure(table, policy).statistics
+    assert freshness is not None
+    assert (freshness["current"], freshness["columns"]) == (True, ["city", "id"])
     done = task_of(spark_rt, task_id)
     assert done.result is not None and done.result["statistics_file"] == stats.statistics_path
 

@@ -116,6 +116,18 @@ class PartitionSkewOut(ResponseModel):
     data_files: SkewMeasureOut
 
 
+class StatisticsOut(ResponseModel):
+    snapshot_id: int | None = Field(
+        description="the snapshot the newest column statistics describe (an ancestor of the "
+        "current one); null: the table has none"
+    )
+    current: bool = Field(description="they describe the current snapshot")
+    age_hours: float | None = Field(description="how old that snapshot is")
+    columns: list[str] = Field(description="the columns they have distinct-count sketches of")
+    snapshots_since: int = Field(description="main's snapshots after it")
+    rewrites_since: int = Field(description="of which rewrites (replace)")
+
+
 class MetadataFilesOut(ResponseModel):
     files: int = Field(description="metadata.json files listed: the current one and its log")
     bytes: int | None = Field(description="their total size; null unless read with ?storage=true")
@@ -249,6 +261,9 @@ class HealthOut(FilesOut):
     commits: CommitsOut
     partition_skew: PartitionSkewOut
     metadata_files: MetadataFilesOut
+    statistics: StatisticsOut | None = Field(
+        default=None, description="column statistics' freshness (the stats kind keeps them)"
+    )
     storage: StorageOut | None = Field(
         default=None, description="null unless asked for with ?storage=true (it lists files)"
     )
