@@ -31,6 +31,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog, validation
 from lakewarden.spark.actions import first_failure, progress
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
+from lakewarden.spark.cost import group_cost
 from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.session import use_catalog
 from lakewarden.spark.validation import validating
@@ -213,6 +214,7 @@ def run_job(
             error=explain_error(exc),
             spark_log=spark_log,
         )
+    result.metrics["cost"] = job_cost(spark, job.group)
     partial, spark_log = None, ""
     if result.metrics.get("partial"):
         # Some file groups committed, others failed: the task's reason says how many and
@@ -231,6 +233,16 @@ def run_job(
     )
     log.info("task %d: %s %s", job.task_id, state, result.metrics)
     return state
+
+
+def job_cost(spark: SparkSession, group: str) -> dict[str, Any] | None:
+    """`spark.cost.group_cost`, or None if Spark would not say: accounting never fails a
+    job that did its work."""
+    try:
+        return group_cost(spark, group)
+    except Exception:
+        log.warning("could not read the Spark metrics of job group %s", group, exc_info=True)
+        return None
 
 
 def finish_raised(

@@ -29,6 +29,7 @@ from services.api.routes import (
     audit,
     blockers,
     catalogs,
+    costs,
     events,
     health,
     maintenance,
@@ -111,6 +112,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         rules,
         refs,
         readiness,
+        costs,
     )
     routers = [module.router for module in modules] + [tables.fleet]
     for router in routers:

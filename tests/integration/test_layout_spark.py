@@ -226,6 +226,8 @@ def test_a_declared_sort_order_is_what_compaction_writes_and_clustering_sorts_by
         assert values.to_pylist() == sorted(values.to_pylist(), reverse=True), f.path
     assert files_per_lookup(files, ["a"]) is not None
     assert (files_per_lookup(files, ["a"]) or 0) <= THRESHOLD  # ranges split across files
+    cost = (task_of(spark_rt, task_id).result or {})["cost"]  # Spark's own task metrics
+    assert cost["input_bytes"] > 0 and cost["executor_cpu_s"] > 0 and cost["tasks"] > 0, cost
 
     # Clustering without columns measures by the declared order: laid out already.
     with transaction(spark_rt.engine) as s:

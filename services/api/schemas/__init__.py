@@ -108,6 +108,7 @@ from services.api.schemas.health import (
     RollbackOut,
     SkewMeasureOut,
     SnapshotsOut,
+    StatisticsOut,
     StorageOut,
     TagsExplainOut,
     TriggerOut,
@@ -133,6 +134,8 @@ from services.api.schemas.tables import (
     TablePage,
 )
 from services.api.schemas.tasks import (
+    CostRowOut,
+    CostsOut,
     RunOut,
     TaskDetail,
     TaskIn,
@@ -166,6 +169,8 @@ __all__ = [
     "CatalogPollOut",
     "CatalogProperties",
     "CommitsOut",
+    "CostRowOut",
+    "CostsOut",
     "DeleteFilesOut",
     "DeltaCommandOut",
     "DeltaHealthOut",
@@ -228,6 +233,7 @@ __all__ = [
     "SignalOut",
     "SkewMeasureOut",
     "SnapshotsOut",
+    "StatisticsOut",
     "StorageOut",
     "T",
     "TTLOut",

@@ -99,3 +99,28 @@ class TaskDetail(TaskOut):
 
 class TaskPage(Page[TaskOut]):
     pass
+
+
+class CostRowOut(ResponseModel):
+    """One group's runs and what Spark says they cost (`metrics.cost` of each run)."""
+
+    key: str = Field(
+        description="the group: catalog.namespace.name, catalog.namespace, kind, "
+        "pool, or a UTC date"
+    )
+    runs: int = Field(description="runs that finished in the window")
+    measured_runs: int = Field(description="of which with Spark metrics (session-run jobs)")
+    executor_cpu_s: float = Field(description="executor CPU seconds")
+    executor_run_s: float = Field(description="executor task seconds")
+    input_bytes: float = Field(description="bytes Spark read")
+    shuffle_bytes: float = Field(description="shuffle bytes written")
+    written_bytes: float = Field(description="bytes of the data files the commits added")
+    files_written: float = Field(description="data files the commits added")
+    wall_s: float = Field(description="the runs' wall seconds, for comparison")
+
+
+class CostsOut(ResponseModel):
+    by: str
+    since: datetime
+    truncated: bool = Field(description="more groups than the 1,000 listed")
+    items: list[CostRowOut]
