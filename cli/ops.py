@@ -82,7 +82,7 @@ def calling(ctx: typer.Context) -> Iterator[Client]:
 
 def register(app: typer.Typer) -> None:
     """Add the operator's commands to the CLI."""
-    for command in (tables, table_cmd, tasks, task, cancel, retry, trigger, pause, resume):
+    for command in (tables, table_cmd, tasks, task, cancel, retry, trigger, pause, resume, costs):
         app.command(name=command.__name__.removesuffix("_cmd"))(command)
     app.add_typer(alerts_app, name="alerts")
     app.add_typer(policy_app, name="policy")
@@ -280,6 +280,41 @@ def _tasks_view(page: dict[str, Any]) -> Iterable[RenderableType]:
     yield table(None, ("id", "table", "kind", "state", "attempt", "updated", "why"), rows)
     if page.get("next_cursor"):
         yield "more tasks: raise --limit, or narrow with --state, --table or --kind"
+
+
+def costs(
+    ctx: typer.Context,
+    by: Annotated[str, typer.Option("--by", help="table, namespace, kind, pool or day")] = "table",
+    since: Annotated[
+        str | None, typer.Option("--since", help="ISO 8601 date-time (default: 7 days ago)")
+    ] = None,
+    output: Output = Format.table,
+) -> None:
+    """What maintenance cost (Spark's executor CPU and task time, bytes), costliest first."""
+    with calling(ctx) as api:
+        found = api.get("/api/v1/costs", by=by, since=since)
+    emit(found, output, _costs_view)
+
+
+def _costs_view(found: dict[str, Any]) -> Iterable[RenderableType]:
+    rows = [
+        (
+            c["key"],
+            c["runs"],
+            f"{c['executor_cpu_s']:.1f}",
+            f"{c['executor_run_s']:.1f}",
+            _size(int(c["input_bytes"])),
+            _size(int(c["written_bytes"])),
+            int(c["files_written"]),
+            f"{c['wall_s']:.1f}",
+        )
+        for c in found["items"]
+    ]
+    if not rows:
+        yield f"no runs since {found['since']}"
+        return
+    header = (found["by"], "runs", "cpu s", "task s", "read", "written", "files", "wall s")
+    yield table(None, header, rows)
 
 
 def task(ctx: typer.Context, task_id: TaskId, output: Output = Format.table) -> None:

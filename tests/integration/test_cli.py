@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +364,37 @@ def test_partitions_and_watermark(live: Live) -> None:
     assert live.json("heartbeat", "sales.returns", "a")["has_data"]
     (waiting,) = live.json("partitions", "sales.returns", "--not-ready")["items"]
     assert (waiting["partition"], waiting["no_data"]) == ("c", True)
+
+
+def test_costs_by_table_and_kind(live: Live) -> None:
+    """`lakewarden costs`: the API's rollup, as a table and as JSON."""
+    from lakewarden.db.models import JobRun, ManagedTable
+
+    with transaction(live.rt.engine) as s:
+        row = s.query(ManagedTable).filter_by(namespace="sales", name=TABLES[0]).one()
+        task = Task(table_id=row.id, kind="clean", state="succeeded", trigger={}, pool="default")
+        s.add(task)
+        s.flush()
+        s.add(
+            JobRun(
+                task_id=task.id,
+                attempt=1,
+                state="succeeded",
+                scheduler_id="t",
+                leader_epoch=1,
+                finished_at=datetime.now(UTC),
+                duration_ms=2000,
+                metrics={"cost": {"executor_cpu_s": 3.25, "executor_run_s": 4.0}},
+            )
+        )
+    shown = _table_mode(live, "costs", "--by", "kind")
+    assert "clean" in shown and "3.2" in shown
+    found = live.json("costs", "--by", "table")
+    assert [(c["key"], c["executor_cpu_s"]) for c in found["items"]] == [
+        (f"{live.rt.settings.catalog_name}.sales.{TABLES[0]}", 3.25)
+    ]
+    result = live.cli("costs", "--by", "planet")
+    assert result.exit_code == 1 and "by" in result.output
 
 
 def test_errors_say_what_to_fix(live: Live) -> None:
