@@ -217,6 +217,21 @@ def test_the_overview_lists_the_compacted_table(world: World, open_page: Any) ->
     page.locator("p.count", has_text="0 tables match").wait_for()
 
 
+def test_the_costs_page_plots_what_the_compaction_cost(world: World, open_page: Any) -> None:
+    """The world's compaction recorded Spark's metrics: the costs page plots its CPU per
+    kind, lists it, and its CSV link serves the same rows."""
+    page = open_page(world.url)
+    login(page, world.admin)
+    page.goto("/ui/costs?by=kind")
+    bar = page.locator("#cost-plot rect.bar[data-label='compaction']")
+    bar.wait_for()
+    assert float(bar.get_attribute("data-value") or 0) > 0
+    row = page.locator("tr[data-key='compaction']")
+    assert row.count() == 1 and "compaction" in row.inner_text()
+    csv_text = page.request.get("/ui/costs.csv?by=kind").text()
+    assert csv_text.splitlines()[0].startswith("kind,runs,") and "compaction," in csv_text
+
+
 def test_the_histogram_has_one_bar_per_bucket_matching_pyiceberg(
     world: World, open_page: Any
 ) -> None:
@@ -323,6 +338,7 @@ def test_a_viewer_sees_no_action_buttons(world: World, open_page: Any) -> None:
         f"/ui/tasks/{world.compaction_task}",
         "/ui/alerts",
         "/ui/trends",
+        "/ui/costs",
     ):
         page.goto(path)
         page.wait_for_load_state("networkidle")  # health and explain have loaded

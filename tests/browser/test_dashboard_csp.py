@@ -32,7 +32,7 @@ def test_the_dashboard_works_under_its_csp(rt: Runtime, open_page: Any) -> None:
         assert r.status_code == 201, r.text
         page = open_page(url)
         login(page, admin)
-        for path in ("/ui/", "/ui/alerts", "/ui/trends"):
+        for path in ("/ui/", "/ui/alerts", "/ui/costs", "/ui/trends"):
             response = page.goto(path)
             assert response is not None and response.status == 200, path
             assert response.headers["content-security-policy"] == DASHBOARD_CSP

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import anyio
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
@@ -21,7 +21,7 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.policy.model import KINDS
 from lakewarden.runtime import Runtime
-from lakewarden.tasks import repo
+from lakewarden.tasks import costs, repo
 from services.api.access import Access, authenticate
 from services.api.deps import Id, RuntimeDep
 from services.api.ui import queries, svg
@@ -301,4 +301,55 @@ async def trends_page(request: Request, access: UiAccessDep, rt: RuntimeDep) -> 
             ),
             "empty": not (t.backlog or t.latency_s or t.job_s),
         },
+    )
+
+
+COST_BARS = 15  # the plot's groups; the table lists them all
+
+
+@router.get("/costs", response_class=HTMLResponse)
+async def costs_page(
+    request: Request, access: UiAccessDep, rt: RuntimeDep, by: str = "table", days: int = 7
+) -> HTMLResponse:
+    """What maintenance cost over the last `days`, per group (`lakewarden.tasks.costs`)."""
+    group = by if by in costs.BY else "table"
+    window = min(max(days, 1), 365)
+    since = datetime.now(UTC) - timedelta(days=window)
+    visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
+    rows, truncated = await _read(
+        rt,
+        lambda s: costs.rollup(s, group, since, visible),  # type: ignore[arg-type]
+    )
+    bars = [
+        svg.Bar(r["key"], r["executor_cpu_s"], f"{r['key']}: {r['executor_cpu_s']:.1f} CPU s")
+        for r in rows[:COST_BARS]
+    ]
+    context = {
+        "rows": rows,
+        "by": group,
+        "days": window,
+        "groups": costs.BY,
+        "truncated": truncated,
+        "plot": svg.bar_chart(bars, f"executor CPU seconds per {group}"),
+        "csv": f"/ui/costs.csv?{urlencode({'by': group, 'days': window})}",
+    }
+    return page(request, "costs.html", context)
+
+
+@router.get("/costs.csv")
+async def costs_csv(
+    access: UiAccessDep, rt: RuntimeDep, by: str = "table", days: int = 7
+) -> Response:
+    """The costs page's rows as CSV (the API's `format=csv`, for a logged-in browser)."""
+    group = by if by in costs.BY else "table"
+    since = datetime.now(UTC) - timedelta(days=min(max(days, 1), 365))
+    visible = access.scope(Role.viewer, ManagedTable.catalog, ManagedTable.namespace)
+    rows, _ = await _read(
+        rt,
+        lambda s: costs.rollup(s, group, since, visible),  # type: ignore[arg-type]
+    )
+    return Response(
+        costs.as_csv(group, rows),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="costs-by-{group}.csv"'},
     )
