@@ -1,9 +1,10 @@
 """The operator's commands on a table's data for downstream readers and recovery:
 `lakewarden partitions` (readiness), `watermark` (the writer's completeness mark),
 `heartbeat` (the writer ran for a partition and wrote nothing), `refs`
-(branches and tags, and when snapshot expiry drops them) and `rollback` (main back to a
-snapshot or a tag; admin, and asked for confirmation). Each is one or two REST calls, printed
-as the other operator commands are (cli/ops.py)."""
+(branches and tags, and when snapshot expiry drops them), `rollback` (main back to a
+snapshot or a tag; admin, and asked for confirmation), `repair` (one partition back to a
+snapshot) and `revert` (a range of commits undone): a dry run, then applied if asked.
+Each is one or two REST calls, printed as the other operator commands are (cli/ops.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (partitions, watermark, heartbeat, refs, rollback):
+    for command in (partitions, watermark, heartbeat, refs, rollback, repair, revert):
         app.command()(command)
 
 
@@ -190,3 +191,90 @@ def _rollback_view(r: dict[str, Any]) -> Iterable[RenderableType]:
         yield f"{r['table']}: main rolled back from snapshot {r['from_snapshot_id']} to {to}"
     else:
         yield f"{r['table']}: main was already at {to}; nothing changed"
+
+
+def repair(
+    ctx: typer.Context,
+    name: TableName,
+    partition: Annotated[
+        list[str],
+        typer.Option("--partition", metavar="FIELD=VALUE", help="each partition field"),
+    ],
+    to_snapshot: Annotated[
+        int, typer.Option("--to-snapshot", metavar="ID", help="a snapshot of main's history")
+    ],
+    apply: Annotated[bool, typer.Option("--apply", help="commit it (default: dry run)")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    catalog: Catalog = None,
+    output: Output = Format.table,
+) -> None:
+    """One partition back to what it held at a snapshot (admin): a dry run of which files
+    and rows change; with --apply, that plan committed (refused if main moved meanwhile)."""
+    fields = dict(_field(p) for p in partition)
+    body = {"partition": fields, "to_snapshot": to_snapshot}
+    _dry_run_then_apply(ctx, name, "repair", body, apply, yes, catalog, output)
+
+
+def revert(
+    ctx: typer.Context,
+    name: TableName,
+    from_snapshot: Annotated[
+        int, typer.Option("--from", metavar="ID", help="the last snapshot kept as it was")
+    ],
+    to_snapshot: Annotated[int, typer.Option("--to", metavar="ID", help="the last commit undone")],
+    apply: Annotated[bool, typer.Option("--apply", help="commit it (default: dry run)")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    catalog: Catalog = None,
+    output: Output = Format.table,
+) -> None:
+    """Undo the changes of main's commits after --from up to --to (admin): a dry run, or
+    with --apply that plan committed; later commits are kept."""
+    body = {"from_snapshot": from_snapshot, "to_snapshot": to_snapshot}
+    _dry_run_then_apply(ctx, name, "revert", body, apply, yes, catalog, output)
+
+
+def _field(text: str) -> tuple[str, str]:
+    field, sep, value = text.partition("=")
+    if not sep or not field:
+        raise typer.BadParameter(f"{text!r}: write FIELD=VALUE, e.g. region=eu")
+    return field, value
+
+
+def _dry_run_then_apply(
+    ctx: typer.Context,
+    name: str,
+    action: str,
+    body: dict[str, Any],
+    apply: bool,
+    yes: bool,
+    catalog: str | None,
+    output: Format,
+) -> None:
+    path = f"{table_path(catalog, *split_name(name))}/{action}"
+    with calling(ctx) as api:
+        plan = api.post(path, {**body, "dry_run": True})
+        if apply and plan["changes"]:
+            if not yes:
+                typer.confirm(
+                    f"{action} {name}: take out {len(plan['files_removed'])} file(s) "
+                    f"({plan['rows_removed']} rows), put back {len(plan['files_restored'])} "
+                    f"({plan['rows_restored']} rows)?",
+                    abort=True,
+                    err=True,
+                )
+            body = {**body, "dry_run": False, "main_snapshot_id": plan["main_snapshot_id"]}
+            plan = api.post(path, body)
+    emit(plan, output, _repair_view)
+
+
+def _repair_view(r: dict[str, Any]) -> Iterable[RenderableType]:
+    what = (
+        f"take out {len(r['files_removed'])} file(s), {r['rows_removed']} rows; put back "
+        f"{len(r['files_restored'])} file(s), {r['rows_restored']} rows"
+    )
+    if not r["changes"]:
+        yield f"{r['table']}: nothing to {r['action']}"
+    elif r["dry_run"]:
+        yield f"{r['table']}: {r['action']} would {what} (dry run; --apply to commit)"
+    else:
+        yield f"{r['table']}: {r['action']} committed snapshot {r['committed_snapshot_id']}: {what}"

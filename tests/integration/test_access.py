@@ -66,6 +66,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/heartbeat"): Rule("operator"),
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): Rule("viewer"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): Rule("admin"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/repair"): Rule("admin"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): Rule("admin"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer", by_id=True),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),
@@ -229,6 +231,15 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         # no such tag: a 404 for whoever may roll back
         ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): {
             "to_tag": "none"
+        },
+        # no such snapshot: a 404 (a dry run) for whoever may repair
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/repair"): {
+            "partition": {"day": "2026-01-01"},
+            "to_snapshot": 1,
+        },
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): {
+            "from_snapshot": 1,
+            "to_snapshot": 2,
         },
         # nothing answers there: a quick 422 for whoever may register it
         ("POST", "/api/v1/catalogs"): {

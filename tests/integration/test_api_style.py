@@ -58,6 +58,8 @@ OPERATION_IDS = {
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/delta"): "deltaTableHealth",
     ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/refs"): "listTableRefs",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): "rollbackTable",
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/repair"): "repairPartition",
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): "revertRange",
     ("GET", "/api/v1/tasks"): "listTasks",
     ("GET", "/api/v1/tasks/{task_id}"): "getTask",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): "triggerTask",

@@ -321,6 +321,24 @@ def test_refs_and_rollback(live: Live) -> None:
     assert missing.exit_code == 1 and "404" in missing.stderr and "no snapshot" in missing.stderr
 
 
+def test_revert_dry_run_then_apply(live: Live) -> None:
+    """`lakewarden revert`: a dry run says what would change and changes nothing; --apply
+    commits that plan; the second append's rows are gone, the first's kept."""
+    table = live.rt.catalog.load_table("sales.returns")
+    first, second = (s.snapshot_id for s in table.snapshots()[:2])
+    rows = table.scan(snapshot_id=first).to_arrow().num_rows
+    dry = live.json("revert", "sales.returns", "--from", str(first), "--to", str(second))
+    assert dry["dry_run"] and dry["rows_removed"] > 0 and dry["files_removed"]
+    assert table.refresh().scan().to_arrow().num_rows == rows + dry["rows_removed"]
+    shown = _table_mode(
+        live, "revert", "sales.returns", "--from", str(first), "--to", str(second), "--apply", "-y"
+    )
+    assert "revert committed snapshot" in shown
+    assert table.refresh().scan().to_arrow().num_rows == rows
+    bad = live.cli("repair", "sales.returns", "--partition", "nofield", "--to-snapshot", "1")
+    assert bad.exit_code == 2 and "FIELD=VALUE" in bad.output
+
+
 def test_partitions_and_watermark(live: Live) -> None:
     path = "/api/v1/tables/sales/returns"
     assert live.json("partitions", "sales.returns") == live.get(f"{path}/partitions", limit=100)

@@ -4,14 +4,17 @@ JVM): `lakewarden.refs`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lakewarden import refs, tables
+from lakewarden import refs, repair, tables
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
@@ -21,7 +24,15 @@ from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.routes.health import GONE, load_live_table
-from services.api.schemas import RefOut, RefsOut, RollbackIn, RollbackOut
+from services.api.schemas import (
+    RefOut,
+    RefsOut,
+    RepairIn,
+    RepairOut,
+    RevertIn,
+    RollbackIn,
+    RollbackOut,
+)
 
 # How long the rollback's blocker holds if the API dies before lifting it.
 HOLD_S = 300.0
@@ -71,22 +82,28 @@ def rollback_table(
     count and check, a clean's expiry all assume the main they started from. A snapshot off
     main's history is refused (422): a rollback only returns main to a state it had."""
     access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
-    # No job may start on the table while main moves: a blocker, committed first (dispatch
-    # sees only committed blockers), lifted once the rollback is done.
+    with main_held(rt, session, row, f"rollback by {access.actor}", "rolling main back"):
+        return _rollback(body, row, rt, access)
+
+
+@contextmanager
+def main_held(
+    rt: Runtime, session: Session, row: ManagedTable, holder: str, reason: str
+) -> Iterator[None]:
+    """Main may move by hand: no job starts on the table meanwhile (a blocker, committed
+    first: dispatch sees only committed blockers; lifted at the end), the table's row is
+    locked (a concurrent move waits), and a job already running is a 409."""
     with transaction(rt.engine) as s:
-        hold = tables.add_blocker(
-            s, row, holder=f"rollback by {access.actor}", reason="rolling main back", ttl_s=HOLD_S
-        ).id
+        hold = tables.add_blocker(s, row, holder=holder, reason=reason, ttl_s=HOLD_S).id
     try:
-        return _rollback(body, row, rt, session, access)
+        _no_job_running(session, row, reason)
+        yield
     finally:
         with transaction(rt.engine) as s:
             tables.remove_blocker(s, row, hold)
 
 
-def _rollback(
-    body: RollbackIn, row: ManagedTable, rt: Runtime, session: Session, access: Access
-) -> RollbackOut:
+def _no_job_running(session: Session, row: ManagedTable, doing: str) -> None:
     # Held until the response: a concurrent rollback of this table waits for this one.
     if tables.lock_table(session, row) is None:
         raise HTTPException(404, f"table {row.namespace}.{row.name} is no longer managed")
@@ -109,10 +126,13 @@ def _rollback(
     if running is not None:
         raise HTTPException(
             409,
-            f"task {running.id} ({running.kind}) is running on the table: a rollback now "
+            f"task {running.id} ({running.kind}) is running on the table: {doing} now "
             "would move main under its commit; retry once it has ended "
             f"(GET /api/v1/tasks/{running.id})",
         )
+
+
+def _rollback(body: RollbackIn, row: ManagedTable, rt: Runtime, access: Access) -> RollbackOut:
     table = load_live_table(rt, row)
     snapshot, tag = body.to_snapshot, body.to_tag
     try:
@@ -134,3 +154,100 @@ def _rollback(
         "rolled_back": done["rolled_back"],
     }
     return RollbackOut(table=f"{row.namespace}.{row.name}", to_tag=tag, **done)
+
+
+REPAIR_ERRORS = {
+    404: "the table is not managed, or has no such snapshot",
+    409: "a task of the table is running, main moved since the dry run or during the commit, "
+    "or the table is gone from the catalog",
+    422: "the snapshot is not in main's history, the partition does not name the spec's "
+    "fields, or the change cannot be exact (delete files involved, a file to put back is "
+    "gone from storage, a file the range added was rewritten since)",
+}
+
+
+@router.post(
+    "/{namespace}/{name}/repair",
+    response_model=RepairOut,
+    responses=errors.documented(409, 422, body=True, notes=REPAIR_ERRORS),
+)
+def repair_partition(
+    body: RepairIn, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> RepairOut:
+    """One partition back to what it held at an earlier snapshot of main, later changes to
+    other partitions kept (admin, audited). A dry run (the default) says which files and
+    rows would go and come back; the commit is checked like a rewrite (main's live files are
+    exactly the planned set, else main is rolled back)."""
+    access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
+    with main_held(rt, session, row, f"repair by {access.actor}", "repairing a partition"):
+        table = load_live_table(rt, row)
+        plan = _planned(
+            lambda: repair.plan_partition_repair(table, body.partition, body.to_snapshot)
+        )
+        return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
+
+
+@router.post(
+    "/{namespace}/{name}/revert",
+    response_model=RepairOut,
+    responses=errors.documented(409, 422, body=True, notes=REPAIR_ERRORS),
+)
+def revert_range(
+    body: RevertIn, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> RepairOut:
+    """Undo the changes of main's commits after `from_snapshot` up to and including
+    `to_snapshot` (the files they added taken out, those they removed put back), the later
+    commits kept (admin, audited). A dry run (the default) says what would change."""
+    access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
+    with main_held(rt, session, row, f"revert by {access.actor}", "reverting commits"):
+        table = load_live_table(rt, row)
+        plan = _planned(
+            lambda: repair.plan_range_revert(table, body.from_snapshot, body.to_snapshot)
+        )
+        return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
+
+
+def _planned(make: Callable[[], repair.Plan]) -> repair.Plan:
+    try:
+        return make()
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except repair.RepairRefused as exc:
+        raise HTTPException(422, str(exc)) from exc
+
+
+def _carried_out(
+    plan: repair.Plan,
+    dry_run: bool,
+    seen_main: int | None,
+    table: Table,
+    row: ManagedTable,
+    access: Access,
+) -> RepairOut:
+    name = f"{row.namespace}.{row.name}"
+    if seen_main is not None and seen_main != plan.from_snapshot_id:
+        raise HTTPException(
+            409,
+            f"main moved since your dry run (it was {seen_main}, now {plan.from_snapshot_id}): "
+            "dry-run again and check what would change",
+        )
+    if dry_run:
+        return RepairOut(table=name, dry_run=True, **plan.summary())
+    try:
+        done = repair.apply(table, plan, by=access.actor)
+    except repair.MainMoved as exc:
+        raise HTTPException(409, str(exc)) from exc
+    except CommitFailedException as exc:
+        raise HTTPException(
+            409, "main moved while committing (a writer committed): nothing changed; retry"
+        ) from exc
+    except repair.RepairRefused as exc:
+        raise HTTPException(422, str(exc)) from exc
+    access.change = {
+        "action": plan.action,
+        "main": [plan.from_snapshot_id, done["committed_snapshot_id"]],
+        **{k: v for k, v in plan.scope.items()},
+        "rows_removed": done["rows_removed"],
+        "rows_restored": done["rows_restored"],
+    }
+    return RepairOut(table=name, dry_run=False, **done)

@@ -371,6 +371,61 @@ class RollbackOut(ResponseModel):
     rolled_back: bool = Field(description="false: main was already at that snapshot")
 
 
+SnapshotId = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+
+
+class RepairIn(RequestModel):
+    """One partition back to what it held at `to_snapshot` (a snapshot of main's history).
+    `dry_run` (the default) only says what would change."""
+
+    partition: dict[
+        Annotated[str, Field(min_length=1, max_length=255)],
+        Annotated[str, Field(max_length=1024)],
+    ] = Field(
+        min_length=1,
+        max_length=16,
+        description="every partition field of the spec by name, its value as health shows "
+        'it (e.g. {"ts_day": "2026-11-23", "region": "eu"})',
+    )
+    to_snapshot: SnapshotId
+    dry_run: bool = True
+    main_snapshot_id: SnapshotId | None = Field(
+        default=None,
+        description="main's snapshot when you made the dry run: refused (409) if main moved",
+    )
+
+
+class RevertIn(RequestModel):
+    """The changes of main's commits after `from_snapshot` up to and including
+    `to_snapshot`, undone. `dry_run` (the default) only says what would change."""
+
+    from_snapshot: SnapshotId
+    to_snapshot: SnapshotId
+    dry_run: bool = True
+    main_snapshot_id: SnapshotId | None = Field(
+        default=None,
+        description="main's snapshot when you made the dry run: refused (409) if main moved",
+    )
+
+
+class RepairOut(ResponseModel):
+    table: str
+    action: str = Field(description="repair | revert")
+    dry_run: bool
+    main_snapshot_id: int = Field(description="main's head the plan was made on")
+    partition: dict[str, str] | None = None
+    from_snapshot_id: int | None = None
+    to_snapshot_id: int
+    files_removed: list[str]
+    files_restored: list[str]
+    rows_removed: int
+    rows_restored: int
+    changes: bool
+    committed_snapshot_id: int | None = Field(
+        default=None, description="the repair's commit (null: a dry run, or nothing to do)"
+    )
+
+
 class TagsExplainOut(ResponseModel):
     enabled: bool
     every: str
