@@ -198,6 +198,9 @@ class TimelineEvent(Base):
         UniqueConstraint("table_id", "snapshot_id"),
         UniqueConstraint("table_id", "commit_id"),
         CheckConstraint("(snapshot_id IS NULL) <> (commit_id IS NULL)", name="one_commit_id"),
+        # A table's newest event and commit cursor, found by a probe (lakewarden.history).
+        Index("ix_timeline_events_table_newest", "table_id", "id"),
+        Index("ix_timeline_events_table_sequence", "table_id", "sequence_number"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -246,6 +249,16 @@ class Task(Base):
             postgresql_where=text(sql_in("state", WAITING_TASK_STATES)),
         ),
         Index("ix_tasks_state", "state"),
+        # A table's newest task of a kind, found by a probe (lakewarden.history).
+        Index("ix_tasks_table_kind", "table_id", "kind", "id"),
+        # Each table's last success per kind, newest first (last_success_by_kind).
+        Index(
+            "ix_tasks_last_success",
+            "table_id",
+            "kind",
+            "updated_at",
+            postgresql_where=text(sql_in("state", TaskState.SUCCEEDED)),
+        ),
         _one_of("state", TaskState),
     )
 
@@ -293,6 +306,12 @@ class JobRun(Base):
     __tablename__ = "job_runs"
     __table_args__ = (
         UniqueConstraint("task_id", "attempt"),
+        # The runs running now (/metrics's gauge), apart from the history.
+        Index(
+            "ix_job_runs_running",
+            "task_id",
+            postgresql_where=text(sql_in("state", RunState.RUNNING)),
+        ),
         _one_of("state", RunState),
         _one_of("mode", RunMode),
     )
@@ -321,6 +340,36 @@ class JobRun(Base):
     heartbeat_at: Mapped[datetime | None]  # the application's, while it runs
     # Its Spark UI while it runs, its history server page once it ended (tasks.runs.run_ui_url).
     ui_url: Mapped[str | None] = mapped_column(Text)
+
+
+class MetricCount(Base):
+    """A /metrics counter or histogram bucket, folded from `metric_deltas` (migration 0024):
+    `family` task_state | task_latency | run_state | job_duration; `label` the state, or
+    the bucket's upper bound (`le`, not cumulative; "+Inf" above the last); `total` the
+    sum of the observed values."""
+
+    __tablename__ = "metric_counts"
+
+    family: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    label: Mapped[str] = mapped_column(String(32), primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[float] = mapped_column(Float)
+
+
+class MetricDelta(Base):
+    """What a task or run change added to a MetricCount (negative: it moved back), appended
+    by the triggers of migration 0024 in the change's own transaction; folded by the
+    leader (lakewarden.history)."""
+
+    __tablename__ = "metric_deltas"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    family: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str] = mapped_column(String(32))
+    n: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[float] = mapped_column(Float)
 
 
 class LeaderLease(Base):

@@ -165,13 +165,22 @@ def last_success_by_kind(
     out: dict[int, dict[str, datetime]] = {}
     if not table_ids:
         return out
+    # One index probe per (table, kind) (ix_tasks_last_success), never the tables' whole
+    # history; the kinds that ever succeeded are the rollups' (migration 0024).
     rows = session.execute(
-        select(Task.table_id, Task.kind, func.max(Task.updated_at))
-        .where(Task.table_id.in_(table_ids), Task.state == TaskState.SUCCEEDED)
-        .group_by(Task.table_id, Task.kind)
+        text(
+            "SELECT t.id, k.kind, (SELECT max(updated_at) FROM tasks WHERE table_id = t.id "
+            "AND kind = k.kind AND state = 'succeeded') "
+            "FROM unnest(CAST(:ids AS bigint[])) AS t(id), ("
+            "SELECT kind FROM metric_counts WHERE family = 'task_state' AND label = 'succeeded' "
+            "UNION SELECT kind FROM metric_deltas WHERE family = 'task_state' "
+            "AND label = 'succeeded') AS k"
+        ),
+        {"ids": list(table_ids)},
     )
     for table_id, kind, at in rows:
-        out.setdefault(table_id, {})[kind] = at
+        if at is not None:
+            out.setdefault(table_id, {})[kind] = at
     return out
 
 
