@@ -14,6 +14,11 @@ that opened it; each table's newest task of each kind and newest success of each
 (the sweep's due-ness, the last-success series); each table's newest event and its
 commit cursor (the newest by sequence number); an event not yet judged; an alert not
 resolved. Counters do not drop when rows go (the rollups ignore deletes).
+
+The audit log is never deleted from: it is partitioned by month (migration 0025), and the
+owner's `lakewarden_audit_maintain()` makes the coming months' partitions and drops whole
+months past the retention `migrate` set (`retention_audit_months`); the leader calls it
+with each round.
 """
 
 from __future__ import annotations
@@ -137,4 +142,20 @@ def prune_history(rt: Runtime, fence: Fence) -> list[Pruned]:
         if total:
             log.info("pruned %d %s past %g days", total, kind, days)
         out.append(Pruned(kind, total))
+    dropped = maintain_audit_partitions(rt, fence)
+    if dropped or rt.settings.retention_audit_months:
+        out.append(Pruned("audit_months", dropped))
     return out
+
+
+def maintain_audit_partitions(rt: Runtime, fence: Fence) -> int:
+    """Make the audit log's coming months and drop those past retention (the owner's
+    function, migration 0025); returns how many months were dropped. Dropping a month
+    locks the audit log for a moment: never wait long for that lock behind others."""
+    with transaction(rt.engine) as s:
+        check_fence(s, fence)
+        s.execute(text("SET LOCAL lock_timeout = '5s'"))
+        dropped = int(s.execute(text("SELECT lakewarden_audit_maintain()")).scalar_one())
+    if dropped:
+        log.info("dropped %d month(s) of the audit log past retention", dropped)
+    return dropped

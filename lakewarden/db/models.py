@@ -528,13 +528,18 @@ class ApiToken(Base):
 
 class AuditEntry(Base):
     """One state-changing request: who, from where, what, the policy before/after, and the
-    outcome. Append-only: a trigger (migration 0008) refuses UPDATE and DELETE."""
+    outcome. Append-only: triggers (migrations 0008, 0025) refuse UPDATE, DELETE and TRUNCATE.
+    Partitioned by month of `at` (migration 0025: whole months past retention are dropped),
+    so `at` is part of the key."""
 
     __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_catalog_namespace", "catalog", "namespace"),)
+    __table_args__ = (
+        Index("ix_audit_log_catalog_namespace", "catalog", "namespace"),
+        {"postgresql_partition_by": "RANGE (at)"},
+    )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True, primary_key=True)
     actor: Mapped[str] = mapped_column(String(255), index=True)  # token:<name>, oidc:<sub>
     source: Mapped[str | None] = mapped_column(String(255))  # client address
     method: Mapped[str] = mapped_column(String(8))

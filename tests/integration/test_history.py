@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from lakewarden import history
 from lakewarden.db.locks import DBLocks
+from lakewarden.db.migrate import set_audit_retention
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut, acquire_or_renew
 from lakewarden.runtime import Runtime
@@ -351,7 +352,14 @@ def test_retention_prunes_old_rows_but_never_what_is_still_needed(
     assert sql(rt, "SELECT count(*) FROM tasks") == [(8,)]
 
     pruned = {p.kind: p.rows for p in history.prune_history(rt, fence)}
-    assert pruned == {"transitions": 10, "runs": 5, "tasks": 3, "events": 4, "alerts": 1}
+    assert pruned == {
+        "transitions": 10,
+        "runs": 5,
+        "tasks": 3,
+        "events": 4,
+        "alerts": 1,
+        "audit_months": 0,
+    }
 
     def ids(table: str, where: str = "true") -> set[int]:
         return {r[0] for r in sql(rt, f"SELECT id FROM {table} WHERE {where}")}
@@ -397,6 +405,7 @@ def test_retention_zero_keeps_for_ever(db_url: str, tmp_path: Path) -> None:
         retention_runs_days=0,
         retention_events_days=0,
         retention_alerts_days=0,
+        retention_audit_months=0,
     )
     table = a_table(rt)
     for i in range(3):
@@ -404,3 +413,49 @@ def test_retention_zero_keeps_for_ever(db_url: str, tmp_path: Path) -> None:
     assert history.prune_history(rt, lead(rt)) == []
     assert sql(rt, "SELECT count(*) FROM tasks") == [(3,)]
     rt.engine.dispose()
+
+
+def test_audit_months_past_retention_are_dropped_whole_and_rows_never_deleted(
+    rt: Runtime,
+) -> None:
+    def audit_at(months_ago: int) -> None:
+        sql(
+            rt,
+            "INSERT INTO audit_log (at, actor, method, path, action, status, outcome) VALUES "
+            "(now() - make_interval(months => :m), 'token:t', 'POST', '/x', 'x', 200, 'ok')",
+            m=months_ago,
+        )
+
+    # Rows before the months had partitions land in the default partition, kept for ever.
+    audit_at(30)
+    for months in (20, 14, 13, 12, 1, 0):
+        sql(rt, "SELECT lakewarden_audit_partition(now() - make_interval(months => :m))", m=months)
+        audit_at(months)
+    with rt.engine.begin() as c:
+        set_audit_retention(c, 13)
+    fence = lead(rt)
+    (pruned,) = [p for p in history.prune_history(rt, fence) if p.kind == "audit_months"]
+    # This month and the 13 before it stay; the two older months went whole.
+    assert pruned.rows == 2
+    left = sql(
+        rt,
+        "SELECT (extract(year FROM age(date_trunc('month', now()), date_trunc('month', at))) * 12"
+        " + extract(month FROM age(date_trunc('month', now()), date_trunc('month', at))))::int"
+        " FROM audit_log ORDER BY at",
+    )
+    assert [m for (m,) in left] == [30, 13, 12, 1, 0]
+    assert sql(rt, "SELECT count(*) FROM audit_log_default") == [(1,)]
+    # The coming months are there; a second round drops nothing more.
+    assert sql(
+        rt,
+        "SELECT to_regclass('audit_log_p' || to_char(now() + interval '2 months', "
+        "'YYYYMM')) IS NOT NULL",
+    ) == [(True,)]
+    assert history.maintain_audit_partitions(rt, fence) == 0
+    # Still append-only, through the parent and through a month.
+    with pytest.raises(Exception, match="append-only"):
+        sql(rt, "DELETE FROM audit_log")
+    with pytest.raises(Exception, match="append-only"):
+        sql(rt, "DELETE FROM audit_log_default")
+    with pytest.raises(Exception, match="append-only"):
+        sql(rt, "TRUNCATE audit_log_default")
