@@ -166,8 +166,8 @@ SELECT m.id, (CAST(:kinds AS text[]))[i % :nkinds + 1], st.state,
     CASE WHEN st.state = 'pending' THEN c.created
         ELSE c.created + make_interval(secs => 30 + (m.id * 31 + i * 17) % 3600) END
 FROM managed_tables m, generate_series(0, :per_table - 1) i,
-    LATERAL (SELECT now() - make_interval(secs => :span * (:per_table - i) / :per_table
-        + m.id % 60) AS created) c,
+    LATERAL (SELECT now() - make_interval(
+        secs => CAST(:span AS float8) * (:per_table - i) / :per_table + m.id % 60) AS created) c,
     LATERAL (SELECT CASE
         WHEN i >= :per_table - :nkinds AND m.id % 8 = 0 THEN 'pending'
         WHEN (m.id * 7 + i) % 10 = 0 THEN 'failed'
@@ -389,7 +389,10 @@ _HISTORY_TABLES = (
 def _size(conn: Connection) -> int:
     return int(
         conn.execute(
-            text("SELECT sum(pg_total_relation_size(to_regclass(t))) FROM unnest(CAST(:t AS text[])) t"),
+            text(
+                "SELECT sum(pg_total_relation_size(to_regclass(t))) "
+                "FROM unnest(CAST(:t AS text[])) AS t"
+            ),
             {"t": list(_HISTORY_TABLES)},
         ).scalar_one()
     )
