@@ -80,7 +80,7 @@ SIZES = {
         tasks_per_table=1_000,
         scrapes=30,
         days=30,
-        tasks_per_day=15_000,  # ByteLake's 500,000 a day / 33
+        tasks_per_day=5_000,  # ByteLake's 500,000 a day / 100 (2 shared cores)
         retention_days=7,
         requests=50,
     ),
