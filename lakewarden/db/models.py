@@ -372,6 +372,20 @@ class MetricDelta(Base):
     total: Mapped[float] = mapped_column(Float)
 
 
+class TableLastSuccess(Base):
+    """When a table last had a task of a kind succeed (the newest `updated_at` of its
+    succeeded tasks), kept by the tasks' trigger (migration 0024) as they succeed: the
+    per-table /metrics series and the dashboard read it instead of the task history."""
+
+    __tablename__ = "table_last_success"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    at: Mapped[datetime]
+
+
 class LeaderLease(Base):
     """The scheduler's lease. `epoch` is the fencing token; it grows on every takeover."""
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
+from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
 from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
@@ -165,22 +165,14 @@ def last_success_by_kind(
     out: dict[int, dict[str, datetime]] = {}
     if not table_ids:
         return out
-    # One index probe per (table, kind) (ix_tasks_last_success), never the tables' whole
-    # history; the kinds that ever succeeded are the rollups' (migration 0024).
+    # Kept as tasks succeed (table_last_success, migration 0024): never the task history.
     rows = session.execute(
-        text(
-            "SELECT t.id, k.kind, (SELECT max(updated_at) FROM tasks WHERE table_id = t.id "
-            "AND kind = k.kind AND state = 'succeeded') "
-            "FROM unnest(CAST(:ids AS bigint[])) AS t(id), ("
-            "SELECT kind FROM metric_counts WHERE family = 'task_state' AND label = 'succeeded' "
-            "UNION SELECT kind FROM metric_deltas WHERE family = 'task_state' "
-            "AND label = 'succeeded') AS k"
-        ),
-        {"ids": list(table_ids)},
+        select(TableLastSuccess.table_id, TableLastSuccess.kind, TableLastSuccess.at).where(
+            TableLastSuccess.table_id.in_(table_ids)
+        )
     )
     for table_id, kind, at in rows:
-        if at is not None:
-            out.setdefault(table_id, {})[kind] = at
+        out.setdefault(table_id, {})[kind] = at
     return out
 
 

@@ -9,9 +9,12 @@ shared counter row (nor deadlock over two). The scheduler leader folds the delta
 row takes nothing back: a counter does not drop when history is pruned or a table purged.
 The buckets below are /metrics's (services/api/routes/metrics.py; a test holds them equal).
 
-Also the indexes that keep the scrape's gauges off the history (running runs, each table's
-last success per kind) and let retention (lakewarden.history) find what it must keep with
-a probe each: a table's newest task of a kind, its newest event and commit cursor.
+Each table's last success per kind (the per-table series, the dashboard) is kept the same
+way, by the same trigger, in `table_last_success`: one row per (table, kind), not a probe
+into each table's task history. Also the indexes that keep the scrape's gauges off the
+history (running runs) and let retention (lakewarden.history) find what it must keep with
+a probe each: a table's newest task and newest success of a kind, its newest event and
+its commit cursor.
 
 Revision ID: 0024
 Revises: 0023
@@ -63,6 +66,19 @@ def upgrade() -> None:
                 *columns,
                 sa.PrimaryKeyConstraint("id", name=op.f("pk_metric_deltas")),
             )
+    op.create_table(
+        "table_last_success",
+        sa.Column("table_id", sa.BigInteger(), nullable=False),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["table_id"],
+            ["managed_tables.id"],
+            name=op.f("fk_table_last_success_table_id_managed_tables"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("table_id", "kind", name=op.f("pk_table_last_success")),
+    )
     # What one task (one run) adds to the families, times `sign`: its terminal state's
     # count, and its latency (duration) in its bucket.
     op.execute(
@@ -103,6 +119,11 @@ def upgrade() -> None:
             INSERT INTO metric_deltas (family, kind, label, n, total)
             SELECT * FROM lakewarden_task_metrics(
                 NEW.kind, NEW.state, NEW.created_at, NEW.updated_at, 1);
+            IF NEW.state = 'succeeded' THEN
+                INSERT INTO table_last_success AS l (table_id, kind, at)
+                VALUES (NEW.table_id, NEW.kind, NEW.updated_at)
+                ON CONFLICT (table_id, kind) DO UPDATE SET at = greatest(l.at, excluded.at);
+            END IF;
             RETURN NULL;
         END $$
         """
@@ -158,6 +179,10 @@ def upgrade() -> None:
         ) AS m GROUP BY 1, 2, 3
         """
     )
+    op.execute(
+        "INSERT INTO table_last_success (table_id, kind, at) SELECT table_id, kind, "
+        "max(updated_at) FROM tasks WHERE state = 'succeeded' GROUP BY 1, 2"
+    )
     op.create_index(
         "ix_job_runs_running",
         "job_runs",
@@ -195,5 +220,6 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION lakewarden_run_rollup()")
     op.execute("DROP FUNCTION lakewarden_task_metrics(text, text, timestamptz, timestamptz, int)")
     op.execute("DROP FUNCTION lakewarden_run_metrics(text, text, bigint, int)")
+    op.drop_table("table_last_success")
     op.drop_table("metric_deltas")
     op.drop_table("metric_counts")

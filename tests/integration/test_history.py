@@ -18,6 +18,7 @@ from lakewarden.db.migrate import set_audit_retention
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut, acquire_or_renew
 from lakewarden.runtime import Runtime
+from lakewarden.tasks.repo import last_success_by_kind
 from services.api.routes.metrics import JOB_DURATION_BUCKETS, TASK_LATENCY_BUCKETS
 
 # The scrape's SQL before the rollups (main before issue 31): the reference.
@@ -202,6 +203,16 @@ def test_rollups_equal_the_old_scan_after_a_mix_of_finished_tasks_and_runs(rt: R
     assert scraped(rt) == expected(rt)
     history.fold_metric_deltas(rt, fence)
     assert scraped(rt) == expected(rt)
+    # Each table's last success per kind, kept as tasks succeed, is what the scan found.
+    scanned = sql(
+        rt,
+        "SELECT table_id, kind, max(updated_at) FROM tasks WHERE state = 'succeeded' GROUP BY 1, 2",
+    )
+    with transaction(rt.engine) as s:
+        kept = last_success_by_kind(s, [table])
+    assert {(t, k): at for t, kinds in kept.items() for k, at in kinds.items()} == {
+        (t, k): at for t, k, at in scanned
+    }
 
 
 def test_a_scrape_reads_no_history(rt: Runtime) -> None:
