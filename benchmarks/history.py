@@ -24,23 +24,26 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from benchmarks.control_plane import _admin_token, _quantile
+from benchmarks.fleet import _admin_conn
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden import history
 from lakewarden.db.locks import DBLocks
+from lakewarden.db.migrate import migrate
 from lakewarden.db.session import resolve_migration_url, transaction
 from lakewarden.leader import Fence, acquire_or_renew, resign
 from lakewarden.policy.model import KINDS
-from lakewarden.runtime import Runtime
+from lakewarden.runtime import Runtime, make_runtime
 from services.api.app import serve_in_thread
 from services.api.routes import metrics as metrics_route
 from services.api.routes.metrics import (
@@ -425,6 +428,96 @@ def _day(rt: Runtime, namespace: str, sizes: HistorySizes, day: int) -> int:
     return rows
 
 
+@contextmanager
+def _own_database(rt: Runtime) -> Iterator[Runtime]:
+    """A runtime on a database of its own on the bench's server, migrated, as the schema's
+    owner (it may VACUUM): B29's sizes start from empty, not from another figure's
+    deleted rows. Dropped afterwards."""
+    database = f"lw_bench_month_{RUN}"
+    owner = resolve_migration_url(rt.settings)
+    with _admin_conn(owner) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    url = make_url(owner).set(database=database).render_as_string(hide_password=False)
+    month = make_runtime(
+        "bench",
+        rt.settings.model_copy(update={"database_url": url, "migration_database_url": url}),
+    )
+    try:
+        migrate(month)
+        yield month
+    finally:
+        month.engine.dispose()
+        with _admin_conn(owner) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _month(rt: Runtime, sizes: HistorySizes) -> list[dict[str, Any]]:
+    """The simulated month on `rt` (its own database), a dict of measures per day."""
+    namespace = f"month{RUN}"
+    fence = _fence(rt)
+    days: list[dict[str, Any]] = []
+    try:
+        with rt.engine.begin() as conn:
+            conn.execute(
+                text(_TABLES_SQL),
+                {"catalog": rt.settings.catalog_name, "namespace": namespace, "tables": 1000},
+            )
+        secret = _admin_token(rt)
+        with (
+            serve_in_thread(rt) as url,
+            httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
+            ) as client,
+        ):
+            for day in range(1, sizes.days + 1):
+                start = time.perf_counter()
+                rows = _day(rt, namespace, sizes, day)
+                insert_s = time.perf_counter() - start
+                # The leader on the simulated day: retention counted back from it.
+                back = sizes.days - day
+                keep = sizes.retention_days + back
+                today = dataclasses.replace(
+                    rt,
+                    settings=rt.settings.model_copy(
+                        update={
+                            f"retention_{k}_days": keep
+                            for k in ("events", "tasks", "transitions", "runs", "alerts")
+                        }
+                    ),
+                )
+                start = time.perf_counter()
+                history.fold_metric_deltas(today, fence)
+                pruned = sum(p.rows for p in history.prune_history(today, fence))
+                prune_s = time.perf_counter() - start
+                with rt.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                    for table in _HISTORY_TABLES:  # as autovacuum would, promptly
+                        c.execute(text(f"VACUUM (ANALYZE) {table}"))
+                    size = _size(c)
+                timings: dict[str, list[float]] = {"tasks": [], "metrics": []}
+                for _ in range(sizes.requests):
+                    for name, path in (
+                        ("tasks", "/api/v1/tasks?limit=50"),
+                        ("metrics", "/metrics"),
+                    ):
+                        s = time.perf_counter()
+                        client.get(path).raise_for_status()
+                        timings[name].append(time.perf_counter() - s)
+                days.append(
+                    {
+                        "day": day,
+                        "rows_inserted": rows,
+                        "rows_pruned": pruned,
+                        "insert_s": round(insert_s, 2),
+                        "prune_s": round(prune_s, 2),
+                        "history_mb": round(size / 2**20, 1),
+                        **{f"{n}_p99_ms": _ms(t, 0.99) for n, t in timings.items()},
+                    }
+                )
+    finally:
+        _release(rt, fence)
+    return days
+
+
 def b29(ctx: Context) -> Figure:
     sizes = SIZES[ctx.sizes.name]
     scale = BYTELAKE_TASKS_PER_DAY / sizes.tasks_per_day
@@ -434,89 +527,35 @@ def b29(ctx: Context) -> Figure:
         f"day ({sizes.tasks_per_day:,} a day with transitions, a run, an event each), "
         f"retention {sizes.retention_days} days: history tables' size and API p99 per day",
         "the same on the day retention starts",
-        "size and p99 flat (last day / first retained day ≈ 1)",
+        "size and p99 flat once retention starts (size within 25%, p99 within 1.5x)",
     ) as fig:
-        rt = ctx.rt
-        namespace = f"month{RUN}"
-        fence = _fence(rt)
-        days: list[dict[str, Any]] = []
-        # VACUUM as the tables' owner (the services' role may not).
-        owner = create_engine(resolve_migration_url(rt.settings), poolclass=NullPool)
-        try:
-            with rt.engine.begin() as conn:
-                conn.execute(
-                    text(_TABLES_SQL),
-                    {"catalog": rt.settings.catalog_name, "namespace": namespace, "tables": 1000},
-                )
-            secret = _admin_token(rt)
-            with (
-                serve_in_thread(rt) as url,
-                httpx.Client(
-                    base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
-                ) as client,
-            ):
-                for day in range(1, sizes.days + 1):
-                    start = time.perf_counter()
-                    rows = _day(rt, namespace, sizes, day)
-                    insert_s = time.perf_counter() - start
-                    # The leader on the simulated day: retention counted back from it.
-                    back = sizes.days - day
-                    keep = sizes.retention_days + back
-                    today = dataclasses.replace(
-                        rt,
-                        settings=rt.settings.model_copy(
-                            update={
-                                f"retention_{k}_days": keep
-                                for k in ("events", "tasks", "transitions", "runs", "alerts")
-                            }
-                        ),
-                    )
-                    start = time.perf_counter()
-                    history.fold_metric_deltas(today, fence)
-                    pruned = sum(p.rows for p in history.prune_history(today, fence))
-                    prune_s = time.perf_counter() - start
-                    with owner.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-                        for table in _HISTORY_TABLES:  # as autovacuum would, promptly
-                            c.execute(text(f"VACUUM (ANALYZE) {table}"))
-                        size = _size(c)
-                    timings: dict[str, list[float]] = {"tasks": [], "metrics": []}
-                    for _ in range(sizes.requests):
-                        for name, path in (
-                            ("tasks", "/api/v1/tasks?limit=50"),
-                            ("metrics", "/metrics"),
-                        ):
-                            s = time.perf_counter()
-                            client.get(path).raise_for_status()
-                            timings[name].append(time.perf_counter() - s)
-                    days.append(
-                        {
-                            "day": day,
-                            "rows_inserted": rows,
-                            "rows_pruned": pruned,
-                            "insert_s": round(insert_s, 2),
-                            "prune_s": round(prune_s, 2),
-                            "history_mb": round(size / 2**20, 1),
-                            **{f"{n}_p99_ms": _ms(t, 0.99) for n, t in timings.items()},
-                        }
-                    )
-        finally:
-            owner.dispose()
-            _release(rt, fence)
-            _remove(rt, namespace)
+        with _own_database(ctx.rt) as rt:
+            days = _month(rt, sizes)
         start_day = sizes.retention_days + 1  # the first day anything is past retention
         first = days[start_day - 1]
         last = days[-1]
         fig.ratio = Stat.of([d["history_mb"] / first["history_mb"] for d in days[start_day - 1 :]])
         fig.ratio_label = "history size / size the day retention started (days after)"
-        p99_ratio = Stat.of(
-            [d["tasks_p99_ms"] / first["tasks_p99_ms"] for d in days[start_day - 1 :]]
-        )
-        fig.goal_met = fig.ratio.high <= 1.25 and p99_ratio.median <= 1.5
+        # The API's p99 over the retained days: the later half against the earlier half.
+        kept = days[start_day - 1 :]
+        half = len(kept) // 2
+        p99s = {
+            name: (
+                Stat.of([d[f"{name}_p99_ms"] for d in kept[:half]]).median,
+                Stat.of([d[f"{name}_p99_ms"] for d in kept[half:]]).median,
+            )
+            for name in ("tasks", "metrics")
+        }
+        p99_ratio = p99s["tasks"][1] / p99s["tasks"][0]
+        fig.goal_met = fig.ratio.high <= 1.25 and p99_ratio <= 1.5
         fig.values = {
             "scale": f"1/{scale:.3g}",
             "size_last_over_start": round(last["history_mb"] / first["history_mb"], 3),
-            "tasks_p99_ratio": p99_ratio,
-            "metrics_p99_ratio": round(last["metrics_p99_ms"] / first["metrics_p99_ms"], 3),
+            "tasks_p99_late_over_early": round(p99_ratio, 3),
+            **{
+                f"{name}_p99_median_ms": {"early": round(e, 1), "late": round(la, 1)}
+                for name, (e, la) in p99s.items()
+            },
             "days": days,
         }
         fig.notes = [
@@ -524,11 +563,13 @@ def b29(ctx: Context) -> Figure:
             "transitions, a run and an event each, and a resolved alert for 1 failure in 10, "
             "inserted with that day's timestamps; then the leader's fold and pruning with "
             "retention counted back from that day; then VACUUM (autovacuum's work, promptly)",
+            "on a database of its own, made and migrated for the figure and dropped after; "
             "history_mb: pg_total_relation_size of tasks, task_transitions, job_runs, "
             "timeline_events, alerts and the metric rollups (the audit log, dropped by the "
             "month, is outside a 30-day window and not in it)",
             f"p99 of {sizes.requests} GET /api/v1/tasks?limit=50 and /metrics a day, over "
-            "loopback HTTP as an admin; the goal: size within 25% and the task list's p99 "
-            "within 1.5x of the day retention started, on every later day",
+            "loopback HTTP as an admin; the goal: size within 25% of the day retention "
+            "started on every later day, and the task list's daily p99 (median over the "
+            "later half of those days against the earlier half) within 1.5x",
         ]
     return fig
