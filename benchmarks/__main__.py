@@ -49,6 +49,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B22": ("benchmarks.trino", "b22"),
     "B24": ("benchmarks.validation", "b24"),
     "B25": ("benchmarks.ingest_rate", "b25"),
+    "B26": ("benchmarks.history", "b26"),
+    "B29": ("benchmarks.history", "b29"),
     "B30": ("benchmarks.rest_polling", "b30"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest

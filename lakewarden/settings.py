@@ -202,6 +202,21 @@ class Settings(BaseSettings):
     failpoint: Literal["corrupt-rewrite", "corrupt-rewrite-then-write"] | None = None
     failpoints_enabled: bool = False
 
+    # History retention, in days (0: kept for ever): the scheduler leader prunes older rows
+    # every retention_interval_s, retention_batch_size per transaction (lakewarden.history;
+    # what is still needed is never pruned). Tasks: finished ones, with their transitions
+    # and runs; alerts: resolved ones.
+    retention_events_days: float = Field(default=90, ge=0, le=36_500)
+    retention_tasks_days: float = Field(default=90, ge=0, le=36_500)
+    retention_transitions_days: float = Field(default=90, ge=0, le=36_500)
+    retention_runs_days: float = Field(default=90, ge=0, le=36_500)
+    retention_alerts_days: float = Field(default=90, ge=0, le=36_500)
+    # The audit log's whole months (partitions) older than this are dropped; `migrate`
+    # applies it (the services' role cannot change it: migration 0025).
+    retention_audit_months: int = Field(default=13, ge=0, le=1200)
+    retention_interval_s: float = Field(default=300.0, gt=0)
+    retention_batch_size: int = Field(default=1000, ge=1, le=100_000)
+
     # /metrics exports per-table series for at most this many tables (the least healthy).
     metrics_max_tables: int = Field(default=1000, ge=0, le=1_000_000)
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from alembic.config import Config
 from pyiceberg.catalog.sql import SqlCatalogBaseTable
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Connection, Engine, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from lakewarden.db.locks import DBLocks, session_lock
@@ -62,6 +62,7 @@ def migrate(rt: Migratable) -> None:
                 or catalog_engine(rt.settings.catalog_database_url, rt.engine) is rt.engine
             )
             with owner.begin() as conn:
+                set_audit_retention(conn, rt.settings.retention_audit_months)
                 if in_control_plane:
                     # The catalog tables belong to the owner too: the trigger on them needs it.
                     SqlCatalogBaseTable.metadata.create_all(conn)
@@ -77,6 +78,17 @@ def migrate(rt: Migratable) -> None:
     finally:
         if as_owner:
             owner.dispose()
+
+
+def set_audit_retention(conn: Connection, months: int) -> None:
+    """Make `months` the audit log's retention (migration 0025), as the owner: a function
+    the services' role can read through `lakewarden_audit_maintain()` but not replace."""
+    conn.execute(
+        text(
+            "CREATE OR REPLACE FUNCTION lakewarden_audit_retention_months() RETURNS int "
+            f"LANGUAGE sql IMMUTABLE AS 'SELECT {int(months)}'"
+        )
+    )
 
 
 def alembic_config(db_url: str) -> Config:

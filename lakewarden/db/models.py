@@ -200,6 +200,9 @@ class TimelineEvent(Base):
         UniqueConstraint("table_id", "snapshot_id"),
         UniqueConstraint("table_id", "commit_id"),
         CheckConstraint("(snapshot_id IS NULL) <> (commit_id IS NULL)", name="one_commit_id"),
+        # A table's newest event and commit cursor, found by a probe (lakewarden.history).
+        Index("ix_timeline_events_table_newest", "table_id", "id"),
+        Index("ix_timeline_events_table_sequence", "table_id", "sequence_number"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -248,6 +251,16 @@ class Task(Base):
             postgresql_where=text(sql_in("state", WAITING_TASK_STATES)),
         ),
         Index("ix_tasks_state", "state"),
+        # A table's newest task of a kind, found by a probe (lakewarden.history).
+        Index("ix_tasks_table_kind", "table_id", "kind", "id"),
+        # Each table's last success per kind, newest first (last_success_by_kind).
+        Index(
+            "ix_tasks_last_success",
+            "table_id",
+            "kind",
+            "updated_at",
+            postgresql_where=text(sql_in("state", TaskState.SUCCEEDED)),
+        ),
         _one_of("state", TaskState),
     )
 
@@ -295,6 +308,12 @@ class JobRun(Base):
     __tablename__ = "job_runs"
     __table_args__ = (
         UniqueConstraint("task_id", "attempt"),
+        # The runs running now (/metrics's gauge), apart from the history.
+        Index(
+            "ix_job_runs_running",
+            "task_id",
+            postgresql_where=text(sql_in("state", RunState.RUNNING)),
+        ),
         _one_of("state", RunState),
         _one_of("mode", RunMode),
     )
@@ -323,6 +342,50 @@ class JobRun(Base):
     heartbeat_at: Mapped[datetime | None]  # the application's, while it runs
     # Its Spark UI while it runs, its history server page once it ended (tasks.runs.run_ui_url).
     ui_url: Mapped[str | None] = mapped_column(Text)
+
+
+class MetricCount(Base):
+    """A /metrics counter or histogram bucket, folded from `metric_deltas` (migration 0024):
+    `family` task_state | task_latency | run_state | job_duration; `label` the state, or
+    the bucket's upper bound (`le`, not cumulative; "+Inf" above the last); `total` the
+    sum of the observed values."""
+
+    __tablename__ = "metric_counts"
+
+    family: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    label: Mapped[str] = mapped_column(String(32), primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[float] = mapped_column(Float)
+
+
+class MetricDelta(Base):
+    """What a task or run change added to a MetricCount (negative: it moved back), appended
+    by the triggers of migration 0024 in the change's own transaction; folded by the
+    leader (lakewarden.history)."""
+
+    __tablename__ = "metric_deltas"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    family: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str] = mapped_column(String(32))
+    n: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[float] = mapped_column(Float)
+
+
+class TableLastSuccess(Base):
+    """When a table last had a task of a kind succeed (the newest `updated_at` of its
+    succeeded tasks), kept by the tasks' trigger (migration 0024) as they succeed: the
+    per-table /metrics series and the dashboard read it instead of the task history."""
+
+    __tablename__ = "table_last_success"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    at: Mapped[datetime]
 
 
 class LeaderLease(Base):
@@ -481,13 +544,18 @@ class ApiToken(Base):
 
 class AuditEntry(Base):
     """One state-changing request: who, from where, what, the policy before/after, and the
-    outcome. Append-only: a trigger (migration 0008) refuses UPDATE and DELETE."""
+    outcome. Append-only: triggers (migrations 0008, 0025) refuse UPDATE, DELETE and TRUNCATE.
+    Partitioned by month of `at` (migration 0025: whole months past retention are dropped),
+    so `at` is part of the key."""
 
     __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_catalog_namespace", "catalog", "namespace"),)
+    __table_args__ = (
+        Index("ix_audit_log_catalog_namespace", "catalog", "namespace"),
+        {"postgresql_partition_by": "RANGE (at)"},
+    )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(server_default=func.now(), index=True, primary_key=True)
     actor: Mapped[str] = mapped_column(String(255), index=True)  # token:<name>, oidc:<sub>
     source: Mapped[str | None] = mapped_column(String(255))  # client address
     method: Mapped[str] = mapped_column(String(8))

@@ -77,9 +77,28 @@ def grant_services_role(conn: Connection, role: str) -> None:
         f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {who}",
         *(f"REVOKE UPDATE, DELETE, TRUNCATE ON {q.quote(t)} FROM {who}" for t in APPEND_ONLY),
         *(f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {q.quote(t)} FROM {who}" for t in READ_ONLY),
+        # An append-only table's partitions (audit_log's months, migration 0025): nothing
+        # directly; rows go in and are read through the parent, whose rights are checked.
+        *(f"REVOKE ALL ON {q.quote(p)} FROM {who}" for p in _partitions(conn, APPEND_ONLY)),
+        # Making next months' audit partitions and dropping those past the owner's retention.
+        f"GRANT EXECUTE ON FUNCTION lakewarden_audit_maintain() TO {who}",
     ):
         conn.execute(text(statement))
     warn_if_unsafe(conn, role)
+
+
+def _partitions(conn: Connection, tables: tuple[str, ...]) -> list[str]:
+    return [
+        str(name)
+        for (name,) in conn.execute(
+            text(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest(CAST(:t AS text[])) t) "
+                "ORDER BY 1"
+            ),
+            {"t": list(tables)},
+        )
+    ]
 
 
 def warn_if_unsafe(conn: Connection, role: str) -> None:

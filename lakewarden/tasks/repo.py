@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import JobRun, ManagedTable, Task, TaskTransition
+from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
 from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
@@ -165,10 +165,11 @@ def last_success_by_kind(
     out: dict[int, dict[str, datetime]] = {}
     if not table_ids:
         return out
+    # Kept as tasks succeed (table_last_success, migration 0024): never the task history.
     rows = session.execute(
-        select(Task.table_id, Task.kind, func.max(Task.updated_at))
-        .where(Task.table_id.in_(table_ids), Task.state == TaskState.SUCCEEDED)
-        .group_by(Task.table_id, Task.kind)
+        select(TableLastSuccess.table_id, TableLastSuccess.kind, TableLastSuccess.at).where(
+            TableLastSuccess.table_id.in_(table_ids)
+        )
     )
     for table_id, kind, at in rows:
         out.setdefault(table_id, {})[kind] = at

@@ -3,7 +3,7 @@ managed table's last load, sent back as `If-None-Match` on the next poll so an u
 table costs a `304` and no metadata. Only a cache: a missing or stale one costs a full load.
 
 Revision ID: 0028
-Revises: 0023
+Revises: 0025
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0028"
-down_revision = "0023"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

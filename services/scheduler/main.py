@@ -29,7 +29,11 @@ from lakewarden.states import TaskState
 from lakewarden.tasks.wakeup import TaskWakeup
 from services.scheduler.applications import Applications
 from services.scheduler.dispatch import Inflight
-from services.scheduler.periodic import LOG_PRUNE_INTERVAL_S, PeriodicRounds
+from services.scheduler.periodic import (
+    LOG_PRUNE_INTERVAL_S,
+    METRICS_FOLD_INTERVAL_S,
+    PeriodicRounds,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,6 +88,8 @@ class Scheduler(PeriodicRounds):
                     ("reaper", max(5.0, s.stale_after_s / 3), self.reap),
                     ("health-alerts-readiness", s.alert_interval_s, self.health_alerts_readiness),
                     ("sweep", s.sweep_interval_s, self.sweep),
+                    ("metrics-fold", METRICS_FOLD_INTERVAL_S, self.fold_metrics),
+                    ("history-retention", s.retention_interval_s, self.prune_history),
                     ("log-pruning", LOG_PRUNE_INTERVAL_S, self.prune_logs),
                 )
             ),

@@ -1,6 +1,7 @@
 """The scheduler's periodic rounds, each on a ticker of its own (`Scheduler.serve`): the
-heartbeat, the reaper, health and alerts (then readiness), the sweep, and log pruning.
-The reaper, health and the sweep are the leader's only; the heartbeat and log pruning run
+heartbeat, the reaper, health and alerts (then readiness), the sweep, the metric rollups'
+fold, history retention, and log pruning. All but the heartbeat and log pruning are the
+leader's only; the heartbeat and log pruning run
 on every scheduler."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from lakewarden import process
+from lakewarden import history, process
 from lakewarden.alerts.tick import alert_tick
 from lakewarden.spark import logfiles
 from services.scheduler.dispatch import DispatchRounds
@@ -20,6 +21,8 @@ from services.scheduler.sweeps import sweep_due_tasks
 log = logging.getLogger(__name__)
 
 LOG_PRUNE_INTERVAL_S = 3600.0  # how often each scheduler prunes its Spark log files
+# How often the leader folds the metric deltas: a scrape sums at most this long's worth.
+METRICS_FOLD_INTERVAL_S = 15.0
 
 
 class PeriodicRounds(DispatchRounds):
@@ -60,6 +63,18 @@ class PeriodicRounds(DispatchRounds):
         fence = self.leading()
         if fence is not None:
             sweep_due_tasks(self.rt, fence, datetime.now(UTC))
+
+    def fold_metrics(self) -> None:
+        """Fold the metric deltas the triggers appended into the counts /metrics reads."""
+        fence = self.leading()
+        if fence is not None:
+            history.fold_metric_deltas(self.rt, fence)
+
+    def prune_history(self) -> None:
+        """Delete the history past its retention, in small fenced batches."""
+        fence = self.leading()
+        if fence is not None:
+            history.prune_history(self.rt, fence)
 
     def prune_logs(self) -> None:
         """Delete this host's old Spark log files; never the live session's or a running

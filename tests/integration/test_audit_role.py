@@ -11,6 +11,7 @@ import json
 import stat
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -39,6 +40,16 @@ ATTACKS = (
     "UPDATE audit_log SET actor = 'someone else'",
     "DELETE FROM audit_log",
     "TRUNCATE audit_log",
+    # Its month partitions (migration 0025): nothing through them, and neither the
+    # retention nor a partition the services' role could change or drop itself.
+    "DELETE FROM audit_log_default",
+    "TRUNCATE audit_log_default",
+    "DROP TABLE audit_log_default",
+    f"DELETE FROM audit_log_p{datetime.now(UTC):%Y%m}",
+    f"DROP TABLE audit_log_p{datetime.now(UTC):%Y%m}",
+    "SELECT lakewarden_audit_partition(now() - interval '5 years')",
+    "CREATE OR REPLACE FUNCTION lakewarden_audit_retention_months() RETURNS int "
+    "LANGUAGE sql IMMUTABLE AS 'SELECT 1'",
 )
 
 
@@ -99,6 +110,8 @@ def test_the_services_role_cannot_switch_the_audit_trail_off(
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(attack)
         assert conn.execute("SELECT count(*) FROM audit_log").fetchone() == (1,)
+        # What it may do: have the coming months made (the leader's call).
+        assert conn.execute("SELECT lakewarden_audit_maintain()").fetchone() == (0,)
     with _psycopg(db_url) as owner:  # the owner's trigger is still on
         assert owner.execute(
             "SELECT tgenabled FROM pg_trigger WHERE tgname = 'audit_log_append_only'"

@@ -95,7 +95,8 @@ def _a_row_in_every_table(engine: Engine) -> Rows:
                 else:
                     row[column.name] = _value(column, n)
             conn.execute(table.insert().values(row))
-            rows[table.name] = [row]
+            if table.name not in DERIVED:
+                rows[table.name] = [row]
     return rows
 
 
@@ -135,9 +136,14 @@ def _check_values(table: Table) -> dict[str, str | None]:
     return out
 
 
+# Rows the database derives from other tables' (migration 0024's metric rollups: written by
+# triggers and a backfill), not data a migration must carry over.
+DERIVED = {"metric_counts", "metric_deltas", "table_last_success"}
+
+
 def _stored(engine: Engine) -> Rows:
     """Every row of the models' tables that exist now, with the columns they have now."""
-    live = set(inspect(engine).get_table_names())
+    live = set(inspect(engine).get_table_names()) - DERIVED
     with engine.connect() as conn:
         return {
             name: [dict(r._mapping) for r in conn.execute(text(f'SELECT * FROM "{name}"'))]
@@ -165,5 +171,10 @@ def test_models_match_migrations(db_url: str) -> None:
 
 
 def _ours(name: str | None, type_: str, parent: dict) -> bool:
-    # The Iceberg catalog's own tables live in the same database; they are not ours.
-    return not (type_ == "table" and name is not None and name.startswith("iceberg_"))
+    # The Iceberg catalog's own tables live in the same database; they are not ours. The
+    # audit log's month partitions are made as time passes (migration 0025), not modelled.
+    return not (
+        type_ == "table"
+        and name is not None
+        and (name.startswith("iceberg_") or name.startswith("audit_log_"))
+    )

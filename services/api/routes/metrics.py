@@ -4,23 +4,26 @@ reports the same numbers and none keeps state.
 A custom `prometheus_client` collector turns the rows into metric families (the client
 escapes label values and writes the exposition format):
 
-- counters from the rows that only grow (tasks finished, job runs ended);
-- histograms of task latency and job duration: cumulative bucket counts, sum and count,
-  all computed in one SQL pass over the finished rows;
-- gauges for what is true now: the backlog, the oldest waiting task, open alerts, the
-  leader, the processes' heartbeats;
+- counters of finished tasks and ended job runs, and histograms of task latency and job
+  duration, from rollups kept as work finishes (migration 0024: triggers append each
+  change's share to `metric_deltas` in its own transaction; the leader folds them into
+  `metric_counts`; a scrape sums both): one small read, however long the history;
+- gauges for what is true now, from indexed queries over open rows only: the backlog,
+  the oldest waiting task, running runs, open alerts, the leader, the processes'
+  heartbeats;
 - per table (labelled catalog/namespace/table): the health score and the age of the last
   success per kind, for at most `metrics_max_tables` tables, the least healthy first
   (`lakewarden_tables_omitted` says how many were left out: a series per table is a
   Prometheus cost).
 
-A counter whose rows are removed or move back (a purge, a retried task) drops; Prometheus
-reads that as a reset, which `rate()` handles.
+A counter whose rows move back (a retried task) drops; Prometheus reads that as a reset,
+which `rate()` handles. Rows deleted (retention, a purge) take nothing back: counters
+never drop as history is pruned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -40,8 +43,7 @@ from lakewarden.auth.grants import Role
 from lakewarden.db.locks import DBLocks
 from lakewarden.settings import Settings
 from lakewarden.states import (
-    FINISHED_TASK_STATES,
-    TERMINAL_TASK_STATES,
+    OPEN_TASK_STATES,
     WAITING_TASK_STATES,
     AlertState,
     RunState,
@@ -63,26 +65,11 @@ JOB_DURATION_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 HEARTBEAT_HORIZON_S = 3600
 
 
-def _histogram_sql(value: str, source: str, buckets: Sequence[float]) -> str:
-    """kind, the cumulative count of each bucket (`value <= le`), sum and count of `value`
-    over `source` (a FROM ... WHERE clause yielding `kind` and `value`). The bounds are our
-    constants, not input."""
-    counts = ", ".join(f"count(*) FILTER (WHERE v <= {float(le)!r})" for le in buckets)
-    return (
-        f"SELECT kind, {counts}, coalesce(sum(v), 0), count(*) "
-        f"FROM (SELECT kind, {value} AS v {source}) AS rows GROUP BY kind"
-    )
-
-
-_TASK_LATENCY_SQL = _histogram_sql(
-    "extract(epoch FROM updated_at - created_at)",
-    f"FROM tasks WHERE {sql_in('state', FINISHED_TASK_STATES)}",
-    TASK_LATENCY_BUCKETS,
-)
-_JOB_DURATION_SQL = _histogram_sql(
-    "r.duration_ms / 1000.0",
-    "FROM job_runs r JOIN tasks t ON t.id = r.task_id WHERE r.duration_ms IS NOT NULL",
-    JOB_DURATION_BUCKETS,
+# The rollups (migration 0024): what is folded plus what is not yet, summed.
+_ROLLUPS_SQL = (
+    "SELECT family, kind, label, sum(n), sum(total) FROM ("
+    "SELECT family, kind, label, n, total FROM metric_counts UNION ALL "
+    "SELECT family, kind, label, n, total FROM metric_deltas) AS r GROUP BY 1, 2, 3"
 )
 
 
@@ -96,7 +83,15 @@ class LakewardenCollector(Collector):
     def _rows(self, sql: str, **params: Any) -> list[Any]:
         return list(self.session.execute(text(sql), params))
 
+    def _rollups(self) -> dict[str, dict[str, dict[str, tuple[int, float]]]]:
+        """{family: {kind: {label: (count, sum)}}}, read once per scrape."""
+        out: dict[str, dict[str, dict[str, tuple[int, float]]]] = {}
+        for family, kind, label, n, total in self._rows(_ROLLUPS_SQL):
+            out.setdefault(family, {}).setdefault(kind, {})[label] = (int(n), float(total))
+        return out
+
     def collect(self) -> Iterator[Metric]:
+        self.rollups = self._rollups()
         yield from self._leader()
         yield from self._tasks()
         yield from self._histograms()
@@ -136,10 +131,17 @@ class LakewardenCollector(Collector):
             "tasks that reached a terminal state, by kind and outcome",
             labels=["kind", "outcome"],
         )
-        for kind, state, n in self._rows("SELECT kind, state, count(*) FROM tasks GROUP BY 1, 2"):
+        # Open tasks are few, counted live (ix_tasks_state); finished ones from the rollups.
+        for kind, state, n in self._rows(
+            f"SELECT kind, state, count(*) FROM tasks WHERE {sql_in('state', OPEN_TASK_STATES)} "
+            "GROUP BY 1, 2"
+        ):
             tasks.add_metric([kind, state], n)
-            if state in TERMINAL_TASK_STATES:
-                finished.add_metric([kind, state], n)
+        for kind, states in sorted(self.rollups.get("task_state", {}).items()):
+            for state, (n, _) in sorted(states.items()):
+                if n:
+                    tasks.add_metric([kind, state], n)
+                    finished.add_metric([kind, state], n)
         oldest = GaugeMetricFamily(
             "lakewarden_task_oldest_waiting_seconds",
             "age of the oldest task waiting to be planned or run",
@@ -153,29 +155,34 @@ class LakewardenCollector(Collector):
         yield from (tasks, finished, oldest)
 
     def _histograms(self) -> Iterator[Metric]:
-        for name, help_text, sql, buckets in (
+        for name, help_text, family_name, buckets in (
             (
                 "lakewarden_task_latency_seconds",
                 "creation to end of finished tasks (succeeded, skipped, failed)",
-                _TASK_LATENCY_SQL,
+                "task_latency",
                 TASK_LATENCY_BUCKETS,
             ),
             (
                 "lakewarden_job_duration_seconds",
                 "duration of ended Spark job runs",
-                _JOB_DURATION_SQL,
+                "job_duration",
                 JOB_DURATION_BUCKETS,
             ),
         ):
             family = HistogramMetricFamily(name, help_text, labels=["kind"])
-            for kind, *counts, total, n in self._rows(sql):
+            for kind, by_le in sorted(self.rollups.get(family_name, {}).items()):
+                n = sum(c for c, _ in by_le.values())
+                if not n:
+                    continue
+                counts = {float(le): c for le, (c, _) in by_le.items()}  # "+Inf" reads inf
+                cumulative, points = 0, []
+                for le in buckets:
+                    cumulative += counts.get(float(le), 0)
+                    points.append((floatToGoString(le), cumulative))
                 family.add_metric(
                     [kind],
-                    buckets=[
-                        *((floatToGoString(le), c) for le, c in zip(buckets, counts, strict=True)),
-                        ("+Inf", n),
-                    ],
-                    sum_value=float(total),
+                    buckets=[*points, ("+Inf", n)],
+                    sum_value=sum(t for _, t in by_le.values()),
                 )
             yield family
 
@@ -188,14 +195,16 @@ class LakewardenCollector(Collector):
         running = GaugeMetricFamily(
             "lakewarden_job_runs_running", "Spark job runs running now", labels=["kind"]
         )
-        for kind, state, n in self._rows(
-            "SELECT t.kind, r.state, count(*) FROM job_runs r JOIN tasks t ON t.id = r.task_id "
-            "GROUP BY 1, 2"
+        for kind, states in sorted(self.rollups.get("run_state", {}).items()):
+            for state, (n, _) in sorted(states.items()):
+                if n:
+                    ended.add_metric([kind, state], n)
+        # Running runs are few (ix_job_runs_running).
+        for kind, n in self._rows(
+            "SELECT t.kind, count(*) FROM job_runs r JOIN tasks t ON t.id = r.task_id "
+            f"WHERE {sql_in('r.state', RunState.RUNNING)} GROUP BY 1"
         ):
-            if state == RunState.RUNNING:
-                running.add_metric([kind], n)
-            else:
-                ended.add_metric([kind, state], n)
+            running.add_metric([kind], n)
         yield from (ended, running)
 
     def _alerts(self) -> Iterator[Metric]:
