@@ -474,3 +474,30 @@ def test_audit_months_past_retention_are_dropped_whole_and_rows_never_deleted(
         sql(rt, "DELETE FROM audit_log_default")
     with pytest.raises(Exception, match="append-only"):
         sql(rt, "TRUNCATE audit_log_default")
+
+
+def test_spark_cpu_is_a_counter_per_kind_from_the_rollups(rt: Runtime) -> None:
+    """Each ended run's `metrics.cost.executor_cpu_s` (issue 32 §3) adds to
+    lakewarden_spark_executor_cpu_seconds_total{kind}, whether the run was inserted ended or
+    ended by an update, and before or after a fold; a run without Spark metrics adds none."""
+    table = a_table(rt)
+    task = insert_task(rt, table, "compaction", "succeeded", 60, 10)
+    ended = insert_run(rt, task, 1, "failed", 1000)
+    sql(
+        rt,
+        'UPDATE job_runs SET metrics = \'{"cost": {"executor_cpu_s": 1.5}}\' WHERE id = :r',
+        r=ended,
+    )  # metrics alone: no state change, no delta (the finish sets both at once)
+    running = insert_run(rt, task, 2, "running", None)
+    history.fold_metric_deltas(rt, lead(rt))
+    sql(
+        rt,
+        "UPDATE job_runs SET state = 'succeeded', duration_ms = 4000, "
+        'metrics = \'{"cost": {"executor_cpu_s": 2.5}}\' WHERE id = :r',
+        r=running,
+    )
+    insert_run(rt, insert_task(rt, table, "clean", "succeeded", 30, 1), 1, "succeeded", 500)
+    with serve(rt) as client:
+        body = client.get("/metrics").text
+    lines = [ln for ln in body.splitlines() if ln.startswith("lakewarden_spark_executor_cpu")]
+    assert lines == ['lakewarden_spark_executor_cpu_seconds_total{kind="compaction"} 2.5'], lines

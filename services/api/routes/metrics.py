@@ -205,7 +205,16 @@ class LakewardenCollector(Collector):
             f"WHERE {sql_in('r.state', RunState.RUNNING)} GROUP BY 1"
         ):
             running.add_metric([kind], n)
-        yield from (ended, running)
+        cpu = CounterMetricFamily(
+            "lakewarden_spark_executor_cpu_seconds",
+            "Spark executor CPU the ended runs used (Spark's own task metrics), by kind",
+            labels=["kind"],
+        )
+        for kind, labels in sorted(self.rollups.get("spark_cpu", {}).items()):
+            measured = sum(n for n, _ in labels.values())
+            if measured:
+                cpu.add_metric([kind], sum(total for _, total in labels.values()))
+        yield from (ended, running, cpu)
 
     def _alerts(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
