@@ -10,6 +10,9 @@ The policy sections are Iceberg's, their fields read where they mean the same:
 - zorder, `OPTIMIZE … WHERE <partitions> ZORDER BY (columns)`: a partition where a lookup
   on `columns` opens more than `max_files_per_lookup` files (from the files' min/max
   stats) is due; files are written at `target_file_size_bytes`.
+- ttl (`kinds.delta_ttl`): a metadata-only `DELETE … WHERE <partition column> < cutoff`
+  when the table is partitioned on the column (or a date Delta generates from it), a row
+  `DELETE` otherwise; Iceberg's TTL arithmetic and holds.
 - clean, `VACUUM … RETAIN n HOURS`: `max_snapshot_age_hours` is the retention. Never below
   Delta's own retention check (the table's `delta.deletedFileRetentionDuration`, 7 days by
   default) unless the policy says `allow_below_safety_floors` (a destructive change, so
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
@@ -31,19 +35,21 @@ from lakewarden.formats.delta.catalog import open_timeline
 from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
+from lakewarden.kinds import delta_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import (
     CleanPolicy,
     CompactionPolicy,
     KindPolicy,
     Policy,
+    TTLPolicy,
     ZOrderPolicy,
 )
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-KINDS = frozenset({"compaction", "zorder", "clean"})
+KINDS = frozenset({"compaction", "zorder", "clean", "ttl"})
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 RETENTION = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default: interval 1 week
@@ -220,6 +226,8 @@ def plan(
     if kind not in KINDS:
         return PlanOutcome(None, f"{kind} does not run on Delta tables yet (issue 29)")
     timeline = open_timeline(entry, ref)
+    if isinstance(section, TTLPolicy):
+        return delta_ttl.plan(section, timeline, datetime.now(UTC))
     if isinstance(section, CompactionPolicy):
         facts = read_facts(
             timeline,
