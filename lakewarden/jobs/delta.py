@@ -97,11 +97,13 @@ def _commit_metrics(commit: Commit | None) -> dict[str, Any]:
     }
 
 
-def validate(path: str, version: int) -> dict[str, Any]:
-    """The rows at `version` (the job's commit) against those at the version before."""
+def validate(path: str, version: int, first: int | None = None) -> dict[str, Any]:
+    """The rows at `version` (the job's last commit) against those at the version before
+    its first (`first`, else `version`)."""
     started = time.monotonic()
+    base = (first if first is not None else version) - 1
     try:
-        before, after = digest(path, version - 1), digest(path, version)
+        before, after = digest(path, base), digest(path, version)
     except Unreadable as exc:
         return {"status": "skipped", "reason": str(exc)}
     return {
@@ -111,25 +113,38 @@ def validate(path: str, version: int) -> dict[str, Any]:
         "rows_after": after.rows,
         "checksum_before": str(before.checksum),
         "checksum_after": str(after.checksum),
-        "before_version": version - 1,
+        "before_version": base,
         "after_version": version,
         "seconds": round(time.monotonic() - started, 3),
     }
 
 
-def _validation(job: Job, path: str, commit: Commit | None) -> dict[str, Any]:
+def first_job_version(path: str, task_id: int, after: int) -> int | None:
+    """The oldest version after `after` that carries the task's mark (a compaction may
+    commit twice: its OPTIMIZE and its REORG)."""
+    for commit in DeltaTimeline(path).since(str(after), 1000).commits:
+        marker = marker_of(commit.summary)
+        if marker is not None and marker.task_id == task_id:
+            return int(commit.id)
+    return None
+
+
+def _validation(job: Job, path: str, commit: Commit | None, first: int | None) -> dict[str, Any]:
     if commit is None:
         return {"status": "skipped", "reason": "nothing was committed"}
     if not job.validation.enabled:
         return {"status": "skipped", "reason": "validation is disabled"}
-    return validate(path, int(commit.id))
+    return validate(path, int(commit.id), first)
 
 
-def undo(spark: SparkSession, job: Job, path: str, version: int) -> dict[str, Any]:
-    """Set the table back to the version before the job's commit `version` by RESTORE, only
-    if no other writer committed after it (a RESTORE then would undo theirs too); what
-    was done, or the statement an operator runs, as the run's `undo` metrics."""
-    to = version - 1
+def undo(
+    spark: SparkSession, job: Job, path: str, version: int, first: int | None = None
+) -> dict[str, Any]:
+    """Set the table back to the version before the job's first commit (`first`, else its
+    commit `version`) by RESTORE, only if no other writer committed after `version` (a
+    RESTORE then would undo theirs too); what was done, or the statement an operator
+    runs, as the run's `undo` metrics."""
+    to = (first if first is not None else version) - 1
     how = delta_jobs.restore_sql(path, to)
     newest = DeltaTimeline(path).versions()[-1]
     if newest != version:
@@ -236,7 +251,13 @@ def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
         }
         session = delta_jobs.marked_session(spark, job.task_id, job.attempt, conf)
         zorder = plan.get("zorder") if job.kind == "zorder" else None
-        return delta_jobs.optimize(session, path, plan.get("partitions"), zorder=zorder)
+        out: dict[str, Any] = {}
+        if plan.get("optimize", True):
+            out = delta_jobs.optimize(session, path, plan.get("partitions"), zorder=zorder)
+        purged = plan.get("purge_partitions") if job.kind == "compaction" else None
+        if purged is not None:  # files hollowed out by deletion vectors: rewritten whole
+            out["purge"] = delta_jobs.purge(session, path, purged)
+        return out
     if job.kind == "clean":
         conf = {delta_jobs.VACUUM_LOGGING: "true"}
         if plan.get("below_retention_check"):  # the policy consented: this command only
@@ -264,6 +285,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
             run_ttl(spark, job, path, metrics)
             metrics["seconds"] = round(time.monotonic() - started, 3)
         else:
+            newest_before = DeltaTimeline(path).versions()[-1]
             delta_metrics = _execute(spark, job, path)
             metrics["seconds"] = round(time.monotonic() - started, 3)
             if delta_metrics:
@@ -271,13 +293,14 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
             commit = DeltaTimeline(path).find_job_commits(job.task_id)
             metrics.update(_commit_metrics(commit))
         if job.kind in REWRITES:
-            metrics["validation"] = checked = _validation(job, path, commit)
+            first = first_job_version(path, job.task_id, newest_before)
+            metrics["validation"] = checked = _validation(job, path, commit, first)
             if failpoint(rt) == "corrupt-rewrite" and checked["status"] == "passed":
                 # test-only: as if the rewrite had changed the rows (its undo is real)
                 checked.update(status="failed", failpoint="corrupt-rewrite")
             if checked["status"] == "failed":
                 version = int(checked["after_version"])
-                metrics["undo"] = done = undo(spark, job, path, version)
+                metrics["undo"] = done = undo(spark, job, path, version, first)
                 raise RewriteMismatch(
                     f"{job.kind} version {version} changed the table's rows: "
                     f"{checked.get('rows')} rows (checksum {checked.get('checksum_before')}) "

@@ -115,13 +115,16 @@ def partition_key(columns: list[str], row: dict[str, Any]) -> str:
 
 
 def _data_file(row: dict[str, Any], size: int) -> DataFile:
-    """An add action as the DataFile files-per-lookup reads: the columns' min/max stats."""
+    """An add action as the DataFile the planners read: the columns' min/max stats (files
+    per lookup), the rows its deletion vector hides (a purge)."""
     bounds = {
         name[4:]: (value, row[f"max.{name[4:]}"])
         for name, value in row.items()
         if name.startswith("min.") and value is not None and row.get(f"max.{name[4:]}") is not None
     }
-    return DataFile(row["path"], size, int(row.get("num_records") or 0), 0, (), bounds)
+    records, hidden = int(row.get("num_records") or 0), row.get("deletionVector.cardinality")
+    # deleted_records: the rows its deletion vector hides (what a purge would drop)
+    return DataFile(row["path"], size, records, 0, (), bounds, float(hidden or 0))
 
 
 def last_checkpoint(timeline: DeltaTimeline) -> tuple[int | None, int | None]:

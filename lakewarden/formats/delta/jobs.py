@@ -1,6 +1,6 @@
 """Delta's own commands on a Delta-family session (`lakewarden.spark.session`,
-`family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`), `VACUUM`, a TTL's `DELETE` (and
-its count right before) and `RESTORE` (undo).
+`family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`), `REORG … APPLY (PURGE)`,
+`VACUUM`, a TTL's `DELETE` (and its count right before) and `RESTORE` (undo).
 
 Every command runs in a new session of the job's own (`spark.newSession()`) whose
 `spark.databricks.delta.commitInfo.userMetadata` is the job's mark as a JSON object (the
@@ -70,6 +70,19 @@ def optimize(
     """Run OPTIMIZE in `session` (a `marked_session`); its metrics row as plain data."""
     rows = session.sql(optimize_sql(path, partitions, zorder)).collect()
     return rows[0].asDict(recursive=True)["metrics"] if rows else {}
+
+
+def purge_sql(path: str, partitions: list[dict[str, Any]]) -> str:
+    """`REORG TABLE delta.`path` [WHERE <those partitions>] APPLY (PURGE)`: rewrite the
+    files whose deletion vectors hide rows, without those rows."""
+    where = f" WHERE {partition_predicate(partitions)}" if partitions else ""
+    return f"REORG TABLE delta.`{_path(path)}`{where} APPLY (PURGE)"
+
+
+def purge(session: SparkSession, path: str, partitions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run REORG … APPLY (PURGE) in `session` (a `marked_session`); its metrics row."""
+    rows = session.sql(purge_sql(path, partitions)).collect()
+    return rows[0].asDict(recursive=True).get("metrics") or {} if rows else {}
 
 
 def vacuum(session: SparkSession, path: str, retain_hours: float) -> None:
