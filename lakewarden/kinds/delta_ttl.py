@@ -8,9 +8,8 @@ is partitioned on the TTL column itself, or on a date column Delta generates fro
 and the DELETE's predicate names the partition column alone. Row level otherwise: a
 `DELETE … WHERE column < cutoff`.
 
-The rows to expire are counted exactly by delta-rs when it can read the table's rows; a
-table with deletion vectors (which delta-rs 1.6 does not read) is planned on the estimate
-over the add actions' min/max stats, and the job counts exactly with Spark before deleting.
+The rows to expire are counted exactly by delta-rs (`scan()`, deletion vectors applied);
+the job counts again with Spark right before deleting.
 """
 
 from __future__ import annotations
@@ -102,19 +101,22 @@ def data_files(
 
 def _count(timeline: DeltaTimeline, version: int, column: str, column_type: str) -> ttl.Counter:
     def count(cut: datetime) -> tuple[int, int]:
-        """Exact (rows older than the cutoff, all rows) at the planned version (delta-rs)."""
-        import pyarrow.dataset as ds
+        """Exact (rows older than the cutoff, all rows) at the planned version: the column
+        read by delta-rs' `scan()`, deletion vectors applied."""
+        import pyarrow.compute as pc
         from deltalake import DeltaTable
 
-        dataset = DeltaTable(timeline.path, version=version).to_pyarrow_dataset()
-        field = dataset.schema.field(column)
+        scan = DeltaTable(timeline.path, version=version).scan(columns=[column])
+        values = pa.RecordBatchReader.from_stream(scan).read_all().column(column)
         if column_type == "date":
-            literal = pa.scalar(cut.date(), field.type)
+            literal = pa.scalar(cut.date(), values.type)
         else:
             plain = cut.astimezone(UTC)
-            literal = pa.scalar(plain if field.type.tz else plain.replace(tzinfo=None), field.type)
-        older = dataset.count_rows(filter=ds.field(column) < literal)
-        return older, dataset.count_rows()
+            literal = pa.scalar(
+                plain if values.type.tz else plain.replace(tzinfo=None), values.type
+            )
+        older = pc.sum(pc.less(values, literal)).as_py() or 0
+        return int(older), len(values)
 
     return count
 
@@ -137,7 +139,6 @@ def plan(policy: TTLPolicy, timeline: DeltaTimeline, now: datetime) -> PlanOutco
     rows = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     files = data_files(rows, policy.column, column_type, partition_column)
     version = table.version()
-    readable = "deletionVectors" not in (table.protocol().reader_features or [])
     outcome = ttl.plan_from_files(
         policy,
         column_type,
@@ -145,7 +146,7 @@ def plan(policy: TTLPolicy, timeline: DeltaTimeline, now: datetime) -> PlanOutco
         files,
         version if files else None,
         now,
-        count=_count(timeline, version, policy.column, column_type) if readable else None,
+        count=_count(timeline, version, policy.column, column_type),
     )
     if outcome.plan is None:
         return outcome
@@ -160,13 +161,7 @@ def plan(policy: TTLPolicy, timeline: DeltaTimeline, now: datetime) -> PlanOutco
         # Delta drops whole files when the predicate names partition columns alone
         "expected_metadata_only": level == "partition",
     }
-    reason = outcome.reason
-    if not readable:
-        reason += (
-            " (estimated: delta-rs does not read a table with deletion vectors; the job "
-            "counts exactly with Spark before deleting)"
-        )
-    return PlanOutcome(found, reason)
+    return PlanOutcome(found, outcome.reason)
 
 
 def predicate(plan: dict[str, Any], now: datetime | None = None) -> str:

@@ -21,6 +21,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
+from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
 from lakewarden.db.models import JobRun
@@ -34,6 +35,7 @@ from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
 TABLES = "/api/v1/catalogs/dlake/tables"
+DV_ON = "'delta.enableDeletionVectors' = true"
 TABLE = f"{TABLES}/lake/events"
 
 
@@ -142,7 +144,11 @@ def _ask(client: TestClient, kind: str) -> int:
 @pytest.mark.spark
 @pytest.mark.timeout(2700)  # five Delta-family JVMs: ~3 min each on a loaded 2-core box
 def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
-    client: TestClient, services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client: TestClient,
+    services: Services,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
 ) -> None:
     warehouse = tmp_path / "wh"
     path = str(warehouse / "lake" / "events")
@@ -264,6 +270,8 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
 
     _ttl_drops_whole_partitions(client, services, str(warehouse / "lake" / "clicks"))
     _a_failed_validation_is_restored(client, services, monkeypatch, path)
+    monkeypatch.setattr(services.rt.settings, "failpoints_enabled", False)
+    _deletion_vectors_are_purged(client, services, spark_writers, path)
 
 
 def _ttl_drops_whole_partitions(client: TestClient, services: Services, path: str) -> None:
@@ -327,3 +335,43 @@ def _a_failed_validation_is_restored(
     assert [c.operation for c in restored] == ["OPTIMIZE", "RESTORE"]
     assert marker_of(restored[1].summary) is None  # the undo is not the task's commit
     assert _live_paths(path) == files
+    # The failed validation holds compaction on the table (critical alert) until resumed.
+    refused = client.post(f"{TABLE}/tasks", json={"kind": "compaction"})
+    assert refused.status_code == 409, refused.text
+    resumed = client.post(f"{TABLE}/kinds/compaction/resume")
+    assert resumed.status_code == 200, resumed.text
+
+
+def _deletion_vectors_are_purged(
+    client: TestClient, services: Services, spark_writers: SparkWriters, path: str
+) -> None:
+    """A Spark writer's DELETE leaves deletion vectors hiding a quarter of d1's rows: the
+    compaction purges d1 (REORG … WHERE day = 'd1' APPLY (PURGE)) beside its OPTIMIZE of
+    d2's small files; delta-rs reads the log after: no deletion vector left, the rows the
+    files hold are the live rows; validation (delta-rs' scan, deletion vectors applied)
+    finds the same rows before and after."""
+    table = f"delta.`{path}`"
+    live = sum(r["num_records"] for r in pa.table(DeltaTable(path).get_add_actions()).to_pylist())
+    spark_writers.run(
+        "delta",
+        [
+            {"sql": f"ALTER TABLE {table} SET TBLPROPERTIES ({DV_ON})"},
+            {"sql": f"DELETE FROM {table} WHERE day = 'd1' AND id % 4 = 0"},
+        ],
+    )
+    hidden = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    assert [r["partition.day"] for r in hidden if r.get("deletionVector.cardinality")] == ["d1"]
+    task_id = _ask(client, "compaction")
+    plan = services.plan(task_id)
+    assert plan["purge_partitions"] == [{"day": "d1"}] and plan["optimize"] is True
+    assert "REORG … APPLY (PURGE)" in (task_of(services.rt, task_id).reason or "")
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["delta"]["purge"]["numFilesRemoved"] == 1, metrics
+    assert metrics["operation"] == "REORG", metrics
+    # delta-rs' scan reads the rows through the deletion vectors: the same rows after
+    assert metrics["validation"]["status"] == "passed", metrics["validation"]
+    assert metrics["validation"]["rows"] == live - 10
+    files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    assert not any(r.get("deletionVector.cardinality") for r in files)
+    d1 = sum(r["num_records"] for r in files if r["partition.day"] == "d1")
+    assert d1 == 30  # 40 rows less the 10 deleted: gone from the files
