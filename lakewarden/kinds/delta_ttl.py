@@ -83,7 +83,7 @@ def data_files(
 ) -> list[DataFile]:
     """The add actions as TTL's files: the column's bounds from the writer's min/max stats,
     or the partition value when the column is the partition column (Delta keeps no stats
-    for a partition column); rows hidden by deletion vectors are not live."""
+    for a partition column). Their rows are counted exactly (`_count`), not from these."""
     files = []
     for row in rows:
         if partition_column == column:
@@ -93,9 +93,8 @@ def data_files(
         bounds = {}
         if lo is not None and hi is not None:
             bounds[column] = (encode(lo, column_type), encode(hi, column_type))
-        hidden = float(row.get("deletionVector.cardinality") or 0)
         records = int(row.get("num_records") or 0)
-        files.append(DataFile(row["path"], int(row["size_bytes"]), records, 0, (), bounds, hidden))
+        files.append(DataFile(row["path"], int(row["size_bytes"]), records, 0, (), bounds))
     return files
 
 
