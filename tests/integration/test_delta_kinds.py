@@ -314,6 +314,8 @@ def _a_failed_validation_is_restored(
     so of a rewrite that kept its rows) is undone by RESTORE to the version before it:
     the task fails for good, the run says what was restored, and delta-rs reads the
     table's files as before."""
+    compaction = {"compaction": {"min_input_files": 3, "min_small_files": 3}}
+    assert client.put(f"{TABLE}/policy", json=compaction).status_code == 200
     for i in range(3):  # d2: three more small files, so compaction is due there
         write_deltalake(path, _batch(300 + 10 * i, "d2"), partition_by=["day"], mode="append")
     before = DeltaTimeline(path).versions()[-1]
