@@ -50,14 +50,16 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B24": ("benchmarks.validation", "b24"),
     "B25": ("benchmarks.ingest_rate", "b25"),
     "B26": ("benchmarks.history", "b26"),
+    "B27": ("benchmarks.delta_zorder", "b27"),
     "B29": ("benchmarks.history", "b29"),
     "B30": ("benchmarks.rest_polling", "b30"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
 # session on YARN, ~2 min on 2 busy cores, tests/integration/test_yarn_spark.py; B22: Trino's
-# start alone 10-25 s, tests/integration/test_trino_reads.py).
-NOT_IN_SMOKE = {"B21", "B22"}
+# start alone 10-25 s, tests/integration/test_trino_reads.py; B27: a Delta-family JVM of its
+# own, ~1 min, whose OPTIMIZE and ZORDER tests/integration/test_delta_kinds.py runs).
+NOT_IN_SMOKE = {"B21", "B22", "B27"}
 
 
 def _context(smoke: bool) -> Context:

@@ -144,6 +144,9 @@ class Sizes:
     commits: int
     events: int
     fleet: tuple[int, ...]
+    # B27: the Delta table Z-ordered and compacted (rows in small files)
+    delta_rows: int
+    delta_files: int
 
 
 SMOKE = Sizes(
@@ -163,6 +166,8 @@ SMOKE = Sizes(
     commits=4,
     events=200,
     fleet=(200, 1_000),
+    delta_rows=40_000,
+    delta_files=8,
 )
 # ~1 GB in 3,000 files for B1/B4; the whole run fits in ~20-30 min on 2 cores
 FULL = Sizes(
@@ -182,6 +187,8 @@ FULL = Sizes(
     commits=30,
     events=1_000,
     fleet=(1_000, 10_000, 100_000),
+    delta_rows=1_500_000,
+    delta_files=300,
 )
 
 

@@ -197,7 +197,8 @@ class Settings(BaseSettings):
     fault_plan_delay_s: float = 0.0
     # Test-only failpoint that corrupts a rewrite after it commits (lakewarden.spark.
     # validation): "corrupt-rewrite" drops one output file under the task's commit tags;
-    # "corrupt-rewrite-then-write" also appends a writer's row after it. Honoured only
+    # "corrupt-rewrite-then-write" also appends a writer's row after it (a Delta rewrite:
+    # "corrupt-rewrite" fails its validation, which its RESTORE then undoes). Honoured only
     # with failpoints_enabled as well: one stray variable never corrupts a table.
     failpoint: Literal["corrupt-rewrite", "corrupt-rewrite-then-write"] | None = None
     failpoints_enabled: bool = False

@@ -1,6 +1,6 @@
 """Health and explain of a Delta table (issue 29): what its files and log say
 (`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why: OPTIMIZE
-as its compaction judges it (`lakewarden.kinds.delta`); for REORG ... APPLY (PURGE) and a
+and REORG ... APPLY (PURGE) as its compaction judges them (`lakewarden.kinds.delta`); for a
 checkpoint, what is due and that Delta's own commands must do it for now."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakewarden.formats.delta.facts import DeltaFacts
-from lakewarden.kinds.delta import compaction_verdict
+from lakewarden.kinds.delta import compaction_verdict, purge_verdict
 from lakewarden.policy.model import CompactionPolicy
 
 MB = 1 << 20
@@ -38,9 +38,10 @@ def explain_commands(
         f"{facts.small_files} of {facts.files} files are under {facts.small_file_threshold} "
         f"bytes (target {facts.target_file_size}); lakewarden's compaction: {verdict.reason}"
     )
+    purged, _ = purge_verdict(compaction, facts)
     purge = (
         f"{facts.deletion_vector_files} files carry deletion vectors hiding "
-        f"{facts.deleted_rows} rows; {NOT_YET}"
+        f"{facts.deleted_rows} rows; lakewarden's compaction: {purged.reason}"
         if facts.deletion_vector_files
         else "no file has a deletion vector"
     )
@@ -53,7 +54,7 @@ def explain_commands(
     )
     return [
         {"command": "optimize", "due": verdict.needed, "reason": optimize},
-        {"command": "purge", "due": facts.deletion_vector_files > 0, "reason": purge},
+        {"command": "purge", "due": purged.needed, "reason": purge},
         {"command": "checkpoint", "due": since > CHECKPOINT_INTERVAL, "reason": checkpoint},
     ]
 

@@ -1,6 +1,7 @@
-"""Run a Delta table's job (`lakewarden.kinds.delta`: compaction, zorder, clean) on a
-Delta-family session and record its outcome: always in a Spark application of its own
-(`lakewarden.jobs.application_entry`), as every format with its own family.
+"""Run a Delta table's job (`lakewarden.kinds.delta`: compaction, zorder, clean;
+`lakewarden.kinds.delta_ttl`: ttl) on a Delta-family session and record its outcome:
+always in a Spark application of its own (`lakewarden.jobs.application_entry`), as every
+format with its own family.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task
@@ -8,12 +9,14 @@ before its JVM starts, the table's log is read for a commit of the task
 succeeds with that version without running again.
 
 Validation (compaction, zorder): the rows and their order-independent checksum read by
-delta-rs at the version before the job's commit and at that commit must be equal. Delta's
-OPTIMIZE commits as it ends (no staging branch to publish from), so a mismatch cannot be
-kept from readers: it fails the task for good with the run's `validation` metrics, which
-holds the kind and raises the critical `rewrite_mismatch` alert, as Hudi's does. Undoing
-it (`RESTORE TABLE … TO VERSION AS OF`) is not done yet. A table delta-rs cannot read
-(deletion vectors) is not validated, and the run says so.
+delta-rs at the version before the job's commit and at that commit must be equal. A TTL's
+exact-count guard: the rows its DELETE removed (the commit's `numDeletedRows`) must be
+the rows it counted with Spark right before, give or take what other writers committed
+in between. Delta commits as the command ends (no staging branch to publish from), so a
+failed check is undone by `RESTORE TABLE … TO VERSION AS OF` the version before the
+job's commit (`undo`), only if no other writer committed after it (else the alert says
+which version to restore to); the task fails for good either way (critical alert). A
+table delta-rs cannot read (deletion vectors) is not validated, and the run says so.
 """
 
 from __future__ import annotations
@@ -21,15 +24,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.formats.base import Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import Unreadable, digest
-from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
+from lakewarden.jobs.execute import (
+    Job,
+    failpoint,
+    finish_raised,
+    policy_check,
+    record_app_id,
+)
+from lakewarden.kinds import delta_ttl, ttl
 from lakewarden.leader import Fence
-from lakewarden.outcomes import PlanRejected, RewriteMismatch
+from lakewarden.outcomes import JobHeld, PlanRejected, RewriteMismatch, VerificationFailed
 from lakewarden.runtime import Runtime
 from lakewarden.tasks.runs import finish_run
 
@@ -86,11 +97,13 @@ def _commit_metrics(commit: Commit | None) -> dict[str, Any]:
     }
 
 
-def validate(path: str, version: int) -> dict[str, Any]:
-    """The rows at `version` (the job's commit) against those at the version before."""
+def validate(path: str, version: int, first: int | None = None) -> dict[str, Any]:
+    """The rows at `version` (the job's last commit) against those at the version before
+    its first (`first`, else `version`)."""
     started = time.monotonic()
+    base = (first if first is not None else version) - 1
     try:
-        before, after = digest(path, version - 1), digest(path, version)
+        before, after = digest(path, base), digest(path, version)
     except Unreadable as exc:
         return {"status": "skipped", "reason": str(exc)}
     return {
@@ -100,18 +113,131 @@ def validate(path: str, version: int) -> dict[str, Any]:
         "rows_after": after.rows,
         "checksum_before": str(before.checksum),
         "checksum_after": str(after.checksum),
-        "before_version": version - 1,
+        "before_version": base,
         "after_version": version,
         "seconds": round(time.monotonic() - started, 3),
     }
 
 
-def _validation(job: Job, path: str, commit: Commit | None) -> dict[str, Any]:
+def first_job_version(path: str, task_id: int, after: int) -> int | None:
+    """The oldest version after `after` that carries the task's mark (a compaction may
+    commit twice: its OPTIMIZE and its REORG)."""
+    for commit in DeltaTimeline(path).since(str(after), 1000).commits:
+        marker = marker_of(commit.summary)
+        if marker is not None and marker.task_id == task_id:
+            return int(commit.id)
+    return None
+
+
+def _validation(job: Job, path: str, commit: Commit | None, first: int | None) -> dict[str, Any]:
     if commit is None:
         return {"status": "skipped", "reason": "nothing was committed"}
     if not job.validation.enabled:
         return {"status": "skipped", "reason": "validation is disabled"}
-    return validate(path, int(commit.id))
+    return validate(path, int(commit.id), first)
+
+
+def undo(
+    spark: SparkSession, job: Job, path: str, version: int, first: int | None = None
+) -> dict[str, Any]:
+    """Set the table back to the version before the job's first commit (`first`, else its
+    commit `version`) by RESTORE, only if no other writer committed after `version` (a
+    RESTORE then would undo theirs too); what was done, or the statement an operator
+    runs, as the run's `undo` metrics."""
+    to = (first if first is not None else version) - 1
+    how = delta_jobs.restore_sql(path, to)
+    newest = DeltaTimeline(path).versions()[-1]
+    if newest != version:
+        return {
+            "restored": False,
+            "to_version": to,
+            "how": how,
+            "why": f"versions {version + 1}..{newest} were committed after the job's {version}",
+        }
+    metrics = delta_jobs.restore(spark, path, to, job.task_id)
+    return {"restored": True, "to_version": to, "restore_version": newest + 1, **metrics}
+
+
+def _undo_said(done: dict[str, Any]) -> str:
+    if done["restored"]:
+        return (
+            f"undone: RESTOREd to version {done['to_version']} (version {done['restore_version']})"
+        )
+    return f"NOT undone ({done['why']}): restore version {done['to_version']}: {done['how']}"
+
+
+def _meanwhile(path: str, after: int, ours: int) -> int:
+    """Rows other writers added or deleted in the versions between the count and our
+    commit (their operationMetrics)."""
+    keys = ("metric.numOutputRows", "metric.numDeletedRows", "metric.numTargetRowsDeleted")
+    timeline = DeltaTimeline(path)
+    return sum(
+        int(c.summary.get(k, 0) or 0)
+        for c in timeline.since(str(after), max(ours - after, 1)).commits
+        if int(c.id) < ours
+        for k in keys
+    )
+
+
+def run_ttl(spark: SparkSession, job: Job, path: str, metrics: dict[str, Any]) -> None:
+    """Count exactly with Spark what the DELETE would remove (hold if too much), delete in
+    a marked session, and check the commit's `numDeletedRows` against the count; a
+    mismatch is undone (`undo`) and fails the task for good. `metrics`: the run's, filled
+    as it goes."""
+    plan = job.plan
+    where = delta_ttl.predicate(plan, now=datetime.now(UTC))
+    max_fraction = ttl.max_fraction_of(plan)
+    base = metrics
+    base.update(level=plan["level"], cutoff=plan["cutoff"], predicate=where)
+    counted_at = DeltaTimeline(path).versions()[-1]
+    counted, total = delta_jobs.count_older(spark, path, where, counted_at)
+    base.update(counted_rows=counted, rows_before=total, counted_at_version=counted_at)
+    base["max_fraction"] = max_fraction
+    if total and counted >= total:
+        raise JobHeld(
+            f"held: all {total} rows are older than the cutoff {plan['cutoff']} at run time: "
+            "a TTL never empties a table on its own",
+            base,
+        )
+    if total and counted / total > max_fraction:
+        raise JobHeld(
+            f"held: the delete would remove {counted} of {total} rows "
+            f"({counted / total:.1%}) > max_fraction {max_fraction:.0%} (exact count at run time)",
+            base,
+        )
+    if counted == 0:
+        base.update(deleted_records=0, note="nothing older than the cutoff")
+        return
+    session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
+    delta_jobs.delete(session, path, where)
+    commit = DeltaTimeline(path).find_job_commits(job.task_id)
+    if commit is None:
+        raise VerificationFailed(
+            f"TTL issued its delete of {counted} counted rows but no version carries its "
+            f"mark: check the table's log; to undo: RESTORE to version {counted_at}"
+        )
+    version, s = int(commit.id), commit.summary
+    metrics.update(_commit_metrics(commit))
+    if "metric.numDeletedRows" in s:
+        deleted, source = int(s["metric.numDeletedRows"]), "operationMetrics.numDeletedRows"
+    else:  # Delta leaves it out when the files lack row counts: count both sides
+        before, after = (delta_jobs.rows_at(spark, path, v) for v in (version - 1, version))
+        deleted, source = before - after, "rows at the version before, less rows at it"
+    meanwhile = _meanwhile(path, counted_at, version)
+    metrics.update(
+        deleted_records=deleted,
+        deleted_source=source,
+        writers_meanwhile_rows=meanwhile,
+        # whole files removed, none written: what partition level promises
+        metadata_only=int(s.get("files-added", 0)) == 0
+        and int(s.get("metric.numDeletionVectorsAdded", 0) or 0) == 0,
+    )
+    if abs(deleted - counted) > meanwhile:
+        metrics["undo"] = done = undo(spark, job, path, version)
+        raise VerificationFailed(
+            f"TTL version {version} deleted {deleted} rows where it counted {counted} right "
+            f"before (writers changed {meanwhile} meanwhile): {_undo_said(done)}"
+        )
 
 
 def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
@@ -125,7 +251,13 @@ def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
         }
         session = delta_jobs.marked_session(spark, job.task_id, job.attempt, conf)
         zorder = plan.get("zorder") if job.kind == "zorder" else None
-        return delta_jobs.optimize(session, path, plan.get("partitions"), zorder=zorder)
+        out: dict[str, Any] = {}
+        if plan.get("optimize", True):
+            out = delta_jobs.optimize(session, path, plan.get("partitions"), zorder=zorder)
+        purged = plan.get("purge_partitions") if job.kind == "compaction" else None
+        if purged is not None:  # files hollowed out by deletion vectors: rewritten whole
+            out["purge"] = delta_jobs.purge(session, path, purged)
+        return out
     if job.kind == "clean":
         conf = {delta_jobs.VACUUM_LOGGING: "true"}
         if plan.get("below_retention_check"):  # the policy consented: this command only
@@ -149,20 +281,31 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         policy_check(rt, job.task_id)()
         sc.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
         started = time.monotonic()
-        delta_metrics = _execute(spark, job, path)
-        metrics["seconds"] = round(time.monotonic() - started, 3)
-        if delta_metrics:
-            metrics["delta"] = delta_metrics
-        commit = DeltaTimeline(path).find_job_commits(job.task_id)
-        metrics.update(_commit_metrics(commit))
+        if job.kind == "ttl":  # its metrics filled as it goes: a failed check keeps them
+            run_ttl(spark, job, path, metrics)
+            metrics["seconds"] = round(time.monotonic() - started, 3)
+        else:
+            newest_before = DeltaTimeline(path).versions()[-1]
+            delta_metrics = _execute(spark, job, path)
+            metrics["seconds"] = round(time.monotonic() - started, 3)
+            if delta_metrics:
+                metrics["delta"] = delta_metrics
+            commit = DeltaTimeline(path).find_job_commits(job.task_id)
+            metrics.update(_commit_metrics(commit))
         if job.kind in REWRITES:
-            metrics["validation"] = checked = _validation(job, path, commit)
+            first = first_job_version(path, job.task_id, newest_before)
+            metrics["validation"] = checked = _validation(job, path, commit, first)
+            if failpoint(rt) == "corrupt-rewrite" and checked["status"] == "passed":
+                # test-only: as if the rewrite had changed the rows (its undo is real)
+                checked.update(status="failed", failpoint="corrupt-rewrite")
             if checked["status"] == "failed":
+                version = int(checked["after_version"])
+                metrics["undo"] = done = undo(spark, job, path, version, first)
                 raise RewriteMismatch(
-                    f"{job.kind} version {checked['after_version']} changed the table's rows: "
-                    f"{checked['rows']} rows (checksum {checked['checksum_before']}) before, "
-                    f"{checked['rows_after']} ({checked['checksum_after']}) after, read by "
-                    "delta-rs",
+                    f"{job.kind} version {version} changed the table's rows: "
+                    f"{checked.get('rows')} rows (checksum {checked.get('checksum_before')}) "
+                    f"before, {checked.get('rows_after')} ({checked.get('checksum_after')}) "
+                    f"after, read by delta-rs: {_undo_said(done)}",
                     metrics,
                 )
     except Exception as exc:

@@ -175,7 +175,7 @@ def run_job(
         with (
             committing_as(job.task_id, job.attempt),
             guarded_by(policy_check(rt, job.task_id)),
-            validating(job.validation, _failpoint(rt)),
+            validating(job.validation, failpoint(rt)),
             joblog.capture(spark, job.group) as job_log,
         ):
             result = runner(spark, job.catalog, job.ref, job.plan)
@@ -249,8 +249,8 @@ def finish_raised(
     rt: Runtime, fence: Fence, job: Job, exc: Exception, metrics: dict[str, Any] | None
 ) -> str:
     """The outcome of an own-family job (Hudi's, Delta's) that raised `exc`, recorded:
-    a mismatch or a rejected plan for good, a policy change as it asks, anything else
-    retried. Call it in the `except` block (the traceback is logged)."""
+    a mismatch or a rejected plan for good, a policy change as it asks, a hold skipped,
+    anything else retried. Call it in the `except` block (the traceback is logged)."""
     if isinstance(exc, RewriteMismatch):  # never published: the run records what was compared
         metrics = exc.metrics
     if isinstance(exc, RewriteMismatch | PlanRejected):
@@ -260,6 +260,11 @@ def finish_raised(
     if isinstance(exc, PolicyChanged):
         to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
         return finish_run(rt, fence, job.task_id, job.attempt, moved_to=(to, str(exc)))
+    if isinstance(exc, JobHeld):  # measured right before acting: not to act (a TTL's hold)
+        to_skip = (TaskState.SKIPPED, str(exc))
+        return finish_run(
+            rt, fence, job.task_id, job.attempt, metrics=exc.metrics, moved_to=to_skip
+        )
     log.exception("task %d attempt %d failed", job.task_id, job.attempt)
     return finish_run(rt, fence, job.task_id, job.attempt, metrics=metrics or None, error=exc)
 
@@ -326,6 +331,6 @@ def policy_check(rt: Runtime, task_id: int) -> Callable[[], None]:
     return check
 
 
-def _failpoint(rt: Runtime) -> str | None:
+def failpoint(rt: Runtime) -> str | None:
     """The test-only failpoint, only when failpoints are enabled too (never by accident)."""
     return rt.settings.failpoint if rt.settings.failpoints_enabled else None

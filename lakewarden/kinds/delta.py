@@ -10,6 +10,9 @@ The policy sections are Iceberg's, their fields read where they mean the same:
 - zorder, `OPTIMIZE … WHERE <partitions> ZORDER BY (columns)`: a partition where a lookup
   on `columns` opens more than `max_files_per_lookup` files (from the files' min/max
   stats) is due; files are written at `target_file_size_bytes`.
+- ttl (`kinds.delta_ttl`): a metadata-only `DELETE … WHERE <partition column> < cutoff`
+  when the table is partitioned on the column (or a date Delta generates from it), a row
+  `DELETE` otherwise; Iceberg's TTL arithmetic and holds.
 - clean, `VACUUM … RETAIN n HOURS`: `max_snapshot_age_hours` is the retention. Never below
   Delta's own retention check (the table's `delta.deletedFileRetentionDuration`, 7 days by
   default) unless the policy says `allow_below_safety_floors` (a destructive change, so
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
@@ -31,19 +35,21 @@ from lakewarden.formats.delta.catalog import open_timeline
 from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
+from lakewarden.kinds import delta_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import (
     CleanPolicy,
     CompactionPolicy,
     KindPolicy,
     Policy,
+    TTLPolicy,
     ZOrderPolicy,
 )
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-KINDS = frozenset({"compaction", "zorder", "clean"})
+KINDS = frozenset({"compaction", "zorder", "clean", "ttl"})
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 RETENTION = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default: interval 1 week
@@ -99,6 +105,55 @@ def compaction_verdict(policy: CompactionPolicy, facts: DeltaFacts) -> tuple[Ver
     return Verdict(True, reason, metrics, {"files_removed_estimate": in_due}), due
 
 
+def purge_verdict(policy: CompactionPolicy, facts: DeltaFacts) -> tuple[Verdict, list[str]]:
+    """Is a `REORG … APPLY (PURGE)` due, and in which partitions: those with a file whose
+    deletion vector hides at least `delete_ratio_threshold` of its rows (the log's
+    deletion-vector cardinalities)."""
+    share = policy.delete_ratio_threshold
+    hollow = {
+        k: n
+        for k, files in facts.partition_files.items()
+        if (n := sum(1 for f in files if f.records and f.deleted_records / f.records >= share))
+    }
+    due = sorted(hollow)
+    metrics = {
+        "deletion_vector_files": facts.deletion_vector_files,
+        "deleted_rows": facts.deleted_rows,
+        "files_to_purge": sum(hollow.values()),
+        "partitions_to_purge": len(due),
+    }
+    if not policy.enabled:
+        return Verdict(False, "compaction is disabled by policy", metrics), []
+    if not due:
+        why = (
+            f"no file's deletion vector hides delete_ratio_threshold {share:g} of its rows "
+            f"({facts.deletion_vector_files} file(s) with deletion vectors, "
+            f"{facts.deleted_rows} rows hidden)"
+        )
+        return Verdict(False, why, metrics), []
+    reason = (
+        f"{sum(hollow.values())} file(s) whose deletion vectors hide >= delete_ratio_threshold "
+        f"{share:g} of their rows in {len(due)} partition(s): {_names(due)}"
+    )
+    return Verdict(True, reason, metrics), due
+
+
+def compaction_and_purge(
+    policy: CompactionPolicy, facts: DeltaFacts
+) -> tuple[Verdict, list[str] | None, list[str] | None]:
+    """Compaction's verdict on a Delta table: a bin-pack (OPTIMIZE) and a purge (REORG)
+    judged apart, and the partitions each runs on (None: that command is not due)."""
+    binpack, packed = compaction_verdict(policy, facts)
+    purge, purged = purge_verdict(policy, facts)
+    metrics = {**binpack.metrics, **purge.metrics}
+    if not binpack.needed and not purge.needed:
+        return Verdict(False, f"{binpack.reason}; purge: {purge.reason}", metrics), None, None
+    said = [f"OPTIMIZE: {binpack.reason}"] if binpack.needed else []
+    said += [f"REORG … APPLY (PURGE): {purge.reason}"] if purge.needed else []
+    verdict = Verdict(True, "; ".join(said), metrics, binpack.expected_gain)
+    return verdict, (packed if binpack.needed else None), (purged if purge.needed else None)
+
+
 def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, list[str]]:
     """Is a Z-order due, and in which partitions: where a lookup on the columns opens more
     than `max_files_per_lookup` files."""
@@ -148,7 +203,7 @@ def event_verdicts(
             target_file_size=compaction.target_file_size_bytes,
             small_file_ratio=compaction.small_file_ratio,
         )
-        out["compaction"] = compaction_verdict(compaction, facts)[0]
+        out["compaction"] = compaction_and_purge(compaction, facts)[0]
     else:
         out["compaction"] = Verdict(False, "compaction is disabled by policy")
     zorder = policy.zorder
@@ -215,6 +270,13 @@ def expired_files(timeline: DeltaTimeline, hours: float) -> int:
     )
 
 
+def _values(facts: DeltaFacts, keys: list[str] | None) -> list[dict[str, Any]] | None:
+    """The partitions' values for a WHERE ([] : the whole table, unpartitioned)."""
+    if keys is None:
+        return None
+    return [facts.partition_values[k] for k in keys] if facts.partition_columns else []
+
+
 def plan(
     kind: str, section: KindPolicy, entry: CatalogEntry, ref: TableRef, context: dict[str, Any]
 ) -> PlanOutcome:
@@ -222,16 +284,22 @@ def plan(
     if kind not in KINDS:
         return PlanOutcome(None, f"{kind} does not run on Delta tables yet (issue 29)")
     timeline = open_timeline(entry, ref)
+    if isinstance(section, TTLPolicy):
+        return delta_ttl.plan(section, timeline, datetime.now(UTC))
     if isinstance(section, CompactionPolicy):
         facts = read_facts(
             timeline,
             target_file_size=section.target_file_size_bytes,
             small_file_ratio=section.small_file_ratio,
         )
-        found, due = compaction_verdict(section, facts)
+        found, packed, purged = compaction_and_purge(section, facts)
+        due = packed or []
         extra: dict[str, Any] = {
             "target_file_size_bytes": facts.target_file_size,
             "min_file_size_bytes": facts.small_file_threshold,
+            "optimize": packed is not None,
+            # the partitions a REORG … APPLY (PURGE) runs on (null: no purge)
+            "purge_partitions": _values(facts, purged),
         }
     elif isinstance(section, ZOrderPolicy):
         facts = read_facts(

@@ -352,6 +352,17 @@ def delete_sql(
 ) -> str:
     """The DELETE for a TTL plan (pure; tested without Spark). With `now`, a cutoff inside
     the plan's retention (a tampered or mistaken plan) is refused."""
+    cut = checked_cutoff(plan, now)
+    column = sql.column(str(plan.get("column")))
+    literal = cutoff_literal(str(plan["column_type"]), cut)
+    sql.table_arg(catalog, ref)  # validates the catalog name
+    return f"DELETE FROM {target_table(catalog, ref, plan)} WHERE {column} < {literal}"
+
+
+def checked_cutoff(plan: dict[str, Any], now: datetime | None = None) -> datetime:
+    """A TTL plan's cutoff, its action, level and column type checked (every format's TTL
+    job). With `now`, a cutoff inside the plan's retention (a tampered or mistaken plan)
+    is refused."""
     if plan.get("action") != "delete" or plan.get("level") not in LEVELS:
         raise PlanRejected(f"not a TTL plan: {plan.get('action')}/{plan.get('level')}")
     column_type = plan.get("column_type")
@@ -367,10 +378,7 @@ def delete_sql(
                 f"cutoff {cut.isoformat()} is inside the retention of {days:g} days "
                 f"(now {now.isoformat()}): refusing to remove rows inside retention"
             )
-    column = sql.column(str(plan.get("column")))
-    literal = cutoff_literal(str(column_type), cut)
-    sql.table_arg(catalog, ref)  # validates the catalog name
-    return f"DELETE FROM {target_table(catalog, ref, plan)} WHERE {column} < {literal}"
+    return cut
 
 
 def branches(table: Table) -> set[str]:
@@ -405,7 +413,7 @@ def _rows_at(spark: SparkSession, name: str, snapshot_id: int | None) -> int:
     return int(row.collect()[0]["n"])
 
 
-def _fraction(plan: dict[str, Any]) -> float:
+def max_fraction_of(plan: dict[str, Any]) -> float:
     value = plan.get("max_fraction")
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise PlanRejected(f"invalid max_fraction {value!r}")
@@ -436,7 +444,7 @@ def count_sql(catalog: str, ref: TableRef, plan: dict[str, Any]) -> str:
 
 def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
     statement = delete_sql(catalog, ref, plan, now=datetime.now(UTC))
-    max_fraction, undo_days = _fraction(plan), _undo_days(plan)
+    max_fraction, undo_days = max_fraction_of(plan), _undo_days(plan)
     name = ref.spark_name(catalog)
     base: dict[str, Any] = {"level": plan["level"], "cutoff": plan["cutoff"]}
 

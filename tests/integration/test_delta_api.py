@@ -169,3 +169,37 @@ def test_a_polled_delta_version_opens_the_compaction_it_calls_for(
     assert task["trigger"]["source"] == "event" and task["trigger"]["commit"] == "6"
     assert "small files" in task["trigger"]["reason"] and "d9" in task["trigger"]["reason"]
     assert poll_once(rt) == 0  # nothing moved: no second task
+
+
+def test_an_operator_restores_a_delta_table_to_a_version(
+    client: TestClient, tmp_path: Path
+) -> None:
+    """POST …/rollback on a Delta table restores a version (delta-rs' RESTORE commit):
+    its rows are the version's again; a tag, or a version the table never had, is a 422."""
+    warehouse = tmp_path / "wh"
+    path = warehouse / "sales" / "orders"
+    write_orders(path)  # versions 0-2
+    _delta_catalog(client, warehouse)
+    got = client.post(TABLES, json={"namespace": "sales", "name": "orders"})
+    assert got.status_code == 201, got.text
+    rollback = f"{TABLES}/sales/orders/rollback"
+    tag = client.post(rollback, json={"to_tag": "daily"})
+    assert tag.status_code == 422 and "has no tags" in tag.json()["detail"]
+    future = client.post(rollback, json={"to_snapshot": 9})
+    assert future.status_code == 422 and "not in the table's history (0..2)" in future.text
+    done = client.post(rollback, json={"to_snapshot": 1})
+    assert done.status_code == 200, done.text
+    assert done.json() == {
+        "table": "sales.orders",
+        "from_snapshot_id": 2,
+        "to_snapshot_id": 1,
+        "to_tag": None,
+        "rolled_back": True,
+        "restore_version": 3,
+    }
+    restored = DeltaTable(str(path))
+    assert restored.history(1)[0]["operation"] == "RESTORE"
+    before = DeltaTable(str(path), version=1).to_pyarrow_table().sort_by("id")
+    assert restored.to_pyarrow_table().sort_by("id") == before
+    again = client.post(rollback, json={"to_snapshot": 3})
+    assert again.status_code == 200 and again.json()["rolled_back"] is False

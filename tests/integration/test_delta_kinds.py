@@ -3,13 +3,16 @@ kinds in turn, each asked for through the API, planned by the worker from delta-
 the log, submitted by the leader as a Delta-family application of its own, and run as
 Delta's own command: compaction (`OPTIMIZE … WHERE` the partitions with enough small
 files), Z-order (`OPTIMIZE … ZORDER BY`, where lookups open many files) and clean
-(`VACUUM`, only below Delta's retention check with the policy's consent). Every result is
-read back by delta-rs: the row sets at the versions before and after, the files."""
+(`VACUUM`, only below Delta's retention check with the policy's consent); then TTL on a
+second table (a metadata-only `DELETE` of whole days) and a rewrite whose validation
+failed undone by `RESTORE`. Every result is read back by delta-rs: the row sets at the
+versions before and after, the files."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
+from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
 from lakewarden.db.models import JobRun
@@ -31,6 +35,7 @@ from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
 TABLES = "/api/v1/catalogs/dlake/tables"
+DV_ON = "'delta.enableDeletionVectors' = true"
 TABLE = f"{TABLES}/lake/events"
 
 
@@ -59,6 +64,11 @@ def _files(path: str) -> dict[str, int]:
     for row in pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist():
         found[row["partition.day"]] = found.get(row["partition.day"], 0) + 1
     return found
+
+
+def _live_paths(path: str) -> list[str]:
+    """The table's live files, read by delta-rs."""
+    return sorted(pa.table(DeltaTable(path).get_add_actions()).column("path").to_pylist())
 
 
 class Services:
@@ -132,9 +142,13 @@ def _ask(client: TestClient, kind: str) -> int:
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(1800)  # three Delta-family JVMs: ~3 min each on a loaded 2-core box
+@pytest.mark.timeout(2700)  # five Delta-family JVMs: ~3 min each on a loaded 2-core box
 def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
-    client: TestClient, services: Services, tmp_path: Path
+    client: TestClient,
+    services: Services,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
 ) -> None:
     warehouse = tmp_path / "wh"
     path = str(warehouse / "lake" / "events")
@@ -253,3 +267,113 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     vacuums = DeltaTimeline(path).since("8", 10).commits
     assert [c.operation for c in vacuums] == ["VACUUM START", "VACUUM END"]
     assert all(marker_of(c.summary) == JobMarker(task_id, 1) for c in vacuums)
+
+    _ttl_drops_whole_partitions(client, services, str(warehouse / "lake" / "clicks"))
+    _a_failed_validation_is_restored(client, services, monkeypatch, path)
+    monkeypatch.setattr(services.rt.settings, "failpoints_enabled", False)
+    _deletion_vectors_are_purged(client, services, spark_writers, path)
+
+
+def _ttl_drops_whole_partitions(client: TestClient, services: Services, path: str) -> None:
+    """TTL on a table partitioned by its date column: the expired days go as a
+    metadata-only DELETE (whole files removed, none written), its count checked against
+    the commit's numDeletedRows; delta-rs reads what is left."""
+    today = datetime.now(UTC).date()
+    for back in range(10, 0, -1):  # ten rows a day for the ten days before today
+        day = today - timedelta(days=back)
+        rows = pa.table(
+            {"id": pa.array(range(100 * back, 100 * back + 10), pa.int64()), "day": [day] * 10}
+        )
+        write_deltalake(path, rows, partition_by=["day"], mode="append")
+    ttl = {"ttl": {"enabled": True, "column": "day", "retention_days": 7}}
+    got = client.post(TABLES, json={"namespace": "lake", "name": "clicks", "policy": ttl})
+    assert got.status_code == 201, got.text
+    got = client.post(f"{TABLES}/lake/clicks/tasks", json={"kind": "ttl"})
+    assert got.status_code == 201, got.text
+    task_id = int(got.json()["id"])
+    plan = services.plan(task_id)
+    assert plan["level"] == "partition" and plan["partition_column"] == "day"
+    assert plan["rows_to_delete"] == 30 and plan["version"] == 9  # the 3 oldest days
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["counted_rows"] == metrics["deleted_records"] == 30, metrics
+    assert metrics["deleted_source"] == "operationMetrics.numDeletedRows"
+    assert metrics["metadata_only"] is True and metrics["committed_version"] == 10
+    assert metrics["files_removed"] == 3 and metrics["files_added"] == 0
+    commit = DeltaTimeline(path).find_job_commits(task_id)
+    assert commit is not None and commit.operation == "DELETE"
+    assert marker_of(commit.summary) == JobMarker(task_id, 1)
+    left = DeltaTable(path).to_pyarrow_table()
+    assert left.num_rows == 70
+    assert min(left.column("day").to_pylist()) == today - timedelta(days=7)
+
+
+def _a_failed_validation_is_restored(
+    client: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A rewrite whose validation fails after it committed (the test-only failpoint says
+    so of a rewrite that kept its rows) is undone by RESTORE to the version before it:
+    the task fails for good, the run says what was restored, and delta-rs reads the
+    table's files as before."""
+    compaction = {"compaction": {"min_input_files": 3, "min_small_files": 3}}
+    assert client.put(f"{TABLE}/policy", json=compaction).status_code == 200
+    for i in range(3):  # d2: three more small files, so compaction is due there
+        write_deltalake(path, _batch(300 + 10 * i, "d2"), partition_by=["day"], mode="append")
+    before = DeltaTimeline(path).versions()[-1]
+    files = _live_paths(path)
+    monkeypatch.setattr(services.rt.settings, "failpoint", "corrupt-rewrite")
+    monkeypatch.setattr(services.rt.settings, "failpoints_enabled", True)
+    task_id = _ask(client, "compaction")
+    assert services.plan(task_id)["partitions"] == [{"day": "d2"}]
+    with pytest.raises(AssertionError) as failed:
+        services.run(task_id)
+    assert "RESTOREd to version" in str(failed.value), failed.value
+    with transaction(services.rt.engine) as s:
+        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
+        metrics = dict(run.metrics or {})
+    assert task_of(services.rt, task_id).state == "failed"
+    assert metrics["validation"]["failpoint"] == "corrupt-rewrite"
+    assert metrics["undo"]["restored"] is True and metrics["undo"]["to_version"] == before
+    restored = DeltaTimeline(path).since(str(before), 10).commits
+    assert [c.operation for c in restored] == ["OPTIMIZE", "RESTORE"]
+    assert marker_of(restored[1].summary) is None  # the undo is not the task's commit
+    assert _live_paths(path) == files
+    # The failed validation holds compaction on the table (critical alert) until resumed.
+    refused = client.post(f"{TABLE}/tasks", json={"kind": "compaction"})
+    assert refused.status_code == 409, refused.text
+    resumed = client.post(f"{TABLE}/kinds/compaction/resume")
+    assert resumed.status_code == 200, resumed.text
+
+
+def _deletion_vectors_are_purged(
+    client: TestClient, services: Services, spark_writers: SparkWriters, path: str
+) -> None:
+    """A Spark writer's DELETE leaves deletion vectors hiding a quarter of d1's rows: the
+    compaction purges d1 (REORG … WHERE day = 'd1' APPLY (PURGE)) beside its OPTIMIZE of
+    d2's small files; delta-rs reads the log after: no deletion vector left, the rows the
+    files hold are the live rows; validation (delta-rs' scan, deletion vectors applied)
+    finds the same rows before and after."""
+    table = f"delta.`{path}`"
+    live = sum(r["num_records"] for r in pa.table(DeltaTable(path).get_add_actions()).to_pylist())
+    spark_writers.run(
+        "delta",
+        [
+            {"sql": f"ALTER TABLE {table} SET TBLPROPERTIES ({DV_ON})"},
+            {"sql": f"DELETE FROM {table} WHERE day = 'd1' AND id % 4 = 0"},
+        ],
+    )
+    hidden = pa.table(DeltaTable(path).deletion_vectors()).to_pylist()
+    assert ["/day=d1/" in r["filepath"] for r in hidden] == [True]
+    task_id = _ask(client, "compaction")
+    plan = services.plan(task_id)
+    assert plan["purge_partitions"] == [{"day": "d1"}] and plan["optimize"] is True
+    assert "REORG … APPLY (PURGE)" in (task_of(services.rt, task_id).reason or "")
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["delta"]["purge"]["numFilesRemoved"] == 1, metrics
+    assert metrics["operation"] == "REORG", metrics
+    # delta-rs' scan reads the rows through the deletion vectors: the same rows after
+    assert metrics["validation"]["status"] == "passed", metrics["validation"]
+    assert metrics["validation"]["rows"] == live - 10
+    assert pa.table(DeltaTable(path).deletion_vectors()).num_rows == 0
+    files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    d1 = sum(r["num_records"] for r in files if r["partition.day"] == "d1")
+    assert d1 == 30  # 40 rows less the 10 deleted: gone from the files

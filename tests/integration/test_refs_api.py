@@ -83,6 +83,7 @@ def test_refs_list_and_rollback_to_a_tag(rt: Runtime, client: TestClient) -> Non
         "to_snapshot_id": good,
         "to_tag": "good",
         "rolled_back": True,
+        "restore_version": None,  # a Delta table's RESTORE commit
     }
     after = rt.catalog.load_table("sales.orders")
     assert current(after).snapshot_id == good

@@ -9,8 +9,10 @@ from datetime import date
 import pytest
 
 from lakewarden.formats.delta.facts import DeltaFacts, PartitionFacts
+from lakewarden.formats.delta.jobs import purge_sql
 from lakewarden.kinds.delta import (
     clean_verdict,
+    compaction_and_purge,
     compaction_verdict,
     retain_hours,
     retention_hours,
@@ -114,3 +116,28 @@ def test_the_predicate_names_partitions_by_typed_values() -> None:
         partition_predicate([{"day": "a\nb"}])
     with pytest.raises(PlanRejected):
         partition_predicate([{"bad col": 1}])
+
+
+def test_files_hollowed_out_by_deletion_vectors_are_purged_where_they_are() -> None:
+    """A partition with a file whose deletion vector hides delete_ratio_threshold of its
+    rows is purged (REORG … WHERE it), beside a bin-pack or alone; a writer that compacts
+    does not purge, so the purge still runs."""
+    facts = _facts({"day=a": 1, "day=b": 1}, **{"delta.autoOptimize.autoCompact": "true"})
+    facts.partition_files = {
+        "day=a": [DataFile("a", 100, 10, 0, (), {}, 3.0)],  # 30% hidden
+        "day=b": [DataFile("b", 100, 10, 0, (), {}, 1.0)],  # 10%
+    }
+    facts.deletion_vector_files, facts.deleted_rows = 2, 4
+    policy = CompactionPolicy(min_input_files=3, min_small_files=3, delete_ratio_threshold=0.2)
+    verdict, packed, purged = compaction_and_purge(policy, facts)
+    assert verdict.needed and packed is None and purged == ["day=a"]
+    assert "REORG … APPLY (PURGE): 1 file(s)" in verdict.reason and "day=a" in verdict.reason
+    assert verdict.metrics["files_to_purge"] == 1 and verdict.metrics["deleted_rows"] == 4
+    stricter = policy.model_copy(update={"delete_ratio_threshold": 0.5})
+    none, packed, purged = compaction_and_purge(stricter, facts)
+    assert not none.needed and packed is None and purged is None
+    assert "purge: no file's deletion vector hides delete_ratio_threshold 0.5" in none.reason
+    assert purge_sql("/wh/t", [{"day": "a"}]) == (
+        "REORG TABLE delta.`/wh/t` WHERE (`day` = 'a') APPLY (PURGE)"
+    )
+    assert purge_sql("/wh/t", []) == "REORG TABLE delta.`/wh/t` APPLY (PURGE)"

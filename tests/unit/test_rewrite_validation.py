@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from lakewarden.formats.iceberg.partitions import plain_literal as _literal
 from lakewarden.formats.iceberg.partitions import predicate as _predicate
-from lakewarden.jobs.execute import _failpoint
+from lakewarden.jobs.execute import failpoint
 from lakewarden.policy.model import parse_policy
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -68,10 +68,10 @@ def test_the_failpoint_needs_failpoints_enabled_too() -> None:
     def runtime(**settings: Any) -> Runtime:
         return cast(Runtime, SimpleNamespace(settings=Settings(**settings)))
 
-    assert _failpoint(runtime(failpoint="corrupt-rewrite")) is None
-    assert _failpoint(runtime(failpoints_enabled=True)) is None
+    assert failpoint(runtime(failpoint="corrupt-rewrite")) is None
+    assert failpoint(runtime(failpoints_enabled=True)) is None
     assert (
-        _failpoint(runtime(failpoint="corrupt-rewrite", failpoints_enabled=True))
+        failpoint(runtime(failpoint="corrupt-rewrite", failpoints_enabled=True))
         == "corrupt-rewrite"
     )
     with pytest.raises(ValidationError):

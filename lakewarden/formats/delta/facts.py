@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -114,14 +115,30 @@ def partition_key(columns: list[str], row: dict[str, Any]) -> str:
     return "/".join(f"{c}={'' if v is None else v}" for c, v in zip(columns, values, strict=True))
 
 
-def _data_file(row: dict[str, Any], size: int) -> DataFile:
-    """An add action as the DataFile files-per-lookup reads: the columns' min/max stats."""
+def hidden_rows(table: Any) -> dict[str, int]:
+    """Rows hidden by each file's deletion vector (the deleted rows of its keep-mask), by
+    the file's name (its last path segment: a UUID's, unique in the table); delta-rs'
+    add actions do not carry the vectors' cardinality."""
+    return {
+        unquote(batch["filepath"]).rsplit("/", 1)[-1]: sum(
+            1 for keep in batch["selection_vector"] or [] if not keep
+        )
+        for batch in pa.table(table.deletion_vectors()).to_pylist()
+    }
+
+
+def _data_file(row: dict[str, Any], size: int, hidden: dict[str, int]) -> DataFile:
+    """An add action as the DataFile the planners read: the columns' min/max stats (files
+    per lookup), the rows its deletion vector hides (a purge)."""
     bounds = {
         name[4:]: (value, row[f"max.{name[4:]}"])
         for name, value in row.items()
         if name.startswith("min.") and value is not None and row.get(f"max.{name[4:]}") is not None
     }
-    return DataFile(row["path"], size, int(row.get("num_records") or 0), 0, (), bounds)
+    records = int(row.get("num_records") or 0)
+    # deleted_records: the rows its deletion vector hides (what a purge would drop)
+    deleted = hidden.get(unquote(row["path"]).rsplit("/", 1)[-1], 0)
+    return DataFile(row["path"], size, records, 0, (), bounds, float(deleted))
 
 
 def last_checkpoint(timeline: DeltaTimeline) -> tuple[int | None, int | None]:
@@ -172,20 +189,18 @@ def read_facts(
         checkpoint_at_ms=checkpoint_at,
         columns=[f.name for f in table.schema().fields],
     )
+    has_vectors = "deletionVectors" in (protocol.reader_features or [])
+    hidden = hidden_rows(table) if has_vectors else {}
+    facts.deletion_vector_files, facts.deleted_rows = len(hidden), sum(hidden.values())
     for row in pa.table(table.get_add_actions(flatten=True)).to_pylist():
         size = int(row["size_bytes"])
         key = partition_key(columns, row)
         part = facts.partitions.setdefault(key, PartitionFacts())
         facts.partition_values[key] = {c: row.get(f"partition.{c}") for c in columns}
-        facts.partition_files.setdefault(key, []).append(_data_file(row, size))
+        facts.partition_files.setdefault(key, []).append(_data_file(row, size, hidden))
         part.files += 1
         part.bytes += size
         part.records += int(row.get("num_records") or 0)
         part.small_files += size < facts.small_file_threshold
         facts.file_sizes.append(size)
-    if "deletionVectors" in (protocol.reader_features or []):
-        # Each file with a deletion vector, and its keep-mask (False: a deleted row).
-        for batch in pa.table(table.deletion_vectors()).to_pylist():
-            facts.deletion_vector_files += 1
-            facts.deleted_rows += sum(1 for keep in batch["selection_vector"] or [] if not keep)
     return facts

@@ -1,5 +1,6 @@
 """Delta's own commands on a Delta-family session (`lakewarden.spark.session`,
-`family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`) and `VACUUM`.
+`family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`), `REORG … APPLY (PURGE)`,
+`VACUUM`, a TTL's `DELETE` (and its count right before) and `RESTORE` (undo).
 
 Every command runs in a new session of the job's own (`spark.newSession()`) whose
 `spark.databricks.delta.commitInfo.userMetadata` is the job's mark as a JSON object (the
@@ -27,6 +28,12 @@ MAX_FILE_SIZE = "spark.databricks.delta.optimize.maxFileSize"
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # VACUUM writes its START and END commits (with the job's mark) to the log.
 VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
+
+
+# An undo's RESTORE carries this key (the task it undoes), not the task's mark: a commit of
+# the task found in the log means the task committed (`find_job_commits`), and a RESTORE is
+# not the job's commit.
+UNDO_KEY = "lakewarden.undo-of-task"
 
 
 def marked_session(
@@ -65,10 +72,58 @@ def optimize(
     return rows[0].asDict(recursive=True)["metrics"] if rows else {}
 
 
+def purge_sql(path: str, partitions: list[dict[str, Any]]) -> str:
+    """`REORG TABLE delta.`path` [WHERE <those partitions>] APPLY (PURGE)`: rewrite the
+    files whose deletion vectors hide rows, without those rows."""
+    where = f" WHERE {partition_predicate(partitions)}" if partitions else ""
+    return f"REORG TABLE delta.`{_path(path)}`{where} APPLY (PURGE)"
+
+
+def purge(session: SparkSession, path: str, partitions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run REORG … APPLY (PURGE) in `session` (a `marked_session`); its metrics row."""
+    rows = session.sql(purge_sql(path, partitions)).collect()
+    return rows[0].asDict(recursive=True).get("metrics") or {} if rows else {}
+
+
 def vacuum(session: SparkSession, path: str, retain_hours: float) -> None:
     """VACUUM the files the table stopped referencing more than `retain_hours` ago."""
     hours = f"{float(retain_hours):.6f}"  # a plain decimal: Spark's grammar has no 1e-05
     session.sql(f"VACUUM delta.`{_path(path)}` RETAIN {hours} HOURS").collect()
+
+
+def count_older(spark: SparkSession, path: str, predicate: str, version: int) -> tuple[int, int]:
+    """(rows `predicate` matches, all rows) of the table at `version` (a TTL's exact count
+    right before its DELETE, deletion vectors applied)."""
+    row = spark.sql(
+        f"SELECT count_if({predicate}) AS expired, count(*) AS total "
+        f"FROM delta.`{_path(path)}` VERSION AS OF {int(version)}"
+    ).collect()[0]
+    return int(row["expired"]), int(row["total"])
+
+
+def rows_at(spark: SparkSession, path: str, version: int) -> int:
+    """The table's live rows at `version`."""
+    sql = f"SELECT count(*) AS n FROM delta.`{_path(path)}` VERSION AS OF {int(version)}"
+    return int(spark.sql(sql).collect()[0]["n"])
+
+
+def delete(session: SparkSession, path: str, predicate: str) -> None:
+    """`DELETE FROM delta.`path` WHERE predicate` in `session` (a `marked_session`)."""
+    session.sql(f"DELETE FROM delta.`{_path(path)}` WHERE {predicate}").collect()
+
+
+def restore_sql(path: str, version: int) -> str:
+    """The statement that sets the table back to `version` (an operator may run it too)."""
+    return f"RESTORE TABLE delta.`{_path(path)}` TO VERSION AS OF {int(version)}"
+
+
+def restore(spark: SparkSession, path: str, version: int, task_id: int) -> dict[str, Any]:
+    """Set the table back to `version` in a session of its own whose commit says which
+    task it undoes (`UNDO_KEY`); RESTORE's metrics row as plain data."""
+    session = spark.newSession()
+    session.conf.set(USER_METADATA, json.dumps({UNDO_KEY: str(task_id)}))
+    rows = session.sql(restore_sql(path, version)).collect()
+    return rows[0].asDict(recursive=True) if rows else {}
 
 
 def _path(path: str) -> str:

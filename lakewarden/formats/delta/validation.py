@@ -1,7 +1,8 @@
 """A Delta table's rows at a version, as a count and an order-independent checksum read by
 delta-rs (no JVM; `formats.digest`): a rewrite's version and the one before it must agree.
-delta-rs 1.6.6 does not read the rows of a table with the `deletionVectors` reader feature:
-`Unreadable` says so (the caller records the validation as skipped, with that reason)."""
+delta-rs' `scan()` (its DataFusion engine) reads them, deletion vectors applied (its
+`to_pyarrow_table` refuses the `deletionVectors` reader feature); a version it cannot read
+is `Unreadable` (the caller records the validation as skipped, with that reason)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def digest(path: str, version: int) -> Digest:
     from deltalake.exceptions import DeltaError
 
     try:
-        table = pa.table(DeltaTable(path, version=version).to_pyarrow_table())
+        scan = DeltaTable(path, version=version).scan()
+        table = pa.RecordBatchReader.from_stream(scan).read_all()
     except DeltaError as exc:
         raise Unreadable(f"delta-rs cannot read version {version} of {path}: {exc}") from exc
     return digest_rows(table)

@@ -1,6 +1,7 @@
 """A table's branches and tags (GET …/refs, viewer), and rolling main back to a snapshot
 or a tag (POST …/rollback, admin, audited). Both through pyiceberg in the API process (no
-JVM): `lakewarden.refs`."""
+JVM): `lakewarden.refs`; a Delta table is restored to a version by delta-rs
+(`formats.delta.restore`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from lakewarden import refs, repair, tables
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.formats.delta import catalog as delta_catalog
+from lakewarden.formats.delta.restore import RestoreConflict, RestoreRefused, restore_to
+from lakewarden.formats.delta.timeline import NotADeltaTable, UnsupportedProtocol
 from lakewarden.runtime import Runtime
-from lakewarden.states import TaskState
+from lakewarden.states import TableFormatName, TaskState
+from lakewarden.tables import ref_of
 from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
@@ -45,7 +50,8 @@ ROLLBACK_ERRORS = {
     409: "a task of the table is running, main moved during the rollback (a writer "
     "committed), or the table is gone from the catalog",
     422: "not exactly one of to_snapshot and to_tag; the tag is a branch; or the snapshot "
-    "is not an ancestor of main's current snapshot",
+    "is not an ancestor of main's current snapshot; a Delta table: a tag, or a version "
+    "it cannot return to",
 }
 
 
@@ -133,6 +139,8 @@ def _no_job_running(session: Session, row: ManagedTable, doing: str) -> None:
 
 
 def _rollback(body: RollbackIn, row: ManagedTable, rt: Runtime, access: Access) -> RollbackOut:
+    if row.format == TableFormatName.DELTA:
+        return _restore_delta(body, row, rt, access)
     table = load_live_table(rt, row)
     snapshot, tag = body.to_snapshot, body.to_tag
     try:
@@ -251,3 +259,25 @@ def _carried_out(
         "rows_restored": done["rows_restored"],
     }
     return RepairOut(table=name, dry_run=False, **done)
+
+
+def _restore_delta(body: RollbackIn, row: ManagedTable, rt: Runtime, access: Access) -> RollbackOut:
+    """A Delta table back to a version (`to_snapshot`): a RESTORE commit (delta-rs)."""
+    name = f"{row.namespace}.{row.name}"
+    if body.to_snapshot is None:
+        raise HTTPException(422, f"{name} is a Delta table: it has no tags; send to_snapshot")
+    timeline = delta_catalog.open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
+    try:
+        done = restore_to(timeline, body.to_snapshot)
+    except RestoreRefused as exc:
+        raise HTTPException(422, str(exc)) from exc
+    except RestoreConflict as exc:
+        raise HTTPException(409, f"{exc}: nothing changed; retry") from exc
+    except (NotADeltaTable, UnsupportedProtocol) as exc:
+        raise HTTPException(409, str(exc)) from exc
+    access.change = {
+        "version": [done["from_snapshot_id"], done["to_snapshot_id"]],
+        "rolled_back": done["rolled_back"],
+        "restore_version": done["restore_version"],
+    }
+    return RollbackOut(table=name, to_tag=None, **done)

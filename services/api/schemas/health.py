@@ -369,6 +369,9 @@ class RollbackOut(ResponseModel):
     to_snapshot_id: int
     to_tag: str | None
     rolled_back: bool = Field(description="false: main was already at that snapshot")
+    restore_version: int | None = Field(
+        default=None, description="a Delta table: the RESTORE commit's version"
+    )
 
 
 SnapshotId = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
