@@ -197,9 +197,12 @@ class Settings(BaseSettings):
     fault_plan_delay_s: float = 0.0
     # Test-only failpoint that corrupts a rewrite after it commits (lakewarden.spark.
     # validation): "corrupt-rewrite" drops one output file under the task's commit tags;
-    # "corrupt-rewrite-then-write" also appends a writer's row after it. Honoured only
-    # with failpoints_enabled as well: one stray variable never corrupts a table.
-    failpoint: Literal["corrupt-rewrite", "corrupt-rewrite-then-write"] | None = None
+    # "corrupt-rewrite-then-write" also appends a writer's row after it; "ttl-miscount-row"
+    # makes a Hudi row-level TTL miscount what its commit deleted (its guard must undo it).
+    # Honoured only with failpoints_enabled as well: one stray variable never corrupts a table.
+    failpoint: (
+        Literal["corrupt-rewrite", "corrupt-rewrite-then-write", "ttl-miscount-row"] | None
+    ) = None
     failpoints_enabled: bool = False
 
     # /metrics exports per-table series for at most this many tables (the least healthy).
