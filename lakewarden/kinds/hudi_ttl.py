@@ -221,16 +221,17 @@ def plan_rows(
 
 
 def read_rows(base_path: str, column: str) -> pa.Table:
-    """The table's latest rows as hudi-rs reads them: each row's partition path and the
-    TTL column (when the table has it)."""
+    """The table's latest rows as hudi-rs reads them, those two columns only: each row's
+    partition path and the TTL column (when the table has it)."""
     import pyarrow as pa
-    from hudi import HudiTable  # the `hudi` extra
+    from hudi import HudiReadOptions, HudiTable  # the `hudi` extra
 
-    batches = HudiTable(base_path).read()
+    table = HudiTable(base_path)
+    names = [PARTITION, *(c for c in [column] if c in table.get_schema().names)]
+    batches = table.read(HudiReadOptions().with_projection(names))
     if not batches:
         return pa.table({PARTITION: pa.array([], pa.string())})
-    table = pa.Table.from_batches(batches)
-    return table.select([c for c in (PARTITION, column) if c in table.column_names])
+    return pa.Table.from_batches(batches).select(names)
 
 
 def plan(policy: TTLPolicy, timeline: HudiTimeline, now: datetime) -> PlanOutcome:
@@ -343,6 +344,7 @@ def deleted_by_commit(timeline: HudiTimeline, instant: str, savepoint: str) -> i
         return sum(int(s.get("numDeletes") or 0) for ss in stats.values() for s in ss)
     groups = {f for ids in replaced.values() for f in ids}
     options = HudiReadOptions().with_as_of_timestamp(savepoint)
+    options = options.with_projection(["_hoodie_file_name"])
     rows = 0
     for batch in HudiTable(timeline.base_path).read(options):
         names = batch.column("_hoodie_file_name")
