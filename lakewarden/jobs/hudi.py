@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
@@ -300,6 +300,23 @@ def record_metrics(rt: Runtime, job: Job, metrics: dict[str, Any]) -> None:
         )
 
 
+def _earlier_ttl(rt: Runtime, job: Job) -> dict[str, Any]:
+    """What the task's newest earlier run recorded before deleting (its count, savepoint,
+    undo), or {}."""
+    with transaction(rt.engine) as s:
+        found = s.scalar(
+            select(JobRun.metrics)
+            .where(
+                JobRun.task_id == job.task_id,
+                JobRun.attempt < job.attempt,
+                JobRun.metrics[hudi_ttl.SAVEPOINT].isnot(None),
+            )
+            .order_by(JobRun.attempt.desc())
+            .limit(1)
+        )
+    return dict(found or {})
+
+
 def _ttl(
     rt: Runtime,
     spark: SparkSession,
@@ -322,14 +339,25 @@ def _ttl(
     mark = f"task-{job.task_id}"
     timeline = HudiTimeline(base_path)
     done = hudi_ttl.marked(timeline, mark)
-    if done is not None:  # an earlier attempt deleted: never again
-        return finish_run(
-            rt,
-            fence(),
-            job.task_id,
-            job.attempt,
-            metrics={hudi_ttl.INSTANT: done, "recovered": True},
-        )
+    if done is not None:  # an earlier attempt deleted: never again, but still guarded
+        earlier = _earlier_ttl(rt, job)
+        metrics.update(earlier, recovered=True)
+        metrics[hudi_ttl.INSTANT] = done
+        counted, savepoint = earlier.get("counted_rows"), earlier.get(hudi_ttl.SAVEPOINT)
+        if isinstance(counted, int) and isinstance(savepoint, str):
+            deleted = hudi_ttl.deleted_by_commit(timeline, done, savepoint)
+            metrics["deleted_records"] = deleted
+            if not hudi_ttl.same_rows(counted, deleted):
+                hudi_jobs.with_metadata(spark, metadata)
+                hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
+                metrics["undo"] = {**metrics.get("undo", {}), "restored": True}
+                raise RewriteMismatch(
+                    f"TTL commit {done} (an earlier attempt's) deleted {deleted} rows where "
+                    f"it counted {counted}: undone, the table was restored to savepoint "
+                    f"{savepoint}",
+                    metrics,
+                )
+        return finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
     now = datetime.now(UTC)
     hudi_jobs.with_metadata(spark, metadata)
     lapsed = hudi_ttl.undo_expired(hudi_ttl.pre_ttl_savepoints(timeline), undo_days, now)
