@@ -1,5 +1,5 @@
 """Run a Hudi table's job (`lakewarden.kinds.hudi`: compaction, clustering and zorder,
-clean and archival) on a Hudi-family session and record its outcome: always in a Spark
+clean and archival, TTL: `_ttl`) on a Hudi-family session and record its outcome: always in a Spark
 application of its own (`lakewarden.jobs.application_entry`), never in the scheduler's
 warm Iceberg session (one JVM has one classpath, and PySpark one JVM per process).
 
