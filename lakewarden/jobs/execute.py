@@ -249,7 +249,7 @@ def finish_raised(
     rt: Runtime, fence: Fence, job: Job, exc: Exception, metrics: dict[str, Any] | None
 ) -> str:
     """The outcome of an own-family job (Hudi's, Delta's) that raised `exc`, recorded:
-    a mismatch or a rejected plan for good, a policy change as it asks, a hold skipped,
+    a mismatch or a rejected plan for good, a hold as skipped, a policy change as it asks,
     anything else retried. Call it in the `except` block (the traceback is logged)."""
     if isinstance(exc, RewriteMismatch):  # never published: the run records what was compared
         metrics = exc.metrics
@@ -257,14 +257,18 @@ def finish_raised(
         return finish_run(
             rt, fence, job.task_id, job.attempt, metrics=metrics or None, error=exc, retryable=False
         )
+    if isinstance(exc, JobHeld):  # a TTL's hold, measured right before it would act
+        return finish_run(
+            rt,
+            fence,
+            job.task_id,
+            job.attempt,
+            metrics=exc.metrics or None,
+            moved_to=(TaskState.SKIPPED, str(exc)),
+        )
     if isinstance(exc, PolicyChanged):
         to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
         return finish_run(rt, fence, job.task_id, job.attempt, moved_to=(to, str(exc)))
-    if isinstance(exc, JobHeld):  # measured right before acting: not to act (a TTL's hold)
-        to_skip = (TaskState.SKIPPED, str(exc))
-        return finish_run(
-            rt, fence, job.task_id, job.attempt, metrics=exc.metrics, moved_to=to_skip
-        )
     log.exception("task %d attempt %d failed", job.task_id, job.attempt)
     return finish_run(rt, fence, job.task_id, job.attempt, metrics=metrics or None, error=exc)
 

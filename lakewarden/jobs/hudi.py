@@ -1,5 +1,5 @@
 """Run a Hudi table's job (`lakewarden.kinds.hudi`: compaction, clustering and zorder,
-clean and archival) on a Hudi-family session and record its outcome: always in a Spark
+clean and archival, TTL: `_ttl`) on a Hudi-family session and record its outcome: always in a Spark
 application of its own (`lakewarden.jobs.application_entry`), never in the scheduler's
 warm Iceberg session (one JVM has one classpath, and PySpark one JVM per process).
 
@@ -26,21 +26,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
-from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
 from lakewarden.formats.hudi.validation import Digest, digest
 from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
 from lakewarden.kinds import hudi as hudi_kinds
-from lakewarden.kinds import hudi_clean, hudi_compaction
+from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl
 from lakewarden.leader import Fence
-from lakewarden.outcomes import PlanRejected, RewriteMismatch
+from lakewarden.outcomes import JobHeld, PlanRejected, RewriteMismatch
 from lakewarden.runtime import Runtime
 from lakewarden.tasks.runs import finish_run
 
@@ -289,6 +290,167 @@ def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) 
     _validate(job, base_path, before, checked_s, f"clean {made[-1] if made else ''}", metrics)
 
 
+def record_metrics(rt: Runtime, job: Job, metrics: dict[str, Any]) -> None:
+    """`metrics` on the run now, committed before the job acts (a retry reads them)."""
+    with transaction(rt.engine) as s:
+        s.execute(
+            update(JobRun)
+            .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
+            .values(metrics=dict(metrics))
+        )
+
+
+def _earlier_ttl(rt: Runtime, job: Job) -> dict[str, Any]:
+    """What the task's newest earlier run recorded before deleting (its count, savepoint,
+    undo), or {}."""
+    with transaction(rt.engine) as s:
+        found = s.scalar(
+            select(JobRun.metrics)
+            .where(
+                JobRun.task_id == job.task_id,
+                JobRun.attempt < job.attempt,
+                JobRun.metrics[hudi_ttl.SAVEPOINT].isnot(None),
+            )
+            .order_by(JobRun.attempt.desc())
+            .limit(1)
+        )
+    return dict(found or {})
+
+
+def _ttl(
+    rt: Runtime,
+    spark: SparkSession,
+    fence: Callable[[], Fence],
+    job: Job,
+    metrics: dict[str, Any],
+) -> str | None:
+    """TTL: drop lapsed pre-TTL savepoints, count exactly again (hudi-rs) and hold as the
+    policy says, savepoint the table (recorded on the run before anything is deleted),
+    delete (Hudi's delete_partition or delete, the commit marked with the task), then check
+    the rows the commit deleted against the count; a mismatch restores the savepoint.
+    A retry finds an earlier attempt's marked commit and never deletes twice."""
+    plan = job.plan
+    base_path = str(plan["base_path"])
+    metadata = bool(plan.get("metadata_table"))
+    level, condition, planned, max_fraction, undo_days = hudi_ttl.checked_plan(
+        plan, datetime.now(UTC)
+    )
+    partitions = [str(p) for p in plan.get("partitions") or []]
+    mark = f"task-{job.task_id}"
+    timeline = HudiTimeline(base_path)
+    done = hudi_ttl.marked(timeline, mark)
+    if done is not None:  # an earlier attempt deleted: never again, but still guarded
+        earlier = _earlier_ttl(rt, job)
+        metrics.update(earlier, recovered=True)
+        metrics[hudi_ttl.INSTANT] = done
+        counted, savepoint = earlier.get("counted_rows"), earlier.get(hudi_ttl.SAVEPOINT)
+        if isinstance(counted, int) and isinstance(savepoint, str):
+            deleted = hudi_ttl.deleted_by_commit(timeline, done, savepoint)
+            metrics["deleted_records"] = deleted
+            if not hudi_ttl.same_rows(counted, deleted):
+                hudi_jobs.with_metadata(spark, metadata)
+                hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
+                metrics["undo"] = {**metrics.get("undo", {}), "restored": True}
+                raise RewriteMismatch(
+                    f"TTL commit {done} (an earlier attempt's) deleted {deleted} rows where "
+                    f"it counted {counted}: undone, the table was restored to savepoint "
+                    f"{savepoint}",
+                    metrics,
+                )
+        return finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
+    now = datetime.now(UTC)
+    hudi_jobs.with_metadata(spark, metadata)
+    lapsed = hudi_ttl.undo_expired(hudi_ttl.pre_ttl_savepoints(timeline), undo_days, now)
+    for old in lapsed:
+        hudi_jobs.delete_savepoint(spark, base_path, old)
+    metrics.update(level=level, cutoff=plan["cutoff"], savepoints_dropped=lapsed)
+    # 1. The exact count, now (hudi-rs), and the holds.
+    rows = hudi_ttl.read_rows(base_path, str(plan["column"]))
+    total = rows.num_rows
+    if level == "partition":
+        import pyarrow.compute as pc
+
+        parts = rows.column(hudi_ttl.PARTITION)
+        counted = int(
+            pc.sum(pc.is_in(parts, value_set=hudi_ttl.strings(set(partitions)))).as_py() or 0
+        )
+    else:
+        cut = datetime.fromisoformat(str(plan["cutoff"]))
+        mask = hudi_ttl.expired_mask(
+            rows.column(str(plan["column"])), str(plan["column_type"]), cut
+        )
+        counted = int(mask.to_pylist().count(True))
+    metrics.update(
+        counted_rows=counted, rows_before=total, planned_rows=planned, max_fraction=max_fraction
+    )
+    if total and counted >= total:
+        raise JobHeld(
+            f"held: all {total} rows would go at run time: a TTL never empties a table on its own",
+            metrics,
+        )
+    if total and counted / total > max_fraction:
+        raise JobHeld(
+            f"held: the delete would remove {counted} of {total} rows ({counted / total:.1%}) "
+            f"> max_fraction {max_fraction:.0%} (exact count at run time)",
+            metrics,
+        )
+    if counted == 0:
+        metrics.update(deleted_records=0, note="nothing older than the cutoff at run time")
+        return None
+    # 2. The undo point, recorded on the run before the delete; kept undo_retention_days.
+    policy_check(rt, job.task_id)()
+    spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+    timeline = HudiTimeline(base_path)
+    completed = timeline.completed()
+    writes = [i.requested for i in completed if i.action in WRITE_ACTIONS]
+    if not writes:
+        raise PlanRejected(f"no write commit to savepoint on {base_path}")
+    savepoint = writes[-1]
+    if savepoint not in {i.requested for i in completed if i.action == "savepoint"}:
+        hudi_jobs.create_ttl_savepoint(spark, base_path, savepoint)
+    metrics[hudi_ttl.SAVEPOINT] = savepoint
+    metrics["undo"] = {
+        "savepoint": savepoint,
+        "retain_days": undo_days,
+        "how": (
+            f"CALL rollback_to_savepoint(path => '{base_path}', instant_time => '{savepoint}')"
+        ),
+    }
+    metrics["mark"] = mark
+    record_metrics(rt, job, metrics)
+    # 3. Ask the policy once more, then delete.
+    policy_check(rt, job.task_id)()
+    started = time.monotonic()
+    if level == "partition":
+        hudi_jobs.delete_partitions(spark, base_path, partitions, mark, metadata)
+    else:
+        hudi_jobs.delete_rows(spark, base_path, condition, mark, metadata)
+    metrics["ttl_seconds"] = round(time.monotonic() - started, 3)
+    timeline = HudiTimeline(base_path)
+    instant = hudi_ttl.marked(timeline, mark)
+    if instant is None:
+        raise RuntimeError(f"the TTL's delete left no commit marked {mark} on {base_path}")
+    metrics[hudi_ttl.INSTANT] = instant
+    record_metrics(rt, job, metrics)
+    # 4. The exact-count guard: what the commit deleted (its metadata) is what was counted.
+    deleted = hudi_ttl.deleted_by_commit(timeline, instant, savepoint)
+    after = hudi_ttl.read_rows(base_path, str(plan["column"])).num_rows
+    if _failpoint(rt) == "ttl-miscount-row" and level == "row":
+        deleted += 1  # test-only: the guard must see a mismatch and undo it
+    metrics.update(deleted_records=deleted, rows_after=after)
+    if not hudi_ttl.same_rows(counted, deleted) or total - after != counted:
+        hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
+        restored = hudi_ttl.read_rows(base_path, str(plan["column"])).num_rows
+        metrics["undo"] = {**metrics["undo"], "restored": True, "rows_as_before": restored == total}
+        raise RewriteMismatch(
+            f"TTL commit {instant} deleted {deleted} rows (its commit metadata; {total - after} "
+            f"fewer rows read by hudi-rs) where it counted {counted} right before: undone, "
+            f"the table was restored to savepoint {savepoint}",
+            metrics,
+        )
+    return None
+
+
 def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
     """Run the job's Hudi table service on its table (`job.plan["base_path"]`) and record
     the outcome."""
@@ -300,6 +462,10 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
             raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
         if job.kind == hudi_clean.KIND:
             _clean(rt, spark, job, metrics)
+        elif job.kind == hudi_ttl.KIND:
+            early = _ttl(rt, spark, fence, job, metrics)
+            if early is not None:
+                return early
         else:
             early = _rewrite(rt, spark, fence, job, metrics)
             if early is not None:

@@ -1,10 +1,11 @@
 """The kinds that run on a Hudi table (issue 28), judged and planned from its timeline and
 files (no JVM), by kind: compaction (`hudi_compaction`), clean and archival
-(`hudi_clean`), clustering (`hudi_clustering`). The format's planner in
+(`hudi_clean`), clustering (`hudi_clustering`), TTL (`hudi_ttl`). The format's planner in
 `kinds.formats.PLANNERS`; each job runs Hudi's own procedures (`lakewarden.jobs.hudi`).
 
 Every kind is judged when the table's timeline moves, clean too (a Hudi table's file
-versions pile up with its commits, not with time)."""
+versions pile up with its commits, not with time), and TTL (a table whose writer writes
+moves its timeline; one that stopped is not swept by time yet)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from lakewarden.db.models import JobRun, Task
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction
+from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction, hudi_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import (
     CleanPolicy,
@@ -27,10 +28,11 @@ from lakewarden.policy.model import (
     CompactionPolicy,
     KindPolicy,
     Policy,
+    TTLPolicy,
     ZOrderPolicy,
 )
 
-KINDS = frozenset({"compaction", "clean", "clustering", "zorder"})
+KINDS = frozenset({"compaction", "clean", "clustering", "zorder", "ttl"})
 
 
 def recorded(session: Session, table_id: int, kinds: tuple[str, ...], key: str) -> set[str]:
@@ -72,6 +74,8 @@ def plan_table(
     if isinstance(section, ClusteringPolicy | ZOrderPolicy):
         facts = read_facts(timeline.base_path, timeline)
         return hudi_clustering.plan(kind, section, facts, timeline, context["clusterings"])
+    if isinstance(section, TTLPolicy):
+        return hudi_ttl.plan(section, timeline, datetime.now(UTC))
     raise TypeError(f"not a Hudi kind's policy section: {type(section).__name__}")
 
 
@@ -95,6 +99,7 @@ def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dic
             continue
         facts = facts or read_facts(timeline.base_path, timeline)
         out[kind] = hudi_clustering.verdict(kind, section, facts, timeline, ctx["clusterings"])
+    out["ttl"] = hudi_ttl.verdict(policy.ttl, timeline, datetime.now(UTC))
     return out
 
 

@@ -243,9 +243,9 @@ def test_a_scrape_reads_no_history(rt: Runtime) -> None:
         "FROM pg_stat_xact_user_tables WHERE relname IN ('tasks', 'job_runs') ORDER BY 1"
     )
     with transaction(rt.engine) as s:
-        before = dict(s.execute(reads).all())
+        before: dict[str, int] = dict(s.execute(reads).tuples().all())
         families = {m.name: m for m in LakewardenCollector(s, rt.settings).collect()}
-        after = dict(s.execute(reads).all())
+        after: dict[str, int] = dict(s.execute(reads).tuples().all())
     read = {name: n - before.get(name, 0) for name, n in after.items()}
     (finished,) = families["lakewarden_tasks_finished"].samples
     assert finished.value == 20000

@@ -74,6 +74,18 @@ def test_log_files_go_with_their_slice_and_replaced_groups_go_whole() -> None:
     assert found.files == 0 and found.slices == 0
 
 
+def test_a_savepointed_slice_stays() -> None:
+    """A slice a savepoint reads (a TTL's undo point) is kept, as Hudi's cleaner keeps it:
+    without this, a kept pre-TTL savepoint would make the clean kind due at every commit."""
+    groups = group_files([("p", base("old-0", T1), 70), ("p", base(FID, T1), 100)])
+    replaced = {T2: [("p", "old-0"), ("p", FID)]}
+    found = cleanable(groups, [T1, T2, T3], replaced, 1)
+    assert (found.files, found.file_groups_replaced) == (2, 2)
+    kept = frozenset({("p", "old-0", T1)})
+    found = cleanable(groups, [T1, T2, T3], replaced, 1, kept)
+    assert (found.files, found.bytes) == (1, 100)
+
+
 def test_layout_strategy_of_each_section() -> None:
     assert strategy("clustering", ClusteringPolicy(enabled=True, columns=["a"])) == "linear"
     z = ZOrderPolicy(enabled=True, columns=["a", "b"])

@@ -10,7 +10,8 @@ is kept, and so is the newest slice older than the earliest commit to retain (a 
 of that commit reads it); older slices go. A file group a replacecommit (a clustering)
 replaced goes whole once that replacecommit is older than the earliest commit to retain,
 and is left whole before (Hudi's file-system view no longer lists its slices).
-Log files are put in the slice of the newest base instant not after theirs.
+Log files are put in the slice of the newest base instant not after theirs. A slice
+whose base file a savepoint reads (a TTL's undo point) is kept, as Hudi's cleaner keeps it.
 """
 
 from __future__ import annotations
@@ -108,10 +109,12 @@ def cleanable(
     write_commits: list[str],
     replaced: Mapping[str, Iterable[tuple[str, str]]],
     retained: int,
+    savepointed: frozenset[tuple[str, str, str]] = frozenset(),
 ) -> Cleanable:
     """What KEEP_LATEST_COMMITS with `retained` commits deletes: `write_commits` are the
     completed write instants (requested times, in order), `replaced` the file groups (partition,
-    file id) each completed replacecommit replaced, by its instant."""
+    file id) each completed replacecommit replaced, by its instant, `savepointed` the slices
+    (partition, file id, base instant) a savepoint reads: those stay."""
     versions = sum(len(g.slices()) for g in groups.values())
     if len(write_commits) <= retained:
         return Cleanable(retained, None, versions_on_storage=versions)
@@ -120,9 +123,13 @@ def cleanable(
     every = {key for keys in replaced.values() for key in keys}
     files = size = whole = old = 0
     for key, group in groups.items():
-        slices = group.slices()
+        slices = {
+            start: sizes
+            for start, sizes in group.slices().items()
+            if (group.partition, group.file_id, start) not in savepointed
+        }
         if key in gone:
-            whole += 1
+            whole += bool(slices)
             files += sum(len(s) for s in slices.values())
             size += sum(sum(s) for s in slices.values())
             continue
@@ -147,4 +154,18 @@ def table_cleanable(timeline: HudiTimeline, retained: int) -> Cleanable:
             meta = timeline.read_instant(i)
             for part, fids in (meta.get("partitionToReplaceFileIds") or {}).items():
                 replaced[i.requested].extend((part, f) for f in fids or [])
-    return cleanable(list_file_groups(timeline), writes, replaced, retained)
+    return cleanable(list_file_groups(timeline), writes, replaced, retained, savepointed(timeline))
+
+
+def savepointed(timeline: HudiTimeline) -> frozenset[tuple[str, str, str]]:
+    """The slices (partition, file id, base instant) a completed savepoint reads."""
+    out = set()
+    for i in timeline.completed():
+        if i.action != "savepoint":
+            continue
+        for part, meta in (timeline.read_instant(i).get("partitionMetadata") or {}).items():
+            for name in (meta or {}).get("savepointDataFile") or []:
+                parsed = parse_file(name)
+                if parsed is not None and not parsed[2]:
+                    out.add((part, parsed[0], parsed[1]))
+    return frozenset(out)

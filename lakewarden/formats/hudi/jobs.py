@@ -196,3 +196,84 @@ def delete_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
         f"CALL delete_savepoint(path => {path_literal(base_path)}, "
         f"instant_time => '{_instant(instant)}')"
     ).collect()
+
+
+# A TTL's commits carry this key in their extraMetadata (through the datasource's
+# commit-metadata prefix, `_`): the task and attempt that made it, so that a retry finds a
+# delete an earlier attempt committed and never deletes twice.
+TTL_MARK = "_lakewarden.ttl"
+# A pre-TTL savepoint's comment: how lakewarden tells its undo points from anyone else's.
+PRE_TTL = "lakewarden pre-TTL"
+
+
+def _write_options(base_path: str, operation: str, mark: str, metadata: bool) -> dict[str, str]:
+    """The datasource options that write to the existing table at `base_path` as its
+    hoodie.properties describe it (record key, partition fields, key generator)."""
+    props = HudiTimeline(base_path).properties
+    name = props.get("hoodie.table.name", "")
+    if not IDENTIFIER.match(name):
+        raise PlanRejected(f"a Hudi table name lakewarden will not quote: {name!r}")
+    options = {
+        "hoodie.table.name": name,
+        "hoodie.datasource.write.operation": operation,
+        "hoodie.datasource.write.recordkey.field": props.get("hoodie.table.recordkey.fields", ""),
+        "hoodie.datasource.write.partitionpath.field": ",".join(
+            f.split(":", 1)[0] for f in props.get("hoodie.table.partition.fields", "").split(",")
+        ),
+        "hoodie.metadata.enable": "true" if metadata else "false",
+        "hoodie.embed.timeline.server": "false",
+        "hoodie.clean.automatic": "false",
+        "hoodie.compact.inline": "false",
+        "hoodie.archive.automatic": "false",
+        "hoodie.datasource.write.commitmeta.key.prefix": "_",
+        TTL_MARK: mark,
+    }
+    for key, table_key in (
+        ("hoodie.datasource.write.keygenerator.class", "hoodie.table.keygenerator.class"),
+        ("hoodie.datasource.write.precombine.field", "hoodie.table.precombine.field"),
+        (
+            "hoodie.datasource.write.hive_style_partitioning",
+            "hoodie.datasource.write.hive_style_partitioning",
+        ),
+        (
+            "hoodie.datasource.write.partitionpath.urlencode",
+            "hoodie.datasource.write.partitionpath.urlencode",
+        ),
+    ):
+        if props.get(table_key):
+            options[key] = props[table_key]
+    return options
+
+
+def delete_partitions(
+    spark: SparkSession, base_path: str, partitions: list[str], mark: str, metadata: bool
+) -> None:
+    """Hudi's `delete_partition` of the table's `partitions` (paths relative to the base
+    path): a replacecommit that replaces every file group in them, no data read or
+    written; its extraMetadata carries `mark`."""
+    if not partitions or any("," in p for p in partitions):
+        raise PlanRejected(f"partitions lakewarden will not delete: {partitions!r}")
+    options = _write_options(base_path, "delete_partition", mark, metadata)
+    options["hoodie.datasource.write.partitions.to.delete"] = ",".join(partitions)
+    empty = spark.read.format("hudi").load(base_path).limit(0)
+    empty.write.format("hudi").options(**options).mode("append").save(base_path)
+
+
+def delete_rows(
+    spark: SparkSession, base_path: str, condition: str, mark: str, metadata: bool
+) -> None:
+    """Hudi's `delete` of the rows matching `condition` (a Spark SQL predicate lakewarden
+    built from typed values, never plan text): a commit whose write stats count them
+    (`numDeletes`); its extraMetadata carries `mark`."""
+    options = _write_options(base_path, "delete", mark, metadata)
+    rows = spark.read.format("hudi").load(base_path).where(condition)
+    rows.write.format("hudi").options(**options).mode("append").save(base_path)
+
+
+def create_ttl_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+    """Savepoint `instant` before a TTL deletes (its undo point, kept per the policy)."""
+    spark.sql(
+        f"CALL create_savepoint(path => {path_literal(base_path)}, "
+        f"commit_time => '{_instant(instant)}', user => 'lakewarden', "
+        f"comments => '{PRE_TTL}')"
+    ).collect()

@@ -621,7 +621,7 @@ class PartitionReadinessPage(Page[PartitionReadinessOut]):
 
 
 class HudiServiceOut(ResponseModel):
-    service: Literal["compaction", "clustering", "zorder", "clean"]
+    service: Literal["compaction", "clustering", "zorder", "clean", "ttl"]
     due: bool = Field(description="the table has work for this service")
     reason: str = Field(description="why it is due, or why not (the writer's own service, ...)")
     metrics: dict[str, Any] = Field(default_factory=dict, description="what the verdict read")
