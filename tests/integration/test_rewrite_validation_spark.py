@@ -192,7 +192,8 @@ def _compared(spark: SparkSession, ref: TableRef, before: int, after: int) -> li
     """What validation finds of the commits from `before` to `after` on `ref` (a span of
     them, as if a rewrite's): per touched partition, its inputs against its outputs."""
     table = load_java_table(spark, "lake", ref)
-    commits, snapshot = [], table.snapshot(after)
+    commits: list[Any] = []
+    snapshot = table.snapshot(after)
     while int(snapshot.snapshotId()) != before:
         commits.insert(0, snapshot)
         snapshot = table.snapshot(snapshot.parentId())
