@@ -497,7 +497,7 @@ def _compare(
         "reason": (
             "a partition's rows changed"
             if failed
-            else "the rewritten files' rows are the same in every touched partition"
+            else "every touched partition holds the same rows"
         ),
     }
 
