@@ -211,7 +211,7 @@ class SpanFiles:
     partitions: list[Touched]
     inputs: dict[str, int]
     outputs: dict[str, int]
-    input_rows: int  # the inputs' record counts from the manifests (before deletes)
+    input_rows: int  # the removed files' record counts (before deletes; commit summaries)
     input_bytes: int
     output_bytes: int
     # Inputs and outputs in different partition specs (a rewrite into the current spec):
@@ -220,12 +220,18 @@ class SpanFiles:
 
 
 def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
-    """The span's inputs and outputs from its commits' manifests (metadata only)."""
+    """The span's inputs and outputs from its commits' manifests (metadata only): each file
+    costs six py4j calls (its location and partition); the totals (rows and bytes) come
+    from the commits' summaries."""
     io, specs = table.io(), table.specs()
     keys: dict[tuple[int, str], int] = {}
     partitions: list[Touched] = []
-    sides: tuple[dict[str, tuple[int, int, int, int]], ...] = ({}, {})  # removed, added
+    sides: tuple[dict[str, tuple[int, int]], ...] = ({}, {})  # removed, added
+    totals = dict.fromkeys(("deleted-records", "removed-files-size", "added-files-size"), 0)
     for commit in span.commits:
+        summary = commit.summary()
+        for name in totals:
+            totals[name] += int(summary.get(name) or 0)
         for side, files in enumerate((commit.removedDataFiles(io), commit.addedDataFiles(io))):
             for f in _each(files):
                 spec_id, part = int(f.specId()), f.partition()
@@ -233,12 +239,7 @@ def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
                 if key not in keys:
                     keys[key] = len(partitions)
                     partitions.append(_describe_partition(jvm, table, specs.get(spec_id), part))
-                sides[side][str(f.location())] = (
-                    keys[key],
-                    spec_id,
-                    int(f.recordCount()),
-                    int(f.fileSizeInBytes()),
-                )
+                sides[side][str(f.location())] = (keys[key], spec_id)
     removed, added = sides
     for location in removed.keys() & added.keys():
         del removed[location], added[location]
@@ -248,9 +249,9 @@ def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
         partitions=partitions,
         inputs={loc: v[0] for loc, v in removed.items()},
         outputs={loc: v[0] for loc, v in added.items()},
-        input_rows=sum(v[2] for v in removed.values()),
-        input_bytes=sum(v[3] for v in removed.values()),
-        output_bytes=sum(v[3] for v in added.values()),
+        input_rows=totals["deleted-records"],
+        input_bytes=totals["removed-files-size"],
+        output_bytes=totals["added-files-size"],
         respecified=bool(specs_in and specs_out and specs_in != specs_out),
     )
 
