@@ -6,10 +6,15 @@ through it, on main or on `compaction.branch`) commits to a staging branch when 
 rewrite is validated (`will_validate`; lakewarden.spark.staging), then calls
 `validate_rewrite`. It finds the job's commits on the staging branch (those carrying its
 task id and attempt: lakewarden.spark.commits) since the base, the target's head when the
-rewrite started, grouped into spans of consecutive commits, and compares, for every
-partition a span's commits touched, the row count and an order-independent checksum (the
-sum of `xxhash64` over the chosen columns) read through Spark's Iceberg reader, which
-applies delete files, at the snapshot before the span and at its last commit.
+rewrite started, grouped into spans of consecutive commits. Of each span it compares only
+what the rewrite replaced: the data files its commits removed (its inputs), read at the
+snapshot before the span with the delete files that applied to them there, against the
+data files they added (its outputs), read at its last commit. Both sides of every span are
+read in one Spark job through Iceberg's scan-task sets (how Iceberg's own rewrite reads a
+file group), each row tagged with its side and file; per file it sums the row count and an
+order-independent checksum (`xxhash64` over the chosen columns with their NULL flags), and
+the files' sums are added up per partition, the partition a file is in per its manifest
+entry (rows written into another partition's file leave one partition short).
 
 A mismatch raises RewriteMismatch: the rewrite is never published to its target (the
 caller drops the staging branch), so no reader of the target ever saw it. A match is
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import finder, history
-from lakewarden.formats.iceberg.partitions import predicate as _predicate
 from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
@@ -43,8 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REWRITE_KINDS = ("compaction", "clustering", "zorder")
-# More touched partitions than this are checked as one total (the query names each one).
-MAX_PARTITIONS = 200
 # Of the partitions checked, at most this many are listed in the metrics (mismatches first).
 MAX_LISTED = 50
 
@@ -180,7 +183,7 @@ def _each(java_iterable: Any) -> Iterator[Any]:
         yield it.next()
 
 
-# --- which partitions, and how to read them ---------------------------------------------
+# --- what the rewrite replaced, and how to read it --------------------------------------
 
 
 def _python(value: Any) -> Any:
@@ -195,47 +198,80 @@ class Touched:
     """A partition the job's commits added or removed data files in."""
 
     label: dict[str, Any]  # {partition field: value}
-    predicate: str  # SQL selecting its rows; TRUE when it cannot be written as one
-    java_filter: Any  # the same partition as an Iceberg expression (to count its rows)
+    java_filter: Any  # the partition as an Iceberg expression (to plan its files)
 
 
-def touched_partitions(jvm: Any, catalog: str, table: Any, commits: list[Any]) -> list[Touched]:
-    """The partitions `commits` added or removed data files in, each once (a file costs
-    three py4j calls; only a partition not seen yet is described)."""
+@dataclass
+class SpanFiles:
+    """What one span's commits replaced: the data files they removed (its inputs, read at
+    the snapshot before it, with the delete files that applied to them there) and those
+    they added (its outputs, read at its last commit), each location with the index of its
+    partition in `partitions`. A file both added and removed within the span is neither."""
+
+    partitions: list[Touched]
+    inputs: dict[str, int]
+    outputs: dict[str, int]
+    input_rows: int  # the removed files' record counts (before deletes; commit summaries)
+    input_bytes: int
+    output_bytes: int
+    # Inputs and outputs in different partition specs (a rewrite into the current spec):
+    # their partitions cannot be paired, so the span is compared as one total.
+    respecified: bool
+
+
+def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
+    """The span's inputs and outputs from its commits' manifests (metadata only): each file
+    costs six py4j calls (its location and partition); the totals (rows and bytes) come
+    from the commits' summaries."""
     io, specs = table.io(), table.specs()
-    out: dict[tuple[int, str], Touched] = {}
-    for commit in commits:
-        for files in (commit.addedDataFiles(io), commit.removedDataFiles(io)):
+    keys: dict[tuple[int, str], int] = {}
+    partitions: list[Touched] = []
+    sides: tuple[dict[str, tuple[int, int]], ...] = ({}, {})  # removed, added
+    totals = dict.fromkeys(("deleted-records", "removed-files-size", "added-files-size"), 0)
+    for commit in span.commits:
+        summary = commit.summary()
+        for name in totals:
+            totals[name] += int(summary.get(name) or 0)
+        for side, files in enumerate((commit.removedDataFiles(io), commit.addedDataFiles(io))):
             for f in _each(files):
                 spec_id, part = int(f.specId()), f.partition()
                 key = (spec_id, str(part.toString()))
-                if key not in out:
-                    out[key] = _describe_partition(jvm, catalog, table, specs.get(spec_id), part)
-    return list(out.values())
+                if key not in keys:
+                    keys[key] = len(partitions)
+                    partitions.append(_describe_partition(jvm, table, specs.get(spec_id), part))
+                sides[side][str(f.location())] = (keys[key], spec_id)
+    removed, added = sides
+    for location in removed.keys() & added.keys():
+        del removed[location], added[location]
+    specs_in = {v[1] for v in removed.values()}
+    specs_out = {v[1] for v in added.values()}
+    return SpanFiles(
+        partitions=partitions,
+        inputs={loc: v[0] for loc, v in removed.items()},
+        outputs={loc: v[0] for loc, v in added.items()},
+        input_rows=totals["deleted-records"],
+        input_bytes=totals["removed-files-size"],
+        output_bytes=totals["added-files-size"],
+        respecified=bool(specs_in and specs_out and specs_in != specs_out),
+    )
 
 
-def _describe_partition(jvm: Any, catalog: str, table: Any, spec: Any, part: Any) -> Touched:
+def _describe_partition(jvm: Any, table: Any, spec: Any, part: Any) -> Touched:
     expressions = jvm.org.apache.iceberg.expressions.Expressions
     label: dict[str, Any] = {}
-    terms: list[str] = []
     java_filter = expressions.alwaysTrue()
     for i, pf in enumerate(_each(spec.fields())):
         raw = part.get(i)
-        value = _python(raw)
-        label[str(pf.name())] = jsonable(value)
-        transform = str(pf.transform())
-        if transform == "void":
-            continue
+        label[str(pf.name())] = jsonable(_python(raw))
         column = table.schema().findColumnName(pf.sourceId())
-        source_type = str(table.schema().findType(pf.sourceId()))
-        terms.append(_predicate(catalog, transform, column, value, source_type))
-        if column is not None:
-            term = expressions.transform(column, pf.transform())
-            java_filter = getattr(expressions, "and")(  # a Python keyword
-                java_filter,
-                expressions.isNull(term) if raw is None else expressions.equal(term, raw),
-            )
-    return Touched(label, " AND ".join(terms) or "TRUE", java_filter)
+        if str(pf.transform()) == "void" or column is None:
+            continue
+        term = expressions.transform(column, pf.transform())
+        java_filter = getattr(expressions, "and")(  # a Python keyword
+            java_filter,
+            expressions.isNull(term) if raw is None else expressions.equal(term, raw),
+        )
+    return Touched(label, java_filter)
 
 
 def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> list[str]:
@@ -251,51 +287,167 @@ def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> 
     return [n for n, t in fields.items() if not isinstance(t, StructType | ArrayType | MapType)]
 
 
-def rows_in(jvm: Any, table: Any, snapshot_id: int, touched: list[Touched], cap: int) -> int:
-    """The rows the touched partitions held at `snapshot_id`, at most: the whole snapshot's
-    when that is within `cap` (nothing to plan), else from the data files' record counts (a
-    scan planned with the partitions' filter: metadata only, nothing read)."""
-    snapshot = table.snapshot(snapshot_id)
-    total = snapshot.summary().get("total-records") if snapshot is not None else None
-    if total is not None and int(total) <= cap:
-        return int(total)
-    expressions = jvm.org.apache.iceberg.expressions.Expressions
+def _tasks(
+    jvm: Any, table: Any, snapshot_id: int, wanted: dict[str, int], parts: list[Touched]
+) -> Any:
+    """A Java list of the scan tasks (each data file with the delete files that apply to it
+    at `snapshot_id`) of exactly the `wanted` files: the scan is planned pruned to their
+    partitions; when it planned more files than wanted (some were not rewritten), the rest
+    are left out one by one."""
+    iceberg = jvm.org.apache.iceberg
+    expressions = iceberg.expressions.Expressions
     where = expressions.alwaysFalse()
-    for t in touched:
-        where = getattr(expressions, "or")(where, t.java_filter)  # a Python keyword
-    tasks = table.newScan().useSnapshot(snapshot_id).filter(where).planFiles()
+    for index in sorted(set(wanted.values())):
+        where = getattr(expressions, "or")(where, parts[index].java_filter)  # a keyword
+    planned = table.newScan().useSnapshot(snapshot_id).filter(where).planFiles()
     try:
-        return sum(int(task.file().recordCount()) for task in _each(tasks))
+        tasks = iceberg.relocated.com.google.common.collect.Lists.newArrayList(planned)
     finally:
-        tasks.close()
+        planned.close()
+    if tasks.size() == len(wanted):  # wanted files are all planned: the same set
+        return tasks
+    kept = jvm.java.util.ArrayList()
+    for task in tasks:
+        if str(task.file().location()) in wanted:
+            kept.add(task)
+    if kept.size() != len(wanted):
+        raise RuntimeError(
+            f"{len(wanted) - kept.size()} of the rewrite's {len(wanted)} files are not in "
+            f"snapshot {snapshot_id}"
+        )
+    return kept
 
 
-def _aggregate(
-    spark: SparkSession, name: str, span: Span, predicates: list[str], columns: list[str]
-) -> dict[tuple[int, int], tuple[int, str]]:
-    """{(side, partition index): (rows, checksum)}, side 0 at the snapshot before `span`
-    and 1 at its last commit: one Spark job, each side's scan pruned to the partitions'
-    rows (index 0 for all of them when `predicates` is one, TRUE). The checksum is a sum
-    over rows, so their order does not matter; a DECIMAL(38,0) cannot overflow."""
-    if predicates == ["TRUE"]:
-        key, where = "0", ""
-    else:
-        key = "CASE " + " ".join(f"WHEN {p} THEN {i}" for i, p in enumerate(predicates)) + " END"
-        where = " WHERE " + " OR ".join(f"({p})" for p in predicates)
-    # Each value with its NULL flag: xxhash64 skips NULLs, so without the flags a value
-    # moved into a NULL neighbour's column ((NULL, 5) -> (5, NULL)) would hash the same.
-    hashed = ", ".join(f"{_quote(c)}, isnull({_quote(c)})" for c in columns)
-    sides = " UNION ALL ".join(
-        f"SELECT {side} AS side, {key} AS k, count(*) AS n, "
-        f"sum(CAST(xxhash64({hashed}) AS DECIMAL(38,0))) AS h "
-        f"FROM {name} VERSION AS OF {int(snapshot_id)}{where} GROUP BY 1, 2"
-        for side, snapshot_id in ((0, span.before), (1, span.after))
+def _table_cache(spark: SparkSession) -> Any:
+    """Iceberg's SparkTableCache (where a scan-task set's table is found by its id). Its
+    static `get()` shares the name of an instance method, which py4j cannot tell apart:
+    called through reflection."""
+    jvm: Any = spark._jvm
+    gateway: Any = spark.sparkContext._gateway
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    cls = jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkTableCache", True, loader)
+    getter = cls.getMethod("get", gateway.new_array(jvm.java.lang.Class, 0))
+    return getter.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
+
+
+def _checksums(
+    spark: SparkSession, table: Any, spans: list[Span], found: list[SpanFiles], columns: list[str]
+) -> dict[tuple[int, int], dict[str, tuple[int, int]]]:
+    """{(span index, side): {file: (rows, checksum)}}: one Spark job reads every span's
+    inputs (side 0, deletes applied) and outputs (side 1) through Iceberg's scan-task sets
+    (what Iceberg's own rewrite reads its groups with), tags each row with its span, side
+    and file, and sums an order-independent checksum per file: xxhash64 over the chosen
+    columns, each with its NULL flag (xxhash64 skips NULLs, so without the flags a value
+    moved into a NULL neighbour's column would hash the same), summed exactly as two longs
+    (its high and low 32 bits: no overflow below 2^31 rows a file)."""
+    from functools import reduce
+
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    jvm: Any = spark._jvm
+    cache = _table_cache(spark)
+    manager = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    hashed = F.xxhash64(
+        *[x for c in columns for x in (F.col(_quote(c)), F.isnull(F.col(_quote(c))))]
     )
-    return {
-        (int(r["side"]), int(r["k"])): (int(r["n"]), str(r["h"] or 0))
-        for r in spark.sql(sides).collect()
-        if r["k"] is not None
-    }
+    frames: list[DataFrame] = []
+    staged: list[str] = []
+    try:
+        for i, (span, files) in enumerate(zip(spans, found, strict=True)):
+            for side, (snapshot_id, wanted, size) in enumerate(
+                (
+                    (span.before, files.inputs, files.input_bytes),
+                    (span.after, files.outputs, files.output_bytes),
+                )
+            ):
+                if not wanted:
+                    continue
+                set_id = f"lakewarden-validate-{uuid.uuid4()}"
+                cache.add(set_id, table)
+                staged.append(set_id)
+                manager.stageTasks(
+                    table, set_id, _tasks(jvm, table, snapshot_id, wanted, files.partitions)
+                )
+                # Splits of about 1/2 a core's share of the side, so both sides' reads use
+                # every core (one split by default: 128 MB, a whole table of small files).
+                split = max(size // (2 * parallelism), 4 << 20)
+                frame = (
+                    spark.read.format("iceberg")
+                    .option("scan-task-set-id", set_id)
+                    .option("split-size", str(split))
+                    .option("file-open-cost", "0")
+                    .load(set_id)
+                )
+                frames.append(
+                    frame.select(
+                        F.lit(i).alias("s"),
+                        F.lit(side).alias("side"),
+                        F.col("_file").alias("f"),
+                        hashed.alias("h"),
+                    )
+                )
+        if not frames:
+            return {}
+        rows = (
+            reduce(DataFrame.unionAll, frames)
+            .groupBy("s", "side", "f")
+            .agg(
+                F.count(F.lit(1)).alias("n"),
+                F.sum(F.shiftright("h", 32)).alias("hi"),
+                F.sum(F.col("h").bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+            )
+            .collect()
+        )
+    finally:
+        for set_id in staged:
+            manager.removeTasks(table, set_id)
+            cache.remove(set_id)
+    out: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+    for r in rows:
+        out.setdefault((int(r["s"]), int(r["side"])), {})[str(r["f"])] = (
+            int(r["n"]),
+            (int(r["hi"]) << 32) + int(r["lo"]),
+        )
+    return out
+
+
+def compare_spans(
+    spark: SparkSession, table: Any, spans: list[Span], found: list[SpanFiles], columns: list[str]
+) -> list[dict[str, Any]]:
+    """Per span and partition its commits touched: the rows and checksum of its inputs
+    (deletes applied) against its outputs, keyed by the partition each file is in (a row
+    written into another partition's file shows as one partition short, another long)."""
+    read = _checksums(spark, table, spans, found, columns)
+    partitions: list[dict[str, Any]] = []
+    for i, (span, files) in enumerate(zip(spans, found, strict=True)):
+        labels: list[Any] = [p.label for p in files.partitions]
+        index = {**files.inputs, **files.outputs}
+        if files.respecified:
+            labels = [f"every partition the rewrite touched ({len(labels)}; its spec changed)"]
+            index = dict.fromkeys(index, 0)
+        sums = [[(0, 0), (0, 0)] for _ in labels]  # per partition: [side 0, side 1]
+        for side, wanted in enumerate((files.inputs, files.outputs)):
+            for location, (n, h) in read.get((i, side), {}).items():
+                if location not in wanted:
+                    raise RuntimeError(f"validation read a file it did not stage: {location}")
+                k = index[location]
+                rows, total = sums[k][side]
+                sums[k][side] = (rows + n, total + h)
+        for k, label in enumerate(labels):
+            (n0, h0), (n1, h1) = sums[k]
+            partitions.append(
+                {
+                    "partition": label,
+                    "rows_before": n0,
+                    "rows_after": n1,
+                    "match": n0 == n1 and h0 == h1,
+                    "before_snapshot": span.before,
+                    "after_snapshot": span.after,
+                }
+            )
+    return partitions
 
 
 def _compare(
@@ -312,42 +464,21 @@ def _compare(
         return _skipped("the table has no column of a primitive type to checksum")
     jvm: Any = spark._jvm
     started = time.monotonic()
-    touched = [touched_partitions(jvm, catalog, table, span.commits) for span in spans]
-    estimate = sum(
-        rows_in(jvm, table, span.before, parts, policy.max_rows)
-        for span, parts in zip(spans, touched, strict=True)
-    )
-    # metadata (which partitions, how many rows) against the scans of both sides
+    found = [span_files(jvm, table, span) for span in spans]
+    estimate = sum(f.input_rows for f in found)
+    # metadata (which files, partitions and rows) against the one scan of both sides
     seconds = {"metadata": round(time.monotonic() - started, 3)}
     if estimate > policy.max_rows:
         return {
             **_skipped(
-                f"the partitions the rewrite touched held {estimate} rows before it > "
-                f"validation.max_rows {policy.max_rows}: not read twice to check them"
+                f"the files the rewrite replaced held {estimate} rows > validation.max_rows "
+                f"{policy.max_rows}: not read to check them"
             ),
             "rows_estimate": estimate,
             "max_rows": policy.max_rows,
         }
-    partitions: list[dict[str, Any]] = []
     started = time.monotonic()
-    for span, parts in zip(spans, touched, strict=True):
-        labels: list[Any] = [p.label for p in parts]
-        predicates = [p.predicate for p in parts]
-        if not predicates or len(predicates) > MAX_PARTITIONS or "TRUE" in predicates:
-            labels, predicates = [f"the whole table ({len(parts)} partition(s) touched)"], ["TRUE"]
-        counted = _aggregate(spark, name, span, predicates, columns)
-        for i, label in enumerate(labels):
-            (n0, h0), (n1, h1) = counted.get((0, i), (0, "0")), counted.get((1, i), (0, "0"))
-            partitions.append(
-                {
-                    "partition": label,
-                    "rows_before": n0,
-                    "rows_after": n1,
-                    "match": n0 == n1 and h0 == h1,
-                    "before_snapshot": span.before,
-                    "after_snapshot": span.after,
-                }
-            )
+    partitions = compare_spans(spark, table, spans, found, columns)
     seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])

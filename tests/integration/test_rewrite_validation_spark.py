@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -21,8 +20,10 @@ from helpers import SCHEMA, append_batches, current, make_table, manage, run_one
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, DayTransform
 from sqlalchemy import select, update
+from upserts import create_keyed_table, write_equality_upserts
 
 from lakewarden.alerts.rules import evaluate_task_rules
+from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Alert, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.formats.iceberg.markers import PUBLISHED_FROM_KEY, is_stage
@@ -30,8 +31,15 @@ from lakewarden.health.explain import explain_validation
 from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark import staging
+from lakewarden.spark.actions import load_java_table
 from lakewarden.spark.commits import TASK_KEY
-from lakewarden.spark.validation import Span, _aggregate
+from lakewarden.spark.validation import (
+    Span,
+    _each,
+    chosen_columns,
+    compare_spans,
+    span_files,
+)
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
 from services.scheduler.main import Scheduler
@@ -95,13 +103,13 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     assert explained["columns"] == ["id", "region", "amount"] and explained["table_rows"] == 60
     assert explained["applies_to"] == ["compaction", "clustering", "zorder"]
 
-    # Past the cost cap: skipped, counting only the partition touched (a: 30 + 60 rows).
+    # Past the cost cap: skipped, counting only the files replaced (a: 30 + 60 rows).
     table = append_batches(table, 6, start=1000, regions=("a",))
     again = _next_compaction(spark_rt, task_id, {"max_rows": 10})
     assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
     capped = _run(spark_rt, again).metrics["validation"]  # type: ignore[index]
     assert capped["status"] == "skipped" and capped["rows_estimate"] == 90
-    assert capped["reason"].startswith("the partitions the rewrite touched held 90 rows")
+    assert capped["reason"].startswith("the files the rewrite replaced held 90 rows")
 
     # Off for this table: the next compaction says it skipped, and why.
     table = append_batches(table, 6, start=2000, regions=("a",))
@@ -180,6 +188,20 @@ def test_partitions_by_day_and_bucket_are_each_compared(
     assert all(p["match"] and p["rows_after"] == p["rows_before"] for p in validation["partitions"])
 
 
+def _compared(spark: SparkSession, ref: TableRef, before: int, after: int) -> list[dict[str, Any]]:
+    """What validation finds of the commits from `before` to `after` on `ref` (a span of
+    them, as if a rewrite's): per touched partition, its inputs against its outputs."""
+    table = load_java_table(spark, "lake", ref)
+    commits: list[Any] = []
+    snapshot = table.snapshot(after)
+    while int(snapshot.snapshotId()) != before:
+        commits.insert(0, snapshot)
+        snapshot = table.snapshot(snapshot.parentId())
+    span = Span(before, commits)
+    columns = chosen_columns(spark, ref.spark_name("lake"), ValidationPolicy())
+    return compare_spans(spark, table, [span], [span_files(spark._jvm, table, span)], columns)
+
+
 def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
     spark_rt: Runtime, spark: SparkSession
 ) -> None:
@@ -190,95 +212,128 @@ def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
     rows = pa.Table.from_pylist(
         [{"id": i, "region": "a", "amount": float(i)} for i in range(20)], schema=SCHEMA
     )
-    table.append(rows)
+    table.append(rows.slice(0, 10))
+    table.append(rows.slice(10))
     original = current(table.refresh()).snapshot_id
-    table.overwrite(pa.concat_tables([rows.slice(10), rows.slice(0, 10)]))  # other order
+    table.overwrite(pa.concat_tables([rows.slice(15), rows.slice(0, 15)]))  # other order
     reordered = current(table.refresh()).snapshot_id
     changed = rows.to_pylist()
     changed[3]["amount"] = 3.5
     table.overwrite(pa.Table.from_pylist(changed, schema=SCHEMA))
     altered = current(table.refresh()).snapshot_id
-
-    def checksum(after: int) -> tuple[int, str]:
-        span = Span(before=original, commits=[SimpleNamespace(snapshotId=lambda: after)])
-        counted = _aggregate(
-            spark, "`lake`.`sales`.`checksummed`", span, ["TRUE"], ["id", "amount"]
-        )
-        assert counted[(0, 0)][0] == 20
-        return counted[(1, 0)]
-
-    same = checksum(original)
-    assert checksum(reordered) == same
-    rows_after, sum_after = checksum(altered)
-    assert rows_after == 20 and sum_after != same[1]
-
-    # A value moved into its NULL neighbour's column: xxhash64 alone skips NULLs.
-    pair = pa.schema([pa.field("x", pa.int64()), pa.field("y", pa.int64())])
-    moved = spark_rt.catalog.create_table("sales.moved", schema=pair)
-    moved.append(pa.Table.from_pylist([{"x": None, "y": 5}], schema=pair))
-    first = current(moved.refresh()).snapshot_id
-    moved.overwrite(pa.Table.from_pylist([{"x": 5, "y": None}], schema=pair))
-    span = Span(first, [SimpleNamespace(snapshotId=lambda: current(moved.refresh()).snapshot_id)])
-    sums = _aggregate(spark, "`lake`.`sales`.`moved`", span, ["TRUE"], ["x", "y"])
-    assert sums[(0, 0)][0] == sums[(1, 0)][0] == 1 and sums[(0, 0)][1] != sums[(1, 0)][1]
+    ref = TableRef("sales", "checksummed")
+    ((same,),) = [_compared(spark, ref, original, reordered)]
+    assert same["match"] and same["rows_before"] == same["rows_after"] == 20
+    ((other,),) = [_compared(spark, ref, reordered, altered)]
+    assert not other["match"] and other["rows_before"] == other["rows_after"] == 20
 
 
 def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     spark_rt: Runtime, spark: SparkSession
 ) -> None:
-    """Issue 30's mutation suite, on a merge-on-read table with a delete file, partitioned
-    by region: each mutation is one commit, compared (as validation compares a span) with
-    the commit before it, per touched partition. Each one changes some partition's count or
-    checksum; a real rewrite (Iceberg's own) of the last state changes none. (A value
-    changed, and a value moved into its NULL neighbour's column: the test above.)"""
-    name = "lake.sales.mutated"
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.sales")
-    spark.sql(
-        f"CREATE TABLE {name} (id BIGINT, region STRING, amount DOUBLE) USING iceberg "
-        "PARTITIONED BY (region) TBLPROPERTIES ('format-version'='2', "
-        "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
-    )
-    rows = "SELECT id, IF(id % 2 = 0, 'a', 'b') AS region, CAST(id AS DOUBLE) AS amount"
-    spark.sql(f"INSERT INTO {name} {rows} FROM range(0, 40)")
-    spark.sql(f"INSERT INTO {name} {rows} FROM range(40, 80)")
-    spark.sql(f"DELETE FROM {name} WHERE id = 2")  # a position delete in partition a
+    """Issue 30's mutation suite. A merge-on-read table bucketed by its key holds position
+    deletes (Spark's DELETE) and equality deletes (a Flink-style upsert) in both buckets.
+    Each mutation is a corrupted rewrite: one replace commit removing every data file and
+    adding files written from the table's rows (deletes applied) mutated one way, compared
+    as validation compares a rewrite (its inputs with their deletes against its outputs,
+    per partition); then rolled back. Every one is caught; Iceberg's own rewrite, which
+    applies both kinds of deletes, passes."""
+    catalog, ref, out = "lake", TableRef("sales", "mutated"), TableRef("sales", "mutated_out")
+    name = ref.spark_name(catalog)
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    for each in (ref, out):  # the same schema and spec: `out`'s files fit `ref`
+        create_keyed_table(spark, catalog, each, 2)
+        spark.sql(f"ALTER TABLE {each.spark_name(catalog)} ADD COLUMN w string")
+    for start in (0, 20):
+        spark.sql(
+            f"INSERT INTO {name} SELECT CAST(id AS INT), concat('v', id), 0, NULL "
+            f"FROM range({start}, {start + 20})"
+        )
+    spark.sql(f"DELETE FROM {name} WHERE id % 7 = 0")  # position deletes
+    write_equality_upserts(spark, catalog, ref, {5: ("v5-1", 1), 41: ("v41", 1)}, [8, 9])
+    kinds = spark.sql(f"SELECT DISTINCT content, partition FROM {name}.delete_files").collect()
+    assert {(r.content, r.partition[0]) for r in kinds} == {(1, 0), (1, 1), (2, 0), (2, 1)}
+    jvm: Any = spark._jvm
+    java = load_java_table(spark, catalog, ref)
+    head = int(java.currentSnapshot().snapshotId())
+    one_file = spark.sql(f"SELECT _file FROM {name} LIMIT 1").first()[0]  # type: ignore[index]
+    by_bucket = spark.sql(f"SELECT id FROM {name} WHERE lake.system.bucket(2, id) = 0").collect()
+    x, y = sorted(r.id for r in by_bucket)[:2]  # two rows of one partition
+    rows = f"SELECT id, v, round, w FROM {name}"
 
-    def head() -> int:
-        return current(spark_rt.catalog.load_table("sales.mutated")).snapshot_id
+    def rewritten(query: str, mangle: Any = None) -> list[dict[str, Any]]:
+        inputs = [t.file() for t in _each(java.newScan().planFiles())]
+        spark.sql(f"INSERT INTO {out.spark_name(catalog)} {query}")
+        written = load_java_table(spark, catalog, out).currentSnapshot()
+        outputs = list(_each(written.addedDataFiles(java.io())))
+        rewrite = java.newRewrite().validateFromSnapshot(head)
+        for f in inputs:
+            rewrite = rewrite.deleteFile(f)
+        for f in mangle(outputs) if mangle else outputs:
+            rewrite = rewrite.addFile(f)
+        rewrite.commit()
+        after = int(java.currentSnapshot().snapshotId())
+        found = _compared(spark, ref, head, after)
+        java.manageSnapshots().rollbackTo(head).commit()
+        return found
+
+    def moved(files: list[Any]) -> list[Any]:  # bucket 0's rows registered in bucket 1
+        spec = java.spec()
+        a, b = files
+        builder = jvm.org.apache.iceberg.DataFiles.builder(spec).copy(a)
+        return [builder.withPartition(b.partition()).build(), b]
 
     mutations = {
-        "a row dropped in a partition with deletes": f"DELETE FROM {name} WHERE id = 4",
-        "values moved between rows": f"UPDATE {name} SET amount = CASE id WHEN 6 THEN 8.0 "
-        "ELSE 6.0 END WHERE id IN (6, 8)",
-        "a partition's row moved to another": f"UPDATE {name} SET region = 'b' WHERE id = 10",
-        "a file doubled": f"INSERT INTO {name} SELECT * FROM {name} WHERE region = 'b' "
-        "AND id >= 40",
+        "a file dropped": (rows, lambda files: files[1:]),
+        "a file doubled": (f"{rows} UNION ALL {rows} WHERE _file = '{one_file}'", None),
+        "a row dropped in a partition with deletes": (f"{rows} WHERE id <> {x}", None),
+        "a value changed": (
+            f"SELECT id, IF(id = {x}, 'changed', v), round, w FROM {name}",
+            None,
+        ),
+        "a value moved between rows": (
+            f"SELECT id, CASE id WHEN {x} THEN concat('v', {y}) WHEN {y} THEN "
+            f"concat('v', {x}) ELSE v END, round, w FROM {name}",
+            None,
+        ),
+        "a NULL moved to its neighbour column": (
+            f"SELECT id, IF(id = {x}, NULL, v), round, IF(id = {x}, v, w) FROM {name}",
+            None,
+        ),
+        "a partition's rows moved to another": (rows, moved),
     }
-    predicates = ["`region` = 'a'", "`region` = 'b'"]
-    columns = ["id", "region", "amount"]
-
-    def compared(before: int, after: int) -> dict[int, bool]:
-        span = Span(before, [SimpleNamespace(snapshotId=lambda: after)])
-        sums = _aggregate(spark, "`lake`.`sales`.`mutated`", span, predicates, columns)
-        return {k: sums.get((0, k)) == sums.get((1, k)) for k in (0, 1)}
-
     caught = {}
-    for label, statement in mutations.items():
-        before = head()
-        spark.sql(statement)
-        caught[label] = compared(before, head())
+    for label, (query, mangle) in mutations.items():
+        found = rewritten(query, mangle)
+        bad = [p for p in found if not p["match"]]
+        caught[label] = (len(bad), all(p["rows_before"] == p["rows_after"] for p in bad))
     assert caught == {
-        "a row dropped in a partition with deletes": {0: False, 1: True},
-        "values moved between rows": {0: False, 1: True},
-        "a partition's row moved to another": {0: False, 1: False},
-        "a file doubled": {0: True, 1: False},
+        "a file dropped": (1, False),
+        "a file doubled": (1, False),
+        "a row dropped in a partition with deletes": (1, False),
+        "a value changed": (1, True),  # the same rows counted: only the checksum sees it
+        "a value moved between rows": (1, True),
+        "a NULL moved to its neighbour column": (1, True),
+        "a partition's rows moved to another": (2, False),  # one short, one long
     }
-    before = head()
+    faithful = rewritten(rows)
+    assert len(faithful) == 2 and all(p["match"] for p in faithful)
+
+    spark.sql(f"REFRESH TABLE {name}")
+    expected = Counter(tuple(r) for r in spark.sql(rows).collect())
     spark.sql(
         "CALL lake.system.rewrite_data_files(table => 'sales.mutated', "
         "options => map('rewrite-all', 'true'))"
     ).collect()
-    assert head() != before and compared(before, head()) == {0: True, 1: True}
+    java.refresh()
+    after = int(java.currentSnapshot().snapshotId())
+    found = _compared(spark, ref, head, after)
+    assert after != head and len(found) == 2 and all(p["match"] for p in found), found
+    assert (
+        sum(p["rows_after"] for p in found) == sum(expected.values()) == 40 - 6 - 3 + 2
+    )  # ids % 7, 5/8/9 by key; 5 and 41 upserted
+    spark.sql(f"REFRESH TABLE {name}")
+    assert Counter(tuple(r) for r in spark.sql(rows).collect()) == expected
 
 
 def _main_history(table: Table) -> list[int]:

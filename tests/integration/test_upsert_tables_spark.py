@@ -107,6 +107,9 @@ def test_upserts_compact_to_exactly_the_latest_row_per_key(
     assert bucket_reason in explained["kinds"]["compaction"]["reason"]
 
     assert run_one(scheduler) == TaskState.SUCCEEDED
+    # Validation read the rewrite's inputs with both kinds of deletes applied: it passed.
+    validation = (task_of(spark_rt, task_id).result or {})["validation"]
+    assert validation["status"] == "passed" and validation["rows"] == len(model), validation
     table = table.refresh()
     rows = table.scan().to_arrow().to_pylist()  # pyiceberg: fails while equality deletes live
     assert len(rows) == len(model)  # no key twice
