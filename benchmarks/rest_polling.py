@@ -199,6 +199,15 @@ def _server(sql_url: str, warehouse: str) -> tuple[subprocess.Popen[str], str]:
     return proc, uri
 
 
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _tables(sql_url: str, warehouse: Path, sizes: RestSizes) -> dict[tuple[str, str], str]:
     """Two real template tables (pyiceberg create_table + one append, outside the rule's
     scope), then N rows in the catalog's `iceberg_tables` (as SqlCatalog's create leaves
@@ -406,12 +415,7 @@ def b11(ctx: Context) -> Figure:
         finally:
             mark = time.perf_counter()
             if server_proc is not None:
-                server_proc.terminate()
-                try:
-                    server_proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    server_proc.kill()
-                    server_proc.wait(10)
+                _stop(server_proc)
             _cleanup(ctx.rt, name, database, work)
             phases["cleanup"] = time.perf_counter() - mark
 
@@ -566,12 +570,7 @@ def b30(ctx: Context) -> Figure:
                 conditional.append(_timed_poll(api, name, uri, server))
         finally:
             if server_proc is not None:
-                server_proc.terminate()
-                try:
-                    server_proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    server_proc.kill()
-                    server_proc.wait(10)
+                _stop(server_proc)
             _cleanup(ctx.rt, name, database, work)
         steady = [p["seconds"] for p in conditional]
         fig.ratio = Stat.of([o / c for o, c in zip(old, steady, strict=True)])

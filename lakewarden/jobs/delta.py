@@ -40,7 +40,7 @@ from lakewarden.jobs.execute import (
 )
 from lakewarden.kinds import delta_ttl, ttl
 from lakewarden.leader import Fence
-from lakewarden.outcomes import JobHeld, PlanRejected, RewriteMismatch, VerificationFailed
+from lakewarden.outcomes import PlanRejected, RewriteMismatch, VerificationFailed
 from lakewarden.runtime import Runtime
 from lakewarden.tasks.runs import finish_run
 
@@ -193,18 +193,7 @@ def run_ttl(spark: SparkSession, job: Job, path: str, metrics: dict[str, Any]) -
     counted, total = delta_jobs.count_older(spark, path, where, counted_at)
     base.update(counted_rows=counted, rows_before=total, counted_at_version=counted_at)
     base["max_fraction"] = max_fraction
-    if total and counted >= total:
-        raise JobHeld(
-            f"held: all {total} rows are older than the cutoff {plan['cutoff']} at run time: "
-            "a TTL never empties a table on its own",
-            base,
-        )
-    if total and counted / total > max_fraction:
-        raise JobHeld(
-            f"held: the delete would remove {counted} of {total} rows "
-            f"({counted / total:.1%}) > max_fraction {max_fraction:.0%} (exact count at run time)",
-            base,
-        )
+    ttl.hold_if_too_much(counted, total, max_fraction, base)
     if counted == 0:
         base.update(deleted_records=0, note="nothing older than the cutoff")
         return

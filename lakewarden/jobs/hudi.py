@@ -39,9 +39,9 @@ from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
 from lakewarden.formats.hudi.validation import Digest, digest
 from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
 from lakewarden.kinds import hudi as hudi_kinds
-from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl
+from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl, ttl
 from lakewarden.leader import Fence
-from lakewarden.outcomes import JobHeld, PlanRejected, RewriteMismatch
+from lakewarden.outcomes import PlanRejected, RewriteMismatch
 from lakewarden.runtime import Runtime
 from lakewarden.tasks.runs import finish_run
 
@@ -383,17 +383,7 @@ def _ttl(
     metrics.update(
         counted_rows=counted, rows_before=total, planned_rows=planned, max_fraction=max_fraction
     )
-    if total and counted >= total:
-        raise JobHeld(
-            f"held: all {total} rows would go at run time: a TTL never empties a table on its own",
-            metrics,
-        )
-    if total and counted / total > max_fraction:
-        raise JobHeld(
-            f"held: the delete would remove {counted} of {total} rows ({counted / total:.1%}) "
-            f"> max_fraction {max_fraction:.0%} (exact count at run time)",
-            metrics,
-        )
+    ttl.hold_if_too_much(counted, total, max_fraction, metrics)
     if counted == 0:
         metrics.update(deleted_records=0, note="nothing older than the cutoff at run time")
         return None

@@ -381,6 +381,25 @@ def checked_cutoff(plan: dict[str, Any], now: datetime | None = None) -> datetim
     return cut
 
 
+def hold_if_too_much(
+    counted: int, total: int, max_fraction: float, metrics: dict[str, Any]
+) -> None:
+    """The run-time guard of every format's TTL, on the exact count taken right before the
+    delete: JobHeld (the task skipped, `metrics` kept) if it would empty the table or remove
+    more than `max_fraction` of its rows."""
+    if total and counted >= total:
+        raise JobHeld(
+            f"held: all {total} rows would go at run time: a TTL never empties a table on its own",
+            metrics,
+        )
+    if total and counted / total > max_fraction:
+        raise JobHeld(
+            f"held: the delete would remove {counted} of {total} rows ({counted / total:.1%}) "
+            f"> max_fraction {max_fraction:.0%} (exact count at run time)",
+            metrics,
+        )
+
+
 def branches(table: Table) -> set[str]:
     return open_table(table).refs().branches()
 
@@ -454,18 +473,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     row = spark.sql(count_sql(catalog, ref, plan)).collect()[0]
     counted, total = int(row["expired"]), int(row["total"])
     base.update(counted_rows=counted, rows_before=total, max_fraction=max_fraction)
-    if total and counted >= total:
-        raise JobHeld(
-            f"held: all {total} rows are older than the cutoff {plan['cutoff']} at run time: "
-            "a TTL never empties a table on its own",
-            base,
-        )
-    if total and counted / total > max_fraction:
-        raise JobHeld(
-            f"held: the delete would remove {counted} of {total} rows "
-            f"({counted / total:.1%}) > max_fraction {max_fraction:.0%} (exact count at run time)",
-            base,
-        )
+    hold_if_too_much(counted, total, max_fraction, base)
     if counted == 0:
         return JobResult(
             {**base, "deleted_records": 0, "note": "nothing older than the cutoff"}, None

@@ -218,6 +218,15 @@ class CompactionPolicy(KindPolicy):
         return self
 
 
+def check_columns(columns: list[str]) -> None:
+    """A section's column list: plain identifiers, none twice (ValueError otherwise)."""
+    for c in columns:
+        if not IDENTIFIER.match(c):
+            raise ValueError(f"invalid column name {c!r}")
+    if len(set(columns)) != len(columns):
+        raise ValueError("columns must not repeat")
+
+
 class _LayoutPolicy(KindPolicy):
     enabled: bool = False
     columns: list[str] = Field(default_factory=list, max_length=8)
@@ -229,11 +238,7 @@ class _LayoutPolicy(KindPolicy):
 
     @model_validator(mode="after")
     def _columns(self) -> _LayoutPolicy:
-        for c in self.columns:
-            if not IDENTIFIER.match(c):
-                raise ValueError(f"invalid column name {c!r}")
-        if len(set(self.columns)) != len(self.columns):
-            raise ValueError("columns must not repeat")
+        check_columns(self.columns)
         if self.enabled and len(self.columns) < self._min_columns:
             raise ValueError(f"needs at least {self._min_columns} column(s) when enabled")
         return self
@@ -365,11 +370,7 @@ class StatsPolicy(SweptPolicy):
 
     @model_validator(mode="after")
     def _columns(self) -> StatsPolicy:
-        for c in self.columns:
-            if not IDENTIFIER.match(c):
-                raise ValueError(f"invalid column name {c!r}")
-        if len(set(self.columns)) != len(self.columns):
-            raise ValueError("columns must not repeat")
+        check_columns(self.columns)
         return self
 
 

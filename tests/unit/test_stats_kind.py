@@ -103,3 +103,10 @@ def test_stats_sql_exactly_and_tampered_plans_refused() -> None:
     ):
         with pytest.raises(PlanRejected):
             stats_sql("lake", TableRef("sales", "orders"), bad)
+
+
+def test_stats_columns_are_plain_and_unrepeated() -> None:
+    with pytest.raises(ValueError, match="invalid column name"):
+        StatsPolicy(columns=["a b"])
+    with pytest.raises(ValueError, match="must not repeat"):
+        StatsPolicy(columns=["a", "a"])

@@ -514,3 +514,19 @@ def test_clean_run_rejects_bad_plans_before_touching_spark() -> None:
     ):
         with pytest.raises(PlanRejected):
             clean.run(None, "lake", REF, bad)  # type: ignore[arg-type]
+
+
+def test_the_run_time_hold_of_every_format() -> None:
+    """`ttl.hold_if_too_much`, which Iceberg's, Delta's and Hudi's TTL jobs each ask on the
+    exact count taken right before the delete."""
+    from lakewarden.kinds.ttl import hold_if_too_much
+    from lakewarden.outcomes import JobHeld
+
+    metrics: dict[str, object] = {"counted_rows": 10}
+    hold_if_too_much(30, 100, 0.5, metrics)  # under the limit: goes on
+    hold_if_too_much(0, 0, 0.5, metrics)  # an empty table: nothing to hold
+    with pytest.raises(JobHeld, match="all 100 rows would go") as emptied:
+        hold_if_too_much(100, 100, 1.0, metrics)
+    assert emptied.value.metrics is metrics
+    with pytest.raises(JobHeld, match=r"remove 60 of 100 rows \(60.0%\) > max_fraction 50%"):
+        hold_if_too_much(60, 100, 0.5, metrics)

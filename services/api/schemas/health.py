@@ -377,7 +377,15 @@ class RollbackOut(ResponseModel):
 SnapshotId = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
-class RepairIn(RequestModel):
+class _DryRunIn(RequestModel):
+    dry_run: bool = True
+    main_snapshot_id: SnapshotId | None = Field(
+        default=None,
+        description="main's snapshot when you made the dry run: refused (409) if main moved",
+    )
+
+
+class RepairIn(_DryRunIn):
     """One partition back to what it held at `to_snapshot` (a snapshot of main's history).
     `dry_run` (the default) only says what would change."""
 
@@ -391,24 +399,14 @@ class RepairIn(RequestModel):
         'it (e.g. {"ts_day": "2026-11-23", "region": "eu"})',
     )
     to_snapshot: SnapshotId
-    dry_run: bool = True
-    main_snapshot_id: SnapshotId | None = Field(
-        default=None,
-        description="main's snapshot when you made the dry run: refused (409) if main moved",
-    )
 
 
-class RevertIn(RequestModel):
+class RevertIn(_DryRunIn):
     """The changes of main's commits after `from_snapshot` up to and including
     `to_snapshot`, undone. `dry_run` (the default) only says what would change."""
 
     from_snapshot: SnapshotId
     to_snapshot: SnapshotId
-    dry_run: bool = True
-    main_snapshot_id: SnapshotId | None = Field(
-        default=None,
-        description="main's snapshot when you made the dry run: refused (409) if main moved",
-    )
 
 
 class RepairOut(ResponseModel):
