@@ -74,9 +74,9 @@ class TableGone(LookupError):
 
 # A row that is managed now (not retired by an unregistration).
 LIVE = ManagedTable.retired_at.is_(None)
-# The tables the Iceberg-only loops take (health measurement, the time-based kinds' and
-# tags' sweep, readiness): a Hudi or Delta table's events are recorded, but no kind,
-# health measure or readiness check reads it there yet (issues 28, 29).
+# The tables the Iceberg-only loops take (health measurement and readiness; the sweep takes
+# every format, for the kinds each runs: kinds.formats.runs_on): a Hudi or Delta table's
+# health is its own (`GET …/hudi`, `…/delta`), and readiness reads Iceberg only.
 ICEBERG = ManagedTable.format == "iceberg"
 
 

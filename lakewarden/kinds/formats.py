@@ -37,14 +37,20 @@ class FormatPlanner:
     # what the planner needs from the table's past runs, read in the caller's session
     context: Callable[[Session, int], dict[str, Any]] = _no_context
     gone: type[Exception] = LookupError  # the table is no longer at its path
+    kinds: frozenset[str] = frozenset()  # the kinds that run on the format
+
+
+def runs_on(table_format: str, kind: str) -> bool:
+    """Whether `kind` runs on tables of `table_format` (every kind runs on Iceberg)."""
+    planner = PLANNERS.get(table_format)
+    return planner is None or kind in planner.kinds
 
 
 PLANNERS: dict[str, FormatPlanner] = {
     "hudi": FormatPlanner(
-        hudi.plan_table,
-        hudi.event_verdicts,
-        hudi.context,
-        NotAHudiTable,
+        hudi.plan_table, hudi.event_verdicts, hudi.context, NotAHudiTable, hudi.KINDS
     ),
-    "delta": FormatPlanner(delta.plan, delta.event_verdicts, gone=NotADeltaTable),
+    "delta": FormatPlanner(
+        delta.plan, delta.event_verdicts, gone=NotADeltaTable, kinds=delta.KINDS
+    ),
 }

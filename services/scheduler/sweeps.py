@@ -1,5 +1,6 @@
-"""The leader's periodic sweep: time-based kinds (TTL, clean) get a task once their
-interval has passed since the table's last task of that kind. Idempotent: a second
+"""The leader's periodic sweep: time-based kinds (TTL, clean, stats) get a task once their
+interval has passed since the table's last task of that kind, on tables of every format
+that runs the kind (`kinds.formats.runs_on`). Idempotent: a second
 sweep (or a second leader for a moment) finds the open task and creates nothing.
 A table the sweep fails on (a stored policy that no longer validates, say) is skipped
 and alerted (`lakewarden.isolation`): the others still get their tasks.
@@ -35,11 +36,13 @@ from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
+from lakewarden.kinds.formats import runs_on
 from lakewarden.leader import Fence, check_fence
 from lakewarden.policy.model import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
 from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
-from lakewarden.tables import ICEBERG, LIVE, holds_on
+from lakewarden.states import TableFormatName
+from lakewarden.tables import LIVE, holds_on
 from lakewarden.tasks.birth import open_task
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ _COLUMNS = (
     ManagedTable.catalog,
     ManagedTable.namespace,
     ManagedTable.name,
+    ManagedTable.format,
     ManagedTable.policy,
     ManagedTable.policy_version,
 )
@@ -69,7 +73,7 @@ def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
             check_fence(s, fence)
             rows = s.execute(
                 select(*_COLUMNS)
-                .where(LIVE, ICEBERG, ManagedTable.id > after)
+                .where(LIVE, ManagedTable.id > after)
                 .order_by(ManagedTable.id)
                 .limit(rt.settings.sweep_batch_size)
             ).all()
@@ -139,11 +143,17 @@ class _Sweep:
         for row in rows:
             with self.isolated.table(f"{row.namespace}.{row.name}"):  # pure: no savepoint
                 ns_policy = defaults.get((row.catalog, row.namespace))
-                sections = self._enabled(row.policy, ns_policy)
+                # A Hudi or Delta table gets the time-based kinds its format runs (TTL,
+                # clean); tags are Iceberg refs.
+                sections = [
+                    (kind, section)
+                    for kind, section in self._enabled(row.policy, ns_policy)
+                    if runs_on(row.format, kind.name)
+                ]
                 if sections:
                     enabled[row.id] = sections
                 tags = self._tags.get(_key(row.policy, ns_policy))
-                if tags is not None:
+                if tags is not None and row.format == TableFormatName.ICEBERG:
                     tagged[row.id] = (row.catalog, TableRef(row.namespace, row.name), tags)
         if tagged:
             held = {i for i, holds in holds_on(s, tagged).items() if holds}
