@@ -35,6 +35,7 @@ from lakewarden.jobs.execute import (
     Job,
     failpoint,
     finish_raised,
+    job_cost,
     policy_check,
     record_app_id,
 )
@@ -299,6 +300,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
                 )
     except Exception as exc:
         return finish_raised(rt, fence(), job, exc, metrics)
+    metrics["cost"] = job_cost(spark, job.group)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
     log.info("task %d: %s %s", job.task_id, state, metrics)
     return state

@@ -37,7 +37,7 @@ from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
 from lakewarden.formats.hudi.validation import Digest, digest
-from lakewarden.jobs.execute import Job, finish_raised, policy_check, record_app_id
+from lakewarden.jobs.execute import Job, finish_raised, job_cost, policy_check, record_app_id
 from lakewarden.kinds import hudi as hudi_kinds
 from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl, ttl
 from lakewarden.leader import Fence
@@ -462,6 +462,7 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
                 return early
     except Exception as exc:
         return finish_raised(rt, fence(), job, exc, metrics)
+    metrics["cost"] = job_cost(spark, job.group)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
     log.info("task %d: %s %s", job.task_id, state, metrics)
     return state

@@ -104,6 +104,7 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     instant = metrics[hudi_compaction.PLANNED]
     assert metrics["validation"]["status"] == "passed" and metrics["validation"]["rows"] == 60
     assert metrics["log_files_before"] == before.log_files and metrics["log_files_after"] == 0
+    assert metrics["cost"]["executor_cpu_s"] > 0 and metrics["cost"]["tasks"] > 0  # Spark's own
     timeline = HudiTimeline(str(table))
     assert timeline.completed()[-1].requested == instant
     assert timeline.completed()[-1].action == "commit" and timeline.pending() == []
