@@ -109,7 +109,7 @@ class CostRowOut(ResponseModel):
         "pool, or a UTC date"
     )
     runs: int = Field(description="runs that finished in the window")
-    measured_runs: int = Field(description="of which with Spark metrics (Iceberg jobs)")
+    measured_runs: int = Field(description="of which with Spark metrics (not a recovered run)")
     executor_cpu_s: float = Field(description="executor CPU seconds")
     executor_run_s: float = Field(description="executor task seconds")
     input_bytes: float = Field(description="bytes Spark read")
