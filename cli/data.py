@@ -3,7 +3,8 @@
 `heartbeat` (the writer ran for a partition and wrote nothing), `refs`
 (branches and tags, and when snapshot expiry drops them), `rollback` (main back to a
 snapshot or a tag; admin, and asked for confirmation), `repair` (one partition back to a
-snapshot) and `revert` (a range of commits undone): a dry run, then applied if asked.
+snapshot), `revert` (a range of commits undone) and `cherry-pick` (an audit branch's
+append applied to main): a dry run, then applied if asked.
 Each is one or two REST calls, printed as the other operator commands are (cli/ops.py)."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (partitions, watermark, heartbeat, refs, rollback, repair, revert):
+    for command in (partitions, watermark, heartbeat, refs, rollback, repair, revert, cherry_pick):
         app.command()(command)
 
 
@@ -231,6 +232,23 @@ def revert(
     with --apply that plan committed; later commits are kept."""
     body = {"from_snapshot": from_snapshot, "to_snapshot": to_snapshot}
     _dry_run_then_apply(ctx, name, "revert", body, apply, yes, catalog, output)
+
+
+def cherry_pick(
+    ctx: typer.Context,
+    name: TableName,
+    snapshot: Annotated[
+        int, typer.Option("--snapshot", metavar="ID", help="an append outside main's history")
+    ],
+    apply: Annotated[bool, typer.Option("--apply", help="commit it (default: dry run)")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    catalog: Catalog = None,
+    output: Output = Format.table,
+) -> None:
+    """Apply to main an append committed outside its history (an audit branch's), admin:
+    a dry run, or with --apply that plan committed."""
+    body = {"snapshot": snapshot}
+    _dry_run_then_apply(ctx, name, "cherry-pick", body, apply, yes, catalog, output)
 
 
 def _field(text: str) -> tuple[str, str]:

@@ -7,7 +7,9 @@ Both change main's live data files, and nothing else, in one overwrite commit:
   kept;
 - **range revert**: the changes of main's commits after `from_snapshot` up to and including
   `to_snapshot` undone (the data files they added taken out, those they removed put back),
-  the commits after the range kept.
+  the commits after the range kept;
+- **cherry-pick**: an append committed outside main's history (an audit branch's) applied
+  to main: its data files appended as they are.
 
 A plan (the dry run) says which files and rows go and come back. Applying it is refused
 when it cannot be exact: delete files involved (their rows would not follow), a file to
@@ -66,7 +68,7 @@ def live_files(table: Table, snapshot: Snapshot) -> Live:
 class Plan:
     """What a repair or revert changes: the files taken out and put back, their rows."""
 
-    action: str  # "repair" | "revert"
+    action: str  # "repair" | "revert" | "cherry-pick"
     from_snapshot_id: int  # main's head the plan was made on
     remove: list[DataFile]
     add: list[DataFile]
@@ -189,6 +191,46 @@ def plan_range_revert(table: Table, from_snapshot: int, to_snapshot: int) -> Pla
     expected = (set(now.data) - set(added)) | set(removed)
     scope = {"from_snapshot_id": from_snapshot, "to_snapshot_id": to_snapshot}
     return Plan("revert", head.snapshot_id, remove, add, expected, scope)
+
+
+def plan_cherry_pick(table: Table, snapshot_id: int) -> Plan:
+    """The data files an append commit outside main's history (an audit branch's, say)
+    added, appended to main as they are (Iceberg's cherry-pick of an append). Refused for a
+    commit on main already, one that removed files or wrote delete files, or whose files
+    main already holds."""
+    head = _main(table)
+    picked = table.snapshot_by_id(snapshot_id)
+    if picked is None:
+        raise LookupError(f"the table has no snapshot {snapshot_id}")
+    if any(s.snapshot_id == snapshot_id for s in ancestors_of(head, table.metadata)):
+        raise RepairRefused(f"snapshot {snapshot_id} is in main's history already")
+    parent = (
+        table.snapshot_by_id(picked.parent_snapshot_id)
+        if picked.parent_snapshot_id is not None
+        else None
+    )
+    after, before = live_files(table, picked), live_files(table, parent) if parent else Live()
+    removed = [p for p in before.data if p not in after.data]
+    new_deletes = {f.file_path for f in after.deletes} - {f.file_path for f in before.deletes}
+    if removed or new_deletes:
+        raise RepairRefused(
+            f"snapshot {snapshot_id} removed {len(removed)} data file(s) and added "
+            f"{len(new_deletes)} delete file(s): only an append's files can be picked exactly"
+        )
+    now = live_files(table, head)
+    added = [f for p, f in after.data.items() if p not in before.data]
+    held = sorted(f.file_path for f in added if f.file_path in now.data)
+    if held:
+        raise RepairRefused(f"main already holds {held[0]} (picked before?): nothing to pick")
+    scope = {"snapshot_id": snapshot_id}
+    return Plan(
+        "cherry-pick",
+        head.snapshot_id,
+        [],
+        added,
+        set(now.data) | {f.file_path for f in added},
+        scope,
+    )
 
 
 def _check_files_exist(table: Table, files: list[DataFile]) -> None:

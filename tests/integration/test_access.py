@@ -68,6 +68,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/rollback"): Rule("admin"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/repair"): Rule("admin"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): Rule("admin"),
+    ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/cherry-pick"): Rule("admin"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer", by_id=True),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),
@@ -240,6 +241,9 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): {
             "from_snapshot": 1,
             "to_snapshot": 2,
+        },
+        ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/cherry-pick"): {
+            "snapshot": 1
         },
         # nothing answers there: a quick 422 for whoever may register it
         ("POST", "/api/v1/catalogs"): {

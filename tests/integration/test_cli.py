@@ -338,6 +338,18 @@ def test_revert_dry_run_then_apply(live: Live) -> None:
     bad = live.cli("repair", "sales.returns", "--partition", "nofield", "--to-snapshot", "1")
     assert bad.exit_code == 2 and "FIELD=VALUE" in bad.output
 
+    # An audit branch's append, applied to main by `cherry-pick`.
+    head = table.refresh().current_snapshot()
+    assert head is not None
+    table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
+    table = table.refresh()
+    before = table.scan().to_arrow()
+    table.append(before.slice(0, 3), branch="audit")
+    audited = table.refresh().metadata.refs["audit"].snapshot_id
+    picked = live.json("cherry-pick", "sales.returns", "--snapshot", str(audited), "--apply", "-y")
+    assert picked["committed_snapshot_id"] and picked["rows_restored"] == 3
+    assert table.refresh().scan().to_arrow().num_rows == before.num_rows + 3
+
 
 def test_partitions_and_watermark(live: Live) -> None:
     path = "/api/v1/tables/sales/returns"

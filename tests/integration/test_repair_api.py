@@ -122,3 +122,26 @@ def test_what_cannot_be_exact_is_refused_and_nothing_changes(
     r = _post(client, rt, "refused", "repair", {**body, "to_snapshot": second, "dry_run": False})
     assert r.status_code == 422 and "gone from storage" in r.json()["detail"]
     assert table.refresh().current_snapshot() == after  # nothing committed
+
+
+def test_an_audit_branch_commit_is_cherry_picked_onto_main(client: TestClient, rt: Runtime) -> None:
+    """Write-audit-publish by hand: a commit to an audit branch, applied to main by an
+    operator, once; main's own later commits kept."""
+    table = _table(rt, client, "picked")
+    base = _append(table, 1, 2)
+    table.manage_snapshots().create_branch(base, "audit").commit()
+    table = table.refresh()
+    table.append(pa.table({"id": [11, 12], "region": ["eu", "us"]}, schema=SCHEMA), branch="audit")
+    audited = table.refresh().metadata.refs["audit"].snapshot_id
+    _append(table, 3)  # main moved on meanwhile: a fast-forward is impossible, a pick is not
+    body: dict[str, Any] = {"snapshot": audited}
+    dry = _post(client, rt, "picked", "cherry-pick", body).json()
+    assert (dry["dry_run"], dry["rows_restored"], dry["snapshot_id"]) == (True, 2, audited)
+    assert _rows(table) == [1, 2, 3]
+    done = _post(client, rt, "picked", "cherry-pick", {**body, "dry_run": False})
+    assert done.status_code == 200, done.text
+    assert _rows(table) == [1, 2, 3, 11, 12]
+    again = _post(client, rt, "picked", "cherry-pick", body)
+    assert again.status_code == 422 and "main already holds" in again.json()["detail"]
+    on_main = _post(client, rt, "picked", "cherry-pick", {"snapshot": base})
+    assert on_main.status_code == 422 and "in main's history already" in on_main.json()["detail"]

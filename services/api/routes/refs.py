@@ -30,6 +30,7 @@ from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
 from services.api.routes.health import GONE, load_live_table
 from services.api.schemas import (
+    CherryPickIn,
     RefOut,
     RefsOut,
     RepairIn,
@@ -212,6 +213,24 @@ def revert_range(
         plan = _planned(
             lambda: repair.plan_range_revert(table, body.from_snapshot, body.to_snapshot)
         )
+        return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
+
+
+@router.post(
+    "/{namespace}/{name}/cherry-pick",
+    response_model=RepairOut,
+    responses=errors.documented(409, 422, body=True, notes=REPAIR_ERRORS),
+)
+def cherry_pick(
+    body: CherryPickIn, row: TableDep, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> RepairOut:
+    """Apply to main an append committed outside its history (an audit branch's commit,
+    say): its data files appended as they are (admin, audited). A dry run (the default)
+    says which files and rows would come."""
+    access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
+    with main_held(rt, session, row, f"cherry-pick by {access.actor}", "cherry-picking"):
+        table = load_live_table(rt, row)
+        plan = _planned(lambda: repair.plan_cherry_pick(table, body.snapshot))
         return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
 
 

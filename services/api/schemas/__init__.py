@@ -74,6 +74,7 @@ from services.api.schemas.events import (
 from services.api.schemas.health import (
     BucketOut,
     BucketsOut,
+    CherryPickIn,
     CommitsOut,
     DeleteFilesOut,
     DeltaCommandOut,
@@ -171,6 +172,7 @@ __all__ = [
     "CatalogPatch",
     "CatalogPollOut",
     "CatalogProperties",
+    "CherryPickIn",
     "CommitsOut",
     "CostRowOut",
     "CostsOut",

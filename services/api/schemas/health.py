@@ -409,14 +409,22 @@ class RevertIn(_DryRunIn):
     to_snapshot: SnapshotId
 
 
+class CherryPickIn(_DryRunIn):
+    """An append committed outside main's history (an audit branch's) applied to main.
+    `dry_run` (the default) only says what would change."""
+
+    snapshot: SnapshotId
+
+
 class RepairOut(ResponseModel):
     table: str
-    action: str = Field(description="repair | revert")
+    action: str = Field(description="repair | revert | cherry-pick")
     dry_run: bool
     main_snapshot_id: int = Field(description="main's head the plan was made on")
     partition: dict[str, str] | None = None
     from_snapshot_id: int | None = None
-    to_snapshot_id: int
+    to_snapshot_id: int | None = None
+    snapshot_id: int | None = Field(default=None, description="the commit cherry-picked")
     files_removed: list[str]
     files_restored: list[str]
     rows_removed: int
