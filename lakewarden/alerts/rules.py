@@ -57,6 +57,13 @@ RUNBOOKS = {
     "/api/v1/tables/{ns}/{name}/heartbeat with the partition (it then becomes ready, no "
     "data). GET …/partitions?ready=false lists the overdue ones. Resolves when data or a "
     "heartbeat arrives for it.",
+    "publish_refused": "The newest commit to a table's audit branch failed a check of its "
+    "publish policy (write-audit-publish), so main was not moved: its readers still see the "
+    "last published state. The alert names the failed checks (GET /api/v1/tables/{ns}/"
+    "{name}/publish lists every audit). Fix the batch on the branch (a new commit is audited "
+    "again), or, if the check was wrong, change the policy; if main moved on its own, rebase "
+    "the branch on main or cherry-pick (POST …/cherry-pick). Resolves when a later commit "
+    "to the branch passes.",
     UNREADABLE_RULE: UNREADABLE_RUNBOOK,
     "no_leader": "No scheduler holds the lease: nothing is dispatched. Start a scheduler "
     "(`lakewarden scheduler`) or check its logs and its database connection.",
@@ -225,6 +232,35 @@ def evaluate_task_rules(session: Session, settings: Settings, now: datetime) -> 
     _apply(session, "table_unhealthy", "warning", unhealthy, keep=set(isolated.failed))
     isolated.record(session)
     _apply(session, "partition_overdue", "warning", _overdue_partitions(session, default))
+    _apply(session, "publish_refused", "warning", _refused_publishes(session, default))
+
+
+def _refused_publishes(session: Session, default: str) -> dict[str, tuple[str, dict[str, object]]]:
+    """Tables whose newest audit of their audit branch failed (lakewarden.publish)."""
+    rows = session.execute(
+        text(
+            """
+            SELECT DISTINCT ON (a.table_id) a.id, a.branch, a.branch_snapshot_id, a.passed,
+                   a.reason, m.catalog, m.namespace, m.name
+            FROM publish_audits a JOIN managed_tables m ON m.id = a.table_id
+            WHERE m.retired_at IS NULL
+            ORDER BY a.table_id, a.id DESC
+            """
+        )
+    ).all()
+    return {
+        label(default, r.catalog, r.namespace, r.name): (
+            f"{label(default, r.catalog, r.namespace, r.name)}@{r.branch}: {r.reason}",
+            {
+                "audit_id": r.id,
+                "branch": r.branch,
+                "branch_snapshot_id": r.branch_snapshot_id,
+                **table_details(r.catalog, r.namespace, r.name),
+            },
+        )
+        for r in rows
+        if not r.passed
+    }
 
 
 def _overdue_partitions(session: Session, default: str) -> dict[str, tuple[str, dict[str, object]]]:

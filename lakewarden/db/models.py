@@ -582,6 +582,29 @@ class RateCount(Base):
     count: Mapped[int] = mapped_column(Integer)
 
 
+class PublishAudit(Base):
+    """One audit of a table's audit branch head (write-audit-publish, lakewarden.publish):
+    what its checks found, and whether main was fast-forwarded to it. Judged once."""
+
+    __tablename__ = "publish_audits"
+    __table_args__ = (
+        UniqueConstraint("table_id", "branch", "branch_snapshot_id", name="uq_publish_audits_head"),
+        Index("ix_publish_audits_table", "table_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("managed_tables.id", ondelete="CASCADE"))
+    branch: Mapped[str] = mapped_column(String(255))
+    branch_snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    main_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    passed: Mapped[bool]
+    published: Mapped[bool]
+    rows: Mapped[int | None] = mapped_column(BigInteger)
+    checks: Mapped[dict[str, Any]]
+    reason: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
 class PartitionReadiness(Base):
     """Whether one partition of a table is ready for downstream readers (lakewarden.
     readiness): its state, why, and the commit that last touched it. One row per (table,

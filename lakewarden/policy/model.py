@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -374,6 +374,38 @@ class StatsPolicy(SweptPolicy):
         return self
 
 
+NullRate = Annotated[float, Field(ge=0, le=1)]  # a share of rows
+MAX_ROWS = 10**15  # a batch's rows: no bound in practice
+
+
+class PublishPolicy(InputModel):
+    """Write-audit-publish (lakewarden.publish): writers commit to `branch`; after each of
+    its commits the leader audits what the branch holds beyond main (from the manifests: no
+    scan) and fast-forwards main to it when every check passes; a failed check alerts and
+    leaves main as it is."""
+
+    enabled: bool = False
+    branch: str = Field(default="audit", pattern=REF_NAME)
+    # Rows the batch (the branch's data files main does not hold) must have.
+    min_rows: int = Field(default=0, ge=0, le=MAX_ROWS)
+    max_rows: int = Field(default=MAX_ROWS, ge=0, le=MAX_ROWS)
+    # The batch's rows against the last published batch's: within [1/x, x] of them.
+    max_row_ratio: float | None = Field(default=None, ge=1, le=1_000_000)
+    # Per column, the most of the batch's rows that may be null (0..1).
+    max_null_rate: dict[str, NullRate] = Field(default_factory=dict, max_length=64)
+    # The branch head's schema must be main's.
+    schema_unchanged: bool = True
+
+    @model_validator(mode="after")
+    def _valid(self) -> PublishPolicy:
+        if self.branch == MAIN_BRANCH:
+            raise ValueError("publish.branch must not be main: writers commit to an audit branch")
+        check_columns(list(self.max_null_rate))
+        if self.min_rows > self.max_rows:
+            raise ValueError("publish.min_rows must not exceed max_rows")
+        return self
+
+
 class SLOPolicy(InputModel):
     """The health the owner expects: below `min_score` for `window_minutes` raises an alert."""
 
@@ -475,6 +507,7 @@ class Policy(InputModel):
     ttl: TTLPolicy = Field(default_factory=TTLPolicy)
     clean: CleanPolicy = Field(default_factory=CleanPolicy)
     stats: StatsPolicy = Field(default_factory=StatsPolicy)
+    publish: PublishPolicy = Field(default_factory=PublishPolicy)
     readiness: ReadinessPolicy = Field(default_factory=ReadinessPolicy)
     tags: TagsPolicy = Field(default_factory=TagsPolicy)
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
@@ -518,6 +551,8 @@ class Policy(InputModel):
             used |= set(self.validation.columns)
         if self.stats.enabled:
             used |= set(self.stats.columns)
+        if self.publish.enabled:
+            used |= set(self.publish.max_null_rate)
         return used
 
 

@@ -32,6 +32,7 @@ from services.scheduler.dispatch import Inflight
 from services.scheduler.periodic import (
     LOG_PRUNE_INTERVAL_S,
     METRICS_FOLD_INTERVAL_S,
+    PUBLISH_INTERVAL_S,
     PeriodicRounds,
 )
 
@@ -90,6 +91,7 @@ class Scheduler(PeriodicRounds):
                     ("sweep", s.sweep_interval_s, self.sweep),
                     ("metrics-fold", METRICS_FOLD_INTERVAL_S, self.fold_metrics),
                     ("history-retention", s.retention_interval_s, self.prune_history),
+                    ("publish", PUBLISH_INTERVAL_S, self.publish),
                     ("log-pruning", LOG_PRUNE_INTERVAL_S, self.prune_logs),
                 )
             ),

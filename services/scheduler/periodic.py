@@ -1,8 +1,7 @@
 """The scheduler's periodic rounds, each on a ticker of its own (`Scheduler.serve`): the
 heartbeat, the reaper, health and alerts (then readiness), the sweep, the metric rollups'
-fold, history retention, and log pruning. All but the heartbeat and log pruning are the
-leader's only; the heartbeat and log pruning run
-on every scheduler."""
+fold, history retention, write-audit-publish, and log pruning. All but the heartbeat and
+log pruning are the leader's only; those two run on every scheduler."""
 
 from __future__ import annotations
 
@@ -14,11 +13,19 @@ from lakewarden.alerts.tick import alert_tick
 from lakewarden.spark import logfiles
 from services.scheduler.dispatch import DispatchRounds
 from services.scheduler.health_watch import measure_due_tables
+from services.scheduler.publish import PUBLISH_INTERVAL_S, publish_round
 from services.scheduler.readiness import readiness_round
 from services.scheduler.reaper import abandon_orphans
 from services.scheduler.sweeps import sweep_due_tasks
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "LOG_PRUNE_INTERVAL_S",
+    "METRICS_FOLD_INTERVAL_S",
+    "PUBLISH_INTERVAL_S",
+    "PeriodicRounds",
+]
 
 LOG_PRUNE_INTERVAL_S = 3600.0  # how often each scheduler prunes its Spark log files
 # How often the leader folds the metric deltas: a scrape sums at most this long's worth.
@@ -75,6 +82,12 @@ class PeriodicRounds(DispatchRounds):
         fence = self.leading()
         if fence is not None:
             history.prune_history(self.rt, fence)
+
+    def publish(self) -> None:
+        """Audit the audit branches' new heads; fast-forward main to those that pass."""
+        fence = self.leading()
+        if fence is not None:
+            publish_round(self.rt, fence)
 
     def prune_logs(self) -> None:
         """Delete this host's old Spark log files; never the live session's or a running

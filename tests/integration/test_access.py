@@ -69,6 +69,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/repair"): Rule("admin"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): Rule("admin"),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/cherry-pick"): Rule("admin"),
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/publish"): Rule("viewer"),
     ("GET", "/api/v1/tasks"): Rule("viewer", "any"),
     ("GET", "/api/v1/tasks/{task_id}"): Rule("viewer", by_id=True),
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): Rule("operator"),

@@ -61,6 +61,7 @@ OPERATION_IDS = {
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/repair"): "repairPartition",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/revert"): "revertRange",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/cherry-pick"): "cherryPick",
+    ("GET", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/publish"): "listPublishAudits",
     ("GET", "/api/v1/tasks"): "listTasks",
     ("GET", "/api/v1/tasks/{task_id}"): "getTask",
     ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/tasks"): "triggerTask",

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden import refs, repair, tables
 from lakewarden.auth.grants import Role
-from lakewarden.db.models import ManagedTable, Task
+from lakewarden.db.models import ManagedTable, PublishAudit, Task
 from lakewarden.db.session import transaction
 from lakewarden.formats.delta import catalog as delta_catalog
 from lakewarden.formats.delta.restore import RestoreConflict, RestoreRefused, restore_to
@@ -28,9 +28,12 @@ from lakewarden.tables import ref_of
 from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
+from services.api.policies import current_policy
 from services.api.routes.health import GONE, load_live_table
 from services.api.schemas import (
     CherryPickIn,
+    PublishAuditOut,
+    PublishOut,
     RefOut,
     RefsOut,
     RepairIn,
@@ -163,6 +166,29 @@ def _rollback(body: RollbackIn, row: ManagedTable, rt: Runtime, access: Access) 
         "rolled_back": done["rolled_back"],
     }
     return RollbackOut(table=f"{row.namespace}.{row.name}", to_tag=tag, **done)
+
+
+@router.get(
+    "/{namespace}/{name}/publish",
+    response_model=PublishOut,
+    responses=errors.documented(),
+)
+def list_publish_audits(row: TableDep, session: SessionDep) -> PublishOut:
+    """Write-audit-publish: the table's publish policy and its audit branch's audits, the
+    newest first: each check's verdict and whether main was fast-forwarded."""
+    policy = current_policy(session, row).publish
+    audits = session.scalars(
+        select(PublishAudit)
+        .where(PublishAudit.table_id == row.id)
+        .order_by(PublishAudit.id.desc())
+        .limit(50)
+    ).all()
+    return PublishOut(
+        table=f"{row.namespace}.{row.name}",
+        enabled=policy.enabled,
+        branch=policy.branch,
+        audits=[PublishAuditOut.model_validate(a) for a in audits],
+    )
 
 
 REPAIR_ERRORS = {

@@ -435,6 +435,26 @@ class RepairOut(ResponseModel):
     )
 
 
+class PublishAuditOut(ResponseModel):
+    id: int
+    branch: str
+    branch_snapshot_id: int
+    main_snapshot_id: int | None = Field(description="main's head when audited")
+    passed: bool
+    published: bool = Field(description="main was fast-forwarded to the branch head")
+    rows: int | None = Field(description="the batch's rows (the branch's files main lacks)")
+    checks: dict[str, Any] = Field(description="each check: passed, and what it found")
+    reason: str
+    at: datetime
+
+
+class PublishOut(ResponseModel):
+    table: str
+    enabled: bool
+    branch: str
+    audits: list[PublishAuditOut] = Field(description="the newest first (at most 50)")
+
+
 class TagsExplainOut(ResponseModel):
     enabled: bool
     every: str

@@ -1,0 +1,125 @@
+"""Write-audit-publish (issue 33 §1): writers commit to the audit branch; the leader's
+round audits each new branch head once (from the manifests) and fast-forwards main when
+every check passes; a failed check leaves main alone and alerts until a later commit
+passes; main moving on its own is refused, never merged. Checked with pyiceberg."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from fastapi.testclient import TestClient
+from pyiceberg.table import Table
+from sqlalchemy import select
+
+from lakewarden.alerts.rules import evaluate_task_rules
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import Alert
+from lakewarden.db.session import transaction
+from lakewarden.leader import Fence, acquire_or_renew
+from lakewarden.runtime import Runtime
+from services.scheduler.publish import publish_round
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+POLICY = {
+    "publish": {
+        "enabled": True,
+        "branch": "audit",
+        "min_rows": 1,
+        "max_null_rate": {"v": 0.5},
+    }
+}
+
+
+def _batch(ids: list[int], null: bool = False) -> pa.Table:
+    return pa.table({"id": ids, "v": [None if null else f"v{i}" for i in ids]}, schema=SCHEMA)
+
+
+def _lead(rt: Runtime) -> Fence:
+    with rt.engine.begin() as conn:
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "test-leader", 60)
+    assert fence is not None
+    return fence
+
+
+def _main_rows(table: Table) -> list[int]:
+    return sorted(r["id"] for r in table.refresh().scan().to_arrow().to_pylist())
+
+
+def _alerts(rt: Runtime) -> list[str]:
+    with transaction(rt.engine) as s:
+        evaluate_task_rules(s, rt.settings, datetime.now(UTC))
+    with transaction(rt.engine) as s:
+        return list(
+            s.scalars(
+                select(Alert.summary).where(
+                    Alert.rule == "publish_refused", Alert.state == "firing"
+                )
+            )
+        )
+
+
+def test_audited_batches_are_published_and_bad_ones_never_reach_main(
+    client: TestClient, rt: Runtime
+) -> None:
+    rt.catalog.create_namespace_if_not_exists("sales")
+    table = rt.catalog.create_table("sales.wap", schema=SCHEMA)
+    table.append(_batch([1, 2]))
+    assert (
+        client.post("/api/v1/tables", json={"namespace": "sales", "name": "wap"}).status_code == 201
+    )
+    r = client.put("/api/v1/tables/sales/wap/policy", json=POLICY)
+    assert r.status_code == 200, r.text
+    table = table.refresh()
+    head = table.current_snapshot()
+    assert head is not None
+    table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
+    fence = _lead(rt)
+
+    # A good batch on the branch: audited, main fast-forwarded to it.
+    table.refresh().append(_batch([3, 4, 5]), branch="audit")
+    assert len(publish_round(rt, fence)) == 1
+    assert _main_rows(table) == [1, 2, 3, 4, 5]
+    assert publish_round(rt, fence) == []  # judged once
+
+    # A batch whose v is all null: main untouched, the alert says why.
+    table.refresh().append(_batch([6, 7], null=True), branch="audit")
+    assert len(publish_round(rt, fence)) == 1
+    assert _main_rows(table) == [1, 2, 3, 4, 5]
+    (alert,) = _alerts(rt)
+    assert "null_rate.v: v null in 2 of 2 rows (100.0%, at most 50.0%)" in alert
+    audits: list[dict[str, Any]] = client.get("/api/v1/tables/sales/wap/publish").json()["audits"]
+    assert [(a["passed"], a["published"]) for a in audits] == [(False, False), (True, True)]
+    assert audits[0]["checks"]["fast_forward"]["passed"]
+
+    # The writer fixes it on the branch (a later commit dilutes the nulls): published.
+    table.refresh().append(_batch([8, 9, 10]), branch="audit")
+    publish_round(rt, fence)
+    assert _main_rows(table) == list(range(1, 11))
+    assert _alerts(rt) == []
+
+    # A writer commits to main on its own: the branch cannot fast-forward; refused.
+    table.refresh().append(_batch([11]))
+    table.refresh().append(_batch([12]), branch="audit")
+    publish_round(rt, fence)
+    assert 12 not in _main_rows(table)
+    (alert,) = _alerts(rt)
+    assert "main moved on its own" in alert and "cherry-pick" in alert
+
+
+def test_a_publish_policy_is_checked(client: TestClient, rt: Runtime) -> None:
+    rt.catalog.create_namespace_if_not_exists("sales")
+    rt.catalog.create_table("sales.wap2", schema=SCHEMA)
+    assert (
+        client.post("/api/v1/tables", json={"namespace": "sales", "name": "wap2"}).status_code
+        == 201
+    )
+    for bad, says in (
+        ({"publish": {"branch": "main"}}, "must not be main"),
+        ({"publish": {"enabled": True, "max_null_rate": {"v": 2}}}, "less than or equal to 1"),
+        ({"publish": {"enabled": True, "max_null_rate": {"zzz": 0.1}}}, "zzz"),
+        ({"publish": {"min_rows": 5, "max_rows": 1}}, "must not exceed"),
+    ):
+        r = client.put("/api/v1/tables/sales/wap2/policy", json=bad)
+        assert r.status_code == 422 and says in r.text, (bad, r.text)
