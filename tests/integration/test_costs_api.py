@@ -104,11 +104,8 @@ def test_costs_roll_up_per_group_in_the_caller_s_scope(client: TestClient, rt: R
     ).json()["items"]
     assert [r["key"] for r in mine] == ["lake.sales"]
 
-    for bad in (
-        {"by": "planet"},
-        {"since": "yesterday"},
-        {"format": "xml"},
-        {"since": (now + timedelta(days=1)).isoformat()},
-    ):
+    for bad in ({"by": "planet"}, {"since": "yesterday"}, {"format": "xml"}):
         r = client.get("/api/v1/costs", params=bad)
         assert r.status_code == 422, (bad, r.text)
+    later = client.get("/api/v1/costs", params={"since": (now + timedelta(days=1)).isoformat()})
+    assert later.status_code == 200 and later.json()["items"] == []  # no run there yet

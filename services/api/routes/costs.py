@@ -18,24 +18,40 @@ from services.api.schemas import CostRowOut, CostsOut
 router = APIRouter(prefix="/api/v1/costs", tags=["tasks"])
 
 
-def window_start(since: datetime | None) -> datetime:
-    """`since` (default: 7 days ago; a time without a zone is UTC); a 422 in the future."""
-    after = since or datetime.now(UTC) - timedelta(days=7)
-    if after.tzinfo is None:
-        after = after.replace(tzinfo=UTC)
-    if after > datetime.now(UTC):
-        raise HTTPException(422, f"since: {after.isoformat()} is in the future")
-    return after
+def window_start(since: str | None) -> datetime:
+    """`since` as ISO 8601 (default: 7 days ago; a time without a zone is UTC; a bare
+    number is a 422, never read as epoch seconds). One in the future is a window with no
+    run yet: an empty answer, not an error."""
+    if since is None:
+        return datetime.now(UTC) - timedelta(days=7)
+    try:
+        after = datetime.fromisoformat(since)
+    except ValueError:
+        raise HTTPException(422, f"since: {since!r} is not an ISO 8601 date-time") from None
+    return after.replace(tzinfo=UTC) if after.tzinfo is None else after
 
 
-@router.get("", response_model=CostsOut)
+@router.get(
+    "",
+    response_model=CostsOut,
+    responses={
+        200: {
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+            "description": "JSON, or with format=csv one line per group",
+        }
+    },
+)
 def list_costs(
     session: SessionDep,
     access: AccessDep,
     by: Annotated[costs.By, Query(description="what to roll up by")] = "table",
     since: Annotated[
-        datetime | None,
-        Query(description="runs finished at or after this (ISO 8601); default: 7 days ago"),
+        str | None,
+        Query(
+            max_length=64,
+            description="runs finished at or after this (ISO 8601); default: 7 days ago",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     format: Annotated[Literal["json", "csv"], Query(description="csv: one row per group")] = "json",
 ) -> Any:
