@@ -32,6 +32,7 @@ from services.api.policies import current_policy
 from services.api.routes.health import GONE, load_live_table
 from services.api.schemas import (
     CherryPickIn,
+    DryRunIn,
     PublishAuditOut,
     PublishOut,
     RefOut,
@@ -214,12 +215,15 @@ def repair_partition(
     rows would go and come back; the commit is checked like a rewrite (main's live files are
     exactly the planned set, else main is rolled back)."""
     access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
-    with main_held(rt, session, row, f"repair by {access.actor}", "repairing a partition"):
-        table = load_live_table(rt, row)
-        plan = _planned(
-            lambda: repair.plan_partition_repair(table, body.partition, body.to_snapshot)
-        )
-        return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
+    return _by_hand(
+        body,
+        row,
+        rt,
+        session,
+        access,
+        ("repair", "repairing a partition"),
+        lambda table: repair.plan_partition_repair(table, body.partition, body.to_snapshot),
+    )
 
 
 @router.post(
@@ -234,12 +238,15 @@ def revert_range(
     `to_snapshot` (the files they added taken out, those they removed put back), the later
     commits kept (admin, audited). A dry run (the default) says what would change."""
     access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
-    with main_held(rt, session, row, f"revert by {access.actor}", "reverting commits"):
-        table = load_live_table(rt, row)
-        plan = _planned(
-            lambda: repair.plan_range_revert(table, body.from_snapshot, body.to_snapshot)
-        )
-        return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
+    return _by_hand(
+        body,
+        row,
+        rt,
+        session,
+        access,
+        ("revert", "reverting commits"),
+        lambda table: repair.plan_range_revert(table, body.from_snapshot, body.to_snapshot),
+    )
 
 
 @router.post(
@@ -254,19 +261,38 @@ def cherry_pick(
     say): its data files appended as they are (admin, audited). A dry run (the default)
     says which files and rows would come."""
     access.need(Role.admin, row.catalog, row.namespace, target=f"{row.namespace}.{row.name}")
-    with main_held(rt, session, row, f"cherry-pick by {access.actor}", "cherry-picking"):
+    return _by_hand(
+        body,
+        row,
+        rt,
+        session,
+        access,
+        ("cherry-pick", "cherry-picking"),
+        lambda table: repair.plan_cherry_pick(table, body.snapshot),
+    )
+
+
+def _by_hand(
+    body: DryRunIn,
+    row: ManagedTable,
+    rt: Runtime,
+    session: Session,
+    access: Access,
+    what: tuple[str, str],
+    make: Callable[[Table], repair.Plan],
+) -> RepairOut:
+    """A repair, revert or cherry-pick (`what`: its name, and what it is doing): under
+    main's hold, planned on the live table, then a dry run or the commit."""
+    name, doing = what
+    with main_held(rt, session, row, f"{name} by {access.actor}", doing):
         table = load_live_table(rt, row)
-        plan = _planned(lambda: repair.plan_cherry_pick(table, body.snapshot))
+        try:
+            plan = make(table)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except repair.RepairRefused as exc:
+            raise HTTPException(422, str(exc)) from exc
         return _carried_out(plan, body.dry_run, body.main_snapshot_id, table, row, access)
-
-
-def _planned(make: Callable[[], repair.Plan]) -> repair.Plan:
-    try:
-        return make()
-    except LookupError as exc:
-        raise HTTPException(404, str(exc)) from exc
-    except repair.RepairRefused as exc:
-        raise HTTPException(422, str(exc)) from exc
 
 
 def _carried_out(

@@ -377,7 +377,9 @@ class RollbackOut(ResponseModel):
 SnapshotId = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
-class _DryRunIn(RequestModel):
+class DryRunIn(RequestModel):
+    """What repair, revert and cherry-pick share: a dry run first, main as it was seen."""
+
     dry_run: bool = True
     main_snapshot_id: SnapshotId | None = Field(
         default=None,
@@ -385,7 +387,7 @@ class _DryRunIn(RequestModel):
     )
 
 
-class RepairIn(_DryRunIn):
+class RepairIn(DryRunIn):
     """One partition back to what it held at `to_snapshot` (a snapshot of main's history).
     `dry_run` (the default) only says what would change."""
 
@@ -401,7 +403,7 @@ class RepairIn(_DryRunIn):
     to_snapshot: SnapshotId
 
 
-class RevertIn(_DryRunIn):
+class RevertIn(DryRunIn):
     """The changes of main's commits after `from_snapshot` up to and including
     `to_snapshot`, undone. `dry_run` (the default) only says what would change."""
 
@@ -409,7 +411,7 @@ class RevertIn(_DryRunIn):
     to_snapshot: SnapshotId
 
 
-class CherryPickIn(_DryRunIn):
+class CherryPickIn(DryRunIn):
     """An append committed outside main's history (an audit branch's) applied to main.
     `dry_run` (the default) only says what would change."""
 
