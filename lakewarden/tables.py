@@ -80,6 +80,24 @@ LIVE = ManagedTable.retired_at.is_(None)
 ICEBERG = ManagedTable.format == "iceberg"
 
 
+def naming_section(session: Session, section: str) -> list[tuple[int, str]]:
+    """(id, namespace.name) of the live Iceberg tables whose own settings, or whose
+    namespace's defaults, name a policy `section` (readiness, publish): the leader's rounds
+    for a section off by default read only these."""
+    named = ManagedTable.policy.has_key(section)
+    by_namespace = exists().where(
+        NamespacePolicy.catalog == ManagedTable.catalog,
+        NamespacePolicy.namespace == ManagedTable.namespace,
+        NamespacePolicy.policy.has_key(section),
+    )
+    rows = session.execute(
+        select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
+        .where(LIVE, ICEBERG, or_(named, by_namespace))
+        .order_by(ManagedTable.id)
+    ).all()
+    return [(r.id, f"{r.namespace}.{r.name}") for r in rows]
+
+
 def lock_namespace(session: Session, catalog: str, namespace: str, *, exclusive: bool) -> None:
     """Serialize policy changes of a namespace against those of its tables, until the
     transaction ends: exclusive to change the namespace's defaults, shared to change or

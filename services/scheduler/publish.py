@@ -9,16 +9,16 @@ from __future__ import annotations
 import logging
 
 from pyiceberg.exceptions import CommitFailedException
-from sqlalchemy import exists, or_, select
+from sqlalchemy import select
 
 from lakewarden import publish
 from lakewarden.catalogs.catalog import load_table
-from lakewarden.db.models import ManagedTable, NamespacePolicy, PublishAudit
+from lakewarden.db.models import ManagedTable, PublishAudit
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.leader import Fence, check_fence
 from lakewarden.runtime import Runtime
-from lakewarden.tables import ICEBERG, LIVE, effective_policy_for, ref_of
+from lakewarden.tables import effective_policy_for, naming_section, ref_of
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +41,8 @@ def publish_round(rt: Runtime, fence: Fence) -> list[int]:
 
 
 def _candidates(rt: Runtime) -> list[tuple[int, str]]:
-    """Live Iceberg tables whose settings, or whose namespace's defaults, name `publish`."""
-    named = ManagedTable.policy.has_key("publish")
-    by_namespace = exists().where(
-        NamespacePolicy.catalog == ManagedTable.catalog,
-        NamespacePolicy.namespace == ManagedTable.namespace,
-        NamespacePolicy.policy.has_key("publish"),
-    )
     with transaction(rt.engine) as s:
-        rows = s.execute(
-            select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
-            .where(LIVE, ICEBERG, or_(named, by_namespace))
-            .order_by(ManagedTable.id)
-        ).all()
-    return [(r.id, f"{r.namespace}.{r.name}") for r in rows]
+        return naming_section(s, "publish")
 
 
 def _round_of_table(rt: Runtime, fence: Fence, table_id: int) -> int | None:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
-from sqlalchemy import delete, exists, func, or_, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -32,7 +32,6 @@ from lakewarden.backoff import retry_delay_s
 from lakewarden.catalogs.catalog import load_table
 from lakewarden.db.models import (
     ManagedTable,
-    NamespacePolicy,
     PartitionReadiness,
     ReadinessCursor,
     ReadinessNotification,
@@ -55,7 +54,7 @@ from lakewarden.redact import redact, secrets_of
 from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
-from lakewarden.tables import ICEBERG, LIVE, effective_policy_for, ref_of
+from lakewarden.tables import effective_policy_for, naming_section, ref_of
 from lakewarden.tasks.birth import open_task
 
 log = logging.getLogger(__name__)
@@ -90,20 +89,8 @@ def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
 
 
 def _candidates(rt: Runtime) -> list[tuple[int, str]]:
-    """Live tables whose settings, or whose namespace's defaults, name `readiness`."""
-    named = ManagedTable.policy.has_key("readiness")
-    by_namespace = exists().where(
-        NamespacePolicy.catalog == ManagedTable.catalog,
-        NamespacePolicy.namespace == ManagedTable.namespace,
-        NamespacePolicy.policy.has_key("readiness"),
-    )
     with transaction(rt.engine) as s:
-        rows = s.execute(
-            select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
-            .where(LIVE, ICEBERG, or_(named, by_namespace))
-            .order_by(ManagedTable.id)
-        ).all()
-    return [(r.id, f"{r.namespace}.{r.name}") for r in rows]
+        return naming_section(s, "readiness")
 
 
 def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> int:
