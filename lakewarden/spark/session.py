@@ -12,6 +12,7 @@ as before.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -221,10 +222,20 @@ def fair_pools_xml(pools: list[str]) -> str:
 
 
 def write_fair_pools(settings: Settings) -> Path:
-    """Write the allocation file of the known pools (`default` and those of pool_limits)."""
+    """Write the allocation file of the known pools (`default` and those of pool_limits).
+
+    Every application of a data dir starts here at once (five at a failover), and Spark
+    parses the file while building its context: truncating it in place let one read it
+    empty and die. So it is replaced whole (a temp file of this process, then a rename),
+    and not at all when it already says the same."""
     path = settings.data_dir / "spark" / "fair-pools.xml"
+    text = fair_pools_xml(sorted({"default", *settings.pool_limits}))
+    if path.exists() and path.read_text() == text:
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(fair_pools_xml(sorted({"default", *settings.pool_limits})))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return path
 
 
