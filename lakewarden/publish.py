@@ -2,14 +2,16 @@
 
 Writers commit to the table's audit branch (`publish.branch`). The batch is what the branch
 holds beyond main: the data files live on the branch head and not on main. Its checks read
-the manifests only (record and null counts per file), never a row:
+the manifests (record and null counts per file), all but the SQL assertions:
 
 - `rows`: the batch's rows within `min_rows` .. `max_rows`;
 - `row_ratio`: within [1/x, x] of the last published batch's rows (`max_row_ratio`);
 - `null_rate`: per column, the batch's null rows at most `max_null_rate`;
 - `schema`: the branch head's schema is main's (`schema_unchanged`);
 - `fast_forward`: main's head is an ancestor of the branch head (main did not move on its
-  own), so publishing is a fast-forward, never a merge.
+  own), so publishing is a fast-forward, never a merge;
+- `sql.<name>`: the owner's SQL assertions, run by DuckDB on the batch's rows (the one
+  check that reads rows: only the batch's data files, with the branch's deletes applied).
 
 When every check passes, main is set to the branch head in one commit that asserts main
 has not moved since it was read. A failed check publishes nothing; the leader records the
@@ -21,10 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
-from lakewarden.policy.model import PublishPolicy
+from lakewarden import sql_assertions
+from lakewarden.policy.model import MiB, PublishPolicy
 from lakewarden.repair import live_files
 
 
@@ -135,7 +140,31 @@ def audit(table: Table, policy: PublishPolicy, previous_rows: int | None = None)
             if same
             else f"the branch head has schema {head.schema_id}, main {main.schema_id}",
         )
+    if policy.sql_assertions:
+        _assert_sql(table, head_id, {f.file_path for f in batch}, policy, result)
     return result
+
+
+def _assert_sql(
+    table: Table, head_id: int, batch: set[str], policy: PublishPolicy, result: Audit
+) -> None:
+    """The owner's SQL assertions (`sql.<name>`) on the batch's rows, deletes applied."""
+    scan = table.scan(snapshot_id=head_id)
+    tasks = [t for t in scan.plan_files() if t.file.file_path in batch]
+    mb = sum(t.file.file_size_in_bytes for t in tasks) / MiB
+    if mb > policy.sql_max_batch_mb:
+        for name in policy.sql_assertions:
+            result.check(
+                f"sql.{name}",
+                False,
+                f"not run: the batch's data files hold {mb:.0f} MB, more than "
+                f"sql_max_batch_mb ({policy.sql_max_batch_mb:g}) allows reading into the leader",
+            )
+        return
+    rows = ArrowScan(table.metadata, table.io, scan.projection(), AlwaysTrue()).to_table(tasks)
+    verdicts = sql_assertions.run(rows, policy.sql_assertions, policy.sql_timeout_seconds)
+    for name, verdict in verdicts.items():
+        result.check(f"sql.{name}", verdict.passed, verdict.detail)
 
 
 def fast_forward(table: Table, result: Audit) -> None:

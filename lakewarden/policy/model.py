@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from lakewarden import sql_assertions
 from lakewarden.catalogs.catalog import IDENTIFIER
 
 MiB = 1024 * 1024
@@ -375,6 +376,8 @@ class StatsPolicy(SweptPolicy):
 
 
 NullRate = Annotated[float, Field(ge=0, le=1)]  # a share of rows
+AssertionName = Annotated[str, Field(pattern=REF_NAME)]
+AssertionSQL = Annotated[str, Field(min_length=1, max_length=4000)]
 MAX_ROWS = 10**15  # a batch's rows: no bound in practice
 
 
@@ -395,12 +398,23 @@ class PublishPolicy(InputModel):
     max_null_rate: dict[str, NullRate] = Field(default_factory=dict, max_length=64)
     # The branch head's schema must be main's.
     schema_unchanged: bool = True
+    # Named DuckDB SELECTs over the view `batch` (the batch's rows) that must return no row,
+    # run sandboxed in the leader (lakewarden.sql_assertions); a batch whose data files are
+    # larger than sql_max_batch_mb fails them rather than being read into the leader.
+    sql_assertions: dict[AssertionName, AssertionSQL] = Field(default_factory=dict, max_length=16)
+    sql_max_batch_mb: float = Field(default=256, gt=0, le=16_384)
+    sql_timeout_seconds: float = Field(default=60, gt=0, le=3600)
 
     @model_validator(mode="after")
     def _valid(self) -> PublishPolicy:
         if self.branch == MAIN_BRANCH:
             raise ValueError("publish.branch must not be main: writers commit to an audit branch")
         check_columns(list(self.max_null_rate))
+        for name, sql in self.sql_assertions.items():
+            try:
+                sql_assertions.check_query(sql)
+            except ValueError as exc:
+                raise ValueError(f"publish.sql_assertions.{name} {exc}") from None
         if self.min_rows > self.max_rows:
             raise ValueError("publish.min_rows must not exceed max_rows")
         return self

@@ -120,6 +120,74 @@ def test_a_publish_policy_is_checked(client: TestClient, rt: Runtime) -> None:
         ({"publish": {"enabled": True, "max_null_rate": {"v": 2}}}, "less than or equal to 1"),
         ({"publish": {"enabled": True, "max_null_rate": {"zzz": 0.1}}}, "zzz"),
         ({"publish": {"min_rows": 5, "max_rows": 1}}, "must not exceed"),
+        ({"publish": {"sql_assertions": {"neg": "DELETE FROM batch"}}}, "must be a SELECT"),
+        ({"publish": {"sql_assertions": {"neg": "SELEC 1"}}}, "sql_assertions.neg does not"),
+        ({"publish": {"sql_assertions": {"two": "SELECT 1; SELECT 2"}}}, "one SELECT"),
+        ({"publish": {"sql_assertions": {"bad name!": "SELECT 1"}}}, "bad name!"),
     ):
         r = client.put("/api/v1/tables/sales/wap2/policy", json=bad)
         assert r.status_code == 422 and says in r.text, (bad, r.text)
+
+
+def test_sql_assertions_judge_the_batch_alone_in_a_sandbox(client: TestClient, rt: Runtime) -> None:
+    rt.catalog.create_namespace_if_not_exists("sales")
+    table = rt.catalog.create_table("sales.wap3", schema=SCHEMA)
+    table.append(_batch([1, 2]))
+    assert (
+        client.post("/api/v1/tables", json={"namespace": "sales", "name": "wap3"}).status_code
+        == 201
+    )
+    assertions = {
+        "no_negative_ids": "SELECT * FROM batch WHERE id < 0",
+        "unique_ids": "SELECT id, count(*) FROM batch GROUP BY id HAVING count(*) > 1",
+        "no_files": "SELECT * FROM read_csv('/etc/passwd')",
+    }
+    policy = {"publish": {"enabled": True, "sql_assertions": assertions}}
+    r = client.put("/api/v1/tables/sales/wap3/policy", json=policy)
+    assert r.status_code == 200, r.text
+    table = table.refresh()
+    head = table.current_snapshot()
+    assert head is not None
+    table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
+    fence = _lead(rt)
+
+    # The batch repeats main's ids 1 and 2 (main is not in `batch`) and one of its own.
+    table.refresh().append(_batch([1, 2, -3, 4, 4]), branch="audit")
+    assert len(publish_round(rt, fence)) == 1
+    assert _main_rows(table) == [1, 2]
+    (audit,) = client.get("/api/v1/tables/sales/wap3/publish").json()["audits"]
+    checks = audit["checks"]
+    assert checks["sql.no_negative_ids"] == {
+        "passed": False,
+        "detail": "returned 1 row(s), the first {'id': -3, 'v': 'v-3'}",
+    }
+    assert not checks["sql.unique_ids"]["passed"]
+    assert "returned 1 row(s)" in checks["sql.unique_ids"]["detail"]
+    assert "'id': 4" in checks["sql.unique_ids"]["detail"]
+    # The owner's SQL cannot read the leader's files.
+    assert not checks["sql.no_files"]["passed"]
+    assert "file system operations are disabled" in checks["sql.no_files"]["detail"]
+
+    # Assertions that hold on the next batch: published.
+    del assertions["no_files"]
+    r = client.put("/api/v1/tables/sales/wap3/policy", json=policy)
+    assert r.status_code == 200, r.text
+    table.refresh().append(_batch([5, 6]), branch="audit")
+    publish_round(rt, fence)
+    # The branch holds the rejected batch too, so its -3 and 4s still fail the checks.
+    assert _main_rows(table) == [1, 2]
+    table.refresh().delete("id < 0 or id = 4", branch="audit")
+    publish_round(rt, fence)
+    assert _main_rows(table) == [1, 1, 2, 2, 5, 6]
+    audit = client.get("/api/v1/tables/sales/wap3/publish").json()["audits"][0]
+    assert audit["published"]
+    assert audit["checks"]["sql.unique_ids"] == {"passed": True, "detail": "returned no rows"}
+
+    # A batch too large to read into the leader fails its assertions, unread.
+    policy["publish"]["sql_max_batch_mb"] = 0.000001
+    assert client.put("/api/v1/tables/sales/wap3/policy", json=policy).status_code == 200
+    table.refresh().append(_batch([7]), branch="audit")
+    publish_round(rt, fence)
+    assert 7 not in _main_rows(table)
+    audit = client.get("/api/v1/tables/sales/wap3/publish").json()["audits"][0]
+    assert "not run: the batch's data files hold" in audit["checks"]["sql.unique_ids"]["detail"]
