@@ -1,6 +1,6 @@
 """The on-call dashboard in Chromium: the overview lists a table after a real compaction,
 the table page's file-size histogram agrees with pyiceberg, cancel and retry work from
-their buttons, a viewer sees no action button, and no page logs a console error (checked
+their buttons, a revert is dry-run then applied, a viewer sees no action button, and no page logs a console error (checked
 for every page by `open_page`). One compaction (real Spark) for the module.
 
 Chromium is Debian's (/usr/bin/chromium) driven by Playwright; the API is real uvicorn on a
@@ -325,6 +325,54 @@ def test_pause_blockers_freeze_and_ack_work_from_their_buttons(
         page.click("tr[data-alert] button")
     (alert,) = api.get("/api/v1/alerts").json()["items"]
     assert alert["state"] == "acknowledged" and alert["acked_by"] == "token:ui-admin"
+    api.close()
+
+
+def test_a_revert_is_dry_run_then_applied_from_the_table_page(world: World, open_page: Any) -> None:
+    """An admin reverts one commit: the dry run's page says what goes (files and rows),
+    Apply commits it, pyiceberg reads the result; a bad id is refused with what to fix."""
+    table = append_batches(make_table(world.rt, name="ui_fix"), 3, rows=10)
+    api = httpx.Client(base_url=world.url, headers=bearer(world.admin))
+    r = api.post("/api/v1/tables", json={"namespace": "sales", "name": "ui_fix"})
+    assert r.status_code == 201, r.text
+    first, second, _ = [s.snapshot_id for s in table.refresh().snapshots()]
+    page = open_page(world.url)
+    login(page, world.admin)
+    page.goto(world.table_page("ui_fix"))
+
+    page.fill("form[action$='/fix/revert'] input[name=from_snapshot]", "not-a-number")
+    page.fill("form[action$='/fix/revert'] input[name=to_snapshot]", str(second))
+    with page.expect_navigation():
+        page.click("form[action$='/fix/revert'] button")
+    assert "from_snapshot must be a snapshot id" in page.locator(".flash.error").inner_text()
+
+    page.fill("form[action$='/fix/revert'] input[name=from_snapshot]", str(first))
+    page.fill("form[action$='/fix/revert'] input[name=to_snapshot]", str(second))
+    with page.expect_navigation():
+        page.click("form[action$='/fix/revert'] button")
+    assert page.locator("h1").inner_text() == "Revert of sales.ui_fix: dry run"
+    assert page.locator("tr.removed").inner_text().split() == [
+        "taken",
+        "out",
+        "of",
+        "main",
+        "2",
+        "10",
+    ]
+    assert sorted(r["id"] for r in table.refresh().scan().to_arrow().to_pylist()) == list(range(30))
+
+    with page.expect_navigation():
+        page.click("form[action$='/fix/revert/apply'] button")
+    assert "revert committed" in page.locator(".flash.ok").inner_text()
+    ids = sorted(r["id"] for r in table.refresh().scan().to_arrow().to_pylist())
+    assert ids == list(range(10)) + list(range(20, 30))
+
+    # Write-audit-publish's panel appears with the policy; the leader has audited nothing.
+    policy = {"publish": {"enabled": True, "branch": "audit"}}
+    assert api.put("/api/v1/tables/sales/ui_fix/policy", json=policy).status_code == 200
+    page.goto(world.table_page("ui_fix"))
+    panel = page.locator("table.publish").inner_text()
+    assert "no commit on the branch audited yet" in panel
     api.close()
 
 

@@ -125,6 +125,74 @@ async def remove_blocker(
     return await act(request, "DELETE", f"{api}/blockers/{blocker_id}", back, "blocker removed")
 
 
+# --- repair, revert, cherry-pick: a dry run shown as a page, then its Apply button --------
+
+FIX_ACTIONS = ("repair", "revert", "cherry-pick")
+# Each action's form fields that are snapshot ids (the API's body names them alike).
+FIX_SNAPSHOTS = {
+    "repair": ("to_snapshot",),
+    "revert": ("from_snapshot", "to_snapshot"),
+    "cherry-pick": ("snapshot",),
+}
+
+
+def fix_body(action: str, fields: dict[str, str]) -> dict[str, Any]:
+    """The API body of a repair, revert or cherry-pick form (ValueError says what to fix)."""
+    if action not in FIX_ACTIONS:
+        raise ValueError(f"no such action {action!r}: one of {', '.join(FIX_ACTIONS)}")
+    body: dict[str, Any] = {}
+    for key in FIX_SNAPSHOTS[action]:
+        try:
+            body[key] = int(fields.get(key, ""))
+        except ValueError:
+            raise ValueError(f"{key} must be a snapshot id (a whole number)") from None
+    if action == "repair":
+        pairs = [p.partition("=") for p in fields.get("partition", "").split(",") if p.strip()]
+        if not pairs or any(not k.strip() or not eq for k, eq, _ in pairs):
+            raise ValueError(
+                "partition must be field=value pairs, e.g. ts_day=2026-11-23,region=eu"
+            )
+        body["partition"] = {k.strip(): v.strip() for k, _, v in pairs}
+    return body
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/fix/{action}")
+async def fix_dry_run(
+    request: Request, catalog: str, namespace: str, name: str, action: str
+) -> Response:
+    """The dry run: what the action would take out and put back, with an Apply button
+    that commits exactly that plan (refused if main moved since)."""
+    same_origin(request)
+    api, back = _table(catalog, namespace, name)
+    fields = await form(request)
+    try:
+        body = fix_body(action, fields)
+    except ValueError as exc:
+        return redirect(back, error=f"{action} refused: {exc}")
+    r = await Api(request).call("POST", f"{api}/{action}", json=body | {"dry_run": True})
+    if r.status_code == 401:
+        return redirect(f"/ui/login?next={quote(back)}")
+    if r.status_code >= 400:
+        return redirect(back, error=f"{action} refused ({r.status_code}): {detail_of(r)}")
+    context = {"action": action, "plan": r.json(), "fields": fields, "back": back}
+    return page(request, "fix_plan.html", context)
+
+
+@router.post("/t/{catalog}/{namespace}/{name}/fix/{action}/apply")
+async def fix_apply(
+    request: Request, catalog: str, namespace: str, name: str, action: str
+) -> Response:
+    api, back = _table(catalog, namespace, name)
+    fields = await form(request)
+    try:
+        body = fix_body(action, fields) | {"dry_run": False}
+        body["main_snapshot_id"] = int(fields.get("main_snapshot_id", ""))
+    except ValueError as exc:
+        same_origin(request)
+        return redirect(back, error=f"{action} refused: {exc}")
+    return await act(request, "POST", f"{api}/{action}", back, f"{action} committed", body)
+
+
 @router.post("/tasks/{task_id}/cancel")
 async def cancel(request: Request, task_id: Id) -> Response:
     back = f"/ui/tasks/{task_id}"

@@ -126,13 +126,14 @@ async def table_page(
     api = Api(request)
     path = _table_path(catalog, namespace, name)
     table = await api.get(path)  # 404 / 403 as the API says
-    versions, events, tasks, blockers, ns_policy, partitions = await asyncio.gather(
+    versions, events, tasks, blockers, ns_policy, partitions, published = await asyncio.gather(
         api.get(f"{path}/policy/versions"),
         api.get(f"{path}/events", {"limit": 30}),
         api.get("/api/v1/tasks", {"table": f"{namespace}.{name}", "catalog": catalog, "limit": 20}),
         api.get(f"{path}/blockers"),
         api.get_or_none(f"/api/v1/catalogs/{quote(catalog)}/namespaces/{quote(namespace)}/policy"),
         api.get_or_none(f"{path}/partitions?limit={READINESS_ROWS}"),
+        api.get_or_none(f"{path}/publish"),
     )
     details = await asyncio.gather(
         *(api.get(f"/api/v1/tasks/{t['id']}") for t in tasks["items"][:10])
@@ -152,8 +153,13 @@ async def table_page(
         # Shown when the policy enables readiness, or rows remain from when it did.
         "readiness": (partitions or {}).get("items", []),
         "readiness_enabled": ((table.get("policy") or {}).get("readiness") or {}).get("enabled"),
+        # Shown when the policy enables write-audit-publish, or audits remain from when it did.
+        "publish": published
+        if published and (published["enabled"] or published["audits"])
+        else None,
         "kinds": KINDS,
         "can_operate": access.caller.may(Role.operator, catalog, namespace),
+        "can_admin": access.caller.may(Role.admin, catalog, namespace),
         "retryable": RETRYABLE_STATES,
         "open_states": OPEN_STATES,
     }
