@@ -4,7 +4,8 @@
 (branches and tags, and when snapshot expiry drops them), `rollback` (main back to a
 snapshot or a tag; admin, and asked for confirmation), `repair` (one partition back to a
 snapshot), `revert` (a range of commits undone) and `cherry-pick` (an audit branch's
-append applied to main): a dry run, then applied if asked.
+append applied to main): a dry run, then applied if asked; `publish` (write-audit-publish's
+audits of the branch, and what the next round does).
 Each is one or two REST calls, printed as the other operator commands are (cli/ops.py)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     for command in (partitions, watermark, heartbeat, refs, rollback, repair, revert, cherry_pick):
         app.command()(command)
+    app.command("publish")(publish_audits)
 
 
 # --- readiness ---------------------------------------------------------------------------
@@ -296,3 +298,43 @@ def _repair_view(r: dict[str, Any]) -> Iterable[RenderableType]:
         yield f"{r['table']}: {r['action']} would {what} (dry run; --apply to commit)"
     else:
         yield f"{r['table']}: {r['action']} committed snapshot {r['committed_snapshot_id']}: {what}"
+
+
+# --- write-audit-publish -------------------------------------------------------------------
+
+
+def publish_audits(
+    ctx: typer.Context,
+    name: TableName,
+    catalog: Catalog = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=50)] = 10,
+    output: Output = Format.table,
+) -> None:
+    """Write-audit-publish: the audit branch's newest audits (published, or the checks that
+    refused it) and what the leader's next publish round does (the policy's `publish`)."""
+    path = table_path(catalog, *split_name(name))
+    with calling(ctx) as api:
+        found = api.get(f"{path}/publish")
+        found["next"] = api.get(f"{path}/explain")["publish"]
+    found["audits"] = found["audits"][:limit]
+    emit(found, output, _publish_view)
+
+
+def _publish_view(p: dict[str, Any]) -> Iterable[RenderableType]:
+    state = "enabled" if p["enabled"] else "disabled"
+    yield f"{p['table']}: write-audit-publish {state}, branch {p['branch']}"
+    if p["next"]:
+        yield f"next round: {p['next']['reason']}"
+    rows = [
+        (
+            a["at"],
+            a["branch_snapshot_id"],
+            a["rows"],
+            "published" if a["published"] else ("passed" if a["passed"] else "refused"),
+            "; ".join(f"{n}: {c['detail']}" for n, c in a["checks"].items() if not c["passed"])
+            or a["reason"],
+        )
+        for a in p["audits"]
+    ]
+    if rows:
+        yield table(None, ("audited", "branch head", "rows", "verdict", "why"), rows)

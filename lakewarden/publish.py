@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from lakewarden import sql_assertions
+from lakewarden.db.models import PublishAudit
 from lakewarden.policy.model import MiB, PublishPolicy
 from lakewarden.repair import live_files
 
@@ -171,3 +172,37 @@ def fast_forward(table: Table, result: Audit) -> None:
     """Main to the audited branch head, asserting main is still where the audit read it
     (CommitFailedException otherwise: a writer committed to main meanwhile)."""
     table.manage_snapshots().set_current_snapshot(result.branch_snapshot_id).commit()
+
+
+def explain(table: Table, policy: PublishPolicy, last: PublishAudit | None) -> dict[str, Any]:
+    """What the leader's next publish round would do with the table, from its refs and the
+    last audit of the branch."""
+    head = branch_head(table, policy.branch)
+    main = table.current_snapshot()
+    main_id = main.snapshot_id if main is not None else None
+    checks = ["fast_forward", "rows"]
+    checks += ["row_ratio"] * (policy.max_row_ratio is not None)
+    checks += [f"null_rate.{c}" for c in sorted(policy.max_null_rate)]
+    checks += ["schema"] * policy.schema_unchanged
+    checks += [f"sql.{n}" for n in sorted(policy.sql_assertions)]
+    if not policy.enabled:
+        due, reason = False, "write-audit-publish is disabled (policy publish.enabled)"
+    elif head is None:
+        due, reason = False, f"no branch {policy.branch!r} yet: writers create it and commit to it"
+    elif head == main_id:
+        due, reason = False, f"main is at the head of {policy.branch!r}: nothing to publish"
+    elif last is not None and last.branch_snapshot_id == head:
+        due, reason = False, f"the branch head {head} was audited already: {last.reason}"
+    else:
+        due = True
+        reason = f"the branch head {head} is new: the next round audits it ({', '.join(checks)})"
+    return {
+        "enabled": policy.enabled,
+        "branch": policy.branch,
+        "branch_snapshot_id": head,
+        "main_snapshot_id": main_id,
+        "checks": checks,
+        "due": due,
+        "reason": reason,
+        "last_audit": last,
+    }

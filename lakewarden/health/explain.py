@@ -19,7 +19,8 @@ from pyiceberg.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import ManagedTable, Task
+from lakewarden import publish
+from lakewarden.db.models import ManagedTable, PublishAudit, Task
 from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
 from lakewarden.holds import holds_of, shown
@@ -117,9 +118,21 @@ def explain_table(
         "validation": explain_validation(policy.validation, table),
         "readiness": _explain_readiness(session, row, table, policy, now),
         "tags": explain_tags(policy.tags, table, now),
+        "publish": publish.explain(
+            table, policy.publish, _last_audit(session, row.id, policy.publish.branch)
+        ),
         "orphan_removal": explain_orphans(session, row, policy.clean, now),
         "quota": quota,
     }
+
+
+def _last_audit(session: Session, table_id: int, branch: str) -> PublishAudit | None:
+    return session.scalars(
+        select(PublishAudit)
+        .where(PublishAudit.table_id == table_id, PublishAudit.branch == branch)
+        .order_by(PublishAudit.id.desc())
+        .limit(1)
+    ).first()
 
 
 def explain_orphans(

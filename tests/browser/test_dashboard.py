@@ -1,7 +1,8 @@
 """The on-call dashboard in Chromium: the overview lists a table after a real compaction,
 the table page's file-size histogram agrees with pyiceberg, cancel and retry work from
-their buttons, a revert is dry-run then applied, a viewer sees no action button, and no page logs a console error (checked
-for every page by `open_page`). One compaction (real Spark) for the module.
+their buttons, a revert is dry-run then applied, a viewer sees no action button, and no
+page logs a console error (checked for every page by `open_page`). One compaction (real
+Spark) for the module.
 
 Chromium is Debian's (/usr/bin/chromium) driven by Playwright; the API is real uvicorn on a
 free port, on the Spark tests' database. Each test gets a fresh browser context (its own

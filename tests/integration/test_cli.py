@@ -350,6 +350,12 @@ def test_revert_dry_run_then_apply(live: Live) -> None:
     assert picked["committed_snapshot_id"] and picked["rows_restored"] == 3
     assert table.refresh().scan().to_arrow().num_rows == before.num_rows + 3
 
+    # `publish`: the audits (none: the policy is off) and what the next round would do.
+    shown = _table_mode(live, "publish", "sales.returns")
+    assert "write-audit-publish disabled, branch audit" in shown
+    assert "next round: write-audit-publish is disabled" in shown
+    assert live.json("publish", "sales.returns")["audits"] == []
+
 
 def test_partitions_and_watermark(live: Live) -> None:
     path = "/api/v1/tables/sales/returns"

@@ -77,11 +77,18 @@ def test_audited_batches_are_published_and_bad_ones_never_reach_main(
     table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
     fence = _lead(rt)
 
-    # A good batch on the branch: audited, main fast-forwarded to it.
+    # A good batch on the branch: explain says the next round audits it; main fast-forwarded.
     table.refresh().append(_batch([3, 4, 5]), branch="audit")
-    assert len(publish_round(rt, fence)) == 1
+    head = table.refresh().metadata.refs["audit"].snapshot_id
+    explained = client.get("/api/v1/tables/sales/wap/explain").json()["publish"]
+    assert explained["due"] and explained["branch_snapshot_id"] == head
+    assert explained["checks"] == ["fast_forward", "rows", "null_rate.v", "schema"]
+    assert publish_round(rt, fence) != []
     assert _main_rows(table) == [1, 2, 3, 4, 5]
     assert publish_round(rt, fence) == []  # judged once
+    explained = client.get("/api/v1/tables/sales/wap/explain").json()["publish"]
+    assert not explained["due"] and "main is at the head of 'audit'" in explained["reason"]
+    assert explained["last_audit"]["published"]
 
     # A batch whose v is all null: main untouched, the alert says why.
     table.refresh().append(_batch([6, 7], null=True), branch="audit")

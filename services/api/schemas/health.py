@@ -457,6 +457,17 @@ class PublishOut(ResponseModel):
     audits: list[PublishAuditOut] = Field(description="the newest first (at most 50)")
 
 
+class PublishExplainOut(ResponseModel):
+    enabled: bool
+    branch: str
+    branch_snapshot_id: int | None = Field(description="the audit branch's head (null: none)")
+    main_snapshot_id: int | None
+    checks: list[str] = Field(description="the checks an audit runs, by the policy")
+    due: bool = Field(description="the leader's next publish round audits the branch head")
+    reason: str
+    last_audit: PublishAuditOut | None = Field(description="the branch's newest audit")
+
+
 class TagsExplainOut(ResponseModel):
     enabled: bool
     every: str
@@ -634,6 +645,9 @@ class ExplainOut(ResponseModel):
     )
     tags: TagsExplainOut | None = Field(
         default=None, description="the scheduled tags: the next one due, and which would lapse"
+    )
+    publish: PublishExplainOut | None = Field(
+        default=None, description="write-audit-publish: whether the branch head is audited next"
     )
     orphan_removal: OrphanRemovalExplainOut | None = Field(
         default=None, description="when clean next removes orphan files (orphan_interval_minutes)"
