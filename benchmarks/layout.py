@@ -7,7 +7,7 @@ except the lookups B2 times.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -231,6 +231,23 @@ def b3(ctx: Context) -> Figure:
                 tables[c] = catalog.load_table(refs[c].dotted)
                 files_after[c].append(len(read_files(tables[c]).data))
 
+        # Then the writer stops: once tier_quiet_merge_minutes pass with no data commit, the
+        # sweep's task merges every tier (its plan is asked at that time, not waited for).
+        files_before_quiet = files_after["tiered"][-1]
+        quiet = policies["tiered"].tier_quiet_merge_minutes or 0
+        later = datetime.now(UTC) + timedelta(minutes=quiet + 1)
+        outcome = compaction.plan(policies["tiered"], tables["tiered"], later)
+        major_bytes = 0
+        if outcome.plan is not None:
+            plan = outcome.plan
+            seconds, result = timed(partial(compaction.run, spark, name, refs["tiered"], plan))
+            job_s["tiered"] += seconds
+            major_bytes = int(result.metrics["rewritten_bytes"])
+            rewritten["tiered"] += major_bytes
+            tables["tiered"] = catalog.load_table(refs["tiered"].dotted)
+            files_after["tiered"][-1] = len(read_files(tables["tiered"]).data)
+        fig.values["tiered_major_merge_bytes"] = major_bytes
+        fig.values["tiered_data_files_before_major_merge"] = files_before_quiet
         for c in copies:
             fig.values[f"{c}_rewritten_bytes_total"] = rewritten[c]
             fig.values[f"{c}_rewritten_bytes_per_round"] = bytes_per_round[c]
@@ -252,6 +269,7 @@ def b3(ctx: Context) -> Figure:
             f"{rounds} rounds of {sizes.round_files} files x {sizes.round_rows_per_file} "
             f"rows; target {rounds}x one round's bytes, min_input_files {inputs}, "
             "tier_min_files 3; a tier counts the files of its own size and the largest full "
-            "tier merges first (with the smaller files under it)"
+            "tier merges first (with the smaller files under it); after the last round, the "
+            "major merge a quiet table gets (tier_quiet_merge_minutes), counted in the bytes"
         )
     return fig

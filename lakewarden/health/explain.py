@@ -30,7 +30,6 @@ from lakewarden.policy.model import (
     CleanPolicy,
     KindPolicy,
     Policy,
-    SweptPolicy,
     TagsPolicy,
     ValidationPolicy,
     is_due,
@@ -307,15 +306,11 @@ def _triggers(
                     "metrics": verdict.metrics,
                 }
             )
-    if kind.swept:
+    if kind.swept and section.sweep_minutes() is not None:  # compaction: when tiered
         last = session.scalar(
             select(func.max(Task.created_at)).where(Task.table_id == row.id, Task.kind == kind.name)
         )
-        due, why = (
-            is_due(section, last, now, kind=kind.name)
-            if isinstance(section, SweptPolicy)
-            else (False, f"{kind.name} has no sweep interval")
-        )
+        due, why = is_due(section, last, now, kind=kind.name)
         if blocked is not None:
             reason = blocked
         else:

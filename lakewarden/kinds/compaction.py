@@ -140,9 +140,12 @@ def plan_from_files(
     files: list[DataFile],
     delete_files: int = 0,
     buckets: dict[int, KeyBucket] | None = None,
+    quiet_minutes: float | None = None,
 ) -> PlanOutcome:
     """Pure planning over file descriptions (unit-tested without a table). `buckets`: spec id
-    -> its partition field bucketing the key (metadata.key_buckets), for primary-key tables."""
+    -> its partition field bucketing the key (metadata.key_buckets), for primary-key tables.
+    `quiet_minutes`: how long no data commit has touched the table, when that is at least
+    the policy's `tier_quiet_merge_minutes` (the major merge of a tiered table)."""
     if snapshot_id is None:
         return PlanOutcome(None, "table has no snapshot: nothing to compact")
     groups: dict[tuple[int, Partition], list[DataFile]] = defaultdict(list)
@@ -158,7 +161,10 @@ def plan_from_files(
     threshold = policy.small_file_threshold_bytes
     target = policy.target_file_size_bytes
     tier: dict[str, int] | None = None
-    if policy.tiers:
+    major = quiet_minutes if policy.tiers else None  # the quiet time of a major merge
+    if major is not None:
+        min_input = 2  # every partition's small files, whatever their tier, into one size
+    elif policy.tiers:
         level = _full_tier(policy, groups.values(), min_input)
         if level is not None:
             bounds = policy.tier_bounds()
@@ -251,6 +257,7 @@ def plan_from_files(
         },
         "rewrite_position_deletes": delete_files > 0,
         "tier": tier,
+        "major_merge": {"quiet_minutes": round(major, 1)} if major is not None else None,
         "partitions": partitions,
         "files_before": len(files),
         "files_to_rewrite": rewritten,
@@ -285,6 +292,11 @@ def plan_from_files(
             f" (tier L{tier['level']}: files under {tier['files_below_bytes']} bytes "
             f"into ~{tier['output_file_bytes']}-byte files)"
         )
+    if major is not None:
+        reason += (
+            f" (major merge: no data commit for {major:.0f} min, tier_quiet_merge_"
+            f"minutes {policy.tier_quiet_merge_minutes:g}: every tier into target-size files)"
+        )
     if keyed:
         reason += "; every data file with a delete applied is rewritten (primary-key table)"
     return PlanOutcome(plan, reason + unbucketed)
@@ -298,13 +310,34 @@ def target_branch(policy: CompactionPolicy) -> str | None:
 def plan(policy: CompactionPolicy, table: Table, now: datetime) -> PlanOutcome:
     """main's files, or those of `compaction.branch`; the plan says which branch."""
     branch = target_branch(policy)
-    outcome = _plan_branch(policy, table, branch) if branch else _plan_main(policy, table)
+    quiet = quiet_minutes(policy, table, branch, now)
+    outcome = (
+        _plan_branch(policy, table, branch, quiet) if branch else _plan_main(policy, table, quiet)
+    )
     if outcome.plan is None:
         return outcome
     return PlanOutcome({**outcome.plan, "branch": branch or MAIN_BRANCH}, outcome.reason)
 
 
-def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOutcome:
+def quiet_minutes(
+    policy: CompactionPolicy, table: Table, branch: str | None, now: datetime
+) -> float | None:
+    """Minutes since the ref's last data commit (any but a rewrite, `replace`), when they
+    reach the policy's tier_quiet_merge_minutes on a tiered table; None otherwise."""
+    if not policy.tiers or policy.tier_quiet_merge_minutes is None:
+        return None
+    ref = table.metadata.refs.get(branch or MAIN_BRANCH)
+    head = table.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+    for snapshot in history.ancestors(table, head, history.MAX_JOB_WALK):
+        if snapshot.summary is None or snapshot.summary.operation.value != "replace":
+            quiet = (now.timestamp() * 1000 - snapshot.timestamp_ms) / 60_000
+            return quiet if quiet >= policy.tier_quiet_merge_minutes else None
+    return None  # only rewrites within the walk: judged again by the next sweep
+
+
+def _plan_branch(
+    policy: CompactionPolicy, table: Table, branch: str, quiet: float | None = None
+) -> PlanOutcome:
     """A named branch: its head planned as main's would be. Its position-delete files stay
     (Iceberg's procedure for them knows only main)."""
     if not open_table(table).refs().is_branch(branch):
@@ -314,7 +347,9 @@ def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOut
             "compaction.branch to null for main)",
         )
     files = read_files(table, ref=branch)
-    outcome = plan_from_files(policy, files.snapshot_id, files.data, len(files.deletes))
+    outcome = plan_from_files(
+        policy, files.snapshot_id, files.data, len(files.deletes), quiet_minutes=quiet
+    )
     reason = f"branch {branch}: {outcome.reason}"
     if outcome.plan is None:
         return PlanOutcome(None, reason)
@@ -322,10 +357,10 @@ def _plan_branch(policy: CompactionPolicy, table: Table, branch: str) -> PlanOut
     return in_declared_order(policy, table, on_branch)
 
 
-def _plan_main(policy: CompactionPolicy, table: Table) -> PlanOutcome:
+def _plan_main(policy: CompactionPolicy, table: Table, quiet: float | None = None) -> PlanOutcome:
     files = read_files(table)
     outcome = plan_from_files(
-        policy, files.snapshot_id, files.data, len(files.deletes), key_buckets(table)
+        policy, files.snapshot_id, files.data, len(files.deletes), key_buckets(table), quiet
     )
     return in_declared_order(policy, table, outcome)
 
@@ -405,4 +440,5 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
     return JobResult(metrics, committed)
 
 
-KIND = Kind(name="compaction", plan=plan, run=run, event_verdict=event_verdict)
+# Swept by time too, only where the policy tiers with a quiet merge (sweep_minutes).
+KIND = Kind(name="compaction", plan=plan, run=run, event_verdict=event_verdict, swept=True)

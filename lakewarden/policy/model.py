@@ -139,20 +139,30 @@ class KindPolicy(InputModel):
     # pydantic's (Rust) regex: `$` is the end of the text, a trailing newline does not pass.
     pool: str = Field(default="default", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
+    def sweep_minutes(self) -> float | None:
+        """How often the leader's sweep creates a task of the kind (None: never swept)."""
+        return None
+
 
 class SweptPolicy(KindPolicy):
     """A time-based kind: the scheduler's sweep creates a task every `interval_minutes`."""
 
     interval_minutes: float = Field(default=60, ge=1, le=MAX_MINUTES)
 
+    def sweep_minutes(self) -> float | None:
+        return self.interval_minutes
+
 
 def is_due(
-    section: SweptPolicy, last_created_at: datetime | None, now: datetime, *, kind: str
+    section: KindPolicy, last_created_at: datetime | None, now: datetime, *, kind: str
 ) -> tuple[bool, str]:
-    """The sweep's rule, which the leader's sweep and explain both ask: a task of the
-    time-based `kind` is due when the table has none yet, or once `interval_minutes` have
-    passed since the last one was created. Returns (due, why)."""
-    interval = timedelta(minutes=section.interval_minutes)
+    """The sweep's rule, which the leader's sweep and explain both ask: a task of a swept
+    `kind` is due when the table has none yet, or once its `sweep_minutes` have passed
+    since the last one was created. Returns (due, why)."""
+    every = section.sweep_minutes()
+    if every is None:
+        return False, f"{kind} is not swept by time under this policy"
+    interval = timedelta(minutes=every)
     if last_created_at is None:
         return True, f"no {kind} task yet"
     since = now - last_created_at
@@ -160,7 +170,7 @@ def is_due(
         return False, f"the next {kind} task is due at {(last_created_at + interval).isoformat()}"
     minutes = since.total_seconds() / 60
     ago = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
-    return True, f"last {kind} task {ago} ago, interval {section.interval_minutes:g} min"
+    return True, f"last {kind} task {ago} ago, interval {every:g} min"
 
 
 class CompactionPolicy(KindPolicy):
@@ -188,6 +198,11 @@ class CompactionPolicy(KindPolicy):
     # while small ones keep arriving.
     tiers: int = Field(default=0, ge=0, le=4)
     tier_min_files: int = Field(default=3, ge=2, le=100_000)
+    # Tiered only: once no data commit (anything but a rewrite) has touched the table for
+    # this long, every partition's small files, of any tier, are merged into target-size
+    # files (a major merge), so a table that stopped being written ends as compact as full
+    # bin-pack leaves it. The leader's sweep looks that often. null: never.
+    tier_quiet_merge_minutes: float | None = Field(default=60, gt=0, le=MAX_MINUTES)
     # Primary-key (upsert) tables bucketed by key (bucket(N, id)): 0 = off. n > 0 = a bucket
     # holding more than n data files is compacted (every partition with 2+ small files is then
     # merged), and every compaction rewrites each data file a delete file applies to, so
@@ -199,6 +214,9 @@ class CompactionPolicy(KindPolicy):
     # A table that declares a sort order (Iceberg's write order) is compacted into it;
     # false: bin-packed as written (cheaper: no sort).
     sort_by_table_order: bool = True
+
+    def sweep_minutes(self) -> float | None:
+        return self.tier_quiet_merge_minutes if self.tiers else None
 
     def tier_bounds(self) -> list[int]:
         """Upper size bound of each tier, smallest first; the last is the small threshold."""

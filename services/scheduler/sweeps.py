@@ -1,6 +1,7 @@
-"""The leader's periodic sweep: time-based kinds (TTL, clean, stats) get a task once their
-interval has passed since the table's last task of that kind, on tables of every format
-that runs the kind (`kinds.formats.runs_on`). Idempotent: a second
+"""The leader's periodic sweep: time-based kinds (TTL, clean, stats; compaction where the
+policy tiers with a quiet merge) get a task once their interval (`sweep_minutes`) has
+passed since the table's last task of that kind, on tables of every format that runs the
+kind (`kinds.formats.runs_on`). Idempotent: a second
 sweep (or a second leader for a moment) finds the open task and creates nothing.
 A table the sweep fails on (a stored policy that no longer validates, say) is skipped
 and alerted (`lakewarden.isolation`): the others still get their tasks.
@@ -38,7 +39,7 @@ from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
 from lakewarden.kinds.formats import runs_on
 from lakewarden.leader import Fence, check_fence
-from lakewarden.policy.model import Policy, SweptPolicy, TagsPolicy, effective_policy, is_due
+from lakewarden.policy.model import KindPolicy, Policy, TagsPolicy, effective_policy, is_due
 from lakewarden.refs import make_due_tag, tag_name
 from lakewarden.runtime import Runtime
 from lakewarden.states import TableFormatName
@@ -130,7 +131,7 @@ class _Sweep:
         self.isolated = PerTable("sweep")
         # (table settings, namespace defaults) as JSON -> the enabled time-based sections
         # of that effective policy, or the error parsing it raised (raised again per table).
-        self._sections: dict[tuple[str, str], list[tuple[Kind, SweptPolicy]] | Exception] = {}
+        self._sections: dict[tuple[str, str], list[tuple[Kind, KindPolicy]] | Exception] = {}
         self._tags: dict[tuple[str, str], TagsPolicy | None] = {}  # the same pairs' tags
         # Tables to tag: those whose tags are enabled and nothing holds (a writer's blocker,
         # a pause, the freeze: a tag is a commit too); a held one is tagged once it is free.
@@ -138,7 +139,7 @@ class _Sweep:
 
     def batch(self, s: Session, rows: Sequence[Row[Any]]) -> None:
         defaults = _namespace_defaults(s, {(r.catalog, r.namespace) for r in rows})
-        enabled: dict[int, list[tuple[Kind, SweptPolicy]]] = {}
+        enabled: dict[int, list[tuple[Kind, KindPolicy]]] = {}
         tagged: dict[int, tuple[str, TableRef, TagsPolicy]] = {}
         for row in rows:
             with self.isolated.table(f"{row.namespace}.{row.name}"):  # pure: no savepoint
@@ -188,7 +189,7 @@ class _Sweep:
 
     def _enabled(
         self, table_policy: dict[str, Any] | None, namespace_policy: dict[str, Any] | None
-    ) -> list[tuple[Kind, SweptPolicy]]:
+    ) -> list[tuple[Kind, KindPolicy]]:
         key = _key(table_policy, namespace_policy)
         found = self._sections.get(key)
         if found is None:
@@ -207,7 +208,7 @@ class _Sweep:
         return found
 
     def _create(
-        self, s: Session, row: Row[Any], due: list[tuple[Kind, SweptPolicy, str]]
+        self, s: Session, row: Row[Any], due: list[tuple[Kind, KindPolicy, str]]
     ) -> list[int]:
         created: list[int] = []
         for kind, section, why in due:
@@ -230,9 +231,9 @@ def _key(table_policy: dict[str, Any] | None, namespace_policy: dict[str, Any] |
     return json.dumps(table_policy, sort_keys=True), json.dumps(namespace_policy, sort_keys=True)
 
 
-def _swept_sections(policy: Policy, swept: list[Kind]) -> list[tuple[Kind, SweptPolicy]]:
+def _swept_sections(policy: Policy, swept: list[Kind]) -> list[tuple[Kind, KindPolicy]]:
     sections = [(kind, kind.section(policy)) for kind in swept]
-    return [(k, sec) for k, sec in sections if sec.enabled and isinstance(sec, SweptPolicy)]
+    return [(k, sec) for k, sec in sections if sec.enabled and sec.sweep_minutes() is not None]
 
 
 def _namespace_defaults(

@@ -79,9 +79,9 @@ def test_audited_batches_are_published_and_bad_ones_never_reach_main(
 
     # A good batch on the branch: explain says the next round audits it; main fast-forwarded.
     table.refresh().append(_batch([3, 4, 5]), branch="audit")
-    head = table.refresh().metadata.refs["audit"].snapshot_id
+    audited = table.refresh().metadata.refs["audit"].snapshot_id
     explained = client.get("/api/v1/tables/sales/wap/explain").json()["publish"]
-    assert explained["due"] and explained["branch_snapshot_id"] == head
+    assert explained["due"] and explained["branch_snapshot_id"] == audited
     assert explained["checks"] == ["fast_forward", "rows", "null_rate.v", "schema"]
     assert publish_round(rt, fence) != []
     assert _main_rows(table) == [1, 2, 3, 4, 5]

@@ -368,3 +368,55 @@ def test_a_rewrite_writes_the_tables_codec_and_zstd_where_it_names_none(
     after = spark_rt.catalog.load_table(f"sales.{name}")
     assert _codecs(after) == {written}
     assert after.properties["write.parquet.compression-codec"] == (named or "zstd")
+
+
+def test_a_tiered_table_that_goes_quiet_gets_a_major_merge(
+    scheduler: Scheduler, spark_rt: Runtime
+) -> None:
+    """Tiering leaves files no tier can merge yet; once no data commit came for
+    tier_quiet_merge_minutes, the leader's sweep opens a compaction task and its plan
+    merges every tier into target-size files: one file per partition, every row kept."""
+    from datetime import UTC, datetime
+
+    from services.scheduler.sweeps import sweep_due_tasks
+
+    table = append_batches(make_table(spark_rt, name="tiered_quiet"), 3, regions=("a", "b"))
+    before = fingerprint(table)
+    quiet_s = 3.0
+    policy = {
+        "compaction": {
+            "min_small_files": 5,
+            "min_input_files": 5,
+            "tiers": 2,
+            "tier_quiet_merge_minutes": quiet_s / 60,
+        },
+        "clean": {"enabled": False},  # the sweep's only task here is compaction
+    }
+    first = manage(spark_rt, "tiered_quiet", policy)
+    assert Worker(spark_rt).run_once()
+    assert task_of(spark_rt, first).state == "skipped"  # 3 files a partition: no tier full
+    assert scheduler.fence is not None
+
+    def swept_compaction() -> int:
+        assert scheduler.fence is not None
+        (created,) = sweep_due_tasks(spark_rt, scheduler.fence, datetime.now(UTC))
+        assert task_of(spark_rt, created).kind == "compaction"
+        return created
+
+    time.sleep(quiet_s)
+    swept = swept_compaction()
+    assert Worker(spark_rt).run_once()
+    task = task_of(spark_rt, swept)
+    assert task.state == "planned" and task.plan is not None
+    assert task.plan["major_merge"]["quiet_minutes"] >= quiet_s / 60
+    assert "major merge: no data commit for" in (task.reason or "")
+    assert run_one(scheduler) == "succeeded"
+
+    after = fingerprint(spark_rt.catalog.load_table("sales.tiered_quiet"))
+    assert (after.data_files, before.data_files) == (2, 6)
+    assert (after.rows, after.checksum) == (before.rows, before.checksum)
+    # The table stays quiet: the next sweep's task finds nothing left to merge.
+    time.sleep(quiet_s)
+    again = swept_compaction()
+    assert Worker(spark_rt).run_once()
+    assert task_of(spark_rt, again).state == "skipped"

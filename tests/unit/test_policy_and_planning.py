@@ -209,3 +209,25 @@ def test_the_largest_full_tier_is_merged_though_the_lowest_is_full_too() -> None
     strict = policy.model_copy(update={"tier_min_files": 4})
     held = plan_from_files(strict, 1, tiny + mid)
     assert held.plan is not None and held.plan["tier"]["level"] == 0
+
+
+def test_a_quiet_tiered_table_gets_a_major_merge_of_every_tier() -> None:
+    """A tiered table keeps up to tier_min_files - 1 files per tier while it is written;
+    once quiet, each partition's small files of every tier merge into target-size files."""
+    policy = CompactionPolicy(
+        target_file_size_bytes=1_000_000, min_small_files=5, min_input_files=5, tiers=2
+    )
+    leftovers = _files("a", 2, 300_000) + _files("a", 2, 10_000) + _files("b", 1, 10_000)
+    assert plan_from_files(policy, 1, leftovers).plan is None  # no tier full
+    outcome = plan_from_files(policy, 1, leftovers, quiet_minutes=75.0)
+    assert outcome.plan is not None
+    plan = outcome.plan
+    assert plan["tier"] is None and plan["major_merge"] == {"quiet_minutes": 75.0}
+    assert plan["files_to_rewrite"] == 4  # partition a's; b's one file stays
+    assert plan["options"]["target-file-size-bytes"] == "1000000"
+    assert plan["options"]["min-input-files"] == "2"
+    assert "major merge: no data commit for 75 min" in outcome.reason
+    # The sweep looks that often, on tiered tables only.
+    assert policy.sweep_minutes() == 60
+    assert CompactionPolicy().sweep_minutes() is None
+    assert policy.model_copy(update={"tier_quiet_merge_minutes": None}).sweep_minutes() is None
