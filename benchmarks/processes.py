@@ -54,13 +54,20 @@ def setting_vars(values: Mapping[str, str]) -> dict[str, str]:
 
 
 def start(
-    args: Iterable[str], env: Mapping[str, str], log: Path, *, append: bool = False, **popen: Any
+    args: Iterable[str],
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    append: bool = False,
+    module: str = "cli",
+    **popen: Any,
 ) -> subprocess.Popen[bytes]:
-    """`python -m cli <args>`, its output and errors into `log` (appended to, for a
-    process restarted under the same log). `popen`: more of Popen's (cwd, ...)."""
+    """`python -m cli <args>` (or another `module`), its output and errors into `log`
+    (appended to, for a process restarted under the same log). `popen`: more of Popen's
+    (cwd, ...)."""
     with open(log, "ab" if append else "wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "cli", *args],
+            [sys.executable, "-m", module, *args],
             env=dict(env),
             stdout=out,
             stderr=subprocess.STDOUT,
