@@ -198,7 +198,7 @@ def _measure(ctx: Context, workers: int, n: int, repeats: int) -> dict[str, Any]
 
 def b35(ctx: Context) -> Figure:
     smoke = ctx.sizes.name == "smoke"
-    n = 10 if smoke else 300
+    n = 10 if smoke else 200
     configs = [1] if smoke else [1, 2]
     ctx.rt.catalog.create_namespace_if_not_exists(NAMESPACE)
     with measuring(
