@@ -93,7 +93,9 @@ class HudiCommitIn(RequestModel):
         description="the table's base path, under a `hudi` catalog's warehouse "
         "(`<warehouse>/<namespace>/<name>`; `file:`, `s3a:` and the like as Hudi spells it)",
     )
-    tableName: str | None = Field(default=None, max_length=1024)
+    tableName: str | None = Field(
+        default=None, max_length=1024, json_schema_extra=documented_pattern(TEXT_PATTERN)
+    )
     commitActionType: Any = Field(default=None, description="commit, deltacommit, ...")
     hoodieWriteStat: list[dict[str, Any]] | None = Field(
         default=None, description="the files written (not read: the timeline has them)"
