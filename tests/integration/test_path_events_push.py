@@ -101,6 +101,7 @@ def test_hudis_callback_makes_each_commit_an_event_and_its_task_at_once(
                 "name": "hlake",
                 "type": "hudi",
                 "properties": {"warehouse": str(base.parent.parent)},
+                "poll_interval_s": 3600,
             },
         )
         assert got.status_code == 201, got.text
@@ -112,7 +113,7 @@ def test_hudis_callback_makes_each_commit_an_event_and_its_task_at_once(
         assert got.status_code == 201, got.text
     assert _counts(rt) == (1, 0)  # the baseline; no log files yet: no task
     with (
-        api_process(db_url, tmp_path, poll_interval_s="3600") as url,
+        api_process(db_url, tmp_path) as url,
         httpx.Client(base_url=url, headers=bearer(issue_token(rt)), timeout=30) as api,
     ):
         callback["hoodie.write.commit.callback.http.url"] = url + HUDI_PUSH

@@ -313,12 +313,13 @@ def post_hudi_commit(
 def _table_by_path(rt: Runtime, path: str) -> tuple[CatalogEntry, TableRef]:
     """The path catalog (`hudi`, `delta`) whose warehouse holds `path`, and the table's
     name there; 404 if none does, 422 if the path's last parts are no table name."""
-    for entry in rt.catalogs.entries():
-        if entry.type not in PATH_CATALOGS:
-            continue
-        found = table_at(entry, path)
-        if found is not None:  # a name lakewarden cannot manage: the handler's 422
-            return entry, TableRef(*found)
+    for attempt in range(2):
+        if attempt:  # registered a moment ago, perhaps on another replica
+            rt.catalogs.forget()
+        for entry in rt.catalogs.entries():
+            found = table_at(entry, path) if entry.type in PATH_CATALOGS else None
+            if found is not None:  # a name lakewarden cannot manage: the handler's 422
+                return entry, TableRef(*found)
     raise HTTPException(
         404,
         f"no managed Hudi table has the base path {path}: no hudi catalog's warehouse holds "
