@@ -6,6 +6,9 @@ last two parts."""
 
 from __future__ import annotations
 
+import posixpath
+from urllib.parse import urlsplit
+
 from pyarrow import fs as pafs
 
 from lakewarden.catalogs.catalog import CatalogConfigError, CatalogEntry, TableRef
@@ -36,3 +39,29 @@ def check_warehouse(entry: CatalogEntry) -> None:
 def table_path(entry: CatalogEntry, ref: TableRef) -> str:
     """The path of the catalog's table `ref`."""
     return "/".join([warehouse(entry), *ref.namespace.split("."), ref.name])
+
+
+# Schemes that name one store: Hadoop's s3a/s3n and s3 are the same bucket.
+_SAME_STORE = {"s3a": "s3", "s3n": "s3", "file": ""}
+
+
+def _canonical(path: str) -> str:
+    """`path` spelled one way: a local path for `file:` URIs (Hadoop writes `file:/x`,
+    Python `file:///x`), `s3` for s3a/s3n, no trailing slash or `.`/`..` parts."""
+    if ":" in path.split("/", 1)[0]:
+        parts = urlsplit(path)
+        scheme = _SAME_STORE.get(parts.scheme, parts.scheme)
+        inner = posixpath.normpath(parts.path or "/")
+        return f"{scheme}://{parts.netloc}{inner}" if scheme else inner
+    return posixpath.normpath(path)
+
+
+def table_at(entry: CatalogEntry, path: str) -> tuple[str, str] | None:
+    """The (namespace, name) whose `table_path` in the catalog is `path` (a writer's base
+    path, however its engine spells it), or None if the catalog's warehouse does not hold
+    it two or more levels down."""
+    root, wanted = _canonical(warehouse(entry)), _canonical(path)
+    if not wanted.startswith(root.rstrip("/") + "/"):
+        return None
+    *namespace, name = wanted[len(root.rstrip("/")) + 1 :].split("/")
+    return (".".join(namespace), name) if namespace else None

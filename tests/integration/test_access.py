@@ -87,6 +87,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/events"): Rule("operator"),
     # operator somewhere; each notification needs it on its table (refused item by item)
     ("POST", "/api/v1/events/batch"): Rule("operator", "any"),
+    # operator somewhere, then on the namespace its base path names (no hudi catalog here: a
+    # 404 for whoever may push; test_path_events_push checks the namespace's 403)
+    ("POST", "/api/v1/events/hudi"): Rule("operator", "any"),
     ("GET", "/api/v1/alerts"): Rule("viewer", "any"),
     ("POST", "/api/v1/alerts/{alert_id}/ack"): Rule("operator", by_id=True),
     ("GET", "/metrics"): Rule("viewer", "fleet"),
@@ -218,6 +221,7 @@ def request_for(method: str, path: str, w: dict[str, Any], rt: Runtime) -> dict[
         },
         ("POST", "/api/v1/events"): {"namespace": NS, "name": "orders"},
         ("POST", "/api/v1/events/batch"): {"events": [{"namespace": NS, "name": "orders"}]},
+        ("POST", "/api/v1/events/hudi"): {"commitTime": "1", "basePath": f"/nowhere/{NS}/orders"},
         ("POST", "/api/v1/alerts/{alert_id}/ack"): {"by": "oncall"},
         ("POST", "/api/v1/catalogs/{catalog}/tables/{namespace}/{name}/blockers"): {
             "holder": "w",

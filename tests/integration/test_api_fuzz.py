@@ -28,6 +28,8 @@ CONFIG = """
 #   JSON Schema calls 5.0 an integer, the policy refuses it like "5" (lakewarden.policy.model);
 # - POST /events: snapshot_id must be a snapshot in the table's metadata (the 422 names the
 #   current one), and is a strict integer: a float has lost the digits of a 64-bit id;
+#   a Hudi or Delta table's `commit` must be in its log; POST /events/hudi: the base path
+#   must be a managed Hudi table's (else a 404);
 # - a catalog (POST, PATCH): it must answer with the properties given (a 422 says it does
 #   not); a management rule (POST, PATCH): a policy, checked over the namespaces' defaults;
 # - POST /tokens: a lifetime at most LAKEWARDEN_TOKEN_MAX_DAYS and no longer than the
@@ -41,6 +43,7 @@ include-name = [
     "PUT /api/v1/catalogs/{catalog}/namespaces/{namespace}/policy",
     "POST /api/v1/events",
     "POST /api/v1/events/batch",
+    "POST /api/v1/events/hudi",
     "POST /api/v1/catalogs",
     "PATCH /api/v1/catalogs/{name}",
     "POST /api/v1/catalogs/{catalog}/rules",

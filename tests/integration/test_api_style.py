@@ -77,6 +77,7 @@ OPERATION_IDS = {
     ("POST", "/api/v1/maintenance/unfreeze"): "unfreezeMaintenance",
     ("POST", "/api/v1/events"): "postEvent",
     ("POST", "/api/v1/events/batch"): "postEventsBatch",
+    ("POST", "/api/v1/events/hudi"): "postHudiCommit",
     ("GET", "/api/v1/alerts"): "listAlerts",
     ("POST", "/api/v1/alerts/{alert_id}/ack"): "ackAlert",
     ("GET", "/metrics"): "getMetrics",

@@ -100,6 +100,8 @@ def test_event_errors(client: TestClient, rt: Runtime) -> None:
     assert r.status_code == 422 and "snapshot 12345 is not in the metadata" in r.json()["detail"]
     assert client.post("/api/v1/events", json=body | {"name": "x-y"}).status_code == 422
     assert client.post("/api/v1/events", json=body | {"snapshot_id": "abc"}).status_code == 422
+    r = client.post("/api/v1/events", json=body | {"commit": "7"})  # Hudi's and Delta's
+    assert r.status_code == 422 and "name its commit with snapshot_id" in r.json()["detail"]
 
 
 def test_notify_trigger_delivers_commits_to_the_listener(client: TestClient, rt: Runtime) -> None:

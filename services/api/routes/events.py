@@ -1,5 +1,11 @@
 """Commit notifications pushed by engines and catalogs (the webhook road).
 
+A Hudi or Delta table (a path catalog's) is pushed by catalog/namespace/name with an
+optional `commit` (an instant, a version), or by Hudi's own write-commit callback
+(`POST /api/v1/events/hudi`, the table found by its base path): its log is read from the
+table's cursor at once (`events.path_tables.push_path_table`, as a poll reads it), the new
+commits recorded and judged in the request's transaction. What follows is Iceberg's road.
+
 A notification that brings nothing new is answered from lakewarden's database alone: when
 it names the metadata file the table's row already holds, or a snapshot already recorded,
 the catalog is not read. Otherwise the table is read from the catalog once and every
@@ -34,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
 from lakewarden.catalogs.catalog import (
+    CatalogEntry,
     InvalidIdentifier,
     TableRef,
     UnknownCatalog,
@@ -43,8 +50,16 @@ from lakewarden.catalogs.catalog import (
 )
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
+from lakewarden.events.path_tables import (
+    LOG_MISSING,
+    LOG_UNREADABLE,
+    commit_event,
+    push_path_table,
+)
 from lakewarden.events.refresh import ingest_batch, ingest_commits, lock_rows
+from lakewarden.formats.warehouse import table_at
 from lakewarden.runtime import Runtime
+from lakewarden.states import PATH_CATALOGS, TableFormatName
 from lakewarden.tables import TableGone, get_tables
 from services.api import errors
 from services.api.access import AccessDep
@@ -56,6 +71,7 @@ from services.api.schemas import (
     EventIn,
     EventOut,
     EventResult,
+    HudiCommitIn,
 )
 
 log = logging.getLogger(__name__)
@@ -140,12 +156,26 @@ def post_event(
     of a commit already recorded (its `snapshot_id`), or naming the metadata file
     lakewarden already holds for the table (`metadata_location`), is answered without
     reading the catalog.
+
+    A Hudi or Delta table is named the same way, with its commit (if known) in `commit`:
+    its log is read from the newest commit lakewarden recorded, and every commit after
+    it recorded and judged before the answer (a commit already recorded is answered from
+    the database alone).
     """
     ref = TableRef(body.namespace, body.name)
     catalog = rt.catalogs.entry(body.catalog or rt.settings.catalog_name).name
     # An engine reporting its commits needs operator on the table's namespace.
     access.need(Role.operator, catalog, ref.namespace, target=ref.dotted)
     row = managed(session, catalog, ref)
+    _check_commit_fields(row, body)
+    if row.format != TableFormatName.ICEBERG:
+        new_events, event = _push_path(session, rt, row, body.commit)
+        return EventAccepted(
+            table=ref.dotted,
+            new_events=new_events,
+            current_snapshot_id=None,
+            event=EventOut.model_validate(event) if event else None,
+        )
     known = _known_event(session, row, body)
     if _is_duplicate(row.metadata_location, body, known):
         return EventAccepted(
@@ -168,6 +198,132 @@ def post_event(
         new_events=len(ingested.new_event_ids),
         current_snapshot_id=ingested.current_snapshot_id,
         event=EventOut.model_validate(event) if event else None,
+    )
+
+
+# --- Hudi and Delta tables -----------------------------------------------------------------
+
+
+def _check_commit_fields(row: ManagedTable, body: EventIn) -> None:
+    """422 if `body` names the commit in the fields of another format than the table's."""
+    problem = _commit_fields_problem(row, body)
+    if problem:
+        raise HTTPException(422, problem)
+
+
+def _commit_fields_problem(row: ManagedTable, body: EventIn) -> str | None:
+    if row.format == TableFormatName.ICEBERG:
+        if body.commit is not None:
+            return (
+                f"{row.namespace}.{row.name} is an Iceberg table: name its commit with "
+                "snapshot_id (and metadata_location), not commit"
+            )
+        return None
+    if body.snapshot_id is not None or body.metadata_location is not None:
+        return (
+            f"{row.namespace}.{row.name} is a {row.format.capitalize()} table: name its "
+            "commit with commit (an instant or version); snapshot_id and metadata_location "
+            "are an Iceberg table's"
+        )
+    return None
+
+
+def _push_path(
+    session: Session, rt: Runtime, row: ManagedTable, commit: str | None
+) -> tuple[int, TimelineEvent | None]:
+    """A commit pushed for a Hudi or Delta table: (the commits recorded, the event of
+    `commit`, else of the newest commit). A commit already recorded is answered from the
+    database alone; otherwise the log is read from the cursor now (404: the table's log is
+    gone; 422: lakewarden cannot read it, or `commit` is not in it)."""
+    if commit is not None and row.format == TableFormatName.DELTA:
+        commit = str(int(commit))  # a version: 007 is 7
+    known = commit_event(session, row.id, commit) if commit is not None else None
+    if known is not None:
+        return 0, known
+    entry = rt.catalogs.entry(row.catalog)
+    try:
+        ingested = push_path_table(session, entry, row, f"webhook:{rt.process_id}")
+    except LOG_MISSING as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except LOG_UNREADABLE as exc:
+        raise HTTPException(422, str(exc)) from exc
+    wanted = commit if commit is not None else ingested.head
+    event = commit_event(session, row.id, wanted) if wanted is not None else None
+    if commit is not None and event is None:
+        raise HTTPException(
+            422,
+            f"commit {commit} is not in the log of {row.namespace}.{row.name} after the "
+            f"newest commit lakewarden recorded ({ingested.head}); nothing was recorded",
+        )
+    return len(ingested.new_event_ids), event
+
+
+@router.post(
+    "/events/hudi",
+    status_code=202,
+    response_model=EventAccepted,
+    responses=errors.documented(
+        409,
+        body=True,
+        notes={
+            404: "no managed Hudi table has that base path (no `hudi` catalog's warehouse "
+            "holds it, or its table is not managed), or its timeline is gone",
+            409: "a concurrent change won",
+            413: "the message is over 1 MiB (a commit of thousands of files): the poll "
+            "records the commit",
+            422: "the message is not Hudi's, the path is a Delta catalog's table, the "
+            "table's version is one lakewarden does not read, or the instant is not on its "
+            "timeline",
+        },
+    ),
+)
+def post_hudi_commit(
+    body: HudiCommitIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> EventAccepted:
+    """Hudi's write-commit callback: a Hudi writer posts each commit here.
+
+    Set on the writer `hoodie.write.commit.callback.on=true`,
+    `hoodie.write.commit.callback.http.url=<lakewarden>/api/v1/events/hudi` and
+    `hoodie.write.commit.callback.http.custom.headers=Authorization:Bearer <token>` (a
+    token with the operator role on the table's namespace). The table is found by the
+    message's `basePath` under a `hudi` catalog's warehouse; its timeline is read from the
+    newest instant lakewarden recorded, as `POST /api/v1/events` does with `commit` set to
+    the message's `commitTime`. Idempotent: a repeated or late callback records nothing.
+    """
+    access.need_somewhere(Role.operator)
+    catalog, ref = _table_by_path(rt, body.basePath)
+    access.need(Role.operator, catalog.name, ref.namespace, target=ref.dotted)
+    if catalog.type != TableFormatName.HUDI:
+        raise HTTPException(
+            422,
+            f"{body.basePath} is table {ref.dotted} of {catalog.type} catalog "
+            f"{catalog.name!r}, not a Hudi table's; report its commits with POST /api/v1/events",
+        )
+    row = managed(session, catalog.name, ref)
+    new_events, event = _push_path(session, rt, row, body.commitTime)
+    access.change = {"commit": body.commitTime, "new_events": new_events}
+    return EventAccepted(
+        table=ref.dotted,
+        new_events=new_events,
+        current_snapshot_id=None,
+        event=EventOut.model_validate(event) if event else None,
+    )
+
+
+def _table_by_path(rt: Runtime, path: str) -> tuple[CatalogEntry, TableRef]:
+    """The path catalog (`hudi`, `delta`) whose warehouse holds `path`, and the table's
+    name there; 404 if none does, 422 if the path's last parts are no table name."""
+    for attempt in range(2):
+        if attempt:  # registered a moment ago, perhaps on another replica
+            rt.catalogs.forget()
+        for entry in rt.catalogs.entries():
+            found = table_at(entry, path) if entry.type in PATH_CATALOGS else None
+            if found is not None:  # a name lakewarden cannot manage: the handler's 422
+                return entry, TableRef(*found)
+    raise HTTPException(
+        404,
+        f"no managed Hudi table has the base path {path}: no hudi catalog's warehouse holds "
+        "it (a table's base path is <warehouse>/<namespace>/<name>; see GET /api/v1/catalogs)",
     )
 
 
@@ -469,8 +625,18 @@ def post_events_batch(
                     f"table {ref.dotted} of catalog {catalog!r} is not managed by lakewarden; "
                     f"register it with POST /api/v1/catalogs/{catalog}/tables",
                 )
-    # In table id order: concurrent batches lock the rows they share in one order.
+    # In table id order: concurrent batches lock the rows they share in one order (the
+    # Iceberg tables' first, then the path tables').
     live = sorted((g for g in groups.values() if g.row is not None), key=lambda g: g.table_id)
+    for group in live:
+        assert group.row is not None
+        for i in group.indexes:
+            problem = _commit_fields_problem(group.row, batch.events[i])
+            if problem:
+                batch.fail(i, 422, problem)
+        group.indexes = [i for i in group.indexes if batch.results[i] is None]
+    paths = [g for g in live if g.row is not None and g.row.format != TableFormatName.ICEBERG]
+    live = [g for g in live if g.indexes and all(g is not p for p in paths)]
     # What the database alone can answer: notifications of recorded commits or pointers.
     known = _events_of(session, {(g.table_id, s) for g in live for s in _named_snapshots(batch, g)})
     todo: list[tuple[_Group, list[int]]] = []
@@ -495,6 +661,8 @@ def post_events_batch(
     # tables are held at once).
     for start in range(0, len(todo), READ_WAVE):
         _ingest_wave(session, rt, batch, _read_wave(rt, batch, todo[start : start + READ_WAVE]))
+    for group in paths:
+        _push_group(session, rt, batch, group)
     answer = batch.answer()
     catalogs = {g.catalog for g in groups.values()}
     access.catalog = catalogs.pop() if len(catalogs) == 1 else None
@@ -508,6 +676,27 @@ def post_events_batch(
         "tables": len(groups),
     }
     return answer
+
+
+def _push_group(session: Session, rt: Runtime, batch: _Batch, group: _Group) -> None:
+    """The notifications of one Hudi or Delta table, each pushed as POST /api/v1/events
+    would (`_push_path`: the first reads the log, the others find their commits recorded),
+    each in a savepoint of its own: a refusal rolls back that notification's work alone."""
+    assert group.row is not None
+    for i in group.indexes:
+        try:
+            with session.begin_nested():
+                new_events, event = _push_path(session, rt, group.row, batch.events[i].commit)
+            batch.accept(i, new_events=new_events, current_snapshot_id=None, event=event)
+        except HTTPException as exc:
+            batch.fail(i, exc.status_code, str(exc.detail))
+        except DBAPIError as exc:
+            if not errors.is_conflict(exc):
+                _fail_unexpected(batch, [i], group.ref)
+            else:
+                batch.fail(i, 409, "collided with a concurrent change; nothing was written: retry")
+        except Exception:
+            _fail_unexpected(batch, [i], group.ref)
 
 
 def _table_of(ev: EventIn) -> TableRef | str:

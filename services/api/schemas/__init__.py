@@ -70,6 +70,7 @@ from services.api.schemas.events import (
     EventOut,
     EventPage,
     EventResult,
+    HudiCommitIn,
 )
 from services.api.schemas.health import (
     BucketOut,
@@ -203,6 +204,7 @@ __all__ = [
     "HeartbeatOut",
     "HoldIn",
     "HoldOut",
+    "HudiCommitIn",
     "HudiHealthOut",
     "HudiServiceOut",
     "KindExplainOut",

@@ -6,9 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import (
-    Field,
-)
+from pydantic import ConfigDict, Field
 
 from services.api.schemas.common import (
     IDENTIFIER_PATTERN,
@@ -19,6 +17,9 @@ from services.api.schemas.common import (
     ResponseModel,
     documented_pattern,
 )
+
+# A Hudi instant's requested time or a Delta version: digits.
+COMMIT_PATTERN = "^[0-9]{1,32}$"
 
 
 class EventIn(RequestModel):
@@ -45,17 +46,61 @@ class EventIn(RequestModel):
         default=None,
         ge=-(2**63),
         le=2**63 - 1,
-        description="the committed snapshot, if known (an Iceberg snapshot id: a 64-bit integer)",
+        description="the committed snapshot, if known (an Iceberg snapshot id: a 64-bit "
+        "integer); an Iceberg table's only",
+    )
+    commit: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=32,
+        pattern=COMMIT_PATTERN,
+        description="the commit, if known, of a Hudi table (an instant's requested time, "
+        "e.g. 20261126084500123) or a Delta table (a version, e.g. 42); a Hudi or Delta "
+        "table's only. lakewarden reads the table's log from its cursor whether or not "
+        "it is given; given, the answer's `event` is that commit's, and it must be in the "
+        "log (422)",
     )
     metadata_location: str | None = Field(
         default=None,
         min_length=1,
         max_length=1024,
         json_schema_extra=documented_pattern(TEXT_PATTERN),
-        description="the table's metadata file after the commit, if known. When lakewarden "
-        "already holds this pointer for the table, nothing is new: the event is answered "
-        "from lakewarden's database without reading the catalog",
+        description="the table's metadata file after the commit, if known (an Iceberg "
+        "table's only). When lakewarden already holds this pointer for the table, nothing "
+        "is new: the event is answered from lakewarden's database without reading the "
+        "catalog",
     )
+
+
+class HudiCommitIn(RequestModel):
+    """The message Hudi's write-commit callback posts (`HoodieWriteCommitCallbackMessage`,
+    as Hudi 1.2's Jackson writes it). Only `basePath` is used, to find the managed table;
+    lakewarden reads the commit itself from the table's timeline. Keys a later Hudi adds
+    are ignored (not refused, as other bodies' are): the writer's message is not ours."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    commitTime: str = Field(
+        min_length=1,
+        max_length=32,
+        pattern=COMMIT_PATTERN,
+        description="the instant's requested time",
+    )
+    basePath: str = Field(
+        min_length=1,
+        max_length=1024,
+        json_schema_extra=documented_pattern(TEXT_PATTERN),
+        description="the table's base path, under a `hudi` catalog's warehouse "
+        "(`<warehouse>/<namespace>/<name>`; `file:`, `s3a:` and the like as Hudi spells it)",
+    )
+    tableName: str | None = Field(
+        default=None, max_length=1024, json_schema_extra=documented_pattern(TEXT_PATTERN)
+    )
+    commitActionType: Any = Field(default=None, description="commit, deltacommit, ...")
+    hoodieWriteStat: list[dict[str, Any]] | None = Field(
+        default=None, description="the files written (not read: the timeline has them)"
+    )
+    extraMetadata: Any = None
 
 
 # The most events one POST /api/v1/events/batch takes (the body must also fit in 1 MiB).
