@@ -43,6 +43,23 @@ def _lead(rt: Runtime) -> Fence:
     return fence
 
 
+def _publishing(client: TestClient, rt: Runtime, name: str, policy: dict[str, Any]) -> Table:
+    """sales.<name> with rows 1 and 2 on main, registered under `policy`, and its audit
+    branch at main's head."""
+    rt.catalog.create_namespace_if_not_exists("sales")
+    table = rt.catalog.create_table(f"sales.{name}", schema=SCHEMA)
+    table.append(_batch([1, 2]))
+    r = client.post("/api/v1/tables", json={"namespace": "sales", "name": name})
+    assert r.status_code == 201, r.text
+    r = client.put(f"/api/v1/tables/sales/{name}/policy", json=policy)
+    assert r.status_code == 200, r.text
+    table = table.refresh()
+    head = table.current_snapshot()
+    assert head is not None
+    table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
+    return table.refresh()
+
+
 def _main_rows(table: Table) -> list[int]:
     return sorted(r["id"] for r in table.refresh().scan().to_arrow().to_pylist())
 
@@ -63,18 +80,7 @@ def _alerts(rt: Runtime) -> list[str]:
 def test_audited_batches_are_published_and_bad_ones_never_reach_main(
     client: TestClient, rt: Runtime
 ) -> None:
-    rt.catalog.create_namespace_if_not_exists("sales")
-    table = rt.catalog.create_table("sales.wap", schema=SCHEMA)
-    table.append(_batch([1, 2]))
-    assert (
-        client.post("/api/v1/tables", json={"namespace": "sales", "name": "wap"}).status_code == 201
-    )
-    r = client.put("/api/v1/tables/sales/wap/policy", json=POLICY)
-    assert r.status_code == 200, r.text
-    table = table.refresh()
-    head = table.current_snapshot()
-    assert head is not None
-    table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
+    table = _publishing(client, rt, "wap", POLICY)
     fence = _lead(rt)
 
     # A good batch on the branch: explain says the next round audits it; main fast-forwarded.
@@ -137,25 +143,13 @@ def test_a_publish_policy_is_checked(client: TestClient, rt: Runtime) -> None:
 
 
 def test_sql_assertions_judge_the_batch_alone_in_a_sandbox(client: TestClient, rt: Runtime) -> None:
-    rt.catalog.create_namespace_if_not_exists("sales")
-    table = rt.catalog.create_table("sales.wap3", schema=SCHEMA)
-    table.append(_batch([1, 2]))
-    assert (
-        client.post("/api/v1/tables", json={"namespace": "sales", "name": "wap3"}).status_code
-        == 201
-    )
     assertions = {
         "no_negative_ids": "SELECT * FROM batch WHERE id < 0",
         "unique_ids": "SELECT id, count(*) FROM batch GROUP BY id HAVING count(*) > 1",
         "no_files": "SELECT * FROM read_csv('/etc/passwd')",
     }
-    policy = {"publish": {"enabled": True, "sql_assertions": assertions}}
-    r = client.put("/api/v1/tables/sales/wap3/policy", json=policy)
-    assert r.status_code == 200, r.text
-    table = table.refresh()
-    head = table.current_snapshot()
-    assert head is not None
-    table.manage_snapshots().create_branch(head.snapshot_id, "audit").commit()
+    policy: dict[str, Any] = {"publish": {"enabled": True, "sql_assertions": assertions}}
+    table = _publishing(client, rt, "wap3", policy)
     fence = _lead(rt)
 
     # The batch repeats main's ids 1 and 2 (main is not in `batch`) and one of its own.
