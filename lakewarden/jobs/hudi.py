@@ -450,6 +450,7 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
         if job.kind not in hudi_kinds.KINDS or not job.plan.get("base_path"):
             raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
+        hudi_jobs.with_concurrency(spark)  # a writer may be live on the table
         if job.kind == hudi_clean.KIND:
             _clean(rt, spark, job, metrics)
         elif job.kind == hudi_ttl.KIND:
