@@ -151,3 +151,71 @@ def test_hudi_compaction_and_clean_beside_a_live_upsert_writer(
         if t.kind == hudi_compaction.KIND and (r.metrics or {}).get(hudi_compaction.PLANNED)
     }
     assert planned <= completed, (planned - completed, report)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(3600)
+def test_delta_optimize_beside_a_streaming_writer(
+    client: TestClient, db_url: str, spark_writers: SparkWriters, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    warehouse = tmp_path / "wh"
+    table = warehouse / "lake" / "t"
+    stop = tmp_path / "stop"
+    seconds = soak_seconds()
+    create = f"CREATE TABLE delta.`{table}` (id BIGINT, ts TIMESTAMP) USING delta"
+    spark_writers.run("delta", [{"sql": create}])
+    _register(
+        client, "delta", warehouse, {"compaction": {"min_input_files": 6, "min_small_files": 6}}
+    )
+    step = {
+        "soak": "delta",
+        "path": str(table),
+        "stop": str(stop),
+        "seconds": stop_by(seconds),
+        "rows_per_second": 200,
+        "checkpoint": str(tmp_path / "checkpoint"),
+    }
+    soak = Soak.start(
+        db_url,
+        tmp_path / "data",
+        spark_conf={
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+        },
+    )
+    try:
+        counts = run_beside(
+            soak,
+            lambda: spark_writers.run("delta", [step], timeout=stop_by(seconds) + 600),
+            stop,
+            ("compaction",),
+            seconds,
+        )
+    finally:
+        soak.close()
+
+    delta = DeltaTable(str(table))
+    ids = delta.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    twice = [k for k, n in Counter(ids).items() if n > 1]
+    top = max(ids) if ids else -1
+    missing = len(set(range(top + 1)) - set(ids))
+    optimizes = [h for h in delta.history() if h.get("operation") == "OPTIMIZE"]
+    # Each OPTIMIZE read one version and committed later: the appends in between are those
+    # Delta's conflict detection checked it against (blind appends: no conflict).
+    over = [int(h["version"]) - int(h["readVersion"]) - 1 for h in optimizes if "readVersion" in h]
+    report = {
+        "writer": counts,
+        "rows": len(ids),
+        "versions": delta.version(),
+        "lakewarden_runs": _summary(soak),
+        "optimize_commits": len(optimizes),
+        "appends_committed_during_optimize": over,
+        "lost": missing + max(0, counts["rows_reported"] - len(set(ids))),
+        "duplicated": len(twice),
+    }
+    print("SOAK delta", json.dumps(report, default=str))
+    assert not twice and missing == 0, report  # ids 0..top, each once: nothing lost between
+    assert len(ids) >= counts["rows_reported"], report  # nor at the end
+    assert optimizes and soak.succeeded("compaction"), report
