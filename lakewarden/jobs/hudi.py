@@ -35,6 +35,7 @@ from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.file_versions import instants_read_by_latest_slices
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
 from lakewarden.formats.hudi.validation import (
     Digest,
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 
 # Where a rewrite's run records the commit it savepointed before rewriting (its undo point).
 SAVEPOINT = "hudi_savepoint"
+# Instants archival leaves beyond those the latest file slices read: a live writer's
+# commits while the archival runs push its window forward.
+ARCHIVE_MARGIN = 10
 
 
 def record_planned(rt: Runtime, job: Job, instant: str) -> None:
@@ -366,11 +370,17 @@ def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) 
         }
     )
     started = time.monotonic()
+    # Never archive an instant a latest file slice reads (a merge-on-read table's log
+    # files not compacted yet), with room for a live writer's commits meanwhile.
+    least = int(job.plan.get("archive_min_commits") or retain + 1)
+    needed = instants_read_by_latest_slices(HudiTimeline(base_path)) + ARCHIVE_MARGIN
+    keep = max(least, needed)
+    metrics["archive_min_commits"] = keep
     metrics["archive_result"] = hudi_jobs.archive(
         spark,
         base_path,
-        int(job.plan.get("archive_min_commits") or retain + 1),
-        int(job.plan.get("archive_max_commits") or retain + 11),
+        keep,
+        keep + max(10, int(job.plan.get("archive_max_commits") or 0) - least),
         retain,
         metadata,
     )

@@ -142,15 +142,10 @@ def test_hudi_compaction_and_clean_beside_a_live_upsert_writer(
     assert len(ids) == len(want) == KEYS
     assert left == [], report
     assert soak.succeeded(hudi_compaction.KIND) and soak.succeeded(hudi_clean.KIND), report
-    # Every compaction lakewarden planned completed (none left inflight); it may take more
-    # than one attempt (a conflict with the writer fails one, the next goes on).
-    completed = {i.requested for i in timeline.completed()}
-    planned = {
-        str(r.metrics[hudi_compaction.PLANNED])
-        for t, r in runs
-        if t.kind == hudi_compaction.KIND and (r.metrics or {}).get(hudi_compaction.PLANNED)
-    }
-    assert planned <= completed, (planned - completed, report)
+    # Every task lakewarden opened ended well, if after a retry (a conflict with the
+    # writer fails an attempt, the next goes on).
+    ended = {t.id: t.state for t, _ in runs}
+    assert set(ended.values()) <= {"succeeded", "skipped"}, report
 
 
 @pytest.mark.spark
