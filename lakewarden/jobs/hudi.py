@@ -171,6 +171,8 @@ def _rewrite(
         raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
     if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
         _corrupt(base_path, instant)
+    if _failpoint(rt) == "corrupt-rewrite-then-write":
+        hudi_jobs.rewrite_one_row(spark, base_path, "failpoint-writer", metadata)
     after_facts = read_facts(base_path)
     metrics.update(
         log_files_before=before_facts.log_files,

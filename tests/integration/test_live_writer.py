@@ -20,12 +20,15 @@ Run the 4-minute proof: LAKEWARDEN_SOAK_SECONDS=240 pytest -s tests/integration/
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import HudiTables
 from fastapi.testclient import TestClient
 from soak import Soak, run_beside, soak_seconds, stop_by
 from spark_writer import SparkWriters
@@ -146,6 +149,49 @@ def test_hudi_compaction_and_clean_beside_a_live_upsert_writer(
     # writer fails an attempt, the next goes on).
     ended = {t.id: t.state for t, _ in runs}
     assert set(ended.values()) <= {"succeeded", "skipped"}, report
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)
+def test_a_bad_compaction_is_not_restored_over_another_writers_commit(
+    client: TestClient, db_url: str, hudi_tables: HudiTables, tmp_path: Path
+) -> None:
+    """The test-only failpoint deletes a base file the compaction wrote, then another
+    writer commits: the validation (by record: a writer committed) finds records lost, and
+    the undo does not restore the savepoint, which would roll the writer's commit back; the
+    savepoint is kept and the failure says how to restore it."""
+    table = tmp_path / "wh" / "lake" / "t"
+    shutil.copytree(hudi_tables.mor_logs, table)
+    _register(client, "hudi", tmp_path / "wh", {"compaction": {"min_input_files": 2}})
+    soak = Soak.start(
+        db_url, tmp_path / "data", failpoint="corrupt-rewrite-then-write", failpoints_enabled=True
+    )
+    try:
+        deadline = time.monotonic() + 1200
+        soak.turn()
+        while not soak.idle():
+            assert time.monotonic() < deadline
+            time.sleep(1.0)
+            soak.turn()
+        [(task, run)] = soak.runs()
+    finally:
+        soak.close()
+    assert task.state == "failed", (run.error, run.log_tail)
+    metrics = run.metrics or {}
+    found = metrics["validation"]
+    assert found["status"] == "failed" and found["mode"] == "by record", found
+    assert found["lost"] > 0 and found["other_writers_commits"] == 1, found
+    undo = metrics["undo"]
+    assert undo["restored"] is False and len(undo["would_roll_back"]) == 1, undo
+    assert "not undone" in (run.error or ""), run.error
+    timeline = HudiTimeline(str(table))
+    completed = {i.requested: i.action for i in timeline.completed()}
+    assert completed[undo["would_roll_back"][0]] == "deltacommit"  # the writer's, kept
+    assert completed[metrics[hudi_compaction.PLANNED]] == "commit"  # not rolled back
+    assert undo["savepoint"] in {
+        i.requested for i in timeline.completed() if i.action == "savepoint"
+    }
+    assert "restore" not in completed.values()
 
 
 @pytest.mark.spark

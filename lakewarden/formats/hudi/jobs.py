@@ -295,6 +295,15 @@ def delete_rows(
     rows.write.format("hudi").options(**options).mode("append").save(base_path)
 
 
+def rewrite_one_row(spark: SparkSession, base_path: str, mark: str, metadata: bool) -> None:
+    """Test-only (the `corrupt-rewrite-then-write` failpoint): another writer's commit, one
+    of the table's rows upserted as it is."""
+    options = _write_options(base_path, "upsert", mark, metadata)
+    rows = spark.read.format("hudi").load(base_path).limit(1)
+    rows = rows.drop(*[c for c in rows.columns if c.startswith("_hoodie_")])
+    rows.write.format("hudi").options(**options).mode("append").save(base_path)
+
+
 def create_ttl_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
     """Savepoint `instant` before a TTL deletes (its undo point, kept per the policy)."""
     spark.sql(
