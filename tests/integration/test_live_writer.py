@@ -20,7 +20,6 @@ Run the 4-minute proof: LAKEWARDEN_SOAK_SECONDS=240 pytest -s tests/integration/
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import HudiTables
 from fastapi.testclient import TestClient
 from soak import Soak, run_beside, soak_seconds, stop_by
 from spark_writer import SparkWriters
@@ -153,16 +151,25 @@ def test_hudi_compaction_and_clean_beside_a_live_upsert_writer(
 
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
-def test_a_bad_compaction_is_not_restored_over_another_writers_commit(
-    client: TestClient, db_url: str, hudi_tables: HudiTables, tmp_path: Path
+def test_a_bad_rewrite_is_not_restored_over_another_writers_commit(
+    client: TestClient, db_url: str, spark_writers: SparkWriters, tmp_path: Path
 ) -> None:
-    """The test-only failpoint deletes a base file the compaction wrote, then another
-    writer commits: the validation (by record: a writer committed) finds records lost, and
-    the undo does not restore the savepoint, which would roll the writer's commit back; the
-    savepoint is kept and the failure says how to restore it."""
+    """The test-only failpoint deletes a base file a Hilbert clustering wrote (its rows
+    gone: the file group it replaced is no longer read), then another writer commits: the
+    validation (by record: a writer committed) finds records lost, and the undo does not
+    restore the savepoint, which would roll the writer's commit back; the savepoint is
+    kept and the failure says how to restore it."""
     table = tmp_path / "wh" / "lake" / "t"
-    shutil.copytree(hudi_tables.mor_logs, table)
-    _register(client, "hudi", tmp_path / "wh", {"compaction": {"min_input_files": 2}})
+    cow = {"type": "COPY_ON_WRITE", "partitioned": False, "path": table.as_uri()}
+    spark_writers.run(
+        "hudi",
+        [
+            {**cow, "op": "bulk_insert", "ids": [0, 60], "value": 0},
+            {**cow, "op": "bulk_insert", "ids": [60, 120], "value": 0},
+        ],
+    )
+    policy = {"zorder": {"enabled": True, "columns": ["region", "ts"], "curve": "hilbert"}}
+    _register(client, "hudi", tmp_path / "wh", policy)
     soak = Soak.start(
         db_url, tmp_path / "data", failpoint="corrupt-rewrite-then-write", failpoints_enabled=True
     )
@@ -176,7 +183,7 @@ def test_a_bad_compaction_is_not_restored_over_another_writers_commit(
         [(task, run)] = soak.runs()
     finally:
         soak.close()
-    assert task.state == "failed", (run.error, run.log_tail)
+    assert task.state == "failed", (task.state, run.error, run.metrics)
     metrics = run.metrics or {}
     found = metrics["validation"]
     assert found["status"] == "failed" and found["mode"] == "by record", found
@@ -186,11 +193,10 @@ def test_a_bad_compaction_is_not_restored_over_another_writers_commit(
     assert "not undone" in (run.error or ""), run.error
     timeline = HudiTimeline(str(table))
     completed = {i.requested: i.action for i in timeline.completed()}
-    assert completed[undo["would_roll_back"][0]] == "deltacommit"  # the writer's, kept
-    assert completed[metrics[hudi_compaction.PLANNED]] == "commit"  # not rolled back
-    assert undo["savepoint"] in {
-        i.requested for i in timeline.completed() if i.action == "savepoint"
-    }
+    assert completed[undo["would_roll_back"][0]] == "commit"  # the writer's, kept
+    assert completed[metrics[hudi_compaction.PLANNED]] == "replacecommit"  # not rolled back
+    savepoints = {i.requested for i in timeline.completed() if i.action == "savepoint"}
+    assert undo["savepoint"] in savepoints
     assert "restore" not in completed.values()
 
 
