@@ -34,4 +34,3 @@ def test_a_record_lost_changed_made_up_or_read_twice_fails() -> None:
 def test_a_key_gone_is_the_writers_when_it_deleted() -> None:
     after = _rows({"1": ("c1", 10)})
     assert _bad(compare_beside_writer(BEFORE, after, ["w9"], deletes=True)) == {}
-
