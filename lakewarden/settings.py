@@ -198,7 +198,8 @@ class Settings(BaseSettings):
     # Test-only failpoint that corrupts a rewrite after it commits (lakewarden.spark.
     # validation): "corrupt-rewrite" drops one output file under the task's commit tags;
     # "corrupt-rewrite-then-write" also appends a writer's row after it (a Delta rewrite:
-    # "corrupt-rewrite" fails its validation, which its RESTORE then undoes);
+    # "corrupt-rewrite" fails its validation, which its RESTORE then undoes; a Hudi one:
+    # another writer's commit after it, which its undo must not roll back);
     # "ttl-miscount-row" makes a Hudi row-level TTL miscount what its commit deleted (its
     # guard must undo it). Honoured only with failpoints_enabled as well: one stray variable
     # never corrupts a table.

@@ -14,6 +14,15 @@ to) with `v = id * 10 + value` (region `r<id % 3>` when partitioned); {"path", "
 {"path", "compact": true} runs lakewarden's compaction (lakewarden.formats.hudi.jobs.compact)
 and gives what it did. The answer holds each step's result but a Hudi write's (none).
 
+Soak steps, a live writer beside lakewarden's services (one answer at the end;
+tests/soak.py) until the `stop` file exists, `seconds` at most: {"soak": "hudi", "path",
+"stop", "seconds", "keys", "batch", "log"} upserts
+into a merge-on-read table in a loop, with Hudi's concurrency control as lakewarden's jobs
+set it, a write that fails (a conflict) tried again until it commits, and each committed
+round appended to the JSON-lines `log`; {"soak": "delta", "path", "stop", "seconds",
+"rows_per_second", "checkpoint"} appends a rate source's rows to a Delta table with
+Structured Streaming. Each answers its counts.
+
 SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?} gives
 the statement's rows; a step with user_metadata runs in a new session of its own with
 `spark.databricks.delta.commitInfo.userMetadata` set (as a lakewarden job marks its commits).
@@ -29,11 +38,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from lakewarden.formats.hudi.jobs import compact
+from lakewarden.formats.hudi.jobs import CONCURRENCY, compact
 from lakewarden.settings import Settings
 from lakewarden.spark.session import build_session
 
@@ -82,7 +92,100 @@ def write_hudi(spark: Any, step: dict[str, Any]) -> None:
     df.write.format("hudi").options(**options).mode("append").save(step["path"])
 
 
+def _stopped(step: dict[str, Any]) -> bool:
+    """A soak writes until its `stop` file exists (the test says when), `seconds` at most."""
+    started = step.setdefault("_started", time.monotonic())
+    return Path(step["stop"]).exists() or time.monotonic() - started > float(step["seconds"])
+
+
+# A soak's writer gives up after this many failed writes in a row (else it tries again).
+SOAK_TRIES = 20
+
+
+def soak_hudi(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """Upsert rounds into a merge-on-read table until stopped, as a streaming writer does:
+    round r writes `batch` keys from (r * batch) mod `keys` on with v = ts = r (round 0
+    inserts every key). A round whose write fails is written again (the same rows, so an
+    attempt that did commit changes nothing) until it commits; then its line goes to the
+    log: the writer's own record of what every key must hold."""
+    keys, batch, path = int(step["keys"]), int(step["batch"]), step["path"]
+    options = {
+        **HUDI_OPTIONS,
+        **CONCURRENCY,
+        "hoodie.table.name": path.rstrip("/").rsplit("/", 1)[-1],
+        "hoodie.datasource.write.table.type": "MERGE_ON_READ",
+        "hoodie.datasource.write.operation": "upsert",
+        "hoodie.datasource.write.partitionpath.field": "region",
+    }
+    counts: dict[str, Any] = {"rounds": 0, "failed_writes": 0, "conflicts": 0, "errors": []}
+    log = Path(step["log"])
+    round_ = 0
+    while round_ == 0 or not _stopped(step):
+        start, size = (0, keys) if round_ == 0 else ((round_ * batch) % keys, batch)
+        df = spark.range(start, start + size, 1, 2).selectExpr(
+            f"id % {keys} AS id",
+            f"CONCAT('r', CAST(id % {keys} % 3 AS STRING)) AS region",
+            f"CAST({round_} AS BIGINT) AS v",
+            f"CAST({round_} AS BIGINT) AS ts",
+        )
+        for tries in range(1, SOAK_TRIES + 1):
+            try:
+                df.write.format("hudi").options(**options).mode("append").save(path)
+                break
+            except Exception as exc:  # a conflict, or a lock not had in time: again
+                text = str(exc)
+                counts["failed_writes"] += 1
+                counts["conflicts"] += "Conflict" in text or "conflict" in text
+                if len(counts["errors"]) < 5:
+                    counts["errors"].append(text.splitlines()[0][:300])
+                if tries == SOAK_TRIES:
+                    raise
+                time.sleep(0.5)
+        with log.open("a") as f:
+            f.write(json.dumps({"round": round_, "start": start, "size": size}) + "\n")
+        counts["rounds"] += 1
+        round_ += 1
+    counts["keys"] = keys
+    return counts
+
+
+def soak_delta(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """Append a rate source's rows (`id` = its value: 0, 1, 2, ... with no gap) to a
+    Delta table with Structured Streaming until stopped; the batches it reported
+    committed and their rows."""
+    rows = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", int(step["rows_per_second"]))
+        .option("numPartitions", 2)
+        .load()
+        .selectExpr("value AS id", "timestamp AS ts")
+    )
+    query = (
+        rows.writeStream.format("delta")
+        .option("checkpointLocation", step["checkpoint"])
+        .trigger(processingTime="1 second")
+        .start(step["path"])
+    )
+    batches: dict[int, int] = {}
+    try:
+        while not _stopped(step):
+            for progress in query.recentProgress:
+                batches[int(progress["batchId"])] = int(progress["numInputRows"])
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            time.sleep(0.5)
+        for progress in query.recentProgress:
+            batches[int(progress["batchId"])] = int(progress["numInputRows"])
+    finally:
+        query.stop()
+    return {"batches": len(batches), "rows_reported": sum(batches.values())}
+
+
 def run_step(spark: Any, step: dict[str, Any]) -> Any:
+    if step.get("soak") == "hudi":
+        return soak_hudi(spark, step)
+    if step.get("soak") == "delta":
+        return soak_delta(spark, step)
     if "sql" in step:
         session = spark
         if "user_metadata" in step:

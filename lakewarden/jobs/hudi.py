@@ -35,8 +35,15 @@ from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.file_versions import instants_read_by_latest_slices
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
-from lakewarden.formats.hudi.validation import Digest, digest
+from lakewarden.formats.hudi.validation import (
+    Digest,
+    KeyedRows,
+    compare_beside_writer,
+    digest,
+    rows_by_key,
+)
 from lakewarden.jobs.execute import Job, finish_raised, job_cost, policy_check, record_app_id
 from lakewarden.kinds import hudi as hudi_kinds
 from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl, ttl
@@ -52,6 +59,9 @@ log = logging.getLogger(__name__)
 
 # Where a rewrite's run records the commit it savepointed before rewriting (its undo point).
 SAVEPOINT = "hudi_savepoint"
+# Instants archival leaves beyond those the latest file slices read: a live writer's
+# commits while the archival runs push its window forward.
+ARCHIVE_MARGIN = 10
 
 
 def record_planned(rt: Runtime, job: Job, instant: str) -> None:
@@ -145,7 +155,7 @@ def _rewrite(
     metrics[hudi_compaction.PLANNED] = instant
     before_facts = read_facts(base_path)
     started = time.monotonic()
-    before = digest(base_path) if job.validation.enabled else None
+    before = _before(base_path) if job.validation.enabled else None
     checked_s = time.monotonic() - started
     # The undo point: the table's newest write commit, savepointed before the rewrite.
     hudi_jobs.with_metadata(spark, metadata)
@@ -161,6 +171,8 @@ def _rewrite(
         raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
     if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
         _corrupt(base_path, instant)
+    if _failpoint(rt) == "corrupt-rewrite-then-write":
+        hudi_jobs.rewrite_one_row(spark, base_path, "failpoint-writer", metadata)
     after_facts = read_facts(base_path)
     metrics.update(
         log_files_before=before_facts.log_files,
@@ -170,19 +182,34 @@ def _rewrite(
         base_files_after=len(after_facts.base_file_sizes),
     )
     try:
-        _validate(job, base_path, before, checked_s, f"{label} {instant}", metrics)
+        _validate(job, base_path, before, checked_s, f"{label} {instant}", metrics, {instant})
     except RewriteMismatch as exc:
         if savepoint is None:
             raise
         # Undo: the table restored to the savepoint (Hudi rolls the rewrite back), then
         # the savepoint dropped; the task still fails for good and the alert is raised.
+        # Never over another writer's commits: those would be rolled back too.
         started = time.monotonic()
+        theirs = commits_after(base_path, savepoint, {instant})
+        if theirs:
+            exc.metrics["undo"] = {
+                "restored": False,
+                "savepoint": savepoint,
+                "would_roll_back": theirs,
+                "how": _restore_call(base_path, savepoint),
+            }
+            raise RewriteMismatch(
+                f"{exc}; not undone: restoring savepoint {savepoint} would roll back "
+                f"{len(theirs)} commit(s) of other writers ({theirs[0]} to {theirs[-1]}); "
+                "the savepoint is kept for an operator to restore when it is safe",
+                exc.metrics,
+            ) from exc
         hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
         hudi_jobs.delete_savepoint(spark, base_path, savepoint)
         restored = digest(base_path) if before is not None else None
         exc.metrics["undo"] = {
             "restored_to_savepoint": savepoint,
-            "rows_as_before": restored == before,
+            "rows_as_before": restored == before[1].digest if before is not None else None,
             "seconds": round(time.monotonic() - started, 3),
         }
         raise RewriteMismatch(
@@ -191,6 +218,20 @@ def _rewrite(
     if savepoint is not None:
         hudi_jobs.delete_savepoint(spark, base_path, savepoint)
     return None
+
+
+def commits_after(base_path: str, instant: str, ours: set[str]) -> list[str]:
+    """Write commits on the timeline after `instant` that are not `ours`: another
+    writer's, which a restore to `instant` would roll back."""
+    return [
+        i.requested
+        for i in HudiTimeline(base_path).completed()
+        if i.action in WRITE_ACTIONS and i.requested > instant and i.requested not in ours
+    ]
+
+
+def _restore_call(base_path: str, savepoint: str) -> str:
+    return f"CALL rollback_to_savepoint(path => '{base_path}', instant_time => '{savepoint}')"
 
 
 def _failpoint(rt: Runtime) -> str | None:
@@ -215,26 +256,81 @@ def _corrupt(base_path: str, instant: str) -> None:
         timeline.fs.delete_file(written[0])
 
 
+# What a validation reads before a rewrite: the completed instants, then the records.
+Before = tuple[set[str], KeyedRows]
+
+
+def _before(base_path: str) -> Before:
+    """The completed instants, listed before the records are read (a commit that lands
+    in between is counted as another writer's: the careful side)."""
+    seen = {i.requested for i in HudiTimeline(base_path).completed()}
+    return seen, rows_by_key(base_path)
+
+
+def _others_since(base_path: str, seen: set[str], ours: set[str]) -> tuple[list[str], bool]:
+    """Other writers' write commits completed since `seen` was listed, and whether one of
+    them deleted records (a delete's count, or a replacecommit)."""
+    timeline = HudiTimeline(base_path)
+    new = [
+        i
+        for i in timeline.completed()
+        if i.action in WRITE_ACTIONS and i.requested not in seen and i.requested not in ours
+    ]
+    deletes = False
+    for instant in new:
+        if instant.action == "replacecommit":
+            deletes = True
+            continue
+        stats = timeline.read_instant(instant).get("partitionToWriteStats") or {}
+        deletes |= any(int(s.get("numDeletes") or 0) for ss in stats.values() for s in ss or [])
+    return [i.requested for i in new], deletes
+
+
 def _validate(
     job: Job,
     base_path: str,
-    before: Digest | None,
+    before: Before | None,
     checked_s: float,
     what: str,
     metrics: dict[str, Any],
+    ours: set[str],
 ) -> None:
-    """The rows after equal those before (hudi-rs), else RewriteMismatch."""
+    """The rows after equal those before (hudi-rs), else RewriteMismatch. When other
+    writers committed meanwhile (a live writer), record by record: every record none of
+    their commits wrote is there after, unchanged and once (`compare_beside_writer`)."""
     if before is None:
         metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
         return
     started = time.monotonic()
-    after = digest(base_path)
+    seen, rows_before = before
+    rows_after = rows_by_key(base_path)
+    others, deletes = _others_since(base_path, seen, ours)
     checked_s += time.monotonic() - started
-    metrics["validation"] = _validation(before, after, what.rsplit(" ", 1)[-1], checked_s)
-    if before != after:
+    at = what.rsplit(" ", 1)[-1]
+    found = _validation(rows_before.digest, rows_after.digest, at, checked_s)
+    metrics["validation"] = found
+    if not others:
+        if rows_before.digest != rows_after.digest:
+            raise RewriteMismatch(
+                f"{what} changed the table's rows: {found['rows']} rows (checksum "
+                f"{found['checksum_before']}) before, {found['rows_after']} "
+                f"({found['checksum_after']}) after, read by hudi-rs",
+                metrics,
+            )
+        return
+    compared = compare_beside_writer(rows_before, rows_after, others, deletes)
+    bad = {k: compared[k] for k in ("lost", "changed", "appeared", "duplicates") if compared[k]}
+    found.update(
+        status="failed" if bad else "passed",
+        mode="by record",
+        other_writers_commits=len(others),
+        **compared,
+    )
+    if bad:
+        said = ", ".join(f"{n} {k}" for k, n in bad.items())
         raise RewriteMismatch(
-            f"{what} changed the table's rows: {before.rows} rows (checksum "
-            f"{before.checksum}) before, {after.rows} ({after.checksum}) after, read by hudi-rs",
+            f"{what} did not keep the records it read beside {len(others)} commit(s) of "
+            f"other writers: {said} (by record key, read by hudi-rs)",
             metrics,
         )
 
@@ -254,7 +350,7 @@ def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) 
     cleans_before = {i.requested for i in timeline.instants() if i.action == "clean"}
     length_before = len(timeline.completed())
     started = time.monotonic()
-    before = digest(base_path) if job.validation.enabled else None
+    before = _before(base_path) if job.validation.enabled else None
     checked_s = time.monotonic() - started
     started = time.monotonic()
     rows = hudi_jobs.run_clean(spark, base_path, retain, metadata)
@@ -276,18 +372,26 @@ def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) 
         }
     )
     started = time.monotonic()
+    # Never archive an instant a latest file slice reads (a merge-on-read table's log
+    # files not compacted yet), with room for a live writer's commits meanwhile.
+    least = int(job.plan.get("archive_min_commits") or retain + 1)
+    needed = instants_read_by_latest_slices(HudiTimeline(base_path)) + ARCHIVE_MARGIN
+    keep = max(least, needed)
+    metrics["archive_min_commits"] = keep
     metrics["archive_result"] = hudi_jobs.archive(
         spark,
         base_path,
-        int(job.plan.get("archive_min_commits") or retain + 1),
-        int(job.plan.get("archive_max_commits") or retain + 11),
+        keep,
+        keep + max(10, int(job.plan.get("archive_max_commits") or 0) - least),
         retain,
         metadata,
     )
     metrics["archive_seconds"] = round(time.monotonic() - started, 3)
     metrics["timeline_length_before"] = length_before
     metrics["timeline_length_after"] = len(HudiTimeline(base_path).completed())
-    _validate(job, base_path, before, checked_s, f"clean {made[-1] if made else ''}", metrics)
+    _validate(
+        job, base_path, before, checked_s, f"clean {made[-1] if made else ''}", metrics, set(made)
+    )
 
 
 def record_metrics(rt: Runtime, job: Job, metrics: dict[str, Any]) -> None:
@@ -349,12 +453,10 @@ def _ttl(
             metrics["deleted_records"] = deleted
             if not hudi_ttl.same_rows(counted, deleted):
                 hudi_jobs.with_metadata(spark, metadata)
-                hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
-                metrics["undo"] = {**metrics.get("undo", {}), "restored": True}
+                undone = _undo_ttl(spark, base_path, savepoint, done, metrics)
                 raise RewriteMismatch(
                     f"TTL commit {done} (an earlier attempt's) deleted {deleted} rows where "
-                    f"it counted {counted}: undone, the table was restored to savepoint "
-                    f"{savepoint}",
+                    f"it counted {counted}: {undone}",
                     metrics,
                 )
         return finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
@@ -428,17 +530,42 @@ def _ttl(
     if _failpoint(rt) == "ttl-miscount-row" and level == "row":
         deleted += 1  # test-only: the guard must see a mismatch and undo it
     metrics.update(deleted_records=deleted, rows_after=after)
-    if not hudi_ttl.same_rows(counted, deleted) or total - after != counted:
-        hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
-        restored = hudi_ttl.read_rows(base_path, str(plan["column"])).num_rows
-        metrics["undo"] = {**metrics["undo"], "restored": True, "rows_as_before": restored == total}
+    # The rows read after count other writers' commits too: compared only without any.
+    alone = not commits_after(base_path, savepoint, {instant})
+    if not hudi_ttl.same_rows(counted, deleted) or (alone and total - after != counted):
+        undone = _undo_ttl(spark, base_path, savepoint, instant, metrics)
+        if metrics["undo"].get("restored"):
+            restored = hudi_ttl.read_rows(base_path, str(plan["column"])).num_rows
+            metrics["undo"]["rows_as_before"] = restored == total
         raise RewriteMismatch(
             f"TTL commit {instant} deleted {deleted} rows (its commit metadata; {total - after} "
-            f"fewer rows read by hudi-rs) where it counted {counted} right before: undone, "
-            f"the table was restored to savepoint {savepoint}",
+            f"fewer rows read by hudi-rs) where it counted {counted} right before: {undone}",
             metrics,
         )
     return None
+
+
+def _undo_ttl(
+    spark: SparkSession, base_path: str, savepoint: str, instant: str, metrics: dict[str, Any]
+) -> str:
+    """Restore the pre-TTL savepoint, unless other writers committed after it (a restore
+    would roll their commits back too): then it is left to an operator. What was done."""
+    theirs = commits_after(base_path, savepoint, {instant})
+    if theirs:
+        metrics["undo"] = {
+            **metrics.get("undo", {}),
+            "restored": False,
+            "would_roll_back": theirs,
+            "how": _restore_call(base_path, savepoint),
+        }
+        return (
+            f"not undone: restoring savepoint {savepoint} would roll back {len(theirs)} "
+            f"commit(s) of other writers ({theirs[0]} to {theirs[-1]}); restore it by hand "
+            "when it is safe"
+        )
+    hudi_jobs.restore_to_savepoint(spark, base_path, savepoint)
+    metrics["undo"] = {**metrics.get("undo", {}), "restored": True}
+    return f"undone, the table was restored to savepoint {savepoint}"
 
 
 def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
@@ -450,6 +577,7 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
         if job.kind not in hudi_kinds.KINDS or not job.plan.get("base_path"):
             raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
+        hudi_jobs.with_concurrency(spark)  # a writer may be live on the table
         if job.kind == hudi_clean.KIND:
             _clean(rt, spark, job, metrics)
         elif job.kind == hudi_ttl.KIND:

@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 
 # The next job to run, in this order: higher priority first; then the table that used
 # the least Spark time in the last hour (fair share: a table with endless work cannot
-# starve the rest, and idle capacity is still used); then the most expected gain per MB
-# rewritten (compaction plans: data files removed per MB); then the oldest task. Never a
+# starve the rest, and idle capacity is still used); then a table's oldest planned task
+# before its others (a live writer keeps compaction due: without this, a clean, which
+# has no gain, waited behind every new compaction of the table); then the most expected
+# gain per MB rewritten (compaction plans: data files removed per MB); then the oldest
+# task. Never a
 # table with a job already running, one a writer has blocked or an operator paused, a kind
 # held on its table, any table while the fleet is frozen, a full pool, or a table or pool
 # past its hard quota.
@@ -81,7 +84,11 @@ _NEXT_PLANNED = text(
       -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
       AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
       AND t.pool <> ALL(CAST(:quota_pools AS text[]))
-    ORDER BY t.priority DESC, used_ms ASC, gain_per_mb DESC NULLS LAST, t.id
+    ORDER BY t.priority DESC, used_ms ASC,
+             t.id = (SELECT min(f.id) FROM tasks f
+                     WHERE f.table_id = t.table_id AND {sql_in("f.state", TaskState.PLANNED)})
+               DESC,
+             gain_per_mb DESC NULLS LAST, t.id
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
     """

@@ -136,3 +136,20 @@ def test_gain_per_mb_and_pool_limits(rt: Runtime) -> None:
     assert _next(rt, {"etl": 1}) is None
     assert _next(rt, {"etl": 2}) == small_gain
     assert _next(rt) == small_gain  # pools without a limit are unlimited
+
+
+def test_a_tables_oldest_task_goes_before_a_newer_compaction_with_a_gain(rt: Runtime) -> None:
+    """A live writer keeps a table's compaction due: each new compaction plan has a gain
+    and a clean none, so on gain alone the clean planned first waited behind every one."""
+    clean = _planned(rt, "live", kind="clean")
+    compaction = _planned(rt, "live")
+    plan = {"files_before": 40, "expected_files_after": 3, "bytes_to_rewrite": 1 << 20}
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE tasks SET plan = CAST(:p AS jsonb) WHERE id = :i"),
+            {"p": json.dumps(plan), "i": compaction},
+        )
+    assert _next(rt) == clean
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET state = 'succeeded' WHERE id = :i"), {"i": clean})
+    assert _next(rt) == compaction

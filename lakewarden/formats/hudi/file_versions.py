@@ -169,3 +169,21 @@ def savepointed(timeline: HudiTimeline) -> frozenset[tuple[str, str, str]]:
                 if parsed is not None and not parsed[2]:
                     out.add((part, parsed[0], parsed[1]))
     return frozenset(out)
+
+
+def instants_read_by_latest_slices(timeline: HudiTimeline) -> int:
+    """How many completed write instants, newest first, reach back to the oldest one whose
+    files a latest file slice reads (its base file's instant, or its first log file's).
+    Timeline archival must leave at least these on the active timeline: a reader that
+    reads the active timeline only (hudi-rs 0.5, lakewarden's validation) takes a log file
+    of an archived delta commit for an uncommitted one and skips its records."""
+    oldest: str | None = None
+    for group in list_file_groups(timeline).values():
+        slices = group.slices()
+        start = max(slices)
+        oldest = start if oldest is None else min(oldest, start)
+    if oldest is None:
+        return 0
+    return sum(
+        1 for i in timeline.completed() if i.action in WRITE_ACTIONS and i.requested >= oldest
+    )

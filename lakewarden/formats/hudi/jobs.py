@@ -29,6 +29,30 @@ if TYPE_CHECKING:
 
 _INSTANT_DIGITS = (14, 17)
 
+# Hudi's multi-writer concurrency control, for lakewarden's jobs beside a live writer
+# (docs/hudi.md, "Beside a live writer"): optimistic concurrency, the lock a file Hudi
+# creates atomically in the table's own `.hoodie/` (so every process that reaches the
+# table shares it, with nothing else to run), and failed writes rolled back lazily by the
+# cleaner once their heartbeat expired, never eagerly by the next writer that starts (the
+# default, which would roll back a live writer's inflight commit, or ours). The writer
+# must set the same keys. A lock left by a killed process expires after
+# `LOCK_EXPIRE_MINUTES`.
+LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
+LOCK_EXPIRE_MINUTES = 2
+CONCURRENCY = {
+    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
+    "hoodie.write.lock.provider": LOCK_PROVIDER,
+    "hoodie.write.lock.filesystem.expire": str(LOCK_EXPIRE_MINUTES),
+    "hoodie.cleaner.policy.failed.writes": "LAZY",
+}
+
+
+def with_concurrency(spark: SparkSession) -> None:
+    """Hudi's concurrency control (`CONCURRENCY`) in the session's conf, which every
+    procedure's write client reads (as `with_metadata`)."""
+    for key, value in CONCURRENCY.items():
+        spark.conf.set(key, value)
+
 
 @dataclass(frozen=True)
 class CompactionRun:
@@ -227,6 +251,7 @@ def _write_options(base_path: str, operation: str, mark: str, metadata: bool) ->
         "hoodie.archive.automatic": "false",
         "hoodie.datasource.write.commitmeta.key.prefix": "_",
         TTL_MARK: mark,
+        **CONCURRENCY,
     }
     for key, table_key in (
         ("hoodie.datasource.write.keygenerator.class", "hoodie.table.keygenerator.class"),
@@ -267,6 +292,15 @@ def delete_rows(
     (`numDeletes`); its extraMetadata carries `mark`."""
     options = _write_options(base_path, "delete", mark, metadata)
     rows = spark.read.format("hudi").load(base_path).where(condition)
+    rows.write.format("hudi").options(**options).mode("append").save(base_path)
+
+
+def rewrite_one_row(spark: SparkSession, base_path: str, mark: str, metadata: bool) -> None:
+    """Test-only (the `corrupt-rewrite-then-write` failpoint): another writer's commit, one
+    of the table's rows upserted as it is."""
+    options = _write_options(base_path, "upsert", mark, metadata)
+    rows = spark.read.format("hudi").load(base_path).limit(1)
+    rows = rows.drop(*[c for c in rows.columns if c.startswith("_hoodie_")])
     rows.write.format("hudi").options(**options).mode("append").save(base_path)
 
 
