@@ -1,4 +1,4 @@
-.PHONY: setup test quick lint demo fmt bench images
+.PHONY: setup test quick soak lint demo fmt bench images
 
 setup:  ## install everything (Debian packages, venv, jars) without running the demo
 	bash scripts/setup.sh --no-demo
@@ -8,6 +8,9 @@ test:
 
 quick:  ## the inner loop: every test that starts no JVM and no other process (under a minute)
 	.venv/bin/pytest -q -m "not slow"
+
+soak:  ## lakewarden's services beside live Hudi and Delta writers for 4 minutes each (issues 28, 29)
+	LAKEWARDEN_SOAK_SECONDS=240 .venv/bin/pytest -q -s -m soak tests/integration/test_live_writer.py
 
 lint:
 	.venv/bin/ruff check .

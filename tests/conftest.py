@@ -60,7 +60,7 @@ def _with_db(url: str, name: str) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark slow what starts a JVM or other processes: every `spark` test, every test of a
     module that imports subprocess or multiprocessing (so a new one is marked too), and
-    every test that uses a server fixture (`SERVER_FIXTURES`)."""
+    every test that uses a server fixture (`SERVER_FIXTURES`). Skip a soak unless asked."""
     for item in items:
         module = getattr(item, "module", None)
         starts = module is not None and any(
@@ -70,6 +70,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         serves = bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
         if starts or serves or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("soak") and not os.environ.get("LAKEWARDEN_SOAK_SECONDS"):
+            # 6-7 minutes each at the default 45 s (the writer runs until every service
+            # has run beside it, each job a JVM of its own): `make soak` runs them.
+            item.add_marker(pytest.mark.skip(reason="a soak: `make soak` runs it"))
 
 
 @pytest.fixture(scope="session")
