@@ -17,6 +17,12 @@ and gives what it did. The answer holds each step's result but a Hudi write's (n
 SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?} gives
 the statement's rows; a step with user_metadata runs in a new session of its own with
 `spark.databricks.delta.commitInfo.userMetadata` set (as a lakewarden job marks its commits).
+
+Job steps: {"job": {"task_id", "attempt", "env"}} runs a dispatched attempt as its
+application would (`application_entry.run_application`: load, heartbeat, recover, run,
+record), in this process's warm session (a JVM of the family, started once) instead of a
+JVM of its own; `env` is the `LAKEWARDEN_*` environment the leader gives an application.
+It answers the application's exit code. (`warm_applications` in the Delta kinds' tests.)
 """
 
 from __future__ import annotations
@@ -82,7 +88,27 @@ def write_hudi(spark: Any, step: dict[str, Any]) -> None:
     df.write.format("hudi").options(**options).mode("append").save(step["path"])
 
 
+def run_job(spark: Any, job: dict[str, Any]) -> int:
+    """A dispatched attempt run in `spark` (see the module's doc), settings from its env."""
+    from lakewarden.jobs.application_entry import run_application
+    from lakewarden.runtime import make_runtime
+
+    saved = dict(os.environ)
+    os.environ.update(job["env"])
+    try:
+        rt = make_runtime("application", Settings())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        return run_application(rt, int(job["task_id"]), int(job["attempt"]), warm=spark)
+    finally:
+        rt.engine.dispose()
+
+
 def run_step(spark: Any, step: dict[str, Any]) -> Any:
+    if "job" in step:
+        return run_job(spark, step["job"])
     if "sql" in step:
         session = spark
         if "user_metadata" in step:

@@ -36,6 +36,11 @@ def restore_to(timeline: DeltaTimeline, version: int) -> dict[str, Any]:
     except CommitFailedError as exc:
         raise RestoreConflict(f"a writer committed while restoring: {exc}") from exc
     except DeltaError as exc:  # its files or log are gone (VACUUM, log retention)
+        if "unsupported table features" in str(exc).lower():  # e.g. liquid clustering's
+            raise RestoreRefused(
+                f"delta-rs 1.6.6 cannot write this table ({exc}): restore version {version} "
+                f"with Spark: RESTORE TABLE delta.`{timeline.path}` TO VERSION AS OF {version}"
+            ) from exc
         raise RestoreRefused(f"cannot restore version {version}: {exc}") from exc
     return {
         "from_snapshot_id": current,
