@@ -127,8 +127,14 @@ def run_step(spark: Any, step: dict[str, Any]) -> Any:
 
 def main(family: str) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
+        # A few tasks, not Delta's 50 to rebuild a tiny table's state, nor Spark's 10000
+        # to list its files for VACUUM (as the Delta kinds' tests' applications).
+        quick = {
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+        }
         spark = build_session(
-            Settings(data_dir=Path(data_dir)),
+            Settings(data_dir=Path(data_dir), spark_conf=quick),
             f"postgresql://{family}@127.0.0.1:1/none",
             f"{family}-writer",
             family=family,

@@ -591,20 +591,20 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     path = str(warehouse / "lake" / "clicks")
     now = datetime.now(UTC)
 
-    def write(ids: range, days_back: float) -> None:
+    def write(ids: range, days_back: list[float]) -> None:
+        """Rows `ids`, each as old as its `days_back` (a file holds rows of every age)."""
+        ts = [now - timedelta(days=d) for d in days_back]
         rows = pa.table(
             {
                 "id": pa.array(ids, pa.int64()),
                 "region": [f"r{i % 2}" for i in ids],
-                "ts": pa.array(
-                    [now - timedelta(days=days_back)] * len(ids), pa.timestamp("us", "UTC")
-                ),
+                "ts": pa.array(ts, pa.timestamp("us", "UTC")),
             }
         )
         write_deltalake(path, rows, partition_by=["region"], mode="append")
 
-    for back in range(10, 0, -1):  # ten rows a day, 9.5 days old to half a day old
-        write(range(100 * back, 100 * back + 10), back - 0.5)
+    for batch in range(5):  # 100 rows, 9.5 days old to half a day old, 10 of each age
+        write(range(20 * batch, 20 * batch + 20), [i % 10 + 0.5 for i in range(20)])
     _catalog(client, warehouse)
     ttl = {"enabled": True, "column": "ts", "retention_days": 7}
     _register(client, "clicks", {"compaction": {"enabled": False}, "ttl": ttl})
@@ -625,18 +625,19 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     left = DeltaTable(path).to_pyarrow_table()
     assert left.num_rows == 70 and min(left.column("ts").to_pylist()) >= cutoff
 
-    write(range(5000, 5004), 20)  # four more expired rows
+    write(range(5000, 5004), [20, 20, 1, 1])  # two more expired rows, two kept
     before = DeltaTimeline(path).versions()[-1]
     files = _live_paths(path)
     monkeypatch.setattr(services.rt.settings, "failpoint", "ttl-miscount-row")
     monkeypatch.setattr(services.rt.settings, "failpoints_enabled", True)
     task_id = _ask(client, "ttl", url)
-    assert services.plan(task_id)["rows_to_delete"] == 4
+    assert services.plan(task_id)["rows_to_delete"] == 2
     with pytest.raises(AssertionError) as failed:
         services.run(task_id)
-    assert "deleted 5 rows where it counted 4" in str(failed.value), failed.value
+    assert "deleted 3 rows where it counted 2" in str(failed.value), failed.value
     assert "RESTOREd to version" in str(failed.value)
     assert task_of(services.rt, task_id).state == "failed"
     done = DeltaTimeline(path).since(str(before), 10).commits
     assert [c.operation for c in done] == ["DELETE", "RESTORE"]
+    assert done[0].summary["files-added"] == "2"  # a row delete: both files rewritten
     assert _live_paths(path) == files and DeltaTable(path).to_pyarrow_table().num_rows == 74
