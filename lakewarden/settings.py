@@ -200,9 +200,9 @@ class Settings(BaseSettings):
     # "corrupt-rewrite-then-write" also appends a writer's row after it (a Delta rewrite:
     # "corrupt-rewrite" fails its validation, which its RESTORE then undoes; a Hudi one:
     # another writer's commit after it, which its undo must not roll back);
-    # "ttl-miscount-row" makes a Hudi row-level TTL miscount what its commit deleted (its
-    # guard must undo it). Honoured only with failpoints_enabled as well: one stray variable
-    # never corrupts a table.
+    # "ttl-miscount-row" makes a Hudi or Delta row-level TTL miscount what its commit
+    # deleted (its guard must undo it). Honoured only with failpoints_enabled as well: one
+    # stray variable never corrupts a table.
     failpoint: (
         Literal["corrupt-rewrite", "corrupt-rewrite-then-write", "ttl-miscount-row"] | None
     ) = None

@@ -26,6 +26,12 @@ Structured Streaming. Each answers its counts.
 SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?} gives
 the statement's rows; a step with user_metadata runs in a new session of its own with
 `spark.databricks.delta.commitInfo.userMetadata` set (as a lakewarden job marks its commits).
+
+Job steps: {"job": {"task_id", "attempt", "env"}} runs a dispatched attempt as its
+application would (`application_entry.run_application`: load, heartbeat, recover, run,
+record), in this process's warm session (a JVM of the family, started once) instead of a
+JVM of its own; `env` is the `LAKEWARDEN_*` environment the leader gives an application.
+It answers the application's exit code. (`warm_applications` in the Delta kinds' tests.)
 """
 
 from __future__ import annotations
@@ -181,7 +187,27 @@ def soak_delta(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
     return {"batches": len(batches), "rows_reported": sum(batches.values())}
 
 
+def run_job(spark: Any, job: dict[str, Any]) -> int:
+    """A dispatched attempt run in `spark` (see the module's doc), settings from its env."""
+    from lakewarden.jobs.application_entry import run_application
+    from lakewarden.runtime import make_runtime
+
+    saved = dict(os.environ)
+    os.environ.update(job["env"])
+    try:
+        rt = make_runtime("application", Settings())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        return run_application(rt, int(job["task_id"]), int(job["attempt"]), warm=spark)
+    finally:
+        rt.engine.dispose()
+
+
 def run_step(spark: Any, step: dict[str, Any]) -> Any:
+    if "job" in step:
+        return run_job(spark, step["job"])
     if step.get("soak") == "hudi":
         return soak_hudi(spark, step)
     if step.get("soak") == "delta":
@@ -204,8 +230,14 @@ def run_step(spark: Any, step: dict[str, Any]) -> Any:
 
 def main(family: str) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
+        # A few tasks, not Delta's 50 to rebuild a tiny table's state, nor Spark's 10000
+        # to list its files for VACUUM (as the Delta kinds' tests' applications).
+        quick = {
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+        }
         spark = build_session(
-            Settings(data_dir=Path(data_dir)),
+            Settings(data_dir=Path(data_dir), spark_conf=quick),
             f"postgresql://{family}@127.0.0.1:1/none",
             f"{family}-writer",
             family=family,

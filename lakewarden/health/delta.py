@@ -1,21 +1,25 @@
 """Health and explain of a Delta table (issue 29): what its files and log say
-(`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why: OPTIMIZE
-and REORG ... APPLY (PURGE) as its compaction judges them (`lakewarden.kinds.delta`); for a
-checkpoint, what is due and that Delta's own commands must do it for now."""
+(`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why
+(`lakewarden.kinds.delta`): OPTIMIZE and REORG ... APPLY (PURGE) as its compaction judges
+them; which layout command runs (a clustered table's OPTIMIZE, never ZORDER BY; else
+OPTIMIZE … ZORDER BY); the log's cleanup (and the checkpoint it needs) as clean judges it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lakewarden.formats.delta.facts import DeltaFacts
-from lakewarden.kinds.delta import compaction_verdict, purge_verdict
-from lakewarden.policy.model import CompactionPolicy
+from lakewarden.kinds.delta import (
+    clustered_said,
+    clustering_verdict,
+    compaction_verdict,
+    log_verdict,
+    purge_verdict,
+    zorder_verdict,
+)
+from lakewarden.policy.model import Policy
 
 MB = 1 << 20
-NOT_YET = "lakewarden does not run this Delta command yet (issue 29)"
-# A checkpoint is due when this many versions were written since the last one (Delta
-# writes one every `delta.checkpointInterval` commits, 10 by default).
-CHECKPOINT_INTERVAL = 10
 
 
 def size_histogram(sizes: list[int], target: int) -> dict[str, int]:
@@ -29,10 +33,22 @@ def size_histogram(sizes: list[int], target: int) -> dict[str, int]:
     return out
 
 
-def explain_commands(
-    facts: DeltaFacts, now_ms: int, compaction: CompactionPolicy
-) -> list[dict[str, Any]]:
+def layout_command(facts: DeltaFacts, policy: Policy) -> dict[str, Any]:
+    """Which command lays the table's files out, and whether it is due: a clustered table's
+    OPTIMIZE (the clustering kind; Delta refuses ZORDER BY there), else OPTIMIZE … ZORDER BY
+    (the zorder kind)."""
+    if facts.clustering_columns:
+        verdict = clustering_verdict(policy.clustering, facts)
+        reason = f"{clustered_said(facts)}; lakewarden's clustering: {verdict.reason}"
+        return {"command": "cluster", "due": verdict.needed, "reason": reason}
+    zorder, _ = zorder_verdict(policy.zorder, facts)
+    reason = f"no clustering columns (CLUSTER BY); lakewarden's zorder: {zorder.reason}"
+    return {"command": "zorder", "due": zorder.needed, "reason": reason}
+
+
+def explain_commands(facts: DeltaFacts, now_ms: int, policy: Policy) -> list[dict[str, Any]]:
     """Per Delta command: is there work, and who does it."""
+    compaction = policy.compaction
     verdict, _ = compaction_verdict(compaction, facts)
     optimize = (
         f"{facts.small_files} of {facts.files} files are under {facts.small_file_threshold} "
@@ -47,21 +63,23 @@ def explain_commands(
     )
     since = facts.versions_since_checkpoint
     age = facts.checkpoint_age_s(now_ms)
-    checkpoint = (
+    log = log_verdict(facts, now_ms)
+    cleanup = (
         f"{since} version(s) since the last checkpoint"
         + (f" (version {facts.checkpoint_version}, {age:.0f} s old)" if age is not None else "")
-        + f"; {facts.commit_files} commit files in the log; {NOT_YET}"
+        + f"; {facts.commit_files} commit files in the log; lakewarden's clean: {log.reason}"
     )
     return [
         {"command": "optimize", "due": verdict.needed, "reason": optimize},
         {"command": "purge", "due": purged.needed, "reason": purge},
-        {"command": "checkpoint", "due": since > CHECKPOINT_INTERVAL, "reason": checkpoint},
+        layout_command(facts, policy),
+        {"command": "clean_log", "due": log.needed and policy.clean.enabled, "reason": cleanup},
     ]
 
 
-def delta_health(facts: DeltaFacts, now_ms: int, compaction: CompactionPolicy) -> dict[str, Any]:
+def delta_health(facts: DeltaFacts, now_ms: int, policy: Policy) -> dict[str, Any]:
     return {
         "facts": facts.summary(now_ms),
         "file_sizes": size_histogram(facts.file_sizes, facts.target_file_size),
-        "commands": explain_commands(facts, now_ms, compaction),
+        "commands": explain_commands(facts, now_ms, policy),
     }

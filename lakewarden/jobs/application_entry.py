@@ -176,21 +176,29 @@ def yarn_explained(rt: Runtime, spark: SparkSession) -> Callable[[BaseException]
     return explain
 
 
-def run_application(rt: Runtime, task_id: int, attempt: int) -> int:
+def run_application(
+    rt: Runtime, task_id: int, attempt: int, warm: SparkSession | None = None
+) -> int:
+    """Run the attempt and record its outcome. `warm`: a running session of the job's
+    family to run it in, left running (the tests' shared Delta-family process runs several
+    kinds' jobs in one JVM this way); else the job's own session, built and stopped."""
     job = load_job(rt, task_id, attempt)
     if job is None:
         log.info("task %d attempt %d: no longer running, nothing to do", task_id, attempt)
         return NOTHING_TO_DO
     with log_context(**job.log_fields):
-        return _run_loaded(rt, job)
+        return _run_loaded(rt, job, warm)
 
 
-def _run_in_session(rt: Runtime, job: Job, fence: Callable[[], Fence]) -> str:
-    """Build the job's Spark session (its format's family), run the job, stop the session."""
+def _run_in_session(
+    rt: Runtime, job: Job, fence: Callable[[], Fence], warm: SparkSession | None = None
+) -> str:
+    """Build the job's Spark session (its format's family), run the job, stop the session;
+    or run it in `warm`, left running."""
     try:
         from lakewarden.spark.session import build_session
 
-        spark = build_session(rt.settings, rt.db_url, job.group, family=job.family)
+        spark = warm or build_session(rt.settings, rt.db_url, job.group, family=job.family)
     except Exception as exc:
         log.exception("task %d: no Spark session", job.task_id)
         return finish_run(rt, fence(), job.task_id, job.attempt, error=exc)
@@ -200,10 +208,11 @@ def _run_in_session(rt: Runtime, job: Job, fence: Callable[[], Fence]) -> str:
             return own(rt, spark, fence, job)
         return run_job(rt, spark, fence, job, explain_error=yarn_explained(rt, spark))
     finally:
-        spark.stop()
+        if warm is None:
+            spark.stop()
 
 
-def _run_loaded(rt: Runtime, job: Job) -> int:
+def _run_loaded(rt: Runtime, job: Job, warm: SparkSession | None = None) -> int:
     task_id, attempt = job.task_id, job.attempt
     heartbeat = Heartbeat(rt, task_id, attempt)
     heartbeat.beat()
@@ -222,7 +231,7 @@ def _run_loaded(rt: Runtime, job: Job) -> int:
             log.exception("task %d: its table's log not read", task_id)
             state = finish_run(rt, fence(), task_id, attempt, error=exc)
         if state is None:
-            state = _run_in_session(rt, job, fence)
+            state = _run_in_session(rt, job, fence, warm)
     finally:
         heartbeat.stop.set()
     log.info("task %d attempt %d: %s", task_id, attempt, state)

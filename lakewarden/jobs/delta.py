@@ -1,4 +1,4 @@
-"""Run a Delta table's job (`lakewarden.kinds.delta`: compaction, zorder, clean;
+"""Run a Delta table's job (`lakewarden.kinds.delta`: compaction, zorder, clustering, clean;
 `lakewarden.kinds.delta_ttl`: ttl) on a Delta-family session and record its outcome:
 always in a Spark application of its own (`lakewarden.jobs.application_entry`), as every
 format with its own family.
@@ -8,7 +8,7 @@ before its JVM starts, the table's log is read for a commit of the task
 (`recover_committed`): one there means an earlier attempt committed, and the run
 succeeds with that version without running again.
 
-Validation (compaction, zorder): the rows and their order-independent checksum read by
+Validation (compaction, zorder, clustering): the rows and their order-independent checksum read by
 delta-rs at the version before the job's commit and at that commit must be equal. A TTL's
 exact-count guard: the rows its DELETE removed (the commit's `numDeletedRows`) must be
 the rows it counted with Spark right before, give or take what other writers committed
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.formats.base import Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
+from lakewarden.formats.delta.log_files import clean_log
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import Unreadable, digest
 from lakewarden.jobs.execute import (
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REWRITES = frozenset({"compaction", "zorder"})
+REWRITES = frozenset({"compaction", "zorder", "clustering"})
 
 
 def recovered_metrics(commit: Commit, **said: Any) -> dict[str, Any]:
@@ -180,11 +181,14 @@ def _meanwhile(path: str, after: int, ours: int) -> int:
     )
 
 
-def run_ttl(spark: SparkSession, job: Job, path: str, metrics: dict[str, Any]) -> None:
+def run_ttl(
+    spark: SparkSession, job: Job, path: str, metrics: dict[str, Any], miscount: bool = False
+) -> None:
     """Count exactly with Spark what the DELETE would remove (hold if too much), delete in
     a marked session, and check the commit's `numDeletedRows` against the count; a
     mismatch is undone (`undo`) and fails the task for good. `metrics`: the run's, filled
-    as it goes."""
+    as it goes; `miscount`: test-only (the `ttl-miscount-row` failpoint), a row-level
+    delete's count taken as one more, so the guard must see a mismatch and undo it."""
     plan = job.plan
     where = delta_ttl.predicate(plan, now=datetime.now(UTC))
     max_fraction = ttl.max_fraction_of(plan)
@@ -213,6 +217,8 @@ def run_ttl(spark: SparkSession, job: Job, path: str, metrics: dict[str, Any]) -
     else:  # Delta leaves it out when the files lack row counts: count both sides
         before, after = (delta_jobs.rows_at(spark, path, v) for v in (version - 1, version))
         deleted, source = before - after, "rows at the version before, less rows at it"
+    if miscount and plan["level"] == "row":
+        deleted += 1
     meanwhile = _meanwhile(path, counted_at, version)
     metrics.update(
         deleted_records=deleted,
@@ -240,6 +246,8 @@ def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
             delta_jobs.MIN_FILE_SIZE: str(int(plan.get("min_file_size_bytes") or target)),
         }
         session = delta_jobs.marked_session(spark, job.task_id, job.attempt, conf)
+        # clustering: a plain OPTIMIZE of the whole table, which clusters a table with
+        # clustering columns (Delta refuses a WHERE or ZORDER BY on one)
         zorder = plan.get("zorder") if job.kind == "zorder" else None
         out: dict[str, Any] = {}
         if plan.get("optimize", True):
@@ -253,8 +261,13 @@ def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
         if plan.get("below_retention_check"):  # the policy consented: this command only
             conf[delta_jobs.RETENTION_CHECK] = "false"
         session = delta_jobs.marked_session(spark, job.task_id, job.attempt, conf)
-        delta_jobs.vacuum(session, path, float(plan["retain_hours"]))
-        return {}
+        if plan.get("vacuum", True):
+            delta_jobs.vacuum(session, path, float(plan["retain_hours"]))
+        if not plan.get("log_cleanup"):
+            return {}
+        # the log's files past the table's retention: delta-rs, as Delta does at a checkpoint
+        done = clean_log(DeltaTimeline(path), checkpoint=bool(plan.get("checkpoint")))
+        return {"log": done}
     raise PlanRejected(f"{job.kind} does not run on Delta tables yet (issue 29)")
 
 
@@ -272,7 +285,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         sc.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
         started = time.monotonic()
         if job.kind == "ttl":  # its metrics filled as it goes: a failed check keeps them
-            run_ttl(spark, job, path, metrics)
+            run_ttl(spark, job, path, metrics, failpoint(rt) == "ttl-miscount-row")
             metrics["seconds"] = round(time.monotonic() - started, 3)
         else:
             newest_before = DeltaTimeline(path).versions()[-1]

@@ -9,7 +9,12 @@ The policy sections are Iceberg's, their fields read where they mean the same:
   small files is due; a task needs `min_small_files` small files in due partitions.
 - zorder, `OPTIMIZE … WHERE <partitions> ZORDER BY (columns)`: a partition where a lookup
   on `columns` opens more than `max_files_per_lookup` files (from the files' min/max
-  stats) is due; files are written at `target_file_size_bytes`.
+  stats) is due; files are written at `target_file_size_bytes`. Never on a table with
+  liquid clustering (`CLUSTER BY`): Delta refuses ZORDER BY there.
+- clustering, on a table with liquid clustering only: `OPTIMIZE` (no WHERE, no ZORDER BY:
+  Delta clusters the files not yet clustered by the table's own clustering columns) where
+  a lookup on those columns opens more than `max_files_per_lookup` files. A table without
+  clustering columns is Z-ordered by the zorder kind (Delta has no sort rewrite).
 - ttl (`kinds.delta_ttl`): a metadata-only `DELETE … WHERE <partition column> < cutoff`
   when the table is partitioned on the column (or a date Delta generates from it), a row
   `DELETE` otherwise; Iceberg's TTL arithmetic and holds.
@@ -17,6 +22,12 @@ The policy sections are Iceberg's, their fields read where they mean the same:
   Delta's own retention check (the table's `delta.deletedFileRetentionDuration`, 7 days by
   default) unless the policy says `allow_below_safety_floors` (a destructive change, so
   admin only: `policy.model.destructive_changes`).
+  And the log: the commit files and checkpoints past the table's own
+  `delta.logRetentionDuration` (30 days by default; never less), removed by delta-rs'
+  `cleanup_metadata()` as Delta does when it checkpoints, a checkpoint written first by
+  `create_checkpoint()` where old commits have none after them
+  (`formats.delta.log_files`); not where the table says `delta.enableExpiredLogCleanup`
+  is false.
 Other fields (tiers, buckets, branches, orphans, snapshots kept) are Iceberg's and not read.
 
 Never fight the writer: a table whose writer compacts (`delta.autoOptimize.autoCompact`)
@@ -26,19 +37,20 @@ is not compacted. Every skip says why.
 from __future__ import annotations
 
 import math
-import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.formats.delta.catalog import open_timeline
 from lakewarden.formats.delta.facts import DeltaFacts, read_facts
+from lakewarden.formats.delta.log_files import EXPIRED_LOG_CLEANUP, interval_hours
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import delta_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import (
     CleanPolicy,
+    ClusteringPolicy,
     CompactionPolicy,
     KindPolicy,
     Policy,
@@ -49,12 +61,10 @@ from lakewarden.policy.model import (
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-KINDS = frozenset({"compaction", "zorder", "clean", "ttl"})
+KINDS = frozenset({"compaction", "zorder", "clustering", "clean", "ttl"})
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 RETENTION = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default: interval 1 week
-_INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+(\w+?)s?\s*$", re.IGNORECASE)
-_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1, "day": 24, "week": 168}
 
 
 def _on(value: Any) -> bool:
@@ -166,6 +176,8 @@ def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, li
         return Verdict(False, "zorder is disabled by policy", metrics), []
     if policy.curve != "z-order":
         return Verdict(False, f"curve {policy.curve} is Hudi's only: Delta Z-orders", metrics), []
+    if facts.clustering_columns:
+        return Verdict(False, clustered_said(facts), metrics), []
     missing = [c for c in cols if c not in facts.columns]
     if missing:
         why = f"column(s) {', '.join(missing)} not in the table (it has {', '.join(facts.columns)})"
@@ -190,11 +202,61 @@ def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, li
     return Verdict(True, reason, metrics), due
 
 
+def clustered_said(facts: DeltaFacts) -> str:
+    """Why a clustered table is never Z-ordered, and what runs instead."""
+    return (
+        f"the table declares liquid clustering (CLUSTER BY {', '.join(facts.clustering_columns)})"
+        ": Delta refuses ZORDER BY on it; the clustering kind runs OPTIMIZE, which clusters it"
+    )
+
+
+def clustering_verdict(policy: ClusteringPolicy, facts: DeltaFacts) -> Verdict:
+    """Is an `OPTIMIZE` of a clustered table due: a lookup on its clustering columns opens
+    more than `max_files_per_lookup` files (the files' min/max stats)? A table without
+    clustering columns is the zorder kind's."""
+    cols = facts.clustering_columns
+    lookups = [files_per_lookup(files, cols) for files in facts.partition_files.values()]
+    worst = max((n for n in lookups if n is not None), default=None)
+    metrics = {"clustering_columns": cols, "max_files_per_lookup_seen": worst}
+    if not policy.enabled:
+        return Verdict(False, "clustering is disabled by policy", metrics)
+    if not cols:
+        why = (
+            "the table declares no clustering columns (CLUSTER BY) and Delta has no sort "
+            "rewrite: the zorder kind Z-orders it (OPTIMIZE … ZORDER BY), or cluster it "
+            "with ALTER TABLE … CLUSTER BY (columns)"
+        )
+        return Verdict(False, why, metrics)
+    if policy.columns and policy.columns != cols:
+        why = (
+            f"the policy's columns {', '.join(policy.columns)} are not the table's clustering "
+            f"columns {', '.join(cols)}: Delta's OPTIMIZE clusters by the table's own (ALTER "
+            "TABLE … CLUSTER BY changes them)"
+        )
+        return Verdict(False, why, metrics)
+    if worst is None:
+        return Verdict(False, f"no file has min/max stats for {', '.join(cols)}", metrics)
+    if worst <= policy.max_files_per_lookup:
+        return Verdict(
+            False,
+            f"a lookup on the clustering columns {', '.join(cols)} opens at most {worst} "
+            f"files <= max_files_per_lookup {policy.max_files_per_lookup:g}",
+            metrics,
+        )
+    reason = (
+        f"OPTIMIZE (liquid clustering by {', '.join(cols)}; never ZORDER BY on a clustered "
+        f"table): a lookup on them opens up to {worst} files > max_files_per_lookup "
+        f"{policy.max_files_per_lookup:g}"
+    )
+    return Verdict(True, reason, metrics)
+
+
 def event_verdicts(
     session: Session, table_id: int, policy: Policy, timeline: DeltaTimeline
 ) -> dict[str, Verdict]:
     """The verdicts of the event-driven kinds that run on a Delta table when its log moved
-    (compaction, Z-order), from its log as just read (no JVM); clean is swept by time."""
+    (compaction, Z-order, clustering), from its log as just read (no JVM); clean is swept
+    by time."""
     out: dict[str, Verdict] = {}
     compaction = policy.compaction
     if compaction.enabled:
@@ -214,16 +276,21 @@ def event_verdicts(
         out["zorder"] = zorder_verdict(zorder, facts)[0]
     else:
         out["zorder"] = Verdict(False, "zorder is disabled by policy")
+    clustering = policy.clustering
+    if clustering.enabled:
+        facts = read_facts(
+            timeline, target_file_size=clustering.target_file_size_bytes, small_file_ratio=1.0
+        )
+        out["clustering"] = clustering_verdict(clustering, facts)
+    else:
+        out["clustering"] = Verdict(False, "clustering is disabled by policy")
     return out
 
 
 def retention_hours(facts: DeltaFacts) -> float:
     """Delta's own retention check for this table: its `delta.deletedFileRetentionDuration`
     (`interval 7 days`), else a week."""
-    match = _INTERVAL.match(str(facts.configuration.get(RETENTION) or ""))
-    if match is None or match.group(2).lower() not in _HOURS:
-        return DEFAULT_RETENTION_HOURS
-    return float(match.group(1)) * _HOURS[match.group(2).lower()]
+    return interval_hours(facts.configuration.get(RETENTION), DEFAULT_RETENTION_HOURS)
 
 
 def retain_hours(policy: CleanPolicy, facts: DeltaFacts) -> float:
@@ -255,6 +322,56 @@ def clean_verdict(policy: CleanPolicy, facts: DeltaFacts, expired: int) -> Verdi
     if expired == 0:
         return Verdict(False, f"no file was removed longer ago than {why}", metrics)
     return Verdict(True, f"{expired} removed file(s) to delete, {why}", metrics)
+
+
+def log_verdict(facts: DeltaFacts, now_ms: int) -> Verdict:
+    """Are old log files due to go: those past the table's `delta.logRetentionDuration`
+    before a checkpoint as old (delta-rs' `cleanup_metadata()`), or old commits no
+    checkpoint follows yet (a checkpoint at the head first, so that a later clean can)?"""
+    log = facts.log
+    if log is None:
+        return Verdict(False, "the log was not listed")
+    removable = log.removable(now_ms)
+    waiting = log.checkpoint_needed(now_ms, facts.version)
+    hours = log.retention_hours
+    metrics = {
+        "log_files": len(log.files),
+        "log_retention_hours": hours,
+        "removable_log_files": len(removable),
+        "commits_waiting_for_a_checkpoint": len(waiting),
+        "oldest_commit_age_s": log.oldest_commit_age_s(now_ms),
+    }
+    if not log.cleanup_enabled:
+        why = f"the table's {EXPIRED_LOG_CLEANUP} is false: its log is kept whole"
+        return Verdict(False, why, metrics)
+    said = []
+    if removable:
+        said.append(
+            f"{len(removable)} log file(s) older than the table's log retention ({hours:g} h) "
+            "before a checkpoint as old: cleanup_metadata removes them"
+        )
+    if waiting:
+        said.append(
+            f"{len(waiting)} commit(s) older than the log retention ({hours:g} h) with no "
+            f"checkpoint after them: a checkpoint at version {facts.version} first"
+        )
+    if not said:
+        why = f"no log file is older than the table's log retention ({hours:g} h) and removable"
+        return Verdict(False, why, metrics)
+    return Verdict(True, "; ".join(said), metrics)
+
+
+def clean_and_log(
+    policy: CleanPolicy, facts: DeltaFacts, expired: int, now_ms: int
+) -> tuple[Verdict, bool, bool]:
+    """Clean's verdict on a Delta table: a VACUUM (`clean_verdict`) and the log's cleanup
+    (`log_verdict`) judged apart; and whether each is due."""
+    vacuum, log = clean_verdict(policy, facts, expired), log_verdict(facts, now_ms)
+    metrics = {**vacuum.metrics, "log": log.metrics}
+    if not policy.enabled:
+        return Verdict(False, vacuum.reason, metrics), False, False
+    reason = f"VACUUM: {vacuum.reason}; log: {log.reason}"
+    return Verdict(vacuum.needed or log.needed, reason, metrics), vacuum.needed, log.needed
 
 
 def expired_files(timeline: DeltaTimeline, hours: float) -> int:
@@ -307,12 +424,23 @@ def plan(
         )
         found, due = zorder_verdict(section, facts)
         extra = {"zorder": section.columns, "target_file_size_bytes": facts.target_file_size}
+    elif isinstance(section, ClusteringPolicy):
+        facts = read_facts(
+            timeline, target_file_size=section.target_file_size_bytes, small_file_ratio=1.0
+        )
+        found, due = clustering_verdict(section, facts), []
+        extra = {"clustering": facts.clustering_columns}
+        extra["target_file_size_bytes"] = facts.target_file_size
     elif isinstance(section, CleanPolicy):
         facts = read_facts(timeline, target_file_size=1 << 27, small_file_ratio=1.0)
         retain = retain_hours(section, facts)
-        found = clean_verdict(section, facts, expired_files(timeline, retain))
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        found, vacuum, log = clean_and_log(section, facts, expired_files(timeline, retain), now_ms)
         below = retain < retention_hours(facts)
         due, extra = [], {"retain_hours": retain, "below_retention_check": below}
+        waiting = facts.log is not None and facts.log.checkpoint_needed(now_ms, facts.version)
+        # what the job runs: VACUUM, then the log's cleanup (a checkpoint first if needed)
+        extra.update(vacuum=vacuum, log_cleanup=log, checkpoint=bool(log and waiting))
     else:
         raise TypeError(f"not a Delta kind's policy section: {type(section).__name__}")
     if not found.needed:

@@ -116,7 +116,7 @@ def test_register_poll_and_explain_a_delta_table(
     for judged in ("2", "3", "5"):
         assert "no partition has min_input_files 5" in details[judged]["compaction"]["reason"]
         assert details[judged]["zorder"]["decision"] == "disabled"
-        assert "does not run on Delta tables yet" in details[judged]["clustering"]["reason"]
+        assert details[judged]["clustering"]["decision"] == "disabled"
 
     health = client.get(f"{TABLES}/sales/orders/delta")
     assert health.status_code == 200, health.text

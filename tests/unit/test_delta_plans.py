@@ -1,6 +1,7 @@
 """What lakewarden plans on a Delta table, from its facts alone (`lakewarden.kinds.delta`):
-which partitions a compaction or a Z-order rewrites, the retention a VACUUM keeps, and
-why it leaves a table alone; and the predicate naming those partitions."""
+which partitions a compaction or a Z-order rewrites, a clustered table's OPTIMIZE (never
+ZORDER BY), the retention a VACUUM keeps, the log files a clean removes, and why it leaves
+a table alone; and the predicate naming those partitions."""
 
 from __future__ import annotations
 
@@ -10,17 +11,25 @@ import pytest
 
 from lakewarden.formats.delta.facts import DeltaFacts, PartitionFacts
 from lakewarden.formats.delta.jobs import purge_sql
+from lakewarden.formats.delta.log_files import LogFiles, interval_hours
 from lakewarden.kinds.delta import (
     clean_verdict,
+    clustering_verdict,
     compaction_and_purge,
     compaction_verdict,
+    log_verdict,
     retain_hours,
     retention_hours,
     zorder_verdict,
 )
 from lakewarden.metadata import DataFile
 from lakewarden.outcomes import PlanRejected
-from lakewarden.policy.model import CleanPolicy, CompactionPolicy, ZOrderPolicy
+from lakewarden.policy.model import (
+    CleanPolicy,
+    ClusteringPolicy,
+    CompactionPolicy,
+    ZOrderPolicy,
+)
 from lakewarden.spark.sql import partition_predicate
 
 
@@ -141,3 +150,74 @@ def test_files_hollowed_out_by_deletion_vectors_are_purged_where_they_are() -> N
         "REORG TABLE delta.`/wh/t` WHERE (`day` = 'a') APPLY (PURGE)"
     )
     assert purge_sql("/wh/t", []) == "REORG TABLE delta.`/wh/t` APPLY (PURGE)"
+
+
+def test_a_clustered_table_is_clustered_by_optimize_and_never_zordered() -> None:
+    facts = _facts({})
+    facts.partition_columns, facts.clustering_columns = [], ["x", "y"]
+    overlapping = [DataFile(f"f{i}", 10, 10, 0, (), {"x": (0, 99), "y": (0, 99)}) for i in range(3)]
+    facts.partition_files = {"": overlapping}
+    zorder, due = zorder_verdict(ZOrderPolicy(enabled=True, columns=["x", "y"]), facts)
+    assert not zorder.needed and due == []
+    assert "CLUSTER BY x, y" in zorder.reason and "Delta refuses ZORDER BY" in zorder.reason
+    verdict = clustering_verdict(ClusteringPolicy(enabled=True), facts)
+    assert verdict.needed and "OPTIMIZE (liquid clustering by x, y" in verdict.reason
+    other = clustering_verdict(ClusteringPolicy(enabled=True, columns=["y"]), facts)
+    assert not other.needed and "not the table's clustering columns x, y" in other.reason
+    facts.partition_files = {"": overlapping[:1]}
+    laid = clustering_verdict(ClusteringPolicy(enabled=True), facts)
+    assert not laid.needed and "opens at most 1" in laid.reason
+
+
+def test_an_unclustered_table_is_the_zorder_kinds() -> None:
+    verdict = clustering_verdict(ClusteringPolicy(enabled=True, columns=["x"]), _facts({}))
+    assert not verdict.needed and "no clustering columns" in verdict.reason
+    assert "the zorder kind Z-orders it" in verdict.reason
+
+
+DAY_MS = 86_400_000
+NOW_MS = 100 * DAY_MS
+
+
+def _log(commits: dict[int, float], checkpoints: dict[int, float], hours: float = 720) -> LogFiles:
+    """A log whose commits and checkpoints were written that many days before NOW_MS."""
+    log = LogFiles(retention_hours=hours, cleanup_enabled=True)
+    log.files = sorted(
+        [(v, f"{v:020d}.json", 10, NOW_MS - int(d * DAY_MS)) for v, d in commits.items()]
+        + [
+            (v, f"{v:020d}.checkpoint.parquet", 10, NOW_MS - int(d * DAY_MS))
+            for v, d in checkpoints.items()
+        ]
+    )
+    return log
+
+
+def test_old_log_files_go_only_before_a_checkpoint_as_old() -> None:
+    # versions 0-3 forty days old, 4-5 new; never checkpointed: nothing can go yet, and a
+    # checkpoint at the head is due for 0-3
+    log = _log({0: 40, 1: 40, 2: 40, 3: 40, 4: 1, 5: 0}, {})
+    assert log.removable(NOW_MS) == [] and log.checkpoint_needed(NOW_MS, 5) == [0, 1, 2, 3]
+    # a new checkpoint at 5: still nothing goes (it is younger than the retention), and
+    # none is needed any more
+    log = _log({0: 40, 1: 40, 2: 40, 3: 40, 4: 1, 5: 0}, {5: 0})
+    assert log.removable(NOW_MS) == [] and log.checkpoint_needed(NOW_MS, 5) == []
+    # a checkpoint at 3, itself old: 0-2 go, never 3 or its checkpoint
+    log = _log({0: 40, 1: 40, 2: 40, 3: 40, 4: 1, 5: 0}, {3: 39})
+    assert log.removable(NOW_MS) == [f"{v:020d}.json" for v in range(3)]
+    # a 60-day retention keeps a forty-day-old log whole
+    log = _log({0: 40, 1: 40, 2: 40, 3: 40, 4: 1}, {3: 39}, hours=1440)
+    assert log.removable(NOW_MS) == [] and log.checkpoint_needed(NOW_MS, 4) == []
+
+
+def test_log_cleanup_due_says_why_and_respects_the_tables_switch() -> None:
+    facts = _facts({})
+    facts.version = 5
+    facts.log = _log({0: 40, 1: 40, 2: 40, 3: 40, 4: 1, 5: 0}, {3: 39})
+    verdict = log_verdict(facts, NOW_MS)
+    assert verdict.needed and "3 log file(s) older than the table's log retention (720 h)" in (
+        verdict.reason
+    )
+    facts.log.cleanup_enabled = False
+    off = log_verdict(facts, NOW_MS)
+    assert not off.needed and "delta.enableExpiredLogCleanup is false" in off.reason
+    assert interval_hours("interval 60 days", 1) == 1440 and interval_hours("soon", 7) == 7

@@ -1,6 +1,8 @@
 """What health and explain read of a Delta table: the files of its newest version (delta-rs'
-add actions: size, records, partition values; its deletion vectors) and its log (versions,
-commit files kept, the last checkpoint and how old it is). Python only, no JVM."""
+add actions: size, records, partition values; its deletion vectors), its clustering columns
+(liquid clustering: the log's `delta.clustering` domain metadata) and its log (versions,
+commit files kept, the last checkpoint and how old it is, the files past
+`delta.logRetentionDuration`: `formats.delta.log_files`). Python only, no JVM."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from pyarrow import fs as pafs
 
+from lakewarden.formats.delta.log_files import LogFiles, clustering_columns, list_log
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.metadata import DataFile
 
@@ -58,6 +61,9 @@ class DeltaFacts:
     partition_values: dict[str, dict[str, Any]] = field(default_factory=dict)
     partition_files: dict[str, list[DataFile]] = field(default_factory=dict)
     columns: list[str] = field(default_factory=list)  # the table's top-level columns
+    # Liquid clustering's columns (`CLUSTER BY`); []: the table is not clustered.
+    clustering_columns: list[str] = field(default_factory=list)
+    log: LogFiles | None = None  # the log's files and their times (None: not listed)
 
     @property
     def files(self) -> int:
@@ -105,6 +111,8 @@ class DeltaFacts:
             "versions_since_checkpoint": self.versions_since_checkpoint,
             "checkpoint_age_s": self.checkpoint_age_s(now_ms),
             "auto_optimize": {k: v for k, v in self.configuration.items() if "autoOptimize" in k},
+            "clustering_columns": self.clustering_columns,
+            **(self.log.summary(now_ms, self.version) if self.log is not None else {}),
             "partitions": {k: vars(v) for k, v in sorted(self.partitions.items())},
         }
 
@@ -171,6 +179,7 @@ def read_facts(
     target = int(config.get(TARGET_FILE_SIZE) or target_file_size)
     versions = timeline.versions()
     checkpoint, checkpoint_at = last_checkpoint(timeline)
+    writer_features = sorted(protocol.writer_features or [])
     columns = list(metadata.partition_columns or [])
     facts = DeltaFacts(
         path=timeline.path,
@@ -178,7 +187,7 @@ def read_facts(
         min_reader_version=protocol.min_reader_version,
         min_writer_version=protocol.min_writer_version,
         reader_features=sorted(protocol.reader_features or []),
-        writer_features=sorted(protocol.writer_features or []),
+        writer_features=writer_features,
         partition_columns=columns,
         configuration=config,
         target_file_size=target,
@@ -188,6 +197,10 @@ def read_facts(
         checkpoint_version=checkpoint,
         checkpoint_at_ms=checkpoint_at,
         columns=[f.name for f in table.schema().fields],
+        clustering_columns=clustering_columns(timeline, checkpoint)
+        if "clustering" in writer_features
+        else [],
+        log=list_log(timeline, config),
     )
     has_vectors = "deletionVectors" in (protocol.reader_features or [])
     hidden = hidden_rows(table) if has_vectors else {}

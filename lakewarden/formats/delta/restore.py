@@ -33,9 +33,17 @@ def restore_to(timeline: DeltaTimeline, version: int) -> dict[str, Any]:
         return {"from_snapshot_id": current, "to_snapshot_id": version, **done}
     try:
         table.restore(version)
-    except CommitFailedError as exc:
-        raise RestoreConflict(f"a writer committed while restoring: {exc}") from exc
-    except DeltaError as exc:  # its files or log are gone (VACUUM, log retention)
+    except DeltaError as exc:
+        # delta-rs refuses to commit to a table with writer features it cannot write (e.g.
+        # liquid clustering's), as a CommitFailedError: not a conflict, a refusal
+        if "unsupported table features" in str(exc).lower():
+            raise RestoreRefused(
+                f"delta-rs 1.6.6 cannot write this table ({exc}): restore version {version} "
+                f"with Spark: RESTORE TABLE delta.`{timeline.path}` TO VERSION AS OF {version}"
+            ) from exc
+        if isinstance(exc, CommitFailedError):
+            raise RestoreConflict(f"a writer committed while restoring: {exc}") from exc
+        # its files or log are gone (VACUUM, log retention)
         raise RestoreRefused(f"cannot restore version {version}: {exc}") from exc
     return {
         "from_snapshot_id": current,

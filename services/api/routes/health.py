@@ -194,7 +194,8 @@ def delta_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> De
     _read_only(session)
     if row.format != "delta":
         raise HTTPException(409, f"table {row.namespace}.{row.name} is not a Delta table")
-    compaction = current_policy(session, row).compaction
+    policy = current_policy(session, row)
+    compaction = policy.compaction
     session.commit()  # delta-rs reads the log and lists the files: no transaction open meanwhile
     try:
         timeline = delta_catalog.open_timeline(rt.catalogs.entry(row.catalog), ref_of(row))
@@ -207,5 +208,5 @@ def delta_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> De
         raise HTTPException(409, str(exc)) from exc
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     return DeltaHealthOut.model_validate(
-        {"table": f"{row.namespace}.{row.name}", **delta_health(facts, now_ms, compaction)}
+        {"table": f"{row.namespace}.{row.name}", **delta_health(facts, now_ms, policy)}
     )

@@ -685,7 +685,7 @@ class HudiHealthOut(ResponseModel):
 
 
 class DeltaCommandOut(ResponseModel):
-    command: Literal["optimize", "purge", "checkpoint"]
+    command: Literal["optimize", "purge", "cluster", "zorder", "clean_log"]
     due: bool = Field(description="the table has work for this Delta command")
     reason: str
 
@@ -697,7 +697,10 @@ class DeltaHealthOut(ResponseModel):
     facts: dict[str, Any] = Field(
         description="version, protocol, partition columns, files, bytes, records, target "
         "size and small files, deletion vectors, commit files in the log, last checkpoint "
-        "and its age, the writer's autoOptimize settings, per partition files and bytes"
+        "and its age, the writer's autoOptimize settings, liquid clustering columns, the "
+        "log's files and bytes, its retention, the oldest commit's age, the log files a "
+        "cleanup removes now and the old commits waiting for a checkpoint, per partition "
+        "files and bytes"
     )
     file_sizes: dict[str, int] = Field(
         description="live files per size bucket, as fractions of the target file size"
