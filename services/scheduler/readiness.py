@@ -50,6 +50,7 @@ from lakewarden.readiness import (
     recorded,
     tag_name,
 )
+from lakewarden.readiness_logs import path_log
 from lakewarden.redact import redact, secrets_of
 from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
@@ -90,7 +91,7 @@ def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
 
 def _candidates(rt: Runtime) -> list[tuple[int, str]]:
     with transaction(rt.engine) as s:
-        return naming_section(s, "readiness")
+        return naming_section(s, "readiness", every_format=True)
 
 
 def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> int:
@@ -104,11 +105,17 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
         if _idle(s, row, policy, now):
             return 0
         catalog, ref, version = row.catalog, ref_of(row), row.policy_version
+        table_format = row.format
         known = recorded(s, table_id, policy.readiness)
-    # The catalog and the manifests are read with no transaction open.
-    table = load_table(rt.catalogs.load(catalog), ref)
-    found = assess(known, table, policy.readiness, now)
-    tags = _tag(table, found, policy) if policy.readiness.tag else None
+    # The catalog and the manifests (a path table's log) are read with no transaction open.
+    tags = None
+    if table_format == "iceberg":
+        table = load_table(rt.catalogs.load(catalog), ref)
+        found = assess(known, table, policy.readiness, now)
+        tags = _tag(table, found, policy) if policy.readiness.tag else None
+    else:  # pinned by the version or instant recorded with the partition (readiness_logs)
+        log = path_log(table_format, rt.catalogs.entry(catalog), ref)
+        found = assess(known, log, policy.readiness, now)
     with transaction(rt.engine) as s:
         check_fence(s, fence)
         changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now)
