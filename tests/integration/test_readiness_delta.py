@@ -14,10 +14,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from lakewarden.db.locks import DBLocks
-from lakewarden.db.models import ManagedTable, PartitionReadiness
+from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
+from lakewarden.states import TaskState
 from services.scheduler.readiness import readiness_round
 
 TABLES = "/api/v1/catalogs/dlake/tables"
@@ -143,3 +144,53 @@ def test_a_column_the_table_is_not_partitioned_by_is_refused_with_its_columns(
         "readiness.partition: the Delta table is not partitioned by 'v' (its partition "
         "columns: day)"
     )
+
+
+def test_vacuum_keeps_what_a_pinned_version_reads_while_its_pin_is_kept(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    """The clean kind's VACUUM would retain 0.36 s (the policy consents to go below Delta's
+    check); a ready partition pinned at version 1 holds it to the hours since the commit
+    after it, so that version still reads whole after a VACUUM at that retention. Once the
+    pin lapses (`tag_retention_days` after it became ready), VACUUM is the policy's."""
+    from services.worker.main import Worker
+
+    path = tmp_path / "wh" / "sales" / "orders"
+    write_deltalake(str(path), _rows(range(0, 10), D1), partition_by=["day"])  # version 0
+    write_deltalake(str(path), _rows(range(10, 20), D2), mode="append")  # 1
+    _register(client, rt, tmp_path / "wh")
+    clean = {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True}
+    with transaction(rt.engine) as s:
+        s.execute(update(ManagedTable).values(policy={**POLICY, "clean": clean}))
+    assert readiness_round(rt, _lead(rt), _soon()) == 2  # both pinned at version 1
+    DeltaTable(str(path)).delete("id >= 5")  # 2: rewrites both partitions' files
+
+    def ask_clean() -> Task:
+        got = client.post(f"{TABLES}/sales/orders/tasks", json={"kind": "clean"})
+        assert got.status_code == 201, got.text
+        assert Worker(rt).run_once()
+        with transaction(rt.engine) as s:
+            task = s.get(Task, int(got.json()["id"]))
+            assert task is not None
+            s.expunge(task)
+        return task
+
+    held = ask_clean()
+    assert held.state == TaskState.SKIPPED, held.reason
+    assert held.reason is not None and "no file was removed longer ago than RETAIN 2 HOURS" in (
+        held.reason
+    )
+    assert "held to 2 h for version 1, which ready partition 2026-11-23 is pinned at until " in (
+        held.reason
+    )
+    # delta-rs' own VACUUM at the held retention deletes nothing the pinned version reads.
+    DeltaTable(str(path)).vacuum(retention_hours=2, enforce_retention_duration=False, dry_run=False)
+    assert _ids_at(path, 1, D2) == list(range(10, 20))
+    assert _ids_at(path, 1, D1) == list(range(0, 10))
+
+    with transaction(rt.engine) as s:  # the pins were made 8 days ago: kept 7, lapsed
+        s.execute(update(PartitionReadiness).values(since=datetime.now(UTC) - timedelta(days=8)))
+    lapsed = ask_clean()
+    assert lapsed.state == TaskState.PLANNED, lapsed.reason
+    assert lapsed.plan is not None and lapsed.plan["retain_hours"] == 0.0001
+    assert "readiness_hold" not in lapsed.plan
