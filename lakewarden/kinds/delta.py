@@ -38,6 +38,7 @@ from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import delta_pins, delta_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.kinds.ready_pins import ready_pins
 from lakewarden.policy.model import (
     CleanPolicy,
     CompactionPolicy,
@@ -290,7 +291,7 @@ def _values(facts: DeltaFacts, keys: list[str] | None) -> list[dict[str, Any]] |
 def context(session: Session, table_id: int) -> dict[str, Any]:
     """What the Delta planners read from the database: the ready partitions' pinned
     versions a VACUUM must keep readable (`kinds.delta_pins`)."""
-    return {delta_pins.CONTEXT_KEY: delta_pins.ready_pins(session, table_id, _now())}
+    return {delta_pins.CONTEXT_KEY: ready_pins(session, table_id, _now())}
 
 
 def _now() -> datetime:

@@ -18,49 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import select
-
-from lakewarden.db.models import ManagedTable, PartitionReadiness
 from lakewarden.formats.delta.timeline import DeltaTimeline
-from lakewarden.tables import effective_policy_for
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 CONTEXT_KEY = "ready_pins"
-
-
-def ready_pins(session: Session, table_id: int, now: datetime) -> list[dict[str, Any]]:
-    """The ready partitions' pinned versions still kept (`tag_retention_days` from when
-    each became ready): {partition, version, until}, oldest version first."""
-    row = session.get(ManagedTable, table_id)
-    if row is None:
-        return []
-    policy = effective_policy_for(session, row).readiness
-    if not policy.enabled or policy.partition is None:
-        return []
-    keep = timedelta(days=policy.tag_retention_days)
-    rows = session.execute(
-        select(
-            PartitionReadiness.partition, PartitionReadiness.snapshot_id, PartitionReadiness.since
-        )
-        .where(
-            PartitionReadiness.table_id == table_id,
-            PartitionReadiness.column == policy.partition,
-            PartitionReadiness.ready.is_(True),
-            PartitionReadiness.snapshot_id.is_not(None),
-            PartitionReadiness.since > now - keep,
-        )
-        .order_by(PartitionReadiness.snapshot_id, PartitionReadiness.partition)
-    ).all()
-    return [
-        {"partition": p, "version": int(v), "until": (since + keep).isoformat()}
-        for p, v, since in rows
-        if v is not None and since is not None  # (the query's own conditions: for mypy)
-    ]
 
 
 @dataclass(frozen=True)
@@ -87,7 +50,7 @@ def hold(pins: list[dict[str, Any]], timeline: DeltaTimeline, now: datetime) -> 
     the newest, so nothing was removed since)."""
     versions = set(timeline.versions())
     for pin in pins:  # oldest version first: the first that needs a hold needs the most
-        after = int(pin["version"]) + 1
+        after = int(pin["commit"]) + 1
         if after not in versions:
             continue  # nothing committed since (or its commit file is cleaned up)
         removed_since = timeline.commit(after, after - 1).at_ms

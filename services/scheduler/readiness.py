@@ -120,7 +120,33 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
         check_fence(s, fence)
         changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now)
         _open_tasks(s, table_id, found, policy, version, fence)
+        if table_format == "hudi" and policy.readiness.tag:
+            _savepoint_task(s, table_id, found, policy, version, fence)
     return changed
+
+
+def _savepoint_task(
+    s: Session, table_id: int, found: Assessment, policy: Policy, version: int, fence: Fence
+) -> None:
+    """A Hudi table's partitions became ready with `readiness.tag`: a clean task, whose job
+    savepoints their instant first (`kinds.hudi_clean`; unless one is open already)."""
+    becoming = found.becoming_ready()
+    if not becoming or found.snapshot_id is None or not policy.clean.enabled:
+        return
+    open_task(
+        s,
+        table_id=table_id,
+        policy_version=version,
+        kind="clean",
+        section=policy.clean,
+        actor=fence.holder,
+        trigger={
+            "source": "readiness",
+            "reason": f"readiness: savepoint instant {found.snapshot_id}, which ready "
+            f"partition(s) {', '.join(p.partition for p in becoming[:10])} are pinned at",
+            "leader_epoch": fence.epoch,
+        },
+    )
 
 
 def _idle(s: Session, row: ManagedTable, policy: Policy, now: datetime) -> bool:
