@@ -114,12 +114,12 @@ def time_based(field: PartitionField) -> bool:
     return True
 
 
-def policy_problem(table: Table, policy: ReadinessPolicy) -> str | None:
+def policy_problem(table: Table | TableLog, policy: ReadinessPolicy) -> str | None:
     """What makes an enabled readiness section unusable on this table, or None."""
     if not policy.enabled or policy.partition is None:
         return None
     try:
-        field = partition_field(table, policy.partition)
+        field = as_log(table).field(policy.partition)
     except ReadinessProblem as exc:
         return str(exc)
     if policy.rule == "watermark" and not time_based(field):

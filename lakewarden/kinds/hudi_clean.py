@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from lakewarden.formats.hudi.file_versions import Cleanable, table_cleanable
+from lakewarden.formats.hudi.file_versions import Cleanable, savepoint_comments, table_cleanable
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline, instant_millis
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import CleanPolicy
@@ -106,6 +106,7 @@ def verdict(
         "cleanable_slices": found.slices,
         "replaced_file_groups": found.file_groups_replaced,
         "file_versions_on_storage": found.versions_on_storage,
+        "kept_by_savepoints": found.kept_by_savepoints,
         "timeline_length": len(timeline.completed()),
     }
     if not policy.enabled:
@@ -125,6 +126,13 @@ def verdict(
         f"keeping the latest {found.retained} write commits (keep_last_snapshots, or those "
         "within max_snapshot_age_hours)"
     )
+    if found.kept_by_savepoints:
+        held = savepoint_comments(timeline)
+        names = ", ".join(f"{at} ({why or 'no comment'})" for at, why in sorted(held.items()))
+        keep += (
+            f"; {found.kept_by_savepoints} older file version(s) stay for savepoint(s) {names}: "
+            "Hudi's cleaner keeps what a savepoint reads, until the savepoint is deleted"
+        )
     if found.earliest_retained is None:
         return Verdict(
             False, f"no more write commits than retained: nothing to clean, {keep}", metrics

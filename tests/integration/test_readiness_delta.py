@@ -144,6 +144,29 @@ def test_a_column_the_table_is_not_partitioned_by_is_refused_with_its_columns(
         "readiness.partition: the Delta table is not partitioned by 'v' (its partition "
         "columns: day)"
     )
+    wrong = {"readiness": {**POLICY["readiness"], "partition": "v"}}
+    got = client.put(f"{TABLES}/sales/orders/policy", json=wrong)
+    assert got.status_code == 422, got.text
+    assert "the Delta table is not partitioned by 'v'" in got.json()["detail"]
+
+    # A string partition column has no end in time: no watermark rule on it.
+    watermark = {"readiness": {**POLICY["readiness"], "rule": "watermark"}}
+    write_deltalake(
+        str(tmp_path / "wh" / "sales" / "text"),
+        _rows(range(3), D1).set_column(1, "day", pa.array(["a", "b", "c"])),
+        partition_by=["day"],
+    )
+    got = client.post(TABLES, json={"namespace": "sales", "name": "text"})
+    assert got.status_code == 201, got.text
+    got = client.put(f"{TABLES}/sales/text/policy", json=watermark)
+    assert got.status_code == 422, got.text
+    assert "readiness.rule watermark needs partitions that end in time" in got.json()["detail"]
+    # A date one has: days named as Iceberg's day partitions are.
+    assert client.put(f"{TABLES}/sales/orders/policy", json=watermark).status_code == 200
+    bad = client.post(f"{TABLES}/sales/orders/heartbeat", json={"partition": "2026-11"})
+    assert bad.status_code == 422 and "name it YYYY-MM-DD" in bad.json()["detail"], bad.text
+    got = client.post(f"{TABLES}/sales/orders/heartbeat", json={"partition": "2026-11-22"})
+    assert got.status_code == 200 and got.json()["has_data"] is False, got.text
 
 
 def test_vacuum_keeps_what_a_pinned_version_reads_while_its_pin_is_kept(
