@@ -27,6 +27,11 @@ either, `deadline_minutes` after its end it is *overdue*: not ready, "late: no d
 heartbeat ...", and alerted (a broken pipeline, not an empty hour). A data commit into an
 empty partition makes it a partition with data, judged by the rule (un-readied first if it
 was ready).
+
+Every format is read through a `TableLog`: Iceberg's snapshots (`IcebergLog`), Hudi's
+timeline and Delta's log (`lakewarden.readiness_logs`); a ready partition is pinned at the
+log's commit (`pin_of` says how a reader reads it: an Iceberg tag or snapshot, a Hudi
+savepoint or instant, a Delta version).
 """
 
 from __future__ import annotations
@@ -780,7 +785,9 @@ class Assessed:
 @dataclass(frozen=True)
 class Assessment:
     field: PartitionField
-    snapshot_id: int | None  # the current snapshot: what a partition ready now is tagged on
+    # The commit a partition ready now is pinned at (`TableLog.pin`): Iceberg's current
+    # snapshot (tagged on), Delta's newest version, Hudi's newest write instant.
+    snapshot_id: int | None
     watermark: datetime | None
     partitions: list[Assessed]
     # When the next round must look for empty periods even if nothing else changed.

@@ -33,6 +33,7 @@ from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.hudi import catalog as hudi_catalog
 from lakewarden.formats.hudi import partitions as hudi_parts
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
+from lakewarden.formats.warehouse import table_path
 from lakewarden.readiness import (
     MAX_WALK,
     Commit,
@@ -158,6 +159,14 @@ class HudiLog:
 
 def _instant(commit_id: int) -> str:
     return str(commit_id)
+
+
+def location(table_format: str, entry: CatalogEntry, ref: TableRef) -> str:
+    """What a reader names the table by in a pin (`readiness.pin_of`): a Hudi or Delta
+    table's path, an Iceberg table's catalog.namespace.name."""
+    if table_format in ("hudi", "delta"):
+        return table_path(entry, ref)
+    return f"{entry.name}.{ref.dotted}"
 
 
 def path_log(table_format: str, entry: CatalogEntry, ref: TableRef) -> TableLog:

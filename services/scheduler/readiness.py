@@ -47,10 +47,11 @@ from lakewarden.readiness import (
     Assessed,
     Assessment,
     assess,
+    pin_of,
     recorded,
     tag_name,
 )
-from lakewarden.readiness_logs import path_log
+from lakewarden.readiness_logs import location, path_log
 from lakewarden.redact import redact, secrets_of
 from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
@@ -118,7 +119,8 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
         found = assess(known, log, policy.readiness, now)
     with transaction(rt.engine) as s:
         check_fence(s, fence)
-        changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now)
+        where = location(table_format, rt.catalogs.entry(catalog), ref)
+        changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now, where)
         _open_tasks(s, table_id, found, policy, version, fence)
         if table_format == "hudi" and policy.readiness.tag:
             _savepoint_task(s, table_id, found, policy, version, fence)
@@ -212,6 +214,7 @@ def _store(
     found: Assessment,
     tags: dict[str, str] | None,
     now: datetime,
+    where: str,
 ) -> int:
     """Write the assessment: each partition's last commit and reason, the late commits'
     un-readying, the partitions that became ready (with `tags` asked for: only those
@@ -265,6 +268,7 @@ def _store(
                 at=now,
                 snapshot_id=found.snapshot_id,
                 tag=tag,
+                pin=_pin(found, tag, where),
             )
     scanned = {
         "scanned_snapshot_id": found.snapshot_id,
@@ -278,6 +282,13 @@ def _store(
         .on_conflict_do_update(index_elements=[ReadinessCursor.table_id], set_=scanned)
     )
     return changed
+
+
+def _pin(found: Assessment, tag: str | None, where: str) -> dict[str, str] | None:
+    """How a reader pins a partition that became ready (a Hudi savepoint is made later, by
+    the clean task: the instant here)."""
+    pin = pin_of(found.format, found.snapshot_id, tag, where)
+    return vars(pin) if pin is not None else None
 
 
 def _move(s: Session, this: tuple[Any, ...], *, ready: bool, **values: Any) -> bool:

@@ -9,8 +9,10 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
+from helpers import Receiver
 from sqlalchemy import select, update
 
 from lakewarden.db.locks import DBLocks
@@ -76,8 +78,10 @@ def _register(client: TestClient, rt: Runtime, warehouse: Path) -> None:
 
 
 def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
-    rt: Runtime, client: TestClient, tmp_path: Path
+    rt: Runtime, client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    receiver = Receiver()
+    monkeypatch.setattr(rt.settings, "alert_webhook_url", receiver.url)
     path = tmp_path / "wh" / "sales" / "orders"
     write_deltalake(str(path), _rows(range(0, 5), D1), partition_by=["day"])  # version 0
     write_deltalake(str(path), _rows(range(5, 10), D1), mode="append")  # 1
@@ -124,6 +128,15 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
         f"deltalake.DeltaTable('{path}', version=2)",
     }
     assert pins["2026-11-23"]["commit"] == "4"
+    # The partition_ready notifications carry the pin too.
+    ready = [b["details"] for _, b in receiver.received if b["event"] == "partition_ready"]
+    assert [(d["partition"], d["pin"]["commit"]) for d in ready] == [
+        ("2026-11-23", "2"),
+        ("2026-11-24", "2"),
+        ("2026-11-23", "4"),
+    ]
+    assert ready[1]["pin"] == pins["2026-11-24"]
+    receiver.close()
 
 
 def test_a_column_the_table_is_not_partitioned_by_is_refused_with_its_columns(

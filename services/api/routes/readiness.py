@@ -9,13 +9,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from lakewarden import readiness
+from lakewarden import readiness, readiness_logs
 from lakewarden.auth.grants import Role
-from lakewarden.db.models import ManagedTable, PartitionReadiness
+from lakewarden.db.models import PartitionReadiness
 from lakewarden.db.paging import keyset_page
-from lakewarden.formats.warehouse import table_path
 from lakewarden.readiness_logs import path_log
-from lakewarden.runtime import Runtime
 from lakewarden.states import PATH_CATALOGS
 from lakewarden.tables import ref_of
 from services.api import errors
@@ -64,7 +62,7 @@ def list_partitions(
     if column is None:
         return PartitionReadinessPage(items=[], next_cursor=None)
     query = readiness.partitions_query(row.id, column, ready)
-    location = _location(rt, row)
+    location = readiness_logs.location(row.format, rt.catalogs.entry(row.catalog), ref_of(row))
 
     def item(p: PartitionReadiness) -> PartitionReadinessOut:
         out = PartitionReadinessOut.model_validate(p)
@@ -72,13 +70,6 @@ def list_partitions(
         return out.model_copy(update={"pin": ReadinessPinOut(**vars(pin)) if pin else None})
 
     return PartitionReadinessPage.of(keyset_page(session, query, PartitionReadiness.id, page), item)
-
-
-def _location(rt: Runtime, row: ManagedTable) -> str:
-    """What a reader names the table by: its path (Hudi, Delta), or catalog.namespace.name."""
-    if row.format in PATH_FORMATS:  # read from their path, no catalog server
-        return table_path(rt.catalogs.entry(row.catalog), ref_of(row))
-    return f"{row.catalog}.{row.namespace}.{row.name}"
 
 
 @router.post(
