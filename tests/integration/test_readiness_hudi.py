@@ -175,10 +175,10 @@ def test_a_ready_instant_is_savepointed_before_a_clean_and_released_when_its_pin
     assert plan[hudi_clean.READY_SAVEPOINTS] == [str(first)] and plan["clean"] is True
     assert (runs["clean"].metrics or {})[hudi_clean.READY_SAVEPOINTS] == [str(first)]
 
-    timeline = HudiTimeline(str(path))
-    assert savepoint_comments(timeline) == {str(first): hudi_clean.READY_SAVEPOINT}
     assert pinned_files <= _base_files(path)  # the cleaner kept what the savepoint reads
     assert _rows_as_of(path, first, "r1") == {i: i * 10 for i in range(1, 30, 3)}
+    timeline = HudiTimeline(str(path))
+    assert savepoint_comments(timeline) == {str(first): hudi_clean.READY_SAVEPOINT}
     with transaction(rt.engine) as s:
         tags = {r.partition: r.tag for r in s.scalars(select(PartitionReadiness))}
     assert tags == {r: str(first) for r in ("r0", "r1", "r2")}
