@@ -19,6 +19,7 @@ deadlines work on it), any other's are named by their value and judged by quiet 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -32,7 +33,7 @@ from lakewarden.formats.delta import partitions as delta_parts
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.hudi import catalog as hudi_catalog
 from lakewarden.formats.hudi import partitions as hudi_parts
-from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
+from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline, parse_instant
 from lakewarden.formats.warehouse import table_path
 from lakewarden.readiness import (
     MAX_WALK,
@@ -159,6 +160,22 @@ class HudiLog:
 
 def _instant(commit_id: int) -> str:
     return str(commit_id)
+
+
+def head_of(table_format: str, head_token: str | None) -> int | None:
+    """The commit a Hudi or Delta table's head token names (`managed_tables.metadata_location`:
+    the newest commit file the poller ingested), as readiness' cursor spells commits: a
+    Delta version, a Hudi instant time (a savepoint's is the instant it savepoints). None:
+    no token, or not one of these formats'."""
+    if head_token is None:
+        return None
+    if table_format == "delta":
+        match = re.fullmatch(r"(\d{20})\.json", head_token)
+        return int(match.group(1)) if match else None
+    if table_format == "hudi":
+        instant = parse_instant(head_token)
+        return int(instant.requested) if instant is not None else None
+    return None
 
 
 def location(table_format: str, entry: CatalogEntry, ref: TableRef) -> str:

@@ -6,7 +6,8 @@ a complete partition since its last commit (its planner then rewrites the partit
 there is nothing to do: either counts). Then deliver the notifications.
 
 Cost: only tables whose own settings or namespace defaults name `readiness` are parsed (the
-section is off by default); a table whose current snapshot is the one read last time, that
+section is off by default); a table whose current snapshot (a Hudi or Delta table's newest
+commit the poller ingested: its head token) is the one read last time, that
 has no partition waiting (an overdue one waits), no watermark posted since and no period's
 `deadline_minutes` passed since (`readiness_cursors.empty_due_at`) is not even loaded. A
 table's catalog I/O (load, manifests, tag commits) runs with no transaction open; its writes
@@ -51,7 +52,7 @@ from lakewarden.readiness import (
     recorded,
     tag_name,
 )
-from lakewarden.readiness_logs import location, path_log
+from lakewarden.readiness_logs import head_of, location, path_log
 from lakewarden.redact import redact, secrets_of
 from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
@@ -158,7 +159,11 @@ def _idle(s: Session, row: ManagedTable, policy: Policy, now: datetime) -> bool:
     cursor = s.get(ReadinessCursor, row.id)
     if cursor is None or cursor.scanned_column != column:
         return False
-    if cursor.scanned_snapshot_id is None or cursor.scanned_snapshot_id != row.current_snapshot_id:
+    # Iceberg: the current snapshot; Hudi, Delta: the newest commit the poller ingested.
+    head = row.current_snapshot_id
+    if row.format != "iceberg":
+        head = head_of(row.format, row.metadata_location)
+    if cursor.scanned_snapshot_id is None or cursor.scanned_snapshot_id != head:
         return False
     scanned = cursor.scanned_at
     if cursor.watermark_at is not None and (scanned is None or cursor.watermark_at >= scanned):

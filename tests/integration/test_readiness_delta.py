@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
 from lakewarden.db.session import transaction
+from lakewarden.events.poller import poll_once
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
@@ -100,9 +101,13 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
     # An OPTIMIZE rewrites 2026-11-23's two files as one (dataChange false): no data changed.
     DeltaTable(str(path)).optimize.compact()
     assert DeltaTable(str(path)).version() == 3
+    assert poll_once(rt) == 1  # the poller ingests version 3: the round reads the log again
     assert readiness_round(rt, fence, _soon()) == 0
     # A late write into 2026-11-23: un-readied, and ready again at the new version.
     write_deltalake(str(path), _rows(range(100, 105), D1), mode="append")  # 4
+    # Until the poller ingests it the table is idle: nothing new at the head it knows.
+    assert readiness_round(rt, fence, _soon()) == 0 and _states(rt)["2026-11-23"].snapshot_id == 2
+    assert poll_once(rt) == 1
     changed = readiness_round(rt, fence, _soon())
     states = _states(rt)
     assert changed == 2, {p: r.reason for p, r in states.items()}

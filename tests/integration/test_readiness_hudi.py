@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
 from lakewarden.db.session import transaction
+from lakewarden.events.poller import poll_once
 from lakewarden.formats.hudi.file_versions import savepoint_comments
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds import hudi_clean
@@ -94,6 +95,7 @@ def test_a_ready_hudi_partition_records_its_instant_and_reads_back_as_it_was(
 
     spark_writers.run("hudi", [_step(path, "upsert", [1, 2], 5)])  # id 1: region r1 only
     late = int(HudiTimeline(str(path)).completed()[-1].requested)
+    assert poll_once(rt) == 1  # the poller ingests it: the round reads the timeline again
     assert readiness_round(rt, fence, later + timedelta(minutes=1)) == 2  # r1: un, then ready
     assert _states(rt) == {
         "r0": (True, first, first),
