@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
@@ -396,6 +396,7 @@ class DataCommit:
     touched: dict[str, tuple[Any, datetime | None]]
 
 
+@runtime_checkable
 class TableLog(Protocol):
     """What readiness reads of a table: its partition field, its data commits from a
     cursor, the order of a stored commit, and the commit a partition ready now is pinned
@@ -451,8 +452,8 @@ class IcebergLog:
 
 
 def as_log(table: Table | TableLog) -> TableLog:
-    """A pyiceberg table as its `IcebergLog`; any other log as it is."""
-    return IcebergLog(table) if isinstance(table, Table) else table
+    """A log as it is; a pyiceberg table as its `IcebergLog`."""
+    return table if isinstance(table, TableLog) else IcebergLog(table)
 
 
 # --- the rule (pure) -----------------------------------------------------------------
