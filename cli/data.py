@@ -60,8 +60,7 @@ def _partitions_view(page: dict[str, Any]) -> Iterable[RenderableType]:
             p["since"],
             (p["reason"] or "")
             + (f" (un-readied: {p['unready_reason']})" if p.get("unready_reason") else ""),
-            p["tag"],
-            p["snapshot_id"],
+            _pinned(p),
             p["last_commit_at"] or "none (no data)",
         )
         for p in page["items"]
@@ -72,10 +71,21 @@ def _partitions_view(page: dict[str, Any]) -> Iterable[RenderableType]:
             "enabled), or the leader has not judged it yet"
         )
         return
-    columns = ("partition", "ready", "since", "why", "tag", "snapshot", "last commit")
+    columns = ("partition", "ready", "since", "why", "pinned at", "last commit")
     yield table(None, columns, rows)
+    reads = {p["pin"]["read"] for p in page["items"] if p.get("pin") and p["ready"]}
+    if reads:
+        yield "a reader pins a ready partition with: " + " | ".join(sorted(reads)[:5])
     if page.get("next_cursor"):
         yield "more partitions: raise --limit, or narrow with --ready / --not-ready"
+
+
+def _pinned(p: dict[str, Any]) -> str:
+    """Where a partition is pinned: `tag ready-a`, `version 4`, `savepoint <instant>`."""
+    pin = p.get("pin")
+    if not pin:
+        return ""
+    return f"{pin['kind']} {p['tag'] if pin['kind'] == 'tag' else pin['commit']}"
 
 
 def watermark(

@@ -27,6 +27,11 @@ either, `deadline_minutes` after its end it is *overdue*: not ready, "late: no d
 heartbeat ...", and alerted (a broken pipeline, not an empty hour). A data commit into an
 empty partition makes it a partition with data, judged by the rule (un-readied first if it
 was ready).
+
+Every format is read through a `TableLog`: Iceberg's snapshots (`IcebergLog`), Hudi's
+timeline and Delta's log (`lakewarden.readiness_logs`); a ready partition is pinned at the
+log's commit (`pin_of` says how a reader reads it: an Iceberg tag or snapshot, a Hudi
+savepoint or instant, a Delta version).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
@@ -114,12 +119,12 @@ def time_based(field: PartitionField) -> bool:
     return True
 
 
-def policy_problem(table: Table, policy: ReadinessPolicy) -> str | None:
+def policy_problem(table: Table | TableLog, policy: ReadinessPolicy) -> str | None:
     """What makes an enabled readiness section unusable on this table, or None."""
     if not policy.enabled or policy.partition is None:
         return None
     try:
-        field = partition_field(table, policy.partition)
+        field = as_log(table).field(policy.partition)
     except ReadinessProblem as exc:
         return str(exc)
     if policy.rule == "watermark" and not time_based(field):
@@ -267,6 +272,44 @@ def next_deadline(field: PartitionField, deadline: timedelta, now: datetime) -> 
     return end + deadline
 
 
+@dataclass(frozen=True)
+class Pin:
+    """How a reader reads a ready partition as it was when it became ready."""
+
+    format: str
+    kind: str  # tag | snapshot (Iceberg), version (Delta), savepoint | instant (Hudi)
+    commit: str  # the snapshot id, Delta version or Hudi instant, as text
+    read: str  # how a reader pins it
+
+
+def pin_of(table_format: str, commit: int | None, tag: str | None, location: str) -> Pin | None:
+    """The pin of a partition made ready at `commit` (its `tag`: Iceberg's tag, or the
+    Hudi savepoint made of it), read at `location` (the table's name or path)."""
+    if commit is None:
+        return None
+    if table_format == "delta":
+        return Pin(
+            "delta",
+            "version",
+            str(commit),
+            f"SELECT * FROM delta.`{location}` VERSION AS OF {commit}; "
+            f"deltalake.DeltaTable('{location}', version={commit})",
+        )
+    if table_format == "hudi":
+        return Pin(
+            "hudi",
+            "savepoint" if tag else "instant",
+            str(commit),
+            f"spark.read.format('hudi').option('as.of.instant', '{commit}').load('{location}'); "
+            f"SELECT * FROM <table> TIMESTAMP AS OF '{commit}'",
+        )
+    if tag:
+        return Pin("iceberg", "tag", str(commit), f"SELECT * FROM {location} VERSION AS OF '{tag}'")
+    return Pin(
+        "iceberg", "snapshot", str(commit), f"SELECT * FROM {location} VERSION AS OF {commit}"
+    )
+
+
 def tag_name(partition: str) -> str:
     """`ready-<partition>`, with anything but letters, digits, `_` and `-` as `_`."""
     return "ready-" + _TAG_UNSAFE.sub("_", partition)[:200]
@@ -287,9 +330,8 @@ class Commit:
         return cls(snapshot.snapshot_id, at, snapshot.sequence_number)
 
     @classmethod
-    def stored(cls, table: Table, snapshot_id: int, at: datetime) -> Commit:
-        snapshot = table.metadata.snapshot_by_id(snapshot_id)
-        return cls(snapshot_id, at, snapshot.sequence_number if snapshot else None)
+    def stored(cls, table: TableLog, snapshot_id: int, at: datetime) -> Commit:
+        return cls(snapshot_id, at, table.sequence_of(snapshot_id))
 
 
 def is_data_commit(snapshot: Snapshot) -> bool:
@@ -340,6 +382,78 @@ def touched_partitions(
             label, end = partition_label(field, raw)
             out[label] = (raw, end)
     return out
+
+
+# --- a table's log, whatever its format ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataCommit:
+    """A commit that changed data, and the partitions of the field it touched: label ->
+    (raw value, end)."""
+
+    commit: Commit
+    touched: dict[str, tuple[Any, datetime | None]]
+
+
+@runtime_checkable
+class TableLog(Protocol):
+    """What readiness reads of a table: its partition field, its data commits from a
+    cursor, the order of a stored commit, and the commit a partition ready now is pinned
+    at. A commit id is an int here (an Iceberg snapshot id, a Hudi instant time, a Delta
+    version: what `partition_readiness.snapshot_id` stores). Iceberg's is `IcebergLog`;
+    Hudi's and Delta's are in `lakewarden.readiness_logs`."""
+
+    @property
+    def format(self) -> str: ...
+
+    def field(self, column: str) -> PartitionField:
+        """The partition field of `column`, or ReadinessProblem saying why none."""
+        ...
+
+    def data_commits_after(self, cursor: int | None, field: PartitionField) -> list[DataCommit]:
+        """The data commits after `cursor`, oldest first (at most MAX_WALK commits read)."""
+        ...
+
+    def sequence_of(self, commit_id: int) -> int | None:
+        """The commit's place in the table's order (None: no longer in the log)."""
+        ...
+
+    def pin(self) -> int | None:
+        """The commit a partition becoming ready now is pinned at (None: no commit yet)."""
+        ...
+
+
+class IcebergLog:
+    """An Iceberg table's snapshots (pyiceberg) as readiness reads them."""
+
+    format = "iceberg"
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def field(self, column: str) -> PartitionField:
+        return partition_field(self.table, column)
+
+    def data_commits_after(self, cursor: int | None, field: PartitionField) -> list[DataCommit]:
+        return [
+            DataCommit(Commit.of(s), touched_partitions(self.table, s, field))
+            for s in commits_after(self.table, cursor)
+            if is_data_commit(s)
+        ]
+
+    def sequence_of(self, commit_id: int) -> int | None:
+        snapshot = self.table.metadata.snapshot_by_id(commit_id)
+        return snapshot.sequence_number if snapshot else None
+
+    def pin(self) -> int | None:
+        current = self.table.current_snapshot()
+        return current.snapshot_id if current else None
+
+
+def as_log(table: Table | TableLog) -> TableLog:
+    """A log as it is; a pyiceberg table as its `IcebergLog`."""
+    return table if isinstance(table, TableLog) else IcebergLog(table)
 
 
 # --- the rule (pure) -----------------------------------------------------------------
@@ -501,7 +615,7 @@ def recent_looks(session: Session, table_id: int, kinds: Sequence[str]) -> list[
                 Look(
                     kind,
                     task_id,
-                    (plan or {}).get("snapshot_id"),
+                    _planned_on(plan or {}),
                     at,
                     tuple(v for p in failed if isinstance(p, dict) for v in p.values()),
                 )
@@ -509,8 +623,16 @@ def recent_looks(session: Session, table_id: int, kinds: Sequence[str]) -> list[
     return looks
 
 
+def _planned_on(plan: dict[str, Any]) -> int | None:
+    """The commit a plan was made on: an Iceberg plan's snapshot, a Delta plan's version."""
+    for key in ("snapshot_id", "version"):
+        if isinstance(plan.get(key), int):
+            return int(plan[key])
+    return None
+
+
 def missing_kinds(
-    table: Table,
+    table: TableLog,
     field: PartitionField,
     required: Iterable[str],
     looks: Sequence[Look],
@@ -532,11 +654,11 @@ def missing_kinds(
     )
 
 
-def _saw(table: Table, look: Look, commit: Commit) -> bool:
+def _saw(table: TableLog, look: Look, commit: Commit) -> bool:
     if look.planned_on is not None and commit.sequence_number is not None:
-        planned = table.metadata.snapshot_by_id(look.planned_on)
-        if planned is not None and planned.sequence_number is not None:
-            return planned.sequence_number >= commit.sequence_number
+        planned = table.sequence_of(look.planned_on)
+        if planned is not None:
+            return planned >= commit.sequence_number
     return look.planned_at is not None and look.planned_at >= commit.at
 
 
@@ -664,11 +786,14 @@ class Assessed:
 @dataclass(frozen=True)
 class Assessment:
     field: PartitionField
-    snapshot_id: int | None  # the current snapshot: what a partition ready now is tagged on
+    # The commit a partition ready now is pinned at (`TableLog.pin`): Iceberg's current
+    # snapshot (tagged on), Delta's newest version, Hudi's newest write instant.
+    snapshot_id: int | None
     watermark: datetime | None
     partitions: list[Assessed]
     # When the next round must look for empty periods even if nothing else changed.
     empty_due_at: datetime | None = None
+    format: str = "iceberg"  # how `snapshot_id` pins a ready partition (`pin_of`)
 
     def becoming_ready(self) -> list[Assessed]:
         return [p for p in self.partitions if p.becomes_ready]
@@ -721,19 +846,20 @@ def recorded(session: Session, table_id: int, policy: ReadinessPolicy) -> Record
     )
 
 
-def assess(known: Recorded, table: Table, policy: ReadinessPolicy, now: datetime) -> Assessment:
+def assess(
+    known: Recorded, table: Table | TableLog, policy: ReadinessPolicy, now: datetime
+) -> Assessment:
     """Read the table's commits since the last round, and judge every partition that is not
     ready after them (no database access: `known` was read before). The leader's round
     stores the result; explain shows it."""
     if policy.partition is None:
         raise ReadinessProblem("readiness.partition is not set")
-    field = partition_field(table, policy.partition)
+    table = as_log(table)
+    field = table.field(policy.partition)
     touched: dict[str, tuple[datetime | None, Commit]] = {}
-    for snapshot in commits_after(table, known.scanned_snapshot_id):
-        if is_data_commit(snapshot):
-            commit = Commit.of(snapshot)
-            for label, (_, end) in touched_partitions(table, snapshot, field).items():
-                touched[label] = (end, commit)
+    for data in table.data_commits_after(known.scanned_snapshot_id, field):
+        for label, (_, end) in data.touched.items():
+            touched[label] = (end, data.commit)
     empty, due, capped = _empty(field, known, touched, policy, now)
     out: list[Assessed] = []
     for label in sorted(set(known.partitions) | set(touched) | set(empty)):
@@ -763,9 +889,7 @@ def assess(known: Recorded, table: Table, policy: ReadinessPolicy, now: datetime
         missing = missing_kinds(table, field, policy.require, known.looks, label, commit)
         judgement = judge(policy, PartitionFacts(label, end, commit, missing), known.watermark, now)
         out.append(Assessed(label, end, commit, was_ready, late, judgement))
-    current = table.current_snapshot()
-    snapshot_id = current.snapshot_id if current else None
-    return Assessment(field, snapshot_id, known.watermark, out, due)
+    return Assessment(field, table.pin(), known.watermark, out, due, table.format)
 
 
 def _empty(
@@ -806,7 +930,7 @@ def _empty(
 
 
 def explain_readiness(
-    session: Session, table_id: int, table: Table, policy: ReadinessPolicy, now: datetime
+    session: Session, table_id: int, table: Table | TableLog, policy: ReadinessPolicy, now: datetime
 ) -> dict[str, Any]:
     """explain's `readiness` entry: which partitions would become ready now and why, and
     what the others wait for (quiet time left, the watermark, a required kind)."""

@@ -41,6 +41,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    true,
     tuple_,
     update,
 )
@@ -74,16 +75,18 @@ class TableGone(LookupError):
 
 # A row that is managed now (not retired by an unregistration).
 LIVE = ManagedTable.retired_at.is_(None)
-# The tables the Iceberg-only loops take (health measurement and readiness; the sweep takes
-# every format, for the kinds each runs: kinds.formats.runs_on): a Hudi or Delta table's
-# health is its own (`GET …/hudi`, `…/delta`), and readiness reads Iceberg only.
+# The tables the Iceberg-only loops take (health measurement and publish; the sweep and
+# readiness take every format: kinds.formats.runs_on, readiness_logs): a Hudi or Delta
+# table's health is its own (`GET …/hudi`, `…/delta`).
 ICEBERG = ManagedTable.format == "iceberg"
 
 
-def naming_section(session: Session, section: str) -> list[tuple[int, str]]:
-    """(id, namespace.name) of the live Iceberg tables whose own settings, or whose
-    namespace's defaults, name a policy `section` (readiness, publish): the leader's rounds
-    for a section off by default read only these."""
+def naming_section(
+    session: Session, section: str, *, every_format: bool = False
+) -> list[tuple[int, str]]:
+    """(id, namespace.name) of the live Iceberg tables (`every_format`: of any format)
+    whose own settings, or whose namespace's defaults, name a policy `section` (readiness,
+    publish): the leader's rounds for a section off by default read only these."""
     named = ManagedTable.policy.has_key(section)
     by_namespace = exists().where(
         NamespacePolicy.catalog == ManagedTable.catalog,
@@ -92,7 +95,8 @@ def naming_section(session: Session, section: str) -> list[tuple[int, str]]:
     )
     rows = session.execute(
         select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
-        .where(LIVE, ICEBERG, or_(named, by_namespace))
+        .where(LIVE, or_(named, by_namespace))
+        .where(true() if every_format else ICEBERG)
         .order_by(ManagedTable.id)
     ).all()
     return [(r.id, f"{r.namespace}.{r.name}") for r in rows]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 
-from lakewarden.db.models import JobRun
+from lakewarden.db.models import JobRun, PartitionReadiness, Task
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
@@ -346,6 +346,9 @@ def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) 
         raise PlanRejected(f"a clean plan without retained commits: {job.plan}")
     policy_check(rt, job.task_id)()
     spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+    _ready_savepoints(rt, spark, job, base_path, metrics)
+    if not job.plan.get("clean", True):
+        return  # only readiness' savepoints to make or delete
     timeline = HudiTimeline(base_path)
     cleans_before = {i.requested for i in timeline.instants() if i.action == "clean"}
     length_before = len(timeline.completed())
@@ -392,6 +395,44 @@ def _clean(rt: Runtime, spark: SparkSession, job: Job, metrics: dict[str, Any]) 
     _validate(
         job, base_path, before, checked_s, f"clean {made[-1] if made else ''}", metrics, set(made)
     )
+
+
+def _ready_savepoints(
+    rt: Runtime, spark: SparkSession, job: Job, base_path: str, metrics: dict[str, Any]
+) -> None:
+    """Readiness (issue 28): savepoint the ready partitions' instants the plan names, and
+    delete lakewarden's readiness savepoints whose pins lapsed; then record each made one
+    as the tag of the partitions it pins. A retry finds what an earlier attempt did."""
+    make = [str(i) for i in job.plan.get(hudi_clean.READY_SAVEPOINTS) or []]
+    release = [str(i) for i in job.plan.get(hudi_clean.RELEASED_SAVEPOINTS) or []]
+    if not make and not release:
+        return
+    have = {i.requested for i in HudiTimeline(base_path).completed() if i.action == "savepoint"}
+    for instant in make:
+        if instant not in have:
+            hudi_jobs.create_savepoint(spark, base_path, instant, hudi_clean.READY_SAVEPOINT)
+    for instant in release:
+        if instant in have:
+            hudi_jobs.delete_savepoint(spark, base_path, instant)
+    metrics[hudi_clean.READY_SAVEPOINTS], metrics[hudi_clean.RELEASED_SAVEPOINTS] = make, release
+    with transaction(rt.engine) as s:
+        table_id = select(Task.table_id).where(Task.id == job.task_id).scalar_subquery()
+        rows = (PartitionReadiness.table_id == table_id, PartitionReadiness.tag.is_(None))
+        for instant in make:
+            s.execute(
+                update(PartitionReadiness)
+                .where(*rows, PartitionReadiness.snapshot_id == int(instant))
+                .values(tag=instant)
+            )
+        if release:
+            s.execute(
+                update(PartitionReadiness)
+                .where(
+                    PartitionReadiness.table_id == table_id,
+                    PartitionReadiness.tag.in_(release),
+                )
+                .values(tag=None)
+            )
 
 
 def record_metrics(rt: Runtime, job: Job, metrics: dict[str, Any]) -> None:

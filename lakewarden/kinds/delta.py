@@ -21,7 +21,8 @@ The policy sections are Iceberg's, their fields read where they mean the same:
 - clean, `VACUUM … RETAIN n HOURS`: `max_snapshot_age_hours` is the retention. Never below
   Delta's own retention check (the table's `delta.deletedFileRetentionDuration`, 7 days by
   default) unless the policy says `allow_below_safety_floors` (a destructive change, so
-  admin only: `policy.model.destructive_changes`).
+  admin only: `policy.model.destructive_changes`), nor below what a ready partition's
+  pinned version reads while readiness keeps its pin (`kinds.delta_pins`).
   And the log: the commit files and checkpoints past the table's own
   `delta.logRetentionDuration` (30 days by default; never less), removed by delta-rs'
   `cleanup_metadata()` as Delta does when it checkpoints, a checkpoint written first by
@@ -46,8 +47,9 @@ from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.log_files import EXPIRED_LOG_CLEANUP, interval_hours
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
-from lakewarden.kinds import delta_ttl
+from lakewarden.kinds import delta_pins, delta_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.kinds.ready_pins import ready_pins
 from lakewarden.policy.model import (
     CleanPolicy,
     ClusteringPolicy,
@@ -293,22 +295,31 @@ def retention_hours(facts: DeltaFacts) -> float:
     return interval_hours(facts.configuration.get(RETENTION), DEFAULT_RETENTION_HOURS)
 
 
-def retain_hours(policy: CleanPolicy, facts: DeltaFacts) -> float:
+def retain_hours(
+    policy: CleanPolicy, facts: DeltaFacts, held: delta_pins.Hold | None = None
+) -> float:
     """The retention a VACUUM keeps: the policy's, never below Delta's own check without
-    the policy's consent (`allow_below_safety_floors`)."""
+    the policy's consent (`allow_below_safety_floors`), nor below what a ready partition's
+    pinned version needs while its pin is kept (`held`: readiness, issue 29)."""
     wanted = policy.max_snapshot_age_hours
-    return wanted if policy.allow_below_safety_floors else max(wanted, retention_hours(facts))
+    retain = wanted if policy.allow_below_safety_floors else max(wanted, retention_hours(facts))
+    return max(retain, held.hours) if held is not None else retain
 
 
-def clean_verdict(policy: CleanPolicy, facts: DeltaFacts, expired: int) -> Verdict:
-    """Is a VACUUM due (`retain_hours`)? `expired`: files the log says were removed longer
-    ago than that (delta-rs' dry run)."""
+def clean_verdict(
+    policy: CleanPolicy, facts: DeltaFacts, expired: int, held: delta_pins.Hold | None = None
+) -> Verdict:
+    """Is a VACUUM due (`retain_hours`, or longer while `held` for a ready partition's
+    pinned version)? `expired`: files the log says were removed longer ago than that
+    (delta-rs' dry run)."""
     floor, wanted = retention_hours(facts), policy.max_snapshot_age_hours
-    retain = retain_hours(policy, facts)
+    retain = retain_hours(policy, facts, held)
     metrics = {"retain_hours": retain, "delta_retention_hours": floor, "expired_files": expired}
     if not policy.enabled:
         return Verdict(False, "clean is disabled by policy", metrics)
     why = f"RETAIN {retain:g} HOURS"
+    if held is not None and retain == held.hours:  # readiness (issue 29): a pinned version
+        why += f" ({held.reason})"
     if retain < floor:
         why += (
             f", below Delta's retention check ({floor:g} h): the policy consents "
@@ -362,11 +373,16 @@ def log_verdict(facts: DeltaFacts, now_ms: int) -> Verdict:
 
 
 def clean_and_log(
-    policy: CleanPolicy, facts: DeltaFacts, expired: int, now_ms: int
+    policy: CleanPolicy,
+    facts: DeltaFacts,
+    expired: int,
+    now_ms: int,
+    held: delta_pins.Hold | None = None,
 ) -> tuple[Verdict, bool, bool]:
-    """Clean's verdict on a Delta table: a VACUUM (`clean_verdict`) and the log's cleanup
-    (`log_verdict`) judged apart; and whether each is due."""
-    vacuum, log = clean_verdict(policy, facts, expired), log_verdict(facts, now_ms)
+    """Clean's verdict on a Delta table: a VACUUM (`clean_verdict`, `held` longer for a
+    ready partition's pinned version) and the log's cleanup (`log_verdict`) judged apart;
+    and whether each is due."""
+    vacuum, log = clean_verdict(policy, facts, expired, held), log_verdict(facts, now_ms)
     metrics = {**vacuum.metrics, "log": log.metrics}
     if not policy.enabled:
         return Verdict(False, vacuum.reason, metrics), False, False
@@ -392,6 +408,16 @@ def _values(facts: DeltaFacts, keys: list[str] | None) -> list[dict[str, Any]] |
     if keys is None:
         return None
     return [facts.partition_values[k] for k in keys] if facts.partition_columns else []
+
+
+def context(session: Session, table_id: int) -> dict[str, Any]:
+    """What the Delta planners read from the database: the ready partitions' pinned
+    versions a VACUUM must keep readable (`kinds.delta_pins`)."""
+    return {delta_pins.CONTEXT_KEY: ready_pins(session, table_id, _now())}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def plan(
@@ -433,14 +459,20 @@ def plan(
         extra["target_file_size_bytes"] = facts.target_file_size
     elif isinstance(section, CleanPolicy):
         facts = read_facts(timeline, target_file_size=1 << 27, small_file_ratio=1.0)
-        retain = retain_hours(section, facts)
-        now_ms = int(datetime.now(UTC).timestamp() * 1000)
-        found, vacuum, log = clean_and_log(section, facts, expired_files(timeline, retain), now_ms)
+        # readiness (issue 29): VACUUM keeps what a ready partition's pinned version reads
+        held = delta_pins.hold(context.get(delta_pins.CONTEXT_KEY) or [], timeline, _now())
+        retain = retain_hours(section, facts, held)
+        now_ms = int(_now().timestamp() * 1000)
+        found, vacuum, log = clean_and_log(
+            section, facts, expired_files(timeline, retain), now_ms, held
+        )
         below = retain < retention_hours(facts)
         due, extra = [], {"retain_hours": retain, "below_retention_check": below}
         waiting = facts.log is not None and facts.log.checkpoint_needed(now_ms, facts.version)
         # what the job runs: VACUUM, then the log's cleanup (a checkpoint first if needed)
         extra.update(vacuum=vacuum, log_cleanup=log, checkpoint=bool(log and waiting))
+        if held is not None:
+            extra["readiness_hold"] = vars(held)
     else:
         raise TypeError(f"not a Delta kind's policy section: {type(section).__name__}")
     if not found.needed:

@@ -51,6 +51,6 @@ PLANNERS: dict[str, FormatPlanner] = {
         hudi.plan_table, hudi.event_verdicts, hudi.context, NotAHudiTable, hudi.KINDS
     ),
     "delta": FormatPlanner(
-        delta.plan, delta.event_verdicts, gone=NotADeltaTable, kinds=delta.KINDS
+        delta.plan, delta.event_verdicts, delta.context, NotADeltaTable, delta.KINDS
     ),
 }

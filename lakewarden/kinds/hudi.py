@@ -22,6 +22,7 @@ from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction, hudi_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
+from lakewarden.kinds.ready_pins import ready_pins
 from lakewarden.policy.model import (
     CleanPolicy,
     ClusteringPolicy,
@@ -56,6 +57,8 @@ def context(session: Session, table_id: int) -> dict[str, Any]:
         "ours": hudi_compaction.planned_instants(session, table_id),
         "cleans": recorded(session, table_id, (hudi_clean.KIND,), hudi_clean.CLEANED),
         "clusterings": recorded(session, table_id, hudi_clustering.KINDS, hudi_compaction.PLANNED),
+        # readiness (issue 28): the ready instants a savepoint pins
+        "ready_pins": ready_pins(session, table_id, datetime.now(UTC), tagged=True),
     }
 
 
@@ -70,7 +73,9 @@ def plan_table(
         facts = read_facts(timeline.base_path, timeline)
         return hudi_compaction.plan(section, facts, timeline, context["ours"])
     if isinstance(section, CleanPolicy):
-        return hudi_clean.plan(section, timeline, context["cleans"], datetime.now(UTC))
+        return hudi_clean.plan(
+            section, timeline, context["cleans"], datetime.now(UTC), context.get("ready_pins", ())
+        )
     if isinstance(section, ClusteringPolicy | ZOrderPolicy):
         facts = read_facts(timeline.base_path, timeline)
         return hudi_clustering.plan(kind, section, facts, timeline, context["clusterings"])

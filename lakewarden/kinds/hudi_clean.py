@@ -13,6 +13,12 @@ fields are Iceberg's and not read. Judged when the timeline moves (not swept by 
 a clean is due when file versions no retained commit reads are still on storage
 (`formats.hudi.file_versions`, a listing and the timeline, no JVM).
 
+Readiness' pins (issue 28, with `readiness.tag`): the job first savepoints each ready
+partition's instant (`READY_SAVEPOINT`) and deletes lakewarden's readiness savepoints whose
+pins lapsed (`readiness.tag_retention_days`); the leader's readiness round opens a clean
+task when a partition becomes ready. A savepoint fights no writer: it is made (or deleted)
+also on a table whose writer cleans, without running the cleaner there.
+
 Never fight the writer: a table whose writer cleans (`hoodie.clean.automatic` or async
 clean true in its hoodie.properties or its last write commit's extraMetadata, or a
 completed clean on its timeline no lakewarden run made) is skipped with that reason, as is
@@ -25,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from lakewarden.formats.hudi.file_versions import Cleanable, table_cleanable
+from lakewarden.formats.hudi.file_versions import Cleanable, savepoint_comments, table_cleanable
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline, instant_millis
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import CleanPolicy
@@ -34,6 +40,11 @@ KIND = "clean"
 # Where a run records the clean instant(s) Hudi's cleaner made (its metrics): a completed
 # clean that no run recorded is the writer's.
 CLEANED = "hudi_clean_instants"
+# Readiness' savepoints (issue 28): a ready partition's instant, savepointed so that every
+# cleaner keeps what a reader pinned at it reads; made (and lapsed ones deleted) by the
+# clean job first. Its comment is how lakewarden tells them from anyone else's.
+READY_SAVEPOINT = "lakewarden readiness pin"
+READY_SAVEPOINTS, RELEASED_SAVEPOINTS = "ready_savepoints", "released_savepoints"
 WRITER_CLEANS = (
     "hoodie.clean.automatic",
     "hoodie.clean.async.enabled",
@@ -95,6 +106,7 @@ def verdict(
         "cleanable_slices": found.slices,
         "replaced_file_groups": found.file_groups_replaced,
         "file_versions_on_storage": found.versions_on_storage,
+        "kept_by_savepoints": found.kept_by_savepoints,
         "timeline_length": len(timeline.completed()),
     }
     if not policy.enabled:
@@ -114,6 +126,13 @@ def verdict(
         f"keeping the latest {found.retained} write commits (keep_last_snapshots, or those "
         "within max_snapshot_age_hours)"
     )
+    if found.kept_by_savepoints:
+        held = savepoint_comments(timeline)
+        names = ", ".join(f"{at} ({why or 'no comment'})" for at, why in sorted(held.items()))
+        keep += (
+            f"; {found.kept_by_savepoints} older file version(s) stay for savepoint(s) {names}: "
+            "Hudi's cleaner keeps what a savepoint reads, until the savepoint is deleted"
+        )
     if found.earliest_retained is None:
         return Verdict(
             False, f"no more write commits than retained: nothing to clean, {keep}", metrics
@@ -145,19 +164,55 @@ def judge(
     return verdict(policy, timeline, found, ours)
 
 
+def savepoint_work(
+    timeline: HudiTimeline, pins: Iterable[Mapping[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """Readiness' savepoints (issue 28): (the pinned instants to savepoint, lakewarden's
+    readiness savepoints whose pins lapsed, to delete). A pinned instant already
+    savepointed (by anyone) needs none; one no longer on the timeline cannot have one."""
+    completed = {i.requested for i in timeline.completed() if i.action in WRITE_ACTIONS}
+    kept = {str(p["commit"]) for p in pins}
+    savepoints = {i.requested: i for i in timeline.completed() if i.action == "savepoint"}
+    ours = {
+        at
+        for at, i in savepoints.items()
+        if timeline.read_instant(i).get("comments") == READY_SAVEPOINT
+    }
+    make = sorted(kept & completed - set(savepoints))
+    return make, sorted(ours - kept)
+
+
 def plan(
-    policy: CleanPolicy, timeline: HudiTimeline, ours: Iterable[str], now: datetime
+    policy: CleanPolicy,
+    timeline: HudiTimeline,
+    ours: Iterable[str],
+    now: datetime,
+    pins: Iterable[Mapping[str, Any]] = (),
 ) -> PlanOutcome:
-    """The job's plan (base path, the commits the cleaner keeps, archival's bounds), or why
-    not."""
+    """The job's plan (base path, the commits the cleaner keeps, archival's bounds; the
+    readiness savepoints to make and delete first), or why not. With savepoints to make
+    or delete and nothing to clean (or a writer that cleans), the plan only does those:
+    a savepoint fights no cleaner, every cleaner keeps what it reads."""
     found = judge(policy, timeline, ours, now)
-    if not found.needed:
+    make, release = savepoint_work(timeline, pins) if policy.enabled else ([], [])
+    if not found.needed and not (make or release):
         return PlanOutcome(None, found.reason)
-    retained = int(found.metrics["retained_commits"])
+    reason = found.reason
+    if make or release:
+        reason = (
+            f"readiness: savepoint {', '.join(make) or 'none'}, delete lapsed savepoint(s) "
+            f"{', '.join(release) or 'none'}; {'clean: ' if found.needed else 'no clean: '}"
+            f"{found.reason}"
+        )
+    retained = int(found.metrics.get("retained_commits") or 1)
     return PlanOutcome(
         {
             "format": "hudi",
             "base_path": timeline.base_path,
+            # readiness (issue 28): savepoints made and lapsed ones deleted before the clean
+            READY_SAVEPOINTS: make,
+            RELEASED_SAVEPOINTS: release,
+            "clean": found.needed,
             "clean_policy": "KEEP_LATEST_COMMITS",
             "retain_commits": retained,
             # Hudi archives down to min once the active timeline holds more than max; min
@@ -166,7 +221,7 @@ def plan(
             "archive_max_commits": retained + 11,
             "metadata_table": bool(timeline.properties.get("hoodie.table.metadata.partitions")),
             "expected_files_deleted": found.metrics["cleanable_files"],
-            "earliest_commit_to_retain": found.metrics["earliest_commit_to_retain"],
+            "earliest_commit_to_retain": found.metrics.get("earliest_commit_to_retain"),
         },
-        found.reason,
+        reason,
     )

@@ -6,7 +6,8 @@ a complete partition since its last commit (its planner then rewrites the partit
 there is nothing to do: either counts). Then deliver the notifications.
 
 Cost: only tables whose own settings or namespace defaults name `readiness` are parsed (the
-section is off by default); a table whose current snapshot is the one read last time, that
+section is off by default); a table whose current snapshot (a Hudi or Delta table's newest
+commit the poller ingested: its head token) is the one read last time, that
 has no partition waiting (an overdue one waits), no watermark posted since and no period's
 `deadline_minutes` passed since (`readiness_cursors.empty_due_at`) is not even loaded. A
 table's catalog I/O (load, manifests, tag commits) runs with no transaction open; its writes
@@ -47,9 +48,11 @@ from lakewarden.readiness import (
     Assessed,
     Assessment,
     assess,
+    pin_of,
     recorded,
     tag_name,
 )
+from lakewarden.readiness_logs import head_of, location, path_log
 from lakewarden.redact import redact, secrets_of
 from lakewarden.refs import create_tags, snapshot_time
 from lakewarden.runtime import Runtime
@@ -90,7 +93,7 @@ def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
 
 def _candidates(rt: Runtime) -> list[tuple[int, str]]:
     with transaction(rt.engine) as s:
-        return naming_section(s, "readiness")
+        return naming_section(s, "readiness", every_format=True)
 
 
 def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> int:
@@ -104,16 +107,49 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> 
         if _idle(s, row, policy, now):
             return 0
         catalog, ref, version = row.catalog, ref_of(row), row.policy_version
+        table_format = row.format
         known = recorded(s, table_id, policy.readiness)
-    # The catalog and the manifests are read with no transaction open.
-    table = load_table(rt.catalogs.load(catalog), ref)
-    found = assess(known, table, policy.readiness, now)
-    tags = _tag(table, found, policy) if policy.readiness.tag else None
+    # The catalog and the manifests (a path table's log) are read with no transaction open.
+    tags = None
+    if table_format == "iceberg":
+        table = load_table(rt.catalogs.load(catalog), ref)
+        found = assess(known, table, policy.readiness, now)
+        tags = _tag(table, found, policy) if policy.readiness.tag else None
+    else:  # pinned by the version or instant recorded with the partition (readiness_logs)
+        log = path_log(table_format, rt.catalogs.entry(catalog), ref)
+        found = assess(known, log, policy.readiness, now)
     with transaction(rt.engine) as s:
         check_fence(s, fence)
-        changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now)
+        where = location(table_format, rt.catalogs.entry(catalog), ref)
+        changed = _store(s, table_id, f"{catalog}.{ref.dotted}", found, tags, now, where)
         _open_tasks(s, table_id, found, policy, version, fence)
+        if table_format == "hudi" and policy.readiness.tag:
+            _savepoint_task(s, table_id, found, policy, version, fence)
     return changed
+
+
+def _savepoint_task(
+    s: Session, table_id: int, found: Assessment, policy: Policy, version: int, fence: Fence
+) -> None:
+    """A Hudi table's partitions became ready with `readiness.tag`: a clean task, whose job
+    savepoints their instant first (`kinds.hudi_clean`; unless one is open already)."""
+    becoming = found.becoming_ready()
+    if not becoming or found.snapshot_id is None or not policy.clean.enabled:
+        return
+    open_task(
+        s,
+        table_id=table_id,
+        policy_version=version,
+        kind="clean",
+        section=policy.clean,
+        actor=fence.holder,
+        trigger={
+            "source": "readiness",
+            "reason": f"readiness: savepoint instant {found.snapshot_id}, which ready "
+            f"partition(s) {', '.join(p.partition for p in becoming[:10])} are pinned at",
+            "leader_epoch": fence.epoch,
+        },
+    )
 
 
 def _idle(s: Session, row: ManagedTable, policy: Policy, now: datetime) -> bool:
@@ -123,7 +159,11 @@ def _idle(s: Session, row: ManagedTable, policy: Policy, now: datetime) -> bool:
     cursor = s.get(ReadinessCursor, row.id)
     if cursor is None or cursor.scanned_column != column:
         return False
-    if cursor.scanned_snapshot_id is None or cursor.scanned_snapshot_id != row.current_snapshot_id:
+    # Iceberg: the current snapshot; Hudi, Delta: the newest commit the poller ingested.
+    head = row.current_snapshot_id
+    if row.format != "iceberg":
+        head = head_of(row.format, row.metadata_location)
+    if cursor.scanned_snapshot_id is None or cursor.scanned_snapshot_id != head:
         return False
     scanned = cursor.scanned_at
     if cursor.watermark_at is not None and (scanned is None or cursor.watermark_at >= scanned):
@@ -179,6 +219,7 @@ def _store(
     found: Assessment,
     tags: dict[str, str] | None,
     now: datetime,
+    where: str,
 ) -> int:
     """Write the assessment: each partition's last commit and reason, the late commits'
     un-readying, the partitions that became ready (with `tags` asked for: only those
@@ -232,6 +273,7 @@ def _store(
                 at=now,
                 snapshot_id=found.snapshot_id,
                 tag=tag,
+                pin=_pin(found, tag, where),
             )
     scanned = {
         "scanned_snapshot_id": found.snapshot_id,
@@ -245,6 +287,13 @@ def _store(
         .on_conflict_do_update(index_elements=[ReadinessCursor.table_id], set_=scanned)
     )
     return changed
+
+
+def _pin(found: Assessment, tag: str | None, where: str) -> dict[str, str] | None:
+    """How a reader pins a partition that became ready (a Hudi savepoint is made later, by
+    the clean task: the instant here)."""
+    pin = pin_of(found.format, found.snapshot_id, tag, where)
+    return vars(pin) if pin is not None else None
 
 
 def _move(s: Session, this: tuple[Any, ...], *, ready: bool, **values: Any) -> bool:

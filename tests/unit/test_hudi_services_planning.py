@@ -84,6 +84,10 @@ def test_a_savepointed_slice_stays() -> None:
     kept = frozenset({("p", "old-0", T1)})
     found = cleanable(groups, [T1, T2, T3], replaced, 1, kept)
     assert (found.files, found.bytes) == (1, 100)
+    assert (
+        cleanable(groups, [T1, T2, T3], replaced, 1).kept_by_savepoints,
+        found.kept_by_savepoints,
+    ) == (0, 1)  # the verdict says the savepoint holds it back
 
 
 def test_layout_strategy_of_each_section() -> None:

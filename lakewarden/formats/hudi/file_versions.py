@@ -59,6 +59,8 @@ class Cleanable:
     file_groups_replaced: int = 0  # whole file groups a clustering replaced
     slices: int = 0  # older file slices of live file groups
     versions_on_storage: int = 0  # file slices on storage in all
+    # Older file slices the cleaner would delete but for a savepoint that reads them.
+    kept_by_savepoints: int = 0
 
 
 def parse_file(name: str) -> tuple[str, str, bool] | None:
@@ -121,13 +123,20 @@ def cleanable(
     earliest = write_commits[-retained]
     gone = {key for instant, keys in replaced.items() if instant < earliest for key in keys}
     every = {key for keys in replaced.values() for key in keys}
-    files = size = whole = old = 0
+    files = size = whole = old = kept = 0
     for key, group in groups.items():
+        every_slice = group.slices()
         slices = {
             start: sizes
-            for start, sizes in group.slices().items()
+            for start, sizes in every_slice.items()
             if (group.partition, group.file_id, start) not in savepointed
         }
+        # what would go but for a savepoint (said in the verdict: a savepoint blocks it)
+        would_go = list(every_slice) if key in gone else []
+        if key not in every:
+            older_all = [s for s in sorted(every_slice)[:-1] if s < earliest]
+            would_go = older_all[:-1]
+        kept += sum(1 for s in would_go if (group.partition, group.file_id, s) in savepointed)
         if key in gone:
             whole += bool(slices)
             files += sum(len(s) for s in slices.values())
@@ -141,7 +150,7 @@ def cleanable(
             old += 1
             files += len(slices[s])
             size += sum(slices[s])
-    return Cleanable(retained, earliest, files, size, whole, old, versions)
+    return Cleanable(retained, earliest, files, size, whole, old, versions, kept)
 
 
 def table_cleanable(timeline: HudiTimeline, retained: int) -> Cleanable:
@@ -187,3 +196,12 @@ def instants_read_by_latest_slices(timeline: HudiTimeline) -> int:
     return sum(
         1 for i in timeline.completed() if i.action in WRITE_ACTIONS and i.requested >= oldest
     )
+
+
+def savepoint_comments(timeline: HudiTimeline) -> dict[str, str]:
+    """Each completed savepoint's instant and its comment (who made it, and why)."""
+    return {
+        i.requested: str(timeline.read_instant(i).get("comments") or "")
+        for i in timeline.completed()
+        if i.action == "savepoint"
+    }

@@ -197,13 +197,18 @@ def with_metadata(spark: SparkSession, enabled: bool) -> None:
     spark.conf.set("hoodie.metadata.enable", "true" if enabled else "false")
 
 
-def create_savepoint(spark: SparkSession, base_path: str, instant: str) -> None:
+def create_savepoint(
+    spark: SparkSession, base_path: str, instant: str, comments: str = "before a lakewarden rewrite"
+) -> None:
     """Savepoint the completed commit `instant`: the cleaner keeps what it reads, and the
-    table can be restored to it."""
+    table can be restored to it. `comments`: how lakewarden tells why it made it (one of
+    its own constants, never outside text)."""
+    if not all(c.isalnum() or c in " -" for c in comments):
+        raise ValueError(f"not a savepoint comment lakewarden writes: {comments!r}")
     spark.sql(
         f"CALL create_savepoint(path => {path_literal(base_path)}, "
         f"commit_time => '{_instant(instant)}', user => 'lakewarden', "
-        "comments => 'before a lakewarden rewrite')"
+        f"comments => '{comments}')"
     ).collect()
 
 

@@ -9,10 +9,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from lakewarden import readiness
+from lakewarden import readiness, readiness_logs
 from lakewarden.auth.grants import Role
 from lakewarden.db.models import PartitionReadiness
 from lakewarden.db.paging import keyset_page
+from lakewarden.readiness_logs import path_log
+from lakewarden.states import PATH_CATALOGS
+from lakewarden.tables import ref_of
 from services.api import errors
 from services.api.access import AccessDep, TableDep
 from services.api.deps import RuntimeDep, SessionDep
@@ -22,10 +25,14 @@ from services.api.routes.health import load_live_table
 from services.api.schemas import (
     HeartbeatIn,
     HeartbeatOut,
+    PartitionReadinessOut,
     PartitionReadinessPage,
+    ReadinessPinOut,
     WatermarkIn,
     WatermarkOut,
 )
+
+PATH_FORMATS = frozenset(PATH_CATALOGS.values())
 
 router = APIRouter(prefix="/api/v1/catalogs/{catalog}/tables", tags=["readiness"])
 
@@ -41,19 +48,28 @@ MAX_FUTURE = timedelta(minutes=5)
 )
 def list_partitions(
     row: TableDep,
+    rt: RuntimeDep,
     session: SessionDep,
     page: PageDep,
     ready: Annotated[bool | None, Query(description="only ready (true) or not ready")] = None,
 ) -> PartitionReadinessPage:
     """The partitions of the table's readiness column, newest recorded first: ready or not,
-    since when, on which snapshot, why, and their tag. Empty while readiness is disabled or
-    not yet judged (the leader judges it every alert interval)."""
+    since when, on which commit (an Iceberg snapshot, a Hudi instant, a Delta version), why,
+    their tag, and how a reader pins them (`pin`). Empty while readiness is disabled or not
+    yet judged (the leader judges it every alert interval)."""
     policy = current_policy(session, row)
     column = policy.readiness.partition
     if column is None:
         return PartitionReadinessPage(items=[], next_cursor=None)
     query = readiness.partitions_query(row.id, column, ready)
-    return PartitionReadinessPage.of(keyset_page(session, query, PartitionReadiness.id, page))
+    location = readiness_logs.location(row.format, rt.catalogs.entry(row.catalog), ref_of(row))
+
+    def item(p: PartitionReadiness) -> PartitionReadinessOut:
+        out = PartitionReadinessOut.model_validate(p)
+        pin = readiness.pin_of(row.format, p.snapshot_id, p.tag, location)
+        return out.model_copy(update={"pin": ReadinessPinOut(**vars(pin)) if pin else None})
+
+    return PartitionReadinessPage.of(keyset_page(session, query, PartitionReadiness.id, page), item)
 
 
 @router.post(
@@ -131,14 +147,12 @@ def post_heartbeat(
             f"readiness of {row.namespace}.{row.name} is disabled: a heartbeat is only used "
             "with readiness.enabled: true; set it first",
         )
-    if row.format != "iceberg":
-        raise HTTPException(
-            409, f"readiness judges Iceberg tables; {row.namespace}.{row.name} is {row.format}"
-        )
     table_id, column = row.id, policy.partition
-    table = load_live_table(rt, row)  # the spec says how its partitions are named
-    try:
-        field = readiness.partition_field(table, column)
+    try:  # the spec (a path table's log) says how its partitions are named
+        if row.format in PATH_FORMATS:
+            field = path_log(row.format, rt.catalogs.entry(row.catalog), ref_of(row)).field(column)
+        else:
+            field = readiness.partition_field(load_live_table(rt, row), column)
     except readiness.ReadinessProblem as exc:
         raise HTTPException(409, str(exc)) from exc
     try:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from sqlalchemy.orm import Session
 
-from lakewarden import tables
+from lakewarden import readiness, tables
 from lakewarden.auth.grants import Role
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef, find_table, load_table
 from lakewarden.catalogs.foreign import detect_table
@@ -22,6 +22,7 @@ from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVersion
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.model import Policy
+from lakewarden.readiness_logs import path_log
 from services.api import errors
 from services.api.access import Access, AccessDep, TableDep
 from services.api.deps import CatalogDep, RuntimeDep, SessionDep
@@ -242,6 +243,11 @@ def replace_policy(
         else None
     )
     after = check_policy(session, row.catalog, row.namespace, overrides, table)
+    if table is None and after.readiness.enabled:  # a Hudi or Delta table: its log says
+        log = path_log(row.format, rt.catalogs.entry(row.catalog), tables.ref_of(row))
+        problem = readiness.policy_problem(log, after.readiness)
+        if problem is not None:
+            raise HTTPException(422, problem)
     before = policy_or_none(session, row)
     authorize_policy_change(access, row.catalog, row.namespace, before, after, what)
     record_policy_change(access, before, after)

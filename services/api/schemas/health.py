@@ -512,15 +512,36 @@ class ReadinessExplainOut(ResponseModel):
     )
 
 
+class ReadinessPinOut(ResponseModel):
+    """How a reader reads a ready partition as it was when it became ready."""
+
+    format: Literal["iceberg", "hudi", "delta"]
+    kind: Literal["tag", "snapshot", "savepoint", "instant", "version"] = Field(
+        description="Iceberg: its tag (readiness.tag) or snapshot; Hudi: the savepoint made "
+        "of its instant, or the instant before one is made; Delta: the log version"
+    )
+    commit: str = Field(description="the snapshot id, Hudi instant or Delta version")
+    read: str = Field(description="how a reader pins it (SQL, and the Python reader's call)")
+
+
 class PartitionReadinessOut(ResponseModel):
     partition: str
     column: str = Field(description="the partition source column (readiness.partition)")
     partition_end: datetime | None = Field(description="null: an identity value with no end")
     ready: bool
     since: datetime | None = Field(description="when it became ready (null while not)")
-    snapshot_id: int | None = Field(description="the snapshot that made it ready")
+    snapshot_id: int | None = Field(
+        description="the commit that made it ready: an Iceberg snapshot id, a Hudi instant "
+        "time, a Delta version (see pin)"
+    )
     reason: str | None = Field(description="why it is ready, or what it waits for")
-    tag: str | None = Field(description="the Iceberg tag on that snapshot (readiness.tag)")
+    tag: str | None = Field(
+        description="the Iceberg tag on that snapshot (readiness.tag); on Hudi, the savepoint "
+        "made of that instant"
+    )
+    pin: ReadinessPinOut | None = Field(
+        default=None, description="how a reader pins it (null while it was never ready)"
+    )
     last_commit_at: datetime | None = Field(description="null: no commit touched it")
     last_commit_snapshot_id: int | None
     unready_at: datetime | None
