@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -61,7 +62,7 @@ SIZES = {
 CHANGED = 7  # the partition changed
 
 
-def _append(table: Table, files: list[tuple[str, int, int]]) -> None:
+def append_entries(table: Table, files: list[tuple[str, int, int]]) -> None:
     """One fast-append commit of (path, partition value, size) entries: one manifest."""
     with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
         for path, day, size in files:
@@ -78,10 +79,9 @@ def _append(table: Table, files: list[tuple[str, int, int]]) -> None:
             )
 
 
-def build(ctx: Context, sizes: IncrementalSizes) -> tuple[SqlCatalog, str]:
-    """The metadata-only table of `sizes.files` files in `sizes.commits` manifests."""
-    run = uuid.uuid4().hex[:8]
-    root = ctx.work_dir / f"b36-{run}"
+def build(root: Path, sizes: IncrementalSizes) -> tuple[SqlCatalog, str]:
+    """The metadata-only table of `sizes.files` files in `sizes.commits` manifests, its
+    catalog (SQLite) and warehouse under `root`."""
     root.mkdir(parents=True)
     catalog = SqlCatalog(
         "b36", uri=f"sqlite:///{root}/catalog.db", warehouse=(root / "warehouse").as_uri()
@@ -99,7 +99,7 @@ def build(ctx: Context, sizes: IncrementalSizes) -> tuple[SqlCatalog, str]:
     data = (root / "data").as_uri()  # never written: planning reads only metadata
     per = sizes.files // sizes.commits
     for c in range(sizes.commits):
-        _append(
+        append_entries(
             table,
             [
                 (f"{data}/day={k % sizes.partitions}/{k:08d}.parquet", k % sizes.partitions, LARGE)
@@ -119,7 +119,7 @@ def b36(ctx: Context) -> Figure:
         f">= {GOAL:g}x faster, the same plan",
     ) as fig:
         started = time.perf_counter()
-        catalog, name = build(ctx, sizes)
+        catalog, name = build(ctx.work_dir / f"b36-{uuid.uuid4().hex[:8]}", sizes)
         built_s = time.perf_counter() - started
         cache = ManifestCache(max_files=sizes.files * 2, full_every=10**9)
         cache.listing(catalog.load_table(name))  # the last plan, before the change
@@ -128,7 +128,7 @@ def b36(ctx: Context) -> Figure:
             (f"{table.location()}/data/day={CHANGED}/new-{i}.parquet", CHANGED, SMALL)
             for i in range(sizes.changed_files)
         ]
-        _append(table, changed)
+        append_entries(table, changed)
         table = catalog.load_table(name)
         snapshot = table.current_snapshot()
         assert snapshot is not None

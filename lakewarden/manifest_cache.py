@@ -61,9 +61,9 @@ class Listing:
 
     def explain(self) -> str:
         """What the plan's reason says about how the files were listed."""
-        if self.how == FULL:
-            return ""
         cached = self.manifests - self.read
+        if self.how == FULL or (self.how == INCREMENTAL and not cached):
+            return ""  # every manifest read: as a full listing
         text = f"listed {self.read} of {self.manifests} manifests, {cached} from the plan cache"
         if self.how == CHECKED:
             verdict = "DIFFERED: cache dropped" if self.mismatch else "the same"
