@@ -121,3 +121,16 @@ def test_off_or_with_delete_manifests_the_table_is_listed_in_full(
     table = SimpleNamespace(current_snapshot=lambda: snapshot, io=None)
     merge_on_read = ManifestCache(max_files=10_000, full_every=1_000).listing(table)  # type: ignore[arg-type]
     assert (merge_on_read.how, merge_on_read.files) == (FULL, listed)
+
+
+def test_a_branch_is_listed_at_its_head_from_the_same_cache(wide: tuple[SqlCatalog, str]) -> None:
+    catalog, name = wide
+    table = catalog.load_table(name)
+    table.manage_snapshots().create_branch(current(table).snapshot_id, "audit").commit()
+    cache = ManifestCache(max_files=10_000, full_every=1_000)
+    cache.listing(catalog.load_table(name))
+    table = _change(catalog, name)  # main moves on; the branch stays
+    on_branch = cache.listing(table, ref="audit")
+    assert (on_branch.how, on_branch.read, on_branch.manifests) == (INCREMENTAL, 0, 3)
+    assert _paths(on_branch.files) == _paths(read_files(table, ref="audit"))
+    assert len(on_branch.files.data) == SIZES.files
