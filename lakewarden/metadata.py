@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from pyiceberg.types import PrimitiveType
 Partition = tuple[tuple[str, Any], ...]  # ((partition field name, value), ...)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a plan cache holds a million of them
 class DataFile:
     path: str
     size: int
@@ -60,17 +60,9 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
     snapshot = table.snapshot_by_name(ref) if ref else table.current_snapshot()
     if snapshot is None:
         return TableFiles(None, [], [])
-    schema = table.schema()
-    wanted = {}
-    for name in columns:
-        col = schema.find_field(name)
-        if isinstance(col.field_type, PrimitiveType):  # only primitives carry bounds
-            wanted[col.field_id] = (name, col.field_type)
+    wanted = wanted_bounds(table, columns)
     specs = table.specs()
-
-    def partition_of(f: Any) -> Partition:
-        names = [pf.name for pf in specs[f.spec_id].fields]
-        return tuple(zip(names, [f.partition[i] for i in range(len(names))], strict=True))
+    partition_of = partition_namer(table)
 
     data_seq: dict[str, int] = {}
     # (spec id, partition) -> [(data sequence number, equality delete)]; key None: global
@@ -116,27 +108,55 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
     data: list[DataFile] = []
     for task in tasks:
         f = task.file
-        bounds = {}
-        for field_id, (name, ftype) in wanted.items():
-            lo = (f.lower_bounds or {}).get(field_id)
-            hi = (f.upper_bounds or {}).get(field_id)
-            if lo is not None and hi is not None:
-                bounds[name] = (from_bytes(ftype, lo), from_bytes(ftype, hi))
         deleted = sum(
             deletes[d.file_path].records / applies_to[d.file_path] for d in applied[f.file_path]
         )
-        data.append(
-            DataFile(
-                path=f.file_path,
-                size=f.file_size_in_bytes,
-                records=f.record_count,
-                spec_id=f.spec_id,
-                partition=partition_of(f),
-                bounds=bounds,
-                deleted_records=min(float(f.record_count), deleted),
-            )
-        )
+        data.append(describe(f, partition_of(f), wanted, deleted))
     return TableFiles(snapshot.snapshot_id, data, list(deletes.values()))
+
+
+Bounds = dict[int, tuple[str, PrimitiveType]]  # field id -> (column name, type)
+
+
+def wanted_bounds(table: Table, columns: Iterable[str]) -> Bounds:
+    """The columns whose bounds are asked for, by field id (only primitives carry bounds)."""
+    schema = table.schema()
+    wanted: Bounds = {}
+    for name in columns:
+        col = schema.find_field(name)
+        if isinstance(col.field_type, PrimitiveType):
+            wanted[col.field_id] = (name, col.field_type)
+    return wanted
+
+
+def partition_namer(table: Table) -> Callable[[Any], Partition]:
+    """A pyiceberg data file's partition, as ((field name, value), ...) of its spec."""
+    names = {spec_id: [pf.name for pf in spec.fields] for spec_id, spec in table.specs().items()}
+
+    def partition_of(f: Any) -> Partition:
+        fields = names[f.spec_id]
+        return tuple(zip(fields, [f.partition[i] for i in range(len(fields))], strict=True))
+
+    return partition_of
+
+
+def describe(f: Any, partition: Partition, wanted: Bounds, deleted: float = 0.0) -> DataFile:
+    """One pyiceberg data file as the planners see it: `deleted` rows estimated deleted."""
+    bounds = {}
+    for field_id, (name, ftype) in wanted.items():
+        lo = (f.lower_bounds or {}).get(field_id)
+        hi = (f.upper_bounds or {}).get(field_id)
+        if lo is not None and hi is not None:
+            bounds[name] = (from_bytes(ftype, lo), from_bytes(ftype, hi))
+    return DataFile(
+        path=f.file_path,
+        size=f.file_size_in_bytes,
+        records=f.record_count,
+        spec_id=f.spec_id,
+        partition=partition,
+        bounds=bounds,
+        deleted_records=min(float(f.record_count), deleted),
+    )
 
 
 @dataclass(frozen=True)

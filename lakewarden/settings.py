@@ -123,6 +123,13 @@ class Settings(BaseSettings):
     worker_poll_interval_s: float = 5.0  # fallback: a new pending task wakes the worker
     heartbeat_interval_s: float = 5.0
     stale_after_s: float = 30.0  # a holder silent this long loses its work
+    # Incremental planning (lakewarden.manifest_cache): a planning process keeps the data
+    # files its plans listed, by manifest, for at most this many files (~350 bytes each),
+    # and reads only the manifests written since. 0: every plan lists every manifest.
+    plan_cache_files: int = Field(default=1_000_000, ge=0, le=100_000_000)
+    # Every Nth plan of a table also lists it in full and compares (a difference is logged
+    # as an error and that table's cache dropped). 1: every plan is checked.
+    plan_full_every: int = Field(default=20, ge=1, le=1_000_000)
 
     # --- scheduler -----------------------------------------------------------------
     # A standby takes over within lease_ttl_s of the leader's death (it tries again right

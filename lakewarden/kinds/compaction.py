@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table import Table
 
+from lakewarden import manifest_cache
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.formats.iceberg import history
 from lakewarden.formats.iceberg.sort_order import declared_order
 from lakewarden.formats.iceberg.table import open_table
 from lakewarden.kinds.base import EventFacts, JobResult, Kind, PlanOutcome, PlanRejected, Verdict
-from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets, read_files
+from lakewarden.metadata import DataFile, KeyBucket, Partition, jsonable, key_buckets
 from lakewarden.policy.model import MAIN_BRANCH, REF_NAME, CompactionPolicy
 from lakewarden.spark import sql
 from lakewarden.spark.actions import COMMITTED, rewrite_data_files
@@ -184,10 +185,11 @@ def plan_from_files(
         rewrite = small if len(small) >= min_input else []
         # A keyed table applies every delete (Iceberg's delete-file-threshold 1), so that the
         # equality deletes can go: each applies to every older data file of its partition.
+        # (not `f not in rewrite`: a list scan per file, quadratic in a partition's files)
         hollow = [
             f
             for f in group
-            if f not in rewrite
+            if not (rewrite and f.size < threshold)
             and f.records
             and (
                 f.deleted_records > 0
@@ -346,9 +348,13 @@ def _plan_branch(
             f"the table has no branch {branch!r}: nothing to compact (create it, or set "
             "compaction.branch to null for main)",
         )
-    files = read_files(table, ref=branch)
-    outcome = plan_from_files(
-        policy, files.snapshot_id, files.data, len(files.deletes), quiet_minutes=quiet
+    listing = manifest_cache.shared().listing(table, ref=branch)
+    files = listing.files
+    outcome = _explained(
+        plan_from_files(
+            policy, files.snapshot_id, files.data, len(files.deletes), quiet_minutes=quiet
+        ),
+        listing,
     )
     reason = f"branch {branch}: {outcome.reason}"
     if outcome.plan is None:
@@ -358,11 +364,18 @@ def _plan_branch(
 
 
 def _plan_main(policy: CompactionPolicy, table: Table, quiet: float | None = None) -> PlanOutcome:
-    files = read_files(table)
+    listing = manifest_cache.shared().listing(table)
+    files = listing.files
     outcome = plan_from_files(
         policy, files.snapshot_id, files.data, len(files.deletes), key_buckets(table), quiet
     )
-    return in_declared_order(policy, table, outcome)
+    return in_declared_order(policy, table, _explained(outcome, listing))
+
+
+def _explained(outcome: PlanOutcome, listing: manifest_cache.Listing) -> PlanOutcome:
+    """The reason says when the files came (partly) from the plan cache."""
+    how = listing.explain()
+    return PlanOutcome(outcome.plan, f"{outcome.reason} ({how})") if how else outcome
 
 
 def in_declared_order(policy: CompactionPolicy, table: Table, outcome: PlanOutcome) -> PlanOutcome:
