@@ -168,6 +168,14 @@ _shared: ManifestCache | None = None
 _shared_lock = threading.Lock()
 
 
+def without_cache() -> None:
+    """This process plans without a cache (the API: its explain plans a table now and then,
+    and its memory is sized for requests, not for a fleet's manifests)."""
+    global _shared
+    with _shared_lock:
+        _shared = ManifestCache(0, get_settings().plan_full_every)
+
+
 def shared() -> ManifestCache:
     """This process's cache, sized by its settings."""
     global _shared

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import FastAPI
 
-from lakewarden import __version__, process
+from lakewarden import __version__, manifest_cache, process
 from lakewarden.alerts.tick import alert_tick
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.metastore import FOLLOW_TICK_S, Followers
@@ -132,6 +132,7 @@ def main(rt: Runtime, host: str, port: int) -> None:
     # with the same redaction.
     app = create_app(rt)
     app.state.bind_host = host  # the dashboard cookie's Secure default (headers.secure_cookie)
+    manifest_cache.without_cache()  # explain plans now and then: no fleet's manifests here
     uvicorn.run(
         app,
         host=host,
