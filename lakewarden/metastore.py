@@ -189,7 +189,12 @@ def table_format(table: HiveTable) -> str | None:
 
 
 def _location(table: HiveTable) -> str | None:
-    location = (table.sd.location if table.sd else None) or ""
+    """Where the table's files are: the storage properties' `path` of a Spark datasource
+    table (Spark's catalog leaves a `<name>-__PLACEHOLDER__` location for a table Hive
+    cannot read, such as a Delta table; Hudi's sync writes both), else its location."""
+    sd = table.sd
+    serde = (sd.serdeInfo.parameters if sd and sd.serdeInfo else None) or {}
+    location = serde.get("path") or (sd.location if sd else None) or ""
     return location.rstrip("/") or None
 
 
