@@ -6,15 +6,21 @@ last two parts."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyarrow import fs as pafs
 
+from lakewarden import object_store
 from lakewarden.catalogs.catalog import CatalogConfigError, CatalogEntry, TableRef
 
 
-def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    """pyarrow's file system for a table's path (a local path or a URI) and the path in it."""
+def filesystem(path: str, props: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's file system for a table's path (a local path or a URI) and the path in it;
+    on S3 with the catalog's resolved properties `props` (`object_store.filesystem`)."""
     if "://" not in path:
         return pafs.LocalFileSystem(), path.rstrip("/")
+    if props and object_store.on_s3(path):
+        return object_store.filesystem(props, path)
     fs, inner = pafs.FileSystem.from_uri(path)
     return fs, inner.rstrip("/")
 
@@ -26,7 +32,7 @@ def warehouse(entry: CatalogEntry) -> str:
 def check_warehouse(entry: CatalogEntry) -> None:
     """CatalogConfigError unless the warehouse is a directory this process can list."""
     where = warehouse(entry)
-    fs, path = filesystem(where)
+    fs, path = filesystem(where, entry.resolved)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         raise CatalogConfigError(
             f"catalog {entry.name!r}: its warehouse {where} is not a directory lakewarden can read"

@@ -332,7 +332,7 @@ def deleted_by_commit(timeline: HudiTimeline, instant: str, savepoint: str) -> i
     write stats count them (`numDeletes`); a delete_partition's names the file groups it
     replaced, whose rows are counted as of the savepoint made before it (hudi-rs)."""
     import pyarrow.compute as pc
-    from hudi import HudiReadOptions, HudiTable
+    from hudi import HudiReadOptions
 
     done = [i for i in timeline.completed() if i.requested == instant]
     if not done:
@@ -346,7 +346,7 @@ def deleted_by_commit(timeline: HudiTimeline, instant: str, savepoint: str) -> i
     options = HudiReadOptions().with_as_of_timestamp(savepoint)
     options = options.with_projection(["_hoodie_file_name"])
     rows = 0
-    for batch in HudiTable(timeline.base_path).read(options):
+    for batch in timeline.table().read(options):
         names = batch.column("_hoodie_file_name")
         ids = pc.utf8_slice_codeunits(names, 0, max((len(g) for g in groups), default=0))
         rows += pc.sum(pc.is_in(ids, value_set=strings(groups))).as_py() or 0

@@ -15,6 +15,6 @@ def open_timeline(entry: CatalogEntry, ref: TableRef) -> DeltaTimeline:
     """The table's log; NotADeltaTable says what is wrong (`open_table` checks the
     protocol: UnsupportedProtocol)."""
     try:
-        return DeltaTimeline(location_of(entry, ref, "delta"))
+        return DeltaTimeline(location_of(entry, ref, "delta"), entry.resolved)
     except NoSuchLocation as exc:
         raise NotADeltaTable(str(exc)) from None

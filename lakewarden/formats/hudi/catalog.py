@@ -14,6 +14,6 @@ from lakewarden.formats.locations import NoSuchLocation, location_of
 def open_timeline(entry: CatalogEntry, ref: TableRef) -> HudiTimeline:
     """The table's timeline; NotAHudiTable or UnsupportedTableVersion say what is wrong."""
     try:
-        return HudiTimeline(location_of(entry, ref, "hudi"))
+        return HudiTimeline(location_of(entry, ref, "hudi"), entry.resolved)
     except NoSuchLocation as exc:
         raise NotAHudiTable(str(exc)) from None
