@@ -10,11 +10,12 @@ each event reduced to the table it names and the pointer it moved to) and its ne
 
 A metastore holds more than Iceberg tables. Hudi's Hive sync registers a Hudi table with
 `spark.sql.sources.provider=hudi` (as a Spark datasource table, its default) and Hoodie's
-input formats; a merge-on-read table twice, as `<name>_ro` and `<name>_rt` (read-optimized
-and real-time views, `<name>` for the first with `skip_ro_suffix`), both at the table's
-base path: that pair is one table, `<name>`. Spark's catalog registers a Delta table with
-`spark.sql.sources.provider=delta`. Both are read by their storage location (`formats.hudi`,
-`formats.delta`); what else a metastore holds (Hive tables, views) is not listed.
+input formats; a merge-on-read table as `<name>_ro` and `<name>_rt` (read-optimized and
+real-time views, `<name>` for the first with `skip_ro_suffix`; Hudi 1.2 adds a `<name>`
+snapshot table beside them), all at the table's base path: they are one table, `<name>`.
+Spark's catalog registers a Delta table with `spark.sql.sources.provider=delta`. Both are
+read by their storage location (`formats.hudi`, `formats.delta`); what else a metastore
+holds (Hive tables, views) is not listed.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 from pyarrow.fs import FileSelector, FileSystem, FileType
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
+from lakewarden.hdfs import client_config, on_hdfs
+
 S3_SCHEMES = ("s3", "s3a", "s3n")  # the schemes Iceberg's S3FileIO and pyiceberg serve
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 # A registration waits at most this long for the endpoint (the API's own check has 10 s).
@@ -81,7 +83,11 @@ _READER_KEYS = {
 
 def reader_options(props: Mapping[str, str], location: str) -> dict[str, str]:
     """hudi-rs' `options` and delta-rs' `storage_options` for a table at `location` from
-    the catalog's resolved properties: its `s3.*` ones for a table on S3, nothing else."""
+    the catalog's resolved properties: its `s3.*` ones for a table on S3; its `hadoop.*`
+    ones (as `hdfs.client_config` gives them) for one on HDFS, which delta-rs reads through
+    hdfs-native (hudi-rs 0.5 has no HDFS store: "Unable to recognise URL")."""
+    if on_hdfs(location):
+        return client_config(dict(props))
     if not on_s3(location):
         return {}
     out = {key: props[name] for name, key in _READER_KEYS.items() if name in props}

@@ -199,10 +199,11 @@ def test_hudi_and_delta_tables_are_adopted_through_the_metastore_and_planned_at_
     iceberg = HiveCatalog("writer", uri=lake.metastore.uri, warehouse=(lake.root / "wh").as_uri())
     iceberg.create_table((lake.namespace, "plain"), SCHEMA)
 
-    # What the writers registered: Hudi's sync, a MOR table as its two views.
+    # What the writers registered: Hudi 1.2's sync, a MOR table as its two views and, beside
+    # them, a snapshot table of its own name, all three at its base path.
     with metastore_client(lake.metastore.uri) as hms:
         names = set(hms.get_all_tables(lake.namespace))
-        assert names == {"orders_ro", "orders_rt", "users", "clicks", "plain"}, names
+        assert names == {"orders", "orders_ro", "orders_rt", "users", "clicks", "plain"}, names
         listed, _ = listed_tables(hms)
     mine = {name: t for (ns, name), t in listed.items() if ns == lake.namespace}
     assert {n: t.format for n, t in mine.items()} == {
@@ -260,8 +261,8 @@ def test_hudi_and_delta_tables_are_adopted_through_the_metastore_and_planned_at_
     with transaction(rt.engine) as s:
         opt_out(s, CATALOG, TableRef(lake.namespace, "users"), by="test")
     with metastore_client(lake.metastore.uri) as hms:
-        hms.drop_table(lake.namespace, "orders_ro", False)
-        hms.drop_table(lake.namespace, "orders_rt", False)
+        for view in ("orders", "orders_ro", "orders_rt"):
+            hms.drop_table(lake.namespace, view, False)
     poll_catalog(rt, entry)
     rows = _rows(rt, lake.namespace)
     assert rows["users"].opt_out and rows["users"].retired_at is not None
