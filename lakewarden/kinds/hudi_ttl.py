@@ -220,13 +220,14 @@ def plan_rows(
     return PlanOutcome(plan, f"expire rows: {detail}; {how}")
 
 
-def read_rows(base_path: str, column: str) -> pa.Table:
+def read_rows(base_path: str, column: str, timeline: HudiTimeline | None = None) -> pa.Table:
     """The table's latest rows as hudi-rs reads them, those two columns only: each row's
-    partition path and the TTL column (when the table has it)."""
+    partition path and the TTL column (when the table has it). `timeline`: the table's, whose
+    catalog's object-store credentials hudi-rs reads with (`HudiTimeline.table`)."""
     import pyarrow as pa
     from hudi import HudiReadOptions, HudiTable  # the `hudi` extra
 
-    table = HudiTable(base_path)
+    table = timeline.table() if timeline is not None else HudiTable(base_path)
     names = [PARTITION, *(c for c in [column] if c in table.get_schema().names)]
     batches = table.read(HudiReadOptions().with_projection(names))
     if not batches:
@@ -246,7 +247,7 @@ def plan(policy: TTLPolicy, timeline: HudiTimeline, now: datetime) -> PlanOutcom
         "head": completed[-1].requested,
         "metadata_table": bool(timeline.properties.get("hoodie.table.metadata.partitions")),
     }
-    rows = read_rows(timeline.base_path, policy.column)
+    rows = read_rows(timeline.base_path, policy.column, timeline)
     return plan_rows(policy, rows, partition_fields(timeline), now, table)
 
 
