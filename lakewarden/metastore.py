@@ -2,10 +2,20 @@
 client, `pyiceberg[hive]`), with socket timeouts pyiceberg's own client does not set (a
 metastore that drops packets must not hold a registration or a poll).
 
-Three reads: the Iceberg tables with their metadata pointers (`iceberg_pointers`: one
-request per database and per 100 tables, no metadata file read), the notification log
-(`events_after`: what DbNotificationListener recorded after an event id, each event reduced
-to the table it names and the pointer it moved to) and its newest id.
+Four reads: the tables lakewarden manages with their format and, for Iceberg's, metadata
+pointers (`listed_tables`: one request per database and per 100 tables, no metadata file
+read), one such table (`find_listed`: a Hudi or Delta table's storage location), the
+notification log (`events_after`: what DbNotificationListener recorded after an event id,
+each event reduced to the table it names and the pointer it moved to) and its newest id.
+
+A metastore holds more than Iceberg tables. Hudi's Hive sync registers a Hudi table with
+`spark.sql.sources.provider=hudi` (as a Spark datasource table, its default) and Hoodie's
+input formats; a merge-on-read table as `<name>_ro` and `<name>_rt` (read-optimized and
+real-time views, `<name>` for the first with `skip_ro_suffix`; Hudi 1.2 adds a `<name>`
+snapshot table beside them), all at the table's base path: they are one table, `<name>`.
+Spark's catalog registers a Delta table with `spark.sql.sources.provider=delta`. Both are
+read by their storage location (`formats.hudi`, `formats.delta`); what else a metastore
+holds (Hive tables, views) is not listed.
 """
 
 from __future__ import annotations
@@ -108,22 +118,104 @@ def metastore_client(uri: str, timeout_s: float = TIMEOUT_S) -> Iterator[Client]
         yield client
 
 
-def iceberg_pointers(client: Client) -> tuple[dict[tuple[str, str], str | None], int]:
-    """Every Iceberg table of the metastore (`table_type=ICEBERG`) with its metadata pointer;
-    and how many requests that took."""
-    out: dict[tuple[str, str], str | None] = {}
+@dataclass(frozen=True)
+class Listed:
+    """A table of the metastore lakewarden manages: its format (`states.TableFormatName`'s
+    values), an Iceberg table's metadata pointer, a Hudi or Delta table's storage location."""
+
+    format: str
+    pointer: str | None = None
+    location: str | None = None
+
+
+def listed_tables(client: Client) -> tuple[dict[tuple[str, str], Listed], int]:
+    """Every Iceberg, Hudi and Delta table of the metastore (a merge-on-read Hudi table's
+    `_ro`/`_rt` pair once, as `<name>`), and how many requests that took."""
+    out: dict[tuple[str, str], Listed] = {}
     requests = 1
     for database in client.get_all_databases():
         requests += 1
         names = client.get_all_tables(database)
+        tables: list[HiveTable] = []
         for start in range(0, len(names), TABLES_PER_REQUEST):
             requests += 1
-            for table in client.get_table_objects_by_name(
+            tables += client.get_table_objects_by_name(
                 database, names[start : start + TABLES_PER_REQUEST]
-            ):
-                if _is_iceberg(table):
-                    out[(table.dbName, table.tableName)] = table.parameters.get(METADATA_LOCATION)
+            )
+        for table in tables:
+            if _is_iceberg(table):
+                pointer = table.parameters.get(METADATA_LOCATION)
+                out[(table.dbName, table.tableName)] = Listed("iceberg", pointer)
+        out |= {(database, name): listed for name, listed in path_tables(tables).items()}
     return out, requests
+
+
+def path_tables(tables: list[HiveTable]) -> dict[str, Listed]:
+    """The Hudi and Delta tables among one database's `tables`, by the name lakewarden
+    manages them under: the tables at one location are one table (a merge-on-read pair),
+    named by the member without a view suffix, or else by the `_ro` one's name without it."""
+    by_location: dict[tuple[str, str], list[str]] = {}
+    for table in tables:
+        fmt = table_format(table)
+        location = _location(table)
+        if fmt in ("hudi", "delta") and location:
+            by_location.setdefault((fmt, location), []).append(table.tableName)
+    out: dict[str, Listed] = {}
+    for (fmt, location), names in by_location.items():
+        out[_pair_name(names) if fmt == "hudi" else min(names)] = Listed(fmt, None, location)
+    return out
+
+
+# The views Hudi's Hive sync registers a merge-on-read table as.
+HUDI_VIEW_SUFFIXES = ("_ro", "_rt")
+
+
+def _pair_name(names: list[str]) -> str:
+    plain = sorted(n for n in names if not n.endswith(HUDI_VIEW_SUFFIXES))
+    if len(names) == 1 or plain:
+        plain = plain or names
+        return plain[0]
+    return min(names)[: -len("_ro")]  # `_ro` sorts before `_rt`
+
+
+def table_format(table: HiveTable) -> str | None:
+    """The table's format: "iceberg", "hudi", "delta", or None (a Hive table, a view)."""
+    if _is_iceberg(table):
+        return "iceberg"
+    provider = (table.parameters or {}).get("spark.sql.sources.provider", "").lower()
+    if provider in ("hudi", "delta"):
+        return provider
+    input_format = (table.sd.inputFormat or "") if table.sd else ""
+    return "hudi" if input_format.startswith("org.apache.hudi.") else None
+
+
+def _location(table: HiveTable) -> str | None:
+    """Where the table's files are: the storage properties' `path` of a Spark datasource
+    table (Spark's catalog leaves a `<name>-__PLACEHOLDER__` location for a table Hive
+    cannot read, such as a Delta table; Hudi's sync writes both), else its location."""
+    sd = table.sd
+    serde = (sd.serdeInfo.parameters if sd and sd.serdeInfo else None) or {}
+    location = serde.get("path") or (sd.location if sd else None) or ""
+    return location.rstrip("/") or None
+
+
+def find_listed(client: Client, database: str, name: str) -> Listed | None:
+    """The table lakewarden manages (or would) as `database.name`: an Iceberg, Hudi or
+    Delta table of that name, or a merge-on-read Hudi table by either of its views; None
+    if there is none."""
+    for candidate in (name, *(name + s for s in HUDI_VIEW_SUFFIXES)):
+        try:
+            table = client.get_table(database, candidate)
+        except ttypes.NoSuchObjectException:
+            continue
+        fmt = table_format(table)
+        if fmt == "iceberg" and candidate == name:
+            return Listed(fmt, table.parameters.get(METADATA_LOCATION))
+        if fmt in ("hudi", "delta") and (candidate == name or fmt == "hudi"):
+            return Listed(fmt, None, _location(table))
+        if candidate == name:
+            return None  # a Hive table or a view of that name
+    return None
 
 
 def _is_iceberg(table: HiveTable) -> bool:
@@ -137,7 +229,9 @@ def current_event_id(client: Client) -> int:
 @dataclass(frozen=True)
 class TableEvent:
     """One notification about an Iceberg table. `op`: create, commit (its metadata pointer
-    moved), rename (`old` is its previous (database, name)) or drop."""
+    moved), rename (`old` is its previous (database, name)) or drop; or `relist`: a Hudi or
+    Delta table was created or renamed (a MOR pair's names are the listing's to work out:
+    the catalog is listed again, `events.metastore`)."""
 
     event_id: int
     op: str
@@ -176,7 +270,19 @@ def table_event(event: Any) -> TableEvent | None:
         # The message names the table only: whether it was Iceberg, the caller knows.
         return TableEvent(event.eventId, "drop", event.dbName, event.tableName, None)
     after = _table(message.get("tableObjJson") or message.get("tableObjAfterJson"))
-    if after is None or not _is_iceberg(after):
+    if after is None:
+        return None
+    if table_format(after) in ("hudi", "delta"):
+        # Created or renamed: relisted. Any other change (Hudi's sync stamping the last
+        # commit it synced, statistics) is no commit of lakewarden's to hear: the catalog's
+        # poll reads these tables' logs.
+        before = _table(message.get("tableObjBeforeJson"))
+        if kind == "ALTER_TABLE" and (
+            before is None or (before.dbName, before.tableName) == (after.dbName, after.tableName)
+        ):
+            return None
+        return TableEvent(event.eventId, "relist", after.dbName, after.tableName, None)
+    if not _is_iceberg(after):
         return None
     location = after.parameters.get(METADATA_LOCATION)
     if kind == "CREATE_TABLE":

@@ -10,6 +10,11 @@ here), `client.region` (Java's name for the region) and `s3.path-style-access` (
 addressing). Credentials stay references (`secret_refs`) in the stored properties; both
 sides read them when they load the catalog.
 
+Hudi's and Delta's Python readers (hudi-rs, delta-rs) are Rust's `object_store` underneath:
+`reader_options` gives them the same properties under its names (`aws_*`), and
+`filesystem` pyarrow's S3 file system for listing their logs, so a `hudi` or `delta`
+catalog (or a `hive` one's Hudi and Delta tables) on S3 takes the same `s3.*` properties.
+
 A Hadoop file system (`HadoopFileIO`) serves every other scheme; `by_prefix` says where a
 listing must go through the table's FileIO instead (Iceberg's prefix listing).
 """
@@ -17,11 +22,13 @@ listing must go through the table's FileIO instead (Iceberg's prefix listing).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from urllib.parse import urlsplit
 
-from pyarrow.fs import FileSelector, FileType
+from pyarrow.fs import FileSelector, FileSystem, FileType
 from pyiceberg.io.pyarrow import PyArrowFileIO
+
+from lakewarden.hdfs import client_config, on_hdfs
 
 S3_SCHEMES = ("s3", "s3a", "s3n")  # the schemes Iceberg's S3FileIO and pyiceberg serve
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
@@ -62,6 +69,41 @@ def spark_properties(props: dict[str, str]) -> dict[str, str]:
         virtual = props.get("s3.force-virtual-addressing", "false").lower() == "true"
         extra["s3.path-style-access"] = "false" if virtual else "true"
     return {k: v for k, v in extra.items() if k not in props}
+
+
+# pyiceberg's names of a catalog's S3 properties -> Rust object_store's (hudi-rs, delta-rs).
+_READER_KEYS = {
+    "s3.access-key-id": "aws_access_key_id",
+    "s3.secret-access-key": "aws_secret_access_key",
+    "s3.session-token": "aws_session_token",
+    "s3.region": "aws_region",
+    "s3.endpoint": "aws_endpoint_url",
+}
+
+
+def reader_options(props: Mapping[str, str], location: str) -> dict[str, str]:
+    """hudi-rs' `options` and delta-rs' `storage_options` for a table at `location` from
+    the catalog's resolved properties: its `s3.*` ones for a table on S3; its `hadoop.*`
+    ones (as `hdfs.client_config` gives them) for one on HDFS, which delta-rs reads through
+    hdfs-native (hudi-rs 0.5 has no HDFS store: "Unable to recognise URL")."""
+    if on_hdfs(location):
+        return client_config(dict(props))
+    if not on_s3(location):
+        return {}
+    out = {key: props[name] for name, key in _READER_KEYS.items() if name in props}
+    if out.get("aws_endpoint_url", "").startswith("http://"):
+        out["aws_allow_http"] = "true"
+    virtual = props.get("s3.force-virtual-addressing", "false").lower() == "true"
+    out["aws_virtual_hosted_style_request"] = "true" if virtual else "false"
+    return out
+
+
+def filesystem(props: Mapping[str, str], location: str) -> tuple[FileSystem, str]:
+    """pyarrow's file system for `location` on S3 with the catalog's properties (pyiceberg's
+    own conversion, as a table's FileIO reads them), and the path in it."""
+    parts = urlsplit(location)
+    fs = PyArrowFileIO(dict(props)).fs_by_scheme(parts.scheme, parts.netloc)
+    return fs, f"{parts.netloc}{parts.path}".rstrip("/")
 
 
 def check_warehouse(props: dict[str, str], plain: Collection[str] = ()) -> None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
@@ -52,6 +52,7 @@ from sqlalchemy.orm import Session
 from lakewarden.catalogs.catalog import IDENTIFIER, TableRef
 from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy, PolicyVersion
 from lakewarden.policy.model import effective_policy, validation_problems
+from lakewarden.states import TableFormatName
 from lakewarden.tables import cancel_open_tasks, lock_namespace, retire_tables
 
 DROPPED = "dropped from the catalog"
@@ -258,15 +259,16 @@ _LOCK_ROWS = text(
 _INSERT = text(
     """
     WITH listed AS (
-        SELECT v.namespace, v.name, v.rule_id, r.policy
+        SELECT v.namespace, v.name, v.rule_id, v.format, r.policy
         FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-             AS v(namespace text, name text, rule_id bigint)
+             AS v(namespace text, name text, rule_id bigint, format text)
         JOIN jsonb_to_recordset(CAST(:rules AS jsonb)) AS r(id bigint, policy jsonb)
           ON r.id = v.rule_id
         ORDER BY v.namespace, v.name
     ), adopted AS (
-        INSERT INTO managed_tables (catalog, namespace, name, policy, policy_version, managed_by)
-        SELECT :catalog, namespace, name, policy, 1, 'rule:' || rule_id FROM listed
+        INSERT INTO managed_tables
+            (catalog, namespace, name, format, policy, policy_version, managed_by)
+        SELECT :catalog, namespace, name, format, policy, 1, 'rule:' || rule_id FROM listed
         ON CONFLICT (catalog, namespace, name) DO NOTHING
         RETURNING id, policy, managed_by
     ), versions AS (
@@ -283,9 +285,9 @@ _INSERT = text(
 _REVIVE = text(
     f"""
     WITH listed AS (
-        SELECT v.id, v.namespace, v.name, v.rule_id, r.policy
+        SELECT v.id, v.namespace, v.name, v.rule_id, v.format, r.policy
         FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-             AS v(id bigint, namespace text, name text, rule_id bigint)
+             AS v(id bigint, namespace text, name text, rule_id bigint, format text)
         LEFT JOIN jsonb_to_recordset(CAST(:rules AS jsonb)) AS r(id bigint, policy jsonb)
           ON r.id = v.rule_id
     ), revived AS (
@@ -296,6 +298,8 @@ _REVIVE = text(
                               ELSE 'rule:' || l.rule_id END,
             policy = coalesce(l.policy, m.policy),
             policy_version = m.policy_version + (l.rule_id IS NOT NULL)::int,
+            -- created again, perhaps in another format (a Hive catalog's name)
+            format = coalesce(l.format, m.format),
             -- a table created again: the first refresh loads it and ingests its commits
             metadata_location = NULL,
             health_score = NULL,
@@ -336,6 +340,7 @@ def adopt(
     *,
     actor: str,
     complete: bool = True,
+    formats: Mapping[tuple[str, str], str] | None = None,
 ) -> AdoptResult:
     """Bring the managed tables of `catalog` in line with `listing`, the catalog's tables as
     (namespace, name, metadata_location), in the caller's transaction:
@@ -360,6 +365,10 @@ def adopt(
     - nothing else: opted-out, unregistered and otherwise retired tables stay so
       (`held_back` counts those in a rule's scope).
 
+    `formats`: the format of each listed (namespace, name) that is not an Iceberg table
+    (a Hive catalog's Hudi and Delta tables); a table adopted takes it, and so does one
+    revived when `formats` is given (a revived row keeps its format otherwise).
+
     `complete=False`: `listing` is only some of the catalog's tables (those a commit
     notification named): nothing is retired, and only rows already dropped are candidates
     for a rename. With `complete=True` an empty listing retires every table of the catalog:
@@ -375,6 +384,10 @@ def adopt(
     (shared) as a registration takes them, so nothing is done twice and nothing deadlocks.
     `actor`: who cancels the retired tables' tasks (the caller's process)."""
     result = AdoptResult()
+
+    def format_of(key: tuple[str, str]) -> str:
+        return (formats or {}).get(key, TableFormatName.ICEBERG.value)
+
     rules = list(
         session.scalars(
             select(ManagementRule)
@@ -422,6 +435,7 @@ def adopt(
                 "namespace": k.namespace,
                 "name": k.name,
                 "rule_id": None if rule is None else rule.id,
+                "format": None if formats is None else format_of((k.namespace, k.name)),
             }
             for k, rule in plan.revive
         )
@@ -435,7 +449,7 @@ def adopt(
 
     if plan.adopt:
         rows = _rows_json(
-            {"namespace": ns, "name": n, "rule_id": rule.id}
+            {"namespace": ns, "name": n, "rule_id": rule.id, "format": format_of((ns, n))}
             for ns, n, rule in sorted(plan.adopt, key=lambda r: (r[0], r[1]))
         )
         found = session.execute(_INSERT, {"rows": rows, "rules": rule_policies, "catalog": catalog})

@@ -6,7 +6,10 @@ metastore with DbNotificationListener records every such change as an ALTER_TABL
 the event id stored in the catalog's `catalog_polls` row, turns the Iceberg tables' events
 into the same notes the JDBC catalog's NOTIFY trigger sends (`listener.settle`: rules
 adopt, drops retire, renames keep their history, commits are ingested and evaluated), and
-stores the newest id read. No table is loaded but those that moved.
+stores the newest id read. No table is loaded but those that moved. A Hudi or Delta table
+created or renamed there (`metastore.table_event`'s `relist`) has the catalog polled now
+(`poller.poll_catalog`: rules adopt it in its format, and its log is read); their commits
+do not go through the metastore, and the poll hears them as a path catalog's.
 
 One replica follows a catalog at a time: it must win the catalog's `notifications_due_at`,
 claimed as the poller claims `due_at`. The cursor only moves forward, after what it covers
@@ -98,7 +101,9 @@ def follow_catalog(rt: Runtime, entry: CatalogEntry, since: int | None) -> Follo
         if batch.last_id == since:  # nothing new; or a log that went back: start over
             newest = current_event_id(client)
             return Followed(newest, reset=True, poll_now=True) if newest < since else Followed(None)
-    notes = [n for e in batch.events if (n := note_of(entry.name, e)) is not None]
+    relist = any(e.op == "relist" for e in batch.events)
+    events = [e for e in batch.events if e.op != "relist"]
+    notes = [n for e in events if (n := note_of(entry.name, e)) is not None]
     ok = True
     if notes:
         with ThreadPoolExecutor(REFRESH_THREADS, "metastore") as pool:
@@ -116,7 +121,7 @@ def follow_catalog(rt: Runtime, entry: CatalogEntry, since: int | None) -> Follo
             entry.name,
             since,
         )
-    return Followed(batch.last_id, len(notes), poll_now=batch.gap or not ok)
+    return Followed(batch.last_id, len(notes), poll_now=batch.gap or not ok or relist)
 
 
 def follow_due(rt: Runtime) -> int:

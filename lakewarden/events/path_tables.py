@@ -39,7 +39,8 @@ from lakewarden.runtime import Runtime
 # The decision an event is inserted with; the newest of its batch is then judged.
 UNJUDGED = "a commit, recorded; not judged by any kind (not the newest of its batch)"
 
-# Each path catalog type's (`states.PATH_CATALOGS`) log of one table.
+# Each path format's log of one table (a path catalog's, `states.PATH_CATALOGS`, or a Hive
+# catalog's Hudi and Delta tables).
 LOGS: dict[str, Callable[[CatalogEntry, TableRef], CommitLog]] = {
     "hudi": hudi_catalog.open_timeline,
     "delta": delta_catalog.open_timeline,
@@ -65,11 +66,13 @@ def sync_path_table(
     )
 
 
-def refresh_path_table(rt: Runtime, entry: CatalogEntry, ref: TableRef, known: str | None) -> int:
-    """A poll of one managed table of a path catalog (`commit_log.refresh_from_log`), its
-    new commits judged."""
+def refresh_path_table(
+    rt: Runtime, entry: CatalogEntry, ref: TableRef, known: str | None, table_format: str
+) -> int:
+    """A poll of one managed Hudi or Delta table (`commit_log.refresh_from_log`), its new
+    commits judged."""
     return refresh_from_log(
-        rt, entry, ref, known, LOGS[entry.type], reason=UNJUDGED, judge=_judge(rt)
+        rt, entry, ref, known, LOGS[table_format], reason=UNJUDGED, judge=_judge(rt)
     )
 
 

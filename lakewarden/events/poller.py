@@ -37,8 +37,9 @@ from lakewarden.events.path_tables import LOGS, refresh_path_table
 from lakewarden.events.refresh import refresh_table, refresh_tables
 from lakewarden.isolation import PerTable, error_line
 from lakewarden.leader import FencedOut
-from lakewarden.metastore import iceberg_pointers, metastore_client
+from lakewarden.metastore import listed_tables, metastore_client
 from lakewarden.runtime import Runtime
+from lakewarden.states import PATH_CATALOGS
 from lakewarden.tables import LIVE, retire_tables
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,12 @@ def rest_listing(client: Catalog) -> tuple[Listing, int]:
     return listing, requests
 
 
-def _follow(rt: Runtime, entry: CatalogEntry, listing: Listing) -> AdoptResult | None:
+def _follow(
+    rt: Runtime,
+    entry: CatalogEntry,
+    listing: Listing,
+    formats: dict[tuple[str, str], str] | None = None,
+) -> AdoptResult | None:
     """Bring the catalog's managed tables in line with its listing: rules adopt new tables,
     renamed ones keep their history, dropped ones retire (`lakewarden.catalogs.adoption.adopt`)."""
     try:
@@ -114,6 +120,7 @@ def _follow(rt: Runtime, entry: CatalogEntry, listing: Listing) -> AdoptResult |
                 entry.name,
                 [(ns, name, location) for (ns, name), location in listing.items()],
                 actor=f"poll:{rt.process_id}",
+                formats=formats,
             )
     except Exception as exc:
         log.exception("catalog %s: could not follow its table list", entry.name)
@@ -147,7 +154,8 @@ def follow_tables(
                 )
             ).all()
             retire_tables(session, ids, reason=DROPPED, by=actor)
-        return adopt(session, catalog, created, actor=actor, complete=False)
+        # a note names an Iceberg table (a Hudi or Delta one is relisted: events.metastore)
+        return adopt(session, catalog, created, actor=actor, complete=False, formats={})
 
 
 class PollFailed(RuntimeError):
@@ -163,14 +171,18 @@ def _ensure_trigger(engine: Engine, entry: CatalogEntry) -> bool:
         return False
 
 
-def _managed(rt: Runtime, catalog: str) -> dict[tuple[str, str], str | None]:
+def _managed(rt: Runtime, catalog: str) -> dict[tuple[str, str], tuple[str | None, str]]:
+    """The catalog's live managed tables: (metadata location, format) by (namespace, name)."""
     with transaction(rt.engine) as session:
         rows = session.execute(
-            select(ManagedTable.namespace, ManagedTable.name, ManagedTable.metadata_location).where(
-                ManagedTable.catalog == catalog, LIVE
-            )
+            select(
+                ManagedTable.namespace,
+                ManagedTable.name,
+                ManagedTable.metadata_location,
+                ManagedTable.format,
+            ).where(ManagedTable.catalog == catalog, LIVE)
         ).all()
-    return {(ns, name): location for ns, name, location in rows}
+    return {(ns, name): (location, fmt) for ns, name, location, fmt in rows}
 
 
 def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
@@ -179,26 +191,35 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
     alerted (`lakewarden.isolation`) and retried on the next poll."""
     result = PollResult(entry.name)
     isolated = PerTable("poller")
-    if entry.type in LOGS:
+    if entry.type in PATH_CATALOGS:
         # No catalog to list: each managed table's log is read for its head token.
         managed = _managed(rt, entry.name)
         result.tables_seen = len(managed)
-        for (namespace, name), known in managed.items():
+        for (namespace, name), (known, fmt) in managed.items():
             with isolated.table(f"{namespace}.{name}"):
-                result.refreshed += refresh_path_table(rt, entry, TableRef(namespace, name), known)
+                ref = TableRef(namespace, name)
+                result.refreshed += refresh_path_table(rt, entry, ref, known, fmt)
     elif entry.type in ("jdbc", "hive"):
         pointers: Listing | None
+        formats: dict[tuple[str, str], str] | None = None
         if entry.type == "jdbc":
             pointers, result.commit_trigger = jdbc_listing(rt, entry)
             result.requests = 1
         else:  # the metastore lists its tables' pointers: nothing is loaded to compare
             with metastore_client(entry.resolved["uri"]) as client:
-                pointers, result.requests = iceberg_pointers(client)
+                listed, result.requests = listed_tables(client)
+            pointers = {key: t.pointer for key, t in listed.items()}
+            formats = {key: t.format for key, t in listed.items() if t.format != "iceberg"}
         if pointers is not None:
             result.tables_seen = len(pointers)
-            _follow(rt, entry, pointers)
+            _follow(rt, entry, pointers, formats)
         managed = _managed(rt, entry.name)
-        for key, known in managed.items():
+        for key, (known, fmt) in managed.items():
+            if fmt in LOGS:  # a Hive catalog's Hudi or Delta table: its log is read
+                with isolated.table(".".join(key)):
+                    ref = TableRef(*key)
+                    result.refreshed += refresh_path_table(rt, entry, ref, known, fmt)
+                continue
             if pointers is not None and pointers.get(key) == known:
                 continue
             result.refreshed += _refresh(rt, entry.name, key, isolated)

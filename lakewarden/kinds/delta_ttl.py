@@ -103,9 +103,8 @@ def _count(timeline: DeltaTimeline, version: int, column: str, column_type: str)
         """Exact (rows older than the cutoff, all rows) at the planned version: the column
         read by delta-rs' `scan()`, deletion vectors applied."""
         import pyarrow.compute as pc
-        from deltalake import DeltaTable
 
-        scan = DeltaTable(timeline.path, version=version).scan(columns=[column])
+        scan = timeline.table(version).scan(columns=[column])
         values = pa.RecordBatchReader.from_stream(scan).read_all().column(column)
         if column_type == "date":
             literal = pa.scalar(cut.date(), values.type)

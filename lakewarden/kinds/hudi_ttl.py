@@ -220,13 +220,14 @@ def plan_rows(
     return PlanOutcome(plan, f"expire rows: {detail}; {how}")
 
 
-def read_rows(base_path: str, column: str) -> pa.Table:
+def read_rows(base_path: str, column: str, timeline: HudiTimeline | None = None) -> pa.Table:
     """The table's latest rows as hudi-rs reads them, those two columns only: each row's
-    partition path and the TTL column (when the table has it)."""
+    partition path and the TTL column (when the table has it). `timeline`: the table's, whose
+    catalog's object-store credentials hudi-rs reads with (`HudiTimeline.table`)."""
     import pyarrow as pa
     from hudi import HudiReadOptions, HudiTable  # the `hudi` extra
 
-    table = HudiTable(base_path)
+    table = timeline.table() if timeline is not None else HudiTable(base_path)
     names = [PARTITION, *(c for c in [column] if c in table.get_schema().names)]
     batches = table.read(HudiReadOptions().with_projection(names))
     if not batches:
@@ -246,7 +247,7 @@ def plan(policy: TTLPolicy, timeline: HudiTimeline, now: datetime) -> PlanOutcom
         "head": completed[-1].requested,
         "metadata_table": bool(timeline.properties.get("hoodie.table.metadata.partitions")),
     }
-    rows = read_rows(timeline.base_path, policy.column)
+    rows = read_rows(timeline.base_path, policy.column, timeline)
     return plan_rows(policy, rows, partition_fields(timeline), now, table)
 
 
@@ -332,7 +333,7 @@ def deleted_by_commit(timeline: HudiTimeline, instant: str, savepoint: str) -> i
     write stats count them (`numDeletes`); a delete_partition's names the file groups it
     replaced, whose rows are counted as of the savepoint made before it (hudi-rs)."""
     import pyarrow.compute as pc
-    from hudi import HudiReadOptions, HudiTable
+    from hudi import HudiReadOptions
 
     done = [i for i in timeline.completed() if i.requested == instant]
     if not done:
@@ -346,7 +347,7 @@ def deleted_by_commit(timeline: HudiTimeline, instant: str, savepoint: str) -> i
     options = HudiReadOptions().with_as_of_timestamp(savepoint)
     options = options.with_projection(["_hoodie_file_name"])
     rows = 0
-    for batch in HudiTable(timeline.base_path).read(options):
+    for batch in timeline.table().read(options):
         names = batch.column("_hoodie_file_name")
         ids = pc.utf8_slice_codeunits(names, 0, max((len(g) for g in groups), default=0))
         rows += pc.sum(pc.is_in(ids, value_set=strings(groups))).as_py() or 0

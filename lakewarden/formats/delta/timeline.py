@@ -24,6 +24,7 @@ from pyarrow import fs as pafs
 
 from lakewarden.formats.base import MARKER_PREFIX, Commit, CommitId, TimelinePage, marker_of
 from lakewarden.formats.warehouse import filesystem
+from lakewarden.object_store import reader_options
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -75,11 +76,13 @@ def check_protocol(path: str, reader_version: int, reader_features: list[str] | 
 class DeltaTimeline:
     """The log of the Delta table at `path` (implements the seam's `Timeline`)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, storage: Mapping[str, str] | None = None) -> None:
         """Only lists the log (a poll opens the timeline of every managed table): NotADeltaTable
-        without a commit in it. `open_table` reads the table and checks its protocol."""
+        without a commit in it. `open_table` reads the table and checks its protocol.
+        `storage`: the catalog's resolved properties (credentials of an object store)."""
         self.path = path.rstrip("/")
-        self.fs, self.base = filesystem(path)
+        self.storage = dict(storage or {})
+        self.fs, self.base = filesystem(path, self.storage)
         self.log = f"{self.base}/{LOG}"
         if not self.versions():
             raise NotADeltaTable(f"{path} is not a Delta table: it has no {LOG}/ with a commit")
@@ -87,11 +90,10 @@ class DeltaTimeline:
     def open_table(self) -> DeltaTable:
         """delta-rs' table at its newest version; UnsupportedProtocol if lakewarden cannot
         read it (registration and health ask this, a poll does not)."""
-        from deltalake import DeltaTable  # the `delta` extra: only where Delta tables are read
         from deltalake.exceptions import DeltaError, DeltaProtocolError, TableNotFoundError
 
         try:
-            table = DeltaTable(self.path)
+            table = self.table()
         except TableNotFoundError as exc:
             raise NotADeltaTable(f"{self.path} is not a Delta table: {exc}") from exc
         except DeltaProtocolError as exc:
@@ -108,6 +110,13 @@ class DeltaTimeline:
         protocol = table.protocol()
         check_protocol(self.path, protocol.min_reader_version, protocol.reader_features)
         return table
+
+    def table(self, version: int | None = None) -> DeltaTable:
+        """delta-rs' table (at `version`), with the catalog's object-store credentials."""
+        from deltalake import DeltaTable  # the `delta` extra
+
+        options = reader_options(self.storage, self.path)
+        return DeltaTable(self.path, version=version, storage_options=options or None)
 
     # --- the log --------------------------------------------------------------------
 

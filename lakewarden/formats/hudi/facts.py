@@ -81,8 +81,6 @@ def pending_services(timeline: HudiTimeline) -> dict[str, int]:
 
 def read_facts(base_path: str, timeline: HudiTimeline | None = None) -> HudiFacts:
     """The table's facts now (hudi-rs for the file slices; the timeline for the rest)."""
-    from hudi import HudiTable  # the `hudi` extra: only where Hudi tables are read
-
     timeline = timeline or HudiTimeline(base_path)
     completed = timeline.completed()
     facts = HudiFacts(
@@ -98,7 +96,7 @@ def read_facts(base_path: str, timeline: HudiTimeline | None = None) -> HudiFact
     )
     if not completed:
         return facts
-    for s in HudiTable(base_path).get_file_slices():
+    for s in timeline.table().get_file_slices():
         part = facts.partitions.setdefault(s.partition_path, PartitionFacts())
         part.file_groups += 1
         logs = list(s.log_file_sizes or [])

@@ -48,10 +48,9 @@ def _bounds(metadata: Any, columns: list[str]) -> dict[str, tuple[Any, Any]]:
 def base_files(timeline: HudiTimeline, columns: list[str]) -> dict[str, list[DataFile]]:
     """The latest base file of each file group, by partition, with `columns`' bounds."""
     import pyarrow.parquet as pq
-    from hudi import HudiTable  # the `hudi` extra
 
     out: dict[str, list[DataFile]] = {}
-    for s in HudiTable(timeline.base_path).get_file_slices():
+    for s in timeline.table().get_file_slices():
         if not s.base_file_name:
             continue
         part = s.partition_path

@@ -27,6 +27,7 @@ from pyarrow import fs as pafs
 
 from lakewarden.formats.base import MARKER_PREFIX, Commit, CommitId, TimelinePage, marker_of
 from lakewarden.formats.warehouse import filesystem
+from lakewarden.object_store import reader_options
 
 # Instant times: yyyyMMddHHmmss[SSS]; Hudi's own format, in the table's timezone.
 _TIME = r"\d{14}(?:\d{3})?"
@@ -108,9 +109,11 @@ def read_properties(fs: pafs.FileSystem, base: str) -> dict[str, str]:
 class HudiTimeline:
     """The timeline of the Hudi table at `base_path` (implements the seam's `Timeline`)."""
 
-    def __init__(self, base_path: str) -> None:
+    def __init__(self, base_path: str, storage: Mapping[str, str] | None = None) -> None:
+        """`storage`: the catalog's resolved properties (credentials of an object store)."""
         self.base_path = base_path
-        self.fs, self.base = filesystem(base_path)
+        self.storage = dict(storage or {})
+        self.fs, self.base = filesystem(base_path, self.storage)
         self.properties = read_properties(self.fs, self.base)
         version = int(self.properties.get("hoodie.table.version", "0"))
         if version not in SUPPORTED_TABLE_VERSIONS:
@@ -122,6 +125,12 @@ class HudiTimeline:
         self.layout = int(self.properties.get("hoodie.timeline.layout.version", "1"))
         folder = self.properties.get("hoodie.timeline.path", "timeline")
         self.folder = f"{self.base}/.hoodie/{folder}" if version >= 8 else f"{self.base}/.hoodie"
+
+    def table(self) -> Any:
+        """hudi-rs' table, with the catalog's object-store credentials (`reader_options`)."""
+        from hudi import HudiTable  # the `hudi` extra: only where Hudi tables are read
+
+        return HudiTable(self.base_path, reader_options(self.storage, self.base_path))
 
     # --- instants -------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from lakewarden.formats.delta import catalog as delta_catalog
 from lakewarden.formats.delta.timeline import NotADeltaTable, UnsupportedProtocol
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.timeline import NotAHudiTable, UnsupportedTableVersion
+from lakewarden.formats.locations import hive_format
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.model import Policy
 from lakewarden.readiness_logs import path_log
@@ -74,9 +75,11 @@ def register_table(
     if tables.get_table(session, catalog, ref) is not None:
         raise HTTPException(409, f"table {ref.dotted} is already managed")
     entry = rt.catalogs.entry(catalog)
-    if entry.type == "hudi":
+    # A Hive catalog's metastore holds Hudi and Delta tables too (formats.locations).
+    fmt = hive_format(entry, ref) if entry.type == "hive" else entry.type
+    if fmt == "hudi":
         return _register_hudi_table(entry, ref, body, session, access)
-    if entry.type == "delta":
+    if fmt == "delta":
         return _register_delta_table(entry, ref, body, session, access)
     table = load_table(rt.catalogs.load(catalog), ref)
     foreign = detect_table(table)
@@ -103,9 +106,10 @@ def register_table(
 def _register_hudi_table(
     entry: CatalogEntry, ref: TableRef, body: TableIn, session: Session, access: Access
 ) -> TableOut:
-    """A Hudi table of a `hudi` catalog, found by its base path (404: no Hudi table there;
-    422: a table version lakewarden does not read). Its newest completed instant is the
-    baseline event, judged at once by the kinds that run on Hudi tables (compaction)."""
+    """A Hudi table of a `hudi` catalog (or of a `hive` one), found by its base path (404:
+    no Hudi table there; 422: a table version lakewarden does not read). Its newest
+    completed instant is the baseline event, judged at once by the kinds that run on Hudi
+    tables (compaction)."""
     try:
         timeline = open_timeline(entry, ref)
     except NotAHudiTable as exc:
@@ -122,10 +126,10 @@ def _register_hudi_table(
 def _register_delta_table(
     entry: CatalogEntry, ref: TableRef, body: TableIn, session: Session, access: Access
 ) -> TableOut:
-    """A Delta table of a `delta` catalog, found by its path (404: no `_delta_log` with a
-    commit there; 422: a reader version or feature lakewarden does not read). Its newest
-    version is the baseline event, judged at once by the kinds that run on Delta tables
-    (compaction, Z-order)."""
+    """A Delta table of a `delta` catalog (or of a `hive` one), found by its path (404: no
+    `_delta_log` with a commit there; 422: a reader version or feature lakewarden does not
+    read). Its newest version is the baseline event, judged at once by the kinds that run
+    on Delta tables (compaction, Z-order)."""
     try:
         timeline = delta_catalog.open_timeline(entry, ref)
         timeline.open_table()  # the protocol: refused here, not at the first health read
