@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from conftest import serve
 
-from lakewarden.db.locks import DBLocks
-from lakewarden.leader import acquire_or_renew
 from lakewarden.runtime import Runtime
+from services.scheduler.main import Scheduler
 from services.scheduler.publish import publish_round
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ def _rows(spark: SparkSession, table: str) -> list[tuple[int, str]]:
 
 
 def test_spark_writes_to_the_audit_branch_and_reads_only_what_was_published(
-    spark_rt: Runtime, spark: SparkSession
+    scheduler: Scheduler, spark_rt: Runtime, spark: SparkSession
 ) -> None:
     name = f"{spark_rt.settings.catalog_name}.sales.wap_spark"
     spark.sql("CREATE NAMESPACE IF NOT EXISTS " + name.rsplit(".", 1)[0])
@@ -49,8 +48,8 @@ def test_spark_writes_to_the_audit_branch_and_reads_only_what_was_published(
             "/api/v1/tables", json={"namespace": "sales", "name": "wap_spark", "policy": policy}
         )
         assert r.status_code == 201, r.text
-        with spark_rt.engine.begin() as conn:
-            fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "test-leader", 60)
+        scheduler.renew()  # the leader's publish round runs under its fence
+        fence = scheduler.fence
         assert fence is not None
 
         spark.conf.set("spark.wap.branch", "audit")
