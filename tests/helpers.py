@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from lakewarden.db.models import Task
+    from lakewarden.leader import Fence
     from services.scheduler.main import Scheduler
 
 T = TypeVar("T")
@@ -235,6 +236,18 @@ def stored(rt: Runtime, model: type[M], key: Any) -> M:
         assert row is not None, f"no {model.__name__} {key}"
         s.expunge(row)
         return row
+
+
+def lead(rt: Runtime, who: str = "leader") -> Fence:
+    """Take the scheduler's lease in `rt`'s database as `who` (a leader's rounds run under
+    its fence), or fail if another holds it."""
+    from lakewarden.db.locks import DBLocks
+    from lakewarden.leader import acquire_or_renew
+
+    with rt.engine.begin() as conn:
+        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, who, 60.0)
+    assert fence is not None
+    return fence
 
 
 def task_of(rt: Runtime, task_id: int) -> Task:

@@ -15,15 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi.testclient import TestClient
-from helpers import append_batches, bearer, issue_token, make_table
+from helpers import append_batches, bearer, issue_token, lead, make_table
 from sqlalchemy import select, text
 
 from lakewarden import holds
 from lakewarden.alerts.rules import evaluate_task_rules
-from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Alert, JobRun, KindHold, Task
 from lakewarden.db.session import transaction
-from lakewarden.leader import Fence, acquire_or_renew
+from lakewarden.leader import Fence
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
@@ -35,13 +34,6 @@ ORDERS = "/api/v1/tables/sales/orders"
 # The same fault, as two runs word it: other numbers, another generated file name.
 MISSING = "FileNotFoundException: s3://lake/orders/data/0000{n}-{n}-{uuid}-00001.parquet"
 UUIDS = ["5f3c1d2e-9a8b-4c7d-8e6f-102030405060", "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"]
-
-
-def _lead(rt: Runtime) -> Fence:
-    with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "leader", 60.0)
-    assert fence is not None
-    return fence
 
 
 def _register(client: TestClient, rt: Runtime, max_attempts: int = 3) -> None:
@@ -127,7 +119,7 @@ def test_the_same_error_three_times_in_a_row_holds_the_kind(
 ) -> None:
     assert rt.settings.hold_after_same_failures == 3  # the default
     _register(client, rt, max_attempts=6)
-    fence = _lead(rt)
+    fence = lead(rt)
     task_id = _trigger(client)
     same = [MISSING.format(n=n, uuid=UUIDS[n % 2]) for n in range(1, 5)]
     # A, B, A, A: another error breaks the streak, so no hold before the third A in a row.
@@ -183,7 +175,7 @@ def test_a_failed_validation_holds_at_once_until_its_alert_is_acknowledged(
     rt: Runtime, client: TestClient
 ) -> None:
     _register(client, rt)
-    fence = _lead(rt)
+    fence = lead(rt)
     first = _trigger(client)
     mismatch = {"validation": {"status": "failed"}}
     assert _fail_run(rt, fence, first, "RewriteMismatch: rows differ", mismatch) == "failed"
@@ -215,7 +207,7 @@ def test_a_failed_validation_holds_at_once_until_its_alert_is_acknowledged(
 
 def test_a_planned_task_of_a_held_kind_waits_until_resumed(rt: Runtime, client: TestClient) -> None:
     _register(client, rt)
-    fence = _lead(rt)
+    fence = lead(rt)
     task_id = _trigger(client)
     _planned(rt, task_id)
     assert _next_dispatched(rt) == task_id
@@ -252,7 +244,7 @@ def test_a_planned_task_of_a_held_kind_waits_until_resumed(rt: Runtime, client: 
 
 def test_the_dashboard_shows_a_held_kind_and_resumes_it(rt: Runtime, client: TestClient) -> None:
     _register(client, rt)
-    fence = _lead(rt)
+    fence = lead(rt)
     task_id = _trigger(client)
     mismatch = {"validation": {"status": "failed"}}
     assert _fail_run(rt, fence, task_id, "RewriteMismatch: rows differ", mismatch) == "failed"
@@ -272,7 +264,7 @@ def test_the_dashboard_shows_a_held_kind_and_resumes_it(rt: Runtime, client: Tes
 
 def test_the_sweep_makes_no_task_of_a_held_kind(rt: Runtime, client: TestClient) -> None:
     _register(client, rt)
-    fence = _lead(rt)
+    fence = lead(rt)
     with transaction(rt.engine) as s:
         table_id = s.scalar(text("SELECT id FROM managed_tables WHERE name = 'orders'"))
         task_id = repo.create_task(s, table_id=table_id, kind="clean", trigger={}, actor="t")

@@ -10,14 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 from fastapi.testclient import TestClient
+from helpers import lead
 from pyiceberg.table import Table
 from sqlalchemy import select
 
 from lakewarden.alerts.rules import evaluate_task_rules
-from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Alert
 from lakewarden.db.session import transaction
-from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from services.scheduler.publish import publish_round
 
@@ -34,13 +33,6 @@ POLICY = {
 
 def _batch(ids: list[int], null: bool = False) -> pa.Table:
     return pa.table({"id": ids, "v": [None if null else f"v{i}" for i in ids]}, schema=SCHEMA)
-
-
-def _lead(rt: Runtime) -> Fence:
-    with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "test-leader", 60)
-    assert fence is not None
-    return fence
 
 
 def _publishing(client: TestClient, rt: Runtime, name: str, policy: dict[str, Any]) -> Table:
@@ -81,7 +73,7 @@ def test_audited_batches_are_published_and_bad_ones_never_reach_main(
     client: TestClient, rt: Runtime
 ) -> None:
     table = _publishing(client, rt, "wap", POLICY)
-    fence = _lead(rt)
+    fence = lead(rt, "test-leader")
 
     # A good batch on the branch: explain says the next round audits it; main fast-forwarded.
     table.refresh().append(_batch([3, 4, 5]), branch="audit")
@@ -150,7 +142,7 @@ def test_sql_assertions_judge_the_batch_alone_in_a_sandbox(client: TestClient, r
     }
     policy: dict[str, Any] = {"publish": {"enabled": True, "sql_assertions": assertions}}
     table = _publishing(client, rt, "wap3", policy)
-    fence = _lead(rt)
+    fence = lead(rt, "test-leader")
 
     # The batch repeats main's ids 1 and 2 (main is not in `batch`) and one of its own.
     table.refresh().append(_batch([1, 2, -3, 4, 4]), branch="audit")

@@ -12,14 +12,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
-from helpers import Receiver
+from helpers import Receiver, lead
 from sqlalchemy import select, update
 
-from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.poller import poll_once
-from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from services.scheduler.readiness import readiness_round
@@ -44,13 +42,6 @@ def _soon() -> datetime:
     """A round's now just past the quiet time (delta-rs commits and the round read the log
     within the same few milliseconds)."""
     return datetime.now(UTC) + timedelta(seconds=1)
-
-
-def _lead(rt: Runtime) -> Fence:
-    with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "leader", 60.0)
-    assert fence is not None
-    return fence
 
 
 def _states(rt: Runtime) -> dict[str, PartitionReadiness]:
@@ -88,7 +79,7 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
     write_deltalake(str(path), _rows(range(5, 10), D1), mode="append")  # 1
     write_deltalake(str(path), _rows(range(10, 20), D2), mode="append")  # 2
     _register(client, rt, tmp_path / "wh")
-    fence = _lead(rt)
+    fence = lead(rt)
 
     assert readiness_round(rt, fence, _soon()) == 2
     states = _states(rt)
@@ -203,7 +194,7 @@ def test_vacuum_keeps_what_a_pinned_version_reads_while_its_pin_is_kept(
     clean = {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True}
     with transaction(rt.engine) as s:
         s.execute(update(ManagedTable).values(policy={**POLICY, "clean": clean}))
-    assert readiness_round(rt, _lead(rt), _soon()) == 2  # both pinned at version 1
+    assert readiness_round(rt, lead(rt), _soon()) == 2  # both pinned at version 1
     DeltaTable(str(path)).delete("id >= 5")  # 2: rewrites both partitions' files
 
     def ask_clean() -> Task:

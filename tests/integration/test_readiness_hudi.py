@@ -12,16 +12,15 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from helpers import lead
 from sqlalchemy import select, update
 
-from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.poller import poll_once
 from lakewarden.formats.hudi.file_versions import savepoint_comments
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds import hudi_clean
-from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.policy.model import CleanPolicy
 from lakewarden.runtime import Runtime
 from services.scheduler.readiness import readiness_round
@@ -30,13 +29,6 @@ TABLES = "/api/v1/catalogs/hlake/tables"
 POLICY = {
     "readiness": {"enabled": True, "partition": "region", "rule": "quiet", "quiet_minutes": 0.01}
 }
-
-
-def _lead(rt: Runtime) -> Fence:
-    with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "leader", 60.0)
-    assert fence is not None
-    return fence
 
 
 def _states(rt: Runtime) -> dict[str, tuple[bool, int | None, int | None]]:
@@ -87,7 +79,7 @@ def test_a_ready_hudi_partition_records_its_instant_and_reads_back_as_it_was(
     assert got.status_code == 201, got.text
     with transaction(rt.engine) as s:
         s.execute(update(ManagedTable).values(policy=POLICY))
-    fence = _lead(rt)
+    fence = lead(rt)
     later = datetime.now(UTC) + timedelta(minutes=1)  # past the quiet time
 
     assert readiness_round(rt, fence, later) == 3
@@ -160,7 +152,7 @@ def test_a_ready_instant_is_savepointed_before_a_clean_and_released_when_its_pin
     assert got.status_code == 201, got.text
     with transaction(rt.engine) as s:
         s.execute(update(ManagedTable).values(policy=SAVEPOINTED))
-    assert readiness_round(rt, _lead(rt), datetime.now(UTC) + timedelta(minutes=1)) == 3
+    assert readiness_round(rt, lead(rt), datetime.now(UTC) + timedelta(minutes=1)) == 3
     with transaction(rt.engine) as s:
         (task_id,) = s.scalars(select(Task.id).where(Task.kind == "clean")).all()
     assert _task(rt, task_id).trigger["reason"].startswith(f"readiness: savepoint instant {first}")

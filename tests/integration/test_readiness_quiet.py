@@ -7,13 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from helpers import Receiver, append_batches, current, make_table
+from helpers import Receiver, append_batches, current, lead, make_table
 from sqlalchemy import select
 
-from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable, PartitionReadiness
 from lakewarden.db.session import transaction
-from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.readiness import commits_after
 from lakewarden.runtime import Runtime
 from services.scheduler.readiness import readiness_round
@@ -27,13 +25,6 @@ POLICY = {
         "tag": True,
     }
 }
-
-
-def _lead(rt: Runtime) -> Fence:
-    with rt.engine.begin() as conn:
-        fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "leader", 60.0)
-    assert fence is not None
-    return fence
 
 
 def _states(rt: Runtime) -> dict[str, PartitionReadiness]:
@@ -55,7 +46,7 @@ def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_
                 catalog=rt.settings.catalog_name, namespace="sales", name="quiet", policy=POLICY
             )
         )
-    fence = _lead(rt)
+    fence = lead(rt)
 
     assert readiness_round(rt, fence, datetime.now(UTC)) == 2
     first = table.refresh().current_snapshot()
@@ -111,7 +102,7 @@ def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_parti
                 catalog=rt.settings.catalog_name, namespace="sales", name="fine", policy=policy
             )
         )
-    fence = _lead(rt)
+    fence = lead(rt)
     assert readiness_round(rt, fence, datetime.now(UTC)) == 0
     waiting = _states(rt)["a"]
     assert not waiting.ready and waiting.reason is not None
@@ -162,7 +153,7 @@ def test_a_task_readiness_opens_says_the_policy_version_it_was_born_under(rt: Ru
                 policy_version=3,
             )
         )
-    readiness_round(rt, _lead(rt), datetime.now(UTC))
+    readiness_round(rt, lead(rt), datetime.now(UTC))
     with transaction(rt.engine) as s:
         (task,) = s.scalars(select(Task)).all()
         assert (task.trigger["source"], task.trigger.get("policy_version")) == ("readiness", 3)
