@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-    from lakewarden.db.models import Task
+    from lakewarden.db.models import PartitionReadiness, Task
     from lakewarden.leader import Fence
     from services.scheduler.main import Scheduler
 
@@ -248,6 +248,19 @@ def lead(rt: Runtime, who: str = "leader") -> Fence:
         fence = acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, who, 60.0)
     assert fence is not None
     return fence
+
+
+def readiness_rows(rt: Runtime) -> dict[str, PartitionReadiness]:
+    """Every partition's readiness row in `rt`'s database, by partition (detached)."""
+    from sqlalchemy import select
+
+    from lakewarden.db.models import PartitionReadiness
+    from lakewarden.db.session import transaction
+
+    with transaction(rt.engine) as s:
+        rows = s.scalars(select(PartitionReadiness)).all()
+        s.expunge_all()
+    return {r.partition: r for r in rows}
 
 
 def task_of(rt: Runtime, task_id: int) -> Task:

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
-from helpers import Receiver, lead
-from sqlalchemy import select, update
+from helpers import Receiver, lead, readiness_rows
+from sqlalchemy import update
 
 from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
 from lakewarden.db.session import transaction
@@ -42,13 +42,6 @@ def _soon() -> datetime:
     """A round's now just past the quiet time (delta-rs commits and the round read the log
     within the same few milliseconds)."""
     return datetime.now(UTC) + timedelta(seconds=1)
-
-
-def _states(rt: Runtime) -> dict[str, PartitionReadiness]:
-    with transaction(rt.engine) as s:
-        rows = s.scalars(select(PartitionReadiness)).all()
-        s.expunge_all()
-    return {r.partition: r for r in rows}
 
 
 def _ids_at(path: Path, version: int, day: date) -> list[int]:
@@ -82,7 +75,7 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
     fence = lead(rt)
 
     assert readiness_round(rt, fence, _soon()) == 2
-    states = _states(rt)
+    states = readiness_rows(rt)
     assert {p: (r.ready, r.snapshot_id, r.last_commit_snapshot_id) for p, r in states.items()} == {
         "2026-11-23": (True, 2, 1),
         "2026-11-24": (True, 2, 2),
@@ -97,10 +90,13 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
     # A late write into 2026-11-23: un-readied, and ready again at the new version.
     write_deltalake(str(path), _rows(range(100, 105), D1), mode="append")  # 4
     # Until the poller ingests it the table is idle: nothing new at the head it knows.
-    assert readiness_round(rt, fence, _soon()) == 0 and _states(rt)["2026-11-23"].snapshot_id == 2
+    assert (
+        readiness_round(rt, fence, _soon()) == 0
+        and readiness_rows(rt)["2026-11-23"].snapshot_id == 2
+    )
     assert poll_once(rt) == 1
     changed = readiness_round(rt, fence, _soon())
-    states = _states(rt)
+    states = readiness_rows(rt)
     assert changed == 2, {p: r.reason for p, r in states.items()}
     late = states["2026-11-23"]
     assert (late.ready, late.snapshot_id, late.last_commit_snapshot_id) == (True, 4, 4)

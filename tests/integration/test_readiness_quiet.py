@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from helpers import Receiver, append_batches, current, lead, make_table
+from helpers import Receiver, append_batches, current, lead, make_table, readiness_rows
 from sqlalchemy import select
 
-from lakewarden.db.models import ManagedTable, PartitionReadiness
+from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.readiness import commits_after
 from lakewarden.runtime import Runtime
@@ -25,13 +25,6 @@ POLICY = {
         "tag": True,
     }
 }
-
-
-def _states(rt: Runtime) -> dict[str, PartitionReadiness]:
-    with transaction(rt.engine) as s:
-        rows = s.scalars(select(PartitionReadiness)).all()
-        s.expunge_all()
-    return {r.partition: r for r in rows}
 
 
 def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_snapshot(
@@ -51,7 +44,7 @@ def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_
     assert readiness_round(rt, fence, datetime.now(UTC)) == 2
     first = table.refresh().current_snapshot()
     assert first is not None
-    states = _states(rt)
+    states = readiness_rows(rt)
     assert {p: (r.ready, r.tag, r.snapshot_id) for p, r in states.items()} == {
         "a": (True, "ready-a", first.snapshot_id),
         "b": (True, "ready-b", first.snapshot_id),
@@ -65,7 +58,7 @@ def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_
     late = table.current_snapshot()
     assert late is not None
     assert readiness_round(rt, fence, datetime.now(UTC)) == 2  # a: un-ready, then ready
-    states = _states(rt)
+    states = readiness_rows(rt)
     assert states["a"].ready and states["a"].snapshot_id == late.snapshot_id
     assert states["a"].unready_reason is not None
     assert states["a"].unready_reason.startswith(f"late commit {late.snapshot_id} at ")
@@ -104,7 +97,7 @@ def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_parti
         )
     fence = lead(rt)
     assert readiness_round(rt, fence, datetime.now(UTC)) == 0
-    waiting = _states(rt)["a"]
+    waiting = readiness_rows(rt)["a"]
     assert not waiting.ready and waiting.reason is not None
     assert waiting.reason.startswith("waiting for compaction to run on it since its last commit")
     assert Worker(rt).run_once()
@@ -116,7 +109,7 @@ def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_parti
             "readiness",
         )
     assert readiness_round(rt, fence, datetime.now(UTC)) == 2
-    ready = _states(rt)["a"]
+    ready = readiness_rows(rt)["a"]
     assert ready.ready and ready.tag is None
     assert ready.reason is not None and ready.reason.endswith("; compaction ran on it since")
 
