@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden import holds
 from lakewarden.backoff import retry_delay_s
-from lakewarden.db.models import JobRun, Task
+from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.errors import headline
 from lakewarden.leader import Fence, FencedOut
@@ -83,6 +83,15 @@ def finish_run(
             task = s.get(Task, task_id)
             if task is None:
                 return "gone"  # table unregistered while the job ran
+            # The table's row before the task's: finishing writes rows that reference the
+            # table (its last success, a kind hold), and a poller holding the table's row
+            # while it moves the table's tasks would otherwise deadlock with us (the order
+            # every other writer keeps: table, then its tasks).
+            s.execute(
+                select(ManagedTable.id)
+                .where(ManagedTable.id == task.table_id)
+                .with_for_update(key_share=True)
+            )
             cancelled = task.state == TaskState.CANCELLED
             if run is not None:
                 run.state = (
