@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from unittest import mock
 
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
@@ -140,16 +139,22 @@ class ScanCollector(LakewardenCollector):
     def collect(self) -> Iterator[Any]:
         for sql in _OLD_SQL:
             self._rows(sql)
-        with mock.patch.object(metrics_route, "last_success_by_kind", _old_last_success):
-            yield from super().collect()
+        listed = self._rows(
+            "SELECT id FROM managed_tables WHERE retired_at IS NULL "
+            "ORDER BY health_score ASC NULLS LAST, id LIMIT :limit",
+            limit=self.settings.metrics_max_tables,
+        )
+        _old_last_success(self.session, [table_id for (table_id,) in listed])
+        yield from super().collect()
 
 
 def _scrape(rt: Runtime, collector: type[LakewardenCollector]) -> bytes:
-    """What GET /metrics does after authentication: a session, a registry, the text."""
+    """What GET /metrics does after authentication (`metrics_route.exposition`), with
+    `collector` in its place."""
     with transaction(rt.engine) as session:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector(session, rt.settings))
-        return generate_latest(registry)
+        return generate_latest(registry) + metrics_route.table_series(session, rt.settings)
 
 
 # --- the rows --------------------------------------------------------------------------------
