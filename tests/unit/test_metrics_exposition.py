@@ -1,6 +1,6 @@
 """The per-table series /metrics renders itself (for speed) are the bytes prometheus_client
 would write for the same families: odd names, a table never measured, a table with no
-success, ages and scores as the client formats them."""
+success, a table's rows apart, ages and scores as the client formats them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ ROWS = [
     (2, "prod", "café", "orders", 40.0, None, None),
     (9, "hive", "a,b", "t=1", None, "ttl", 86400.25),
     (11, "prod", "x", "y", 100, "z_order", 1e10),
+    (7, "prod", "sales", 'we"ird\\name\nline', 3, "ttl", 7.0),  # a table's rows apart
 ]
 
 

@@ -293,8 +293,7 @@ WITH listed AS (
 SELECT l.id, l.catalog, l.namespace, l.name, l.health_score, s.kind,
     greatest(0, extract(epoch FROM now() - s.at))
 FROM listed l LEFT JOIN table_last_success s ON s.table_id = l.id
-ORDER BY l.health_score ASC NULLS LAST, l.id, s.kind
-"""
+"""  # in no order: sorting 6,000 rows by text took longer than the join
 
 
 def _label_value(value: str) -> str:
@@ -306,28 +305,28 @@ def table_series(session: Session, settings: Settings) -> bytes:
     """The per-table families (`metrics_max_tables` tables, the least healthy first), in
     the text format: the health score, and the age of the last success per kind."""
     rows = session.execute(text(_TABLE_SERIES_SQL), {"limit": settings.metrics_max_tables})
-    return render_table_series(rows.tuples().all())
+    return render_table_series(rows.all())
 
 
 def render_table_series(
     rows: Iterable[tuple[int, str, str, str, float | None, str | None, Any]],
 ) -> bytes:
-    """`_TABLE_SERIES_SQL`'s rows (a table's rows together) as the two families' text."""
+    """`_TABLE_SERIES_SQL`'s rows, in any order, as the two families' text."""
     health: list[str] = [f"# HELP {_HEALTH} {_HEALTH_HELP}\n", f"# TYPE {_HEALTH} gauge\n"]
     success: list[str] = [f"# HELP {_SUCCESS} {_SUCCESS_HELP}\n", f"# TYPE {_SUCCESS} gauge\n"]
-    last_id = None
-    before_kind = after_kind = ""
+    # Each table's labels, escaped once, split where `kind` goes: the client sorts labels
+    # by name (catalog, kind, namespace, table).
+    labels_of: dict[int, tuple[str, str]] = {}
     for table_id, catalog, namespace, name, score, kind, age in rows:
-        if table_id != last_id:
-            last_id = table_id
-            # The client sorts labels by name: catalog, (kind,) namespace, table.
+        labels = labels_of.get(table_id)
+        if labels is None:
             c, n, t = (_label_value(v) for v in (catalog, namespace, name))
-            before_kind, after_kind = f'catalog="{c}",', f'namespace="{n}",table="{t}"'
+            labels = labels_of[table_id] = (f'catalog="{c}",', f'namespace="{n}",table="{t}"')
             if score is not None:
-                health.append(f"{_HEALTH}{{{before_kind}{after_kind}}} {floatToGoString(score)}\n")
+                health.append(f"{_HEALTH}{{{labels[0]}{labels[1]}}} {floatToGoString(score)}\n")
         if kind is not None:
-            labels = f'{before_kind}kind="{_label_value(kind)}",{after_kind}'
-            success.append(f"{_SUCCESS}{{{labels}}} {floatToGoString(float(age))}\n")
+            both = f'{labels[0]}kind="{_label_value(kind)}",{labels[1]}'
+            success.append(f"{_SUCCESS}{{{both}}} {floatToGoString(float(age))}\n")
     return "".join(health + success).encode("utf-8")
 
 
