@@ -1,6 +1,9 @@
 """Request limits, checked before routing: no control characters in the path or query
 (422; those no body string may hold either, lakewarden.policy.model.CONTROL_CHARACTERS) and no
-body over `MAX_BODY_BYTES` (413), whether or not it declares its length.
+body over `MAX_BODY_BYTES` (413), whether or not it declares its length. One route takes
+more: Hudi's write-commit callback lists every file the commit wrote (about 1 KiB each), so
+a commit of thousands of files is megabytes; it gets `LARGER_BODIES`' allowance, and only
+with credentials (an anonymous body never gets past 1 MiB).
 
 A pure ASGI middleware: what reaches the routes is already within bounds, so no route can
 pass a NUL byte to Postgres or read an unbounded body. Refusals have the body of every
@@ -17,12 +20,20 @@ from lakewarden.policy.model import CONTROL_CHARACTERS as _CONTROL
 from services.api.schemas import ErrorOut
 
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB: the largest real request (a policy) is a few KiB
+# A Hudi commit of ~50,000 files; a larger one is recorded by the poll.
+LARGER_BODIES = {"/api/v1/events/hudi": 64 * 1024 * 1024}
 
 
 class RequestLimits:
-    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        larger: dict[str, int] | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.larger = LARGER_BODIES if larger is None else larger
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,8 +47,11 @@ class RequestLimits:
         if declared is None and _header(scope, b"content-length") is not None:
             await _refuse(send, 400, "Content-Length must be a non-negative integer")
             return
-        if declared is not None and declared > self.max_body_bytes:
-            await _refuse(send, 413, self._too_large())
+        limit = self.max_body_bytes
+        if (_header(scope, b"authorization") or b"").strip():
+            limit = self.larger.get(scope.get("path", ""), limit)
+        if declared is not None and declared > limit:
+            await _refuse(send, 413, _too_large(limit))
             return
         if declared is None:
             # No declared length (chunked): read the body here, counting, then replay it.
@@ -47,16 +61,17 @@ class RequestLimits:
                 if message["type"] != "http.request":
                     break  # the client went away; the app will see the disconnect
                 body += message.get("body", b"")
-                if len(body) > self.max_body_bytes:
-                    await _refuse(send, 413, self._too_large())
+                if len(body) > limit:
+                    await _refuse(send, 413, _too_large(limit))
                     return
                 if not message.get("more_body", False):
                     break
             receive = _replay(bytes(body), receive)
         await self.app(scope, receive, send)
 
-    def _too_large(self) -> str:
-        return f"request body too large: at most {self.max_body_bytes} bytes"
+
+def _too_large(limit: int) -> str:
+    return f"request body too large: at most {limit} bytes"
 
 
 def _control_characters(scope: Scope) -> str | None:

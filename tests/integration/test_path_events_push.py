@@ -6,6 +6,7 @@ a repeated or late push records nothing twice."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -28,6 +29,7 @@ from lakewarden.db.session import transaction
 from lakewarden.events.poller import poll_once
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.runtime import Runtime
+from services.api.limits import MAX_BODY_BYTES
 
 CATALOGS = "/api/v1/catalogs"
 HUDI_PUSH = "/api/v1/events/hudi"
@@ -308,4 +310,16 @@ def test_hudi_callbacks_that_name_no_managed_hudi_table_are_refused(
     other_namespace = issue_token(rt, "operator@hlake/elsewhere", name="elsewhere")
     wrong = push((tmp_path / "hwh" / "lake" / "t").as_uri(), headers=bearer(other_namespace))
     assert wrong.status_code == 403 and "hlake/lake" in wrong.json()["detail"]
+    # A commit of thousands of files is megabytes (every file's write stat): read when the
+    # writer sends credentials (the 404 is the route's), never anonymously.
+    stat = {"fileId": "f" * 36, "path": "lake/t/p=1/" + "x" * 80 + ".parquet", "numWrites": 1}
+    big = message | {
+        "basePath": (tmp_path / "hwh" / "lake" / "t").as_uri(),
+        "hoodieWriteStat": [stat] * 12_000,
+    }
+    assert len(json.dumps(big)) > 2 * MAX_BODY_BYTES
+    read = client.post(HUDI_PUSH, json=big)
+    assert read.status_code == 404 and "is not managed" in read.json()["detail"], read.text
+    unread = client.post(HUDI_PUSH, json=big, headers={"Authorization": ""})
+    assert unread.status_code == 413, unread.text
     assert _counts(rt) == (1, 0)  # the Delta table's baseline alone

@@ -269,8 +269,8 @@ def _push_path(
             404: "no managed Hudi table has that base path (no `hudi` catalog's warehouse "
             "holds it, or its table is not managed), or its timeline is gone",
             409: "a concurrent change won",
-            413: "the message is over 1 MiB (a commit of thousands of files): the poll "
-            "records the commit",
+            413: "the message is over 64 MiB (a commit of ~50,000 files; 1 MiB without "
+            "credentials): the poll records the commit",
             422: "the message is not Hudi's, the path is a Delta catalog's table, the "
             "table's version is one lakewarden does not read, or the instant is not on its "
             "timeline",
