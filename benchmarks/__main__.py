@@ -55,6 +55,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B30": ("benchmarks.rest_polling", "b30"),
     "B35": ("benchmarks.capacity", "b35"),
     "B36": ("benchmarks.incremental", "b36"),
+    "B37": ("benchmarks.elastic", "b37"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a

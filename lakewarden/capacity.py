@@ -246,7 +246,7 @@ def pools_view(s: Session, settings: Settings, decisions: int = 5) -> list[dict[
                 .order_by(CapacityDecision.id.desc())
                 .limit(decisions)
             ).all()
-            if cfg is not None
+            if cfg is not None and decisions
             else []
         )
         load = work[pool]
@@ -301,3 +301,18 @@ def describe_wait(settings: Settings, pool: str, capacity: int | None, running: 
         f"waiting: pool {pool} runs {running} of its capacity {now} "
         f"(elastic {cfg.min}..{cfg.max}: {grows})"
     )
+
+
+def pool_waits(s: Session, settings: Settings, pools: set[str]) -> dict[str, str]:
+    """For each elastic pool of `pools` whose slots are all taken, what its waiting tasks
+    say (`describe_wait`)."""
+    elastic = sorted(p for p in pools if p in settings.pool_capacity)
+    if not elastic:
+        return {}
+    now = current(s, settings)
+    out = {}
+    for pool, load in loads(s, elastic).items():
+        said = describe_wait(settings, pool, now.get(pool), load.running)
+        if said is not None:
+            out[pool] = said
+    return out
