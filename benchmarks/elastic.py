@@ -72,8 +72,8 @@ def _drain(ctx: Context, elastic: bool, n: int, tag: str) -> dict[str, Any]:
         warehouse=ctx.rt.settings.warehouse_uri,
         spark_master=ctx.rt.settings.spark_master,
         log_level="INFO",
-        **_settings(elastic),
     )
+    env.update(processes.setting_vars(_settings(elastic)))
     with transaction(ctx.rt.engine) as s:  # each configuration starts from nothing decided
         s.execute(text("DELETE FROM pool_capacity"))
         s.execute(text("DELETE FROM capacity_decisions"))

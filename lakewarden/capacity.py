@@ -201,14 +201,12 @@ def apply(s: Session, fence: Fence, settings: Settings) -> dict[str, Decision]:
 
 def current(s: Session, settings: Settings) -> dict[str, int]:
     """Each elastic pool's capacity as the leader last decided it."""
-    pools = list(settings.pool_capacity)
-    return dict(
-        s.execute(
-            select(PoolCapacityRow.pool, PoolCapacityRow.capacity).where(
-                PoolCapacityRow.pool.in_(pools)
-            )
-        ).tuples()
+    rows = s.execute(
+        select(PoolCapacityRow.pool, PoolCapacityRow.capacity).where(
+            PoolCapacityRow.pool.in_(list(settings.pool_capacity))
+        )
     )
+    return {pool: int(capacity) for pool, capacity in rows}
 
 
 def pools_view(s: Session, settings: Settings, decisions: int = 5) -> list[dict[str, Any]]:

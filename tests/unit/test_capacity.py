@@ -79,16 +79,18 @@ def test_scale_from_zero() -> None:
 
 
 def test_dispatch_limits_elastic_pools_at_their_capacity_capped_by_pool_limits() -> None:
-    s = Settings(
-        pool_limits={"default": 4, "big": 2},
-        pool_capacity={"big": {"max": 8}, "etl": {"min": 2, "max": 5}},
+    s = Settings.model_validate(
+        {
+            "pool_limits": {"default": 4, "big": 2},
+            "pool_capacity": {"big": {"max": 8}, "etl": {"min": 2, "max": 5}},
+        }
     )
     assert limits(s, {}) == {"default": 4, "big": 1, "etl": 2}
     assert limits(s, {"big": 6, "etl": 4}) == {"default": 4, "big": 2, "etl": 4}
 
 
 def test_describe_wait() -> None:
-    s = Settings(pool_capacity={"big": {"max": 8}})
+    s = Settings.model_validate({"pool_capacity": {"big": {"max": 8}}})
     assert describe_wait(s, "default", 1, 1) is None
     assert describe_wait(s, "big", 2, 1) is None
     said = describe_wait(s, "big", 2, 2)
@@ -100,8 +102,8 @@ def test_describe_wait() -> None:
 
 def test_bad_limits_are_refused_saying_what_to_fix() -> None:
     with pytest.raises(ValidationError, match=r"min \(3\) is above max \(2\)"):
-        Settings(pool_capacity={"big": {"min": 3, "max": 2}})
+        Settings.model_validate({"pool_capacity": {"big": {"min": 3, "max": 2}}})
     with pytest.raises(ValidationError, match="max"):
-        Settings(pool_capacity={"big": {"min": 1}})
+        Settings.model_validate({"pool_capacity": {"big": {"min": 1}}})
     with pytest.raises(ValidationError, match="Extra inputs"):
-        Settings(pool_capacity={"big": {"max": 2, "scale_up_after": 5}})
+        Settings.model_validate({"pool_capacity": {"big": {"max": 2, "scale_up_after": 5}}})
