@@ -72,7 +72,9 @@ def _processes(ctx: Context, jobs: int, logs: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def processes_for(env: dict[str, str], logs: Path, tag: str) -> Iterator[Path]:
+def processes_for(
+    env: dict[str, str], logs: Path, tag: str, warm_timeout_s: float = 300
+) -> Iterator[Path]:
     """A scheduler and a worker, as deployed, with `env`; yields the scheduler's log once
     its warm-up job has run. Stopped with SIGTERM (the scheduler resigns its lease)."""
     logs.mkdir(parents=True, exist_ok=True)
@@ -81,7 +83,7 @@ def processes_for(env: dict[str, str], logs: Path, tag: str) -> Iterator[Path]:
     try:
         for role, log in (("scheduler", sched_log), ("worker", logs / f"worker-{tag}.log")):
             procs.append(processes.start([role], env, log, cwd=ROOT))
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + warm_timeout_s
         while not any(line in sched_log.read_text() for line in WARM_LINES):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"the scheduler did not warm up: {sched_log}")
