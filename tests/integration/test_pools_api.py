@@ -1,6 +1,6 @@
-"""`GET /api/v1/pools`, `lakewarden pools`' source, the pool metrics and a waiting task's
-`on_hold` (issue 32 §4): what each pool runs and queues, its limit now, and an elastic
-pool's capacity and the leader's decisions with their reasons."""
+"""`GET /api/v1/pools` (`lakewarden pools`' source), the dashboard's pools page, the pool
+metrics and a waiting task's `on_hold` (issue 32 §4): what each pool runs and queues, its
+limit now, and an elastic pool's capacity and the leader's decisions with their reasons."""
 
 from __future__ import annotations
 
@@ -90,6 +90,10 @@ def test_pools_show_capacity_limits_and_why_it_scaled(
         )
         == 1
     )
+
+    html = client.get("/ui/pools")  # the dashboard's page: capacity against bounds, and why
+    assert html.status_code == 200
+    assert "2 (1..3)" in html.text and "scaled up: the oldest of 2 queued tasks" in html.text
 
     metrics = client.get("/metrics").text
     assert 'lakewarden_pool_capacity{pool="big"} 2.0' in metrics
