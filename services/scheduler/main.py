@@ -5,9 +5,9 @@ leader's reaper, health-alerts-readiness round and sweep); the main loop dispatc
 Spark jobs (each in its own Spark job group, so it can be cancelled). Every write that
 depends on leading carries the fence.
 
-The rounds live in their own modules: `lease` (renewal, leading), `dispatch` (the next
-task, its job, cancellations) and `periodic` (heartbeat, reaper, health and alerts, sweep,
-log pruning). Each round's own transaction commits once, at its end: a commit inside it
+The rounds live in their own modules: `lease` (renewal, leading), `capacity` (the elastic
+pools' capacity), `dispatch` (the next task, its job, cancellations) and `periodic`
+(heartbeat, reaper, health and alerts, sweep, log pruning). Each round's own transaction commits once, at its end: a commit inside it
 raises (`lakewarden.db.session.round_transaction`).
 """
 
