@@ -111,7 +111,7 @@ def _drain(ctx: Context, elastic: bool, n: int, tag: str) -> dict[str, Any]:
 
 def b37(ctx: Context) -> Figure:
     smoke = ctx.sizes.name == "smoke"
-    n = 24 if smoke else 200
+    n = 12 if smoke else 200
     repeats = 1  # 200 tiny jobs at 1 at a time take minutes each on 2 shared cores
     with measuring(
         "B37",
