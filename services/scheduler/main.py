@@ -7,8 +7,9 @@ depends on leading carries the fence.
 
 The rounds live in their own modules: `lease` (renewal, leading), `capacity` (the elastic
 pools' capacity), `dispatch` (the next task, its job, cancellations) and `periodic`
-(heartbeat, reaper, health and alerts, sweep, log pruning). Each round's own transaction commits once, at its end: a commit inside it
-raises (`lakewarden.db.session.round_transaction`).
+(heartbeat, reaper, health and alerts, sweep, log pruning). Each round's own transaction
+commits once, at its end: a commit inside it raises
+(`lakewarden.db.session.round_transaction`).
 """
 
 from __future__ import annotations
