@@ -67,16 +67,23 @@ def _env(ctx: Context, jobs: int) -> dict[str, str]:
 
 @contextmanager
 def _processes(ctx: Context, jobs: int, logs: Path) -> Iterator[Path]:
-    """A scheduler and a worker, as deployed; yields the scheduler's log once its warm-up
-    job has run. Stopped with SIGTERM (the scheduler resigns its lease)."""
-    env = _env(ctx, jobs)
+    with processes_for(_env(ctx, jobs), logs, str(jobs)) as sched_log:
+        yield sched_log
+
+
+@contextmanager
+def processes_for(
+    env: dict[str, str], logs: Path, tag: str, warm_timeout_s: float = 300
+) -> Iterator[Path]:
+    """A scheduler and a worker, as deployed, with `env`; yields the scheduler's log once
+    its warm-up job has run. Stopped with SIGTERM (the scheduler resigns its lease)."""
     logs.mkdir(parents=True, exist_ok=True)
-    sched_log = logs / f"scheduler-{jobs}.log"
+    sched_log = logs / f"scheduler-{tag}.log"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for role, log in (("scheduler", sched_log), ("worker", logs / f"worker-{jobs}.log")):
+        for role, log in (("scheduler", sched_log), ("worker", logs / f"worker-{tag}.log")):
             procs.append(processes.start([role], env, log, cwd=ROOT))
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + warm_timeout_s
         while not any(line in sched_log.read_text() for line in WARM_LINES):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"the scheduler did not warm up: {sched_log}")

@@ -82,7 +82,19 @@ def calling(ctx: typer.Context) -> Iterator[Client]:
 
 def register(app: typer.Typer) -> None:
     """Add the operator's commands to the CLI."""
-    for command in (tables, table_cmd, tasks, task, cancel, retry, trigger, pause, resume, costs):
+    for command in (
+        tables,
+        table_cmd,
+        tasks,
+        task,
+        cancel,
+        retry,
+        trigger,
+        pause,
+        resume,
+        costs,
+        pools,
+    ):
         app.command(name=command.__name__.removesuffix("_cmd"))(command)
     app.add_typer(alerts_app, name="alerts")
     app.add_typer(policy_app, name="policy")
@@ -315,6 +327,55 @@ def _costs_view(found: dict[str, Any]) -> Iterable[RenderableType]:
         return
     header = (found["by"], "runs", "cpu s", "task s", "read", "written", "files", "wall s")
     yield table(None, header, rows)
+
+
+def pools(
+    ctx: typer.Context,
+    decisions: Annotated[
+        int, typer.Option("--decisions", min=0, max=100, help="an elastic pool's latest changes")
+    ] = 5,
+    output: Output = Format.table,
+) -> None:
+    """The pools: running, queued, their limit now; an elastic pool's capacity, its bounds
+    and why the leader last scaled it."""
+    with calling(ctx) as api:
+        found = api.get("/api/v1/pools", decisions=decisions)
+    emit(found, output, _pools_view)
+
+
+def _pools_view(found: dict[str, Any]) -> Iterable[RenderableType]:
+    items = found["items"]
+    if not items:
+        yield "no pools: none is configured and no task is open"
+        return
+    rows = []
+    for p in items:
+        e = p["elastic"]
+        wait = p["oldest_wait_s"]
+        rows.append(
+            (
+                p["pool"],
+                p["mode"],
+                p["running"],
+                p["queued"],
+                "-" if wait is None else f"{wait:.0f}",
+                "-" if p["limit"] is None else p["limit"],
+                "fixed" if e is None else f"{e['capacity']} ({e['min']}..{e['max']})",
+                "" if e is None else e["reason"],
+            )
+        )
+    header = ("pool", "mode", "running", "queued", "oldest s", "limit", "capacity", "why")
+    yield table(None, header, rows)
+    for p in items:
+        if p["elastic"] and p["elastic"]["decisions"]:
+            yield table(
+                f"pool {p['pool']}: latest changes",
+                ("at", "from", "to", "queued", "running", "why"),
+                [
+                    (d["at"], d["before"], d["after"], d["queued"], d["running"], d["reason"])
+                    for d in p["elastic"]["decisions"]
+                ],
+            )
 
 
 def task(ctx: typer.Context, task_id: TaskId, output: Output = Format.table) -> None:

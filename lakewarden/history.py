@@ -84,6 +84,13 @@ PRUNABLE: dict[str, tuple[str, str]] = {
         f"WHERE {_OPEN} AND trigger->>'event_id' IS NOT NULL) "
         "ORDER BY x.id LIMIT :batch",
     ),
+    # an elastic pool's capacity changes; never its newest (why it is where it is)
+    "capacity_decisions": (
+        "capacity_decisions",
+        "SELECT x.id FROM capacity_decisions x WHERE x.at < :cutoff "
+        "AND EXISTS (SELECT FROM capacity_decisions n WHERE n.pool = x.pool AND n.id > x.id) "
+        "ORDER BY x.id LIMIT :batch",
+    ),
     "alerts": (
         "alerts",
         "SELECT x.id FROM alerts x WHERE x.state = 'resolved' AND x.resolved_at < :cutoff "
@@ -113,6 +120,7 @@ def retention_days(rt: Runtime) -> dict[str, float]:
         "runs": s.retention_runs_days,
         "tasks": s.retention_tasks_days,
         "events": s.retention_events_days,
+        "capacity_decisions": s.retention_transitions_days,
         "alerts": s.retention_alerts_days,
     }
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lakewarden.states import RunMode
@@ -16,6 +16,31 @@ from lakewarden.states import RunMode
 
 def _default_data_dir() -> Path:
     return Path.home() / ".lakewarden"
+
+
+class PoolCapacity(BaseModel):
+    """A pool's elastic capacity (`pool_capacity`): how many of its jobs may run at once,
+    between `min` and `max`, raised by the leader while its queue waits and lowered once
+    slots stay idle (lakewarden.capacity)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(default=1, ge=0, le=10_000)
+    max: int = Field(ge=1, le=10_000)
+    # Up (by `step`) while every slot is busy and the oldest runnable task waited longer
+    # than this, or more tasks are runnable than this many per slot.
+    scale_up_wait_s: float = Field(default=30.0, ge=0)
+    scale_up_queued_per_slot: float = Field(default=2.0, gt=0)
+    step: int = Field(default=1, ge=1, le=10_000)
+    # Down to what runs (never below min) once a slot stayed free with nothing runnable
+    # for this long.
+    scale_down_idle_s: float = Field(default=120.0, ge=0)
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> PoolCapacity:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
 
 
 class Settings(BaseSettings):
@@ -153,6 +178,12 @@ class Settings(BaseSettings):
     # through spark-submit: lakewarden.spark.submit, lakewarden.jobs.application_entry).
     pool_modes: dict[str, RunMode] = Field(default_factory=dict)
     max_concurrent_applications: int = Field(default=4, ge=1)  # per scheduler
+    # Elastic capacity per pool (JSON, e.g. {"big": {"min": 1, "max": 8}}; off for a pool
+    # not listed): the leader raises the jobs the pool may run at once while its queue
+    # waits and lowers them when idle, within min..max (lakewarden.capacity; fields in
+    # PoolCapacity). A POOL_LIMITS entry of the same pool still caps it.
+    pool_capacity: dict[str, PoolCapacity] = Field(default_factory=dict)
+    capacity_interval_s: float = Field(default=5.0, gt=0)  # how often the leader decides
     application_master: str | None = None  # default: spark_master
     # cluster: the driver runs on the cluster (Kubernetes: a pod; YARN: the AM's container)
     application_deploy_mode: Literal["client", "cluster"] = "client"

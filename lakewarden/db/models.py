@@ -693,3 +693,38 @@ class ReadinessNotification(Base):
     attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     next_attempt_at: Mapped[datetime] = mapped_column(server_default=func.now())
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class PoolCapacityRow(Base):
+    """A pool's elastic capacity now (settings `pool_capacity`, lakewarden.capacity): the
+    jobs it may run at once, and since when it has had a free slot and nothing to run.
+    Written by the scheduler leader, fenced; a new leader carries on from it."""
+
+    __tablename__ = "pool_capacity"
+
+    pool: Mapped[str] = mapped_column(String(255), primary_key=True)
+    capacity: Mapped[int] = mapped_column(Integer)
+    idle_since: Mapped[datetime | None]
+    reason: Mapped[str] = mapped_column(Text)  # the last decision's
+    changed_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    checked_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class CapacityDecision(Base):
+    """One change of a pool's capacity: from, to, why, and the queue it saw. Made by the
+    scheduler leader under its fence; the pools endpoint and `lakewarden pools` show them."""
+
+    __tablename__ = "capacity_decisions"
+    __table_args__ = (Index("ix_capacity_decisions_pool", "pool", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    pool: Mapped[str] = mapped_column(String(255))
+    before: Mapped[int] = mapped_column(Integer)
+    after: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    queued: Mapped[int] = mapped_column(Integer)
+    running: Mapped[int] = mapped_column(Integer)
+    oldest_wait_s: Mapped[float | None] = mapped_column(Float)
+    holder: Mapped[str] = mapped_column(String(255))  # the leader that decided
+    leader_epoch: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -229,7 +229,7 @@ def write_fair_pools(settings: Settings) -> Path:
     empty and die. So it is replaced whole (a temp file of this process, then a rename),
     and not at all when it already says the same."""
     path = settings.data_dir / "spark" / "fair-pools.xml"
-    text = fair_pools_xml(sorted({"default", *settings.pool_limits}))
+    text = fair_pools_xml(sorted({"default", *settings.pool_limits, *settings.pool_capacity}))
     if path.exists() and path.read_text() == text:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

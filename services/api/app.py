@@ -36,6 +36,7 @@ from services.api.routes import (
     metrics,
     namespaces,
     ops,
+    pools,
     readiness,
     refs,
     rules,
@@ -113,6 +114,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
         refs,
         readiness,
         costs,
+        pools,
     )
     routers = [module.router for module in modules] + [tables.fleet]
     for router in routers:

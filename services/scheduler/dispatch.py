@@ -26,6 +26,7 @@ from lakewarden.states import RunMode, RunState, TaskState, sql_in
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from services.scheduler.applications import Applications, mode_of
+from services.scheduler.capacity import Capacity
 from services.scheduler.lease import LeaseRounds
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class DispatchRounds(LeaseRounds):
     pool: ThreadPoolExecutor
     inflight: dict[int, Inflight]
     applications: Applications
+    capacity: Capacity  # elastic pools' limits now (services.scheduler.capacity)
     wake: threading.Event
     _spark: SparkSession | None
     _spark_lock: threading.Lock
@@ -160,7 +162,7 @@ class DispatchRounds(LeaseRounds):
                 pick = s.execute(
                     _NEXT_PLANNED,
                     {
-                        "pool_limits": json.dumps(self.rt.settings.pool_limits),
+                        "pool_limits": json.dumps(self.capacity.limits()),
                         "pool_modes": json.dumps(self.rt.settings.pool_modes),
                         "full_modes": full_modes,
                         "quota_tables": list(quota.tables),

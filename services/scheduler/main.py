@@ -5,10 +5,11 @@ leader's reaper, health-alerts-readiness round and sweep); the main loop dispatc
 Spark jobs (each in its own Spark job group, so it can be cancelled). Every write that
 depends on leading carries the fence.
 
-The rounds live in their own modules: `lease` (renewal, leading), `dispatch` (the next
-task, its job, cancellations) and `periodic` (heartbeat, reaper, health and alerts, sweep,
-log pruning). Each round's own transaction commits once, at its end: a commit inside it
-raises (`lakewarden.db.session.round_transaction`).
+The rounds live in their own modules: `lease` (renewal, leading), `capacity` (the elastic
+pools' capacity), `dispatch` (the next task, its job, cancellations) and `periodic`
+(heartbeat, reaper, health and alerts, sweep, log pruning). Each round's own transaction
+commits once, at its end: a commit inside it raises
+(`lakewarden.db.session.round_transaction`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.states import TaskState
 from lakewarden.tasks.wakeup import TaskWakeup
 from services.scheduler.applications import Applications
+from services.scheduler.capacity import Capacity
 from services.scheduler.dispatch import Inflight
 from services.scheduler.periodic import (
     LOG_PRUNE_INTERVAL_S,
@@ -63,6 +65,8 @@ class Scheduler(PeriodicRounds):
         # Set when there may be something to dispatch: a task was planned (NOTIFY, see
         # lakewarden.tasks.wakeup) or a job ended (a slot is free). The loop sleeps on it.
         self.wake = threading.Event()
+        # Elastic pools' capacity (pool_capacity): decided by its own ticker, read by dispatch.
+        self.capacity = Capacity(rt, self.wake)
         self.warmed = threading.Event()  # the warm-up job ran (or failed, or is off)
         self.task_wakeup: TaskWakeup | None = None
         self._spark: SparkSession | None = None
@@ -93,6 +97,7 @@ class Scheduler(PeriodicRounds):
                     ("history-retention", s.retention_interval_s, self.prune_history),
                     ("publish", PUBLISH_INTERVAL_S, self.publish),
                     ("log-pruning", LOG_PRUNE_INTERVAL_S, self.prune_logs),
+                    ("capacity", s.capacity_interval_s, self.decide_capacity),
                 )
             ),
         ]
@@ -121,6 +126,9 @@ class Scheduler(PeriodicRounds):
                 log.exception("scheduler loop error")
             self._wait_for_work()
         self.shutdown()
+
+    def decide_capacity(self) -> None:
+        self.capacity.round(self.leading())
 
     def _wait_for_work(self) -> None:
         """Sleep until there may be work: a wake-up, leadership just taken, or the poll

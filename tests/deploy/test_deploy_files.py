@@ -592,6 +592,7 @@ ALL_ON: dict[str, Any] = {
         "resources": {},
         "maxConcurrentJobs": 2,
         "poolLimits": {"default": 4, "big": 1},
+        "poolCapacity": {"big": {"min": 1, "max": 6, "scale_up_wait_s": 20}},
         "poolQuotas": {"big": 30},
     },
     "podAnnotations": {"team": "data"},
@@ -898,6 +899,9 @@ def test_settings_as_values(all_on: list[dict[str, Any]]) -> None:
     assert data["LAKEWARDEN_SPARK_DRIVER_MEMORY"] == "4g"
     assert json.loads(data["LAKEWARDEN_POOL_LIMITS"]) == {"default": 4, "big": 1}
     assert json.loads(data["LAKEWARDEN_POOL_QUOTAS"]) == {"big": 30}
+    capacity = json.loads(data["LAKEWARDEN_POOL_CAPACITY"])
+    assert capacity == {"big": {"min": 1, "max": 6, "scale_up_wait_s": 20}}
+    assert Settings(pool_capacity=capacity).pool_capacity["big"].max == 6  # the names it reads
     assert data["LAKEWARDEN_METRICS_MAX_TABLES"] == "500"
     assert data["LAKEWARDEN_ALERT_RESEND_INTERVAL_S"] == "45"
     assert data["LAKEWARDEN_LOG_FORMAT"] == "json"

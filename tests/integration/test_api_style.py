@@ -92,6 +92,7 @@ OPERATION_IDS = {
     ("DELETE", "/api/v1/tokens/{token_id}"): "revokeToken",
     ("GET", "/api/v1/audit"): "listAudit",
     ("GET", "/api/v1/costs"): "listCosts",
+    ("GET", "/api/v1/pools"): "listPools",
     ("GET", "/api/v1/catalogs/{catalog}/rules"): "listRules",
     ("POST", "/api/v1/catalogs/{catalog}/rules"): "createRule",
     ("GET", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): "getRule",

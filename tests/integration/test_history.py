@@ -360,6 +360,16 @@ def test_retention_prunes_old_rows_but_never_what_is_still_needed(
             resolved=state == "resolved",
         )
 
+    # An elastic pool's capacity changes: the old ones go, never a pool's newest.
+    for pool, days in (("big", 60), ("big", 50), ("big", 40), ("etl", 60), ("etl", 1)):
+        sql(
+            rt,
+            "INSERT INTO capacity_decisions (pool, before, after, reason, queued, running, "
+            f"holder, leader_epoch, at) VALUES (:p, 1, 2, 'up', 3, 1, 'x', 1, {old(days)}) "
+            "RETURNING id",
+            p=pool,
+        )
+
     # A deposed leader prunes nothing.
     fence = lead(rt)
     with pytest.raises(FencedOut):
@@ -372,6 +382,7 @@ def test_retention_prunes_old_rows_but_never_what_is_still_needed(
         "runs": 5,
         "tasks": 3,
         "events": 4,
+        "capacity_decisions": 3,
         "alerts": 1,
         "audit_months": 0,
     }
@@ -406,6 +417,12 @@ def test_retention_prunes_old_rows_but_never_what_is_still_needed(
         "firing-60",
         "acknowledged-60",
     }
+    assert sql(
+        rt, "SELECT pool, at < now() - interval '30 days' FROM capacity_decisions ORDER BY id"
+    ) == [
+        ("big", True),
+        ("etl", False),
+    ]
     # A second round finds nothing more.
     assert all(p.rows == 0 for p in history.prune_history(rt, fence))
     rt.engine.dispose()

@@ -52,3 +52,53 @@ def test_a_runs_validation_is_one_line_not_its_partitions() -> None:
     shown = _shown(task)
     assert "passed: 120 rows in 3 partition(s), 1.5s (every touched partition" in shown
     assert '"rewritten_data_files": 6' in shown and "region=a" not in shown
+
+
+def test_pools_show_capacity_against_bounds_and_why() -> None:
+    from cli.ops import _pools_view
+
+    decision = {
+        "at": "2026-11-26T12:00:00Z",
+        "before": 1,
+        "after": 2,
+        "queued": 5,
+        "running": 1,
+        "reason": "scaled up: the oldest of 5 queued tasks waited 31s > 30s",
+        "leader_epoch": 3,
+    }
+    elastic = {
+        "capacity": 2,
+        "min": 1,
+        "max": 8,
+        "reason": decision["reason"],
+        "decisions": [decision],
+    }
+    found = {
+        "items": [
+            {
+                "pool": "big",
+                "mode": "application",
+                "running": 2,
+                "queued": 3,
+                "oldest_wait_s": 40.2,
+                "limit": 2,
+                "elastic": elastic,
+            },
+            {
+                "pool": "default",
+                "mode": "session",
+                "running": 0,
+                "queued": 0,
+                "oldest_wait_s": None,
+                "limit": None,
+                "elastic": None,
+            },
+        ]
+    }
+    console = Console(width=400, record=True)
+    for renderable in _pools_view(found):
+        console.print(renderable)
+    text = console.export_text()
+    assert "2 (1..8)" in text and "fixed" in text
+    assert "pool big: latest changes" in text
+    assert text.count("scaled up: the oldest of 5 queued tasks waited 31s > 30s") == 2

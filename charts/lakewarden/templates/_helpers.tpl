@@ -122,6 +122,9 @@ LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }
 {{- with .Values.scheduler.poolLimits }}
 LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
 {{- end }}
+{{- with .Values.scheduler.poolCapacity }}
+LAKEWARDEN_POOL_CAPACITY: {{ toJson . | quote }}
+{{- end }}
 {{- with .Values.scheduler.poolQuotas }}
 LAKEWARDEN_POOL_QUOTAS: {{ toJson . | quote }}
 {{- end }}

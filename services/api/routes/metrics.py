@@ -14,7 +14,9 @@ escapes label values and writes the exposition format):
 - per table (labelled catalog/namespace/table): the health score and the age of the last
   success per kind, for at most `metrics_max_tables` tables, the least healthy first
   (`lakewarden_tables_omitted` says how many were left out: a series per table is a
-  Prometheus cost).
+  Prometheus cost);
+- per pool: running and runnable queued jobs, its limit now, an elastic pool's capacity,
+  its bounds and the leader's changes to it (`lakewarden.capacity`).
 
 A counter whose rows move back (a retried task) drops; Prometheus reads that as a reset,
 which `rate()` handles. Rows deleted (retention, a purge) take nothing back: counters
@@ -39,6 +41,7 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from lakewarden import capacity
 from lakewarden.auth.grants import Role
 from lakewarden.db.locks import DBLocks
 from lakewarden.settings import Settings
@@ -98,7 +101,46 @@ class LakewardenCollector(Collector):
         yield from self._alerts()
         yield from self._holds()
         yield from self._processes()
+        yield from self._pools()
         yield from self._tables()
+
+    def _pools(self) -> Iterator[Metric]:
+        """Each pool's work and limit; an elastic pool's capacity, its bounds, and the
+        leader's changes to it (lakewarden.capacity)."""
+        pools = capacity.pools_view(self.session, self.settings, decisions=0)
+        families = {
+            name: GaugeMetricFamily(f"lakewarden_pool_{name}", doc, labels=["pool"])
+            for name, doc in (
+                ("running", "jobs of the pool running now"),
+                ("queued", "runnable planned tasks of the pool (due, their table idle)"),
+                ("limit", "jobs the pool may run at once now (listed pools with a limit)"),
+                ("capacity", "an elastic pool's capacity now (POOL_CAPACITY)"),
+                ("capacity_min", "an elastic pool's minimum capacity"),
+                ("capacity_max", "an elastic pool's maximum capacity"),
+            )
+        }
+        for p in pools:
+            families["running"].add_metric([p["pool"]], p["running"])
+            families["queued"].add_metric([p["pool"]], p["queued"])
+            if p["limit"] is not None:
+                families["limit"].add_metric([p["pool"]], p["limit"])
+            if (elastic := p["elastic"]) is not None:
+                families["capacity"].add_metric([p["pool"]], elastic["capacity"])
+                families["capacity_min"].add_metric([p["pool"]], elastic["min"])
+                families["capacity_max"].add_metric([p["pool"]], elastic["max"])
+        yield from families.values()
+        changes = CounterMetricFamily(
+            "lakewarden_pool_capacity_changes",
+            "the leader's changes of an elastic pool's capacity, by direction",
+            labels=["pool", "direction"],
+        )
+        for pool, direction, n in self._rows(
+            "SELECT pool, CASE WHEN after > before THEN 'up' ELSE 'down' END, count(*) "
+            "FROM capacity_decisions WHERE pool = ANY(:pools) GROUP BY 1, 2",
+            pools=list(self.settings.pool_capacity),
+        ):
+            changes.add_metric([pool, direction], n)
+        yield changes
 
     def _leader(self) -> Iterator[Metric]:
         lease = self.session.execute(

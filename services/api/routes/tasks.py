@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import ValidationError
 
-from lakewarden import holds, tables
+from lakewarden import capacity, holds, tables
 from lakewarden.auth.grants import Role
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import KindHold, ManagedTable, Task
@@ -53,12 +53,13 @@ def _need_on_task(session: SessionDep, access: Access, role: Role, task_id: int)
 def _on_hold(session: SessionDep, settings: Settings, tasks: Iterable[Task]) -> dict[int, str]:
     """For each task not yet running, what keeps it from starting (as dispatch judges it):
     the freeze, its table's pause, writers' blockers, its kind held on its table
-    (lakewarden.holds), its table's or pool's hard quota (lakewarden.policy.quotas). Absent when
-    nothing does."""
+    (lakewarden.holds), its table's or pool's hard quota (lakewarden.policy.quotas), its
+    elastic pool's slots all taken (lakewarden.capacity). Absent when nothing does."""
     waiting = [t for t in tasks if t.state in OPEN_TASK_STATES and t.state != TaskState.RUNNING]
     blockers = tables.holds_on(session, {t.table_id for t in waiting})
     kind_holds = holds.holds_of(session, {t.table_id for t in waiting})
     quota = quota_holds(session, settings, {t.table_id for t in waiting}) if waiting else None
+    full_pools = capacity.pool_waits(session, settings, {t.pool for t in waiting})
     said = {
         t.id: [tables.describe_hold(h) for h in blockers[t.table_id]]
         + [
@@ -67,6 +68,7 @@ def _on_hold(session: SessionDep, settings: Settings, tasks: Iterable[Task]) -> 
             if h.kind == t.kind
         ]
         + ([reason] if quota and (reason := quota.reason(t.table_id, t.pool)) else [])
+        + ([full_pools[t.pool]] if t.pool in full_pools and t.state == TaskState.PLANNED else [])
         for t in waiting
     }
     return {task_id: "; ".join(reasons) for task_id, reasons in said.items() if reasons}

@@ -124,3 +124,43 @@ class CostsOut(ResponseModel):
     since: datetime
     truncated: bool = Field(description="more groups than the 1,000 listed")
     items: list[CostRowOut]
+
+
+class CapacityDecisionOut(ResponseModel):
+    at: datetime
+    before: int
+    after: int
+    reason: str = Field(description="why the leader changed the pool's capacity")
+    queued: int = Field(description="runnable tasks of the pool it saw")
+    running: int
+    leader_epoch: int
+
+
+class ElasticOut(ResponseModel):
+    """A pool's elastic capacity (settings `POOL_CAPACITY`): its limits, now, and why."""
+
+    min: int
+    max: int
+    scale_up_wait_s: float
+    scale_up_queued_per_slot: float
+    step: int
+    scale_down_idle_s: float
+    capacity: int = Field(description="the jobs the pool may run at once now")
+    reason: str = Field(description="the last decision's reason")
+    changed_at: datetime | None
+    idle_since: datetime | None = Field(description="a slot free with nothing runnable since")
+    decisions: list[CapacityDecisionOut] = Field(description="the latest changes, newest first")
+
+
+class PoolOut(ResponseModel):
+    pool: str
+    mode: str = Field(description="session or application (POOL_MODES)")
+    running: int
+    queued: int = Field(description="planned tasks due whose table runs nothing")
+    oldest_wait_s: float | None
+    limit: int | None = Field(description="jobs it may run at once now (null: no limit)")
+    elastic: ElasticOut | None = Field(description="null: a fixed pool")
+
+
+class PoolsOut(ResponseModel):
+    items: list[PoolOut]

@@ -289,6 +289,14 @@ async def alerts_page(request: Request, access: UiAccessDep, rt: RuntimeDep) -> 
     return page(request, "alerts.html", context)
 
 
+@router.get("/pools", response_class=HTMLResponse)
+async def pools_page(request: Request, access: UiAccessDep) -> HTMLResponse:
+    """Each pool's work and limit; an elastic pool's capacity against its bounds and why
+    the leader last scaled it (GET /api/v1/pools)."""
+    found = await Api(request).get("/api/v1/pools", {"decisions": 10})
+    return page(request, "pools.html", {"pools": found["items"]})
+
+
 @router.get("/trends", response_class=HTMLResponse)
 async def trends_page(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTMLResponse:
     """Backlog, task latency and job duration per kind over the last 24 h."""
