@@ -192,7 +192,12 @@ def _table_view(data: dict[str, Any]) -> Iterable[RenderableType]:
             ("data files", f"{h['data_files']} ({h['small_files']} small), {_size(h['bytes'])}"),
             ("file sizes", _buckets(h.get("file_size_buckets"))),
             ("records", h["records"]),
-            ("delete files", f"{deletes['position']} position, {deletes['equality']} equality"),
+            ("format", h.get("format_version") and f"Iceberg v{h['format_version']}"),
+            (
+                "delete files",
+                f"{deletes['position']} position ({deletes.get('deletion_vectors', 0)} "
+                f"deletion vectors), {deletes['equality']} equality",
+            ),
             ("snapshots", h["snapshots"]["count"]),
             ("measured", h["measured_at"]),
             ("policy", f"version {t['policy_version']}, managed by {t['managed_by']}"),
