@@ -19,7 +19,7 @@ from pyiceberg.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from lakewarden import publish
+from lakewarden import publish, repair
 from lakewarden.db.models import ManagedTable, PublishAudit, Task
 from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
@@ -115,6 +115,7 @@ def explain_table(
         "held": held_kinds,
         "kinds": kinds,
         "validation": explain_validation(policy.validation, table),
+        "format": explain_format(table),
         "readiness": _explain_readiness(session, row, table, policy, now),
         "tags": explain_tags(policy.tags, table, now),
         "publish": publish.explain(
@@ -323,6 +324,34 @@ def _triggers(
             }
         )
     return out
+
+
+def explain_format(table: Table) -> dict[str, Any]:
+    """The table's Iceberg format version: what lakewarden does on it, what it refuses."""
+    version = table.metadata.format_version
+    refused: list[str] = []
+    if version >= 3:
+        refused = ["repair", "revert", "cherry-pick"]
+        reason = (
+            f"format v{version}: compaction applies deletion vectors (Puffin) as it rewrites "
+            "their data files and drops them (Iceberg 1.12's rewrite_position_delete_files "
+            "does nothing to them: not run); every rewrite (compaction, clustering, Z-order, "
+            "TTL, clean) keeps each row's _row_id and _last_updated_sequence_number, and "
+            "validation checksums them; repair, revert and cherry-pick are refused: pyiceberg "
+            f"0.12, which commits them, writes manifests of format "
+            f"v{repair.MAX_FORMAT_VERSION} at most"
+        )
+    elif version == 2:
+        reason = "format v2: position and equality delete files; no row lineage"
+    else:
+        reason = f"format v{version}: no delete files, no row lineage"
+    return {
+        "version": version,
+        "row_lineage": version >= 3,
+        "next_row_id": getattr(table.metadata, "next_row_id", None),
+        "refused": refused,
+        "reason": reason,
+    }
 
 
 def explain_validation(policy: ValidationPolicy, table: Table) -> dict[str, Any]:
