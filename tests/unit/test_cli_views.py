@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from cli.ops import _task_view
+from cli.ops import _table_view, _task_view
 
 VALIDATION = {
     "status": "passed",
@@ -52,3 +52,28 @@ def test_a_runs_validation_is_one_line_not_its_partitions() -> None:
     shown = _shown(task)
     assert "passed: 120 rows in 3 partition(s), 1.5s (every touched partition" in shown
     assert '"rewritten_data_files": 6' in shown and "region=a" not in shown
+
+
+def test_a_v3_table_shows_its_format_what_is_refused_and_its_deletion_vectors() -> None:
+    t = {"catalog": "lake", "namespace": "sales", "name": "v3", "policy_version": 1}
+    deletes = {"position": 4, "equality": 0, "deletion_vectors": 4}
+    h = {
+        "score": 90,
+        "data_files": 8,
+        "small_files": 8,
+        "bytes": 8000,
+        "records": 400,
+        "format_version": 3,
+        "delete_files": deletes,
+        "snapshots": {"count": 5},
+        "measured_at": "now",
+        "signals": [],
+    }
+    x = {"summary": "nothing would run now", "kinds": {}, "blocked_by": []}
+    x["format"] = {"refused": ["repair", "revert", "cherry-pick"]}
+    console = Console(width=400, record=True)
+    for renderable in _table_view({"table": {**t, "managed_by": "api"}, "health": h, "explain": x}):
+        console.print(renderable)
+    shown = console.export_text()
+    assert "Iceberg v3 (refused: repair, revert, cherry-pick)" in shown
+    assert "4 position (4 deletion vectors), 0 equality" in shown
