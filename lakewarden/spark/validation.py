@@ -372,6 +372,10 @@ def _checksums(
     cache = _table_cache(spark)
     manager = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
     parallelism = max(1, spark.sparkContext.defaultParallelism)
+    # Iceberg 1.12 reads a v3 table's scan-task set as a rewrite table: its lineage columns
+    # are data columns there and it has no metadata columns (`_file` does not resolve), so
+    # the file is input_file_name(), which Iceberg's readers set to each file's location.
+    file_of = F.input_file_name() if format_version(jvm, table) >= 3 else F.col("_file")
     hashed = F.xxhash64(
         *[x for c in columns for x in (F.col(_quote(c)), F.isnull(F.col(_quote(c))))]
     )
@@ -407,7 +411,7 @@ def _checksums(
                     frame.select(
                         F.lit(i).alias("s"),
                         F.lit(side).alias("side"),
-                        F.col("_file").alias("f"),
+                        file_of.alias("f"),
                         hashed.alias("h"),
                     )
                 )
