@@ -17,7 +17,7 @@ put back that is gone from storage (expired by clean), a file added in the range
 later commit already rewrote, or main having moved since the plan. After the commit the
 result is checked like a rewrite: main's live data files must be exactly the planned set;
 if not, main is rolled back to the snapshot before and the check's finding raised.
-A format v3 table is refused (`MAX_FORMAT_VERSION`): pyiceberg cannot write its manifests.
+A format v3 table is refused (`refs.unwritable`): pyiceberg 0.12 cannot write v3 metadata.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from lakewarden.metadata import jsonable
 from lakewarden.readiness import PartitionField, partition_label
-from lakewarden.refs import rollback_main
+from lakewarden.refs import rollback_main, unwritable
 
 MARK = "lakewarden.repair"  # snapshot property of a repair's or a revert's commit
 
@@ -89,20 +89,9 @@ class Plan:
         }
 
 
-# pyiceberg 0.12 writes manifests and manifest lists of format v1 and v2 only ("Cannot
-# write manifest for table version: 3"): the commits here cannot be made on a v3 table.
-MAX_FORMAT_VERSION = 2
-
-
 def _main(table: Table) -> Snapshot:
-    version = table.metadata.format_version
-    if version > MAX_FORMAT_VERSION:
-        raise RepairRefused(
-            f"the table is Iceberg format v{version}: pyiceberg 0.12, which commits a repair, "
-            f"revert or cherry-pick, writes manifests of format v{MAX_FORMAT_VERSION} at most "
-            "(v3's carry row lineage); nothing was changed. A rollback of main (metadata only) "
-            "still works; otherwise use Spark's Iceberg procedures"
-        )
+    if (why := unwritable(table, "a repair, revert or cherry-pick")) is not None:
+        raise RepairRefused(f"{why}; nothing was changed")
     head = table.current_snapshot()
     if head is None:
         raise RepairRefused("the table has no snapshot: nothing to repair")
