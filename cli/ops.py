@@ -162,6 +162,14 @@ def _signals(signals: list[dict[str, Any]] | None) -> str | None:
     return ", ".join(f"{s['kind']}: {s['metric'].replace('_', ' ')}" for s in signals or []) or None
 
 
+def _format(version: int | None, explained: dict[str, Any] | None) -> str | None:
+    """`Iceberg v3`, and what lakewarden refuses on it."""
+    if version is None:
+        return None
+    refused = (explained or {}).get("refused") or []
+    return f"Iceberg v{version}" + (f" (refused: {', '.join(refused)})" if refused else "")
+
+
 def _paused(hold: dict[str, Any] | None) -> str | None:
     if not hold:
         return None
@@ -204,7 +212,12 @@ def _table_view(data: dict[str, Any]) -> Iterable[RenderableType]:
             ("data files", f"{h['data_files']} ({h['small_files']} small), {_size(h['bytes'])}"),
             ("file sizes", _buckets(h.get("file_size_buckets"))),
             ("records", h["records"]),
-            ("delete files", f"{deletes['position']} position, {deletes['equality']} equality"),
+            ("format", _format(h.get("format_version"), x.get("format"))),
+            (
+                "delete files",
+                f"{deletes['position']} position ({deletes.get('deletion_vectors', 0)} "
+                f"deletion vectors), {deletes['equality']} equality",
+            ),
             ("snapshots", h["snapshots"]["count"]),
             ("measured", h["measured_at"]),
             ("policy", f"version {t['policy_version']}, managed by {t['managed_by']}"),

@@ -1,5 +1,6 @@
 """What pyiceberg reads of a table's current snapshot, with no JVM: its live data files
-(size, rows, partition, column bounds) and the delete files that apply to them."""
+(size, rows, partition, column bounds) and the delete files that apply to them, deletion
+vectors (format v3) among them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.conversions import from_bytes
-from pyiceberg.manifest import DataFileContent, ManifestEntry
+from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    MANIFEST_ENTRY_SCHEMAS,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    _inherit_from_manifest,
+)
+from pyiceberg.manifest import DataFile as PyDataFile
 from pyiceberg.table import ManifestGroupPlanner, Table
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import PrimitiveType
@@ -33,11 +46,24 @@ class DataFile:
 @dataclass(frozen=True)
 class DeleteFile:
     path: str
-    size: int
+    size: int  # of a deletion vector: its blob's bytes in the Puffin file
     records: int
     kind: str  # "position" | "equality"
     spec_id: int = 0
     partition: Partition = ()
+    # A deletion vector (format v3): a position delete stored as one blob of a Puffin file
+    # (several share a file), applying to exactly one data file.
+    referenced_data_file: str | None = None
+    content_offset: int | None = None
+
+    @property
+    def is_deletion_vector(self) -> bool:
+        return self.referenced_data_file is not None
+
+    @property
+    def key(self) -> str:
+        """Unique among a snapshot's delete files: a deletion vector's path is not."""
+        return self.path if self.content_offset is None else f"{self.path}#{self.content_offset}"
 
 
 @dataclass(frozen=True)
@@ -55,7 +81,9 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
     does not say which rows of which file a position-delete file removes without reading it.
     Equality deletes (Flink's upserts), which pyiceberg's scan planning refuses, are matched
     here as Iceberg matches them: to the older data files of their partition (of every
-    partition when the delete's spec is unpartitioned).
+    partition when the delete's spec is unpartitioned). Deletion vectors (format v3) are
+    exact: each removes its record count from the one data file it references
+    (`deletion_vectors`; pyiceberg's planner, reading manifests as v2, cannot tell which).
     """
     snapshot = table.snapshot_by_name(ref) if ref else table.current_snapshot()
     if snapshot is None:
@@ -66,23 +94,35 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
 
     data_seq: dict[str, int] = {}
     # (spec id, partition) -> [(data sequence number, equality delete)]; key None: global
-    equality: dict[tuple[int, Partition] | None, list[tuple[int, Any]]] = defaultdict(list)
+    equality: dict[tuple[int, Partition] | None, list[tuple[int, DeleteFile]]] = defaultdict(list)
+
+    manifests = snapshot.manifests(table.io)
+    dvs = deletion_vectors(table, manifests, partition_of)
+    described: dict[str, DeleteFile] = {}  # a position-delete file, described once
+
+    def position(d: Any) -> DeleteFile:
+        if d.file_path not in described:
+            described[d.file_path] = describe_delete(d, partition_of)
+        return described[d.file_path]
 
     def set_equality_aside(entry: ManifestEntry) -> bool:
         f, seq = entry.data_file, entry.sequence_number or 0
+        if f.file_format == FileFormat.PUFFIN:
+            return False  # a deletion vector: matched by `deletion_vectors`
         if f.content == DataFileContent.EQUALITY_DELETES:
             key = (f.spec_id, partition_of(f)) if specs[f.spec_id].fields else None
-            equality[key].append((seq, f))
+            equality[key].append((seq, describe_delete(f, partition_of)))
             return False
         if f.content == DataFileContent.DATA:
             data_seq[f.file_path] = seq
         return True
 
     planner = ManifestGroupPlanner(table.metadata, table.io)
-    tasks = list(planner.plan_files(snapshot.manifests(table.io), set_equality_aside))
+    tasks = list(planner.plan_files(manifests, set_equality_aside))
     applied = {
         task.file.file_path: [
-            *task.delete_files,
+            *(position(d) for d in task.delete_files),
+            *dvs.get(task.file.file_path, ()),
             *(
                 d
                 for key in ((task.file.spec_id, partition_of(task.file)), None)
@@ -97,22 +137,71 @@ def read_files(table: Table, columns: Iterable[str] = (), ref: str | None = None
     applies_to: dict[str, int] = defaultdict(int)
     every_equality = [d for group in equality.values() for _, d in group]
     for d in [d for ds in applied.values() for d in ds] + every_equality:
-        kind = "equality" if d.content == DataFileContent.EQUALITY_DELETES else "position"
-        deletes[d.file_path] = DeleteFile(
-            d.file_path, d.file_size_in_bytes, d.record_count, kind, d.spec_id, partition_of(d)
-        )
+        deletes[d.key] = d
     for ds in applied.values():
         for d in ds:
-            applies_to[d.file_path] += 1
+            applies_to[d.key] += 1
 
     data: list[DataFile] = []
     for task in tasks:
         f = task.file
-        deleted = sum(
-            deletes[d.file_path].records / applies_to[d.file_path] for d in applied[f.file_path]
-        )
+        deleted = sum(d.records / applies_to[d.key] for d in applied[f.file_path])
         data.append(describe(f, partition_of(f), wanted, deleted))
     return TableFiles(snapshot.snapshot_id, data, list(deletes.values()))
+
+
+def describe_delete(d: Any, partition_of: Callable[[Any], Partition]) -> DeleteFile:
+    """One pyiceberg delete file (position or equality; not a deletion vector)."""
+    kind = "equality" if d.content == DataFileContent.EQUALITY_DELETES else "position"
+    return DeleteFile(
+        d.file_path, d.file_size_in_bytes, d.record_count, kind, d.spec_id, partition_of(d)
+    )
+
+
+# Where the v3 fields of a data_file are in pyiceberg's record read with the v3 schema.
+_V3_FIELD = {f.name: i for i, f in enumerate(DATA_FILE_TYPE[3].fields)}
+
+
+def deletion_vectors(
+    table: Table, manifests: Iterable[ManifestFile], partition_of: Callable[[Any], Partition]
+) -> dict[str, list[DeleteFile]]:
+    """The live deletion vectors of `manifests`, by the data file each references. Empty
+    below format v3. pyiceberg 0.12 reads every manifest with its v2 schema, which drops
+    `referenced_data_file`, `content_offset` and `content_size_in_bytes`; the delete
+    manifests are read here again with its v3 schema, which keeps them."""
+    if table.metadata.format_version < 3:
+        return {}
+    out: dict[str, list[DeleteFile]] = defaultdict(list)
+    for m in manifests:
+        if m.content != ManifestContent.DELETES:
+            continue
+        with AvroFile[ManifestEntry](
+            table.io.new_input(m.manifest_path),
+            MANIFEST_ENTRY_SCHEMAS[3],
+            read_types={-1: ManifestEntry, 2: PyDataFile},
+            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+        ) as reader:
+            for entry in reader:
+                if entry.status == ManifestEntryStatus.DELETED:
+                    continue
+                f = _inherit_from_manifest(entry, m).data_file
+                referenced = f[_V3_FIELD["referenced_data_file"]]
+                if f.file_format != FileFormat.PUFFIN or referenced is None:
+                    continue
+                size = f[_V3_FIELD["content_size_in_bytes"]]
+                out[referenced].append(
+                    DeleteFile(
+                        f.file_path,
+                        size if size is not None else f.file_size_in_bytes,
+                        f.record_count,
+                        "position",
+                        f.spec_id,
+                        partition_of(f),
+                        referenced,
+                        f[_V3_FIELD["content_offset"]],
+                    )
+                )
+    return dict(out)
 
 
 Bounds = dict[int, tuple[str, PrimitiveType]]  # field id -> (column name, type)

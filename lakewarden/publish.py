@@ -31,6 +31,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from lakewarden import sql_assertions
 from lakewarden.db.models import PublishAudit
 from lakewarden.policy.model import MiB, PublishPolicy
+from lakewarden.refs import require_writable
 from lakewarden.repair import live_files
 
 
@@ -170,7 +171,9 @@ def _assert_sql(
 
 def fast_forward(table: Table, result: Audit) -> None:
     """Main to the audited branch head, asserting main is still where the audit read it
-    (CommitFailedException otherwise: a writer committed to main meanwhile)."""
+    (CommitFailedException otherwise: a writer committed to main meanwhile; FormatUnwritable
+    on a table pyiceberg cannot commit to)."""
+    require_writable(table, "publishing the audited branch")
     table.manage_snapshots().set_current_snapshot(result.branch_snapshot_id).commit()
 
 

@@ -119,6 +119,34 @@ def snapshot_time(snapshot: Snapshot) -> datetime:
     return datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC)
 
 
+# pyiceberg 0.12 writes table metadata (and manifests) of format v1 and v2 only ("Writing
+# V3 is not yet supported"): every commit lakewarden makes through it (tags, a rollback,
+# publish's fast-forward, a repair) is refused on a v3 table before anything is written.
+PYICEBERG_MAX_WRITE_VERSION = 2
+
+
+class FormatUnwritable(ValueError):
+    """pyiceberg cannot commit to the table's format version; nothing was changed."""
+
+
+def unwritable(table: Table, what: str) -> str | None:
+    """Why `what` (a commit through pyiceberg) cannot be made on `table`, or None."""
+    version = table.metadata.format_version
+    if version <= PYICEBERG_MAX_WRITE_VERSION:
+        return None
+    return (
+        f"{what} is refused on an Iceberg format v{version} table: pyiceberg 0.12, which "
+        f"commits it, writes table metadata of format v{PYICEBERG_MAX_WRITE_VERSION} at most"
+    )
+
+
+def require_writable(table: Table, what: str) -> None:
+    """Raise FormatUnwritable when pyiceberg cannot commit `what` to `table`."""
+    why = unwritable(table, what)
+    if why is not None:
+        raise FormatUnwritable(f"{why}; nothing was changed")
+
+
 def create_tags(
     table: Table,
     snapshot_id: int,
@@ -130,6 +158,7 @@ def create_tags(
     """Tag snapshot `snapshot_id` (committed at `made`) with each of `names` (a tag of that
     name moves), kept `retention_days` from `now`, in one metadata-only commit. Raises
     CommitFailedException when a writer's commit won; the caller says what that means."""
+    require_writable(table, "tagging a snapshot")
     age_ms = tag_max_ref_age_ms(retention_days, made, now)
     manage = table.manage_snapshots()
     for name in names:
@@ -225,6 +254,8 @@ def rollback_main(table: Table, target: int) -> dict[str, Any]:
     main's history (another branch's, or one left behind by an earlier rollback) is refused:
     setting main to it would publish a state main never had. The commit asserts main has
     not moved since it was read (CommitFailedException otherwise: a writer committed)."""
+    if (why := unwritable(table, "a rollback of main")) is not None:
+        raise RollbackRefused(f"{why}; nothing was changed")
     current = table.current_snapshot()
     before = current.snapshot_id if current else None
     if before == target:

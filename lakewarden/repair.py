@@ -17,6 +17,7 @@ put back that is gone from storage (expired by clean), a file added in the range
 later commit already rewrote, or main having moved since the plan. After the commit the
 result is checked like a rewrite: main's live data files must be exactly the planned set;
 if not, main is rolled back to the snapshot before and the check's finding raised.
+A format v3 table is refused (`refs.unwritable`): pyiceberg 0.12 cannot write v3 metadata.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from lakewarden.metadata import jsonable
 from lakewarden.readiness import PartitionField, partition_label
-from lakewarden.refs import rollback_main
+from lakewarden.refs import rollback_main, unwritable
 
 MARK = "lakewarden.repair"  # snapshot property of a repair's or a revert's commit
 
@@ -89,6 +90,8 @@ class Plan:
 
 
 def _main(table: Table) -> Snapshot:
+    if (why := unwritable(table, "a repair, revert or cherry-pick")) is not None:
+        raise RepairRefused(f"{why}; nothing was changed")
     head = table.current_snapshot()
     if head is None:
         raise RepairRefused("the table has no snapshot: nothing to repair")

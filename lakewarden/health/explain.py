@@ -36,7 +36,7 @@ from lakewarden.policy.model import (
 )
 from lakewarden.policy.quotas import usage_of
 from lakewarden.readiness import explain_readiness
-from lakewarden.refs import due_tag, list_refs
+from lakewarden.refs import PYICEBERG_MAX_WRITE_VERSION, due_tag, list_refs
 from lakewarden.settings import Settings
 from lakewarden.spark.validation import REWRITE_KINDS
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
@@ -115,6 +115,7 @@ def explain_table(
         "held": held_kinds,
         "kinds": kinds,
         "validation": explain_validation(policy.validation, table),
+        "format": explain_format(table),
         "readiness": _explain_readiness(session, row, table, policy, now),
         "tags": explain_tags(policy.tags, table, now),
         "publish": publish.explain(
@@ -323,6 +324,46 @@ def _triggers(
             }
         )
     return out
+
+
+# What lakewarden commits through pyiceberg (everything else goes through Spark).
+PYICEBERG_WRITES = (
+    "repair",
+    "revert",
+    "cherry-pick",
+    "rollback",
+    "scheduled tags",
+    "readiness tags",
+    "publish",
+)
+
+
+def explain_format(table: Table) -> dict[str, Any]:
+    """The table's Iceberg format version: what lakewarden does on it, what it refuses."""
+    version = table.metadata.format_version
+    refused: list[str] = []
+    if version >= 3:
+        refused = list(PYICEBERG_WRITES)
+        reason = (
+            f"format v{version}: compaction applies deletion vectors (Puffin) as it rewrites "
+            "their data files and drops them (Iceberg 1.12's rewrite_position_delete_files "
+            "does nothing to them: not run); every rewrite (compaction, clustering, Z-order, "
+            "TTL, clean) keeps each row's _row_id and _last_updated_sequence_number, and "
+            f"validation checksums them; refused: {', '.join(refused)}: pyiceberg 0.12, which "
+            f"commits them, writes table metadata of format v{PYICEBERG_MAX_WRITE_VERSION} "
+            "at most"
+        )
+    elif version == 2:
+        reason = "format v2: position and equality delete files; no row lineage"
+    else:
+        reason = f"format v{version}: no delete files, no row lineage"
+    return {
+        "version": version,
+        "row_lineage": version >= 3,
+        "next_row_id": getattr(table.metadata, "next_row_id", None),
+        "refused": refused,
+        "reason": reason,
+    }
 
 
 def explain_validation(policy: ValidationPolicy, table: Table) -> dict[str, Any]:

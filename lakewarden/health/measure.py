@@ -4,7 +4,8 @@
 
 What is read (the current snapshot): data files, their sizes, rows, partitions and the bounds
 of the columns the policy names (clustering and Z-order columns, the TTL column); live delete
-files (position and equality) with their rows; every snapshot's time and operation and the
+files (position and equality; deletion vectors, format v3's position deletes, counted
+apart too) with their rows; every snapshot's time and operation and the
 snapshots that branches and tags hold; the current snapshot's manifests; the metadata log
 and the table properties on metadata files. Nothing is listed: `add_storage` does that, only
 when asked.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pyiceberg.manifest import DataFileContent, ManifestContent
+from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table import TableProperties as P
 from pyiceberg.table.snapshots import Snapshot
@@ -104,7 +105,8 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
             names = [pf.name for pf in specs[f.spec_id].fields]
             part = tuple((n, f.partition[i]) for i, n in enumerate(names))
             kind = "equality" if f.content == DataFileContent.EQUALITY_DELETES else "position"
-            deletes.append(LiveDelete(part, kind, f.record_count))
+            dv = f.file_format == FileFormat.PUFFIN  # a deletion vector: one a Puffin blob
+            deletes.append(LiveDelete(part, kind, f.record_count, dv))
 
     health = build(
         policy,
@@ -123,6 +125,7 @@ def measure(table: Table, policy: Policy, now: datetime | None = None) -> TableH
         buckets=key_buckets(table),
     )
     health.statistics = statistics_freshness(stats.read_state(table), now)
+    health.format_version = table.metadata.format_version
     return health
 
 

@@ -120,7 +120,9 @@ class PartitionHealth:
     small_files: int
     small_file_ratio: float
     reducible_files: int  # files beyond ceil(bytes / target): what compaction can remove
-    delete_files: dict[str, int]  # position, equality, position_rows, equality_rows
+    # position, equality, position_rows, equality_rows; deletion_vectors and their rows
+    # (format v3), counted in position too
+    delete_files: dict[str, int]
     deleted_records: float  # rows the delete files remove (estimated, DataFile.deleted_records)
     deleted_row_ratio: float
     files_per_lookup: dict[str, float | None] = field(default_factory=dict)  # per layout kind
@@ -160,6 +162,7 @@ class TableHealth:
     storage: dict[str, Any] | None = None  # lakewarden.storage, when asked for
     buckets: dict[str, Any] | None = None  # bucket_summary(): tables bucketed by key
     statistics: dict[str, Any] | None = None  # column statistics' freshness (kinds.stats)
+    format_version: int | None = None  # the Iceberg table's format version (1, 2, 3)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,6 +175,7 @@ class LiveDelete:
     partition: Partition
     kind: str  # "position" | "equality"
     records: int
+    deletion_vector: bool = False  # a position delete stored as a Puffin blob (format v3)
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,14 @@ def ttl_summary(
     return out
 
 
-_NO_DELETES = {"position": 0, "equality": 0, "position_rows": 0, "equality_rows": 0}
+_NO_DELETES = {
+    "position": 0,
+    "equality": 0,
+    "position_rows": 0,
+    "equality_rows": 0,
+    "deletion_vectors": 0,
+    "deletion_vector_rows": 0,
+}
 
 
 def layout_sections(policy: Policy) -> dict[str, LayoutPolicy]:
@@ -264,6 +275,9 @@ def build(
         counts = deletes_of[d.partition]
         counts[d.kind] += 1
         counts[f"{d.kind}_rows"] += d.records
+        if d.deletion_vector:
+            counts["deletion_vectors"] += 1
+            counts["deletion_vector_rows"] += d.records
 
     def bounds(f: DataFile) -> tuple[datetime, datetime] | None:
         assert ttl is not None

@@ -14,7 +14,10 @@ read in one Spark job through Iceberg's scan-task sets (how Iceberg's own rewrit
 file group), each row tagged with its side and file; per file it sums the row count and an
 order-independent checksum (`xxhash64` over the chosen columns with their NULL flags), and
 the files' sums are added up per partition, the partition a file is in per its manifest
-entry (rows written into another partition's file leave one partition short).
+entry (rows written into another partition's file leave one partition short). On a format
+v3 table the checksum also covers each row's lineage (`LINEAGE`: its row id and last
+updated sequence number), so a rewrite that gave rows new ids fails as one that changed
+them would.
 
 A mismatch raises RewriteMismatch: the rewrite is never published to its target (the
 caller drops the staging branch), so no reader of the target ever saw it. A match is
@@ -50,6 +53,9 @@ log = logging.getLogger(__name__)
 REWRITE_KINDS = ("compaction", "clustering", "zorder")
 # Of the partitions checked, at most this many are listed in the metrics (mismatches first).
 MAX_LISTED = 50
+
+# Iceberg v3's row lineage, as Spark reads it (metadata columns): a rewrite keeps both.
+LINEAGE = ("_row_id", "_last_updated_sequence_number")
 
 CORRUPT = "corrupt-rewrite"
 CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
@@ -287,6 +293,23 @@ def chosen_columns(spark: SparkSession, name: str, policy: ValidationPolicy) -> 
     return [n for n, t in fields.items() if not isinstance(t, StructType | ArrayType | MapType)]
 
 
+def format_version(jvm: Any, table: Any) -> int:
+    """The Java table's Iceberg format version."""
+    return int(jvm.org.apache.iceberg.TableUtil.formatVersion(table))
+
+
+def lineage_columns(jvm: Any, table: Any, spans: list[Span]) -> list[str]:
+    """`LINEAGE` on a v3 table whose rows have ids before the rewrite; none otherwise. A
+    table upgraded to v3 has no ids on its rows until its next commit assigns them (its
+    snapshots from before carry no first row id): a rewrite from such a snapshot gives the
+    rows their first ids, which nothing could keep."""
+    if format_version(jvm, table) < 3:
+        return []
+    if any(table.snapshot(span.before).firstRowId() is None for span in spans):
+        return []
+    return list(LINEAGE)
+
+
 def _tasks(
     jvm: Any, table: Any, snapshot_id: int, wanted: dict[str, int], parts: list[Touched]
 ) -> Any:
@@ -349,6 +372,10 @@ def _checksums(
     cache = _table_cache(spark)
     manager = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
     parallelism = max(1, spark.sparkContext.defaultParallelism)
+    # Iceberg 1.12 reads a v3 table's scan-task set as a rewrite table: its lineage columns
+    # are data columns there and it has no metadata columns (`_file` does not resolve), so
+    # the file is input_file_name(), which Iceberg's readers set to each file's location.
+    file_of = F.input_file_name() if format_version(jvm, table) >= 3 else F.col("_file")
     hashed = F.xxhash64(
         *[x for c in columns for x in (F.col(_quote(c)), F.isnull(F.col(_quote(c))))]
     )
@@ -384,7 +411,7 @@ def _checksums(
                     frame.select(
                         F.lit(i).alias("s"),
                         F.lit(side).alias("side"),
-                        F.col("_file").alias("f"),
+                        file_of.alias("f"),
                         hashed.alias("h"),
                     )
                 )
@@ -477,14 +504,16 @@ def _compare(
             "rows_estimate": estimate,
             "max_rows": policy.max_rows,
         }
+    lineage = lineage_columns(jvm, table, spans)
     started = time.monotonic()
-    partitions = compare_spans(spark, table, spans, found, columns)
+    partitions = compare_spans(spark, table, spans, found, columns + lineage)
     seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])
     return {
         "status": "failed" if failed else "passed",
         "columns": columns,
+        "row_lineage": lineage,
         "rows": sum(p["rows_before"] for p in partitions),
         "rows_estimate": estimate,
         "partitions_checked": len(partitions),
@@ -496,9 +525,10 @@ def _compare(
         "max_rows": policy.max_rows,
         "seconds": seconds,
         "reason": (
-            "a partition's rows changed"
+            "a partition's rows changed" + (" (or their row ids)" if lineage else "")
             if failed
             else "every touched partition holds the same rows"
+            + (" with the same row ids and sequence numbers" if lineage else "")
         ),
     }
 

@@ -23,6 +23,7 @@ from lakewarden.policy.model import (
     effective_policy,
     validation_problems,
 )
+from lakewarden.refs import unwritable
 from lakewarden.tables import (
     effective_policy_for,
     namespace_defaults,
@@ -55,6 +56,18 @@ def check_policy(
                 f"the policy names columns the table does not have: {', '.join(missing)} "
                 f"(columns: {', '.join(sorted(names))})",
             )
+        writes = [
+            field
+            for field, on in (
+                ("tags.enabled", policy.tags.enabled),
+                ("readiness.tag", policy.readiness.enabled and policy.readiness.tag),
+                ("publish.enabled", policy.publish.enabled),
+            )
+            if on
+        ]
+        why = unwritable(table, f"{', '.join(writes)} (a commit through pyiceberg)")
+        if writes and why is not None:
+            raise HTTPException(422, f"{why}: turn it off")
         problem = readiness.policy_problem(table, policy.readiness)
         if problem is not None:
             raise HTTPException(422, problem)

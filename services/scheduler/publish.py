@@ -17,6 +17,7 @@ from lakewarden.db.models import ManagedTable, PublishAudit
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.leader import Fence, check_fence
+from lakewarden.refs import FormatUnwritable
 from lakewarden.runtime import Runtime
 from lakewarden.tables import effective_policy_for, naming_section, ref_of
 
@@ -87,6 +88,8 @@ def _round_of_table(rt: Runtime, fence: Fence, table_id: int) -> int | None:
             )
             log.info("%s: %s", ref.dotted, reason)
             return None
+        except FormatUnwritable as exc:  # a v3 table: recorded as an audit not published
+            reason = f"not published: {exc}"
     with transaction(rt.engine) as s:
         check_fence(s, fence)
         audit_row = PublishAudit(

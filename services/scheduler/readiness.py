@@ -54,7 +54,7 @@ from lakewarden.readiness import (
 )
 from lakewarden.readiness_logs import head_of, location, path_log
 from lakewarden.redact import redact, secrets_of
-from lakewarden.refs import create_tags, snapshot_time
+from lakewarden.refs import FormatUnwritable, create_tags, snapshot_time
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.tables import effective_policy_for, naming_section, ref_of
@@ -208,6 +208,9 @@ def _tag(table: Table, found: Assessment, policy: Policy) -> dict[str, str]:
         )
     except CommitFailedException as exc:
         log.info("readiness tags of %s lost to a commit, next round: %s", table.name(), exc)
+        return {}
+    except FormatUnwritable as exc:  # a v3 table (its policy was checked on a PUT)
+        log.warning("readiness tags of %s: %s", table.name(), exc)
         return {}
     return names
 

@@ -84,6 +84,8 @@ def test_health_reports_what_was_written(client: TestClient, rt: Runtime) -> Non
         "equality": 0,
         "position_rows": 0,
         "equality_rows": 0,
+        "deletion_vectors": 0,
+        "deletion_vector_rows": 0,
     }
     assert h["deleted_row_ratio"] == 0.0
 
@@ -293,6 +295,8 @@ def test_delete_files_per_partition_on_a_merge_on_read_table(
         "equality": 0,
         "position_rows": 50,
         "equality_rows": 0,
+        "deletion_vectors": 0,  # a v2 table's position-delete file
+        "deletion_vector_rows": 0,
     }
     assert h.manifests["deletes"] == 1
     assert h.deleted_row_ratio == round(50 / 300, 4)

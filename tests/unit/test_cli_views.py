@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from cli.ops import _task_view
+from cli.ops import _table_view, _task_view
 
 VALIDATION = {
     "status": "passed",
@@ -102,3 +102,28 @@ def test_pools_show_capacity_against_bounds_and_why() -> None:
     assert "2 (1..8)" in text and "fixed" in text
     assert "pool big: latest changes" in text
     assert text.count("scaled up: the oldest of 5 queued tasks waited 31s > 30s") == 2
+
+
+def test_a_v3_table_shows_its_format_what_is_refused_and_its_deletion_vectors() -> None:
+    t = {"catalog": "lake", "namespace": "sales", "name": "v3", "policy_version": 1}
+    deletes = {"position": 4, "equality": 0, "deletion_vectors": 4}
+    h = {
+        "score": 90,
+        "data_files": 8,
+        "small_files": 8,
+        "bytes": 8000,
+        "records": 400,
+        "format_version": 3,
+        "delete_files": deletes,
+        "snapshots": {"count": 5},
+        "measured_at": "now",
+        "signals": [],
+    }
+    x = {"summary": "nothing would run now", "kinds": {}, "blocked_by": []}
+    x["format"] = {"refused": ["repair", "revert", "cherry-pick"]}
+    console = Console(width=400, record=True)
+    for renderable in _table_view({"table": {**t, "managed_by": "api"}, "health": h, "explain": x}):
+        console.print(renderable)
+    shown = console.export_text()
+    assert "Iceberg v3 (refused: repair, revert, cherry-pick)" in shown
+    assert "4 position (4 deletion vectors), 0 equality" in shown

@@ -102,6 +102,8 @@ def test_build_sums_files_and_deletes_per_partition() -> None:
         "equality": 2,
         "position_rows": 50,
         "equality_rows": 15,
+        "deletion_vectors": 0,
+        "deletion_vector_rows": 0,
     }
     assert h.deleted_records == 60.0 and h.deleted_row_ratio == 0.1
 
@@ -121,6 +123,8 @@ def test_build_sums_files_and_deletes_per_partition() -> None:
         "equality": 1,
         "position_rows": 50,
         "equality_rows": 10,
+        "deletion_vectors": 0,
+        "deletion_vector_rows": 0,
     }
     assert (pb.deleted_records, pb.deleted_row_ratio) == (60.0, 0.3)
 
@@ -424,3 +428,24 @@ def test_expected_gain_from_any_kind_of_plan() -> None:
         "expected_manifests_after": 3,
         "expire_snapshots.expected_expired": 4,
     }
+
+
+def test_deletion_vectors_are_position_deletes_counted_apart_too() -> None:
+    """Format v3's deletion vectors: position deletes (the score weighs them so), and
+    counted on their own, per partition and overall."""
+    b = [_file("b", 10 * MiB, deleted=7.0), _file("b", 20 * MiB, deleted=3.0)]
+    deletes = [
+        LiveDelete((("region", "b"),), "position", 7, deletion_vector=True),
+        LiveDelete((("region", "b"),), "position", 3, deletion_vector=True),
+    ]
+    h = build(Policy(), 7, b, deletes, {}, None)
+    assert h.delete_files == {
+        "position": 2,
+        "equality": 0,
+        "position_rows": 10,
+        "equality_rows": 0,
+        "deletion_vectors": 2,
+        "deletion_vector_rows": 10,
+    }
+    (pb,) = h.partitions
+    assert (pb.delete_files["deletion_vectors"], pb.deleted_records) == (2, 10.0)

@@ -231,3 +231,23 @@ def test_a_quiet_tiered_table_gets_a_major_merge_of_every_tier() -> None:
     assert policy.sweep_minutes() == 60
     assert CompactionPolicy().sweep_minutes() is None
     assert policy.model_copy(update={"tier_quiet_merge_minutes": None}).sweep_minutes() is None
+
+
+def test_a_v3_plan_applies_deletion_vectors_and_runs_no_position_delete_rewrite() -> None:
+    """Deletion vectors go with their data file's rewrite; Iceberg 1.12's
+    rewrite_position_delete_files does nothing to them, so it is not asked for."""
+    policy = CompactionPolicy(
+        target_file_size_bytes=10_000, min_small_files=5, delete_ratio_threshold=0.3
+    )
+    big = [
+        DataFile(f"p/{i}", 9000, 100, 0, (), deleted_records=d) for i, d in enumerate((50, 10, 0))
+    ]
+    outcome = plan_from_files(policy, 1, big, delete_files=2, deletion_vectors=2)
+    assert outcome.plan is not None
+    assert outcome.plan["partitions"][0]["files_with_deletes"] == 1
+    assert outcome.plan["rewrite_position_deletes"] is False
+    assert outcome.plan["deletion_vectors"] == 2
+    assert "2 deletion vector(s) (format v3)" in outcome.reason
+    # a v3 table still holding a v2 position-delete file (written before its upgrade)
+    mixed = plan_from_files(policy, 1, big, delete_files=3, deletion_vectors=2)
+    assert mixed.plan is not None and mixed.plan["rewrite_position_deletes"] is True

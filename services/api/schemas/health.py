@@ -55,10 +55,16 @@ class FileSizeBucketOut(ResponseModel):
 
 
 class DeleteFilesOut(ResponseModel):
-    position: int
+    position: int = Field(description="position-delete files, deletion vectors among them")
     equality: int
     position_rows: int
     equality_rows: int
+    deletion_vectors: int = Field(
+        0,
+        description="deletion vectors (format v3: a data file's deleted positions, a blob "
+        "of a Puffin file), counted in `position` too",
+    )
+    deletion_vector_rows: int = 0
 
 
 class SnapshotsOut(ResponseModel):
@@ -244,6 +250,9 @@ class BucketsOut(ResponseModel):
 class HealthOut(FilesOut):
     table: str
     policy_version: int
+    format_version: int | None = Field(
+        None, description="the Iceberg table's format version (1, 2 or 3); null for Hudi and Delta"
+    )
     snapshot_id: int | None
     measured_at: datetime
     score: int = Field(ge=0, le=100)
@@ -642,6 +651,16 @@ class ValidationExplainOut(ResponseModel):
     reason: str
 
 
+class FormatExplainOut(ResponseModel):
+    version: int = Field(description="the Iceberg table's format version (1, 2 or 3)")
+    row_lineage: bool = Field(description="rows carry ids and sequence numbers (format v3)")
+    next_row_id: int | None = Field(description="the id the next added row gets (format v3)")
+    refused: list[str] = Field(
+        description="what lakewarden refuses on this format version, and why in `reason`"
+    )
+    reason: str
+
+
 class ExplainOut(ResponseModel):
     table: str
     at: datetime
@@ -660,6 +679,11 @@ class ExplainOut(ResponseModel):
     kinds: dict[str, KindExplainOut]
     validation: ValidationExplainOut | None = Field(
         default=None, description="the post-rewrite validation: what it would check, or off"
+    )
+    format: FormatExplainOut | None = Field(
+        default=None,
+        description="the table's format version: what lakewarden does and refuses on it "
+        "(deletion vectors, row lineage on v3)",
     )
     readiness: ReadinessExplainOut | None = Field(
         default=None, description="partition readiness: which partitions would become ready"

@@ -1,0 +1,60 @@
+"""What explain says of a table's Iceberg format version (`explain_format`), on metadata
+pyiceberg builds: v3 names what it keeps (row lineage) and what it refuses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.types import LongType, NestedField
+
+from lakewarden.health.explain import PYICEBERG_WRITES, explain_format
+from lakewarden.publish import fast_forward
+from lakewarden.refs import FormatUnwritable, RollbackRefused, create_tags, rollback_main
+from services.api.schemas import FormatExplainOut
+
+
+class _Table:
+    def __init__(self, version: int) -> None:
+        schema = Schema(NestedField(1, "id", LongType(), required=False))
+        self.metadata: Any = new_table_metadata(
+            schema,
+            UNPARTITIONED_PARTITION_SPEC,
+            UNSORTED_SORT_ORDER,
+            "file:///tmp/t",
+            {"format-version": str(version)},
+        )
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_explain_says_the_format_version_and_what_is_refused_on_it(version: int) -> None:
+    table = _Table(version)
+    out = explain_format(table)  # type: ignore[arg-type]
+    FormatExplainOut.model_validate(out)  # the API's shape
+    assert out["version"] == version and out["reason"].startswith(f"format v{version}")
+    if version == 3:
+        assert out["row_lineage"]
+        assert out["next_row_id"] == table.metadata.next_row_id  # null before any row
+        assert out["refused"] == list(PYICEBERG_WRITES)
+        assert {"repair", "rollback", "publish", "scheduled tags"} <= set(out["refused"])
+        assert "pyiceberg 0.12" in out["reason"] and "deletion vectors" in out["reason"]
+    else:
+        assert not out["row_lineage"] and out["refused"] == []
+
+
+def test_no_pyiceberg_commit_is_attempted_on_a_v3_table() -> None:
+    """pyiceberg 0.12 raises NotImplementedError writing v3 metadata (a 500, a crashed
+    round): each commit lakewarden makes through it is refused first, saying why."""
+    table: Any = _Table(3)
+    now = datetime.now(UTC)
+    with pytest.raises(FormatUnwritable, match=r"format v3 table: pyiceberg 0\.12"):
+        create_tags(table, 1, ["t"], 7, now, now)
+    with pytest.raises(FormatUnwritable, match="publishing the audited branch"):
+        fast_forward(table, None)  # type: ignore[arg-type]
+    with pytest.raises(RollbackRefused, match="a rollback of main is refused"):
+        rollback_main(table, 5)
