@@ -259,8 +259,11 @@ def transition_each(
 ) -> list[Task]:
     """`transition` for several tasks at once, each with its own reason (the scheduler's
     dispatch of a batch): one statement, all guarded as one. Raises TransitionRejected,
-    naming the first task that may not move, and moves none then; FencedOut as
-    `transition`. `fields` may be column expressions (`Task.attempt + 1`)."""
+    naming the first task that may not move (the caller's transaction then rolls back:
+    none moved); FencedOut as `transition`. `fields` may be column expressions
+    (`Task.attempt + 1`)."""
+    if not reasons:
+        return []
     return _moves(session, reasons, to, actor, expected, fence, None, False, fields)
 
 
@@ -456,22 +459,24 @@ _CLAIM = text(
         UPDATE tasks t SET state = :planning, holder = :me, heartbeat_at = now(),
                            updated_at = now()
         FROM next WHERE t.id = next.id
-        RETURNING t.id
+        RETURNING t.*
     ), history AS (
         INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
         SELECT id, :pending, :planning, :me, 'claimed for planning' FROM claimed
     )
-    SELECT id FROM claimed
+    SELECT * FROM claimed
     """
 ).bindparams(pending=TaskState.PENDING.value, planning=TaskState.PLANNING.value)
 
 
 def claim_for_planning(session: Session, worker_id: str) -> Task | None:
-    """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED)."""
-    task_id = session.execute(_CLAIM, {"me": worker_id}).scalar()
-    if task_id is None:
-        return None
-    return session.get(Task, task_id, populate_existing=True)
+    """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED), which
+    returns the claimed row too."""
+    return session.scalars(
+        select(Task).from_statement(_CLAIM),
+        {"me": worker_id},
+        execution_options={"populate_existing": True},
+    ).one_or_none()
 
 
 _NEXT_PENDING_DUE = text(
