@@ -221,7 +221,7 @@ class DispatchRounds(LeaseRounds):
                         select(Task, ManagedTable)
                         .join(ManagedTable, ManagedTable.id == Task.table_id)
                         .where(Task.id.in_([p.id for p in picks]))
-                    ).tuples()
+                    ).all()
                 }
                 pairs = [(found[p.id][1], found[p.id][0]) for p in picks]
                 verdicts = policy_gate.judge_all(s, pairs)

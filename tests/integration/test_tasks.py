@@ -113,6 +113,32 @@ def test_a_move_from_a_state_a_concurrent_move_left_is_refused(rt: Runtime) -> N
         assert [h.to_state for h in repo.history(s, task_id)][-1] == "cancelled"
 
 
+def test_a_batch_move_records_each_reason_and_refuses_the_whole_batch_for_one(rt: Runtime) -> None:
+    """`transition_each` (a dispatch round): one statement, each task its own reason and
+    history row; one task not in an allowed state refuses it, and the round's transaction
+    rolls back with nothing moved."""
+    table_id = _table(rt)
+    a, b = _task(rt, table_id), _task(rt, _table(rt, "u"))
+    for task_id in (a, b):
+        _force_state(rt, task_id, "planned")
+    with transaction(rt.engine) as s:
+        moved = repo.transition_each(
+            s, {a: "first", b: "second"}, "running", actor="t", attempt=Task.attempt + 1
+        )
+        assert [(t.id, t.state, t.attempt, t.reason) for t in moved] == [
+            (a, "running", 1, "first"),
+            (b, "running", 1, "second"),
+        ]
+        assert [h.reason for h in repo.history(s, b)][-1] == "second"
+    _force_state(rt, a, "planned")
+    with pytest.raises(repo.TransitionRejected) as refused, transaction(rt.engine) as s:
+        repo.transition_each(s, {a: "again", b: "again"}, "running", actor="t")
+    assert refused.value.task_id == b and refused.value.state == "running"
+    with transaction(rt.engine) as s:
+        task = s.get(Task, a)
+        assert task is not None and task.state == "planned"  # rolled back with the batch
+
+
 def test_the_bulk_transition_moves_only_what_may_move_and_records_each_move(rt: Runtime) -> None:
     """`transition_all` (a retired table's open tasks cancelled at once) keeps
     `transition`'s guard: a task in a state that may not move is left as it is."""
