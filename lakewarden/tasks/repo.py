@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     column,
     exists,
     func,
@@ -24,8 +25,8 @@ from sqlalchemy import (
     select,
     text,
     update,
-    values,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
 
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
@@ -291,12 +292,15 @@ def _moves(
         s for s in (expected or sources_of(to)) if can_transition(s, to) or (hand_over and s == to)
     ]
     t = cast(Table, Task.__table__)
-    wanted = values(column("id", BigInteger), column("reason", Text), name="wanted").data(
-        list(reasons.items())
-    )
+    # The ids and reasons as bound arrays (zipped by two unnests): a bound value is not
+    # part of SQLAlchemy's cache key, so the statement compiles once per call site.
+    wanted = select(
+        func.unnest(bindparam("ids", list(reasons), ARRAY(BigInteger))).label("id"),
+        func.unnest(bindparam("reasons", list(reasons.values()), ARRAY(Text))).label("reason"),
+    ).cte("wanted")
     locked = (
         select(t.c.id, t.c.state, t.c.holder)
-        .where(t.c.id.in_(list(reasons)))
+        .where(t.c.id == func.any(bindparam("locked_ids", list(reasons), ARRAY(BigInteger))))
         .order_by(t.c.id)
         .with_for_update()
         .cte("locked")
