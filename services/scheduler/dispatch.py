@@ -1,6 +1,6 @@
-"""The scheduler's dispatch round: pick the next planned task (`_NEXT_PLANNED`), move it to
-running in one transaction, and run its job on the warm Spark session (or launch it as an
-application); and the cancellation check of the jobs it runs."""
+"""The scheduler's dispatch round: pick the next planned tasks, a batch (`_NEXT_PLANNED`),
+move them to running in one transaction, and run their jobs on the warm Spark session (or
+launch them as applications); and the cancellation check of the jobs it runs."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ _NEXT_PLANNED = text(
                        WHERE f.table_id = t.table_id
                          AND {sql_in("f.state", TaskState.PLANNED)}) AS oldest_of_table,
                -- a Hudi or Delta table's job is always an application (applications.mode_of)
-               CASE WHEN m.format IN ({", ".join(f"'{f}'" for f in sorted(OWN_FAMILY_FORMATS))})
+               CASE WHEN {sql_in("m.format", sorted(OWN_FAMILY_FORMATS))}
                     THEN '{RunMode.APPLICATION}'
                     ELSE coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
                END AS mode
