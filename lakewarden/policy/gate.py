@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from lakewarden.db.models import ManagedTable, Task
-from lakewarden.policy.model import KindPolicy, Policy, first_problem
+from lakewarden.db.models import ManagedTable, NamespacePolicy, Task
+from lakewarden.policy.model import KindPolicy, Policy, effective_policy, first_problem
 from lakewarden.states import OPEN_TASK_STATES, TaskState
-from lakewarden.tables import effective_policy_for, namespace_defaults
+from lakewarden.tables import namespace_defaults
 from lakewarden.tasks import repo
 
 # The trigger key a manual request sets to run a kind its policy disables, once.
@@ -74,14 +75,25 @@ def digest(section: KindPolicy) -> str:
 def current(session: Session, row: ManagedTable, kind: str) -> tuple[KindPolicy, Stamp]:
     """The kind's section of the table's effective policy now, and its stamp.
     Raises pydantic's ValidationError when the stored policy no longer validates."""
-    section, stamp, _ = _current(session, row, kind)
+    section, stamp, _ = _current(session, row, kind, _UNREAD)
     return section, stamp
 
 
-def _current(session: Session, row: ManagedTable, kind: str) -> tuple[KindPolicy, Stamp, Policy]:
-    policy = effective_policy_for(session, row)
+class _Unread:
+    """The namespace defaults were not read yet (None: read, and there are none)."""
+
+
+_UNREAD = _Unread()
+
+
+def _current(
+    session: Session, row: ManagedTable, kind: str, ns: NamespacePolicy | _Unread | None
+) -> tuple[KindPolicy, Stamp, Policy]:
+    """`ns`: the row's namespace defaults when the caller read them (`judge_all`)."""
+    if isinstance(ns, _Unread):
+        ns = namespace_defaults(session, row.catalog, row.namespace)
+    policy = effective_policy(row.policy, ns.policy if ns else None)
     section = policy.for_kind(kind)
-    ns = namespace_defaults(session, row.catalog, row.namespace)
     return section, Stamp(digest(section), row.policy_version, ns.version if ns else 0), policy
 
 
@@ -89,8 +101,31 @@ def overridden(trigger: dict[str, Any] | None) -> bool:
     return bool((trigger or {}).get(OVERRIDE_KEY))
 
 
-def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
-    """May `task` go on under the current policy? (Read-only.)"""
+def judge_all(session: Session, pairs: Sequence[tuple[ManagedTable, Task]]) -> list[Verdict]:
+    """`judge` for each (row, task), the namespaces' defaults read in one query for all (a
+    dispatch or claim of a batch)."""
+    keys = sorted({(row.catalog, row.namespace) for row, _ in pairs})
+    found = (
+        {
+            (ns.catalog, ns.namespace): ns
+            for ns in session.scalars(
+                select(NamespacePolicy).where(
+                    tuple_(NamespacePolicy.catalog, NamespacePolicy.namespace).in_(keys)
+                )
+            )
+        }
+        if keys
+        else {}
+    )
+    return [
+        judge(session, row, task, found.get((row.catalog, row.namespace))) for row, task in pairs
+    ]
+
+
+def judge(
+    session: Session, row: ManagedTable, task: Task, ns: NamespacePolicy | _Unread | None = _UNREAD
+) -> Verdict:
+    """May `task` go on under the current policy? (Read-only.) `ns`: as `_current`."""
     if row.retired_at is not None:
         return Verdict(
             "cancel",
@@ -99,7 +134,7 @@ def judge(session: Session, row: ManagedTable, task: Task) -> Verdict:
             None,
         )
     try:
-        section, stamp, policy = _current(session, row, task.kind)
+        section, stamp, policy = _current(session, row, task.kind, ns)
     except ValidationError as exc:
         return Verdict(
             "cancel",

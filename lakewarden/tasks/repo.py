@@ -5,20 +5,36 @@ Functions take a session and never commit: the caller owns the transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, func, select, text, update
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    String,
+    Table,
+    Text,
+    bindparam,
+    column,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import Session, aliased
 
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
-from lakewarden.leader import Fence, check_fence
+from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.states import OPEN_TASK_STATES, TaskState, sql_in
 from lakewarden.tasks.machine import can_transition, sources_of
-from lakewarden.tasks.wakeup import announce
+from lakewarden.tasks.wakeup import CHANNEL, announce
 
 
 class TransitionRejected(RuntimeError):
@@ -227,53 +243,162 @@ def _move(
     hand_over: bool,
     fields: dict[str, Any],
 ) -> Task:
+    return _moves(
+        session, {task_id: reason}, to, actor, expected, fence, held_by, hand_over, fields
+    )[0]
+
+
+def transition_each(
+    session: Session,
+    reasons: Mapping[int, str | None],
+    to: str,
+    *,
+    actor: str,
+    expected: tuple[str, ...] | None = None,
+    fence: Fence | None = None,
+    **fields: Any,
+) -> list[Task]:
+    """`transition` for several tasks at once, each with its own reason (the scheduler's
+    dispatch of a batch): one statement, all guarded as one. Raises TransitionRejected,
+    naming the first task that may not move (the caller's transaction then rolls back:
+    none moved); FencedOut as `transition`. `fields` may be column expressions
+    (`Task.attempt + 1`)."""
+    if not reasons:
+        return []
+    return _moves(session, reasons, to, actor, expected, fence, None, False, fields)
+
+
+def _moves(
+    session: Session,
+    reasons: Mapping[int, str | None],
+    to: str,
+    actor: str,
+    expected: tuple[str, ...] | None,
+    fence: Fence | None,
+    held_by: str | None,
+    hand_over: bool,
+    fields: dict[str, Any],
+) -> list[Task]:
+    """The guarded move of `transition`, `hand_over` and `transition_each`, in ONE
+    statement: the fence checked (the lease row key-shared, as `check_fence`), the rows
+    locked in id order, each state (and holder) checked, the rows updated, the history
+    appended with the state each row had when locked, the NOTIFY sent. The old state is
+    the locked row's own (never the statement's snapshot, which a concurrent move can have
+    passed). The update does not compare the row's state again: the row it scans is the
+    snapshot's, which a move that committed while we waited for the lock left behind
+    (Postgres re-reads the newest version only for a row that passed the WHERE); the
+    locked row, ours until commit, is the one judged."""
+    allowed = [
+        s for s in (expected or sources_of(to)) if can_transition(s, to) or (hand_over and s == to)
+    ]
+    t = cast(Table, Task.__table__)
+    # The ids and reasons as bound arrays (zipped by two unnests): a bound value is not
+    # part of SQLAlchemy's cache key, so the statement compiles once per call site.
+    wanted = select(
+        func.unnest(bindparam("ids", list(reasons), ARRAY(BigInteger))).label("id"),
+        func.unnest(bindparam("reasons", list(reasons.values()), ARRAY(Text))).label("reason"),
+    ).cte("wanted")
+    locked = (
+        select(t.c.id, t.c.state, t.c.holder)
+        .where(t.c.id == func.any(bindparam("locked_ids", list(reasons), ARRAY(BigInteger))))
+        .order_by(t.c.id)
+        .with_for_update()
+        .cte("locked")
+    )
+    guards: list[ColumnElement[bool]] = [
+        t.c.id == locked.c.id,
+        wanted.c.id == locked.c.id,
+        locked.c.state.in_(allowed),
+    ]
+    if held_by is not None:
+        guards.append(locked.c.holder == held_by)
+    fenced = None
     if fence is not None:
-        check_fence(session, fence)
-    task = session.scalars(select(Task).where(Task.id == task_id).with_for_update()).one_or_none()
-    if task is None:
-        raise TransitionRejected(f"task {task_id} does not exist", task_id=task_id, state=None)
-    allowed_from = expected or sources_of(to)
-    may_move = can_transition(task.state, to) or (hand_over and task.state == to)
-    if task.state not in allowed_from or not may_move:
-        raise TransitionRejected(
-            f"task {task_id} is {task.state}, cannot move to {to}",
-            task_id=task_id,
-            state=task.state,
+        fenced = (
+            select(literal(1).label("ok"))
+            .select_from(text("leader_lease"))
+            .where(
+                column("name") == fence.lease,
+                column("holder") == fence.holder,
+                column("epoch") == fence.epoch,
+                column("expires_at") > func.now(),
+            )
+            .with_for_update(key_share=True)
+            .cte("fenced")
         )
-    if held_by is not None and task.holder != held_by:
-        raise TransitionRejected(
-            f"task {task_id} is held by {task.holder}, not {held_by}",
-            task_id=task_id,
-            state=task.state,
-        )
-    src = task.state
-    session.execute(
-        update(Task)
-        .where(Task.id == task_id, Task.state == src)
-        # The task keeps the latest reason (why it was skipped, failed, retried...);
-        # the history keeps them all.
-        .values(
-            state=to,
-            updated_at=func.now(),
-            **({"reason": reason} if reason and not hand_over else {}),
-            **fields,
-        )
+        guards.append(exists(select(fenced.c.ok)))
+    sets: dict[str, Any] = {"state": to, "updated_at": func.now(), **fields}
+    if not hand_over:
+        # The task keeps the latest reason (why it was skipped, failed, retried...); the
+        # history keeps them all.
+        sets["reason"] = func.coalesce(wanted.c.reason, t.c.reason)
+    moved = (
+        update(t)
+        .where(*guards)
+        .values(sets)
+        .returning(*t.c, locked.c.state.label("from_state"), wanted.c.reason.label("why"))
+        .cte("moved")
     )
-    session.add(
-        TaskTransition(
-            task_id=task_id,
-            from_state=src,
-            to_state=to,
-            actor=actor,
-            reason=reason,
-            leader_epoch=fence.epoch if fence else None,
+    history = (
+        insert(cast(Table, TaskTransition.__table__))
+        .from_select(
+            ["task_id", "from_state", "to_state", "actor", "reason", "leader_epoch"],
+            select(
+                moved.c.id,
+                moved.c.from_state,
+                literal(to, String),
+                literal(actor, String),
+                moved.c.why,
+                literal(fence.epoch if fence else None, BigInteger),
+            ),
         )
+        .cte("history")
     )
+    checks: list[Any] = [
+        locked.c.id.label("locked_id"),
+        locked.c.state.label("locked_state"),
+        locked.c.holder.label("locked_holder"),
+    ]
+    if fenced is not None:
+        checks.append(exists(select(fenced.c.ok)).label("fence_ok"))
     if to in (TaskState.PENDING, TaskState.PLANNED):
-        announce(session, to)  # the worker (pending) or scheduler (planned) wakes at commit
-    session.flush()
-    session.refresh(task)
-    return task
+        # the worker (pending) or scheduler (planned) wakes at commit (`wakeup.announce`)
+        notified = (
+            select(func.pg_notify(CHANNEL, str(to)).label("n")).select_from(moved).cte("notified")
+        )
+        checks.append(select(func.count()).select_from(notified).scalar_subquery().label("notes"))
+    row = aliased(Task, moved)
+    found = session.execute(
+        select(*checks, row)
+        .select_from(locked)
+        .outerjoin(moved, moved.c.id == locked.c.id)
+        .add_cte(history)
+        .order_by(locked.c.id),
+        execution_options={"populate_existing": True},
+    ).all()
+    if fence is not None and not found:
+        check_fence(session, fence)  # no such task: say so, unless we are fenced out
+    elif fence is not None and not found[0].fence_ok:
+        raise FencedOut(f"{fence.holder} no longer holds lease {fence.lease!r} epoch {fence.epoch}")
+    by_id = {f.locked_id: f for f in found}
+    for task_id in reasons:
+        f = by_id.get(task_id)
+        if f is None:
+            raise TransitionRejected(f"task {task_id} does not exist", task_id=task_id, state=None)
+        if f[-1] is not None:
+            continue
+        if f.locked_state not in allowed:
+            raise TransitionRejected(
+                f"task {task_id} is {f.locked_state}, cannot move to {to}",
+                task_id=task_id,
+                state=f.locked_state,
+            )
+        raise TransitionRejected(
+            f"task {task_id} is held by {f.locked_holder}, not {held_by}",
+            task_id=task_id,
+            state=f.locked_state,
+        )
+    return [by_id[task_id][-1] for task_id in reasons]
 
 
 def transition_all(
@@ -338,22 +463,24 @@ _CLAIM = text(
         UPDATE tasks t SET state = :planning, holder = :me, heartbeat_at = now(),
                            updated_at = now()
         FROM next WHERE t.id = next.id
-        RETURNING t.id
+        RETURNING t.*
     ), history AS (
         INSERT INTO task_transitions (task_id, from_state, to_state, actor, reason)
         SELECT id, :pending, :planning, :me, 'claimed for planning' FROM claimed
     )
-    SELECT id FROM claimed
+    SELECT * FROM claimed
     """
 ).bindparams(pending=TaskState.PENDING.value, planning=TaskState.PLANNING.value)
 
 
 def claim_for_planning(session: Session, worker_id: str) -> Task | None:
-    """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED)."""
-    task_id = session.execute(_CLAIM, {"me": worker_id}).scalar()
-    if task_id is None:
-        return None
-    return session.get(Task, task_id, populate_existing=True)
+    """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED), which
+    returns the claimed row too."""
+    return session.scalars(
+        select(Task).from_statement(_CLAIM),
+        {"me": worker_id},
+        execution_options={"populate_existing": True},
+    ).one_or_none()
 
 
 _NEXT_PENDING_DUE = text(

@@ -123,8 +123,9 @@ class Applications:
         with self.lock:
             return set(self.running)
 
-    def has_room(self) -> bool:
-        return len(self.running) < self.rt.settings.max_concurrent_applications
+    def room(self) -> int:
+        """How many more applications may run now (max_concurrent_applications)."""
+        return max(0, self.rt.settings.max_concurrent_applications - len(self.running))
 
     # --- launch -------------------------------------------------------------------
     def launch(self, fence: Fence, job: Job, timeout_s: float) -> None:

@@ -1,6 +1,6 @@
-"""The scheduler's dispatch round: pick the next planned task (`_NEXT_PLANNED`), move it to
-running in one transaction, and run its job on the warm Spark session (or launch it as an
-application); and the cancellation check of the jobs it runs."""
+"""The scheduler's dispatch round: pick the next planned tasks, a batch (`_NEXT_PLANNED`),
+move them to running in one transaction, and run their jobs on the warm Spark session (or
+launch them as applications); and the cancellation check of the jobs it runs."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Row, select, text
 
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
 from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, run_job
-from lakewarden.leader import Fence, FencedOut
+from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.quotas import quota_holds
@@ -34,67 +34,111 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The next job to run, in this order: higher priority first; then the table that used
-# the least Spark time in the last hour (fair share: a table with endless work cannot
-# starve the rest, and idle capacity is still used); then a table's oldest planned task
-# before its others (a live writer keeps compaction due: without this, a clean, which
-# has no gain, waited behind every new compaction of the table); then the most expected
-# gain per MB rewritten (compaction plans: data files removed per MB); then the oldest
-# task. Never a
-# table with a job already running, one a writer has blocked or an operator paused, a kind
-# held on its table, any table while the fleet is frozen, a full pool, or a table or pool
-# past its hard quota.
+# The next jobs to run, at most :batch of them, in this order: higher priority first; then
+# the table that used the least Spark time in the last hour (fair share: a table with
+# endless work cannot starve the rest, and idle capacity is still used); then a table's
+# oldest planned task before its others (a live writer keeps compaction due: without this,
+# a clean, which has no gain, waited behind every new compaction of the table); then the
+# most expected gain per MB rewritten (compaction plans: data files removed per MB); then
+# the oldest task. Never a table with a job already running, one a writer has blocked or an
+# operator paused, a kind held on its table, any table while the fleet is frozen, a full
+# pool, or a table or pool past its hard quota. In one batch: one task per table (the
+# first in that order), no pool past its limit counting the batch, no execution mode past
+# its room (`:rooms`, free slots by mode: a mode not named has room for all). The rows are
+# ranked first and locked after (FOR UPDATE cannot share a level with window functions);
+# a row locked elsewhere is skipped, which only leaves the batch smaller.
 _NEXT_PLANNED = text(
     f"""
-    SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
-           extract(epoch FROM now() - t.created_at) AS waited_s,
-           ((t.plan->>'files_before')::float - (t.plan->>'expected_files_after')::float)
-             / greatest(1.0, coalesce((t.plan->>'bytes_to_rewrite')::float, 0) / 1048576)
-             AS gain_per_mb
-    FROM tasks t
-    LEFT JOIN (
+    WITH used AS (
         SELECT k.table_id,
                sum(coalesce(r.duration_ms, extract(epoch FROM now() - r.started_at) * 1000))
                    AS used_ms
         FROM job_runs r JOIN tasks k ON k.id = r.task_id
         WHERE r.started_at > now() - interval '1 hour'
         GROUP BY k.table_id
-    ) u ON u.table_id = t.table_id
-    WHERE {sql_in("t.state", TaskState.PLANNED)} AND t.not_before <= now()
-      AND NOT EXISTS (SELECT 1 FROM tasks r
-                      WHERE r.table_id = t.table_id AND {sql_in("r.state", TaskState.RUNNING)})
-      -- nothing holds the table (lakewarden.tables): a writer's live blocker, its pause
-      -- (no expiry), or the global freeze (no table, no expiry)
-      AND NOT EXISTS (SELECT 1 FROM table_blockers b
-                      WHERE (b.table_id = t.table_id OR b.table_id IS NULL)
-                        AND (b.expires_at IS NULL OR b.expires_at > now()))
-      -- nor its kind on it (lakewarden.holds: after a failed validation, or repeated errors)
-      AND NOT EXISTS (SELECT 1 FROM kind_holds h
-                      WHERE h.table_id = t.table_id AND h.kind = t.kind)
-      AND (SELECT count(*) FROM tasks p
-           WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
-          < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
-      -- not a pool whose execution mode (pool_modes) this scheduler has no room for
-      AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
-          <> ALL(CAST(:full_modes AS text[]))
-      -- a Hudi table's job is always an application (execute.OWN_FAMILY_FORMATS)
-      AND NOT ('{RunMode.APPLICATION}' = ANY(CAST(:full_modes AS text[]))
-               AND EXISTS (SELECT 1 FROM managed_tables m
-                           WHERE m.id = t.table_id
-                             AND {sql_in("m.format", OWN_FAMILY_FORMATS)}))
-      -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
-      AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
-      AND t.pool <> ALL(CAST(:quota_pools AS text[]))
-    ORDER BY t.priority DESC, used_ms ASC,
-             t.id = (SELECT min(f.id) FROM tasks f
-                     WHERE f.table_id = t.table_id AND {sql_in("f.state", TaskState.PLANNED)})
-               DESC,
-             gain_per_mb DESC NULLS LAST, t.id
-    LIMIT 1
+    ), running AS (
+        SELECT pool, count(*) AS n FROM tasks
+        WHERE {sql_in("state", TaskState.RUNNING)} GROUP BY pool
+    ), candidates AS (
+        SELECT t.id, t.table_id, t.pool, t.priority, coalesce(u.used_ms, 0) AS used_ms,
+               extract(epoch FROM now() - t.created_at) AS waited_s,
+               ((t.plan->>'files_before')::float - (t.plan->>'expected_files_after')::float)
+                 / greatest(1.0, coalesce((t.plan->>'bytes_to_rewrite')::float, 0) / 1048576)
+                 AS gain_per_mb,
+               t.id = (SELECT min(f.id) FROM tasks f
+                       WHERE f.table_id = t.table_id
+                         AND {sql_in("f.state", TaskState.PLANNED)}) AS oldest_of_table,
+               -- a Hudi or Delta table's job is always an application (applications.mode_of)
+               CASE WHEN {sql_in("m.format", sorted(OWN_FAMILY_FORMATS))}
+                    THEN '{RunMode.APPLICATION}'
+                    ELSE coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
+               END AS mode
+        FROM tasks t
+        JOIN managed_tables m ON m.id = t.table_id
+        LEFT JOIN used u ON u.table_id = t.table_id
+        WHERE {sql_in("t.state", TaskState.PLANNED)} AND t.not_before <= now()
+          AND NOT EXISTS (SELECT 1 FROM tasks r
+                          WHERE r.table_id = t.table_id
+                            AND {sql_in("r.state", TaskState.RUNNING)})
+          -- nothing holds the table (lakewarden.tables): a writer's live blocker, its pause
+          -- (no expiry), or the global freeze (no table, no expiry)
+          AND NOT EXISTS (SELECT 1 FROM table_blockers b
+                          WHERE (b.table_id = t.table_id OR b.table_id IS NULL)
+                            AND (b.expires_at IS NULL OR b.expires_at > now()))
+          -- nor its kind on it (lakewarden.holds: after a failed validation, or repeated
+          -- errors)
+          AND NOT EXISTS (SELECT 1 FROM kind_holds h
+                          WHERE h.table_id = t.table_id AND h.kind = t.kind)
+          -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
+          AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
+          AND t.pool <> ALL(CAST(:quota_pools AS text[]))
+    ), ranked AS (
+        SELECT c.*, row_number() OVER (
+                   ORDER BY priority DESC, used_ms ASC, oldest_of_table DESC,
+                            gain_per_mb DESC NULLS LAST, id) AS n
+        FROM candidates c
+    ), first_of_table AS (
+        SELECT r.*, row_number() OVER (PARTITION BY table_id ORDER BY n) AS in_table
+        FROM ranked r
+    ), within_pool AS (
+        SELECT f.*, row_number() OVER (PARTITION BY pool ORDER BY n) AS in_pool
+        FROM first_of_table f WHERE in_table = 1
+    ), within_mode AS (
+        SELECT w.*, row_number() OVER (PARTITION BY mode ORDER BY n) AS in_mode
+        FROM within_pool w
+        WHERE coalesce((SELECT n FROM running WHERE running.pool = w.pool), 0) + in_pool
+              <= coalesce((CAST(:pool_limits AS jsonb) ->> w.pool)::int, 2147483647)
+    ), picked AS (
+        SELECT * FROM within_mode
+        WHERE in_mode <= coalesce((CAST(:rooms AS jsonb) ->> mode)::int, 2147483647)
+        ORDER BY n LIMIT :batch
+    )
+    SELECT t.id, p.priority, p.used_ms, p.waited_s, p.gain_per_mb
+    FROM tasks t JOIN picked p ON p.id = t.id
+    WHERE {sql_in("t.state", TaskState.PLANNED)}
+    ORDER BY p.n
     FOR UPDATE OF t SKIP LOCKED
     """
-    # Defaults: every pool in session mode, no mode full, no quota reached.
-).bindparams(pool_modes="{}", full_modes=[], quota_tables=[], quota_pools=[])
+    # Defaults: every pool in session mode, room in every mode, no quota reached, one task.
+).bindparams(pool_modes="{}", rooms="{}", quota_tables=[], quota_pools=[], batch=1)
+
+# At most this many tasks per dispatch round (one transaction): a round's fenced
+# transaction stays short, and a standby's takeover waits for it.
+DISPATCH_BATCH = 32
+
+
+def _dispatch_reason(pick: Row[Any], task: Task) -> str:
+    """Why the task runs now, as its transition says."""
+    return (
+        f"dispatched to Spark, attempt {task.attempt + 1}/{task.max_attempts}: "
+        f"priority {pick.priority}, table used {pick.used_ms / 1000:.0f}s of Spark in the "
+        f"last hour, waited {pick.waited_s:.0f}s, pool {task.pool!r}"
+        + (
+            f", {pick.gain_per_mb:.1f} data files removed per MB"
+            if pick.gain_per_mb is not None
+            else ""
+        )
+    )
 
 
 @dataclass
@@ -145,93 +189,107 @@ class DispatchRounds(LeaseRounds):
                 self._spark = None
 
     def dispatch_once(self) -> bool:
+        """One dispatch round: up to DISPATCH_BATCH planned tasks, as many as the modes
+        have room for, moved to running in one transaction (one fence check, one pick, one
+        guarded move for all), then their jobs started. Whether any task was picked."""
         fence = self.leading()
-        full_modes = [
-            mode
-            for mode, full in (
-                (RunMode.SESSION, len(self.inflight) >= self.rt.settings.max_concurrent_jobs),
-                (RunMode.APPLICATION, not self.applications.has_room()),
-            )
-            if full
-        ]
-        if fence is None or len(full_modes) == 2:
+        rooms = {
+            RunMode.SESSION: max(0, self.rt.settings.max_concurrent_jobs - len(self.inflight)),
+            RunMode.APPLICATION: self.applications.room(),
+        }
+        if fence is None or not any(rooms.values()):
             return False
+        me = self.rt.process_id
         try:
             with round_transaction(self.rt.engine) as s:
+                check_fence(s, fence)  # the lease row key-shared until this round commits
                 quota = quota_holds(s, self.rt.settings)
-                pick = s.execute(
+                picks = s.execute(
                     _NEXT_PLANNED,
                     {
                         "pool_limits": json.dumps(self.capacity.limits()),
                         "pool_modes": json.dumps(self.rt.settings.pool_modes),
-                        "full_modes": full_modes,
+                        "rooms": json.dumps(rooms),
                         "quota_tables": list(quota.tables),
                         "quota_pools": list(quota.pools),
+                        "batch": min(DISPATCH_BATCH, sum(rooms.values())),
                     },
-                ).one_or_none()
-                if pick is None:
+                ).all()
+                if not picks:
                     return False
-                task_id, priority, used_ms, waited_s, gain = pick
-                task = s.get(Task, task_id)
-                assert task is not None
-                row = s.get(ManagedTable, task.table_id)
-                assert row is not None
-                verdict = policy_gate.judge(s, row, task)
-                if not verdict.go:
+                found = {
+                    task.id: (task, row)
+                    for task, row in s.execute(
+                        select(Task, ManagedTable)
+                        .join(ManagedTable, ManagedTable.id == Task.table_id)
+                        .where(Task.id.in_([p.id for p in picks]))
+                    ).all()
+                }
+                pairs = [(found[p.id][1], found[p.id][0]) for p in picks]
+                verdicts = policy_gate.judge_all(s, pairs)
+                reasons: dict[int, str] = {}
+                for pick, (_, task), verdict in zip(picks, pairs, verdicts, strict=True):
+                    if verdict.go:
+                        reasons[task.id] = _dispatch_reason(pick, task)
+                        continue
                     # The policy changed since planning: never run under an old one.
                     cancel = verdict.action == "cancel"
                     repo.transition(
                         s,
-                        task_id,
+                        task.id,
                         TaskState.CANCELLED if cancel else TaskState.PENDING,
-                        actor=self.rt.process_id,
+                        actor=me,
                         expected=(TaskState.PLANNED,),
                         fence=fence,
                         reason=f"not dispatched: {verdict.reason}",
                         **({} if cancel else {"plan": None, "holder": None}),
                     )
-                    return True
-                attempt = task.attempt + 1
-                repo.transition(
+                moved = repo.transition_each(
                     s,
-                    task_id,
+                    reasons,
                     TaskState.RUNNING,
-                    actor=self.rt.process_id,
+                    actor=me,
                     expected=(TaskState.PLANNED,),
                     fence=fence,
-                    reason=f"dispatched to Spark, attempt {attempt}/{task.max_attempts}: "
-                    f"priority {priority}, table used {used_ms / 1000:.0f}s of Spark in the "
-                    f"last hour, waited {waited_s:.0f}s, pool {task.pool!r}"
-                    + (f", {gain:.1f} data files removed per MB" if gain is not None else ""),
-                    attempt=attempt,
-                    holder=self.rt.process_id,
+                    attempt=Task.attempt + 1,
+                    holder=me,
                 )
-                job = Job.of(s, task, row, verdict.policy)
-                s.add(
+                policies = {t.id: v.policy for (_, t), v in zip(pairs, verdicts, strict=True)}
+                jobs = [Job.of(s, task, found[task.id][1], policies[task.id]) for task in moved]
+                s.add_all(
                     JobRun(
-                        task_id=task_id,
-                        attempt=attempt,
+                        task_id=job.task_id,
+                        attempt=job.attempt,
                         state=RunState.RUNNING,
-                        scheduler_id=self.rt.process_id,
+                        scheduler_id=me,
                         leader_epoch=fence.epoch,
                         spark_job_group=job.group,
                         mode=mode_of(self.rt.settings, job.pool, job.format),
                     )
+                    for job in jobs
                 )
         except FencedOut as exc:
             log.warning("dispatch refused: %s", exc)
             return False
+        for job in jobs:
+            self._start(fence, job)
+        return True
+
+    def _start(self, fence: Fence, job: Job) -> None:
         with log_context(**job.log_fields):
             log.info(
-                "task %d: running %s on %s (attempt %d)", task_id, job.kind, job.ref.dotted, attempt
+                "task %d: running %s on %s (attempt %d)",
+                job.task_id,
+                job.kind,
+                job.ref.dotted,
+                job.attempt,
             )
             if mode_of(self.rt.settings, job.pool, job.format) == RunMode.APPLICATION:
                 self.applications.launch(fence, job, job.timeout_s)
-                return True
+                return
         future = self.pool.submit(self._run_job, fence, job)
-        self.inflight[task_id] = Inflight(future, job.group, job.timeout_s)
-        future.add_done_callback(functools.partial(self._forget, task_id))
-        return True
+        self.inflight[job.task_id] = Inflight(future, job.group, job.timeout_s)
+        future.add_done_callback(functools.partial(self._forget, job.task_id))
 
     def _forget(self, task_id: int, _future: Future[Any]) -> None:
         self.inflight.pop(task_id, None)

@@ -163,14 +163,14 @@ def test_dispatch_skips_the_pools_of_a_full_mode_only(rt: Runtime) -> None:
             text("UPDATE tasks SET pool = 'big', priority = 9 WHERE id = :id"), {"id": big}
         )
 
-    def pick(full_modes: list[str]) -> int | None:
+    def pick(full_modes: list[str]) -> int | None:  # the modes with no room
         with transaction(rt.engine) as s:
             row = s.execute(
                 _NEXT_PLANNED,
                 {
                     "pool_limits": "{}",
                     "pool_modes": json.dumps({"big": "application"}),
-                    "full_modes": full_modes,
+                    "rooms": json.dumps({mode: 0 for mode in full_modes}),
                 },
             ).one_or_none()
         return None if row is None else int(row[0])

@@ -153,3 +153,37 @@ def test_a_tables_oldest_task_goes_before_a_newer_compaction_with_a_gain(rt: Run
     with rt.engine.begin() as conn:
         conn.execute(text("UPDATE tasks SET state = 'succeeded' WHERE id = :i"), {"i": clean})
     assert _next(rt) == compaction
+
+
+def _batch(
+    rt: Runtime, batch: int, pool_limits: dict[str, int], rooms: dict[str, int]
+) -> list[int]:
+    with transaction(rt.engine) as s:
+        rows = s.execute(
+            _NEXT_PLANNED,
+            {"pool_limits": json.dumps(pool_limits), "rooms": json.dumps(rooms), "batch": batch},
+        ).all()
+    return [row[0] for row in rows]
+
+
+def test_a_batch_keeps_the_order_one_task_per_table_and_the_pool_limits(rt: Runtime) -> None:
+    """A dispatch round picks several tasks: in the order one at a time would, never two of
+    one table (its oldest first), never past a pool's limit counting the batch's own, and
+    never more than the mode has room for."""
+    urgent = _planned(rt, "a", priority=5)
+    old_a = _planned(rt, "b")
+    new_b = _planned(rt, "b", kind="clean")  # the table's second: after its first has run
+    etl = [_planned(rt, f"etl{i}") for i in range(3)]
+    busy = _planned(rt, "busy")
+    with rt.engine.begin() as conn:
+        conn.execute(text("UPDATE tasks SET pool = 'etl' WHERE id = ANY(:i)"), {"i": etl})
+        conn.execute(
+            text("UPDATE tasks SET pool = 'etl', state = 'running' WHERE id = :i"), {"i": busy}
+        )
+    # etl allows 2 at once and 1 runs: one of its three goes, the oldest
+    assert _batch(rt, 10, {"etl": 2}, {}) == [urgent, old_a, etl[0]]
+    assert new_b not in _batch(rt, 10, {}, {})
+    assert _batch(rt, 10, {}, {}) == [urgent, old_a, *etl]
+    assert _batch(rt, 2, {}, {}) == [urgent, old_a]  # the batch's size
+    assert _batch(rt, 10, {}, {"session": 1}) == [urgent]  # the mode's room
+    assert _batch(rt, 10, {}, {"session": 0}) == []

@@ -4,6 +4,8 @@ claims, planning by a real worker on a real table, and the reaper."""
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 
 import pytest
 from helpers import append_batches, make_table
@@ -57,6 +59,84 @@ def test_every_pair_of_states_is_guarded(rt: Runtime) -> None:
             else:
                 with pytest.raises(repo.TransitionRejected):
                     repo.transition(s, task_id, dst, actor="test")
+
+
+def test_a_move_waiting_on_the_row_records_the_state_it_found_once_locked(rt: Runtime) -> None:
+    """A transition is one statement; its old state is the locked row's, never the
+    statement's snapshot: a move that waited for a concurrent one records (and is judged
+    from) the state that one left, not the state it saw when it started."""
+    task_id = _task(rt, _table(rt))
+    _force_state(rt, task_id, "planned")
+    started = threading.Event()
+    with transaction(rt.engine) as first:
+        repo.transition(first, task_id, "running", actor="first")
+
+        def cancel() -> None:
+            started.set()
+            with transaction(rt.engine) as second:
+                repo.transition(second, task_id, "cancelled", actor="second")
+
+        waiter = threading.Thread(target=cancel)
+        waiter.start()
+        started.wait()
+        time.sleep(0.5)  # the cancel's statement now waits on the row the first holds
+    waiter.join(timeout=10)
+    with transaction(rt.engine) as s:
+        moves = [(h.from_state, h.to_state) for h in repo.history(s, task_id)][-2:]
+        task = s.get(Task, task_id)
+        assert task is not None and task.state == "cancelled"
+    assert moves == [("planned", "running"), ("running", "cancelled")]
+
+
+def test_a_move_from_a_state_a_concurrent_move_left_is_refused(rt: Runtime) -> None:
+    """planned -> running waits on a row another transaction moves to cancelled: refused,
+    as the row now is, though the statement's snapshot saw it planned."""
+    task_id = _task(rt, _table(rt))
+    _force_state(rt, task_id, "planned")
+    refused: list[BaseException] = []
+    with transaction(rt.engine) as first:
+        repo.transition(first, task_id, "cancelled", actor="first")
+
+        def run() -> None:
+            try:
+                with transaction(rt.engine) as second:
+                    repo.transition(second, task_id, "running", actor="second")
+            except repo.TransitionRejected as exc:
+                refused.append(exc)
+
+        waiter = threading.Thread(target=run)
+        waiter.start()
+        time.sleep(0.5)
+    waiter.join(timeout=10)
+    assert [getattr(e, "state", None) for e in refused] == ["cancelled"]
+    with transaction(rt.engine) as s:
+        assert [h.to_state for h in repo.history(s, task_id)][-1] == "cancelled"
+
+
+def test_a_batch_move_records_each_reason_and_refuses_the_whole_batch_for_one(rt: Runtime) -> None:
+    """`transition_each` (a dispatch round): one statement, each task its own reason and
+    history row; one task not in an allowed state refuses it, and the round's transaction
+    rolls back with nothing moved."""
+    table_id = _table(rt)
+    a, b = _task(rt, table_id), _task(rt, _table(rt, "u"))
+    for task_id in (a, b):
+        _force_state(rt, task_id, "planned")
+    with transaction(rt.engine) as s:
+        moved = repo.transition_each(
+            s, {a: "first", b: "second"}, "running", actor="t", attempt=Task.attempt + 1
+        )
+        assert [(t.id, t.state, t.attempt, t.reason) for t in moved] == [
+            (a, "running", 1, "first"),
+            (b, "running", 1, "second"),
+        ]
+        assert [h.reason for h in repo.history(s, b)][-1] == "second"
+    _force_state(rt, a, "planned")
+    with pytest.raises(repo.TransitionRejected) as refused, transaction(rt.engine) as s:
+        repo.transition_each(s, {a: "again", b: "again"}, "running", actor="t")
+    assert refused.value.task_id == b and refused.value.state == "running"
+    with transaction(rt.engine) as s:
+        task = s.get(Task, a)
+        assert task is not None and task.state == "planned"  # rolled back with the batch
 
 
 def test_the_bulk_transition_moves_only_what_may_move_and_records_each_move(rt: Runtime) -> None:
