@@ -103,6 +103,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/api/v1/tokens/{token_id}"): Rule("admin", "fleet"),
     ("GET", "/api/v1/audit"): Rule("admin", "any"),
     ("GET", "/api/v1/costs"): Rule("viewer", "any"),
+    ("GET", "/api/v1/pools"): Rule("viewer", "any"),
     ("GET", "/api/v1/catalogs"): Rule("viewer", "any"),
     ("GET", "/api/v1/catalogs/{name}"): Rule("viewer", "any"),
     ("POST", "/api/v1/catalogs"): Rule("admin", "fleet"),

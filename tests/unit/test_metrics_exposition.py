@@ -34,7 +34,7 @@ class _Library(Collector):
             if table_id not in seen and score is not None:
                 health.add_metric([catalog, namespace, name], score)
             seen.add(table_id)
-            if kind is not None:
+            if kind is not None and age is not None:
                 success.add_metric([catalog, namespace, name, kind], age)
         return [health, success]
 
