@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy import ColumnElement, and_, func, select, text, update
 from sqlalchemy.orm import Session
 
+from lakewarden.catalogs.regions import tables_in
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
@@ -229,9 +230,20 @@ def _move(
 ) -> Task:
     if fence is not None:
         check_fence(session, fence)
-    task = session.scalars(select(Task).where(Task.id == task_id).with_for_update()).one_or_none()
+    found = select(Task).where(Task.id == task_id)
+    region = fence.region if fence is not None else None
+    if region is not None:  # a region's leader moves only its region's tasks
+        found = found.where(Task.table_id.in_(tables_in(region)))
+    task = session.scalars(found.with_for_update()).one_or_none()
     if task is None:
-        raise TransitionRejected(f"task {task_id} does not exist", task_id=task_id, state=None)
+        elsewhere = region is not None and session.get(Task, task_id) is not None
+        raise TransitionRejected(
+            f"task {task_id} is not in region {region!r}, which {fence and fence.holder} leads"
+            if elsewhere
+            else f"task {task_id} does not exist",
+            task_id=task_id,
+            state=None,
+        )
     allowed_from = expected or sources_of(to)
     may_move = can_transition(task.state, to) or (hand_over and task.state == to)
     if task.state not in allowed_from or not may_move:
@@ -293,6 +305,8 @@ def transition_all(
     A task in another state is left as it is. Returns the ids moved, in order."""
     if fence is not None:
         check_fence(session, fence)
+        if fence.region is not None:  # a region's leader moves only its region's tasks
+            where = and_(where, Task.table_id.in_(tables_in(fence.region)))
     sources = [s for s in (expected or sources_of(to)) if can_transition(s, to)]
     found = session.execute(
         select(Task.id, Task.state)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text
 
+from lakewarden.catalogs.regions import in_region_sql
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
 from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, run_job
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 # task. Never a
 # table with a job already running, one a writer has blocked or an operator paused, a kind
 # held on its table, any table while the fleet is frozen, a full pool, or a table or pool
-# past its hard quota.
+# past its hard quota, or another region's table.
 _NEXT_PLANNED = text(
     f"""
     SELECT t.id, t.priority, coalesce(u.used_ms, 0) AS used_ms,
@@ -84,6 +85,8 @@ _NEXT_PLANNED = text(
       -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
       AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
       AND t.pool <> ALL(CAST(:quota_pools AS text[]))
+      -- only this leader's region's tables (lakewarden.catalogs.regions)
+      AND {in_region_sql("t.table_id")}
     ORDER BY t.priority DESC, used_ms ASC,
              t.id = (SELECT min(f.id) FROM tasks f
                      WHERE f.table_id = t.table_id AND {sql_in("f.state", TaskState.PLANNED)})
@@ -165,6 +168,7 @@ class DispatchRounds(LeaseRounds):
                         "full_modes": full_modes,
                         "quota_tables": list(quota.tables),
                         "quota_pools": list(quota.pools),
+                        "region": fence.region,
                     },
                 ).one_or_none()
                 if pick is None:

@@ -1,0 +1,87 @@
+"""Regions: a catalog is in one, and each region has its own scheduler leadership.
+
+A region's leader holds that region's lease and runs only the tables of its catalogs, so
+one data center's outage stops only its own maintenance. The settings-configured catalog
+(no `catalogs` row) and every catalog registered without one are in the default region,
+whose lease keeps its old name: a deployment that names no region runs as before.
+
+Duties over the whole fleet (the metric fold, history retention, judging and sending
+alerts) are no region's: they run under `DBLocks.FLEET_LEASE`, which one region leader
+holds at a time. Were they the default region's, its outage would also silence the alert
+about that outage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, func, select, text, true
+from sqlalchemy.orm import Session
+
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import Catalog, ManagedTable
+from lakewarden.settings import DEFAULT_REGION
+
+_PREFIX = DBLocks.SCHEDULER_LEASE.value + ":"
+
+
+def lease_name(region: str) -> str:
+    """The `leader_lease` row a region's schedulers compete for."""
+    return DBLocks.SCHEDULER_LEASE.value if region == DEFAULT_REGION else _PREFIX + region
+
+
+def region_of_lease(lease: str) -> str | None:
+    """The region a lease leads (None: not a region's lease, e.g. the fleet's)."""
+    if lease == DBLocks.SCHEDULER_LEASE.value:
+        return DEFAULT_REGION
+    return lease[len(_PREFIX) :] if lease.startswith(_PREFIX) else None
+
+
+def table_region_sql(alias: str) -> str:
+    """SQL: the region of the `managed_tables` row `alias` (its catalog's; default)."""
+    return (
+        f"coalesce((SELECT c.region FROM catalogs c WHERE c.name = {alias}.catalog), "
+        f"'{DEFAULT_REGION}')"
+    )
+
+
+def in_region_sql(table_id: str, param: str = "region") -> str:
+    """SQL: the table `table_id` names is in the region bound as `:param`."""
+    return (
+        f"{table_id} IN (SELECT rm.id FROM managed_tables rm "
+        f"WHERE {table_region_sql('rm')} = :{param})"
+    )
+
+
+def table_region() -> ColumnElement[str]:
+    """`ManagedTable`'s region, as a column expression."""
+    catalog_region = (
+        select(Catalog.region).where(Catalog.name == ManagedTable.catalog).scalar_subquery()
+    )
+    return func.coalesce(catalog_region, DEFAULT_REGION)
+
+
+def in_region(region: str | None) -> ColumnElement[bool]:
+    """A condition on `ManagedTable`: the table is in `region` (None: any region)."""
+    return true() if region is None else table_region() == region
+
+
+def tables_in(region: str) -> Select[Any]:
+    """The ids of the region's tables (for `… IN tables_in(region)`)."""
+    return select(ManagedTable.id).where(table_region() == region)
+
+
+def region_of_table(session: Session, table_id: int) -> str | None:
+    """A table's region (None: no such table)."""
+    return session.scalar(select(table_region()).where(ManagedTable.id == table_id))
+
+
+def region_leaders(session: Session, regions: list[str]) -> dict[str, bool]:
+    """Whether each region has a live leader (by the database clock)."""
+    live: dict[str, bool] = dict(
+        session.execute(
+            text("SELECT name, expires_at > now() FROM leader_lease WHERE name = ANY(:names)"),
+            {"names": [lease_name(r) for r in regions]},
+        ).all()
+    )
+    return {r: bool(live.get(lease_name(r), False)) for r in regions}
