@@ -24,6 +24,11 @@ class ReadyOut(ResponseModel):
 
     status: Literal["ready", "unavailable"]
     reason: str | None = Field(default=None, description="why not ready")
+    stale_regions: list[str] = Field(
+        default_factory=list,
+        description="regions without a live scheduler leader: their tables' maintenance "
+        "stalls (the API itself stays ready: GET /api/v1/scheduler/regions)",
+    )
 
 
 class LeaderOut(ResponseModel):
@@ -33,6 +38,13 @@ class LeaderOut(ResponseModel):
     renewed_at: datetime | None = None
     expires_at: datetime | None = None
     live: bool
+
+
+class RegionOut(LeaderOut):
+    """A region's scheduler leadership (docs/deployment.md#regions)."""
+
+    region: str
+    fleet: bool = Field(description="its leader also runs the fleet-wide duties")
 
 
 # The operator views: a table's health, and what would run on it now.
