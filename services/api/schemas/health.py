@@ -659,6 +659,10 @@ class ExplainOut(ResponseModel):
     at: datetime
     snapshot_id: int | None
     policy_version: int
+    region: str = Field(description="the region whose scheduler leader runs the table")
+    region_leader: bool = Field(
+        description="that region has a live scheduler leader (false: no job starts)"
+    )
     summary: str
     blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
     paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")
