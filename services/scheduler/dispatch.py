@@ -23,6 +23,7 @@ from lakewarden.leader import Fence, FencedOut
 from lakewarden.logs import log_context
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.quotas import quota_holds
+from lakewarden.settings import DEFAULT_REGION
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
@@ -95,8 +96,8 @@ _NEXT_PLANNED = text(
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
     """
-    # Defaults: every pool in session mode, no mode full, no quota reached.
-).bindparams(pool_modes="{}", full_modes=[], quota_tables=[], quota_pools=[])
+    # Defaults: every pool in session mode, no mode full, no quota reached, the default region.
+).bindparams(pool_modes="{}", full_modes=[], quota_tables=[], quota_pools=[], region=DEFAULT_REGION)
 
 
 @dataclass

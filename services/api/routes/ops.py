@@ -51,11 +51,12 @@ def get_readiness(rt: RuntimeDep) -> JSONResponse:
         return JSONResponse({"status": "unavailable", "reason": reason}, 503)
     if not fit.ready:
         return JSONResponse({"status": "unavailable", "reason": fit.reason}, 503)
+    if len(rt.settings.regions) == 1:  # one region: GET /api/v1/scheduler/leader says it
+        return JSONResponse({"status": "ready"})
     with Session(rt.engine) as session:  # shown, not failing: the API can still serve
         live = region_leaders(session, rt.settings.regions)
-    return JSONResponse(
-        {"status": "ready", "stale_regions": [r for r, ok in live.items() if not ok]}
-    )
+    stale = [region for region, ok in live.items() if not ok]
+    return JSONResponse({"status": "ready", "stale_regions": stale})
 
 
 @router.get("/api/v1/scheduler/leader", response_model=LeaderOut, tags=["scheduler"])

@@ -26,8 +26,8 @@ class ReadyOut(ResponseModel):
     reason: str | None = Field(default=None, description="why not ready")
     stale_regions: list[str] = Field(
         default_factory=list,
-        description="regions without a live scheduler leader: their tables' maintenance "
-        "stalls (the API itself stays ready: GET /api/v1/scheduler/regions)",
+        description="with several regions, those without a live scheduler leader: their "
+        "tables' maintenance stalls (the API itself stays ready: GET /api/v1/scheduler/regions)",
     )
 
 
