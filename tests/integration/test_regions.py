@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from helpers import wait_for
 from sqlalchemy import select, text
 
 from benchmarks import processes
 from benchmarks.capacity import POLICY, ROOT, TEST_EXECUTOR
+from lakewarden.alerts.rules import evaluate_leader_rule
 from lakewarden.catalogs.regions import lease_name
-from lakewarden.db.models import Catalog, JobRun, ManagedTable, Task
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import Alert, Catalog, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
@@ -235,3 +238,28 @@ def test_one_regions_outage_stops_only_its_own_maintenance(
         f"(lease TTL {TTL_S}s); default finished its 3 tasks "
         f"{max(t for _, _, t in default_runs.values()) - killed_at:.1f}s after it"
     )
+
+
+# --- a stale region, as the on-call sees it ------------------------------------------------
+
+
+def test_a_stale_region_is_named_by_its_alert_and_metric(rt: Runtime, client: TestClient) -> None:
+    """The default region leads; eu never had a leader and its tasks wait: the no_leader
+    alert names eu's lease (not the default's), /metrics says which region has none, and
+    the fleet-wide duties' lease is the default leader's once it renews."""
+    _in_two_regions(rt)
+    rt.settings.alert_no_leader_s = 0
+    _planned(rt, EU_CATALOG, ["waiting"])
+    _take(rt, lease_name("default"), "leader-default")
+    _take(rt, DBLocks.FLEET_LEASE, "leader-default")
+    with transaction(rt.engine) as s:
+        evaluate_leader_rule(s, rt.settings)
+    with transaction(rt.engine) as s:
+        firing = s.execute(select(Alert.key, Alert.summary).where(Alert.rule == "no_leader")).all()
+    assert [key for key, _ in firing] == ["scheduler:eu"]
+    assert "no scheduler of region eu has ever held the lease and 1 task(s) wait" in firing[0][1]
+
+    body = client.get("/metrics").text
+    assert 'lakewarden_region_leader{region="default"} 1.0' in body
+    assert 'lakewarden_region_leader{region="eu"} 0.0' in body
+    assert "lakewarden_fleet_leader 1.0" in body
