@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, select, text, update
 from sqlalchemy.orm import Session
 
-from lakewarden.catalogs.regions import tables_in
+from lakewarden.catalogs.regions import task_in_region
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, check_fence
@@ -233,7 +233,7 @@ def _move(
     found = select(Task).where(Task.id == task_id)
     region = fence.region if fence is not None else None
     if region is not None:  # a region's leader moves only its region's tasks
-        found = found.where(Task.table_id.in_(tables_in(region)))
+        found = found.where(task_in_region(region))
     task = session.scalars(found.with_for_update()).one_or_none()
     if task is None:
         elsewhere = region is not None and session.get(Task, task_id) is not None
@@ -306,7 +306,7 @@ def transition_all(
     if fence is not None:
         check_fence(session, fence)
         if fence.region is not None:  # a region's leader moves only its region's tasks
-            where = and_(where, Task.table_id.in_(tables_in(fence.region)))
+            where = and_(where, task_in_region(fence.region))
     sources = [s for s in (expected or sources_of(to)) if can_transition(s, to)]
     found = session.execute(
         select(Task.id, Task.state)

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, select, update
 
-from lakewarden.catalogs.regions import tables_in
+from lakewarden.catalogs.regions import task_in_region
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut
@@ -37,7 +37,7 @@ def abandon_orphans(
     """
     returned = 0
     # A region's leader returns its region's work only (lakewarden.catalogs.regions).
-    mine = [] if fence.region is None else [Task.table_id.in_(tables_in(fence.region))]
+    mine = [] if fence.region is None else [task_in_region(fence.region)]
     with transaction(rt.engine) as s:
         stale = s.scalars(
             select(Task.id).where(
