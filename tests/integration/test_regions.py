@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import serve
 from fastapi.testclient import TestClient
-from helpers import wait_for
+from helpers import issue_token, wait_for
 from sqlalchemy import select, text
 
 from benchmarks import processes
@@ -35,6 +36,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
+from services.api.access import TOKEN_COOKIE
 from services.scheduler.reaper import abandon_orphans
 
 EU = "eu"
@@ -263,3 +265,17 @@ def test_a_stale_region_is_named_by_its_alert_and_metric(rt: Runtime, client: Te
     assert 'lakewarden_region_leader{region="default"} 1.0' in body
     assert 'lakewarden_region_leader{region="eu"} 0.0' in body
     assert "lakewarden_fleet_leader 1.0" in body
+
+
+def test_the_dashboard_shows_which_region_has_no_leader(rt: Runtime) -> None:
+    _in_two_regions(rt)
+    _take(rt, lease_name("default"), "leader-default")
+    token = issue_token(rt, "viewer")
+    with serve(rt) as c:
+        c.headers.pop("Authorization")
+        c.cookies.set(TOKEN_COOKIE, token)
+        page = c.get("/ui/")
+    assert page.status_code == 200, page.text
+    rows = page.text.split('<table class="regions">')[1].split("</table>")[0]
+    assert "<td>default</td><td>leader-default</td>" in rows
+    assert "<td>eu</td><td>none</td>" in rows and "no live leader: maintenance stalls" in rows
