@@ -29,6 +29,7 @@ def upgrade() -> None:
         "catalogs",
         sa.Column("region", sa.String(32), server_default=sa.text("'default'"), nullable=False),
     )
+    op.execute("SET LOCAL lock_timeout TO DEFAULT")  # the next migrations' own choice
 
 
 def downgrade() -> None:
