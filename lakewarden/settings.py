@@ -167,7 +167,8 @@ class Settings(BaseSettings):
     # Spark jobs one scheduler runs at once on its session (FAIR-shared). 0: by the cores
     # of spark_master (JOBS_PER_CORE per core; a cluster master counts as 2 cores).
     max_concurrent_jobs: int = Field(default=0, ge=0)
-    # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).
+    # Jobs running at once per pool, across all schedulers of a region (JSON, e.g.
+    # {"default": 4}): each region has its own pools.
     pool_limits: dict[str, int] = Field(default_factory=dict)
     # Hard quota per pool: Spark minutes its jobs may use in any trailing hour, across all
     # schedulers (JSON, e.g. {"big": 30}); past it, its tasks wait (lakewarden.policy.quotas).

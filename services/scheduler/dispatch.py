@@ -72,8 +72,11 @@ _NEXT_PLANNED = text(
       -- nor its kind on it (lakewarden.holds: after a failed validation, or repeated errors)
       AND NOT EXISTS (SELECT 1 FROM kind_holds h
                       WHERE h.table_id = t.table_id AND h.kind = t.kind)
+      -- a pool's limit is per region: another region's jobs (or a dead region's
+      -- orphans) never take this region's slots
       AND (SELECT count(*) FROM tasks p
-           WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool)
+           WHERE {sql_in("p.state", TaskState.RUNNING)} AND p.pool = t.pool
+             AND {in_region_sql("p.table_id")})
           < coalesce((CAST(:pool_limits AS jsonb) ->> t.pool)::int, 2147483647)
       -- not a pool whose execution mode (pool_modes) this scheduler has no room for
       AND coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')

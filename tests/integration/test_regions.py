@@ -37,6 +37,7 @@ from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
 from services.api.access import TOKEN_COOKIE
+from services.scheduler import dispatch
 from services.scheduler.reaper import abandon_orphans
 
 EU = "eu"
@@ -135,6 +136,30 @@ def test_a_leader_of_one_region_cannot_move_another_regions_task(rt: Runtime) ->
         assert run.state == RunState.RUNNING  # the refused report left the run as it was
     # Its own region's leader finishes it.
     assert finish_run(rt, eu, away, 1, metrics={}) == TaskState.SUCCEEDED
+
+
+def test_each_region_dispatches_its_own_tasks_within_its_own_pools(rt: Runtime) -> None:
+    """Dispatch's next task is its region's; a pool's limit counts that region's running
+    jobs only (an eu job, or a dead eu leader's orphan, takes no default-region slot)."""
+    _in_two_regions(rt)
+    (home,) = _planned(rt, rt.settings.catalog_name, ["home"])
+    (away, busy) = _planned(rt, EU_CATALOG, ["away", "busy"])
+    with transaction(rt.engine) as s:  # eu's leader runs one job in pool "default"
+        repo.transition(s, busy, TaskState.RUNNING, actor="x", holder="leader-eu", attempt=1)
+
+    def pick(region: str) -> int | None:
+        limits = json.dumps({"default": 1})
+        with transaction(rt.engine) as s:
+            row = s.execute(
+                dispatch._NEXT_PLANNED, {"pool_limits": limits, "region": region}
+            ).one_or_none()
+        return None if row is None else int(row[0])
+
+    assert pick("default") == home  # eu's running job does not fill default's pool
+    assert pick(EU) is None  # eu's pool is full: one job of its limit of one runs
+    with transaction(rt.engine) as s:
+        repo.transition(s, busy, TaskState.SUCCEEDED, actor="x")
+    assert pick(EU) == away
 
 
 # --- the fault: one region's leader killed -------------------------------------------------
