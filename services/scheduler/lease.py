@@ -64,14 +64,15 @@ class LeaseRounds:
         elif self.fence is not None:
             log.warning("%s lost scheduler leadership", self.rt.process_id)
         self.fence = fence
-        self._renew_fleet(fence is not None, ttl)
 
-    def _renew_fleet(self, leading: bool, ttl: float) -> None:
-        """Only a region's leader holds the fleet lease: another region's leader takes it
-        at its next renewal once it lapses (failover: TTL + a renewal interval)."""
+    def renew_fleet(self) -> None:
+        """Renew (or take) the fleet-wide duties' lease, on a ticker of its own (a slow one
+        never delays the region's renewal). Only a region's leader holds it: another
+        region's leader takes it at its next try once it lapses (TTL + an interval)."""
+        ttl = self.rt.settings.lease_ttl_s
         started = time.monotonic()
         fleet = None
-        if leading:
+        if self.leading() is not None:
             with round_connection(self._lease_db) as conn:
                 fleet = acquire_or_renew(conn, DBLocks.FLEET_LEASE, self.rt.process_id, ttl)
         if fleet is not None:

@@ -87,6 +87,15 @@ class Scheduler(PeriodicRounds):
                 fixed_rate=True,
                 due_in=self._lease_due_in,
             ),
+            # The fleet-wide duties' lease, on its own thread: it never delays the above.
+            Ticker(
+                "fleet-lease",
+                s.lease_renew_interval_s,
+                self.renew_fleet,
+                self.stop,
+                wait_first=True,
+                fixed_rate=True,
+            ),
             *(
                 Ticker(name, seconds, fn, self.stop, wait_first=True)
                 for name, seconds, fn in (
@@ -102,6 +111,7 @@ class Scheduler(PeriodicRounds):
             ),
         ]
         self.renew()
+        self.renew_fleet()
         self.beat()
         for ticker in self.tickers:
             ticker.start()
@@ -165,7 +175,7 @@ class Scheduler(PeriodicRounds):
     def shutdown(self) -> None:
         self.stop.set()
         for ticker in self.tickers:
-            if ticker.name == "lease":  # a renewal in flight must not outlive the resignation
+            if ticker.name in ("lease", "fleet-lease"):  # not outliving the resignation
                 ticker.join(timeout=5.0)
         self.pool.shutdown(wait=True, cancel_futures=False)
         for fence in (self.fleet_fence, self.fence):
