@@ -20,6 +20,7 @@ import typer
 
 from cli.client import ApiError, Client, default_url, table_path
 from cli.output import Format, emit, fields, table
+from lakewarden.settings import DEFAULT_REGION
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -94,6 +95,7 @@ def register(app: typer.Typer) -> None:
         resume,
         costs,
         pools,
+        regions,
     ):
         app.command(name=command.__name__.removesuffix("_cmd"))(command)
     app.add_typer(alerts_app, name="alerts")
@@ -224,6 +226,7 @@ def _table_view(data: dict[str, Any]) -> Iterable[RenderableType]:
             ("paused", _paused(x.get("paused"))),
             ("frozen", _paused(x.get("frozen"))),
             ("held", "; ".join(h["lift"] for h in x.get("held") or []) or None),
+            ("region", f"{x['region']} ({'leads' if x['region_leader'] else 'NO LIVE LEADER'})"),
             ("explain", x["summary"]),
         ],
     )
@@ -761,6 +764,25 @@ def _history_view(versions: list[dict[str, Any]]) -> Iterable[RenderableType]:
     yield table(None, ("version", "current", "author", "set", "table settings"), rows)
 
 
+def regions(ctx: typer.Context, output: Output = Format.table) -> None:
+    """Each region's scheduler leader, and whether it is live: a stale region's tables get
+    no maintenance until one of its standbys leads (docs/deployment.md#regions)."""
+    with calling(ctx) as api:
+        data = api.get("/api/v1/scheduler/regions")
+    emit(data, output, _regions_view)
+
+
+def _regions_view(data: list[dict[str, Any]]) -> Iterable[RenderableType]:
+    yield table(
+        "regions",
+        ("region", "leader", "epoch", "live", "fleet duties"),
+        [
+            (r["region"], r["holder"], r["epoch"], "yes" if r["live"] else "NO", r["fleet"])
+            for r in data
+        ],
+    )
+
+
 # --- check -------------------------------------------------------------------------------
 
 
@@ -783,15 +805,18 @@ def check_fleet(ctx: typer.Context, output: Format) -> int:
             reason = body.get("reason") if isinstance(body, dict) else None
             record("api", status == 200, f"{api.url}: " + (reason or "ready"))
         if checks[0]["ok"]:
-            leader = api.get("/api/v1/scheduler/leader")
-            holder = leader.get("holder")
-            record(
-                "leader",
-                bool(leader["live"]),
-                f"{holder} leads (epoch {leader['epoch']})"
-                if leader["live"]
-                else f"no live scheduler leader (last: {holder or 'none'})",
-            )
+            # One check per region (the default region's is `leader`): a stale region fails.
+            for leader in api.get("/api/v1/scheduler/regions"):
+                holder, region = leader.get("holder"), leader["region"]
+                record(
+                    "leader" if region == DEFAULT_REGION else f"leader {region}",
+                    bool(leader["live"]),
+                    f"{holder} leads (epoch {leader['epoch']})"
+                    + (", and the fleet-wide duties" if leader["fleet"] else "")
+                    if leader["live"]
+                    else f"no live scheduler leader in region {region} (last: "
+                    f"{holder or 'none'}): its tables' maintenance stalls",
+                )
             firing = api.get("/api/v1/alerts", state="firing", limit=500)["items"]
             critical = [a for a in firing if a["severity"] == "critical"]
             record(

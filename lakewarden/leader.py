@@ -21,6 +21,7 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.orm import Session
 
+from lakewarden.catalogs.regions import region_of_lease
 from lakewarden.db.locks import DBLocks
 
 
@@ -29,6 +30,11 @@ class Fence:
     lease: str
     holder: str
     epoch: int
+
+    @property
+    def region(self) -> str | None:
+        """The region whose tasks this fence may move (None: not a region's lease)."""
+        return region_of_lease(self.lease)
 
 
 class FencedOut(RuntimeError):

@@ -18,6 +18,22 @@ def _default_data_dir() -> Path:
     return Path.home() / ".lakewarden"
 
 
+DEFAULT_REGION = "default"
+# A region's name: lowercase letters, digits and dashes (it names a lease, a Helm
+# deployment and a metric label).
+REGION_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?")
+
+
+def check_region_name(name: str) -> str:
+    """`name` if it is a valid region name; ValueError saying what to fix."""
+    if not REGION_NAME.fullmatch(name):
+        raise ValueError(
+            f"region {name!r}: use 1-32 lowercase letters, digits or dashes "
+            "(not starting or ending with a dash)"
+        )
+    return name
+
+
 class PoolCapacity(BaseModel):
     """A pool's elastic capacity (`pool_capacity`): how many of its jobs may run at once,
     between `min` and `max`, raised by the leader while its queue waits and lowered once
@@ -156,6 +172,14 @@ class Settings(BaseSettings):
     # as an error and that table's cache dropped). 1: every plan is checked.
     plan_full_every: int = Field(default=20, ge=1, le=1_000_000)
 
+    # --- regions (docs/regions.md) ---------------------------------------------------
+    # Every region's name (JSON, e.g. ["default", "eu-west"]): a catalog is registered in
+    # one of them; the settings-configured catalog is in DEFAULT_REGION ("default").
+    regions: list[str] = Field(default_factory=lambda: [DEFAULT_REGION], min_length=1)
+    # The region a scheduler leads or stands by for: its leader runs only the tables of
+    # that region's catalogs, under a lease of that region's own.
+    region: str = DEFAULT_REGION
+
     # --- scheduler -----------------------------------------------------------------
     # A standby takes over within lease_ttl_s of the leader's death (it tries again right
     # when the lease lapses); the leader renews every lease_renew_interval_s, so it has
@@ -168,7 +192,8 @@ class Settings(BaseSettings):
     # Spark jobs one scheduler runs at once on its session (FAIR-shared). 0: by the cores
     # of spark_master (JOBS_PER_CORE per core; a cluster master counts as 2 cores).
     max_concurrent_jobs: int = Field(default=0, ge=0)
-    # Jobs running at once per pool, across all schedulers (JSON, e.g. {"default": 4}).
+    # Jobs running at once per pool, across all schedulers of a region (JSON, e.g.
+    # {"default": 4}): each region has its own pools.
     pool_limits: dict[str, int] = Field(default_factory=dict)
     # Hard quota per pool: Spark minutes its jobs may use in any trailing hour, across all
     # schedulers (JSON, e.g. {"big": 30}); past it, its tasks wait (lakewarden.policy.quotas).
@@ -274,6 +299,23 @@ class Settings(BaseSettings):
         if v is None or v == "":
             return None
         return sqlalchemy_pg_url(v)
+
+    @field_validator("regions")
+    @classmethod
+    def _region_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            check_region_name(name)
+        if DEFAULT_REGION not in v:  # the settings-configured catalog lives there
+            raise ValueError(f"regions must include {DEFAULT_REGION!r}")
+        return v
+
+    @field_validator("region")
+    @classmethod
+    def _known_region(cls, v: str, info: ValidationInfo) -> str:
+        known = info.data.get("regions") or [DEFAULT_REGION]
+        if v not in known:
+            raise ValueError(f"region {v!r} is not one of LAKEWARDEN_REGIONS {known}")
+        return v
 
     @field_validator("max_concurrent_jobs")
     @classmethod

@@ -50,6 +50,7 @@ from sqlalchemy.orm import Session, aliased
 
 from lakewarden.auth.grants import glob_to_like
 from lakewarden.catalogs.catalog import TableRef
+from lakewarden.catalogs.regions import in_region
 from lakewarden.db.locks import DBLocks, xact_lock
 from lakewarden.db.models import (
     ManagedTable,
@@ -82,11 +83,12 @@ ICEBERG = ManagedTable.format == "iceberg"
 
 
 def naming_section(
-    session: Session, section: str, *, every_format: bool = False
+    session: Session, section: str, *, every_format: bool = False, region: str | None = None
 ) -> list[tuple[int, str]]:
     """(id, namespace.name) of the live Iceberg tables (`every_format`: of any format)
     whose own settings, or whose namespace's defaults, name a policy `section` (readiness,
-    publish): the leader's rounds for a section off by default read only these."""
+    publish): the leader's rounds for a section off by default read only these (a region's
+    leader: its `region`'s only)."""
     named = ManagedTable.policy.has_key(section)
     by_namespace = exists().where(
         NamespacePolicy.catalog == ManagedTable.catalog,
@@ -95,7 +97,7 @@ def naming_section(
     )
     rows = session.execute(
         select(ManagedTable.id, ManagedTable.namespace, ManagedTable.name)
-        .where(LIVE, or_(named, by_namespace))
+        .where(LIVE, or_(named, by_namespace), in_region(region))
         .where(true() if every_format else ICEBERG)
         .order_by(ManagedTable.id)
     ).all()

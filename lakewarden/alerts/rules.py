@@ -9,7 +9,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from lakewarden.alerts.store import fire, resolve_absent, table_details
-from lakewarden.db.locks import DBLocks
+from lakewarden.catalogs.regions import in_region_sql, lease_name
 from lakewarden.db.models import ManagedTable, PartitionReadiness
 from lakewarden.isolation import RULE as UNREADABLE_RULE
 from lakewarden.isolation import RUNBOOK as UNREADABLE_RUNBOOK
@@ -298,32 +298,39 @@ def _overdue_partitions(session: Session, default: str) -> dict[str, tuple[str, 
 
 
 def evaluate_leader_rule(session: Session, settings: Settings) -> None:
-    """Evaluated by every API replica: a leader cannot report its own absence."""
-    row = session.execute(
-        text(
-            "SELECT holder, extract(epoch FROM now() - expires_at) FROM leader_lease "
-            "WHERE name = :lease"
-        ),
-        {"lease": DBLocks.SCHEDULER_LEASE},
-    ).one_or_none()
+    """Evaluated by every API replica: a leader cannot report its own absence. One alert
+    per region without a leader (its subject is its lease: `scheduler` for the default
+    region, `scheduler:<region>` for the others), so a stale region is named."""
     conditions = {}
-    if row is not None and row[1] > settings.alert_no_leader_s:
-        conditions["scheduler"] = (
-            f"no scheduler has held the lease for {int(row[1])}s (last: {row[0]})",
-            {"last_holder": row[0], "expired_s": int(row[1])},
-        )
-    elif row is None:
-        # Never had a leader: only an alert once work waits for one.
-        waiting = session.execute(
+    for region in settings.regions:
+        lease = lease_name(region)
+        row = session.execute(
             text(
-                f"SELECT count(*) FROM tasks WHERE {sql_in('state', WAITING_TASK_STATES)} "
-                "AND created_at < now() - make_interval(secs => :s)"
+                "SELECT holder, extract(epoch FROM now() - expires_at) FROM leader_lease "
+                "WHERE name = :lease"
             ),
-            {"s": settings.alert_no_leader_s},
-        ).scalar()
-        if waiting:
-            conditions["scheduler"] = (
-                f"no scheduler has ever held the lease and {waiting} task(s) wait",
-                {"last_holder": None, "waiting_tasks": waiting},
+            {"lease": lease},
+        ).one_or_none()
+        if row is not None and row[1] > settings.alert_no_leader_s:
+            conditions[lease] = (
+                f"no scheduler of region {region} has held the lease for {int(row[1])}s "
+                f"(last: {row[0]}): its tables' maintenance stalls",
+                {"region": region, "last_holder": row[0], "expired_s": int(row[1])},
             )
+        elif row is None:
+            # Never had a leader: only an alert once work waits for one.
+            waiting = session.execute(
+                text(
+                    f"SELECT count(*) FROM tasks WHERE {sql_in('state', WAITING_TASK_STATES)} "
+                    "AND created_at < now() - make_interval(secs => :s) "
+                    f"AND {in_region_sql('table_id')}"
+                ),
+                {"s": settings.alert_no_leader_s, "region": region},
+            ).scalar()
+            if waiting:
+                conditions[lease] = (
+                    f"no scheduler of region {region} has ever held the lease and "
+                    f"{waiting} task(s) wait",
+                    {"region": region, "last_holder": None, "waiting_tasks": waiting},
+                )
     _apply(session, "no_leader", "critical", conditions)

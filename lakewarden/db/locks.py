@@ -19,6 +19,10 @@ from sqlalchemy.orm import Session
 class DBLocks(StrEnum):
     # The leader_lease row the schedulers compete for (its name is stored: never change it).
     SCHEDULER_LEASE = "scheduler"
+    # The fleet-wide duties' lease (metric fold, history retention, alerts), held by one of
+    # the region leaders (lakewarden.catalogs.regions). A region's own lease is
+    # SCHEDULER_LEASE for the default region, `SCHEDULER_LEASE.key(region)` for the others.
+    FLEET_LEASE = "scheduler.fleet"
     # Session lock for the whole of `lakewarden migrate`: replicas migrating at once take turns.
     MIGRATIONS = "lakewarden.migrations"
     # Transaction lock: concurrent DDL on the commit trigger's function fails in Postgres.

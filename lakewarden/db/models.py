@@ -124,6 +124,8 @@ class Catalog(Base):
     properties: Mapped[dict[str, Any]]
     poll_interval_s: Mapped[float] = mapped_column(Float, server_default=text("30"))
     poll_concurrency: Mapped[int] = mapped_column(Integer, server_default=text("4"))
+    # The region whose scheduler leader runs this catalog's tables (lakewarden.catalogs.regions).
+    region: Mapped[str] = mapped_column(String(32), server_default=text("'default'"))
     # Bumped on every change: processes reload a catalog whose version moved.
     version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
     created_by: Mapped[str | None] = mapped_column(String(255))
@@ -389,7 +391,9 @@ class TableLastSuccess(Base):
 
 
 class LeaderLease(Base):
-    """The scheduler's lease. `epoch` is the fencing token; it grows on every takeover."""
+    """A scheduler lease: a region's (`scheduler`, `scheduler:<region>`) or the fleet-wide
+    duties' (lakewarden.catalogs.regions). `epoch` is the fencing token; it grows on every
+    takeover."""
 
     __tablename__ = "leader_lease"
 

@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from lakewarden import publish
+from lakewarden.catalogs.regions import region_leaders, region_of_table
 from lakewarden.db.models import ManagedTable, PublishAudit, Task
 from lakewarden.evaluate import event_facts
 from lakewarden.events.ingest import snapshot_fields
@@ -37,7 +38,7 @@ from lakewarden.policy.model import (
 from lakewarden.policy.quotas import usage_of
 from lakewarden.readiness import explain_readiness
 from lakewarden.refs import PYICEBERG_MAX_WRITE_VERSION, due_tag, list_refs
-from lakewarden.settings import Settings
+from lakewarden.settings import DEFAULT_REGION, Settings
 from lakewarden.spark.validation import REWRITE_KINDS
 from lakewarden.tables import describe_hold, freeze_of, live_blockers, pause_of
 from lakewarden.tasks.repo import find_open_task
@@ -103,11 +104,16 @@ def explain_table(
         ]
         if waiting:
             kinds[name]["reason"] += f"; it would not start now: {'; '.join(waiting)}"
+    region = region_of_table(session, row.id) or DEFAULT_REGION
+    # Whether its region leads: without a leader (a data center's outage), nothing runs.
+    region_leads = region_leaders(session, [region])[region]
     return {
         "table": f"{row.namespace}.{row.name}",
         "at": now,
         "snapshot_id": current.snapshot_id if current else None,
         "policy_version": row.policy_version,
+        "region": region,
+        "region_leader": region_leads,
         "summary": overview,
         "blocked_by": blockers,
         "paused": paused,

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, text, update
 
-from lakewarden.db.locks import DBLocks
-from lakewarden.db.models import JobRun
+from lakewarden.catalogs.regions import lease_name, region_of_table
+from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.errors import headline
 from lakewarden.jobs.delta import recover_committed, run_delta_job
@@ -46,6 +46,7 @@ from lakewarden.jobs.hudi import run_hudi_job
 from lakewarden.leader import Fence
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
+from lakewarden.settings import DEFAULT_REGION
 from lakewarden.spark import yarn
 from lakewarden.states import RunState, TaskState
 from lakewarden.tasks import repo
@@ -84,8 +85,12 @@ def load_job(rt: Runtime, task_id: int, attempt: int) -> Job | None:
 
 def assigned_fence(rt: Runtime, task_id: int, attempt: int) -> tuple[Fence, bool]:
     """The fence of the leader the run is assigned to now, and whether that lease is live
-    (held by that leader at that epoch, by the database's clock)."""
+    (held by that leader at that epoch, by the database's clock). The lease is the one of
+    the task's table's region (lakewarden.catalogs.regions)."""
     with transaction(rt.engine) as s:
+        table_id = s.scalar(select(Task.table_id).where(Task.id == task_id))
+        region = region_of_table(s, table_id) if table_id is not None else None
+        lease = lease_name(region or DEFAULT_REGION)
         holder, epoch, live = s.execute(
             select(
                 JobRun.scheduler_id,
@@ -94,10 +99,10 @@ def assigned_fence(rt: Runtime, task_id: int, attempt: int) -> tuple[Fence, bool
                     "EXISTS (SELECT 1 FROM leader_lease l WHERE l.name = :lease "
                     "AND l.holder = job_runs.scheduler_id AND l.epoch = job_runs.leader_epoch "
                     "AND l.expires_at > now())"
-                ).bindparams(lease=DBLocks.SCHEDULER_LEASE),
+                ).bindparams(lease=lease),
             ).where(JobRun.task_id == task_id, JobRun.attempt == attempt)
         ).one()
-    return Fence(DBLocks.SCHEDULER_LEASE, holder, int(epoch)), bool(live)
+    return Fence(lease, holder, int(epoch)), bool(live)
 
 
 def fence_waiting_for_leader(

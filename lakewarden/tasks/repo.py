@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     bindparam,
     column,
     exists,
@@ -29,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
 
+from lakewarden.catalogs.regions import task_in_region
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, FencedOut, check_fence
@@ -298,13 +300,13 @@ def _moves(
         func.unnest(bindparam("ids", list(reasons), ARRAY(BigInteger))).label("id"),
         func.unnest(bindparam("reasons", list(reasons.values()), ARRAY(Text))).label("reason"),
     ).cte("wanted")
-    locked = (
-        select(t.c.id, t.c.state, t.c.holder)
-        .where(t.c.id == func.any(bindparam("locked_ids", list(reasons), ARRAY(BigInteger))))
-        .order_by(t.c.id)
-        .with_for_update()
-        .cte("locked")
+    region = fence.region if fence is not None else None
+    in_scope = select(t.c.id, t.c.state, t.c.holder).where(
+        t.c.id == func.any(bindparam("locked_ids", list(reasons), ARRAY(BigInteger)))
     )
+    if region is not None:  # a region's leader moves only its region's tasks
+        in_scope = in_scope.where(task_in_region(region))
+    locked = in_scope.order_by(t.c.id).with_for_update().cte("locked")
     guards: list[ColumnElement[bool]] = [
         t.c.id == locked.c.id,
         wanted.c.id == locked.c.id,
@@ -384,7 +386,14 @@ def _moves(
     for task_id in reasons:
         f = by_id.get(task_id)
         if f is None:
-            raise TransitionRejected(f"task {task_id} does not exist", task_id=task_id, state=None)
+            elsewhere = region is not None and session.get(Task, task_id) is not None
+            raise TransitionRejected(
+                f"task {task_id} is not in region {region!r}, which {fence and fence.holder} leads"
+                if elsewhere
+                else f"task {task_id} does not exist",
+                task_id=task_id,
+                state=None,
+            )
         if f[-1] is not None:
             continue
         if f.locked_state not in allowed:
@@ -418,6 +427,8 @@ def transition_all(
     A task in another state is left as it is. Returns the ids moved, in order."""
     if fence is not None:
         check_fence(session, fence)
+        if fence.region is not None:  # a region's leader moves only its region's tasks
+            where = and_(where, task_in_region(fence.region))
     sources = [s for s in (expected or sources_of(to)) if can_transition(s, to)]
     found = session.execute(
         select(Task.id, Task.state)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Row, select, text
 
+from lakewarden.catalogs.regions import in_region_sql
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
 from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, run_job
@@ -22,6 +23,7 @@ from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
 from lakewarden.policy import gate as policy_gate
 from lakewarden.policy.quotas import quota_holds
+from lakewarden.settings import DEFAULT_REGION
 from lakewarden.states import RunMode, RunState, TaskState, sql_in
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import finish_run
@@ -42,9 +44,10 @@ log = logging.getLogger(__name__)
 # most expected gain per MB rewritten (compaction plans: data files removed per MB); then
 # the oldest task. Never a table with a job already running, one a writer has blocked or an
 # operator paused, a kind held on its table, any table while the fleet is frozen, a full
-# pool, or a table or pool past its hard quota. In one batch: one task per table (the
-# first in that order), no pool past its limit counting the batch, no execution mode past
-# its room (`:rooms`, free slots by mode: a mode not named has room for all). The rows are
+# pool, a table or pool past its hard quota, or another region's table. In one batch: one
+# task per table (the first in that order), no pool past its limit counting the batch (its
+# running jobs counted in this region only), no execution mode past its room (`:rooms`,
+# free slots by mode: a mode not named has room for all). The rows are
 # ranked first and locked after (FOR UPDATE cannot share a level with window functions);
 # a row locked elsewhere is skipped, which only leaves the batch smaller.
 _NEXT_PLANNED = text(
@@ -57,8 +60,11 @@ _NEXT_PLANNED = text(
         WHERE r.started_at > now() - interval '1 hour'
         GROUP BY k.table_id
     ), running AS (
+        -- a pool's limit is per region: another region's jobs (or a dead region's
+        -- orphans) never take this region's slots
         SELECT pool, count(*) AS n FROM tasks
-        WHERE {sql_in("state", TaskState.RUNNING)} GROUP BY pool
+        WHERE {sql_in("state", TaskState.RUNNING)} AND {in_region_sql("table_id")}
+        GROUP BY pool
     ), candidates AS (
         SELECT t.id, t.table_id, t.pool, t.priority, coalesce(u.used_ms, 0) AS used_ms,
                extract(epoch FROM now() - t.created_at) AS waited_s,
@@ -92,6 +98,8 @@ _NEXT_PLANNED = text(
           -- no table or pool past its hard quota of Spark minutes (lakewarden.policy.quotas)
           AND t.table_id <> ALL(CAST(:quota_tables AS bigint[]))
           AND t.pool <> ALL(CAST(:quota_pools AS text[]))
+          -- only this leader's region's tables (lakewarden.catalogs.regions)
+          AND {in_region_sql("t.table_id")}
     ), ranked AS (
         SELECT c.*, row_number() OVER (
                    ORDER BY priority DESC, used_ms ASC, oldest_of_table DESC,
@@ -119,8 +127,11 @@ _NEXT_PLANNED = text(
     ORDER BY p.n
     FOR UPDATE OF t SKIP LOCKED
     """
-    # Defaults: every pool in session mode, room in every mode, no quota reached, one task.
-).bindparams(pool_modes="{}", rooms="{}", quota_tables=[], quota_pools=[], batch=1)
+    # Defaults: every pool in session mode, room in every mode, no quota reached, one task,
+    # the default region.
+).bindparams(
+    pool_modes="{}", rooms="{}", quota_tables=[], quota_pools=[], batch=1, region=DEFAULT_REGION
+)
 
 # At most this many tasks per dispatch round (one transaction): a round's fenced
 # transaction stays short, and a standby's takeover waits for it.
@@ -213,6 +224,7 @@ class DispatchRounds(LeaseRounds):
                         "quota_tables": list(quota.tables),
                         "quota_pools": list(quota.pools),
                         "batch": min(DISPATCH_BATCH, sum(rooms.values())),
+                        "region": fence.region,
                     },
                 ).all()
                 if not picks:

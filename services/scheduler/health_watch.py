@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select, update
 
 from lakewarden.catalogs.catalog import load_table
+from lakewarden.catalogs.regions import in_region
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.health.measure import measure
@@ -27,7 +28,11 @@ from lakewarden.tables import ICEBERG, LIVE, effective_policy_for, ref_of
 
 
 def measure_due_tables(
-    rt: Runtime, now: datetime, limit: int | None = None, budget_s: float | None = None
+    rt: Runtime,
+    now: datetime,
+    limit: int | None = None,
+    budget_s: float | None = None,
+    region: str | None = None,
 ) -> int:
     """Measure the tables not measured for `health_interval_s`, a batch at a time, until
     none is left, `limit` tables were tried or `budget_s` (default `health_budget_s`) has
@@ -35,7 +40,8 @@ def measure_due_tables(
 
     A table that fails (unreadable metadata, a policy that no longer validates) is
     alerted and its score cleared; it is tried again after `health_interval_s` like the
-    others, so failing tables cannot keep the due list to themselves."""
+    others, so failing tables cannot keep the due list to themselves. A region's leader
+    measures its `region`'s tables only (None: every table)."""
     stale = now - timedelta(seconds=rt.settings.health_interval_s)
     deadline = time.monotonic() + (rt.settings.health_budget_s if budget_s is None else budget_s)
     isolated = PerTable("health watch")
@@ -45,7 +51,7 @@ def measure_due_tables(
         size = rt.settings.health_batch_size
         if limit is not None:
             size = min(size, limit - len(tried))
-        due = _due_batch(rt, stale, size, tried)
+        due = _due_batch(rt, stale, size, tried, region)
         failed: list[int] = []
         for table_id, namespace, name in due:
             if time.monotonic() >= deadline:
@@ -71,7 +77,7 @@ def measure_due_tables(
 
 
 def _due_batch(
-    rt: Runtime, stale: datetime, size: int, tried: set[int]
+    rt: Runtime, stale: datetime, size: int, tried: set[int], region: str | None
 ) -> list[tuple[int, str, str]]:
     """The next `size` due tables: moved pointers first, then the longest unmeasured."""
     query = (
@@ -79,6 +85,7 @@ def _due_batch(
         .where(
             LIVE,
             ICEBERG,
+            in_region(region),
             or_(
                 ManagedTable.health_measured_at.is_(None),
                 ManagedTable.health_measured_at < stale,

@@ -1,5 +1,8 @@
 """The scheduler process: stand by, or lead: dispatch planned tasks to a warm Spark session.
 
+A scheduler serves one region (LAKEWARDEN_REGION): it leads or stands by for that region's
+lease and runs only the tables of its catalogs (lakewarden.catalogs.regions).
+
 Threads: a Ticker (lakewarden.process) per periodic job (the lease renewal, and the
 leader's reaper, health-alerts-readiness round and sweep); the main loop dispatches; a pool runs
 Spark jobs (each in its own Spark job group, so it can be cancelled). Every write that
@@ -52,8 +55,10 @@ class Scheduler(PeriodicRounds):
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.stop = threading.Event()
-        self.fence: Fence | None = None
+        self.fence: Fence | None = None  # this region's lease (LAKEWARDEN_REGION)
+        self.fleet_fence: Fence | None = None  # the fleet-wide duties' lease
         self._valid_until = 0.0  # monotonic deadline of our last successful renewal
+        self._fleet_valid_until = 0.0
         self._next_try: float | None = None  # a standby's next try: when the lease lapses
         # Several jobs at once on the one session (Spark FAIR pools share its cores).
         self.pool = ThreadPoolExecutor(
@@ -86,6 +91,15 @@ class Scheduler(PeriodicRounds):
                 fixed_rate=True,
                 due_in=self._lease_due_in,
             ),
+            # The fleet-wide duties' lease, on its own thread: it never delays the above.
+            Ticker(
+                "fleet-lease",
+                s.lease_renew_interval_s,
+                self.renew_fleet,
+                self.stop,
+                wait_first=True,
+                fixed_rate=True,
+            ),
             *(
                 Ticker(name, seconds, fn, self.stop, wait_first=True)
                 for name, seconds, fn in (
@@ -102,6 +116,7 @@ class Scheduler(PeriodicRounds):
             ),
         ]
         self.renew()
+        self.renew_fleet()
         self.beat()
         for ticker in self.tickers:
             ticker.start()
@@ -114,7 +129,7 @@ class Scheduler(PeriodicRounds):
             libpq_url(self.rt.db_url), {TaskState.PLANNED: self.wake}, self.stop
         )
         self.task_wakeup.start()
-        log.info("scheduler %s started", self.rt.process_id)
+        log.info("scheduler %s started (region %s)", self.rt.process_id, self.rt.settings.region)
         while not self.stop.is_set():
             self.wake.clear()  # before looking: a wake-up while we look is kept
             try:
@@ -168,12 +183,13 @@ class Scheduler(PeriodicRounds):
     def shutdown(self) -> None:
         self.stop.set()
         for ticker in self.tickers:
-            if ticker.name == "lease":  # a renewal in flight must not outlive the resignation
+            if ticker.name in ("lease", "fleet-lease"):  # not outliving the resignation
                 ticker.join(timeout=5.0)
         self.pool.shutdown(wait=True, cancel_futures=False)
-        if self.fence is not None:
-            with self._lease_db.begin() as conn:
-                resign(conn, self.fence)
+        for fence in (self.fleet_fence, self.fence):
+            if fence is not None:
+                with self._lease_db.begin() as conn:
+                    resign(conn, fence)
         process.forget(self.rt)
 
 

@@ -1,7 +1,10 @@
 """The scheduler's periodic rounds, each on a ticker of its own (`Scheduler.serve`): the
 heartbeat, the reaper, health and alerts (then readiness), the sweep, the metric rollups'
 fold, history retention, write-audit-publish, and log pruning. All but the heartbeat and
-log pruning are the leader's only; those two run on every scheduler."""
+log pruning are the leader's only; those two run on every scheduler. A region's leader runs
+its region's tables only; the fleet-wide duties (judging the task alert rules, the metric
+fold, history retention) run under the fleet lease, which one region leader holds
+(lakewarden.catalogs.regions)."""
 
 from __future__ import annotations
 
@@ -61,8 +64,10 @@ class PeriodicRounds(DispatchRounds):
         partition readiness (last: whatever happens there, the alerts went out)."""
         fence = self.leading()
         if fence is not None:
-            measure_due_tables(self.rt, datetime.now(UTC))
+            measure_due_tables(self.rt, datetime.now(UTC), region=fence.region)
+        if self.leading_fleet() is not None:
             alert_tick(self.rt, as_leader=True)
+        if fence is not None:
             readiness_round(self.rt, fence, datetime.now(UTC))
 
     def sweep(self) -> None:
@@ -73,13 +78,13 @@ class PeriodicRounds(DispatchRounds):
 
     def fold_metrics(self) -> None:
         """Fold the metric deltas the triggers appended into the counts /metrics reads."""
-        fence = self.leading()
+        fence = self.leading_fleet()
         if fence is not None:
             history.fold_metric_deltas(self.rt, fence)
 
     def prune_history(self) -> None:
         """Delete the history past its retention, in small fenced batches."""
-        fence = self.leading()
+        fence = self.leading_fleet()
         if fence is not None:
             history.prune_history(self.rt, fence)
 

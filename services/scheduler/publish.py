@@ -30,7 +30,7 @@ def publish_round(rt: Runtime, fence: Fence) -> list[int]:
     """Audit the new branch heads of the tables that publish; returns the audits' ids."""
     isolated = PerTable("publish")
     done: list[int] = []
-    for table_id, name in _candidates(rt):
+    for table_id, name in _candidates(rt, fence.region):
         with isolated.table(name):
             audit_id = _round_of_table(rt, fence, table_id)
             if audit_id is not None:
@@ -41,9 +41,9 @@ def publish_round(rt: Runtime, fence: Fence) -> list[int]:
     return done
 
 
-def _candidates(rt: Runtime) -> list[tuple[int, str]]:
+def _candidates(rt: Runtime, region: str | None) -> list[tuple[int, str]]:
     with transaction(rt.engine) as s:
-        return naming_section(s, "publish")
+        return naming_section(s, "publish", region=region)
 
 
 def _round_of_table(rt: Runtime, fence: Fence, table_id: int) -> int | None:

@@ -76,7 +76,7 @@ def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
     state. A table that fails is alerted (`lakewarden.isolation`), the others go on."""
     isolated = PerTable("readiness")
     changed = 0
-    for table_id, key in _candidates(rt):
+    for table_id, key in _candidates(rt, fence.region):
         with isolated.table(key):
             changed += _round_of_table(rt, fence, table_id, now)
     with transaction(rt.engine) as s:
@@ -91,9 +91,9 @@ def readiness_round(rt: Runtime, fence: Fence, now: datetime) -> int:
     return changed
 
 
-def _candidates(rt: Runtime) -> list[tuple[int, str]]:
+def _candidates(rt: Runtime, region: str | None) -> list[tuple[int, str]]:
     with transaction(rt.engine) as s:
-        return naming_section(s, "readiness", every_format=True)
+        return naming_section(s, "readiness", every_format=True, region=region)
 
 
 def _round_of_table(rt: Runtime, fence: Fence, table_id: int, now: datetime) -> int:

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, select, update
 
+from lakewarden.catalogs.regions import task_in_region
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.leader import Fence, FencedOut
@@ -35,15 +36,20 @@ def abandon_orphans(
     finished as succeeded; only a dead one without a commit is re-planned.
     """
     returned = 0
+    # A region's leader returns its region's work only (lakewarden.catalogs.regions).
+    mine = [] if fence.region is None else [task_in_region(fence.region)]
     with transaction(rt.engine) as s:
         stale = s.scalars(
             select(Task.id).where(
                 Task.state == TaskState.PLANNING,
                 Task.heartbeat_at < func.now() - timedelta(seconds=stale_after_s),
+                *mine,
             )
         ).all()
         orphaned = s.scalars(
-            select(Task.id).where(Task.state == TaskState.RUNNING, Task.holder != fence.holder)
+            select(Task.id).where(
+                Task.state == TaskState.RUNNING, Task.holder != fence.holder, *mine
+            )
         ).all()
     for task_id in stale:
         returned += _return_to_pending(

@@ -32,6 +32,7 @@ from sqlalchemy import Row, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import TableRef, find_table
+from lakewarden.catalogs.regions import in_region
 from lakewarden.db.models import ManagedTable, NamespacePolicy, Task
 from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
@@ -74,7 +75,7 @@ def sweep_due_tasks(rt: Runtime, fence: Fence, now: datetime) -> list[int]:
             check_fence(s, fence)
             rows = s.execute(
                 select(*_COLUMNS)
-                .where(LIVE, ManagedTable.id > after)
+                .where(LIVE, ManagedTable.id > after, in_region(fence.region))
                 .order_by(ManagedTable.id)
                 .limit(rt.settings.sweep_batch_size)
             ).all()

@@ -1059,3 +1059,40 @@ def test_prometheus_rule_is_the_rules_file(all_on: list[dict[str, Any]]) -> None
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "prometheus"
     assert rule["spec"] == load_yaml(RULES)  # Prometheus's {{ $labels }} left to Prometheus
+
+
+def test_rendered_regions_get_a_scheduler_deployment_each(tmp_path: Path) -> None:
+    """scheduler.regions: one scheduler Deployment per region (its own selector, pinned to
+    its data center), LAKEWARDEN_REGION on each, LAKEWARDEN_REGIONS for every process; the
+    default region's Deployment keeps its name and selector (an upgrade does not churn)."""
+    region = {"name": "eu-west", "replicas": 3, "nodeSelector": {"dc": "eu"}}
+    docs = render({"scheduler": {"regions": [region]}}, tmp_path)
+    deployments = by_kind(docs, "Deployment")
+    default, eu = (
+        deployments["lw-lakewarden-scheduler"],
+        deployments["lw-lakewarden-scheduler-eu-west"],
+    )
+
+    def region_env(dep: dict[str, Any]) -> str:
+        env = {
+            e["name"]: e.get("value")
+            for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        return str(env["LAKEWARDEN_REGION"])
+
+    assert (region_env(default), region_env(eu)) == ("default", "eu-west")
+    assert default["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
+    assert (
+        eu["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler-eu-west"
+    )
+    assert (default["spec"]["replicas"], eu["spec"]["replicas"]) == (2, 3)
+    assert eu["spec"]["template"]["spec"]["nodeSelector"] == {"dc": "eu"}
+    (config,) = by_kind(docs, "ConfigMap").values()
+    assert json.loads(config["data"]["LAKEWARDEN_REGIONS"]) == ["default", "eu-west"]
+    assert "lw-lakewarden-scheduler-eu-west" in by_kind(docs, "PodDisruptionBudget")
+    # No regions: the one scheduler Deployment as before, and no LAKEWARDEN_REGIONS.
+    plain = render({}, tmp_path)
+    assert [n for n in by_kind(plain, "Deployment") if "scheduler" in n] == [
+        "lw-lakewarden-scheduler"
+    ]
+    assert "LAKEWARDEN_REGIONS" not in next(iter(by_kind(plain, "ConfigMap").values()))["data"]

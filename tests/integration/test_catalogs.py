@@ -23,10 +23,12 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
 from lakewarden.catalogs.catalog import CatalogEntry
+from lakewarden.catalogs.regions import lease_name
 from lakewarden.db.models import ManagedTable, ManagementRule, TimelineEvent
 from lakewarden.db.session import engine_for, transaction
 from lakewarden.events.listener import RESCAN_S, CommitListener
 from lakewarden.events.poller import PollResult, poll_due, poll_once
+from lakewarden.leader import acquire_or_renew
 from lakewarden.runtime import Runtime
 
 ENV = "LW_SECRET_TEST_SECOND_CATALOG_URL"
@@ -105,6 +107,38 @@ def test_register_list_change_and_remove_a_catalog(
     assert client.delete("/api/v1/catalogs/second").status_code == 204
     assert client.get("/api/v1/catalogs/second").status_code == 404
     assert client.delete("/api/v1/catalogs/lake").status_code == 409
+
+
+def test_a_catalog_carries_a_region(client: TestClient, rt: Runtime, second: Second) -> None:
+    """Registered in one of the deployment's regions (an unknown or malformed one: a 422
+    that says what to fix, nothing written), shown with whether that region leads, and
+    moved to another; the settings-configured catalog is in the default region."""
+    rt.settings.regions = ["default", "eu"]
+    r = client.post("/api/v1/catalogs", json=second.body | {"region": "mars"})
+    assert r.status_code == 422
+    assert "unknown region 'mars': this deployment's regions are default, eu" in r.text
+    r = client.post("/api/v1/catalogs", json=second.body | {"region": "EU West"})
+    assert r.status_code == 422 and "lowercase letters, digits or dashes" in r.text
+    assert client.get("/api/v1/catalogs/second").status_code == 404  # nothing half-written
+
+    r = client.post("/api/v1/catalogs", json=second.body | {"region": "eu"})
+    assert r.status_code == 201, r.text
+    assert (r.json()["region"], r.json()["region_leader"]) == ("eu", False)
+    assert client.patch("/api/v1/catalogs/second", json={"region": "mars"}).status_code == 422
+    assert client.get("/api/v1/catalogs/second").json()["region"] == "eu"
+    with rt.engine.begin() as conn:  # the default region leads
+        acquire_or_renew(conn, lease_name("default"), "leader-default", 60)
+    r = client.patch("/api/v1/catalogs/second", json={"region": "default"})
+    assert r.status_code == 200 and (r.json()["region"], r.json()["region_leader"]) == (
+        "default",
+        True,
+    )
+    lake = client.get("/api/v1/catalogs/lake").json()
+    assert (lake["region"], lake["region_leader"]) == ("default", True)
+    regions = {x["region"]: x for x in client.get("/api/v1/scheduler/regions").json()}
+    assert regions["default"]["holder"] == "leader-default" and regions["default"]["live"]
+    assert regions["eu"]["holder"] is None and not regions["eu"]["live"]
+    assert client.get("/readyz").json() == {"status": "ready", "stale_regions": ["eu"]}
 
 
 @pytest.mark.parametrize(

@@ -243,6 +243,8 @@ def test_an_empty_table(client: TestClient, rt: Runtime) -> None:
     assert h["snapshots"]["count"] == 0 and h["manifests"]["count"] == 0
     body = client.get("/api/v1/tables/sales/orders/explain").json()
     assert body["summary"] == "nothing would run now"
+    # Its region, and that no scheduler leads it here (none runs in this test).
+    assert (body["region"], body["region_leader"]) == ("default", False)
     assert body["kinds"]["compaction"]["reason"] == "table has no snapshot: nothing to compact"
     assert body["kinds"]["compaction"]["triggers"][0]["reason"] == "no commit yet"
 

@@ -142,3 +142,17 @@ def test_execution_mode_settings_refuse_what_no_scheduler_runs() -> None:
         Settings.model_validate({"application_deploy_mode": "server"})
     settings = Settings.model_validate({"pool_modes": {"big": "application"}})
     assert settings.pool_modes["big"] == "application"
+
+
+def test_regions_are_named_and_a_scheduler_serves_a_known_one() -> None:
+    """A scheduler's region must be one of LAKEWARDEN_REGIONS, which includes the default
+    (the settings' catalog is there); a name a lease, label or Deployment cannot carry is
+    refused with what to use instead."""
+    assert (Settings().regions, Settings().region) == (["default"], "default")
+    assert Settings(regions=["default", "eu-west"], region="eu-west").region == "eu-west"
+    with pytest.raises(ValidationError, match="region 'mars' is not one of LAKEWARDEN_REGIONS"):
+        Settings(region="mars")
+    with pytest.raises(ValidationError, match="lowercase letters, digits or dashes"):
+        Settings(regions=["default", "EU_West"])
+    with pytest.raises(ValidationError, match="regions must include 'default'"):
+        Settings(regions=["eu"], region="eu")

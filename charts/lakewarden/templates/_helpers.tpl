@@ -119,6 +119,11 @@ LAKEWARDEN_SPARK_MASTER_WEB_URL: {{ . | quote }}
 LAKEWARDEN_YARN_RESOURCEMANAGER_URL: {{ required "spark.yarn.resourceManagerUrl is required with a yarn master (its REST API: status, diagnostics, kill)" .Values.spark.yarn.resourceManagerUrl | quote }}
 {{- end }}
 LAKEWARDEN_MAX_CONCURRENT_JOBS: {{ .Values.scheduler.maxConcurrentJobs | quote }}
+{{- with .Values.scheduler.regions }}
+{{- $names := list "default" }}
+{{- range . }}{{ $names = append $names .name }}{{ end }}
+LAKEWARDEN_REGIONS: {{ toJson $names | quote }}
+{{- end }}
 {{- with .Values.scheduler.poolLimits }}
 LAKEWARDEN_POOL_LIMITS: {{ toJson . | quote }}
 {{- end }}
@@ -206,18 +211,35 @@ env:
 {{- end }}
 
 {{/* Pod-level fields shared by every workload: (dict "root" . "component" "api"). */}}
+{{/* The regions' schedulers (docs/deployment.md#regions), as a YAML list: the default
+region's first (scheduler.replicas), then each entry of scheduler.regions. */}}
+{{- define "lakewarden.schedulerRegions" -}}
+{{- $out := list (dict "name" "default" "replicas" .Values.scheduler.replicas) }}
+{{- range .Values.scheduler.regions }}
+{{- if not (regexMatch "^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$" .name) }}
+{{- fail (printf "scheduler.regions: %q is not a region name (1-32 lowercase letters, digits or dashes)" .name) }}
+{{- end }}
+{{- if eq .name "default" }}
+{{- fail "scheduler.regions: the default region's schedulers are scheduler.replicas; list only the other regions" }}
+{{- end }}
+{{- $out = append $out (dict "name" .name "replicas" (ternary .replicas $.Values.scheduler.replicas (hasKey . "replicas")) "nodeSelector" (.nodeSelector | default dict) "tolerations" (.tolerations | default list)) }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
 {{- define "lakewarden.podSpecCommon" -}}
 {{- $root := .root }}
 serviceAccountName: {{ include "lakewarden.serviceAccountName" $root }}
 {{- /* Only a scheduler that drives Spark on Kubernetes talks to the API server. */}}
-automountServiceAccountToken: {{ and (eq .component "scheduler") $root.Values.spark.kubernetes.enabled }}
+automountServiceAccountToken: {{ and (hasPrefix "scheduler" .component) $root.Values.spark.kubernetes.enabled }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
   {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
-{{- with $root.Values.nodeSelector }}
+{{- /* A region's schedulers may be pinned to its data center (scheduler.regions). */}}
+{{- with (.nodeSelector | default $root.Values.nodeSelector) }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -225,7 +247,7 @@ nodeSelector:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $root.Values.tolerations }}
+{{- with (.tolerations | default $root.Values.tolerations) }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}

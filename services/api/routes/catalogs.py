@@ -23,6 +23,7 @@ from lakewarden.catalogs.catalog import (
     PropertyValue,
     build_catalog,
 )
+from lakewarden.catalogs.regions import region_leaders
 from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.errors import headline
@@ -32,6 +33,7 @@ from lakewarden.isolation import error_line
 from lakewarden.object_store import WarehouseUnreachable, check_warehouse
 from lakewarden.redact import redact, url_secrets
 from lakewarden.secret_refs import RefRules
+from lakewarden.settings import DEFAULT_REGION, check_region_name
 from lakewarden.states import PATH_CATALOGS
 from lakewarden.tables import LIVE
 from services.api import errors
@@ -109,7 +111,24 @@ def _check(entry: CatalogEntry) -> None:
         ) from None
 
 
+def _region(rt: RuntimeDep, name: str) -> str:
+    """A region name as given, if it is one of this deployment's; else 422 saying why."""
+    try:
+        check_region_name(name)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    if name not in rt.settings.regions:
+        raise HTTPException(
+            422,
+            f"unknown region {name!r}: this deployment's regions are "
+            f"{', '.join(rt.settings.regions)} (LAKEWARDEN_REGIONS)",
+        )
+    return name
+
+
 def _out(session: Session, entry: CatalogEntry) -> CatalogOut:
+    row = None if entry.default else session.get(Catalog, entry.name)
+    region = row.region if row is not None else DEFAULT_REGION
     count = session.scalar(select(func.count()).where(ManagedTable.catalog == entry.name, LIVE))
     poll = session.get(CatalogPoll, entry.name)
     properties: dict[str, Any] = dict(entry.properties)
@@ -126,6 +145,8 @@ def _out(session: Session, entry: CatalogEntry) -> CatalogOut:
         poll_interval_s=entry.poll_interval_s,
         poll_concurrency=entry.poll_concurrency,
         version=entry.version,
+        region=region,
+        region_leader=region_leaders(session, [region])[region],
         managed_tables=count or 0,
         last_poll=CatalogPollOut.model_validate(poll) if poll and poll.polled_at else None,
     )
@@ -212,8 +233,11 @@ def register_catalog(
         poll_concurrency=body.poll_concurrency,
         refs=RefRules.of(rt.settings),
     )
+    region = _region(rt, body.region)
     _check(entry)
-    access.change = {"catalog": {"type": entry.type, "properties": entry.properties}}
+    access.change = {
+        "catalog": {"type": entry.type, "properties": entry.properties, "region": region}
+    }
     session.add(
         Catalog(
             name=entry.name,
@@ -221,6 +245,7 @@ def register_catalog(
             properties=entry.properties,
             poll_interval_s=entry.poll_interval_s,
             poll_concurrency=entry.poll_concurrency,
+            region=region,
             version=1,
             created_by=access.actor,
         )
@@ -242,6 +267,7 @@ def update_catalog(
     A Spark session that already used the catalog keeps its old settings until restarted."""
     access.need(Role.admin, None, None, target=f"catalog {name}")
     row = _row(session, rt, name, lock=True)
+    region = row.region if body.region is None else _region(rt, body.region)
     properties = dict(row.properties)
     for key, value in (body.properties or {}).items():
         properties.pop(key, None)
@@ -258,7 +284,9 @@ def update_catalog(
     )
     _check(entry)
     access.change = {"catalog": {"properties": [row.properties, entry.properties]}}
-    row.properties, row.version = entry.properties, entry.version
+    if region != row.region:
+        access.change["catalog"]["region"] = [row.region, region]
+    row.properties, row.version, row.region = entry.properties, entry.version, region
     row.poll_interval_s, row.poll_concurrency = entry.poll_interval_s, entry.poll_concurrency
     row.updated_at = func.now()
     session.flush()

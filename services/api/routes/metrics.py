@@ -43,7 +43,9 @@ from sqlalchemy.orm import Session
 
 from lakewarden import capacity
 from lakewarden.auth.grants import Role
+from lakewarden.catalogs.regions import region_leaders
 from lakewarden.db.locks import DBLocks
+from lakewarden.leader import leader_status
 from lakewarden.settings import Settings
 from lakewarden.states import (
     OPEN_TASK_STATES,
@@ -159,6 +161,22 @@ class LakewardenCollector(Collector):
             "lakewarden_scheduler_epoch",
             "the leader's fencing token",
             value=lease[0] if lease else 0,
+        )
+        # Per region (lakewarden.catalogs.regions): 0 for a region whose leader is gone (a
+        # data center's outage), whose tables' maintenance stalls until a standby leads.
+        regions = GaugeMetricFamily(
+            "lakewarden_region_leader",
+            "1 while the region's scheduler holds a live lease",
+            labels=["region"],
+        )
+        for region, live in region_leaders(self.session, self.settings.regions).items():
+            regions.add_metric([region], 1 if live else 0)
+        yield regions
+        fleet = leader_status(self.session, DBLocks.FLEET_LEASE)
+        yield GaugeMetricFamily(
+            "lakewarden_fleet_leader",
+            "1 while a region leader holds the fleet-wide duties' lease (alerts, rollups)",
+            value=1 if fleet is not None and fleet.live else 0,
         )
 
     def _tasks(self) -> Iterator[Metric]:

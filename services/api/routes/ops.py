@@ -8,13 +8,16 @@ import uuid
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from lakewarden.auth.grants import Role
+from lakewarden.catalogs.regions import lease_name, region_leaders
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.schema_compat import schema_fit
 from lakewarden.leader import leader_status
 from services.api.access import AccessDep
 from services.api.deps import RuntimeDep, SessionDep
-from services.api.schemas import LeaderOut, ReadyOut
+from services.api.schemas import LeaderOut, ReadyOut, RegionOut
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,12 @@ def get_readiness(rt: RuntimeDep) -> JSONResponse:
         return JSONResponse({"status": "unavailable", "reason": reason}, 503)
     if not fit.ready:
         return JSONResponse({"status": "unavailable", "reason": fit.reason}, 503)
-    return JSONResponse({"status": "ready"})
+    if len(rt.settings.regions) == 1:  # one region: GET /api/v1/scheduler/leader says it
+        return JSONResponse({"status": "ready"})
+    with Session(rt.engine) as session:  # shown, not failing: the API can still serve
+        live = region_leaders(session, rt.settings.regions)
+    stale = [region for region, ok in live.items() if not ok]
+    return JSONResponse({"status": "ready", "stale_regions": stale})
 
 
 @router.get("/api/v1/scheduler/leader", response_model=LeaderOut, tags=["scheduler"])
@@ -59,3 +67,22 @@ def get_scheduler_leader(session: SessionDep, access: AccessDep) -> LeaderOut:
     if status is None:
         return LeaderOut(holder=None, epoch=None, live=False)
     return LeaderOut(**status.__dict__)
+
+
+@router.get("/api/v1/scheduler/regions", response_model=list[RegionOut], tags=["scheduler"])
+def list_scheduler_regions(
+    rt: RuntimeDep, session: SessionDep, access: AccessDep
+) -> list[RegionOut]:
+    """Each region's scheduler leader (not live: that region's maintenance stalls until a
+    standby of its own leads), and which of them runs the fleet-wide duties."""
+    access.need_somewhere(Role.viewer)
+    fleet = leader_status(session, DBLocks.FLEET_LEASE)
+    out = []
+    for region in rt.settings.regions:
+        status = leader_status(session, lease_name(region))
+        if status is None:
+            out.append(RegionOut(region=region, holder=None, epoch=None, live=False, fleet=False))
+            continue
+        runs_fleet = fleet is not None and fleet.live and fleet.holder == status.holder
+        out.append(RegionOut(region=region, fleet=runs_fleet, **status.__dict__))
+    return out

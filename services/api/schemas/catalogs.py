@@ -153,6 +153,12 @@ class CatalogIn(RequestModel):
     )
     poll_interval_s: float = Field(default=30.0, ge=1, le=86400)
     poll_concurrency: int = Field(default=4, ge=1, le=64)
+    region: str = Field(
+        default="default",
+        max_length=64,
+        description="the region whose scheduler leader runs this catalog's tables: one of "
+        "LAKEWARDEN_REGIONS (docs/deployment.md#regions)",
+    )
 
 
 class CatalogPatch(RequestModel):
@@ -161,6 +167,12 @@ class CatalogPatch(RequestModel):
     )
     poll_interval_s: float | None = Field(default=None, ge=1, le=86400)
     poll_concurrency: int | None = Field(default=None, ge=1, le=64)
+    region: str | None = Field(
+        default=None,
+        max_length=64,
+        description="move the catalog's tables to this region's leader (a job running in "
+        "the old region is re-planned by the new one)",
+    )
 
 
 class CatalogPollOut(ResponseModel):
@@ -190,5 +202,9 @@ class CatalogOut(ResponseModel):
     poll_interval_s: float
     poll_concurrency: int
     version: int
+    region: str = Field(description="the region whose scheduler leader runs its tables")
+    region_leader: bool = Field(
+        description="that region has a live scheduler leader (false: its maintenance stalls)"
+    )
     managed_tables: int
     last_poll: CatalogPollOut | None

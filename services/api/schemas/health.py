@@ -24,6 +24,11 @@ class ReadyOut(ResponseModel):
 
     status: Literal["ready", "unavailable"]
     reason: str | None = Field(default=None, description="why not ready")
+    stale_regions: list[str] = Field(
+        default_factory=list,
+        description="with several regions, those without a live scheduler leader: their "
+        "tables' maintenance stalls (the API itself stays ready: GET /api/v1/scheduler/regions)",
+    )
 
 
 class LeaderOut(ResponseModel):
@@ -33,6 +38,13 @@ class LeaderOut(ResponseModel):
     renewed_at: datetime | None = None
     expires_at: datetime | None = None
     live: bool
+
+
+class RegionOut(LeaderOut):
+    """A region's scheduler leadership (docs/deployment.md#regions)."""
+
+    region: str
+    fleet: bool = Field(description="its leader also runs the fleet-wide duties")
 
 
 # The operator views: a table's health, and what would run on it now.
@@ -666,6 +678,10 @@ class ExplainOut(ResponseModel):
     at: datetime
     snapshot_id: int | None
     policy_version: int
+    region: str = Field(description="the region whose scheduler leader runs the table")
+    region_leader: bool = Field(
+        description="that region has a live scheduler leader (false: no job starts)"
+    )
     summary: str
     blocked_by: list[BlockerOut] = Field(description="live blockers: no job starts meanwhile")
     paused: HoldOut | None = Field(description="the table's pause: no job starts until resumed")

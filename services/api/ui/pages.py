@@ -93,8 +93,9 @@ async def overview(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTM
     live_s = 3 * rt.settings.heartbeat_interval_s
     backlog = await _read(rt, lambda s: queries.backlog(s, visible))
     procs = await _read(rt, lambda s: queries.processes(s, now, live_s))
-    leader, alerts, maintenance = await asyncio.gather(
+    leader, regions, alerts, maintenance = await asyncio.gather(
         api.get_or_none("/api/v1/scheduler/leader"),
+        api.get_or_none("/api/v1/scheduler/regions"),
         api.get_or_none("/api/v1/alerts?limit=20"),
         api.get_or_none("/api/v1/maintenance"),
     )
@@ -108,6 +109,8 @@ async def overview(request: Request, access: UiAccessDep, rt: RuntimeDep) -> HTM
             "cells": cells,
         },
         "leader": leader,
+        # Each region's leader: a stale one (a data center's outage) stands out.
+        "regions": regions or [],
         "processes": procs,
         "alerts": (alerts or {}).get("items", []),
         "maintenance": maintenance,

@@ -1,0 +1,306 @@
+"""Regions (issue 31 goal 6): each region's scheduler leads only its own catalogs' tables.
+
+The fault test runs two regions with a scheduler pair each (real processes, the test-only
+executor of `benchmarks.capacity`: the control plane's own rounds and transitions, no
+Spark job), kills one region's leader with SIGKILL, and checks that the other region's
+tasks keep completing while the dead region's resume on its standby. The guard tests
+check, in process, that a region's fence cannot move another region's task even if asked.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import serve
+from fastapi.testclient import TestClient
+from helpers import issue_token, wait_for
+from sqlalchemy import select, text
+
+from benchmarks import processes
+from benchmarks.capacity import POLICY, ROOT, TEST_EXECUTOR
+from lakewarden.alerts.rules import evaluate_leader_rule
+from lakewarden.catalogs.regions import lease_name
+from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import Alert, Catalog, JobRun, ManagedTable, Task
+from lakewarden.db.session import transaction
+from lakewarden.leader import Fence, acquire_or_renew
+from lakewarden.runtime import Runtime
+from lakewarden.states import RunState, TaskState
+from lakewarden.tasks import repo
+from lakewarden.tasks.runs import finish_run
+from services.api.access import TOKEN_COOKIE
+from services.scheduler import dispatch
+from services.scheduler.reaper import abandon_orphans
+
+EU = "eu"
+EU_CATALOG = "eu_lake"
+TTL_S = 3.0
+
+
+def _in_two_regions(rt: Runtime) -> None:
+    """This test's deployment: regions default and eu, an `eu_lake` catalog in eu (its
+    tables never reach storage here: the executor runs no job)."""
+    rt.settings.regions = ["default", EU]
+    with transaction(rt.engine) as s:
+        s.add(
+            Catalog(
+                name=EU_CATALOG,
+                type="jdbc",
+                properties={"uri": "postgresql://unused/eu", "warehouse": "file:///unused"},
+                region=EU,
+            )
+        )
+
+
+def _planned(rt: Runtime, catalog: str, names: list[str]) -> list[int]:
+    """A compaction task per new table of `catalog`, planned (as a worker leaves it)."""
+    ids = []
+    with transaction(rt.engine) as s:
+        for name in names:
+            row = ManagedTable(catalog=catalog, namespace="regions", name=name, policy=POLICY)
+            s.add(row)
+            s.flush()
+            task_id = repo.create_task(
+                s, table_id=row.id, kind="compaction", trigger={"reason": "test"}, actor="test"
+            )
+            assert task_id is not None
+            repo.transition(s, task_id, TaskState.PLANNING, actor="planner", holder="planner")
+            repo.transition(
+                s,
+                task_id,
+                TaskState.PLANNED,
+                actor="planner",
+                plan={"files_before": 4, "expected_files_after": 1},
+                holder=None,
+            )
+            ids.append(task_id)
+    return ids
+
+
+def _take(rt: Runtime, lease: str, who: str) -> Fence:
+    with rt.engine.begin() as conn:
+        fence = acquire_or_renew(conn, lease, who, 60.0)
+    assert fence is not None
+    return fence
+
+
+# --- the guard: a region's fence moves its region's tasks only ---------------------------
+
+
+def test_a_leader_of_one_region_cannot_move_another_regions_task(rt: Runtime) -> None:
+    _in_two_regions(rt)
+    (home,) = _planned(rt, rt.settings.catalog_name, ["home"])
+    (away,) = _planned(rt, EU_CATALOG, ["away"])
+    default = _take(rt, lease_name("default"), "leader-default")
+    assert default.region == "default"
+
+    refused = f"task {away} is not in region 'default'"
+    with pytest.raises(repo.TransitionRejected, match=refused), transaction(rt.engine) as s:
+        repo.transition(s, away, TaskState.RUNNING, actor="x", fence=default, attempt=1)
+    with transaction(rt.engine) as s:  # in bulk too: only its own region's task moves
+        moved = repo.transition_all(
+            s, Task.id.in_([home, away]), TaskState.CANCELLED, actor="x", fence=default
+        )
+    assert moved == [home]
+
+    # A run of the eu task, reported under the default region's fence: refused, unchanged.
+    eu = _take(rt, lease_name(EU), "leader-eu")
+    with transaction(rt.engine) as s:
+        repo.transition(
+            s, away, TaskState.RUNNING, actor="leader-eu", fence=eu, attempt=1, holder="leader-eu"
+        )
+        s.add(
+            JobRun(
+                task_id=away,
+                attempt=1,
+                state=RunState.RUNNING,
+                scheduler_id="leader-eu",
+                leader_epoch=eu.epoch,
+            )
+        )
+    assert finish_run(rt, default, away, 1, metrics={}) == "rejected"
+    # Nor does the default region's reaper take the eu leader's running task as an orphan.
+    assert abandon_orphans(rt, default, 30, inflight=set()) == 0
+    with transaction(rt.engine) as s:
+        task = s.get(Task, away)
+        assert task is not None and (task.state, task.holder) == (TaskState.RUNNING, "leader-eu")
+        run = s.scalars(select(JobRun).where(JobRun.task_id == away)).one()
+        assert run.state == RunState.RUNNING  # the refused report left the run as it was
+    # Its own region's leader finishes it.
+    assert finish_run(rt, eu, away, 1, metrics={}) == TaskState.SUCCEEDED
+
+
+def test_each_region_dispatches_its_own_tasks_within_its_own_pools(rt: Runtime) -> None:
+    """Dispatch's next task is its region's; a pool's limit counts that region's running
+    jobs only (an eu job, or a dead eu leader's orphan, takes no default-region slot)."""
+    _in_two_regions(rt)
+    (home,) = _planned(rt, rt.settings.catalog_name, ["home"])
+    (away, busy) = _planned(rt, EU_CATALOG, ["away", "busy"])
+    with transaction(rt.engine) as s:  # eu's leader runs one job in pool "default"
+        repo.transition(s, busy, TaskState.RUNNING, actor="x", holder="leader-eu", attempt=1)
+
+    def pick(region: str) -> int | None:
+        limits = json.dumps({"default": 1})
+        with transaction(rt.engine) as s:
+            row = s.execute(
+                dispatch._NEXT_PLANNED, {"pool_limits": limits, "region": region}
+            ).one_or_none()
+        return None if row is None else int(row[0])
+
+    assert pick("default") == home  # eu's running job does not fill default's pool
+    assert pick(EU) is None  # eu's pool is full: one job of its limit of one runs
+    with transaction(rt.engine) as s:
+        repo.transition(s, busy, TaskState.SUCCEEDED, actor="x")
+    assert pick(EU) == away
+
+
+# --- the fault: one region's leader killed -------------------------------------------------
+
+
+@pytest.fixture
+def schedulers(rt: Runtime, db_url: str, tmp_path: Path) -> Iterator[dict[str, list[Any]]]:
+    """A leader and a standby per region: four real scheduler processes."""
+    _in_two_regions(rt)
+    procs: dict[str, list[subprocess.Popen[bytes]]] = {}
+    for region in ("default", EU):
+        env = processes.process_env(
+            db_url,
+            tmp_path / region,
+            drop="LAKEWARDEN_",
+            spark_warmup="false",
+            regions=json.dumps(rt.settings.regions),
+            region=region,
+            lease_ttl_s=str(TTL_S),
+            lease_renew_interval_s="0.5",
+            scheduler_poll_interval_s="1",
+            log_level="INFO",
+        )
+        procs[region] = [
+            processes.start(
+                [], env, tmp_path / f"{region}-{i}.log", module="benchmarks.capacity", cwd=ROOT
+            )
+            for i in range(2)
+        ]
+    yield procs
+    processes.stop([p for pair in procs.values() for p in pair], timeout=10, crash=True)
+
+
+def _holder(rt: Runtime, region: str) -> tuple[str, int] | None:
+    with rt.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT holder, epoch FROM leader_lease WHERE name = :n AND expires_at > now()"),
+            {"n": lease_name(region)},
+        ).one_or_none()
+    return (row[0], row[1]) if row else None
+
+
+def _runs(rt: Runtime, task_ids: list[int]) -> dict[int, tuple[str, str, float]] | None:
+    """Each task's scheduler and executor, once all succeeded (None before), and when."""
+    with transaction(rt.engine) as s:
+        rows = s.execute(
+            select(Task.id, Task.state, JobRun.scheduler_id, JobRun.metrics, JobRun.finished_at)
+            .join(JobRun, JobRun.task_id == Task.id)
+            .where(Task.id.in_(task_ids), JobRun.state == RunState.SUCCEEDED)
+        ).all()
+    if len(rows) < len(task_ids) or any(r.state != TaskState.SUCCEEDED for r in rows):
+        return None
+    return {r.id: (r.scheduler_id, r.metrics["executor"], r.finished_at.timestamp()) for r in rows}
+
+
+def _of(procs: list[subprocess.Popen[bytes]], holder: str) -> subprocess.Popen[bytes]:
+    return next(p for p in procs if f"-{p.pid}-" in holder)
+
+
+def test_one_regions_outage_stops_only_its_own_maintenance(
+    rt: Runtime, schedulers: dict[str, list[subprocess.Popen[bytes]]]
+) -> None:
+    leaders = {r: wait_for(partial(_holder, rt, r), 60, f"a leader in {r}") for r in schedulers}
+    for region, (holder, _) in leaders.items():
+        _of(schedulers[region], holder)  # its own region's process leads it
+
+    # Both regions run their own tables' tasks, each on its own region's leader.
+    before = {
+        "default": _planned(rt, "lake", ["d1", "d2", "d3"]),
+        EU: _planned(rt, EU_CATALOG, ["e1", "e2", "e3"]),
+    }
+    for region, ids in before.items():
+        runs = wait_for(partial(_runs, rt, ids), 60, f"{region}'s tasks")
+        assert {(who, executor) for who, executor, _ in runs.values()} == {
+            (leaders[region][0], TEST_EXECUTOR)
+        }
+
+    # The eu data center goes dark: its leader is killed (SIGKILL: no resignation).
+    eu_leader = _of(schedulers[EU], leaders[EU][0])
+    eu_standby = next(p for p in schedulers[EU] if p is not eu_leader)
+    eu_leader.send_signal(signal.SIGKILL)
+    eu_leader.wait(10)
+    killed_at = time.time()
+    after = {
+        "default": _planned(rt, "lake", ["d4", "d5", "d6"]),
+        EU: _planned(rt, EU_CATALOG, ["e4", "e5", "e6"]),
+    }
+
+    # The default region keeps completing its tasks, on the same leader, while eu has none.
+    default_runs = wait_for(lambda: _runs(rt, after["default"]), 30, "default's tasks")
+    assert {who for who, _, _ in default_runs.values()} == {leaders["default"][0]}
+    assert _holder(rt, "default") == leaders["default"]  # never lost its lease
+
+    # eu's tasks resume on its standby (a new epoch), none run by the default region.
+    eu_runs = wait_for(lambda: _runs(rt, after[EU]), TTL_S + 60, "eu's tasks on its standby")
+    new_holder, new_epoch = wait_for(lambda: _holder(rt, EU), 10, "eu's new leader")
+    assert f"-{eu_standby.pid}-" in new_holder and new_epoch == leaders[EU][1] + 1
+    assert {who for who, _, _ in eu_runs.values()} == {new_holder}
+    # The outage stopped only eu: default's tasks were all done before eu's first resumed.
+    assert max(t for _, _, t in default_runs.values()) < min(t for _, _, t in eu_runs.values())
+    print(
+        f"eu resumed {min(t for _, _, t in eu_runs.values()) - killed_at:.1f}s after the kill "
+        f"(lease TTL {TTL_S}s); default finished its 3 tasks "
+        f"{max(t for _, _, t in default_runs.values()) - killed_at:.1f}s after it"
+    )
+
+
+# --- a stale region, as the on-call sees it ------------------------------------------------
+
+
+def test_a_stale_region_is_named_by_its_alert_and_metric(rt: Runtime, client: TestClient) -> None:
+    """The default region leads; eu never had a leader and its tasks wait: the no_leader
+    alert names eu's lease (not the default's), /metrics says which region has none, and
+    the fleet-wide duties' lease is the default leader's once it renews."""
+    _in_two_regions(rt)
+    rt.settings.alert_no_leader_s = 0
+    _planned(rt, EU_CATALOG, ["waiting"])
+    _take(rt, lease_name("default"), "leader-default")
+    _take(rt, DBLocks.FLEET_LEASE, "leader-default")
+    with transaction(rt.engine) as s:
+        evaluate_leader_rule(s, rt.settings)
+    with transaction(rt.engine) as s:
+        firing = s.execute(select(Alert.key, Alert.summary).where(Alert.rule == "no_leader")).all()
+    assert [key for key, _ in firing] == ["scheduler:eu"]
+    assert "no scheduler of region eu has ever held the lease and 1 task(s) wait" in firing[0][1]
+
+    body = client.get("/metrics").text
+    assert 'lakewarden_region_leader{region="default"} 1.0' in body
+    assert 'lakewarden_region_leader{region="eu"} 0.0' in body
+    assert "lakewarden_fleet_leader 1.0" in body
+
+
+def test_the_dashboard_shows_which_region_has_no_leader(rt: Runtime) -> None:
+    _in_two_regions(rt)
+    _take(rt, lease_name("default"), "leader-default")
+    token = issue_token(rt, "viewer")
+    with serve(rt) as c:
+        c.headers.pop("Authorization")
+        c.cookies.set(TOKEN_COOKIE, token)
+        page = c.get("/ui/")
+    assert page.status_code == 200, page.text
+    rows = page.text.split('<table class="regions">')[1].split("</table>")[0]
+    assert "<td>default</td><td>leader-default</td>" in rows
+    assert "<td>eu</td><td>none</td>" in rows and "no live leader: maintenance stalls" in rows
