@@ -1,8 +1,8 @@
 """Elastic capacity per pool (issue 32 §4): each pool's capacity now, and every change the
 leader made to it with its reason (lakewarden.capacity).
 
-Revision ID: 0035
-Revises: 0030
+Revision ID: 0032
+Revises: 0031
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0035"
-down_revision = "0030"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
