@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb_delta
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -34,6 +35,8 @@ from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.formats.delta.validation import digest
+from lakewarden.formats.digest import Digest
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -60,9 +63,26 @@ def _batch(start: int, day: str) -> pa.Table:
 
 
 def _rows(path: str, version: int | None = None) -> list[tuple[Any, ...]]:
-    """The table's rows at `version` as a sorted list, read by delta-rs."""
-    table = DeltaTable(path, version=version).to_pyarrow_table()
-    return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "day", "x", "y")), strict=True))
+    """The table's rows at `version` as a sorted list, read by delta-rs and by DuckDB's
+    Delta extension, which must agree."""
+    got = []
+    for table in (
+        DeltaTable(path, version=version).to_pyarrow_table(),
+        duckdb_delta.read(path, version),
+    ):
+        columns = (table.column(c).to_pylist() for c in ("id", "day", "x", "y"))
+        got.append(sorted(zip(*columns, strict=True)))
+    assert got[0] == got[1], "delta-rs and DuckDB read different rows"
+    return got[0]
+
+
+def _digest(path: str, version: int | None = None) -> Digest:
+    """Rows and checksum at `version` (deletion vectors applied) as delta-rs' scan reads
+    them (as validation does), checked against DuckDB's Delta extension."""
+    table = DeltaTable(path, version=version)
+    ours = digest(path, table.version())
+    assert ours == duckdb_delta.digest(path, table.version()), "delta-rs and DuckDB disagree"
+    return ours
 
 
 def _files(path: str) -> dict[str, int]:
@@ -327,7 +347,7 @@ def _ttl_drops_whole_partitions(client: TestClient, services: Services, path: st
     assert commit is not None and commit.operation == "DELETE"
     assert marker_of(commit.summary) == JobMarker(task_id, 1)
     left = DeltaTable(path).to_pyarrow_table()
-    assert left.num_rows == 70
+    assert left.num_rows == 70 and _digest(path).rows == 70  # DuckDB reads the same
     assert min(left.column("day").to_pylist()) == today - timedelta(days=7)
 
 
@@ -361,6 +381,7 @@ def _a_failed_validation_is_restored(
     assert [c.operation for c in restored] == ["OPTIMIZE", "RESTORE"]
     assert marker_of(restored[1].summary) is None  # the undo is not the task's commit
     assert _live_paths(path) == files
+    assert _digest(path) == _digest(path, before)  # both readers: the rows before it
     # The failed validation holds compaction on the table (critical alert) until resumed.
     refused = client.post(f"{TABLE}/tasks", json={"kind": "compaction"})
     assert refused.status_code == 409, refused.text
@@ -387,6 +408,8 @@ def _deletion_vectors_are_purged(
     )
     hidden = pa.table(DeltaTable(path).deletion_vectors()).to_pylist()
     assert ["/day=d1/" in r["filepath"] for r in hidden] == [True]
+    seen = _digest(path)  # through the deletion vectors, by delta-rs and DuckDB alike
+    assert seen.rows == live - 10
     task_id = _ask(client, "compaction")
     plan = services.plan(task_id)
     assert plan["purge_partitions"] == [{"day": "d1"}] and plan["optimize"] is True
@@ -401,6 +424,7 @@ def _deletion_vectors_are_purged(
     files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
     d1 = sum(r["num_records"] for r in files if r["partition.day"] == "d1")
     assert d1 == 30  # 40 rows less the 10 deleted: gone from the files
+    assert _digest(path) == seen
 
 
 def _catalog(client: TestClient, warehouse: Path) -> None:
@@ -486,6 +510,7 @@ def test_a_clustered_table_is_optimized_never_zordered(
     assert got.status_code == 200, got.text
     before = _live_paths(path)
     rows = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    seen = _digest(path)
     task_id = _ask(client, "clustering", url)
     plan = services.plan(task_id)
     assert plan["clustering"] == ["x", "y"] and plan["partitions"] is None
@@ -499,6 +524,7 @@ def test_a_clustered_table_is_optimized_never_zordered(
     assert commit is not None and commit.summary.get("param.zOrderBy", "[]") == "[]"
     after = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
     assert after == rows and len(_live_paths(path)) == metrics["files_added"]
+    assert _digest(path) == seen  # DuckDB too: the same rows
 
     refused = client.post(f"{url}/rollback", json={"to_snapshot": 1})
     assert refused.status_code == 422, refused.text  # not a conflict to retry
@@ -568,6 +594,7 @@ def test_clean_removes_log_files_past_the_tables_log_retention(
     assert DeltaTimeline(path).versions() == [5]
     table = DeltaTable(path)
     assert table.version() == 5 and table.to_pyarrow_table().num_rows == 60
+    assert _digest(path).rows == 60  # DuckDB reads it from the checkpoint alone
     health = client.get(f"{TABLE}/delta").json()["facts"]
     assert health["removable_log_files"] == health["commits_waiting_for_a_checkpoint"] == 0
     assert health["checkpoint_version"] == 5 and health["oldest_version_in_log"] == 5
@@ -624,6 +651,7 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     assert commit is not None and commit.operation == "DELETE"
     left = DeltaTable(path).to_pyarrow_table()
     assert left.num_rows == 70 and min(left.column("ts").to_pylist()) >= cutoff
+    assert _digest(path).rows == 70
 
     write(range(5000, 5004), [20, 20, 1, 1])  # two more expired rows, two kept
     before = DeltaTimeline(path).versions()[-1]
@@ -641,3 +669,4 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     assert [c.operation for c in done] == ["DELETE", "RESTORE"]
     assert done[0].summary["files-added"] == "2"  # a row delete: both files rewritten
     assert _live_paths(path) == files and DeltaTable(path).to_pyarrow_table().num_rows == 74
+    assert _digest(path) == _digest(path, before)
