@@ -8,6 +8,11 @@ before its JVM starts, the table's log is read for a commit of the task
 (`recover_committed`): one there means an earlier attempt committed, and the run
 succeeds with that version without running again.
 
+A conflict (Delta's optimistic concurrency: a DELETE, UPDATE or MERGE committed a change
+to a file the command rewrote, after it read the table) fails the command before it
+commits anything; the attempt fails, its run naming the conflict (`conflict`), and is
+retried as any failed attempt: re-planned from the table as it is then.
+
 Validation (compaction, zorder, clustering): the rows and their order-independent checksum read by
 delta-rs at the version before the job's commit and at that commit must be equal. A TTL's
 exact-count guard: the rows its DELETE removed (the commit's `numDeletedRows`) must be
@@ -312,6 +317,9 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
                     metrics,
                 )
     except Exception as exc:
+        conflict = delta_jobs.conflict_of(exc)
+        if conflict is not None:  # another writer's commit: nothing committed, retried
+            metrics["conflict"] = conflict
         return finish_raised(rt, fence(), job, exc, metrics)
     metrics["cost"] = job_cost(spark, job.group)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)

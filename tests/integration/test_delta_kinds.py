@@ -125,8 +125,9 @@ class Services:
         assert task.state == "planned", (task.state, task.reason)
         return dict(task.plan or {})
 
-    def run(self, task_id: int) -> JobRun:
-        """Dispatch the planned task (an application, whatever its pool's mode) and wait."""
+    def attempt(self, task_id: int) -> str:
+        """Dispatch the planned task (an application, whatever its pool's mode), wait for
+        the attempt to end: the task's state then (pending: it failed, to be retried)."""
         assert self.sched.dispatch_once()
 
         def done() -> str | None:
@@ -135,12 +136,25 @@ class Services:
             return state if state in ("succeeded", "failed", "pending") else None
 
         logs = self.sched.applications.log_dir
-        state = wait_for(
+        return wait_for(
             done,
             900,  # one JVM per job; minutes on a loaded machine
             f"task {task_id}",
             lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
         )
+
+    def runs(self, task_id: int) -> list[JobRun]:
+        """The task's runs, first attempt first."""
+        with transaction(self.rt.engine) as s:
+            runs = list(
+                s.scalars(select(JobRun).where(JobRun.task_id == task_id).order_by(JobRun.attempt))
+            )
+            s.expunge_all()
+        return runs
+
+    def run(self, task_id: int) -> JobRun:
+        """Dispatch the planned task and wait: it succeeded, in one attempt."""
+        state = self.attempt(task_id)
         with transaction(self.rt.engine) as s:
             run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
             s.expunge(run)
@@ -670,3 +684,190 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     assert done[0].summary["files-added"] == "2"  # a row delete: both files rewritten
     assert _live_paths(path) == files and DeltaTable(path).to_pyarrow_table().num_rows == 74
     assert _digest(path) == _digest(path, before)
+
+
+def _insert(table: str, start: int, day: str = "d1", **step: Any) -> dict[str, Any]:
+    """A Spark INSERT of ten rows (one small file) into `table` (a step's extras: conf)."""
+    sql = (
+        f"INSERT INTO {table} SELECT id, '{day}', (id * 37) % 100, (id * 53) % 100 "
+        f"FROM range({start}, {start + 10}, 1, 1)"
+    )
+    return {"sql": sql, **step}
+
+
+def _create(table: str) -> dict[str, Any]:
+    sql = f"CREATE TABLE {table} (id BIGINT, day STRING, x BIGINT, y BIGINT) USING delta "
+    return {"sql": sql + "PARTITIONED BY (day)"}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_a_table_another_optimizer_keeps_is_left_alone_with_the_evidence(
+    client: TestClient, services: Services, tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """Never fight another optimizer, seen in the log alone (no table property says so):
+    a Spark writer whose session turns Delta's auto compaction on commits an OPTIMIZE with
+    auto=true, and another service runs OPTIMIZE … ZORDER BY and VACUUM on a schedule
+    (unmarked: not lakewarden's). Both tables have small files lakewarden would compact;
+    it leaves them alone, each skip and health's other_optimizers giving the evidence."""
+    warehouse = tmp_path / "wh"
+    auto = f"delta.`{warehouse / 'lake' / 'autocompacted'}`"
+    conf = {
+        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.databricks.delta.autoCompact.minNumFiles": "3",
+    }
+    writes = [_insert(auto, 10 * i, conf=conf) for i in range(3)]  # the third compacts
+    writes += [_insert(auto, 100 + 10 * i) for i in range(4)]  # four more small files
+    spark_writers.run("delta", [_create(auto), *writes])
+    path = str(warehouse / "lake" / "autocompacted")
+    commits = DeltaTimeline(path).since(None, 50).commits
+    compacted = [c for c in commits if c.operation == "OPTIMIZE"]
+    assert [c.summary.get("param.auto") for c in compacted] == ["true"], commits
+    assert marker_of(compacted[0].summary) is None
+
+    other = f"delta.`{warehouse / 'lake' / 'optimized'}`"
+    theirs = {"user_metadata": "nightly maintenance"}
+    vacuum = {
+        "sql": f"VACUUM {other} RETAIN 168 HOURS",
+        "conf": {"spark.databricks.delta.vacuum.logging.enabled": "true"},
+    }
+    zorder = {"sql": f"OPTIMIZE {other} ZORDER BY (x, y)", **theirs}
+    steps = [_create(other), *[_insert(other, 10 * i) for i in range(3)], zorder, vacuum]
+    steps += [*[_insert(other, 100 + 10 * i) for i in range(3)], zorder, vacuum]
+    steps += [_insert(other, 200 + 10 * i) for i in range(4)]
+    spark_writers.run("delta", steps)
+
+    _catalog(client, warehouse)
+    policy = {
+        "compaction": {"min_input_files": 3, "min_small_files": 3},
+        "zorder": {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0},
+        "clean": {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True},
+    }
+    _register(client, "autocompacted", policy)
+    _register(client, "optimized", policy)
+    # Registration's baseline judged both: nothing opened.
+    opened = client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]
+    assert [t["kind"] for t in opened] == [], opened
+
+    url = f"{TABLES}/lake/autocompacted"
+    health = client.get(f"{url}/delta").json()
+    assert health["facts"]["small_files"] >= 4
+    found = health["facts"]["other_optimizers"]
+    assert list(found) == ["compaction"] and found["compaction"]["who"] == "auto-compaction"
+    said = f"version {compacted[0].id} is an OPTIMIZE with auto=true"
+    assert said in found["compaction"]["evidence"]
+    optimize = next(c for c in health["commands"] if c["command"] == "optimize")
+    assert not optimize["due"] and said in optimize["reason"]
+    assert said in _skipped(services, _ask(client, "compaction", url))
+
+    url = f"{TABLES}/lake/optimized"
+    found = client.get(f"{url}/delta").json()["facts"]["other_optimizers"]
+    assert set(found) == {"optimize", "vacuum"}, found
+    assert "2 OPTIMIZE/REORG commits lakewarden did not make" in found["optimize"]["evidence"]
+    assert "2 VACUUM commits lakewarden did not make" in found["vacuum"]["evidence"]
+    for kind in ("compaction", "zorder"):
+        reason = _skipped(services, _ask(client, kind, url))
+        assert "2 OPTIMIZE/REORG commits lakewarden did not make" in reason, (kind, reason)
+    reason = _skipped(services, _ask(client, "clean", url))
+    assert "2 VACUUM commits lakewarden did not make" in reason, reason
+
+
+class _Writer(threading.Thread):
+    """A second writer, delta-rs, changing one row of d1 at a time until stopped: a
+    DELETE of every other row on its first pass over them, then UPDATEs (`x + 1000`),
+    each a commit rewriting the file that holds the row. What it committed, and the
+    conflicts its own commits lost (delta-rs' conflict check: such a change is not made)."""
+
+    def __init__(self, path: str, ids: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.path, self.ids, self.stop = path, ids, threading.Event()
+        self.deleted: set[int] = set()
+        self.updated: dict[int, int] = {}  # row -> times x was raised by 1000
+        self.conflicts = 0
+
+    def run(self) -> None:
+        from deltalake.exceptions import CommitFailedError
+
+        n = 0
+        while not self.stop.wait(0.2):
+            row = self.ids[n % len(self.ids)]
+            delete = n < len(self.ids) and n % 2 == 0
+            n += 1
+            if row in self.deleted:
+                continue
+            table = DeltaTable(self.path)
+            try:
+                if delete:
+                    table.delete(f"id = {row}")
+                    self.deleted.add(row)
+                else:
+                    table.update(updates={"x": "x + 1000"}, predicate=f"id = {row}")
+                    self.updated[row] = self.updated.get(row, 0) + 1
+            except CommitFailedError:
+                self.conflicts += 1
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_a_writer_deleting_and_updating_during_optimize_loses_nothing(
+    client: TestClient,
+    services: Services,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
+) -> None:
+    """While lakewarden's compaction OPTIMIZEs d1, another writer (delta-rs) deletes and
+    updates rows of d1, each a commit rewriting the file that holds the row. Delta's
+    conflict check fails the OPTIMIZE whose files were changed under it (nothing of it
+    commits; the run names the conflict), and lakewarden retries the attempt, re-planned
+    from the table as it is then, which commits. Every committed delete and update is
+    there, nothing else changed: delta-rs and DuckDB read the same rows, as the writer's
+    own record says they must be."""
+    services.warm_applications(spark_writers, monkeypatch)
+    monkeypatch.setattr(services.rt.settings, "retry_base_s", 0.2)
+    monkeypatch.setattr(services.rt.settings, "retry_cap_s", 0.5)
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "events")
+    for i in range(6):  # d1: six small files of ten rows
+        write_deltalake(path, _batch(10 * i, "d1"), partition_by=["day"], mode="append")
+    _catalog(client, warehouse)
+    _register(client, "events", {"compaction": {"min_input_files": 3, "min_small_files": 3}})
+    before = {r[0]: r for r in _rows(path)}
+    for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
+        client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
+    task_id = _ask(client, "compaction")
+    assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
+
+    writer = _Writer(path, [10 * i + j for j in range(10) for i in range(6)])
+    writer.start()
+    try:
+        state = services.attempt(task_id)  # the OPTIMIZE, with the writer committing
+    finally:
+        writer.stop.set()
+        writer.join(60)
+    runs = services.runs(task_id)
+    assert writer.deleted and writer.updated
+    if state == "pending":  # the writer's commit conflicted: retried, re-planned
+        first = runs[0]
+        assert (first.metrics or {}).get("conflict", "").startswith(("Concurrent", "DELTA_")), (
+            first.error
+        )
+        assert "Concurrent" in (first.error or ""), first.error
+        worker = Worker(services.rt)  # re-planned once its backoff is over
+        wait_for(lambda: worker.run_once() or None, 60, f"task {task_id} re-planned")
+        assert task_of(services.rt, task_id).state == "planned"
+        state = services.attempt(task_id)
+        runs = services.runs(task_id)
+    else:  # OPTIMIZE committed first: each later change of the writer's read it afresh
+        assert writer.conflicts, "neither the OPTIMIZE nor the writer saw the other's commit"
+    assert state == "succeeded", [(r.attempt, r.error) for r in runs]
+    print(f"conflicts: lakewarden {len(runs) - 1}, the writer {writer.conflicts}")
+    last = runs[-1].metrics or {}
+    assert last["operation"] == "OPTIMIZE" and last["validation"]["status"] == "passed"
+    expected = sorted(
+        (k, r[1], r[2] + 1000 * writer.updated.get(k, 0), r[3])
+        for k, r in before.items()
+        if k not in writer.deleted
+    )
+    assert _rows(path) == expected  # delta-rs and DuckDB alike
+    assert _files(path) == {"d1": 1}  # what the writer's rewrites left, packed
