@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,12 +32,13 @@ from helpers import task_of, wait_for
 from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
+from benchmarks.s3_server import S3Server
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import digest
-from lakewarden.formats.digest import Digest
+from lakewarden.formats.digest import Digest, digest_rows
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -871,3 +873,87 @@ def test_a_writer_deleting_and_updating_during_optimize_loses_nothing(
     )
     assert _rows(path) == expected  # delta-rs and DuckDB alike
     assert _files(path) == {"d1": 1}  # what the writer's rewrites left, packed
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_optimize_and_vacuum_on_s3_through_s3a(
+    client: TestClient,
+    services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
+    s3_server: S3Server,
+) -> None:
+    """A Delta table in a bucket of the session's S3 server (S3Proxy), its catalog's
+    credentials by reference: the compaction's OPTIMIZE and the clean's VACUUM run in the
+    Delta family's Spark through Hadoop's S3A (the `s3a` jars: hadoop-aws 3.3.4 and the
+    AWS SDK v1 bundle), the table's s3:// read as s3a://, its bucket's credentials set on
+    the running session only; the job's own reads (its commit, validation) by delta-rs
+    with the same properties. delta-rs reads the rows back from the bucket; the files the
+    OPTIMIZE replaced are gone from it."""
+    services.warm_applications(spark_writers, monkeypatch)
+    secrets = services.rt.settings.secrets_path
+    secrets.mkdir(parents=True, exist_ok=True)
+    (secrets / "delta-s3-access").write_text(s3_server.access_key)
+    (secrets / "delta-s3-secret").write_text(s3_server.secret_key)
+    warehouse = f"{s3_server.bucket('lw-delta')}/{uuid.uuid4().hex[:8]}"
+    path = f"{warehouse}/lake/events"
+    writer = {
+        "AWS_ENDPOINT_URL": s3_server.endpoint,
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    }
+    for i in range(4):  # d1: four small files
+        batch = _batch(10 * i, "d1")
+        write_deltalake(path, batch, partition_by=["day"], mode="append", storage_options=writer)
+    properties = {
+        "warehouse": warehouse,
+        "s3.endpoint": s3_server.endpoint,
+        "s3.region": "us-east-1",
+        "s3.access-key-id": {"file": "delta-s3-access"},
+        "s3.secret-access-key": {"file": "delta-s3-secret"},
+    }
+    got = client.post(
+        "/api/v1/catalogs", json={"name": "dlake", "type": "delta", "properties": properties}
+    )
+    assert got.status_code == 201, got.text
+    policy = {
+        "compaction": {"min_input_files": 3, "min_small_files": 3},
+        "clean": {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True},
+    }
+    _register(client, "events", policy)
+    for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
+        client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
+    before = DeltaTable(path, storage_options=writer).to_pyarrow_table()
+    replaced = [
+        str(s3_server.object_path(f"{path}/{p}"))
+        for p in pa.table(DeltaTable(path, storage_options=writer).get_add_actions())
+        .column("path")
+        .to_pylist()
+    ]
+    assert len(replaced) == 4 and all(Path(p).exists() for p in replaced)
+
+    task_id = _ask(client, "compaction")
+    plan = services.plan(task_id)
+    assert plan["path"] == path and plan["partitions"] == [{"day": "d1"}]
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4, metrics
+    assert metrics["validation"]["status"] == "passed" and metrics["validation"]["rows"] == 40
+
+    task_id = _ask(client, "clean")
+    plan = services.plan(task_id)
+    assert plan["vacuum"] is True and plan["below_retention_check"] is True
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["operation"] == "VACUUM END" and metrics["files_deleted"] == 4, metrics
+    assert not any(Path(p).exists() for p in replaced)  # deleted from the bucket
+
+    after = DeltaTable(path, storage_options=writer)
+    ops = [h["operation"] for h in after.history()]
+    assert ops[:3] == ["VACUUM END", "VACUUM START", "OPTIMIZE"], ops
+    assert len(after.file_uris()) == 1
+    assert digest_rows(after.to_pyarrow_table()) == digest_rows(before)
+    shown = client.get("/api/v1/catalogs/dlake").json()
+    assert s3_server.secret_key not in str(shown) and s3_server.access_key not in str(shown)
