@@ -55,13 +55,15 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B30": ("benchmarks.rest_polling", "b30"),
     "B35": ("benchmarks.capacity", "b35"),
     "B36": ("benchmarks.incremental", "b36"),
+    "B38": ("benchmarks.delta_peers", "b38"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
 # session on YARN, ~2 min on 2 busy cores, tests/integration/test_yarn_spark.py; B22: Trino's
 # start alone 10-25 s, tests/integration/test_trino_reads.py; B27: a Delta-family JVM of its
-# own, ~1 min, whose OPTIMIZE and ZORDER tests/integration/test_delta_kinds.py runs).
-NOT_IN_SMOKE = {"B21", "B22", "B27"}
+# own, ~1 min, whose OPTIMIZE and ZORDER tests/integration/test_delta_kinds.py runs; B38 the
+# same, its compaction and validation run by the same test file).
+NOT_IN_SMOKE = {"B21", "B22", "B27", "B38"}
 
 
 def _context(smoke: bool) -> Context:
