@@ -9,6 +9,11 @@ detected table is not auto-managed unless someone forces it; the evidence is wha
 Each signal below names its source. Signals that only mean "this service could maintain
 it" (Amoro's defaults, say) are not enough: the table must carry the service's mark.
 Commits lakewarden made itself (summary key `lakewarden.task-id`) are never evidence.
+
+A Delta table's own log says who else optimizes it (`detect_delta`, from its recent
+commits' commitInfo): the writer's auto compaction, or OPTIMIZE / REORG / VACUUM commits of
+another's recurring; the Delta kinds leave the command it would fight alone
+(`kinds.delta`), the evidence in their skips and in health.
 """
 
 from __future__ import annotations
