@@ -53,7 +53,16 @@ def read(path: str, version: int | None = None) -> pa.Table:
     )
     if done.returncode != 0:
         raise RuntimeError(f"DuckDB's delta_scan of {path}: {done.stderr.decode()[-2000:]}")
-    return pa.ipc.open_stream(done.stdout).read_all()
+    table = pa.ipc.open_stream(done.stdout).read_all()
+    # Delta's `timestamp` is an instant in UTC: DuckDB names the zone Etc/UTC, delta-rs
+    # UTC; the same values, spelled alike so that rows compare equal.
+    schema = pa.schema(
+        pa.field(f.name, pa.timestamp(f.type.unit, "UTC"), f.nullable)
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None
+        else f
+        for f in table.schema
+    )
+    return table.cast(schema)
 
 
 def digest(path: str, version: int | None = None) -> Digest:
