@@ -745,7 +745,8 @@ def test_a_table_another_optimizer_keeps_is_left_alone_with_the_evidence(
         "zorder": {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0},
         "clean": {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True},
     }
-    _register(client, "autocompacted", policy)
+    # auto compaction fights compaction alone: the other kinds stay off on that table
+    _register(client, "autocompacted", {"compaction": policy["compaction"]})
     _register(client, "optimized", policy)
     # Registration's baseline judged both: nothing opened.
     opened = client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]
@@ -883,6 +884,7 @@ def test_optimize_and_vacuum_on_s3_through_s3a(
     monkeypatch: pytest.MonkeyPatch,
     spark_writers: SparkWriters,
     s3_server: S3Server,
+    rt: Runtime,
 ) -> None:
     """A Delta table in a bucket of the session's S3 server (S3Proxy), its catalog's
     credentials by reference: the compaction's OPTIMIZE and the clean's VACUUM run in the
@@ -892,10 +894,10 @@ def test_optimize_and_vacuum_on_s3_through_s3a(
     with the same properties. delta-rs reads the rows back from the bucket; the files the
     OPTIMIZE replaced are gone from it."""
     services.warm_applications(spark_writers, monkeypatch)
-    secrets = services.rt.settings.secrets_path
-    secrets.mkdir(parents=True, exist_ok=True)
-    (secrets / "delta-s3-access").write_text(s3_server.access_key)
-    (secrets / "delta-s3-secret").write_text(s3_server.secret_key)
+    for secrets in {rt.settings.secrets_path, services.rt.settings.secrets_path}:  # API, jobs
+        secrets.mkdir(parents=True, exist_ok=True)
+        (secrets / "delta-s3-access").write_text(s3_server.access_key)
+        (secrets / "delta-s3-secret").write_text(s3_server.secret_key)
     warehouse = f"{s3_server.bucket('lw-delta')}/{uuid.uuid4().hex[:8]}"
     path = f"{warehouse}/lake/events"
     writer = {
