@@ -703,7 +703,7 @@ def _create(table: str) -> dict[str, Any]:
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)  # two writers' worth of Spark commits: 20 min at load 30
 def test_a_table_another_optimizer_keeps_is_left_alone_with_the_evidence(
     client: TestClient, services: Services, tmp_path: Path, spark_writers: SparkWriters
 ) -> None:
