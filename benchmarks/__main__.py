@@ -56,6 +56,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B35": ("benchmarks.capacity", "b35"),
     "B36": ("benchmarks.incremental", "b36"),
     "B37": ("benchmarks.elastic", "b37"),
+    "B38": ("benchmarks.delta_peers", "b38"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
@@ -64,8 +65,9 @@ FIGURES: dict[str, tuple[str, str]] = {
 # own, ~1 min, whose OPTIMIZE and ZORDER tests/integration/test_delta_kinds.py runs; B37: two
 # scheduler processes warmed one after the other and two drains, minutes on 2 busy cores,
 # whose growth and shrink on real applications tests/integration/test_elastic_capacity.py
-# checks; `--smoke --only B37` drains 12).
-NOT_IN_SMOKE = {"B21", "B22", "B27", "B37"}
+# checks; `--smoke --only B37` drains 12; B38 a Delta-family JVM like B27, its compaction and
+# validation run by the same test file).
+NOT_IN_SMOKE = {"B21", "B22", "B27", "B37", "B38"}
 
 
 def _context(smoke: bool) -> Context:

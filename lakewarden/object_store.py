@@ -15,6 +15,9 @@ Hudi's and Delta's Python readers (hudi-rs, delta-rs) are Rust's `object_store` 
 `filesystem` pyarrow's S3 file system for listing their logs, so a `hudi` or `delta`
 catalog (or a `hive` one's Hudi and Delta tables) on S3 takes the same `s3.*` properties.
 
+Hudi's and Delta's Spark jobs read S3 through Hadoop's S3A (`s3a://`): `hadoop_s3a` gives
+it the same properties under its names, per bucket.
+
 A Hadoop file system (`HadoopFileIO`) serves every other scheme; `by_prefix` says where a
 listing must go through the table's FileIO instead (Iceberg's prefix listing).
 """
@@ -79,6 +82,45 @@ _READER_KEYS = {
     "s3.region": "aws_region",
     "s3.endpoint": "aws_endpoint_url",
 }
+
+
+# pyiceberg's names of a catalog's S3 properties -> Hadoop S3A's (per bucket, below).
+_S3A_KEYS = {
+    "s3.access-key-id": "access.key",
+    "s3.secret-access-key": "secret.key",
+    "s3.session-token": "session.token",
+    "s3.region": "endpoint.region",
+    "s3.endpoint": "endpoint",
+}
+
+
+def s3a_path(location: str) -> str:
+    """`location` as Spark's Hadoop file systems name it: `s3://` and `s3n://` are S3A's
+    (`s3a://`, hadoop-aws: the `s3a` jar group of the Hudi and Delta families)."""
+    if scheme(location) in ("s3", "s3n"):
+        return "s3a://" + location.split("://", 1)[1]
+    return location
+
+
+def hadoop_s3a(props: Mapping[str, str], location: str) -> dict[str, str]:
+    """Hadoop S3A's settings for Spark's jobs on a table at `location` on S3 (nothing for
+    another), from the catalog's resolved `s3.*` properties: per bucket
+    (`fs.s3a.bucket.<bucket>.*`), so that tables of catalogs with other credentials do not
+    share them; path-style unless `s3.force-virtual-addressing`, as pyarrow addresses.
+    They hold credentials: set on the running session (`spark.session.set_secrets`)."""
+    if not on_s3(location):
+        return {}
+    prefix = f"fs.s3a.bucket.{urlsplit(location).netloc}."
+    out = {prefix + key: props[name] for name, key in _S3A_KEYS.items() if name in props}
+    if "s3.session-token" in props:
+        provider = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        out[prefix + "aws.credentials.provider"] = provider
+    endpoint = props.get("s3.endpoint", "")
+    if endpoint:
+        virtual = props.get("s3.force-virtual-addressing", "false").lower() == "true"
+        out[prefix + "path.style.access"] = "false" if virtual else "true"
+        out[prefix + "connection.ssl.enabled"] = str(not endpoint.startswith("http://")).lower()
+    return out
 
 
 def reader_options(props: Mapping[str, str], location: str) -> dict[str, str]:

@@ -32,6 +32,9 @@ fi
 echo "==> pip install -e .[dev,spark,embedded,hdfs,hudi,delta]"
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e ".[dev,spark,embedded,hdfs,hudi,delta]"
+# The tests' second reader of Delta tables: DuckDB's Delta extension, whose wheel loads only
+# into DuckDB 1.5.5 (lakewarden's own duckdb is 2.0.0), so both go beside the venv, apart.
+.venv/bin/pip install -q --upgrade --target .venv/duckdb-delta -r scripts/duckdb-delta.txt
 
 # 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
 #    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock;

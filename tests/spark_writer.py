@@ -23,9 +23,10 @@ round appended to the JSON-lines `log`; {"soak": "delta", "path", "stop", "secon
 "rows_per_second", "checkpoint"} appends a rate source's rows to a Delta table with
 Structured Streaming. Each answers its counts.
 
-SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?} gives
-the statement's rows; a step with user_metadata runs in a new session of its own with
-`spark.databricks.delta.commitInfo.userMetadata` set (as a lakewarden job marks its commits).
+SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?,
+"conf": {...}?} gives the statement's rows; a step with user_metadata or conf runs in a new
+session of its own with those session confs (user_metadata:
+`spark.databricks.delta.commitInfo.userMetadata`, as a lakewarden job marks its commits).
 
 Job steps: {"job": {"task_id", "attempt", "env"}} runs a dispatched attempt as its
 application would (`application_entry.run_application`: load, heartbeat, recover, run,
@@ -214,11 +215,13 @@ def run_step(spark: Any, step: dict[str, Any]) -> Any:
         return soak_delta(spark, step)
     if "sql" in step:
         session = spark
+        conf = dict(step.get("conf") or {})
         if "user_metadata" in step:
+            conf["spark.databricks.delta.commitInfo.userMetadata"] = step["user_metadata"]
+        if conf:
             session = spark.newSession()
-            session.conf.set(
-                "spark.databricks.delta.commitInfo.userMetadata", step["user_metadata"]
-            )
+            for key, value in conf.items():
+                session.conf.set(key, value)
         return [r.asDict(recursive=True) for r in session.sql(step["sql"]).collect()]
     if "call" in step:
         return [r.asDict() for r in spark.sql(f"CALL {step['call']}").collect()]

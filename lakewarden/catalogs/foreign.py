@@ -9,14 +9,20 @@ detected table is not auto-managed unless someone forces it; the evidence is wha
 Each signal below names its source. Signals that only mean "this service could maintain
 it" (Amoro's defaults, say) are not enough: the table must carry the service's mark.
 Commits lakewarden made itself (summary key `lakewarden.task-id`) are never evidence.
+
+A Delta table's own log says who else optimizes it (`detect_delta`, from its recent
+commits' commitInfo): the writer's auto compaction, or OPTIMIZE / REORG / VACUUM commits of
+another's recurring; the Delta kinds leave the command it would fight alone
+(`kinds.delta`), the evidence in their skips and in health.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -88,6 +94,19 @@ UNIFORM_TIMESTAMP = "delta-timestamp"
 # files itself.
 STREAMING_WRITER_KEYS = ("flink.job-id", "flink.operator-id", "kafka.connect.commit-id")
 REPLACE = "replace"
+
+# --- Delta: another optimizer in the log ----------------------------------------------
+# Delta's commitInfo names each commit's `operation`: OPTIMIZE (bin-pack, ZORDER BY and
+# liquid clustering alike; `operationParameters.auto` true when the writer's auto compaction
+# ran it: Databricks' and Delta's `spark.databricks.delta.autoCompact.enabled`), REORG
+# (`… APPLY (PURGE)`), and VACUUM START / VACUUM END around a VACUUM. One such commit that
+# lakewarden did not make may be an operator's; auto compaction, or the same command
+# recurring, is a service maintaining the table.
+DELTA_LAYOUT_OPERATIONS = frozenset({"OPTIMIZE", "REORG"})
+DELTA_VACUUM = "VACUUM END"  # one per VACUUM (its START commit is the same run)
+DELTA_RECURRING = 2  # this many of the recent commits: a service, not a one-off
+DELTA_WINDOW = 50  # the recent commits read (newest first)
+OUR_PREFIX = "lakewarden."  # every key lakewarden stamps on a commit (formats.base)
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -262,6 +281,81 @@ def _streaming_writer(summaries: Sequence[Mapping[str, str]]) -> ForeignMaintain
                     "inline itself",
                 )
     return None
+
+
+def detect_delta(infos: Sequence[Mapping[str, Any]]) -> dict[str, ForeignMaintainer]:
+    """Who else optimizes a Delta table, by the commands of lakewarden's it would fight:
+    `infos` are the recent commits' commitInfo (delta-rs' `history()`: newest first, each
+    with its `version`). `compaction`: the writer's auto compaction (an OPTIMIZE with
+    `auto` true, even once); `optimize`: OPTIMIZE or REORG commits lakewarden did not make,
+    `DELTA_RECURRING` or more of them (compaction, purge, Z-order and clustering all
+    rewrite what they rewrite); `vacuum`: VACUUMs lakewarden did not run, as many."""
+    theirs = [i for i in infos if not _ours(i)]
+    found: dict[str, ForeignMaintainer] = {}
+    auto = next((i for i in theirs if _is_auto_compaction(i)), None)
+    if auto is not None:
+        found["compaction"] = ForeignMaintainer(
+            "auto-compaction",
+            f"version {auto.get('version')} is an OPTIMIZE with auto=true by {_by(auto)}: the "
+            "writer's auto compaction compacts this table (spark.databricks.delta.autoCompact."
+            "enabled, Databricks' optimized writes); lakewarden does not fight it",
+        )
+    layout = [i for i in theirs if i.get("operation") in DELTA_LAYOUT_OPERATIONS]
+    if len(layout) >= DELTA_RECURRING:
+        found["optimize"] = ForeignMaintainer(
+            _who(layout), _recurring(layout, "OPTIMIZE/REORG", len(infos))
+        )
+    vacuums = [i for i in theirs if i.get("operation") == DELTA_VACUUM]
+    if len(vacuums) >= DELTA_RECURRING:
+        found["vacuum"] = ForeignMaintainer(
+            _who(vacuums), _recurring(vacuums, "VACUUM", len(infos))
+        )
+    return found
+
+
+def _ours(info: Mapping[str, Any]) -> bool:
+    """A commit lakewarden made: a `lakewarden.*` key in its commitInfo (delta-rs' custom
+    metadata) or in a JSON `userMetadata` (Spark's)."""
+    if any(str(k).startswith(OUR_PREFIX) for k in info):
+        return True
+    user = info.get("userMetadata")
+    if not isinstance(user, str) or OUR_PREFIX not in user:
+        return False
+    try:
+        data = json.loads(user)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and any(str(k).startswith(OUR_PREFIX) for k in data)
+
+
+def _is_auto_compaction(info: Mapping[str, Any]) -> bool:
+    if info.get("operation") != "OPTIMIZE":
+        return False
+    auto = (info.get("operationParameters") or {}).get("auto")
+    return str(auto).strip().lower() == "true"
+
+
+def _by(info: Mapping[str, Any]) -> str:
+    """Who wrote a commit, as its commitInfo says: user and engine."""
+    said = [f"user {_shown(str(info['userName']))}"] if info.get("userName") else []
+    engine = info.get("engineInfo") or info.get("clientVersion")
+    said += [_shown(str(engine))] if engine else []
+    return ", ".join(said) or "an unnamed writer"
+
+
+def _who(infos: Sequence[Mapping[str, Any]]) -> str:
+    engine = str(infos[0].get("engineInfo") or "").lower()
+    return "databricks" if "databricks" in engine else "delta-optimizer"
+
+
+def _recurring(infos: Sequence[Mapping[str, Any]], what: str, window: int) -> str:
+    versions = ", ".join(str(i.get("version")) for i in infos[:5])
+    more = f" and {len(infos) - 5} more" if len(infos) > 5 else ""
+    return (
+        f"{len(infos)} {what} commits lakewarden did not make in the last {window} versions "
+        f"(versions {versions}{more}; the latest by {_by(infos[0])}): another service "
+        "maintains this table; lakewarden does not fight it"
+    )
 
 
 def _ordinal(age: int) -> str:

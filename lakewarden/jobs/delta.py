@@ -8,6 +8,11 @@ before its JVM starts, the table's log is read for a commit of the task
 (`recover_committed`): one there means an earlier attempt committed, and the run
 succeeds with that version without running again.
 
+A conflict (Delta's optimistic concurrency: a DELETE, UPDATE or MERGE committed a change
+to a file the command rewrote, after it read the table) fails the command before it
+commits anything; the attempt fails, its run naming the conflict (`conflict`), and is
+retried as any failed attempt: re-planned from the table as it is then.
+
 Validation (compaction, zorder, clustering): the rows and their order-independent checksum read by
 delta-rs at the version before the job's commit and at that commit must be equal. A TTL's
 exact-count guard: the rows its DELETE removed (the commit's `numDeletedRows`) must be
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +47,10 @@ from lakewarden.jobs.execute import (
 )
 from lakewarden.kinds import delta_ttl, ttl
 from lakewarden.leader import Fence
+from lakewarden.object_store import hadoop_s3a, s3a_path
 from lakewarden.outcomes import PlanRejected, RewriteMismatch, VerificationFailed
 from lakewarden.runtime import Runtime
+from lakewarden.spark.session import set_secrets
 from lakewarden.tasks.runs import finish_run
 
 if TYPE_CHECKING:
@@ -65,6 +72,12 @@ def recovered_metrics(commit: Commit, **said: Any) -> dict[str, Any]:
     }
 
 
+def storage_of(rt: Runtime, job: Job) -> dict[str, str]:
+    """The job's catalog's resolved properties (an object store's credentials): what its
+    Python readers (delta-rs, the log's listing) and Spark's S3A read the table with."""
+    return rt.catalogs.entry(job.catalog).resolved
+
+
 def recover_committed(rt: Runtime, fence: Callable[[], Fence], job: Job) -> str | None:
     """An earlier attempt of the job's task committed (its mark is in the table's log): the
     run finishes as succeeded with that version, and the task's new state is returned;
@@ -73,7 +86,7 @@ def recover_committed(rt: Runtime, fence: Callable[[], Fence], job: Job) -> str 
     path = str(job.plan.get("path") or "")
     if not path:
         return None
-    done = DeltaTimeline(path).find_job_commits(job.task_id)
+    done = DeltaTimeline(path, storage_of(rt, job)).find_job_commits(job.task_id)
     if done is None:
         return None
     return finish_run(rt, fence(), job.task_id, job.attempt, metrics=recovered_metrics(done))
@@ -99,13 +112,15 @@ def _commit_metrics(commit: Commit | None) -> dict[str, Any]:
     }
 
 
-def validate(path: str, version: int, first: int | None = None) -> dict[str, Any]:
+def validate(
+    path: str, version: int, first: int | None = None, storage: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The rows at `version` (the job's last commit) against those at the version before
     its first (`first`, else `version`)."""
     started = time.monotonic()
     base = (first if first is not None else version) - 1
     try:
-        before, after = digest(path, base), digest(path, version)
+        before, after = digest(path, base, storage), digest(path, version, storage)
     except Unreadable as exc:
         return {"status": "skipped", "reason": str(exc)}
     return {
@@ -121,34 +136,43 @@ def validate(path: str, version: int, first: int | None = None) -> dict[str, Any
     }
 
 
-def first_job_version(path: str, task_id: int, after: int) -> int | None:
+def first_job_version(
+    path: str, task_id: int, after: int, storage: Mapping[str, str] | None = None
+) -> int | None:
     """The oldest version after `after` that carries the task's mark (a compaction may
     commit twice: its OPTIMIZE and its REORG)."""
-    for commit in DeltaTimeline(path).since(str(after), 1000).commits:
+    for commit in DeltaTimeline(path, storage).since(str(after), 1000).commits:
         marker = marker_of(commit.summary)
         if marker is not None and marker.task_id == task_id:
             return int(commit.id)
     return None
 
 
-def _validation(job: Job, path: str, commit: Commit | None, first: int | None) -> dict[str, Any]:
+def _validation(
+    job: Job, path: str, commit: Commit | None, first: int | None, storage: Mapping[str, str]
+) -> dict[str, Any]:
     if commit is None:
         return {"status": "skipped", "reason": "nothing was committed"}
     if not job.validation.enabled:
         return {"status": "skipped", "reason": "validation is disabled"}
-    return validate(path, int(commit.id), first)
+    return validate(path, int(commit.id), first, storage)
 
 
 def undo(
-    spark: SparkSession, job: Job, path: str, version: int, first: int | None = None
+    spark: SparkSession,
+    job: Job,
+    path: str,
+    version: int,
+    first: int | None = None,
+    storage: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Set the table back to the version before the job's first commit (`first`, else its
     commit `version`) by RESTORE, only if no other writer committed after `version` (a
     RESTORE then would undo theirs too); what was done, or the statement an operator
     runs, as the run's `undo` metrics."""
     to = (first if first is not None else version) - 1
-    how = delta_jobs.restore_sql(path, to)
-    newest = DeltaTimeline(path).versions()[-1]
+    how = delta_jobs.restore_sql(s3a_path(path), to)
+    newest = DeltaTimeline(path, storage).versions()[-1]
     if newest != version:
         return {
             "restored": False,
@@ -156,7 +180,7 @@ def undo(
             "how": how,
             "why": f"versions {version + 1}..{newest} were committed after the job's {version}",
         }
-    metrics = delta_jobs.restore(spark, path, to, job.task_id)
+    metrics = delta_jobs.restore(spark, s3a_path(path), to, job.task_id)
     return {"restored": True, "to_version": to, "restore_version": newest + 1, **metrics}
 
 
@@ -168,11 +192,11 @@ def _undo_said(done: dict[str, Any]) -> str:
     return f"NOT undone ({done['why']}): restore version {done['to_version']}: {done['how']}"
 
 
-def _meanwhile(path: str, after: int, ours: int) -> int:
+def _meanwhile(path: str, after: int, ours: int, storage: Mapping[str, str]) -> int:
     """Rows other writers added or deleted in the versions between the count and our
     commit (their operationMetrics)."""
     keys = ("metric.numOutputRows", "metric.numDeletedRows", "metric.numTargetRowsDeleted")
-    timeline = DeltaTimeline(path)
+    timeline = DeltaTimeline(path, storage)
     return sum(
         int(c.summary.get(k, 0) or 0)
         for c in timeline.since(str(after), max(ours - after, 1)).commits
@@ -182,7 +206,12 @@ def _meanwhile(path: str, after: int, ours: int) -> int:
 
 
 def run_ttl(
-    spark: SparkSession, job: Job, path: str, metrics: dict[str, Any], miscount: bool = False
+    spark: SparkSession,
+    job: Job,
+    path: str,
+    metrics: dict[str, Any],
+    miscount: bool = False,
+    storage: Mapping[str, str] | None = None,
 ) -> None:
     """Count exactly with Spark what the DELETE would remove (hold if too much), delete in
     a marked session, and check the commit's `numDeletedRows` against the count; a
@@ -194,8 +223,9 @@ def run_ttl(
     max_fraction = ttl.max_fraction_of(plan)
     base = metrics
     base.update(level=plan["level"], cutoff=plan["cutoff"], predicate=where)
-    counted_at = DeltaTimeline(path).versions()[-1]
-    counted, total = delta_jobs.count_older(spark, path, where, counted_at)
+    timeline = DeltaTimeline(path, storage)
+    counted_at = timeline.versions()[-1]
+    counted, total = delta_jobs.count_older(spark, s3a_path(path), where, counted_at)
     base.update(counted_rows=counted, rows_before=total, counted_at_version=counted_at)
     base["max_fraction"] = max_fraction
     ttl.hold_if_too_much(counted, total, max_fraction, base)
@@ -203,8 +233,8 @@ def run_ttl(
         base.update(deleted_records=0, note="nothing older than the cutoff")
         return
     session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
-    delta_jobs.delete(session, path, where)
-    commit = DeltaTimeline(path).find_job_commits(job.task_id)
+    delta_jobs.delete(session, s3a_path(path), where)
+    commit = timeline.find_job_commits(job.task_id)
     if commit is None:
         raise VerificationFailed(
             f"TTL issued its delete of {counted} counted rows but no version carries its "
@@ -215,11 +245,13 @@ def run_ttl(
     if "metric.numDeletedRows" in s:
         deleted, source = int(s["metric.numDeletedRows"]), "operationMetrics.numDeletedRows"
     else:  # Delta leaves it out when the files lack row counts: count both sides
-        before, after = (delta_jobs.rows_at(spark, path, v) for v in (version - 1, version))
+        before, after = (
+            delta_jobs.rows_at(spark, s3a_path(path), v) for v in (version - 1, version)
+        )
         deleted, source = before - after, "rows at the version before, less rows at it"
     if miscount and plan["level"] == "row":
         deleted += 1
-    meanwhile = _meanwhile(path, counted_at, version)
+    meanwhile = _meanwhile(path, counted_at, version, storage or {})
     metrics.update(
         deleted_records=deleted,
         deleted_source=source,
@@ -229,16 +261,19 @@ def run_ttl(
         and int(s.get("metric.numDeletionVectorsAdded", 0) or 0) == 0,
     )
     if abs(deleted - counted) > meanwhile:
-        metrics["undo"] = done = undo(spark, job, path, version)
+        metrics["undo"] = done = undo(spark, job, path, version, storage=storage)
         raise VerificationFailed(
             f"TTL version {version} deleted {deleted} rows where it counted {counted} right "
             f"before (writers changed {meanwhile} meanwhile): {_undo_said(done)}"
         )
 
 
-def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
-    """Run the job's Delta command in a marked session of its own; Delta's own metrics."""
-    plan = job.plan
+def _execute(
+    spark: SparkSession, job: Job, path: str, storage: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run the job's Delta command in a marked session of its own; Delta's own metrics.
+    `path` as lakewarden reads it; Spark's is S3A's for a table on S3 (`s3a_path`)."""
+    plan, where = job.plan, s3a_path(path)
     if job.kind in REWRITES:
         target = str(int(plan["target_file_size_bytes"]))
         conf = {
@@ -251,10 +286,10 @@ def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
         zorder = plan.get("zorder") if job.kind == "zorder" else None
         out: dict[str, Any] = {}
         if plan.get("optimize", True):
-            out = delta_jobs.optimize(session, path, plan.get("partitions"), zorder=zorder)
+            out = delta_jobs.optimize(session, where, plan.get("partitions"), zorder=zorder)
         purged = plan.get("purge_partitions") if job.kind == "compaction" else None
         if purged is not None:  # files hollowed out by deletion vectors: rewritten whole
-            out["purge"] = delta_jobs.purge(session, path, purged)
+            out["purge"] = delta_jobs.purge(session, where, purged)
         return out
     if job.kind == "clean":
         conf = {delta_jobs.VACUUM_LOGGING: "true"}
@@ -262,11 +297,11 @@ def _execute(spark: SparkSession, job: Job, path: str) -> dict[str, Any]:
             conf[delta_jobs.RETENTION_CHECK] = "false"
         session = delta_jobs.marked_session(spark, job.task_id, job.attempt, conf)
         if plan.get("vacuum", True):
-            delta_jobs.vacuum(session, path, float(plan["retain_hours"]))
+            delta_jobs.vacuum(session, where, float(plan["retain_hours"]))
         if not plan.get("log_cleanup"):
             return {}
         # the log's files past the table's retention: delta-rs, as Delta does at a checkpoint
-        done = clean_log(DeltaTimeline(path), checkpoint=bool(plan.get("checkpoint")))
+        done = clean_log(DeltaTimeline(path, storage), checkpoint=bool(plan.get("checkpoint")))
         return {"log": done}
     raise PlanRejected(f"{job.kind} does not run on Delta tables yet (issue 29)")
 
@@ -280,30 +315,33 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
         if job.plan.get("format") != "delta" or not path:
             raise PlanRejected(f"not a Delta plan: {job.kind} {sorted(job.plan)}")
+        storage = storage_of(rt, job)
+        # S3A's settings for the table's bucket (credentials: on the running session only)
+        set_secrets(spark, {f"spark.hadoop.{k}": v for k, v in hadoop_s3a(storage, path).items()})
         # The last look at the policy: Delta's commands commit inside themselves.
         policy_check(rt, job.task_id)()
         sc.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
         started = time.monotonic()
         if job.kind == "ttl":  # its metrics filled as it goes: a failed check keeps them
-            run_ttl(spark, job, path, metrics, failpoint(rt) == "ttl-miscount-row")
+            run_ttl(spark, job, path, metrics, failpoint(rt) == "ttl-miscount-row", storage)
             metrics["seconds"] = round(time.monotonic() - started, 3)
         else:
-            newest_before = DeltaTimeline(path).versions()[-1]
-            delta_metrics = _execute(spark, job, path)
+            newest_before = DeltaTimeline(path, storage).versions()[-1]
+            delta_metrics = _execute(spark, job, path, storage)
             metrics["seconds"] = round(time.monotonic() - started, 3)
             if delta_metrics:
                 metrics["delta"] = delta_metrics
-            commit = DeltaTimeline(path).find_job_commits(job.task_id)
+            commit = DeltaTimeline(path, storage).find_job_commits(job.task_id)
             metrics.update(_commit_metrics(commit))
         if job.kind in REWRITES:
-            first = first_job_version(path, job.task_id, newest_before)
-            metrics["validation"] = checked = _validation(job, path, commit, first)
+            first = first_job_version(path, job.task_id, newest_before, storage)
+            metrics["validation"] = checked = _validation(job, path, commit, first, storage)
             if failpoint(rt) == "corrupt-rewrite" and checked["status"] == "passed":
                 # test-only: as if the rewrite had changed the rows (its undo is real)
                 checked.update(status="failed", failpoint="corrupt-rewrite")
             if checked["status"] == "failed":
                 version = int(checked["after_version"])
-                metrics["undo"] = done = undo(spark, job, path, version, first)
+                metrics["undo"] = done = undo(spark, job, path, version, first, storage)
                 raise RewriteMismatch(
                     f"{job.kind} version {version} changed the table's rows: "
                     f"{checked.get('rows')} rows (checksum {checked.get('checksum_before')}) "
@@ -312,6 +350,9 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
                     metrics,
                 )
     except Exception as exc:
+        conflict = delta_jobs.conflict_of(exc)
+        if conflict is not None:  # another writer's commit: nothing committed, retried
+            metrics["conflict"] = conflict
         return finish_raised(rt, fence(), job, exc, metrics)
     metrics["cost"] = job_cost(spark, job.group)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)

@@ -31,8 +31,12 @@ The policy sections are Iceberg's, their fields read where they mean the same:
   is false.
 Other fields (tiers, buckets, branches, orphans, snapshots kept) are Iceberg's and not read.
 
-Never fight the writer: a table whose writer compacts (`delta.autoOptimize.autoCompact`)
-is not compacted. Every skip says why.
+Never fight the writer or another optimizer: a table whose writer compacts
+(`delta.autoOptimize.autoCompact`, or an auto compaction's OPTIMIZE in its recent log) is
+not compacted; one whose recent log shows OPTIMIZE or REORG commits recurring that
+lakewarden did not make is neither compacted, purged, Z-ordered nor clustered; recurring
+VACUUMs of another's: no VACUUM (the log's cleanup goes on). The evidence is the skip's
+reason and health's `other_optimizers` (`catalogs.foreign.detect_delta`). Every skip says why.
 """
 
 from __future__ import annotations
@@ -95,6 +99,9 @@ def compaction_verdict(policy: CompactionPolicy, facts: DeltaFacts) -> tuple[Ver
     if _on(facts.configuration.get(AUTO_COMPACT)):
         why = f"its table property {AUTO_COMPACT}=true: the writer compacts; lakewarden does "
         return Verdict(False, why + "not fight it", metrics), []
+    other = facts.other_optimizers.get("compaction") or facts.other_optimizers.get("optimize")
+    if other is not None:
+        return Verdict(False, other.evidence, metrics), []
     if not due:
         most = max(small.items(), key=lambda kv: kv[1], default=("", 0))
         return Verdict(
@@ -136,6 +143,8 @@ def purge_verdict(policy: CompactionPolicy, facts: DeltaFacts) -> tuple[Verdict,
     }
     if not policy.enabled:
         return Verdict(False, "compaction is disabled by policy", metrics), []
+    if "optimize" in facts.other_optimizers:
+        return Verdict(False, facts.other_optimizers["optimize"].evidence, metrics), []
     if not due:
         why = (
             f"no file's deletion vector hides delete_ratio_threshold {share:g} of its rows "
@@ -180,6 +189,8 @@ def zorder_verdict(policy: ZOrderPolicy, facts: DeltaFacts) -> tuple[Verdict, li
         return Verdict(False, f"curve {policy.curve} is Hudi's only: Delta Z-orders", metrics), []
     if facts.clustering_columns:
         return Verdict(False, clustered_said(facts), metrics), []
+    if "optimize" in facts.other_optimizers:
+        return Verdict(False, facts.other_optimizers["optimize"].evidence, metrics), []
     missing = [c for c in cols if c not in facts.columns]
     if missing:
         why = f"column(s) {', '.join(missing)} not in the table (it has {', '.join(facts.columns)})"
@@ -229,6 +240,8 @@ def clustering_verdict(policy: ClusteringPolicy, facts: DeltaFacts) -> Verdict:
             "with ALTER TABLE … CLUSTER BY (columns)"
         )
         return Verdict(False, why, metrics)
+    if "optimize" in facts.other_optimizers:
+        return Verdict(False, facts.other_optimizers["optimize"].evidence, metrics)
     if policy.columns and policy.columns != cols:
         why = (
             f"the policy's columns {', '.join(policy.columns)} are not the table's clustering "
@@ -317,6 +330,8 @@ def clean_verdict(
     metrics = {"retain_hours": retain, "delta_retention_hours": floor, "expired_files": expired}
     if not policy.enabled:
         return Verdict(False, "clean is disabled by policy", metrics)
+    if "vacuum" in facts.other_optimizers:
+        return Verdict(False, facts.other_optimizers["vacuum"].evidence, metrics)
     why = f"RETAIN {retain:g} HOURS"
     if held is not None and retain == held.hours:  # readiness (issue 29): a pinned version
         why += f" ({held.reason})"

@@ -9,8 +9,9 @@
 
 A lock group named after a format family (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle;
 `delta`, Delta Lake's delta-spark and delta-storage) goes on Spark's classpath only in
-that family's session (`resolve_jars(settings, family)`): the Iceberg session launches
-with the jars it always had.
+that family's session (`resolve_jars(settings, family)`), and a group several families
+share (`SHARED_GROUPS`: `s3a`, Hadoop's S3A file system for their jobs on s3a://) in each
+of theirs: the Iceberg session launches with the jars it always had.
 
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
@@ -50,6 +51,10 @@ UNPACKED_MARK = ".unpacked"  # written last: a directory without it is a half un
 # session of their own): the default one, and each further one with its lock group.
 DEFAULT_FAMILY = "iceberg"
 FAMILY_GROUPS = {"hudi": "hudi", "delta": "delta"}
+# Lock groups that several families' sessions take, not the Iceberg one's: `s3a`, Hadoop's
+# S3A file system (hadoop-aws, at PySpark's Hadoop 3.3.4) and the AWS SDK v1 bundle it was
+# built against, for Hudi's and Delta's jobs on s3a:// (Iceberg reads S3 with S3FileIO).
+SHARED_GROUPS = {"s3a": frozenset({"hudi", "delta"})}
 
 
 class JarsUnavailable(RuntimeError):
@@ -80,10 +85,13 @@ class PinnedJar:
         return extension if at else "jar"
 
     @property
-    def family(self) -> str | None:
-        """The one session family whose classpath has it (`hudi`, `delta`), or None: every
-        family's."""
-        return next((f for f, g in FAMILY_GROUPS.items() if g == self.group), None)
+    def families(self) -> frozenset[str] | None:
+        """The session families whose classpath has it (`hudi`; `delta`; both for `s3a`),
+        or None: every family's."""
+        if self.group in SHARED_GROUPS:
+            return SHARED_GROUPS[self.group]
+        own = frozenset(f for f, g in FAMILY_GROUPS.items() if g == self.group)
+        return own or None
 
     @property
     def file_name(self) -> str:
@@ -133,7 +141,9 @@ def spark_pins(family: str | None = DEFAULT_FAMILY) -> list[PinnedJar]:
     servers' groups and other families' groups); `family=None`: every family's."""
     check_family(family or DEFAULT_FAMILY)
     return [
-        p for p in read_lock() if p.for_spark and (family is None or p.family in (None, family))
+        p
+        for p in read_lock()
+        if p.for_spark and (family is None or p.families is None or family in p.families)
     ]
 
 
@@ -159,7 +169,7 @@ def resolve_jars(settings: Settings, family: str = DEFAULT_FAMILY) -> JarSpec:
     """The jars of a `family` session. Explicit jars and Maven coordinates stand for the
     Iceberg family's; another family adds its own pinned group to them (its coordinate, or
     its jar fetched into the cache)."""
-    own = [p for p in spark_pins(family) if p.family is not None]
+    own = [p for p in spark_pins(family) if p.families is not None]
     if settings.spark_jars:
         jars = _split(settings.spark_jars)
         missing = [j for j in jars if not Path(j).exists()]

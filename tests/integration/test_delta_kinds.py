@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb_delta
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -30,10 +32,13 @@ from helpers import task_of, wait_for
 from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
+from benchmarks.s3_server import S3Server
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.formats.delta.validation import digest
+from lakewarden.formats.digest import Digest, digest_rows
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -60,9 +65,26 @@ def _batch(start: int, day: str) -> pa.Table:
 
 
 def _rows(path: str, version: int | None = None) -> list[tuple[Any, ...]]:
-    """The table's rows at `version` as a sorted list, read by delta-rs."""
-    table = DeltaTable(path, version=version).to_pyarrow_table()
-    return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "day", "x", "y")), strict=True))
+    """The table's rows at `version` as a sorted list, read by delta-rs and by DuckDB's
+    Delta extension, which must agree."""
+    got = []
+    for table in (
+        DeltaTable(path, version=version).to_pyarrow_table(),
+        duckdb_delta.read(path, version),
+    ):
+        columns = (table.column(c).to_pylist() for c in ("id", "day", "x", "y"))
+        got.append(sorted(zip(*columns, strict=True)))
+    assert got[0] == got[1], "delta-rs and DuckDB read different rows"
+    return got[0]
+
+
+def _digest(path: str, version: int | None = None) -> Digest:
+    """Rows and checksum at `version` (deletion vectors applied) as delta-rs' scan reads
+    them (as validation does), checked against DuckDB's Delta extension."""
+    table = DeltaTable(path, version=version)
+    ours = digest(path, table.version())
+    assert ours == duckdb_delta.digest(path, table.version()), "delta-rs and DuckDB disagree"
+    return ours
 
 
 def _files(path: str) -> dict[str, int]:
@@ -105,8 +127,9 @@ class Services:
         assert task.state == "planned", (task.state, task.reason)
         return dict(task.plan or {})
 
-    def run(self, task_id: int) -> JobRun:
-        """Dispatch the planned task (an application, whatever its pool's mode) and wait."""
+    def attempt(self, task_id: int) -> str:
+        """Dispatch the planned task (an application, whatever its pool's mode), wait for
+        the attempt to end: the task's state then (pending: it failed, to be retried)."""
         assert self.sched.dispatch_once()
 
         def done() -> str | None:
@@ -115,12 +138,25 @@ class Services:
             return state if state in ("succeeded", "failed", "pending") else None
 
         logs = self.sched.applications.log_dir
-        state = wait_for(
+        return wait_for(
             done,
             900,  # one JVM per job; minutes on a loaded machine
             f"task {task_id}",
             lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
         )
+
+    def runs(self, task_id: int) -> list[JobRun]:
+        """The task's runs, first attempt first."""
+        with transaction(self.rt.engine) as s:
+            runs = list(
+                s.scalars(select(JobRun).where(JobRun.task_id == task_id).order_by(JobRun.attempt))
+            )
+            s.expunge_all()
+        return runs
+
+    def run(self, task_id: int) -> JobRun:
+        """Dispatch the planned task and wait: it succeeded, in one attempt."""
+        state = self.attempt(task_id)
         with transaction(self.rt.engine) as s:
             run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
             s.expunge(run)
@@ -327,7 +363,7 @@ def _ttl_drops_whole_partitions(client: TestClient, services: Services, path: st
     assert commit is not None and commit.operation == "DELETE"
     assert marker_of(commit.summary) == JobMarker(task_id, 1)
     left = DeltaTable(path).to_pyarrow_table()
-    assert left.num_rows == 70
+    assert left.num_rows == 70 and _digest(path).rows == 70  # DuckDB reads the same
     assert min(left.column("day").to_pylist()) == today - timedelta(days=7)
 
 
@@ -361,6 +397,7 @@ def _a_failed_validation_is_restored(
     assert [c.operation for c in restored] == ["OPTIMIZE", "RESTORE"]
     assert marker_of(restored[1].summary) is None  # the undo is not the task's commit
     assert _live_paths(path) == files
+    assert _digest(path) == _digest(path, before)  # both readers: the rows before it
     # The failed validation holds compaction on the table (critical alert) until resumed.
     refused = client.post(f"{TABLE}/tasks", json={"kind": "compaction"})
     assert refused.status_code == 409, refused.text
@@ -387,6 +424,8 @@ def _deletion_vectors_are_purged(
     )
     hidden = pa.table(DeltaTable(path).deletion_vectors()).to_pylist()
     assert ["/day=d1/" in r["filepath"] for r in hidden] == [True]
+    seen = _digest(path)  # through the deletion vectors, by delta-rs and DuckDB alike
+    assert seen.rows == live - 10
     task_id = _ask(client, "compaction")
     plan = services.plan(task_id)
     assert plan["purge_partitions"] == [{"day": "d1"}] and plan["optimize"] is True
@@ -401,6 +440,7 @@ def _deletion_vectors_are_purged(
     files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
     d1 = sum(r["num_records"] for r in files if r["partition.day"] == "d1")
     assert d1 == 30  # 40 rows less the 10 deleted: gone from the files
+    assert _digest(path) == seen
 
 
 def _catalog(client: TestClient, warehouse: Path) -> None:
@@ -486,6 +526,7 @@ def test_a_clustered_table_is_optimized_never_zordered(
     assert got.status_code == 200, got.text
     before = _live_paths(path)
     rows = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    seen = _digest(path)
     task_id = _ask(client, "clustering", url)
     plan = services.plan(task_id)
     assert plan["clustering"] == ["x", "y"] and plan["partitions"] is None
@@ -499,6 +540,7 @@ def test_a_clustered_table_is_optimized_never_zordered(
     assert commit is not None and commit.summary.get("param.zOrderBy", "[]") == "[]"
     after = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
     assert after == rows and len(_live_paths(path)) == metrics["files_added"]
+    assert _digest(path) == seen  # DuckDB too: the same rows
 
     refused = client.post(f"{url}/rollback", json={"to_snapshot": 1})
     assert refused.status_code == 422, refused.text  # not a conflict to retry
@@ -568,6 +610,7 @@ def test_clean_removes_log_files_past_the_tables_log_retention(
     assert DeltaTimeline(path).versions() == [5]
     table = DeltaTable(path)
     assert table.version() == 5 and table.to_pyarrow_table().num_rows == 60
+    assert _digest(path).rows == 60  # DuckDB reads it from the checkpoint alone
     health = client.get(f"{TABLE}/delta").json()["facts"]
     assert health["removable_log_files"] == health["commits_waiting_for_a_checkpoint"] == 0
     assert health["checkpoint_version"] == 5 and health["oldest_version_in_log"] == 5
@@ -624,6 +667,7 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     assert commit is not None and commit.operation == "DELETE"
     left = DeltaTable(path).to_pyarrow_table()
     assert left.num_rows == 70 and min(left.column("ts").to_pylist()) >= cutoff
+    assert _digest(path).rows == 70
 
     write(range(5000, 5004), [20, 20, 1, 1])  # two more expired rows, two kept
     before = DeltaTimeline(path).versions()[-1]
@@ -641,3 +685,277 @@ def test_row_level_ttl_deletes_rows_and_its_guard_restores_a_miscount(
     assert [c.operation for c in done] == ["DELETE", "RESTORE"]
     assert done[0].summary["files-added"] == "2"  # a row delete: both files rewritten
     assert _live_paths(path) == files and DeltaTable(path).to_pyarrow_table().num_rows == 74
+    assert _digest(path) == _digest(path, before)
+
+
+def _insert(table: str, start: int, day: str = "d1", **step: Any) -> dict[str, Any]:
+    """A Spark INSERT of ten rows (one small file) into `table` (a step's extras: conf)."""
+    sql = (
+        f"INSERT INTO {table} SELECT id, '{day}', (id * 37) % 100, (id * 53) % 100 "
+        f"FROM range({start}, {start + 10}, 1, 1)"
+    )
+    return {"sql": sql, **step}
+
+
+def _create(table: str) -> dict[str, Any]:
+    sql = f"CREATE TABLE {table} (id BIGINT, day STRING, x BIGINT, y BIGINT) USING delta "
+    return {"sql": sql + "PARTITIONED BY (day)"}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(2400)  # two writers' worth of Spark commits: 20 min at load 30
+def test_a_table_another_optimizer_keeps_is_left_alone_with_the_evidence(
+    client: TestClient, services: Services, tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """Never fight another optimizer, seen in the log alone (no table property says so):
+    a Spark writer whose session turns Delta's auto compaction on commits an OPTIMIZE with
+    auto=true, and another service runs OPTIMIZE … ZORDER BY and VACUUM on a schedule
+    (unmarked: not lakewarden's). Both tables have small files lakewarden would compact;
+    it leaves them alone, each skip and health's other_optimizers giving the evidence."""
+    warehouse = tmp_path / "wh"
+    auto = f"delta.`{warehouse / 'lake' / 'autocompacted'}`"
+    conf = {
+        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.databricks.delta.autoCompact.minNumFiles": "3",
+    }
+    writes = [_insert(auto, 10 * i, conf=conf) for i in range(3)]  # the third compacts
+    writes += [_insert(auto, 100 + 10 * i) for i in range(3)]  # three more small files
+    spark_writers.run("delta", [_create(auto), *writes], timeout=1500)
+    path = str(warehouse / "lake" / "autocompacted")
+    commits = DeltaTimeline(path).since(None, 50).commits
+    compacted = [c for c in commits if c.operation == "OPTIMIZE"]
+    assert [c.summary.get("param.auto") for c in compacted] == ["true"], commits
+    assert marker_of(compacted[0].summary) is None
+
+    other = f"delta.`{warehouse / 'lake' / 'optimized'}`"
+    theirs = {"user_metadata": "nightly maintenance"}
+    vacuum = {
+        "sql": f"VACUUM {other} RETAIN 168 HOURS",
+        "conf": {"spark.databricks.delta.vacuum.logging.enabled": "true"},
+    }
+    zorder = {"sql": f"OPTIMIZE {other} ZORDER BY (x, y)", **theirs}
+    # each kind's skip is the evidence, whatever else it would find: few files suffice
+    steps = [_create(other), _insert(other, 0), zorder, vacuum]
+    steps += [_insert(other, 100), zorder, vacuum, _insert(other, 200)]
+    spark_writers.run("delta", steps, timeout=1500)
+
+    _catalog(client, warehouse)
+    policy = {
+        "compaction": {"min_input_files": 3, "min_small_files": 3},
+        "zorder": {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0},
+        "clean": {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True},
+    }
+    # auto compaction fights compaction alone: the other kinds stay off on that table
+    _register(client, "autocompacted", {"compaction": policy["compaction"]})
+    _register(client, "optimized", policy)
+    # Registration's baseline judged both: nothing opened.
+    opened = client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]
+    assert [t["kind"] for t in opened] == [], opened
+
+    url = f"{TABLES}/lake/autocompacted"
+    health = client.get(f"{url}/delta").json()
+    assert health["facts"]["small_files"] >= 3
+    found = health["facts"]["other_optimizers"]
+    assert list(found) == ["compaction"] and found["compaction"]["who"] == "auto-compaction"
+    said = f"version {compacted[0].id} is an OPTIMIZE with auto=true"
+    assert said in found["compaction"]["evidence"]
+    optimize = next(c for c in health["commands"] if c["command"] == "optimize")
+    assert not optimize["due"] and said in optimize["reason"]
+    assert said in _skipped(services, _ask(client, "compaction", url))
+
+    url = f"{TABLES}/lake/optimized"
+    found = client.get(f"{url}/delta").json()["facts"]["other_optimizers"]
+    assert set(found) == {"optimize", "vacuum"}, found
+    assert "2 OPTIMIZE/REORG commits lakewarden did not make" in found["optimize"]["evidence"]
+    assert "2 VACUUM commits lakewarden did not make" in found["vacuum"]["evidence"]
+    for kind in ("compaction", "zorder"):
+        reason = _skipped(services, _ask(client, kind, url))
+        assert "2 OPTIMIZE/REORG commits lakewarden did not make" in reason, (kind, reason)
+    reason = _skipped(services, _ask(client, "clean", url))
+    assert "2 VACUUM commits lakewarden did not make" in reason, reason
+
+
+class _Writer(threading.Thread):
+    """A second writer, delta-rs, changing one row of d1 at a time until stopped: a
+    DELETE of every other row on its first pass over them, then UPDATEs (`x + 1000`),
+    each a commit rewriting the file that holds the row. What it committed, and the
+    conflicts its own commits lost (delta-rs' conflict check: such a change is not made)."""
+
+    def __init__(self, path: str, ids: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.path, self.ids, self.stop = path, ids, threading.Event()
+        self.deleted: set[int] = set()
+        self.updated: dict[int, int] = {}  # row -> times x was raised by 1000
+        self.conflicts = 0
+
+    def run(self) -> None:
+        from deltalake.exceptions import CommitFailedError
+
+        n = 0
+        while not self.stop.wait(0.2):
+            row = self.ids[n % len(self.ids)]
+            delete = n < len(self.ids) and n % 2 == 0
+            n += 1
+            if row in self.deleted:
+                continue
+            table = DeltaTable(self.path)
+            try:
+                if delete:
+                    table.delete(f"id = {row}")
+                    self.deleted.add(row)
+                else:
+                    table.update(updates={"x": "x + 1000"}, predicate=f"id = {row}")
+                    self.updated[row] = self.updated.get(row, 0) + 1
+            except CommitFailedError:
+                self.conflicts += 1
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_a_writer_deleting_and_updating_during_optimize_loses_nothing(
+    client: TestClient,
+    services: Services,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
+) -> None:
+    """While lakewarden's compaction OPTIMIZEs d1, another writer (delta-rs) deletes and
+    updates rows of d1, each a commit rewriting the file that holds the row. Delta's
+    conflict check fails the OPTIMIZE whose files were changed under it (nothing of it
+    commits; the run names the conflict), and lakewarden retries the attempt, re-planned
+    from the table as it is then, which commits. Every committed delete and update is
+    there, nothing else changed: delta-rs and DuckDB read the same rows, as the writer's
+    own record says they must be."""
+    services.warm_applications(spark_writers, monkeypatch)
+    monkeypatch.setattr(services.rt.settings, "retry_base_s", 0.2)
+    monkeypatch.setattr(services.rt.settings, "retry_cap_s", 0.5)
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "events")
+    for i in range(6):  # d1: six small files of ten rows
+        write_deltalake(path, _batch(10 * i, "d1"), partition_by=["day"], mode="append")
+    _catalog(client, warehouse)
+    _register(client, "events", {"compaction": {"min_input_files": 3, "min_small_files": 3}})
+    before = {r[0]: r for r in _rows(path)}
+    for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
+        client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
+    task_id = _ask(client, "compaction")
+    assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
+
+    writer = _Writer(path, [10 * i + j for j in range(10) for i in range(6)])
+    writer.start()
+    try:
+        state = services.attempt(task_id)  # the OPTIMIZE, with the writer committing
+    finally:
+        writer.stop.set()
+        writer.join(60)
+    runs = services.runs(task_id)
+    assert writer.deleted and writer.updated
+    if state == "pending":  # the writer's commit conflicted: retried, re-planned
+        first = runs[0]
+        assert (first.metrics or {}).get("conflict", "").startswith(("Concurrent", "DELTA_")), (
+            first.error
+        )
+        assert "Concurrent" in (first.error or ""), first.error
+        worker = Worker(services.rt)  # re-planned once its backoff is over
+        wait_for(lambda: worker.run_once() or None, 60, f"task {task_id} re-planned")
+        assert task_of(services.rt, task_id).state == "planned"
+        state = services.attempt(task_id)
+        runs = services.runs(task_id)
+    else:  # OPTIMIZE committed first: each later change of the writer's read it afresh
+        assert writer.conflicts, "neither the OPTIMIZE nor the writer saw the other's commit"
+    assert state == "succeeded", [(r.attempt, r.error) for r in runs]
+    print(f"conflicts: lakewarden {len(runs) - 1}, the writer {writer.conflicts}")
+    last = runs[-1].metrics or {}
+    assert last["operation"] == "OPTIMIZE" and last["validation"]["status"] == "passed"
+    expected = sorted(
+        (k, r[1], r[2] + 1000 * writer.updated.get(k, 0), r[3])
+        for k, r in before.items()
+        if k not in writer.deleted
+    )
+    assert _rows(path) == expected  # delta-rs and DuckDB alike
+    assert _files(path) == {"d1": 1}  # what the writer's rewrites left, packed
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_optimize_and_vacuum_on_s3_through_s3a(
+    client: TestClient,
+    services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
+    s3_server: S3Server,
+    rt: Runtime,
+) -> None:
+    """A Delta table in a bucket of the session's S3 server (S3Proxy), its catalog's
+    credentials by reference: the compaction's OPTIMIZE and the clean's VACUUM run in the
+    Delta family's Spark through Hadoop's S3A (the `s3a` jars: hadoop-aws 3.3.4 and the
+    AWS SDK v1 bundle), the table's s3:// read as s3a://, its bucket's credentials set on
+    the running session only; the job's own reads (its commit, validation) by delta-rs
+    with the same properties. delta-rs reads the rows back from the bucket; the files the
+    OPTIMIZE replaced are gone from it."""
+    services.warm_applications(spark_writers, monkeypatch)
+    for secrets in {rt.settings.secrets_path, services.rt.settings.secrets_path}:  # API, jobs
+        secrets.mkdir(parents=True, exist_ok=True)
+        (secrets / "delta-s3-access").write_text(s3_server.access_key)
+        (secrets / "delta-s3-secret").write_text(s3_server.secret_key)
+    warehouse = f"{s3_server.bucket('lw-delta')}/{uuid.uuid4().hex[:8]}"
+    path = f"{warehouse}/lake/events"
+    writer = {
+        "AWS_ENDPOINT_URL": s3_server.endpoint,
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    }
+    for i in range(4):  # d1: four small files
+        batch = _batch(10 * i, "d1")
+        write_deltalake(path, batch, partition_by=["day"], mode="append", storage_options=writer)
+    properties = {
+        "warehouse": warehouse,
+        "s3.endpoint": s3_server.endpoint,
+        "s3.region": "us-east-1",
+        "s3.access-key-id": {"file": "delta-s3-access"},
+        "s3.secret-access-key": {"file": "delta-s3-secret"},
+    }
+    got = client.post(
+        "/api/v1/catalogs", json={"name": "dlake", "type": "delta", "properties": properties}
+    )
+    assert got.status_code == 201, got.text
+    policy = {
+        "compaction": {"min_input_files": 3, "min_small_files": 3},
+        "clean": {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True},
+    }
+    _register(client, "events", policy)
+    for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
+        client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
+    before = DeltaTable(path, storage_options=writer).to_pyarrow_table()
+    replaced = [
+        str(s3_server.object_path(f"{path}/{p}"))
+        for p in pa.table(DeltaTable(path, storage_options=writer).get_add_actions())
+        .column("path")
+        .to_pylist()
+    ]
+    assert len(replaced) == 4 and all(Path(p).exists() for p in replaced)
+
+    task_id = _ask(client, "compaction")
+    plan = services.plan(task_id)
+    assert plan["path"] == path and plan["partitions"] == [{"day": "d1"}]
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4, metrics
+    assert metrics["validation"]["status"] == "passed" and metrics["validation"]["rows"] == 40
+
+    task_id = _ask(client, "clean")
+    plan = services.plan(task_id)
+    assert plan["vacuum"] is True and plan["below_retention_check"] is True
+    metrics = services.run(task_id).metrics or {}
+    assert metrics["operation"] == "VACUUM END" and metrics["files_deleted"] == 4, metrics
+    assert not any(Path(p).exists() for p in replaced)  # deleted from the bucket
+
+    after = DeltaTable(path, storage_options=writer)
+    ops = [h["operation"] for h in after.history()]
+    assert ops[:3] == ["VACUUM END", "VACUUM START", "OPTIMIZE"], ops
+    assert len(after.file_uris()) == 1
+    assert digest_rows(after.to_pyarrow_table()) == digest_rows(before)
+    shown = client.get("/api/v1/catalogs/dlake").json()
+    assert s3_server.secret_key not in str(shown) and s3_server.access_key not in str(shown)

@@ -75,6 +75,35 @@ def test_a_table_whose_writer_compacts_is_left_alone() -> None:
     assert not verdict.needed and "autoCompact=true: the writer compacts" in verdict.reason
 
 
+def test_a_table_another_service_optimizes_is_left_alone_by_every_command() -> None:
+    """Another optimizer in the log (`detect_delta`): compaction, purge, Z-order and
+    clustering skip with its evidence; VACUUM skips only for another's VACUUMs."""
+    from lakewarden.catalogs.foreign import ForeignMaintainer
+
+    evidence = ForeignMaintainer(
+        "delta-optimizer", "2 OPTIMIZE/REORG commits lakewarden did not make"
+    )
+    facts = _facts({"day=a": 9})
+    facts.other_optimizers = {"optimize": evidence}
+    facts.partition_files = {"day=a": [DataFile("f", 10, 10, 0, (), {"x": (0, 9)}, 9.0)]}
+    policy = CompactionPolicy(min_input_files=3, min_small_files=3)
+    verdict, purged, packed = compaction_and_purge(policy, facts)
+    assert not verdict.needed and (purged, packed) == (None, None)
+    assert verdict.reason.count("2 OPTIMIZE/REORG commits lakewarden did not make") == 2
+    zorder, _ = zorder_verdict(ZOrderPolicy(enabled=True, columns=["x", "y"]), facts)
+    assert not zorder.needed and zorder.reason == evidence.evidence
+    facts.clustering_columns = ["x"]
+    clustered = clustering_verdict(ClusteringPolicy(enabled=True), facts)
+    assert not clustered.needed and clustered.reason == evidence.evidence
+    clean = CleanPolicy(max_snapshot_age_hours=1, allow_below_safety_floors=True)
+    assert clean_verdict(clean, facts, 5).needed  # their OPTIMIZEs are no VACUUMs
+    facts.other_optimizers = {"vacuum": ForeignMaintainer("x", "2 VACUUM commits")}
+    assert clean_verdict(clean, facts, 5).reason == "2 VACUUM commits"
+    facts.other_optimizers = {"compaction": ForeignMaintainer("auto-compaction", "auto=true")}
+    binpack, _ = compaction_verdict(policy, facts)
+    assert not binpack.needed and binpack.reason == "auto=true"
+
+
 def test_zorder_where_a_lookup_opens_many_files() -> None:
     facts = _facts({})
     overlapping = [DataFile(f"f{i}", 10, 10, 0, (), {"x": (0, 99), "y": (0, 99)}) for i in range(3)]

@@ -210,3 +210,63 @@ def test_the_newest_commit_evidence_is_reported() -> None:
     ]
     m = found(summaries=summaries)
     assert m is not None and "2nd latest" in m.evidence
+
+
+# --- Delta: another optimizer in the log (issue 29) -----------------------------------
+
+
+def _info(version: int, operation: str, **extra: object) -> dict[str, object]:
+    return {
+        "version": version,
+        "operation": operation,
+        "engineInfo": "Apache-Spark/3.5.7 Delta-Lake/3.3.3",
+        **extra,
+    }
+
+
+def test_delta_auto_compaction_once_is_the_writers_compaction() -> None:
+    from lakewarden.catalogs.foreign import detect_delta
+
+    auto = _info(7, "OPTIMIZE", operationParameters={"predicate": "[]", "auto": True})
+    found = detect_delta([_info(8, "WRITE"), auto])
+    assert set(found) == {"compaction"} and found["compaction"].who == "auto-compaction"
+    assert "version 7 is an OPTIMIZE with auto=true" in found["compaction"].evidence
+    manual = _info(7, "OPTIMIZE", operationParameters={"predicate": "[]", "auto": False})
+    assert detect_delta([manual]) == {}  # one operator's OPTIMIZE is not a service
+
+
+def test_delta_recurring_optimize_and_vacuum_by_others_are_a_service() -> None:
+    from lakewarden.catalogs.foreign import detect_delta
+
+    infos = [
+        _info(9, "VACUUM END", userName="svc-maint"),
+        _info(8, "VACUUM START", userName="svc-maint"),
+        _info(7, "OPTIMIZE", userName="svc-maint", operationParameters={"zOrderBy": '["x"]'}),
+        _info(6, "WRITE"),
+        _info(5, "REORG", userName="svc-maint"),
+        _info(4, "VACUUM END", userName="svc-maint"),
+    ]
+    found = detect_delta(infos)
+    assert set(found) == {"optimize", "vacuum"}
+    said = found["optimize"].evidence
+    assert "2 OPTIMIZE/REORG commits lakewarden did not make" in said
+    assert "versions 7, 5" in said and "user svc-maint" in said
+    assert "2 VACUUM commits" in found["vacuum"].evidence
+
+
+def test_delta_commits_lakewarden_made_are_never_evidence() -> None:
+    from lakewarden.catalogs.foreign import detect_delta
+
+    spark = {"userMetadata": '{"lakewarden.task-id": "4", "lakewarden.attempt": "1"}'}
+    delta_rs = {"lakewarden.task-id": "5"}
+    auto = {"operationParameters": {"auto": "true"}}
+    ours = [
+        _info(3, "OPTIMIZE", **spark, **auto),
+        _info(2, "OPTIMIZE", **delta_rs),
+        _info(1, "VACUUM END", **spark),
+        _info(0, "VACUUM END", **spark),
+    ]
+    assert detect_delta(ours) == {}
+    # a userMetadata that only mentions lakewarden in text is not its mark
+    other = {"userMetadata": "not lakewarden.task-id"}
+    assert set(detect_delta([_info(1, "OPTIMIZE", **other), _info(0, "OPTIMIZE")])) == {"optimize"}

@@ -119,7 +119,7 @@ def test_a_servers_jars_never_reach_sparks_classpath(pinned: list[PinnedJar]) ->
     from lakewarden.spark.jars import resolve_jars
 
     jars = resolve_jars(Settings())
-    iceberg = {p.file_name for p in pinned if p.for_spark and p.family is None}
+    iceberg = {p.file_name for p in pinned if p.for_spark and p.families is None}
     assert {Path(j).name for j in jars.jars} == iceberg
 
 
@@ -174,7 +174,8 @@ def test_hudi_s_bundle_is_on_the_hudi_family_s_classpath_only(
     hudi = pinned_jar("hudi")
     iceberg = {Path(j).name for j in resolve_jars(Settings()).jars}
     both = {Path(j).name for j in resolve_jars(Settings(), "hudi").jars}
-    assert hudi.file_name not in iceberg and both == iceberg | {hudi.file_name}
+    s3a = {p.file_name for p in pinned if p.group == "s3a"}
+    assert hudi.file_name not in iceberg and both == iceberg | {hudi.file_name} | s3a
     monkeypatch.setenv("LAKEWARDEN_SPARK_PACKAGES", "org.example:x:1")
     assert hudi.coordinate in resolve_jars(Settings(), "hudi").packages
     assert hudi.coordinate not in resolve_jars(Settings()).packages
@@ -196,7 +197,8 @@ def test_delta_s_jars_are_on_the_delta_family_s_classpath_only(
     assert {n.split("-3")[0] for n in delta} == {"delta-spark_2.12", "delta-storage"}
     iceberg = {Path(j).name for j in resolve_jars(Settings()).jars}
     family = {Path(j).name for j in resolve_jars(Settings(), "delta").jars}
-    assert not delta & iceberg and family == iceberg | delta
+    s3a = {p.file_name for p in pinned if p.group == "s3a"}
+    assert not delta & iceberg and family == iceberg | delta | s3a
     assert pinned_jar("hudi").file_name not in family
     monkeypatch.setenv("LAKEWARDEN_SPARK_PACKAGES", "org.example:x:1")
     coords = {p.coordinate for p in pinned if p.group == "delta"}
@@ -208,3 +210,21 @@ def test_delta_s_jars_are_on_the_delta_family_s_classpath_only(
     assert "Delta" not in spark_conf(
         Settings(), "postgresql+psycopg://lw:pw@127.0.0.1:5432/lw"
     ).get("spark.sql.extensions", "")
+
+
+def test_s3a_is_on_every_format_family_s_classpath_but_iceberg_s(pinned: list[PinnedJar]) -> None:
+    """Hadoop's S3A (hadoop-aws at PySpark's Hadoop 3.3.4, and the AWS SDK v1 bundle it was
+    built against) is shared by Hudi's and Delta's sessions, for their jobs on s3a://; the
+    Iceberg session reads S3 with S3FileIO and launches without it."""
+    from lakewarden.settings import Settings
+    from lakewarden.spark.jars import resolve_jars
+
+    s3a = {p.coordinate for p in pinned if p.group == "s3a"}
+    assert s3a == {
+        "org.apache.hadoop:hadoop-aws:3.3.4",
+        "com.amazonaws:aws-java-sdk-bundle:1.12.262",
+    }
+    names = {p.file_name for p in pinned if p.group == "s3a"}
+    assert not names & {Path(j).name for j in resolve_jars(Settings()).jars}
+    for family in ("hudi", "delta"):
+        assert names <= {Path(j).name for j in resolve_jars(Settings(), family).jars}

@@ -95,3 +95,40 @@ def test_spark_masks_s3fileio_key_names_in_its_ui_and_event_log() -> None:
     for key in ("spark.sql.catalog.x.s3.access-key-id", "fs.s3a.access.key", "x.password"):
         assert pattern.search(key), key
     assert not pattern.search("spark.sql.catalog.x.s3.endpoint")
+
+
+def test_spark_reads_a_hudi_or_delta_table_on_s3_through_s3a_with_its_buckets_settings() -> None:
+    """Hudi's and Delta's Spark jobs: s3:// as S3A's s3a://, and the catalog's s3.*
+    properties as S3A's, for the table's bucket alone."""
+    from lakewarden.object_store import hadoop_s3a, s3a_path
+
+    assert s3a_path("s3://b/wh/t") == s3a_path("s3n://b/wh/t") == "s3a://b/wh/t"
+    assert s3a_path("s3a://b/t") == "s3a://b/t" and s3a_path("/data/t") == "/data/t"
+    props = {
+        "s3.endpoint": "http://127.0.0.1:9000",
+        "s3.region": "us-east-1",
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+    }
+    assert hadoop_s3a(props, "s3://lake/wh/t") == {
+        "fs.s3a.bucket.lake.endpoint": "http://127.0.0.1:9000",
+        "fs.s3a.bucket.lake.endpoint.region": "us-east-1",
+        "fs.s3a.bucket.lake.access.key": "AK",
+        "fs.s3a.bucket.lake.secret.key": "SK",
+        "fs.s3a.bucket.lake.path.style.access": "true",
+        "fs.s3a.bucket.lake.connection.ssl.enabled": "false",
+    }
+    token = hadoop_s3a(
+        {
+            "s3.session-token": "T",
+            "s3.force-virtual-addressing": "true",
+            "s3.endpoint": "https://s3.example",
+        },
+        "s3a://b/t",
+    )
+    assert token["fs.s3a.bucket.b.aws.credentials.provider"].endswith(
+        "TemporaryAWSCredentialsProvider"
+    )
+    assert token["fs.s3a.bucket.b.path.style.access"] == "false"
+    assert token["fs.s3a.bucket.b.connection.ssl.enabled"] == "true"
+    assert hadoop_s3a(props, "/data/t") == {} and hadoop_s3a(props, "hdfs://nn/t") == {}

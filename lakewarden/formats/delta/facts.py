@@ -2,7 +2,8 @@
 add actions: size, records, partition values; its deletion vectors), its clustering columns
 (liquid clustering: the log's `delta.clustering` domain metadata) and its log (versions,
 commit files kept, the last checkpoint and how old it is, the files past
-`delta.logRetentionDuration`: `formats.delta.log_files`). Python only, no JVM."""
+`delta.logRetentionDuration`: `formats.delta.log_files`) and who else optimizes it (its
+recent commits' commitInfo: `catalogs.foreign.detect_delta`). Python only, no JVM."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from pyarrow import fs as pafs
 
+from lakewarden.catalogs.foreign import DELTA_WINDOW, ForeignMaintainer, detect_delta
 from lakewarden.formats.delta.log_files import LogFiles, clustering_columns, list_log
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.metadata import DataFile
@@ -64,6 +66,9 @@ class DeltaFacts:
     # Liquid clustering's columns (`CLUSTER BY`); []: the table is not clustered.
     clustering_columns: list[str] = field(default_factory=list)
     log: LogFiles | None = None  # the log's files and their times (None: not listed)
+    # Another optimizer seen in the recent commits (`catalogs.foreign.detect_delta`), by
+    # the command of lakewarden's it would fight: compaction, optimize, vacuum.
+    other_optimizers: dict[str, ForeignMaintainer] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
@@ -112,6 +117,7 @@ class DeltaFacts:
             "checkpoint_age_s": self.checkpoint_age_s(now_ms),
             "auto_optimize": {k: v for k, v in self.configuration.items() if "autoOptimize" in k},
             "clustering_columns": self.clustering_columns,
+            "other_optimizers": {k: vars(v) for k, v in sorted(self.other_optimizers.items())},
             **(self.log.summary(now_ms, self.version) if self.log is not None else {}),
             "partitions": {k: vars(v) for k, v in sorted(self.partitions.items())},
         }
@@ -201,6 +207,7 @@ def read_facts(
         if "clustering" in writer_features
         else [],
         log=list_log(timeline, config),
+        other_optimizers=detect_delta(table.history(DELTA_WINDOW)),
     )
     has_vectors = "deletionVectors" in (protocol.reader_features or [])
     hidden = hidden_rows(table) if has_vectors else {}

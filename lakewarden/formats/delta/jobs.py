@@ -13,6 +13,7 @@ retention below Delta's own check, `retentionDurationCheck.enabled=false` for th
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY
@@ -34,6 +35,20 @@ VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
 # the task found in the log means the task committed (`find_job_commits`), and a RESTORE is
 # not the job's commit.
 UNDO_KEY = "lakewarden.undo-of-task"
+
+
+# Delta's optimistic concurrency: a command whose commit conflicts with a version another
+# writer committed since it read the table fails with one of io.delta.exceptions'
+# Concurrent*Exception (ConcurrentDeleteReadException: a file it read was removed, by a
+# DELETE, UPDATE or MERGE; ...), or a DELTA_CONCURRENT_* error class; nothing of it commits.
+_CONFLICT = re.compile(r"\b(Concurrent\w*Exception|DELTA_CONCURRENT_\w+)")
+
+
+def conflict_of(exc: BaseException) -> str | None:
+    """The Delta conflict `exc` is (its exception's name), or None: another writer's
+    commit made this one fail; nothing was committed, and the attempt is retried."""
+    found = _CONFLICT.search(str(exc))
+    return found.group(1) if found else None
 
 
 def marked_session(

@@ -758,7 +758,9 @@ class DeltaHealthOut(ResponseModel):
     facts: dict[str, Any] = Field(
         description="version, protocol, partition columns, files, bytes, records, target "
         "size and small files, deletion vectors, commit files in the log, last checkpoint "
-        "and its age, the writer's autoOptimize settings, liquid clustering columns, the "
+        "and its age, the writer's autoOptimize settings, another optimizer seen in the "
+        "recent log (other_optimizers: who and the evidence, by the command of lakewarden's "
+        "it would fight), liquid clustering columns, the "
         "log's files and bytes, its retention, the oldest commit's age, the log files a "
         "cleanup removes now and the old commits waiting for a checkpoint, per partition "
         "files and bytes"
