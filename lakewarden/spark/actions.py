@@ -54,8 +54,9 @@ PYARROW_ZSTD_LEVEL = "1"
 def settle_codec(table: Any) -> dict[str, str]:
     """Name the table's Parquet codec when it names none, so a rewrite writes what its
     writer wrote: zstd, and at pyarrow's level 1 unless the table names a level (Java's
-    level 3 costs a rewrite about a fifth more CPU for files a few percent smaller). Returns
-    the properties set: none when the table chose its codec itself (its choice stands)."""
+    level 3 cost a 60 MB compaction 1.2-1.7x the CPU for files 5% smaller: docs/performance.md,
+    issue 30). Returns the properties set: none when the table chose its codec itself (its
+    choice stands)."""
     properties = table.properties()
     if properties.containsKey(CODEC_PROPERTY):
         return {}
