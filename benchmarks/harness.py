@@ -102,6 +102,16 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def jvm_cpu_seconds(spark: SparkSession) -> float:
+    """CPU seconds the Spark JVM (a local master's driver and executors) has used so far:
+    on a loaded shared machine a job's CPU moves far less between repeats than its wall
+    time. Linux only (its /proc)."""
+    jvm: Any = spark._jvm
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def repeat(times: int, fn: Callable[[], Any]) -> Stat:
     """`fn` timed `times` times."""
     return Stat.of([timed(fn)[0] for _ in range(times)])

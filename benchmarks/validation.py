@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from benchmarks import data
-from benchmarks.harness import Context, Figure, Stat, measuring, timed
+from benchmarks.harness import Context, Figure, Stat, jvm_cpu_seconds, measuring, timed
 from benchmarks.rewrite import compact, rollback
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.policy.model import ValidationPolicy
@@ -166,10 +166,13 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
     _ = ctx.spark
     on: list[float] = []
     off: list[float] = []
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     phases: dict[str, list[float]] = {}
     for i in range(repeats):
         for enabled in (True, False) if i % 2 == 0 else (False, True):
+            used = jvm_cpu_seconds(ctx.spark)
             seconds, metrics = _compaction(ctx, ref, enabled)
+            cpu[enabled].append(jvm_cpu_seconds(ctx.spark) - used)
             rollback(ctx, ref, small)
             if not enabled:
                 off.append(seconds)
@@ -186,6 +189,12 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
         "with_validation_s": Stat.of(on),
         "without_validation_s": Stat.of(off),
         "with_over_without": Stat.of([a / b for a, b in zip(on, off, strict=True)]),
+        # the Spark JVM's CPU seconds per job: steadier than wall time on a loaded machine
+        "cpu_with_s": Stat.of(cpu[True]),
+        "cpu_without_s": Stat.of(cpu[False]),
+        "cpu_with_over_without": Stat.of(
+            [a / b for a, b in zip(cpu[True], cpu[False], strict=True)]
+        ),
         "phases_s": {k: Stat.of(v) for k, v in phases.items()},
         "overhead_over_rewrite": Stat.of(
             [t / r for t, r in zip(on, phases["rewrite"], strict=True)]

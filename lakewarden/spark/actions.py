@@ -42,20 +42,32 @@ def load_java_table(spark: SparkSession, catalog: str, ref: TableRef) -> Any:
 
 
 CODEC_PROPERTY = "write.parquet.compression-codec"
-# What pyiceberg writes, and what Iceberg-Java has written into every table it created since
-# 1.4. A table that names no codec (one pyiceberg created) would get Java's old fallback,
-# gzip: about twice the CPU of zstd for the same files (benchmarks B4: rewrite throughput).
+LEVEL_PROPERTY = "write.parquet.compression-level"
+# What pyiceberg writes (pyarrow's zstd at its default level, 1), and what Iceberg-Java has
+# written into every table it created since 1.4 (zstd, at parquet-mr's level 3). A table
+# that names no codec (one pyiceberg created) would get Java's old fallback, gzip: about
+# twice the CPU of zstd for the same files (benchmarks B4: rewrite throughput).
 DEFAULT_CODEC = "zstd"
+PYARROW_ZSTD_LEVEL = "1"
 
 
-def settle_codec(table: Any) -> str | None:
+def settle_codec(table: Any) -> dict[str, str]:
     """Name the table's Parquet codec when it names none, so a rewrite writes what its
-    writer wrote (zstd), not gzip. Returns the codec set, or None when the table chose
-    one itself (its choice stands)."""
-    if table.properties().containsKey(CODEC_PROPERTY):
-        return None
-    table.updateProperties().set(CODEC_PROPERTY, DEFAULT_CODEC).commit()
-    return DEFAULT_CODEC
+    writer wrote: zstd, and at pyarrow's level 1 unless the table names a level (Java's
+    level 3 cost a 60 MB compaction 1.2-1.7x the CPU for files 5% smaller: docs/performance.md,
+    issue 30). Returns the properties set: none when the table chose its codec itself (its
+    choice stands)."""
+    properties = table.properties()
+    if properties.containsKey(CODEC_PROPERTY):
+        return {}
+    settled = {CODEC_PROPERTY: DEFAULT_CODEC}
+    if not properties.containsKey(LEVEL_PROPERTY):
+        settled[LEVEL_PROPERTY] = PYARROW_ZSTD_LEVEL
+    update = table.updateProperties()
+    for key, value in settled.items():
+        update = update.set(key, value)
+    update.commit()
+    return settled
 
 
 def rewrite_data_files(
@@ -106,7 +118,9 @@ def rewrite_data_files(
         if branch != MAIN_BRANCH:
             metrics["branch"] = branch
         if codec_set:
-            metrics["set_table_codec"] = codec_set
+            metrics["set_table_codec"] = codec_set[CODEC_PROPERTY]
+            if LEVEL_PROPERTY in codec_set:
+                metrics["set_table_codec_level"] = int(codec_set[LEVEL_PROPERTY])
         if metrics["failed_groups"] and not metrics["rewritten_groups"]:
             raise RewriteFailed(progress(metrics), metrics)
         # Rows before and after, per partition the rewrite touched; raises when they differ,

@@ -353,8 +353,9 @@ def _codecs(table: Any) -> set[str]:
 def test_a_rewrite_writes_the_tables_codec_and_zstd_where_it_names_none(
     scheduler: Scheduler, spark_rt: Runtime, named: str | None, written: str
 ) -> None:
-    """pyiceberg writes zstd without naming it; Iceberg-Java would rewrite such a table in
-    gzip (its old fallback), at about twice the CPU. A codec the table names stands."""
+    """pyiceberg writes zstd (level 1) without naming it; Iceberg-Java would rewrite such a
+    table in gzip (its old fallback), at about twice the CPU, or zstd at level 3. A codec
+    the table names stands, at the level it names or not."""
     name = f"codec_{named or 'unset'}"
     table = make_table(spark_rt, name=name)
     if named:
@@ -368,6 +369,7 @@ def test_a_rewrite_writes_the_tables_codec_and_zstd_where_it_names_none(
     after = spark_rt.catalog.load_table(f"sales.{name}")
     assert _codecs(after) == {written}
     assert after.properties["write.parquet.compression-codec"] == (named or "zstd")
+    assert after.properties.get("write.parquet.compression-level") == (None if named else "1")
 
 
 def test_a_tiered_table_that_goes_quiet_gets_a_major_merge(
