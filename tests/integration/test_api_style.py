@@ -93,6 +93,7 @@ OPERATION_IDS = {
     ("GET", "/api/v1/audit"): "listAudit",
     ("GET", "/api/v1/costs"): "listCosts",
     ("GET", "/api/v1/pools"): "listPools",
+    ("GET", "/api/v1/scheduler/regions"): "listSchedulerRegions",
     ("GET", "/api/v1/catalogs/{catalog}/rules"): "listRules",
     ("POST", "/api/v1/catalogs/{catalog}/rules"): "createRule",
     ("GET", "/api/v1/catalogs/{catalog}/rules/{rule_id}"): "getRule",

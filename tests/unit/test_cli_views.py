@@ -105,7 +105,12 @@ def test_pools_show_capacity_against_bounds_and_why() -> None:
 
 
 def test_a_v3_table_shows_its_format_what_is_refused_and_its_deletion_vectors() -> None:
-    t = {"catalog": "lake", "namespace": "sales", "name": "v3", "policy_version": 1}
+    t = {
+        "catalog": "lake",
+        "namespace": "sales",
+        "name": "v3",
+        "policy_version": 1,
+    }
     deletes = {"position": 4, "equality": 0, "deletion_vectors": 4}
     h = {
         "score": 90,
@@ -119,7 +124,8 @@ def test_a_v3_table_shows_its_format_what_is_refused_and_its_deletion_vectors() 
         "measured_at": "now",
         "signals": [],
     }
-    x = {"summary": "nothing would run now", "kinds": {}, "blocked_by": []}
+    x: dict[str, object] = {"summary": "nothing would run now", "kinds": {}, "blocked_by": []}
+    x |= {"region": "default", "region_leader": True}
     x["format"] = {"refused": ["repair", "revert", "cherry-pick"]}
     console = Console(width=400, record=True)
     for renderable in _table_view({"table": {**t, "managed_by": "api"}, "health": h, "explain": x}):
