@@ -15,6 +15,9 @@ Hudi's and Delta's Python readers (hudi-rs, delta-rs) are Rust's `object_store` 
 `filesystem` pyarrow's S3 file system for listing their logs, so a `hudi` or `delta`
 catalog (or a `hive` one's Hudi and Delta tables) on S3 takes the same `s3.*` properties.
 
+Spark's Hudi jobs read and write through Hadoop's S3A file system (`hadoop_s3a`: the same
+properties as per-bucket `fs.s3a.bucket.<b>.*` settings).
+
 A Hadoop file system (`HadoopFileIO`) serves every other scheme; `by_prefix` says where a
 listing must go through the table's FileIO instead (Iceberg's prefix listing).
 """
@@ -69,6 +72,33 @@ def spark_properties(props: dict[str, str]) -> dict[str, str]:
         virtual = props.get("s3.force-virtual-addressing", "false").lower() == "true"
         extra["s3.path-style-access"] = "false" if virtual else "true"
     return {k: v for k, v in extra.items() if k not in props}
+
+
+# pyiceberg's names of a catalog's S3 properties -> Hadoop S3A's (per bucket: `fs.s3a.bucket.<b>.`).
+_S3A_KEYS = {
+    "s3.access-key-id": "access.key",
+    "s3.secret-access-key": "secret.key",
+    "s3.session-token": "session.token",
+    "s3.region": "endpoint.region",
+    "s3.endpoint": "endpoint",
+}
+
+
+def hadoop_s3a(props: Mapping[str, str], location: str) -> dict[str, str]:
+    """Hadoop's S3A settings for the bucket of `location` (`s3a://`, or `s3://` where
+    `fs.s3.impl` is S3A: a Hudi-family session) from the catalog's resolved properties, as
+    Spark's Hudi jobs reach a table on S3: per bucket, so that two catalogs' buckets keep
+    their own credentials in one JVM. Credentials among them: set on the running session
+    (`spark.session.set_secrets`), never on a command line."""
+    if not on_s3(location):
+        return {}
+    prefix = f"fs.s3a.bucket.{urlsplit(location).netloc}."
+    out = {prefix + key: props[name] for name, key in _S3A_KEYS.items() if name in props}
+    virtual = props.get("s3.force-virtual-addressing", "false").lower() == "true"
+    out[prefix + "path.style.access"] = "false" if virtual else "true"
+    if props.get("s3.endpoint", "").startswith("http://"):
+        out[prefix + "connection.ssl.enabled"] = "false"
+    return out
 
 
 # pyiceberg's names of a catalog's S3 properties -> Rust object_store's (hudi-rs, delta-rs).

@@ -290,7 +290,7 @@ def run_hudi_pass(
 ) -> tuple[dict[str, Task], dict[str, str], dict[str, JobRun]]:
     """Plan the tasks (the worker), then run them (the leader submits each as a Hudi-family
     application, one after the other: one running task per table) to their end: the
-    plans, the end states and the runs. `settings`: more of the leader's (`secrets_path`
+    plans, the end states and the runs. `settings`: more of the leader's (`secrets_dir`
     where a catalog's references are)."""
     from sqlalchemy import create_engine, select
 

@@ -7,10 +7,10 @@
    lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
    Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
 
-A lock group named after a format family (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle;
-`delta`, Delta Lake's delta-spark and delta-storage) goes on Spark's classpath only in
-that family's session (`resolve_jars(settings, family)`): the Iceberg session launches
-with the jars it always had.
+A lock group a format family takes (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle, and
+`s3a`, Hadoop's S3A file system, for Hudi; `delta`, Delta Lake's delta-spark and
+delta-storage) goes on Spark's classpath only in that family's session
+(`resolve_jars(settings, family)`): the Iceberg session launches with the jars it always had.
 
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
@@ -49,7 +49,10 @@ UNPACKED_MARK = ".unpacked"  # written last: a directory without it is a half un
 # Session families (research note §6: Hudi wants `spark_catalog`, so its jobs get a Spark
 # session of their own): the default one, and each further one with its lock group.
 DEFAULT_FAMILY = "iceberg"
-FAMILY_GROUPS = {"hudi": "hudi", "delta": "delta"}
+# `s3a`: Hadoop's S3A file system (hadoop-aws and the AWS SDK v1 bundle it needs), for
+# the families whose jobs reach an object store through Hadoop (Hudi's `s3a://` tables);
+# Iceberg reads S3 through its own S3FileIO (`s3`), so its classpath goes without it.
+FAMILY_GROUPS: dict[str, tuple[str, ...]] = {"hudi": ("hudi", "s3a"), "delta": ("delta",)}
 
 
 class JarsUnavailable(RuntimeError):
@@ -80,10 +83,10 @@ class PinnedJar:
         return extension if at else "jar"
 
     @property
-    def family(self) -> str | None:
-        """The one session family whose classpath has it (`hudi`, `delta`), or None: every
-        family's."""
-        return next((f for f, g in FAMILY_GROUPS.items() if g == self.group), None)
+    def families(self) -> tuple[str, ...]:
+        """The session families whose classpath has it (`hudi`, `delta`); none named:
+        every family's."""
+        return tuple(f for f, groups in FAMILY_GROUPS.items() if self.group in groups)
 
     @property
     def file_name(self) -> str:
@@ -133,7 +136,9 @@ def spark_pins(family: str | None = DEFAULT_FAMILY) -> list[PinnedJar]:
     servers' groups and other families' groups); `family=None`: every family's."""
     check_family(family or DEFAULT_FAMILY)
     return [
-        p for p in read_lock() if p.for_spark and (family is None or p.family in (None, family))
+        p
+        for p in read_lock()
+        if p.for_spark and (family is None or not p.families or family in p.families)
     ]
 
 
@@ -159,7 +164,7 @@ def resolve_jars(settings: Settings, family: str = DEFAULT_FAMILY) -> JarSpec:
     """The jars of a `family` session. Explicit jars and Maven coordinates stand for the
     Iceberg family's; another family adds its own pinned group to them (its coordinate, or
     its jar fetched into the cache)."""
-    own = [p for p in spark_pins(family) if p.family is not None]
+    own = [p for p in spark_pins(family) if p.families]
     if settings.spark_jars:
         jars = _split(settings.spark_jars)
         missing = [j for j in jars if not Path(j).exists()]

@@ -95,3 +95,40 @@ def test_spark_masks_s3fileio_key_names_in_its_ui_and_event_log() -> None:
     for key in ("spark.sql.catalog.x.s3.access-key-id", "fs.s3a.access.key", "x.password"):
         assert pattern.search(key), key
     assert not pattern.search("spark.sql.catalog.x.s3.endpoint")
+
+
+def test_hudis_spark_jobs_reach_s3_through_s3a_per_bucket_and_only_hudi_gets_its_jars() -> None:
+    """A Hudi job's S3A settings for its table's bucket, from the catalog's properties; the
+    `s3a` jars on the Hudi family's classpath only (Iceberg's S3 goes through S3FileIO)."""
+    from lakewarden.object_store import hadoop_s3a
+
+    props = {
+        "s3.endpoint": "http://127.0.0.1:9000",
+        "s3.region": "us-east-1",
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+    }
+    got = hadoop_s3a(props, "s3a://lake/wh/sales/orders")
+    b = "fs.s3a.bucket.lake."
+    assert got == {
+        b + "endpoint": "http://127.0.0.1:9000",
+        b + "endpoint.region": "us-east-1",
+        b + "access.key": "AK",
+        b + "secret.key": "SK",
+        b + "path.style.access": "true",
+        b + "connection.ssl.enabled": "false",
+    }
+    assert all(_is_secret(f"spark.hadoop.{k}") for k in (b + "access.key", b + "secret.key"))
+    assert hadoop_s3a(props, "/data/wh/sales/orders") == {}
+    s3a = {p.file_name for p in spark_pins("hudi")} - {p.file_name for p in spark_pins()}
+    assert {"hadoop-aws-3.3.4.jar", "aws-java-sdk-bundle-1.12.262.jar"} <= s3a
+    assert not s3a & {p.file_name for p in spark_pins("delta")}
+
+
+def test_a_hudi_job_on_s3_takes_the_in_process_lock_hudis_file_lock_needs_atomic_create() -> None:
+    from lakewarden.formats.hudi.jobs import CONCURRENCY, IN_PROCESS_LOCK, concurrency
+
+    assert concurrency("/data/wh/t") == concurrency("hdfs://nn/wh/t") == CONCURRENCY
+    on_s3 = concurrency("s3a://lake/wh/t")
+    assert on_s3["hoodie.write.lock.provider"] == IN_PROCESS_LOCK
+    assert on_s3["hoodie.write.concurrency.mode"] == "optimistic_concurrency_control"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from lakewarden.catalogs.catalog import IDENTIFIER
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -47,10 +48,32 @@ CONCURRENCY = {
 }
 
 
-def with_concurrency(spark: SparkSession) -> None:
-    """Hudi's concurrency control (`CONCURRENCY`) in the session's conf, which every
+# Where the file-system lock cannot serve: an object store (S3A) creates no file
+# atomically, and Hudi refuses the file-system lock there ("Unsupported scheme ... can not
+# support atomic creation"). Hudi's schemes that can (its `StorageSchemes`): a path's.
+ATOMIC_CREATE_SCHEMES = ("", "file", "hdfs", "viewfs")
+# On those stores the job's own JVM's lock: the job's procedures still run under optimistic
+# concurrency control (conflicts checked at commit), but no other process shares the
+# lock, so a writer beside the job is not safe (docs/hudi.md: a lock both share, such as
+# ZooKeeper's, is not configurable yet).
+IN_PROCESS_LOCK = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
+
+
+def concurrency(base_path: str) -> dict[str, str]:
+    """Hudi's concurrency settings for a job on the table at `base_path`: `CONCURRENCY`, or
+    the in-process lock where the file system cannot create the lock file atomically."""
+    if urlsplit(base_path).scheme.lower() in ATOMIC_CREATE_SCHEMES:
+        return dict(CONCURRENCY)
+    return {
+        **CONCURRENCY,
+        "hoodie.write.lock.provider": IN_PROCESS_LOCK,
+    }
+
+
+def with_concurrency(spark: SparkSession, base_path: str) -> None:
+    """Hudi's concurrency control (`concurrency`) in the session's conf, which every
     procedure's write client reads (as `with_metadata`)."""
-    for key, value in CONCURRENCY.items():
+    for key, value in concurrency(base_path).items():
         spark.conf.set(key, value)
 
 
@@ -256,7 +279,7 @@ def _write_options(base_path: str, operation: str, mark: str, metadata: bool) ->
         "hoodie.archive.automatic": "false",
         "hoodie.datasource.write.commitmeta.key.prefix": "_",
         TTL_MARK: mark,
-        **CONCURRENCY,
+        **concurrency(base_path),
     }
     for key, table_key in (
         ("hoodie.datasource.write.keygenerator.class", "hoodie.table.keygenerator.class"),
