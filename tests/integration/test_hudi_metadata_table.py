@@ -81,10 +81,17 @@ def test_a_table_with_hudis_metadata_table_keeps_it_through_compaction_and_clean
     assert instant in _metadata_instants(base)
     assert read_facts(path).log_files == 0 and digest(path) == rows_before
 
+    # The writer writes again (keep_last_snapshots 1: the slices the compaction replaced
+    # are kept for a query as of its commit until a later commit); its commit, polled,
+    # calls for a clean.
+    spark_writers.run(
+        "hudi", [{**table, "op": "upsert", "ids": [0, 10], "value": 3, "options": on}], timeout=1200
+    )
+    rows_before = digest(path)
     poll_catalog(rt, rt.catalogs.entry("mlake"))
     event = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
-    assert event["commit"] == instant, event
-    assert event["decision_detail"]["clean"]["decision"] == "task-created", event
+    reason = event["decision_detail"]["clean"]
+    assert reason["decision"] == "task-created", reason
     _, states, runs = run_hudi_pass(
         db_url, tmp_path, {"clean": event["decision_detail"]["clean"]["task_id"]}
     )

@@ -4,7 +4,7 @@ reference only (`{"env": …}`, `{"file": …}`); registering a table reads its 
 (pyarrow's S3 file system for the listing, delta-rs' and hudi-rs' `object_store` options
 for the files), its baseline judged, and the worker plans its compaction from what those
 readers see. And a Delta table on HDFS (lakewarden.spark.local_hdfs), read through
-hdfs-native. And Spark's Hudi jobs on S3: a compaction and a clean of an `s3a://` table."""
+hdfs-native. And Spark's Hudi jobs on S3: a compaction of an `s3a://` table."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from helpers import run_hudi_pass, task_of
 from pyarrow import fs as pafs
 
 from benchmarks.s3_server import S3Server
-from lakewarden.events.poller import poll_catalog
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.storage import table_storage
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -36,12 +35,6 @@ from services.worker.main import Worker
 ACCESS_VAR = "LW_SECRET_TEST_PATHS_S3_ACCESS_KEY"
 SECRET_FILE = "test-paths-s3-secret-key"
 POLICY = {"compaction": {"enabled": True, "min_small_files": 2, "min_input_files": 2}}
-# Keep the latest write commit only (no commit here is old enough for the 1 h floor).
-HUDI_CLEAN = {
-    "keep_last_snapshots": 1,
-    "max_snapshot_age_hours": 0.000001,
-    "allow_below_safety_floors": True,
-}
 
 
 @pytest.fixture
@@ -170,7 +163,7 @@ def test_a_delta_table_on_hdfs_is_read_and_planned_through_hdfs_native(
     assert len(DeltaTable(clicks).file_uris()) == 4  # the independent read
 
 
-def test_a_hudi_table_on_s3a_is_compacted_then_cleaned_by_spark_jobs(
+def test_a_hudi_table_on_s3a_is_compacted_by_a_spark_job(
     client: TestClient,
     rt: Runtime,
     db_url: str,
@@ -179,9 +172,9 @@ def test_a_hudi_table_on_s3a_is_compacted_then_cleaned_by_spark_jobs(
     hudi_tables: HudiTables,
     tmp_path: Path,
 ) -> None:
-    """Spark's Hudi jobs on S3 (`s3a://`, Hadoop's S3A from jars.lock's `s3a` group): the
-    compaction, then the clean its commit calls for, each a Hudi-family application given
-    the catalog's credentials by reference; hudi-rs reads the bucket after with the same."""
+    """Spark's Hudi jobs on S3 (`s3a://`, Hadoop's S3A from jars.lock's `s3a` group): a
+    compaction as a Hudi-family application given the catalog's credentials by reference;
+    hudi-rs reads the bucket after with the same."""
     s3a = warehouse.replace("s3://", "s3a://", 1)
     orders = f"{s3a}/lake/orders"
     pafs.copy_files(
@@ -189,9 +182,8 @@ def test_a_hudi_table_on_s3a_is_compacted_then_cleaned_by_spark_jobs(
     )
     properties = _properties(s3_server, s3a)
     _register(client, "s3ahudi", "hudi", properties)
-    policy = {**POLICY, "clean": HUDI_CLEAN}
     tables = "/api/v1/catalogs/s3ahudi/tables"
-    got = client.post(tables, json={"namespace": "lake", "name": "orders", "policy": policy})
+    got = client.post(tables, json={"namespace": "lake", "name": "orders", "policy": POLICY})
     assert got.status_code == 201, got.text
     detail = client.get(f"{tables}/lake/orders/events").json()["items"][0]["decision_detail"]
     assert detail["compaction"]["decision"] == "task-created", detail
@@ -213,28 +205,4 @@ def test_a_hudi_table_on_s3a_is_compacted_then_cleaned_by_spark_jobs(
     assert timeline.completed()[-1].requested == instant and timeline.pending() == []
     with table_storage(orders, readable):  # hudi-rs on the bucket, independently
         assert read_facts(orders).log_files == 0
-        assert digest(orders) == rows_before
-
-    # The compaction's commit, polled, calls for a clean of the slices it replaced.
-    poll_catalog(rt, rt.catalogs.entry("s3ahudi"))
-    event = client.get(f"{tables}/lake/orders/events").json()["items"][0]
-    assert event["commit"] == instant, event
-    assert event["decision_detail"]["clean"]["decision"] == "task-created", event
-    clean_task = event["decision_detail"]["clean"]["task_id"]
-    _, states, runs = run_hudi_pass(
-        db_url, tmp_path, {"clean": clean_task}, secrets_dir=rt.settings.secrets_path
-    )
-    run = runs["clean"]
-    assert states == {"clean": "succeeded"}, (run.error, run.log_tail)
-    metrics = run.metrics or {}
-    assert metrics["files_deleted"] >= 1 and metrics["validation"]["status"] == "passed"
-    logs = [
-        i.path
-        for i in _s3(s3_server).get_file_info(
-            pafs.FileSelector(orders.removeprefix("s3a://"), recursive=True)
-        )
-        if ".log." in i.base_name and "/.hoodie/" not in i.path
-    ]
-    assert logs == []  # the log files the compaction merged are gone from the bucket
-    with table_storage(orders, readable):
         assert digest(orders) == rows_before
