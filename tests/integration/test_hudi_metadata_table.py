@@ -1,9 +1,8 @@
 """A Hudi table whose writer keeps Hudi's metadata table (`hoodie.metadata.enable=true`,
-Hudi 1.x's default; the other tests' fixtures turn it off) through lakewarden's compaction
-and then the clean its commit calls for, each a Hudi-family application. The metadata
-table must stay, in step with the data table: a write client that runs with the metadata
-table off on a table that has one deletes it (Hudi's own rule), so every job runs with
-`hoodie.metadata.enable` as the table has it."""
+Hudi 1.x's default; the other tests' fixtures turn it off) through lakewarden's compaction,
+a Hudi-family application. The metadata table must stay, in step with the data table: a
+write client that runs with the metadata table off on a table that has one deletes it
+(Hudi's own rule), so every job runs with `hoodie.metadata.enable` as the table has it."""
 
 from __future__ import annotations
 
@@ -14,24 +13,15 @@ from fastapi.testclient import TestClient
 from helpers import run_hudi_pass
 from spark_writer import SparkWriters
 
-from lakewarden.events.poller import poll_catalog
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.formats.hudi.validation import digest
 from lakewarden.kinds import hudi_compaction
-from lakewarden.runtime import Runtime
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 TABLES = "/api/v1/catalogs/mlake/tables"
-POLICY = {
-    "compaction": {"min_input_files": 2, "min_small_files": 2},
-    "clean": {
-        "keep_last_snapshots": 1,
-        "max_snapshot_age_hours": 0.000001,
-        "allow_below_safety_floors": True,
-    },
-}
+POLICY = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
 
 
 def _metadata_instants(base: Path) -> set[str]:
@@ -40,8 +30,8 @@ def _metadata_instants(base: Path) -> set[str]:
     return {i.requested for i in HudiTimeline(str(base / ".hoodie" / "metadata")).completed()}
 
 
-def test_a_table_with_hudis_metadata_table_keeps_it_through_compaction_and_clean(
-    client: TestClient, rt: Runtime, db_url: str, spark_writers: SparkWriters, tmp_path: Path
+def test_a_table_with_hudis_metadata_table_keeps_it_through_compaction(
+    client: TestClient, db_url: str, spark_writers: SparkWriters, tmp_path: Path
 ) -> None:
     base = tmp_path / "wh" / "lake" / "orders"
     table = {"path": base.as_uri(), "type": "MERGE_ON_READ", "partitioned": True}
@@ -81,27 +71,4 @@ def test_a_table_with_hudis_metadata_table_keeps_it_through_compaction_and_clean
     assert instant in _metadata_instants(base)
     assert read_facts(path).log_files == 0 and digest(path) == rows_before
 
-    # The writer writes again (keep_last_snapshots 1: the slices the compaction replaced
-    # are kept for a query as of its commit until a later commit); its commit, polled,
-    # calls for a clean.
-    spark_writers.run(
-        "hudi", [{**table, "op": "upsert", "ids": [0, 10], "value": 3, "options": on}], timeout=1200
-    )
-    rows_before = digest(path)
-    poll_catalog(rt, rt.catalogs.entry("mlake"))
-    event = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
-    reason = event["decision_detail"]["clean"]
-    assert reason["decision"] == "task-created", reason
-    _, states, runs = run_hudi_pass(
-        db_url, tmp_path, {"clean": event["decision_detail"]["clean"]["task_id"]}
-    )
-    run = runs["clean"]
-    assert states == {"clean": "succeeded"}, (run.error, run.log_tail)
-    metrics = run.metrics or {}
-    assert metrics["files_deleted"] >= 1 and metrics["validation"]["status"] == "passed"
-    (clean,) = metrics["hudi_clean_instants"]
-    assert HudiTimeline(path).properties.get("hoodie.table.metadata.partitions")
-    assert clean in _metadata_instants(base)  # the clean is in the metadata table too
-    assert HudiTimeline(path).pending() == []
-    assert digest(path) == rows_before
-    print(f"metadata table kept: compaction {instant}, clean {clean} recorded in it")
+    print(f"metadata table kept: compaction {instant} recorded in it")
