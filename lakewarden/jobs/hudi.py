@@ -155,6 +155,16 @@ def _rewrite(
                 rt, fence(), job.task_id, job.attempt, metrics={"reason": "nothing to plan"}
             )
         record_planned(rt, job, instant)
+    else:
+        # A retry after an attempt that died executing it (kill -9): Hudi refuses the
+        # instant while the dead attempt's heartbeat looks alive; wait it out.
+        wait_s = hudi_jobs.heartbeat_wait_s(base_path, instant, time.time())
+        if wait_s > 0:
+            log.info(
+                "task %d: waiting %.0fs for %s's heartbeat to expire", job.task_id, wait_s, instant
+            )
+            time.sleep(wait_s)
+            metrics["heartbeat_wait_s"] = round(wait_s, 1)
     metrics[hudi_compaction.PLANNED] = instant
     before_facts = read_facts(base_path)
     started = time.monotonic()

@@ -97,6 +97,25 @@ def schedule_compaction(spark: SparkSession, base_path: str) -> str | None:
     return ours[-1] if ours else None
 
 
+# Hudi's heartbeat of a running table service (`.hoodie/.heartbeat/<instant>`, touched every
+# `hoodie.client.heartbeat.interval_in_ms`, 60 s by default) is taken for a live job until
+# it is `hoodie.client.heartbeat.tolerable.misses` (2) intervals old: until then Hudi
+# refuses to execute the instant ("due to heartbeat by concurrent writer/job").
+HEARTBEAT_EXPIRY_S = 2 * 60.0
+
+
+def heartbeat_wait_s(base_path: str, instant: str, now: float) -> float:
+    """How long until Hudi takes `instant`'s heartbeat (a killed attempt's) for expired: 0
+    when there is none or it has expired (a few seconds' margin past Hudi's rule)."""
+    from pyarrow import fs as pafs
+
+    timeline = HudiTimeline(base_path)
+    info = timeline.fs.get_file_info(f"{timeline.base}/.hoodie/.heartbeat/{_instant(instant)}")
+    if info.type != pafs.FileType.File or info.mtime is None:
+        return 0.0
+    return max(0.0, info.mtime.timestamp() + HEARTBEAT_EXPIRY_S + 5.0 - now)
+
+
 def run_compaction(spark: SparkSession, base_path: str, instant: str) -> None:
     """Execute the planned compaction `instant` (and only it)."""
     if not instant.isdigit() or len(instant) not in _INSTANT_DIGITS:
