@@ -3,6 +3,8 @@ storage error is told to whoever registers the catalog."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
@@ -132,3 +134,20 @@ def test_a_hudi_job_on_s3_takes_the_in_process_lock_hudis_file_lock_needs_atomic
     on_s3 = concurrency("s3a://lake/wh/t")
     assert on_s3["hoodie.write.lock.provider"] == IN_PROCESS_LOCK
     assert on_s3["hoodie.write.concurrency.mode"] == "optimistic_concurrency_control"
+
+
+def test_a_retry_waits_out_a_killed_attempts_hudi_heartbeat(tmp_path: Path) -> None:
+    """Hudi refuses an instant while its heartbeat file is younger than its expiry."""
+    import os
+
+    from lakewarden.formats.hudi.jobs import HEARTBEAT_EXPIRY_S, heartbeat_wait_s
+
+    (tmp_path / ".hoodie" / ".heartbeat").mkdir(parents=True)
+    (tmp_path / ".hoodie" / "hoodie.properties").write_text("hoodie.table.version=8\n")
+    instant = "20261126131937027"
+    assert heartbeat_wait_s(str(tmp_path), instant, 1_000_000.0) == 0.0  # none
+    beat = tmp_path / ".hoodie" / ".heartbeat" / instant
+    beat.touch()
+    os.utime(beat, (1_000_000.0, 1_000_000.0))
+    assert heartbeat_wait_s(str(tmp_path), instant, 1_000_000.0) == HEARTBEAT_EXPIRY_S + 5.0
+    assert heartbeat_wait_s(str(tmp_path), instant, 1_000_000.0 + HEARTBEAT_EXPIRY_S + 6) == 0.0
