@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-    from lakewarden.db.models import PartitionReadiness, Task
+    from lakewarden.db.models import JobRun, PartitionReadiness, Task
     from lakewarden.leader import Fence
     from services.scheduler.main import Scheduler
 
@@ -261,6 +261,94 @@ def readiness_rows(rt: Runtime) -> dict[str, PartitionReadiness]:
         rows = s.scalars(select(PartitionReadiness)).all()
         s.expunge_all()
     return {r.partition: r for r in rows}
+
+
+def job_runs(rt: Runtime) -> list[JobRun]:
+    """Every job run, by task and attempt (detached: read after the session closed)."""
+    from sqlalchemy import select
+
+    from lakewarden.db.models import JobRun
+    from lakewarden.db.session import transaction
+
+    with transaction(rt.engine) as s:
+        runs = list(s.scalars(select(JobRun).order_by(JobRun.task_id, JobRun.attempt)))
+        s.expunge_all()
+    return runs
+
+
+def process_logs(tmp_path: Path) -> str:
+    """The tails of the scheduler processes' logs and their applications' (a test's
+    `tmp_path` as their data directory): what a failover test prints when it times out."""
+    files = sorted(tmp_path.glob("scheduler-*.log")) + sorted(
+        (tmp_path / "applications").glob("*.log")
+    )
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in files)
+
+
+def run_hudi_pass(
+    db_url: str, tmp_path: Path, task_ids: dict[str, int], **settings: Any
+) -> tuple[dict[str, Task], dict[str, str], dict[str, JobRun]]:
+    """Plan the tasks (the worker), then run them (the leader submits each as a Hudi-family
+    application, one after the other: one running task per table) to their end: the
+    plans, the end states and the runs. `settings`: more of the leader's (`secrets_dir`
+    where a catalog's references are)."""
+    from sqlalchemy import create_engine, select
+
+    from lakewarden.db.models import JobRun
+    from lakewarden.db.session import transaction
+    from lakewarden.process import Ticker
+    from lakewarden.settings import Settings
+    from services.scheduler.main import Scheduler
+    from services.worker.main import Worker
+
+    config = Settings(
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        application_master="local[1]",
+        application_driver_memory="768m",
+        heartbeat_interval_s=1.0,
+        spark_warmup=False,
+        **settings,
+    )
+    url = config.database_url or db_url
+    rt = Runtime(config, url, create_engine(url, pool_size=5), role="scheduler")
+    sched = Scheduler(rt)
+    stop = threading.Event()
+    try:
+        worker = Worker(rt)
+        while worker.run_once():
+            pass
+        plans = {k: task_of(rt, t) for k, t in task_ids.items()}
+        assert all(p.state == "planned" for p in plans.values()), plans
+        sched.renew()
+        Ticker("lease", 1.0, sched.renew, stop).start()
+
+        def ended() -> dict[str, str] | None:
+            sched.applications.poll(sched.leading())
+            sched.dispatch_once()  # one running task per table: the second after the first
+            states = {k: task_of(rt, t).state for k, t in task_ids.items()}
+            over = all(s in ("succeeded", "failed", "pending") for s in states.values())
+            return states if over else None
+
+        logs = sched.applications.log_dir
+        states = wait_for(
+            ended,
+            600,
+            f"tasks {task_ids}",
+            lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
+        )
+        with transaction(rt.engine) as s:
+            runs = {
+                k: s.scalars(select(JobRun).where(JobRun.task_id == t)).one()
+                for k, t in task_ids.items()
+            }
+            for r in runs.values():
+                s.expunge(r)
+    finally:
+        stop.set()
+        sched.applications.kill_all()
+        rt.engine.dispose()
+    return plans, states, runs
 
 
 def task_of(rt: Runtime, task_id: int) -> Task:

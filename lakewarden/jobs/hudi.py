@@ -31,11 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 
+from lakewarden import object_store
 from lakewarden.db.models import JobRun, PartitionReadiness, Task
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.file_versions import instants_read_by_latest_slices
+from lakewarden.formats.hudi.storage import table_storage
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
 from lakewarden.formats.hudi.validation import (
     Digest,
@@ -50,6 +52,7 @@ from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl, ttl
 from lakewarden.leader import Fence
 from lakewarden.outcomes import PlanRejected, RewriteMismatch
 from lakewarden.runtime import Runtime
+from lakewarden.spark.session import set_secrets
 from lakewarden.tasks.runs import finish_run
 
 if TYPE_CHECKING:
@@ -152,6 +155,16 @@ def _rewrite(
                 rt, fence(), job.task_id, job.attempt, metrics={"reason": "nothing to plan"}
             )
         record_planned(rt, job, instant)
+    else:
+        # A retry after an attempt that died executing it (kill -9): Hudi refuses the
+        # instant while the dead attempt's heartbeat looks alive; wait it out.
+        wait_s = hudi_jobs.heartbeat_wait_s(base_path, instant, time.time())
+        if wait_s > 0:
+            log.info(
+                "task %d: waiting %.0fs for %s's heartbeat to expire", job.task_id, wait_s, instant
+            )
+            time.sleep(wait_s)
+            metrics["heartbeat_wait_s"] = round(wait_s, 1)
     metrics[hudi_compaction.PLANNED] = instant
     before_facts = read_facts(base_path)
     started = time.monotonic()
@@ -609,6 +622,22 @@ def _undo_ttl(
     return f"undone, the table was restored to savepoint {savepoint}"
 
 
+def _run_kind(
+    rt: Runtime,
+    spark: SparkSession,
+    fence: Callable[[], Fence],
+    job: Job,
+    metrics: dict[str, Any],
+) -> str | None:
+    """The job's kind run; a state when it finished early, None when `metrics` hold it."""
+    if job.kind == hudi_clean.KIND:
+        _clean(rt, spark, job, metrics)
+        return None
+    if job.kind == hudi_ttl.KIND:
+        return _ttl(rt, spark, fence, job, metrics)
+    return _rewrite(rt, spark, fence, job, metrics)
+
+
 def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
     """Run the job's Hudi table service on its table (`job.plan["base_path"]`) and record
     the outcome."""
@@ -618,17 +647,17 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)
         if job.kind not in hudi_kinds.KINDS or not job.plan.get("base_path"):
             raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
-        hudi_jobs.with_concurrency(spark)  # a writer may be live on the table
-        if job.kind == hudi_clean.KIND:
-            _clean(rt, spark, job, metrics)
-        elif job.kind == hudi_ttl.KIND:
-            early = _ttl(rt, spark, fence, job, metrics)
-            if early is not None:
-                return early
-        else:
-            early = _rewrite(rt, spark, fence, job, metrics)
-            if early is not None:
-                return early
+        base_path = str(job.plan["base_path"])
+        hudi_jobs.with_concurrency(spark, base_path)  # a writer may be live on the table
+        storage = rt.catalogs.entry(job.catalog).resolved
+        # A table on S3: Spark through S3A with the catalog's credentials (per bucket, on
+        # the running session), the Python side's reads through `table_storage`.
+        s3a = object_store.hadoop_s3a(storage, base_path)
+        set_secrets(spark, {f"spark.hadoop.{k}": v for k, v in s3a.items()})
+        with table_storage(base_path, storage):
+            early = _run_kind(rt, spark, fence, job, metrics)
+        if early is not None:
+            return early
     except Exception as exc:
         return finish_raised(rt, fence(), job, exc, metrics)
     metrics["cost"] = job_cost(spark, job.group)

@@ -167,6 +167,9 @@ def plan(
             "expected_files_after": len(facts.base_file_sizes),
             "log_files": facts.log_files,
             "log_bytes": facts.log_bytes,
+            # The job runs Hudi's write client with the metadata table as the table has
+            # it: one run with it off deletes the table's metadata table.
+            "metadata_table": bool(timeline.properties.get("hoodie.table.metadata.partitions")),
         },
         found.reason,
     )

@@ -225,9 +225,11 @@ def read_rows(base_path: str, column: str, timeline: HudiTimeline | None = None)
     partition path and the TTL column (when the table has it). `timeline`: the table's, whose
     catalog's object-store credentials hudi-rs reads with (`HudiTimeline.table`)."""
     import pyarrow as pa
-    from hudi import HudiReadOptions, HudiTable  # the `hudi` extra
+    from hudi import HudiReadOptions  # the `hudi` extra
 
-    table = timeline.table() if timeline is not None else HudiTable(base_path)
+    from lakewarden.formats.hudi.timeline import HudiTimeline
+
+    table = (timeline or HudiTimeline(base_path)).table()
     names = [PARTITION, *(c for c in [column] if c in table.get_schema().names)]
     batches = table.read(HudiReadOptions().with_projection(names))
     if not batches:

@@ -7,11 +7,10 @@
    lock's size and sha256: Iceberg's Spark runtime (Jackson and HttpClient shaded inside),
    Iceberg's AWS bundle (S3FileIO) and the PostgreSQL JDBC driver (the JDBC catalog).
 
-A lock group named after a format family (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle;
-`delta`, Delta Lake's delta-spark and delta-storage) goes on Spark's classpath only in
-that family's session (`resolve_jars(settings, family)`), and a group several families
-share (`SHARED_GROUPS`: `s3a`, Hadoop's S3A file system for their jobs on s3a://) in each
-of theirs: the Iceberg session launches with the jars it always had.
+A lock group a format family takes (`FAMILY_GROUPS`: `hudi`, Hudi's Spark bundle;
+`delta`, Delta Lake's delta-spark and delta-storage; `s3a`, Hadoop's S3A file system,
+for both) goes on Spark's classpath only in that family's session
+(`resolve_jars(settings, family)`): the Iceberg session launches with the jars it always had.
 
 A lock group named `server-…` pins the jars of a server lakewarden's tests and benchmarks
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
@@ -50,11 +49,14 @@ UNPACKED_MARK = ".unpacked"  # written last: a directory without it is a half un
 # Session families (research note §6: Hudi wants `spark_catalog`, so its jobs get a Spark
 # session of their own): the default one, and each further one with its lock group.
 DEFAULT_FAMILY = "iceberg"
-FAMILY_GROUPS = {"hudi": "hudi", "delta": "delta"}
-# Lock groups that several families' sessions take, not the Iceberg one's: `s3a`, Hadoop's
-# S3A file system (hadoop-aws, at PySpark's Hadoop 3.3.4) and the AWS SDK v1 bundle it was
-# built against, for Hudi's and Delta's jobs on s3a:// (Iceberg reads S3 with S3FileIO).
-SHARED_GROUPS = {"s3a": frozenset({"hudi", "delta"})}
+# `s3a`: Hadoop's S3A file system (hadoop-aws and the AWS SDK v1 bundle it needs), for
+# the families whose jobs reach an object store through Hadoop (Hudi's and Delta's
+# `s3a://` tables); Iceberg reads S3 through its own S3FileIO (`s3`), so its classpath
+# goes without it.
+FAMILY_GROUPS: dict[str, tuple[str, ...]] = {
+    "hudi": ("hudi", "s3a"),
+    "delta": ("delta", "s3a"),
+}
 
 
 class JarsUnavailable(RuntimeError):
@@ -85,13 +87,10 @@ class PinnedJar:
         return extension if at else "jar"
 
     @property
-    def families(self) -> frozenset[str] | None:
-        """The session families whose classpath has it (`hudi`; `delta`; both for `s3a`),
-        or None: every family's."""
-        if self.group in SHARED_GROUPS:
-            return SHARED_GROUPS[self.group]
-        own = frozenset(f for f, g in FAMILY_GROUPS.items() if g == self.group)
-        return own or None
+    def families(self) -> tuple[str, ...]:
+        """The session families whose classpath has it (`hudi`, `delta`); none named:
+        every family's."""
+        return tuple(f for f, groups in FAMILY_GROUPS.items() if self.group in groups)
 
     @property
     def file_name(self) -> str:
@@ -143,7 +142,7 @@ def spark_pins(family: str | None = DEFAULT_FAMILY) -> list[PinnedJar]:
     return [
         p
         for p in read_lock()
-        if p.for_spark and (family is None or p.families is None or family in p.families)
+        if p.for_spark and (family is None or not p.families or family in p.families)
     ]
 
 
@@ -169,7 +168,7 @@ def resolve_jars(settings: Settings, family: str = DEFAULT_FAMILY) -> JarSpec:
     """The jars of a `family` session. Explicit jars and Maven coordinates stand for the
     Iceberg family's; another family adds its own pinned group to them (its coordinate, or
     its jar fetched into the cache)."""
-    own = [p for p in spark_pins(family) if p.families is not None]
+    own = [p for p in spark_pins(family) if p.families]
     if settings.spark_jars:
         jars = _split(settings.spark_jars)
         missing = [j for j in jars if not Path(j).exists()]

@@ -53,6 +53,8 @@ FAMILY_CONF: dict[str, dict[str, str]] = {
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
         "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
         "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+        # A table on S3 through Hadoop's S3A (jars.lock's `s3a` group), `s3://` too.
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
     },
     "delta": {
         "spark.sql.extensions": f"{_ICEBERG_EXTENSIONS},io.delta.sql.DeltaSparkSessionExtension",

@@ -103,7 +103,10 @@ def finish_run(
                 )
                 run.finished_at = func.now()
                 run.duration_ms = int((datetime.now(UTC) - run.started_at).total_seconds() * 1000)
-                run.metrics = metrics
+                # What the run recorded while it ran (a Hudi job's planned instant, a TTL's
+                # savepoint: what a retry reads) stays under what is said now: a dead
+                # application's run is finished with no metrics of its own.
+                run.metrics = {**(run.metrics or {}), **(metrics or {})} or None
                 run.committed_snapshot_id = committed_snapshot_id
                 if run.spark_app_id:
                     run.ui_url = run_ui_url(rt.settings, run.spark_app_id, run.ui_url, True)

@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import append_batches, make_table, manage, task_of, wait_for
-from sqlalchemy import select, text
+from helpers import append_batches, job_runs, make_table, manage, process_logs, task_of, wait_for
+from sqlalchemy import text
 
 from benchmarks import processes
-from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
@@ -74,20 +73,6 @@ def schedulers(db_url: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[by
     processes.stop(procs, timeout=10, crash=True)
 
 
-def _runs(rt: Runtime) -> list[JobRun]:
-    with transaction(rt.engine) as s:
-        runs = list(s.scalars(select(JobRun).order_by(JobRun.task_id, JobRun.attempt)))
-        s.expunge_all()
-    return runs
-
-
-def _logs(tmp_path: Path) -> str:
-    files = sorted(tmp_path.glob("scheduler-*.log")) + sorted(
-        (tmp_path / "applications").glob("*.log")
-    )
-    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in files)
-
-
 def test_kill_the_leader_while_five_applications_run_and_the_standby_reattaches(
     rt: Runtime, schedulers: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
@@ -98,11 +83,11 @@ def test_kill_the_leader_while_five_applications_run_and_the_standby_reattaches(
 
     # All five launched, and their drivers up (app ids stored): then the leader dies.
     def all_running() -> bool:
-        runs = _runs(rt)
+        runs = job_runs(rt)
         return len(runs) == TASKS and all(r.spark_app_id for r in runs)
 
-    wait_for(all_running, 240, "five running applications", lambda: _logs(tmp_path))
-    running_at_kill = {r.task_id for r in _runs(rt) if r.state == "running"}
+    wait_for(all_running, 240, "five running applications", lambda: process_logs(tmp_path))
+    running_at_kill = {r.task_id for r in job_runs(rt) if r.state == "running"}
     leader.send_signal(signal.SIGKILL)
     leader.wait(10)
 
@@ -110,13 +95,13 @@ def test_kill_the_leader_while_five_applications_run_and_the_standby_reattaches(
         return all(task_of(rt, t).state in TERMINAL for t in task_ids)
 
     try:
-        wait_for(all_terminal, 300, "every task to end", lambda: _logs(tmp_path))
+        wait_for(all_terminal, 300, "every task to end", lambda: process_logs(tmp_path))
         new_holder, new_epoch = wait_for(
             lambda: processes.lease_holder(rt.engine), 5, "the new leader"
         )
         assert new_holder != holder and new_epoch > epoch
 
-        runs = _runs(rt)
+        runs = job_runs(rt)
         reattached = 0
         for task_id in task_ids:
             task = task_of(rt, task_id)
@@ -143,7 +128,7 @@ def test_kill_the_leader_while_five_applications_run_and_the_standby_reattaches(
         assert reattached == len(running_at_kill) > 0
         print(f"{len(running_at_kill)} of {TASKS} applications re-attached after kill -9")
     finally:
-        for run in _runs(rt):
+        for run in job_runs(rt):
             pid = local_pid(run.submission_id)
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):

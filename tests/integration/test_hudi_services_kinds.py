@@ -11,17 +11,13 @@ same rows and checksum, the old version gone, a lookup on `region` opening one f
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
-from helpers import task_of, wait_for
+from helpers import run_hudi_pass
 from spark_writer import SparkWriters
-from sqlalchemy import create_engine, select
 
-from lakewarden.db.models import JobRun, Task
-from lakewarden.db.session import transaction
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.file_versions import list_file_groups, table_cleanable
 from lakewarden.formats.hudi.layout import base_files
@@ -30,11 +26,6 @@ from lakewarden.formats.hudi.validation import digest
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction
 from lakewarden.policy.model import ClusteringPolicy, Policy
-from lakewarden.process import Ticker
-from lakewarden.runtime import Runtime
-from lakewarden.settings import Settings
-from services.scheduler.main import Scheduler
-from services.worker.main import Worker
 
 TABLES = "/api/v1/catalogs/hlake/tables"
 # Two bulk inserts (no small-file routing: a file per Spark task, every region in each),
@@ -68,62 +59,6 @@ def _oldest_versions(path: str) -> set[tuple[str, str]]:
 def _base_versions(path: str) -> set[tuple[str, str]]:
     groups = list_file_groups(HudiTimeline(path)).values()
     return {(g.file_id, i) for g in groups for i in g.base}
-
-
-def _run_pass(
-    db_url: str, tmp_path: Path, task_ids: dict[str, int], **settings: Any
-) -> tuple[dict[str, Task], dict[str, str], dict[str, JobRun]]:
-    """Plan the tasks (the worker), then run them (the leader submits each as a Hudi-family
-    application, one after the other: one running task per table) to their end: the
-    plans, the end states and the runs."""
-    config = Settings(
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        application_master="local[1]",
-        application_driver_memory="768m",
-        heartbeat_interval_s=1.0,
-        spark_warmup=False,
-        **settings,
-    )
-    url = config.database_url or db_url
-    rt = Runtime(config, url, create_engine(url, pool_size=5), role="scheduler")
-    sched = Scheduler(rt)
-    stop = threading.Event()
-    try:
-        worker = Worker(rt)
-        while worker.run_once():
-            pass
-        plans = {k: task_of(rt, t) for k, t in task_ids.items()}
-        assert all(p.state == "planned" for p in plans.values()), plans
-        sched.renew()
-        Ticker("lease", 1.0, sched.renew, stop).start()
-
-        def ended() -> dict[str, str] | None:
-            sched.applications.poll(sched.leading())
-            sched.dispatch_once()  # one running task per table: the second after the first
-            states = {k: task_of(rt, t).state for k, t in task_ids.items()}
-            over = all(s in ("succeeded", "failed", "pending") for s in states.values())
-            return states if over else None
-
-        logs = sched.applications.log_dir
-        states = wait_for(
-            ended,
-            600,
-            f"tasks {task_ids}",
-            lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
-        )
-        with transaction(rt.engine) as s:
-            runs = {
-                k: s.scalars(select(JobRun).where(JobRun.task_id == t)).one()
-                for k, t in task_ids.items()
-            }
-            for r in runs.values():
-                s.expunge(r)
-    finally:
-        stop.set()
-        sched.applications.kill_all()
-        rt.engine.dispose()
-    return plans, states, runs
 
 
 def _register(
@@ -172,7 +107,7 @@ def test_clean_and_clustering_run_as_hudi_applications_in_one_pass(
     }
     assert services["clean"]["due"] and services["clustering"]["due"]
 
-    plans, states, runs = _run_pass(db_url, tmp_path, task_ids)
+    plans, states, runs = run_hudi_pass(db_url, tmp_path, task_ids)
     assert (plans["clean"].plan or {})["retain_commits"] == 1
     assert (plans["clustering"].plan or {})["strategy"] == "linear"
     assert states == {"clean": "succeeded", "clustering": "succeeded"}, {
@@ -246,7 +181,7 @@ def test_a_corrupted_clustering_is_undone_by_restoring_its_savepoint(
     assert detail["zorder"]["decision"] == "task-created", detail
     assert "hilbert layout" in detail["zorder"]["reason"]
     task_ids = {"zorder": detail["zorder"]["task_id"]}
-    plans, states, runs = _run_pass(
+    plans, states, runs = run_hudi_pass(
         db_url, tmp_path, task_ids, failpoint="corrupt-rewrite", failpoints_enabled=True
     )
     run = runs["zorder"]

@@ -4,13 +4,14 @@ reference only (`{"env": …}`, `{"file": …}`); registering a table reads its 
 (pyarrow's S3 file system for the listing, delta-rs' and hudi-rs' `object_store` options
 for the files), its baseline judged, and the worker plans its compaction from what those
 readers see. And a Delta table on HDFS (lakewarden.spark.local_hdfs), read through
-hdfs-native."""
+hdfs-native. And Spark's Hudi jobs on S3: a compaction of an `s3a://` table."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -18,11 +19,15 @@ import pytest
 from conftest import HudiTables
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
-from helpers import task_of
+from helpers import run_hudi_pass, task_of
 from pyarrow import fs as pafs
 
 from benchmarks.s3_server import S3Server
 from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.storage import table_storage
+from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.formats.hudi.validation import digest
+from lakewarden.kinds import hudi_compaction
 from lakewarden.runtime import Runtime
 from lakewarden.spark.local_hdfs import LocalHdfs
 from services.worker.main import Worker
@@ -66,6 +71,21 @@ def _writer_options(server: S3Server) -> dict[str, str]:
     }
 
 
+def _plain_credentials(server: S3Server) -> dict[str, str]:
+    """The test's own reads of the bucket (the catalog's properties, resolved)."""
+    return {"s3.access-key-id": server.access_key, "s3.secret-access-key": server.secret_key}
+
+
+def _s3(server: S3Server) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(
+        access_key=server.access_key,
+        secret_key=server.secret_key,
+        endpoint_override=server.endpoint,
+        scheme="http",
+        region="us-east-1",
+    )
+
+
 def _register(client: TestClient, catalog: str, kind: str, properties: dict[str, Any]) -> None:
     got = client.post(
         "/api/v1/catalogs", json={"name": catalog, "type": kind, "properties": properties}
@@ -94,15 +114,10 @@ def test_delta_and_hudi_tables_on_s3_are_read_and_planned_with_the_catalogs_cred
         batch = pa.table({"id": pa.array(range(10 * i, 10 * i + 10), pa.int64())})
         write_deltalake(clicks, batch, mode="append", storage_options=_writer_options(s3_server))
     orders = f"{warehouse}/lake/orders"
-    s3 = pafs.S3FileSystem(
-        access_key=s3_server.access_key,
-        secret_key=s3_server.secret_key,
-        endpoint_override=s3_server.endpoint,
-        scheme="http",
-        region="us-east-1",
-    )
     # the session's merge-on-read table with two log files per slice, copied into the bucket
-    pafs.copy_files(hudi_tables.mor_logs, orders.removeprefix("s3://"), destination_filesystem=s3)
+    pafs.copy_files(
+        hudi_tables.mor_logs, orders.removeprefix("s3://"), destination_filesystem=_s3(s3_server)
+    )
 
     properties = _properties(s3_server, warehouse)
     _register(client, "s3delta", "delta", properties)
@@ -146,3 +161,48 @@ def test_a_delta_table_on_hdfs_is_read_and_planned_through_hdfs_native(
     plan = task_of(rt, task).plan or {}
     assert plan["path"] == clicks, plan
     assert len(DeltaTable(clicks).file_uris()) == 4  # the independent read
+
+
+def test_a_hudi_table_on_s3a_is_compacted_by_a_spark_job(
+    client: TestClient,
+    rt: Runtime,
+    db_url: str,
+    s3_server: S3Server,
+    warehouse: str,
+    hudi_tables: HudiTables,
+    tmp_path: Path,
+) -> None:
+    """Spark's Hudi jobs on S3 (`s3a://`, Hadoop's S3A from jars.lock's `s3a` group): a
+    compaction as a Hudi-family application given the catalog's credentials by reference;
+    hudi-rs reads the bucket after with the same."""
+    s3a = warehouse.replace("s3://", "s3a://", 1)
+    orders = f"{s3a}/lake/orders"
+    pafs.copy_files(
+        hudi_tables.mor_logs, orders.removeprefix("s3a://"), destination_filesystem=_s3(s3_server)
+    )
+    properties = _properties(s3_server, s3a)
+    _register(client, "s3ahudi", "hudi", properties)
+    tables = "/api/v1/catalogs/s3ahudi/tables"
+    got = client.post(tables, json={"namespace": "lake", "name": "orders", "policy": POLICY})
+    assert got.status_code == 201, got.text
+    detail = client.get(f"{tables}/lake/orders/events").json()["items"][0]["decision_detail"]
+    assert detail["compaction"]["decision"] == "task-created", detail
+    rows_before = digest(hudi_tables.mor_logs)  # the same table, read where it was written
+    readable = {**_properties(s3_server, s3a), **_plain_credentials(s3_server)}
+
+    _, states, runs = run_hudi_pass(
+        db_url,
+        tmp_path,
+        {"compaction": detail["compaction"]["task_id"]},
+        secrets_dir=rt.settings.secrets_path,
+    )
+    run = runs["compaction"]
+    assert states == {"compaction": "succeeded"}, (run.error, run.log_tail)
+    metrics = run.metrics or {}
+    instant = metrics[hudi_compaction.PLANNED]
+    assert metrics["log_files_after"] == 0 and metrics["validation"]["status"] == "passed"
+    timeline = HudiTimeline(orders, readable)
+    assert timeline.completed()[-1].requested == instant and timeline.pending() == []
+    with table_storage(orders, readable):  # hudi-rs on the bucket, independently
+        assert read_facts(orders).log_files == 0
+        assert digest(orders) == rows_before

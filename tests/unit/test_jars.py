@@ -119,7 +119,7 @@ def test_a_servers_jars_never_reach_sparks_classpath(pinned: list[PinnedJar]) ->
     from lakewarden.spark.jars import resolve_jars
 
     jars = resolve_jars(Settings())
-    iceberg = {p.file_name for p in pinned if p.for_spark and p.families is None}
+    iceberg = {p.file_name for p in pinned if p.for_spark and not p.families}
     assert {Path(j).name for j in jars.jars} == iceberg
 
 
@@ -167,15 +167,17 @@ def test_hudi_s_bundle_is_on_the_hudi_family_s_classpath_only(
     pinned: list[PinnedJar], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Hudi's bundle brings its own `spark_catalog` and Avro: the Iceberg session launches
-    without it, the Hudi family's with it and everything else the Iceberg one has."""
+    without it, the Hudi family's with it (and Hadoop's S3A, the `s3a` group) and everything
+    else the Iceberg one has."""
     from lakewarden.settings import Settings
     from lakewarden.spark.jars import resolve_jars
 
     hudi = pinned_jar("hudi")
+    s3a = {p.file_name for p in pinned if p.group == "s3a"}
     iceberg = {Path(j).name for j in resolve_jars(Settings()).jars}
     both = {Path(j).name for j in resolve_jars(Settings(), "hudi").jars}
-    s3a = {p.file_name for p in pinned if p.group == "s3a"}
     assert hudi.file_name not in iceberg and both == iceberg | {hudi.file_name} | s3a
+    assert len(s3a) == 2 and not s3a & iceberg
     monkeypatch.setenv("LAKEWARDEN_SPARK_PACKAGES", "org.example:x:1")
     assert hudi.coordinate in resolve_jars(Settings(), "hudi").packages
     assert hudi.coordinate not in resolve_jars(Settings()).packages

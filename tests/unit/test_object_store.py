@@ -3,6 +3,8 @@ storage error is told to whoever registers the catalog."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
@@ -132,3 +134,33 @@ def test_spark_reads_a_hudi_or_delta_table_on_s3_through_s3a_with_its_buckets_se
     assert token["fs.s3a.bucket.b.path.style.access"] == "false"
     assert token["fs.s3a.bucket.b.connection.ssl.enabled"] == "true"
     assert hadoop_s3a(props, "/data/t") == {} and hadoop_s3a(props, "hdfs://nn/t") == {}
+    s3a = {p.file_name for p in spark_pins("hudi")} - {p.file_name for p in spark_pins()}
+    assert {"hadoop-aws-3.3.4.jar", "aws-java-sdk-bundle-1.12.262.jar"} <= s3a
+    s3a_group = {p.file_name for p in spark_pins("hudi") if p.group == "s3a"}
+    assert s3a_group <= {p.file_name for p in spark_pins("delta")}  # Delta's jobs on S3 too
+
+
+def test_a_hudi_job_on_s3_takes_the_in_process_lock_hudis_file_lock_needs_atomic_create() -> None:
+    from lakewarden.formats.hudi.jobs import CONCURRENCY, IN_PROCESS_LOCK, concurrency
+
+    assert concurrency("/data/wh/t") == concurrency("hdfs://nn/wh/t") == CONCURRENCY
+    on_s3 = concurrency("s3a://lake/wh/t")
+    assert on_s3["hoodie.write.lock.provider"] == IN_PROCESS_LOCK
+    assert on_s3["hoodie.write.concurrency.mode"] == "optimistic_concurrency_control"
+
+
+def test_a_retry_waits_out_a_killed_attempts_hudi_heartbeat(tmp_path: Path) -> None:
+    """Hudi refuses an instant while its heartbeat file is younger than its expiry."""
+    import os
+
+    from lakewarden.formats.hudi.jobs import HEARTBEAT_EXPIRY_S, heartbeat_wait_s
+
+    (tmp_path / ".hoodie" / ".heartbeat").mkdir(parents=True)
+    (tmp_path / ".hoodie" / "hoodie.properties").write_text("hoodie.table.version=8\n")
+    instant = "20261126131937027"
+    assert heartbeat_wait_s(str(tmp_path), instant, 1_000_000.0) == 0.0  # none
+    beat = tmp_path / ".hoodie" / ".heartbeat" / instant
+    beat.touch()
+    os.utime(beat, (1_000_000.0, 1_000_000.0))
+    assert heartbeat_wait_s(str(tmp_path), instant, 1_000_000.0) == HEARTBEAT_EXPIRY_S + 5.0
+    assert heartbeat_wait_s(str(tmp_path), instant, 1_000_000.0 + HEARTBEAT_EXPIRY_S + 6) == 0.0

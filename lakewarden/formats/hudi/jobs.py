@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from lakewarden.catalogs.catalog import IDENTIFIER
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -47,10 +48,32 @@ CONCURRENCY = {
 }
 
 
-def with_concurrency(spark: SparkSession) -> None:
-    """Hudi's concurrency control (`CONCURRENCY`) in the session's conf, which every
+# Where the file-system lock cannot serve: an object store (S3A) creates no file
+# atomically, and Hudi refuses the file-system lock there ("Unsupported scheme ... can not
+# support atomic creation"). Hudi's schemes that can (its `StorageSchemes`): a path's.
+ATOMIC_CREATE_SCHEMES = ("", "file", "hdfs", "viewfs")
+# On those stores the job's own JVM's lock: the job's procedures still run under optimistic
+# concurrency control (conflicts checked at commit), but no other process shares the
+# lock, so a writer beside the job is not safe (docs/hudi.md: a lock both share, such as
+# ZooKeeper's, is not configurable yet).
+IN_PROCESS_LOCK = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
+
+
+def concurrency(base_path: str) -> dict[str, str]:
+    """Hudi's concurrency settings for a job on the table at `base_path`: `CONCURRENCY`, or
+    the in-process lock where the file system cannot create the lock file atomically."""
+    if urlsplit(base_path).scheme.lower() in ATOMIC_CREATE_SCHEMES:
+        return dict(CONCURRENCY)
+    return {
+        **CONCURRENCY,
+        "hoodie.write.lock.provider": IN_PROCESS_LOCK,
+    }
+
+
+def with_concurrency(spark: SparkSession, base_path: str) -> None:
+    """Hudi's concurrency control (`concurrency`) in the session's conf, which every
     procedure's write client reads (as `with_metadata`)."""
-    for key, value in CONCURRENCY.items():
+    for key, value in concurrency(base_path).items():
         spark.conf.set(key, value)
 
 
@@ -72,6 +95,25 @@ def schedule_compaction(spark: SparkSession, base_path: str) -> str | None:
     ).collect()
     ours = sorted(str(r["timestamp"]) for r in rows if str(r["timestamp"]) not in before)
     return ours[-1] if ours else None
+
+
+# Hudi's heartbeat of a running table service (`.hoodie/.heartbeat/<instant>`, touched every
+# `hoodie.client.heartbeat.interval_in_ms`, 60 s by default) is taken for a live job until
+# it is `hoodie.client.heartbeat.tolerable.misses` (2) intervals old: until then Hudi
+# refuses to execute the instant ("due to heartbeat by concurrent writer/job").
+HEARTBEAT_EXPIRY_S = 2 * 60.0
+
+
+def heartbeat_wait_s(base_path: str, instant: str, now: float) -> float:
+    """How long until Hudi takes `instant`'s heartbeat (a killed attempt's) for expired: 0
+    when there is none or it has expired (a few seconds' margin past Hudi's rule)."""
+    from pyarrow import fs as pafs
+
+    timeline = HudiTimeline(base_path)
+    info = timeline.fs.get_file_info(f"{timeline.base}/.hoodie/.heartbeat/{_instant(instant)}")
+    if info.type != pafs.FileType.File or info.mtime is None:
+        return 0.0
+    return max(0.0, info.mtime.timestamp() + HEARTBEAT_EXPIRY_S + 5.0 - now)
 
 
 def run_compaction(spark: SparkSession, base_path: str, instant: str) -> None:
@@ -256,7 +298,7 @@ def _write_options(base_path: str, operation: str, mark: str, metadata: bool) ->
         "hoodie.archive.automatic": "false",
         "hoodie.datasource.write.commitmeta.key.prefix": "_",
         TTL_MARK: mark,
-        **CONCURRENCY,
+        **concurrency(base_path),
     }
     for key, table_key in (
         ("hoodie.datasource.write.keygenerator.class", "hoodie.table.keygenerator.class"),

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pyarrow import fs as pafs
 
 from lakewarden.formats.base import MARKER_PREFIX, Commit, CommitId, TimelinePage, marker_of
+from lakewarden.formats.hudi.storage import storage_for
 from lakewarden.formats.warehouse import filesystem
 from lakewarden.object_store import reader_options
 
@@ -110,9 +111,10 @@ class HudiTimeline:
     """The timeline of the Hudi table at `base_path` (implements the seam's `Timeline`)."""
 
     def __init__(self, base_path: str, storage: Mapping[str, str] | None = None) -> None:
-        """`storage`: the catalog's resolved properties (credentials of an object store)."""
+        """`storage`: the catalog's resolved properties (credentials of an object store);
+        None: those a Hudi job set for its table (`storage.table_storage`), if any."""
         self.base_path = base_path
-        self.storage = dict(storage or {})
+        self.storage = dict(storage) if storage is not None else storage_for(base_path)
         self.fs, self.base = filesystem(base_path, self.storage)
         self.properties = read_properties(self.fs, self.base)
         version = int(self.properties.get("hoodie.table.version", "0"))

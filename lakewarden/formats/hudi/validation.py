@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakewarden.formats.digest import Digest, digest_rows
+from lakewarden.formats.hudi.storage import storage_for
+from lakewarden.object_store import reader_options
 
 __all__ = ["Digest", "KeyedRows", "compare_beside_writer", "digest", "rows_by_key"]
 
@@ -30,7 +32,8 @@ def _read(base_path: str, as_of: str | None = None) -> Any:
     options = HudiReadOptions()
     if as_of is not None:
         options = options.with_as_of_timestamp(as_of)
-    batches = HudiTable(base_path).read(options)
+    # A job's table on an object store: with the credentials its job set (`storage`).
+    batches = HudiTable(base_path, reader_options(storage_for(base_path), base_path)).read(options)
     return pa.Table.from_batches(batches) if batches else None
 
 
