@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from helpers import run_hudi_pass
 from spark_writer import SparkWriters
-from test_hudi_services_kinds import TABLES, _register, _run_pass
+from test_hudi_services_kinds import TABLES, _register
 
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds import hudi_ttl
@@ -67,7 +68,7 @@ def test_ttl_drops_expired_partitions_and_its_guard_undoes_a_miscounted_delete(
     assert services["ttl"]["due"] and services["ttl"]["metrics"]["level"] == "partition"
 
     task_ids = {"days": detail["ttl"]["task_id"], "flat": flat_detail["ttl"]["task_id"]}
-    plans, states, runs = _run_pass(
+    plans, states, runs = run_hudi_pass(
         db_url, tmp_path, task_ids, failpoint="ttl-miscount-row", failpoints_enabled=True
     )
     assert states == {"days": "succeeded", "flat": "failed"}, {

@@ -137,7 +137,7 @@ def test_a_ready_instant_is_savepointed_before_a_clean_and_released_when_its_pin
     one commit) would delete the insert's files, but the job savepoints the pinned instant
     first: the files stay, the instant reads whole, and the clean's verdict says which
     savepoint keeps them. Once the pins lapse, the next clean deletes that savepoint."""
-    from test_hudi_services_kinds import _run_pass
+    from helpers import run_hudi_pass
 
     path = tmp_path / "wh" / "lake" / "pinned"
     path.parent.mkdir(parents=True)
@@ -163,7 +163,7 @@ def test_a_ready_instant_is_savepointed_before_a_clean_and_released_when_its_pin
     spark_writers.run(
         "hudi", [_step(path, "upsert", [0, 30], 1), _step(path, "upsert", [0, 30], 2)]
     )
-    plans, states, runs = _run_pass(db_url, tmp_path, {"clean": task_id})
+    plans, states, runs = run_hudi_pass(db_url, tmp_path, {"clean": task_id})
     assert states == {"clean": "succeeded"}, (runs["clean"].error, runs["clean"].log_tail)
     plan = plans["clean"].plan or {}
     assert plan[hudi_clean.READY_SAVEPOINTS] == [str(first)] and plan["clean"] is True
@@ -186,7 +186,7 @@ def test_a_ready_instant_is_savepointed_before_a_clean_and_released_when_its_pin
         s.execute(update(PartitionReadiness).values(since=datetime.now(UTC) - timedelta(days=8)))
     got = client.post(f"{TABLES}/lake/pinned/tasks", json={"kind": "clean"})
     assert got.status_code == 201, got.text
-    plans, states, runs = _run_pass(db_url, tmp_path, {"clean": int(got.json()["id"])})
+    plans, states, runs = run_hudi_pass(db_url, tmp_path, {"clean": int(got.json()["id"])})
     assert states == {"clean": "succeeded"}, (runs["clean"].error, runs["clean"].log_tail)
     assert (plans["clean"].plan or {})[hudi_clean.RELEASED_SAVEPOINTS] == [str(first)]
     assert savepoint_comments(HudiTimeline(str(path))) == {}
