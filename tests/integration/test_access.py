@@ -43,6 +43,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(None),
     ("GET", "/readyz"): Rule(None),
     ("GET", "/api/v1/scheduler/leader"): Rule("viewer", "any"),
+    ("GET", "/api/v1/scheduler/regions"): Rule("viewer", "any"),
     ("POST", "/api/v1/catalogs/{catalog}/tables"): Rule("operator"),
     ("POST", "/api/v1/tables"): Rule("operator"),  # the default catalog's
     ("GET", "/api/v1/tables"): Rule("viewer", "any"),
