@@ -20,6 +20,7 @@ from helpers import admin_headers, append_batches, make_table, wait_for
 from sqlalchemy import text
 
 from benchmarks import processes
+from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.fingerprint import fingerprint
@@ -99,7 +100,11 @@ def test_kill_the_leader_mid_job(fleet: Fleet, db_url: str, tmp_path: Path) -> N
     def lease() -> tuple[str, int] | None:
         with rt.engine.connect() as conn:
             row = conn.execute(
-                text("SELECT holder, epoch FROM leader_lease WHERE expires_at > now()")
+                text(
+                    "SELECT holder, epoch FROM leader_lease "
+                    "WHERE name = :lease AND expires_at > now()"
+                ),
+                {"lease": DBLocks.SCHEDULER_LEASE},
             ).one_or_none()
         return (row[0], row[1]) if row else None
 
