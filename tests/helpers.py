@@ -285,6 +285,47 @@ def process_logs(tmp_path: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in files)
 
 
+# A leader whose every job is a Spark application of its own (no warm session), as the
+# scheduler runs Hudi's and Delta's jobs and a pool in application mode: small and quick.
+APPLICATION_SETTINGS: dict[str, Any] = {
+    "application_master": "local[1]",
+    "application_driver_memory": "768m",
+    "heartbeat_interval_s": 1.0,
+    "spark_warmup": False,
+}
+
+
+def application_runtime(db_url: str, data_dir: Path, **overrides: Any) -> Runtime:
+    """A scheduler's runtime on `db_url` with APPLICATION_SETTINGS (`overrides` win)."""
+    from sqlalchemy import create_engine
+
+    from lakewarden.settings import Settings
+
+    config = Settings(
+        database_url=db_url, data_dir=data_dir, **{**APPLICATION_SETTINGS, **overrides}
+    )
+    url = config.database_url or db_url
+    return Runtime(config, url, create_engine(url, pool_size=5), role="scheduler")
+
+
+@contextmanager
+def application_leader(rt: Runtime) -> Iterator[Scheduler]:
+    """A scheduler on `rt` that holds the lease (renewed each second) for the block; the
+    applications it started are killed after."""
+    from lakewarden.process import Ticker
+    from services.scheduler.main import Scheduler
+
+    sched = Scheduler(rt)
+    sched.renew()
+    stop = threading.Event()
+    Ticker("lease", 1.0, sched.renew, stop).start()
+    try:
+        yield sched
+    finally:
+        stop.set()
+        sched.applications.kill_all()
+
+
 def run_hudi_pass(
     db_url: str, tmp_path: Path, task_ids: dict[str, int], **settings: Any
 ) -> tuple[dict[str, Task], dict[str, str], dict[str, JobRun]]:
@@ -292,51 +333,35 @@ def run_hudi_pass(
     application, one after the other: one running task per table) to their end: the
     plans, the end states and the runs. `settings`: more of the leader's (`secrets_dir`
     where a catalog's references are)."""
-    from sqlalchemy import create_engine, select
+    from sqlalchemy import select
 
     from lakewarden.db.models import JobRun
     from lakewarden.db.session import transaction
-    from lakewarden.process import Ticker
-    from lakewarden.settings import Settings
-    from services.scheduler.main import Scheduler
     from services.worker.main import Worker
 
-    config = Settings(
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        application_master="local[1]",
-        application_driver_memory="768m",
-        heartbeat_interval_s=1.0,
-        spark_warmup=False,
-        **settings,
-    )
-    url = config.database_url or db_url
-    rt = Runtime(config, url, create_engine(url, pool_size=5), role="scheduler")
-    sched = Scheduler(rt)
-    stop = threading.Event()
+    rt = application_runtime(db_url, tmp_path / "data", **settings)
     try:
         worker = Worker(rt)
         while worker.run_once():
             pass
         plans = {k: task_of(rt, t) for k, t in task_ids.items()}
         assert all(p.state == "planned" for p in plans.values()), plans
-        sched.renew()
-        Ticker("lease", 1.0, sched.renew, stop).start()
+        with application_leader(rt) as sched:
 
-        def ended() -> dict[str, str] | None:
-            sched.applications.poll(sched.leading())
-            sched.dispatch_once()  # one running task per table: the second after the first
-            states = {k: task_of(rt, t).state for k, t in task_ids.items()}
-            over = all(s in ("succeeded", "failed", "pending") for s in states.values())
-            return states if over else None
+            def ended() -> dict[str, str] | None:
+                sched.applications.poll(sched.leading())
+                sched.dispatch_once()  # one running task per table: the second after the first
+                states = {k: task_of(rt, t).state for k, t in task_ids.items()}
+                over = all(s in ("succeeded", "failed", "pending") for s in states.values())
+                return states if over else None
 
-        logs = sched.applications.log_dir
-        states = wait_for(
-            ended,
-            600,
-            f"tasks {task_ids}",
-            lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
-        )
+            logs = sched.applications.log_dir
+            states = wait_for(
+                ended,
+                600,
+                f"tasks {task_ids}",
+                lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
+            )
         with transaction(rt.engine) as s:
             runs = {
                 k: s.scalars(select(JobRun).where(JobRun.task_id == t)).one()
@@ -345,8 +370,6 @@ def run_hudi_pass(
             for r in runs.values():
                 s.expunge(r)
     finally:
-        stop.set()
-        sched.applications.kill_all()
         rt.engine.dispose()
     return plans, states, runs
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, select
+from helpers import application_runtime
+from sqlalchemy import select
 
 from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.events.poller import poll_once
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from lakewarden.settings import Settings
 from lakewarden.states import TERMINAL_TASK_STATES
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
@@ -47,17 +47,7 @@ class Soak:
 
     @classmethod
     def start(cls, db_url: str, data_dir: Path, **settings: Any) -> Soak:
-        config = Settings(
-            database_url=db_url,
-            data_dir=data_dir,
-            application_master="local[1]",
-            application_driver_memory="768m",
-            heartbeat_interval_s=1.0,
-            spark_warmup=False,
-            **settings,
-        )
-        url = config.database_url or db_url
-        rt = Runtime(config, url, create_engine(url, pool_size=5), role="scheduler")
+        rt = application_runtime(db_url, data_dir, **settings)
         soak = cls(rt, Scheduler(rt))
         soak.sched.renew()
         Ticker("lease", 1.0, soak.sched.renew, soak.stop).start()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 from helpers import (
     append_batches,
+    application_leader,
+    application_runtime,
     break_planned_rewrite,
     executor_error,
     make_table,
@@ -21,14 +22,12 @@ from helpers import (
     task_of,
     wait_for,
 )
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select, text
 
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.fingerprint import fingerprint
-from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
-from lakewarden.settings import Settings
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.states import TaskState
 from lakewarden.tasks import repo
@@ -41,26 +40,17 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
+
 # Small JVMs: several may run at once on 2 cores.
-APPLICATION_SETTINGS = {
-    "pool_modes": {"big": "application"},
-    "application_master": "local[1]",
-    "application_driver_memory": "512m",
-    "heartbeat_interval_s": 1.0,
-    "spark_warmup": False,
-    "retry_base_s": 0.1,
-}
-
-
 def app_runtime(db_url: str, tmp: Path, **overrides: object) -> Runtime:
-    settings = Settings(
-        database_url=db_url,
-        data_dir=tmp,
-        warehouse=(tmp / "warehouse").as_uri(),
-        **{**APPLICATION_SETTINGS, **overrides},  # type: ignore[arg-type]
-    )
-    url = settings.database_url or db_url
-    return Runtime(settings, url, create_engine(url, pool_size=5), role="scheduler")
+    """A leader's runtime whose `big` pool runs each job as an application of its own."""
+    own = {
+        "warehouse": (tmp / "warehouse").as_uri(),
+        "pool_modes": {"big": "application"},
+        "application_driver_memory": "512m",
+        "retry_base_s": 0.1,
+    }
+    return application_runtime(db_url, tmp, **{**own, **overrides})
 
 
 @pytest.fixture
@@ -73,13 +63,8 @@ def app_rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
 @pytest.fixture
 def leader(app_rt: Runtime) -> Iterator[Scheduler]:
     """A leading scheduler (no Spark session of its own: its jobs are applications)."""
-    sched = Scheduler(app_rt)
-    sched.renew()
-    stop = threading.Event()
-    Ticker("lease", 1.0, sched.renew, stop).start()
-    yield sched
-    stop.set()
-    sched.applications.kill_all()
+    with application_leader(app_rt) as sched:
+        yield sched
 
 
 def planned_in_big_pool(rt: Runtime, name: str, batches: int = 8, **policy: object) -> int:
@@ -216,28 +201,23 @@ def test_an_application_on_a_standalone_cluster_is_watched_through_its_master(
         spark_master_web_url=spark_cluster.web_url,
         spark_conf={"spark.executor.memory": "512m", "spark.cores.max": "1"},
     )
-    sched = Scheduler(rt)
-    sched.renew()
-    stop = threading.Event()
-    Ticker("lease", 1.0, sched.renew, stop).start()
     try:
-        task_id = planned_in_big_pool(rt, "standalone")
-        assert sched.dispatch_once()
-        assert until_done(sched, task_id) == "succeeded", _logs(sched)
-        run = run_of(rt, task_id)
-        assert run.master == spark_cluster.master_url and run.spark_app_id
-        assert run.spark_app_id.startswith("app-")  # the master's id, not a local one
-        # The master knows it, and saw it finish.
-        wait_for(
-            lambda: spark_cluster.app_state(run.spark_app_id or "") == "FINISHED",
-            60,
-            "the master to list the application as finished",
-        )
-        after = fingerprint(rt.catalog.load_table("sales.standalone"))
-        assert after.data_files == 2
+        with application_leader(rt) as sched:
+            task_id = planned_in_big_pool(rt, "standalone")
+            assert sched.dispatch_once()
+            assert until_done(sched, task_id) == "succeeded", _logs(sched)
+            run = run_of(rt, task_id)
+            assert run.master == spark_cluster.master_url and run.spark_app_id
+            assert run.spark_app_id.startswith("app-")  # the master's id, not a local one
+            # The master knows it, and saw it finish.
+            wait_for(
+                lambda: spark_cluster.app_state(run.spark_app_id or "") == "FINISHED",
+                60,
+                "the master to list the application as finished",
+            )
+            after = fingerprint(rt.catalog.load_table("sales.standalone"))
+            assert after.data_files == 2
     finally:
-        stop.set()
-        sched.applications.kill_all()
         rt.engine.dispose()
 
 
@@ -253,33 +233,30 @@ def test_a_failed_application_links_its_history_page_and_keeps_spark_s_error_lin
         spark_event_log_dir=str(events),
         spark_history_url=history,
     )
-    sched = Scheduler(rt)
-    sched.renew()
-    stop = threading.Event()
-    Ticker("lease", 1.0, sched.renew, stop).start()
     try:
-        task_id = planned_in_big_pool(rt, "history", max_attempts=1)
-        lost = break_planned_rewrite(rt, task_id, rt.catalog.load_table("sales.history"))
-        assert sched.dispatch_once()
-        assert until_done(sched, task_id) == "failed", _logs(sched)
-        run = run_of(rt, task_id)
-        app_id = run.spark_app_id
-        assert app_id and app_id.startswith("local-")
-        assert run.ui_url == f"{history}/history/{app_id}"
-        # Its driver's Spark log, recorded by the application itself.
-        assert run.log_tail and lost in run.log_tail
-        assert re.search(executor_error(f"lakewarden-task-{task_id}-1"), run.log_tail, re.M)
-        # The event log the history server reads (rolling: a directory of files), complete
-        # (its status file no longer .inprogress) once the application stopped its session.
-        log = events / f"eventlog_v2_{app_id}"
-        complete = log / f"appstatus_{app_id}"
-        wait_for(complete.exists, 60, "the application's event log", lambda: _logs(sched))
-        (first,) = log.glob(f"events_1_{app_id}*")
-        assert '"Event":"SparkListenerApplicationStart"' in first.read_text()
-        # The UI was on in the application (the live link, while it ran).
-        output = (rt.settings.data_dir / "applications" / f"{run.spark_job_group}.log").read_text()
-        assert "Successfully started service 'SparkUI'" in output
+        with application_leader(rt) as sched:
+            task_id = planned_in_big_pool(rt, "history", max_attempts=1)
+            lost = break_planned_rewrite(rt, task_id, rt.catalog.load_table("sales.history"))
+            assert sched.dispatch_once()
+            assert until_done(sched, task_id) == "failed", _logs(sched)
+            run = run_of(rt, task_id)
+            app_id = run.spark_app_id
+            assert app_id and app_id.startswith("local-")
+            assert run.ui_url == f"{history}/history/{app_id}"
+            # Its driver's Spark log, recorded by the application itself.
+            assert run.log_tail and lost in run.log_tail
+            assert re.search(executor_error(f"lakewarden-task-{task_id}-1"), run.log_tail, re.M)
+            # The event log the history server reads (rolling: a directory of files), complete
+            # (its status file no longer .inprogress) once the application stopped its session.
+            log = events / f"eventlog_v2_{app_id}"
+            complete = log / f"appstatus_{app_id}"
+            wait_for(complete.exists, 60, "the application's event log", lambda: _logs(sched))
+            (first,) = log.glob(f"events_1_{app_id}*")
+            assert '"Event":"SparkListenerApplicationStart"' in first.read_text()
+            # The UI was on in the application (the live link, while it ran).
+            output = (
+                rt.settings.data_dir / "applications" / f"{run.spark_job_group}.log"
+            ).read_text()
+            assert "Successfully started service 'SparkUI'" in output
     finally:
-        stop.set()
-        sched.applications.kill_all()
         rt.engine.dispose()

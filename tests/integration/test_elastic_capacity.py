@@ -5,13 +5,12 @@ rewrites are checked with pyiceberg."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import lead, task_of, wait_for
+from helpers import application_leader, lead, task_of, wait_for
 from sqlalchemy import select, text
 from test_applications import _logs, app_runtime, planned_in_big_pool
 
@@ -20,7 +19,6 @@ from lakewarden.db.models import CapacityDecision, PoolCapacityRow
 from lakewarden.db.session import transaction
 from lakewarden.fingerprint import fingerprint
 from lakewarden.leader import FencedOut
-from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from services.scheduler.main import Scheduler
 
@@ -39,13 +37,8 @@ def elastic_rt(db_url: str, tmp_path: Path) -> Iterator[Runtime]:
 
 @pytest.fixture
 def leader(elastic_rt: Runtime) -> Iterator[Scheduler]:
-    sched = Scheduler(elastic_rt)
-    sched.renew()
-    stop = threading.Event()
-    Ticker("lease", 1.0, sched.renew, stop).start()
-    yield sched
-    stop.set()
-    sched.applications.kill_all()
+    with application_leader(elastic_rt) as sched:
+        yield sched
 
 
 def _running(rt: Runtime) -> int:

@@ -8,26 +8,17 @@ compacts and validates. Checked with hudi-rs: no log files left, the same rows a
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 from conftest import HudiTables
 from fastapi.testclient import TestClient
-from helpers import task_of, wait_for
-from sqlalchemy import create_engine, select
+from helpers import run_hudi_pass
 
-from lakewarden.db.models import JobRun
-from lakewarden.db.session import transaction
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.formats.hudi.validation import digest
 from lakewarden.kinds import hudi_compaction
 from lakewarden.policy.model import CompactionPolicy
-from lakewarden.process import Ticker
-from lakewarden.runtime import Runtime
-from lakewarden.settings import Settings
-from services.scheduler.main import Scheduler
-from services.worker.main import Worker
 
 TABLES = "/api/v1/catalogs/hlake/tables"
 
@@ -58,46 +49,10 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     assert detail["clustering"]["decision"] == detail["zorder"]["decision"] == "disabled"
     task_id = compaction["task_id"]
 
-    settings = Settings(
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        application_master="local[1]",
-        application_driver_memory="768m",
-        heartbeat_interval_s=1.0,
-        spark_warmup=False,
-    )
-    url = settings.database_url or db_url
-    rt = Runtime(settings, url, create_engine(url, pool_size=5), role="scheduler")
-    sched = Scheduler(rt)
-    stop = threading.Event()
-    try:
-        assert Worker(rt).run_once()
-        planned = task_of(rt, task_id)
-        assert planned.state == "planned" and (planned.plan or {})["base_path"] == str(table)
-        sched.renew()
-        Ticker("lease", 1.0, sched.renew, stop).start()
-        assert sched.dispatch_once()  # the default pool runs in session mode: not for Hudi
-
-        def done() -> str | None:
-            sched.applications.poll(sched.leading())
-            state = task_of(rt, task_id).state
-            return state if state in ("succeeded", "failed", "pending") else None
-
-        logs = sched.applications.log_dir
-        state = wait_for(
-            done,
-            300,
-            f"task {task_id}",
-            lambda: "\n".join(p.read_text()[-4000:] for p in logs.glob("*.log")),
-        )
-        with transaction(rt.engine) as s:
-            run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
-            s.expunge(run)
-        assert state == "succeeded", (run.error, run.log_tail)
-    finally:
-        stop.set()
-        sched.applications.kill_all()
-        rt.engine.dispose()
+    plans, states, runs = run_hudi_pass(db_url, tmp_path, {"compaction": task_id})
+    planned, run = plans["compaction"], runs["compaction"]
+    assert planned.plan and planned.plan["base_path"] == str(table)
+    assert states["compaction"] == "succeeded", (run.error, run.log_tail)
 
     assert run.mode == "application" and run.spark_app_id
     metrics = run.metrics or {}
