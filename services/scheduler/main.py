@@ -115,9 +115,13 @@ class Scheduler(PeriodicRounds):
                 )
             ),
         ]
-        self.renew()
-        self.renew_fleet()
-        self.beat()
+        for first in (self.renew, self.renew_fleet, self.beat):
+            try:
+                first()
+            except Exception:
+                # Never fatal at start (a lock another starting scheduler holds past the
+                # lease's statement timeout, a database restarting): its ticker tries again.
+                log.exception("%s failed at start; it is tried again", first.__name__)
         for ticker in self.tickers:
             ticker.start()
         if s.spark_warmup:

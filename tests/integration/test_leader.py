@@ -88,3 +88,41 @@ def test_resign_hands_over_at_once(rt: Runtime) -> None:
         assert fence is not None
         resign(conn, fence)
         assert acquire_or_renew(conn, DBLocks.SCHEDULER_LEASE, "b", 60) is not None
+
+
+def test_a_scheduler_whose_first_renewal_fails_keeps_running_and_leads_later(
+    rt: Runtime,
+) -> None:
+    """Two schedulers starting at once: the first one's transaction holds the lease row
+    past the second's statement timeout. The second's first try fails; it must not die
+    (it did: the standby of a region was then gone), its lease ticker tries again."""
+    rt.settings.lease_renew_interval_s = 0.3  # the lease's statement timeout
+    rt.settings.spark_warmup = False
+    with transaction(rt.engine) as s:
+        s.execute(
+            text(
+                "INSERT INTO leader_lease (name, holder, epoch, acquired_at, renewed_at, "
+                "expires_at) VALUES (:n, 'gone', 1, now(), now(), now())"
+            ),
+            {"n": DBLocks.SCHEDULER_LEASE},
+        )
+    sched = Scheduler(rt)
+    with rt.engine.connect() as holder:
+        holder.execute(
+            text("SELECT 1 FROM leader_lease WHERE name = :n FOR UPDATE"),
+            {"n": DBLocks.SCHEDULER_LEASE},
+        )
+        serving = threading.Thread(target=sched.serve, name="scheduler", daemon=True)
+        serving.start()
+        time.sleep(1.5)  # its first renewal has timed out by now
+        assert serving.is_alive(), "the scheduler died of its first renewal"
+        assert sched.leading() is None
+        holder.rollback()
+    try:
+        deadline = time.monotonic() + 10
+        while sched.leading() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sched.leading() is not None and serving.is_alive()
+    finally:
+        sched.stop.set()
+        serving.join(timeout=10)

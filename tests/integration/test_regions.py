@@ -193,11 +193,13 @@ def schedulers(rt: Runtime, db_url: str, tmp_path: Path) -> Iterator[dict[str, l
     processes.stop([p for pair in procs.values() for p in pair], timeout=10, crash=True)
 
 
-def _holder(rt: Runtime, region: str) -> tuple[str, int] | None:
+def _holder(rt: Runtime, region: str | None) -> tuple[str, int] | None:
+    """The live holder of a region's lease (None: the fleet-wide duties' lease) and epoch."""
+    name = DBLocks.FLEET_LEASE if region is None else lease_name(region)
     with rt.engine.connect() as conn:
         row = conn.execute(
             text("SELECT holder, epoch FROM leader_lease WHERE name = :n AND expires_at > now()"),
-            {"n": lease_name(region)},
+            {"n": name},
         ).one_or_none()
     return (row[0], row[1]) if row else None
 
@@ -220,50 +222,65 @@ def _of(procs: list[subprocess.Popen[bytes]], holder: str) -> subprocess.Popen[b
 
 
 def test_one_regions_outage_stops_only_its_own_maintenance(
-    rt: Runtime, schedulers: dict[str, list[subprocess.Popen[bytes]]]
+    rt: Runtime, schedulers: dict[str, list[subprocess.Popen[bytes]]], tmp_path: Path
 ) -> None:
+    """The region whose leader also holds the fleet-wide duties' lease goes dark: its
+    tasks wait for its standby while the other region's keep completing, and the fleet
+    lease moves to a live region leader (a new epoch)."""
     leaders = {r: wait_for(partial(_holder, rt, r), 60, f"a leader in {r}") for r in schedulers}
     for region, (holder, _) in leaders.items():
         _of(schedulers[region], holder)  # its own region's process leads it
+    fleet = wait_for(partial(_holder, rt, None), 30, "the fleet-wide duties' holder")
+    dark = next(r for r, (holder, _) in leaders.items() if holder == fleet[0])
+    (lit,) = set(schedulers) - {dark}
+    catalogs = {"default": "lake", EU: EU_CATALOG}
 
     # Both regions run their own tables' tasks, each on its own region's leader.
-    before = {
-        "default": _planned(rt, "lake", ["d1", "d2", "d3"]),
-        EU: _planned(rt, EU_CATALOG, ["e1", "e2", "e3"]),
-    }
+    before = {r: _planned(rt, catalogs[r], [f"{r}1", f"{r}2", f"{r}3"]) for r in schedulers}
     for region, ids in before.items():
         runs = wait_for(partial(_runs, rt, ids), 60, f"{region}'s tasks")
         assert {(who, executor) for who, executor, _ in runs.values()} == {
             (leaders[region][0], TEST_EXECUTOR)
         }
 
-    # The eu data center goes dark: its leader is killed (SIGKILL: no resignation).
-    eu_leader = _of(schedulers[EU], leaders[EU][0])
-    eu_standby = next(p for p in schedulers[EU] if p is not eu_leader)
-    eu_leader.send_signal(signal.SIGKILL)
-    eu_leader.wait(10)
+    # The data center goes dark: its leader is killed (SIGKILL: no resignation).
+    dark_leader = _of(schedulers[dark], leaders[dark][0])
+    dark_standby = next(p for p in schedulers[dark] if p is not dark_leader)
+    dark_leader.send_signal(signal.SIGKILL)
+    dark_leader.wait(10)
     killed_at = time.time()
-    after = {
-        "default": _planned(rt, "lake", ["d4", "d5", "d6"]),
-        EU: _planned(rt, EU_CATALOG, ["e4", "e5", "e6"]),
-    }
+    after = {r: _planned(rt, catalogs[r], [f"{r}4", f"{r}5", f"{r}6"]) for r in schedulers}
 
-    # The default region keeps completing its tasks, on the same leader, while eu has none.
-    default_runs = wait_for(lambda: _runs(rt, after["default"]), 30, "default's tasks")
-    assert {who for who, _, _ in default_runs.values()} == {leaders["default"][0]}
-    assert _holder(rt, "default") == leaders["default"]  # never lost its lease
+    # The other region keeps completing its tasks, on the same leader.
+    lit_runs = wait_for(lambda: _runs(rt, after[lit]), 30, f"{lit}'s tasks")
+    assert {who for who, _, _ in lit_runs.values()} == {leaders[lit][0]}
+    assert _holder(rt, lit) == leaders[lit]  # never lost its lease
 
-    # eu's tasks resume on its standby (a new epoch), none run by the default region.
-    eu_runs = wait_for(lambda: _runs(rt, after[EU]), TTL_S + 60, "eu's tasks on its standby")
-    new_holder, new_epoch = wait_for(lambda: _holder(rt, EU), 10, "eu's new leader")
-    assert f"-{eu_standby.pid}-" in new_holder and new_epoch == leaders[EU][1] + 1
-    assert {who for who, _, _ in eu_runs.values()} == {new_holder}
-    # The outage stopped only eu: default's tasks were all done before eu's first resumed.
-    assert max(t for _, _, t in default_runs.values()) < min(t for _, _, t in eu_runs.values())
+    # The dark region's tasks resume on its standby (a new epoch), none run by the other.
+    dark_runs = wait_for(
+        lambda: _runs(rt, after[dark]),
+        TTL_S + 60,
+        f"{dark}'s tasks on its standby",
+        lambda: "\n".join(p.read_text()[-3000:] for p in sorted(tmp_path.glob(f"{dark}-*.log"))),
+    )
+    new_holder, new_epoch = wait_for(lambda: _holder(rt, dark), 10, f"{dark}'s new leader")
+    assert f"-{dark_standby.pid}-" in new_holder and new_epoch == leaders[dark][1] + 1
+    assert {who for who, _, _ in dark_runs.values()} == {new_holder}
+    # The outage stopped only that region: the other's tasks were done before its resumed.
+    assert max(t for _, _, t in lit_runs.values()) < min(t for _, _, t in dark_runs.values())
+
+    # The fleet-wide duties moved to a live region leader (whichever renewed first).
+    def fleet_moved() -> tuple[str, int] | None:
+        now = _holder(rt, None)
+        return now if now is not None and now[1] > fleet[1] else None
+
+    moved = wait_for(fleet_moved, TTL_S + 30, "the fleet lease to move")
+    assert moved[0] in (leaders[lit][0], new_holder) and moved[1] == fleet[1] + 1
     print(
-        f"eu resumed {min(t for _, _, t in eu_runs.values()) - killed_at:.1f}s after the kill "
-        f"(lease TTL {TTL_S}s); default finished its 3 tasks "
-        f"{max(t for _, _, t in default_runs.values()) - killed_at:.1f}s after it"
+        f"{dark} resumed {min(t for _, _, t in dark_runs.values()) - killed_at:.1f}s after the "
+        f"kill (lease TTL {TTL_S}s); {lit} finished its 3 tasks "
+        f"{max(t for _, _, t in lit_runs.values()) - killed_at:.1f}s after it; the fleet "
+        f"lease went from {dark}'s leader to {moved[0]}"
     )
 
 
