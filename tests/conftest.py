@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from lakewarden.spark.local_metastore import Metastore
     from lakewarden.spark.local_trino import Trino
     from lakewarden.spark.local_yarn import LocalYarn
+    from lakewarden.spark.local_zookeeper import ZooKeeper
     from services.scheduler.main import Scheduler
 
 # Per pytest session, so that several sessions can share one server.
@@ -45,7 +46,14 @@ TEMPLATE = f"lw_test_template_{os.getpid()}"
 TEST_PG_DIR = Path(tempfile.gettempdir()) / "lakewarden-test-pg"
 TEST_PG_PORT = int(os.environ.get("TEST_PG_PORT", "54331"))
 # Session fixtures that start a server process (a JVM): their tests are slow.
-SERVER_FIXTURES = {"hive_metastore", "trino", "hudi_tables", "spark_writers", "yarn"}
+SERVER_FIXTURES = {
+    "hive_metastore",
+    "trino",
+    "hudi_tables",
+    "spark_writers",
+    "yarn",
+    "zookeeper",
+}
 
 
 def _admin(url: str) -> psycopg.Connection:
@@ -451,6 +459,20 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     from benchmarks.s3_server import serve_s3
 
     with serve_s3(tmp_path_factory.mktemp("s3"), free_port()) as server:
+        yield server
+
+
+# --- A standalone ZooKeeper (lakewarden.spark.local_zookeeper) ---------------------------
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
+    """One ZooKeeper server for the run, from PySpark's own jars (a JVM, ~5 s to start):
+    the lock Hudi's writers and lakewarden's Hudi jobs share. Tests use lock paths of
+    their own."""
+    from lakewarden.spark.local_zookeeper import zookeeper as serve
+
+    with serve(tmp_path_factory.mktemp("zookeeper")) as server:
         yield server
 
 

@@ -12,16 +12,17 @@ Hudi steps: {"path", "type": "MERGE_ON_READ"|"COPY_ON_WRITE", "op": "insert"|"up
 to) with `v = id * 10 + value` (region `r<id % 3>` when partitioned); {"path", "call":
 "<procedure args>"} runs `CALL <procedure>` (run_compaction, ...) and gives its rows;
 {"path", "compact": true} runs lakewarden's compaction (lakewarden.formats.hudi.jobs.compact)
-and gives what it did. The answer holds each step's result but a Hudi write's (none).
+and gives what it did; {"read": path} gives Spark's read of its `id` and `v`, sorted. The
+answer holds each step's result but a Hudi write's (none).
 
 Soak steps, a live writer beside lakewarden's services (one answer at the end;
 tests/soak.py) until the `stop` file exists, `seconds` at most: {"soak": "hudi", "path",
-"stop", "seconds", "keys", "batch", "log"} upserts
-into a merge-on-read table in a loop, with Hudi's concurrency control as lakewarden's jobs
-set it, a write that fails (a conflict) tried again until it commits, and each committed
-round appended to the JSON-lines `log`; {"soak": "delta", "path", "stop", "seconds",
-"rows_per_second", "checkpoint"} appends a rate source's rows to a Delta table with
-Structured Streaming. Each answers its counts.
+"stop", "seconds", "keys", "batch", "log", "options"?} upserts into a merge-on-read
+table in a loop, with Hudi's concurrency control as lakewarden's jobs set it (`options` add
+to or replace the write's: another lock), a write that fails (a conflict) tried again until it
+commits, and each committed round appended to the JSON-lines `log`; {"soak": "delta",
+"path", "stop", "seconds", "rows_per_second", "checkpoint"} appends a rate source's rows
+to a Delta table with Structured Streaming. Each answers its counts.
 
 SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?,
 "conf": {...}?} gives the statement's rows; a step with user_metadata or conf runs in a new
@@ -33,6 +34,9 @@ application would (`application_entry.run_application`: load, heartbeat, recover
 record), in this process's warm session (a JVM of the family, started once) instead of a
 JVM of its own; `env` is the `LAKEWARDEN_*` environment the leader gives an application.
 It answers the application's exit code. (`warm_applications` in the Delta kinds' tests.)
+
+Any step may hold `hadoop`: settings for the session's Hadoop configuration, set before the
+step runs (the writer's own S3A settings, for a table on S3).
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ def soak_hudi(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
         "hoodie.datasource.write.table.type": "MERGE_ON_READ",
         "hoodie.datasource.write.operation": "upsert",
         "hoodie.datasource.write.partitionpath.field": "region",
+        **step.get("options", {}),  # another lock (ZooKeeper's), say
     }
     counts: dict[str, Any] = {"rounds": 0, "failed_writes": 0, "conflicts": 0, "errors": []}
     log = Path(step["log"])
@@ -207,6 +212,9 @@ def run_job(spark: Any, job: dict[str, Any]) -> int:
 
 
 def run_step(spark: Any, step: dict[str, Any]) -> Any:
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in step.get("hadoop", {}).items():  # the writer's own S3A settings
+        hadoop.set(key, value)
     if "job" in step:
         return run_job(spark, step["job"])
     if step.get("soak") == "hudi":
@@ -225,6 +233,9 @@ def run_step(spark: Any, step: dict[str, Any]) -> Any:
         return [r.asDict(recursive=True) for r in session.sql(step["sql"]).collect()]
     if "call" in step:
         return [r.asDict() for r in spark.sql(f"CALL {step['call']}").collect()]
+    if "read" in step:  # Spark's own read of the table (its metadata table's listing)
+        rows = spark.read.format("hudi").load(step["read"]).select("id", "v").collect()
+        return sorted([int(r["id"]), int(r["v"])] for r in rows)
     if step.get("compact"):
         return vars(compact(spark, step["path"]))
     write_hudi(spark, step)

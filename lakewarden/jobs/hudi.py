@@ -35,6 +35,7 @@ from lakewarden import object_store
 from lakewarden.db.models import JobRun, PartitionReadiness, Task
 from lakewarden.db.session import transaction
 from lakewarden.formats.hudi import jobs as hudi_jobs
+from lakewarden.formats.hudi import lock as hudi_lock
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.file_versions import instants_read_by_latest_slices
 from lakewarden.formats.hudi.storage import table_storage
@@ -648,13 +649,17 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
         if job.kind not in hudi_kinds.KINDS or not job.plan.get("base_path"):
             raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
         base_path = str(job.plan["base_path"])
-        hudi_jobs.with_concurrency(spark, base_path)  # a writer may be live on the table
         storage = rt.catalogs.entry(job.catalog).resolved
         # A table on S3: Spark through S3A with the catalog's credentials (per bucket, on
         # the running session), the Python side's reads through `table_storage`.
         s3a = object_store.hadoop_s3a(storage, base_path)
         set_secrets(spark, {f"spark.hadoop.{k}": v for k, v in s3a.items()})
         with table_storage(base_path, storage):
+            # A writer may be live on the table: the lock it shares (the catalog's choice).
+            hudi_jobs.with_concurrency(spark, base_path)
+            metrics["hudi_lock"] = {
+                k: v for k, v in hudi_lock.describe(base_path, storage).items() if k != "why"
+            }
             early = _run_kind(rt, spark, fence, job, metrics)
         if early is not None:
             return early

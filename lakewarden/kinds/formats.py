@@ -38,6 +38,9 @@ class FormatPlanner:
     context: Callable[[Session, int], dict[str, Any]] = _no_context
     gone: type[Exception] = LookupError  # the table is no longer at its path
     kinds: frozenset[str] = frozenset()  # the kinds that run on the format
+    # the time-swept kinds `event_verdicts` judges too, so the registration's baseline
+    # judged them: the sweep's first task of one waits its interval from registration
+    judged_at_registration: frozenset[str] = frozenset()
 
 
 def runs_on(table_format: str, kind: str) -> bool:
@@ -46,9 +49,21 @@ def runs_on(table_format: str, kind: str) -> bool:
     return planner is None or kind in planner.kinds
 
 
+def judged_at_registration(table_format: str, kind: str) -> bool:
+    """Whether registering a table of `table_format` judged the time-swept `kind` already
+    (its baseline event's verdicts), so that the sweep need not open one at once."""
+    planner = PLANNERS.get(table_format)
+    return planner is not None and kind in planner.judged_at_registration
+
+
 PLANNERS: dict[str, FormatPlanner] = {
     "hudi": FormatPlanner(
-        hudi.plan_table, hudi.event_verdicts, hudi.context, NotAHudiTable, hudi.KINDS
+        hudi.plan_table,
+        hudi.event_verdicts,
+        hudi.context,
+        NotAHudiTable,
+        hudi.KINDS,
+        judged_at_registration=frozenset({"clean", "ttl"}),
     ),
     "delta": FormatPlanner(
         delta.plan, delta.event_verdicts, delta.context, NotADeltaTable, delta.KINDS

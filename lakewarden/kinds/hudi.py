@@ -3,9 +3,9 @@ files (no JVM), by kind: compaction (`hudi_compaction`), clean and archival
 (`hudi_clean`), clustering (`hudi_clustering`), TTL (`hudi_ttl`). The format's planner in
 `kinds.formats.PLANNERS`; each job runs Hudi's own procedures (`lakewarden.jobs.hudi`).
 
-Every kind is judged when the table's timeline moves, clean too (a Hudi table's file
-versions pile up with its commits, not with time), and TTL (a table whose writer writes
-moves its timeline; one that stopped is not swept by time yet)."""
+Every kind is judged when the table's timeline moves (and at registration, the baseline
+event), clean and TTL too; the leader's sweep opens those two by time as well, the first
+one interval after the registration (`kinds.formats.judged_at_registration`)."""
 
 from __future__ import annotations
 

@@ -154,23 +154,34 @@ class SweptPolicy(KindPolicy):
 
 
 def is_due(
-    section: KindPolicy, last_created_at: datetime | None, now: datetime, *, kind: str
+    section: KindPolicy,
+    last_created_at: datetime | None,
+    now: datetime,
+    *,
+    kind: str,
+    judged_at: datetime | None = None,
 ) -> tuple[bool, str]:
     """The sweep's rule, which the leader's sweep and explain both ask: a task of a swept
     `kind` is due when the table has none yet, or once its `sweep_minutes` have passed
-    since the last one was created. Returns (due, why)."""
+    since the last one was created. `judged_at`: when the table's registration judged the
+    kind already (a Hudi table's baseline event: `kinds.formats.judged_at_registration`),
+    the first task waits its interval from then. Returns (due, why)."""
     every = section.sweep_minutes()
     if every is None:
         return False, f"{kind} is not swept by time under this policy"
     interval = timedelta(minutes=every)
+    since_what = f"last {kind} task"
     if last_created_at is None:
-        return True, f"no {kind} task yet"
+        if judged_at is None:
+            return True, f"no {kind} task yet"
+        last_created_at = judged_at
+        since_what = f"no {kind} task yet; the table's registration judged {kind}"
     since = now - last_created_at
     if since < interval:
         return False, f"the next {kind} task is due at {(last_created_at + interval).isoformat()}"
     minutes = since.total_seconds() / 60
     ago = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
-    return True, f"last {kind} task {ago} ago, interval {every:g} min"
+    return True, f"{since_what} {ago} ago, interval {every:g} min"
 
 
 class CompactionPolicy(KindPolicy):

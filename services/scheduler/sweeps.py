@@ -1,7 +1,9 @@
 """The leader's periodic sweep: time-based kinds (TTL, clean, stats; compaction where the
 policy tiers with a quiet merge) get a task once their interval (`sweep_minutes`) has
 passed since the table's last task of that kind, on tables of every format that runs the
-kind (`kinds.formats.runs_on`). Idempotent: a second
+kind (`kinds.formats.runs_on`); on a Hudi table, whose registration judged TTL and clean
+already (its baseline event), the first of each waits its interval from the registration
+(`kinds.formats.judged_at_registration`). Idempotent: a second
 sweep (or a second leader for a moment) finds the open task and creates nothing.
 A table the sweep fails on (a stored policy that no longer validates, say) is skipped
 and alerted (`lakewarden.isolation`): the others still get their tasks.
@@ -38,7 +40,7 @@ from lakewarden.db.session import transaction
 from lakewarden.isolation import PerTable
 from lakewarden.kinds import REGISTRY
 from lakewarden.kinds.base import Kind
-from lakewarden.kinds.formats import runs_on
+from lakewarden.kinds.formats import judged_at_registration, runs_on
 from lakewarden.leader import Fence, check_fence
 from lakewarden.policy.model import KindPolicy, Policy, TagsPolicy, effective_policy, is_due
 from lakewarden.refs import make_due_tag, tag_name
@@ -58,6 +60,7 @@ _COLUMNS = (
     ManagedTable.format,
     ManagedTable.policy,
     ManagedTable.policy_version,
+    ManagedTable.created_at,
 )
 
 
@@ -180,7 +183,17 @@ class _Sweep:
                     (kind, section, why)
                     for kind, section in enabled.get(row.id, [])
                     for is_it, why in [
-                        is_due(section, last.get((row.id, kind.name)), self.now, kind=kind.name)
+                        is_due(
+                            section,
+                            last.get((row.id, kind.name)),
+                            self.now,
+                            kind=kind.name,
+                            judged_at=(
+                                row.created_at
+                                if judged_at_registration(row.format, kind.name)
+                                else None
+                            ),
+                        )
                     ]
                     if is_it
                 ]

@@ -36,6 +36,45 @@ def test_a_hudi_catalog_needs_a_warehouse_that_is_there(client: TestClient, tmp_
     assert missing.status_code == 422 and "is not a directory" in missing.json()["detail"]
 
 
+def test_a_hudi_lock_a_job_cannot_take_is_a_422_saying_what_to_fix(
+    client: TestClient, tmp_path: Path
+) -> None:
+    def post(name: str, lock: dict[str, object]) -> str:
+        properties = {"warehouse": str(tmp_path), **lock}
+        got = client.post(CATALOGS, json={"name": name, "type": "hudi", "properties": properties})
+        assert got.status_code == 422, got.text
+        return str(got.json()["detail"])
+
+    assert "must be one of filesystem, in-process, zookeeper" in post(
+        "l1", {"hudi.lock.provider": "dynamodb"}
+    )
+    assert "needs 'hudi.lock.zookeeper.url'" in post("l2", {"hudi.lock.provider": "zookeeper"})
+    assert "is not host:port" in post(
+        "l3",
+        {
+            "hudi.lock.provider": "zookeeper",
+            "hudi.lock.zookeeper.url": "zk1",
+            "hudi.lock.zookeeper.base-path": "/hudi/locks",
+        },
+    )
+    assert "unknown property 'hudi.lock.zk.url'" in post("l4", {"hudi.lock.zk.url": "zk1:2181"})
+    assert "give it as a value" in post("l5", {"hudi.lock.provider": {"env": "LW_SECRET_LOCK"}})
+    good = {
+        "hudi.lock.provider": "zookeeper",
+        "hudi.lock.zookeeper.url": "zk1:2181,zk2:2181",
+        "hudi.lock.zookeeper.base-path": "/hudi/locks",
+    }
+    got = client.post(
+        CATALOGS,
+        json={"name": "l6", "type": "hudi", "properties": {"warehouse": str(tmp_path), **good}},
+    )
+    assert got.status_code == 201, got.text
+    patched = client.patch(
+        f"{CATALOGS}/l6", json={"properties": {"hudi.lock.zookeeper.base-path": "locks"}}
+    )
+    assert patched.status_code == 422 and "a ZooKeeper path" in patched.json()["detail"]
+
+
 def test_register_poll_and_explain_a_hudi_table(
     rt: Runtime, client: TestClient, hudi_tables: HudiTables, tmp_path: Path
 ) -> None:
@@ -72,6 +111,7 @@ def test_register_poll_and_explain_a_hudi_table(
     assert body["facts"]["pending"] == {"compaction": 1}
     assert body["facts"]["log_files"] > 0 and sum(body["base_file_sizes"].values()) == 3
     assert body["log_files_per_slice"] == {"2": 3}
+    assert body["lock"]["provider"] == "filesystem" and body["lock"]["shared_with_other_writers"]
     compaction = next(s for s in body["services"] if s["service"] == "compaction")
     # Why not: the fixture planned a compaction it did not run; lakewarden never runs it.
     assert not compaction["due"] and "planned by someone else" in compaction["reason"]

@@ -4,13 +4,17 @@ reference only (`{"env": …}`, `{"file": …}`); registering a table reads its 
 (pyarrow's S3 file system for the listing, delta-rs' and hudi-rs' `object_store` options
 for the files), its baseline judged, and the worker plans its compaction from what those
 readers see. And a Delta table on HDFS (lakewarden.spark.local_hdfs), read through
-hdfs-native. And Spark's Hudi jobs on S3: a compaction of an `s3a://` table."""
+hdfs-native. And Spark's Hudi jobs on S3: a compaction of an `s3a://` table, and one beside
+a live writer, both taking ZooKeeper's lock (lakewarden.spark.local_zookeeper); a clean
+of a table with Hudi's metadata table in the bucket."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +23,24 @@ import pytest
 from conftest import HudiTables
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
-from helpers import run_hudi_pass, task_of
+from helpers import run_hudi_pass, task_of, wait_for
+from hudi import HudiTable
+from kazoo.client import KazooClient
 from pyarrow import fs as pafs
+from spark_writer import SparkWriters
 
 from benchmarks.s3_server import S3Server
+from lakewarden.formats.hudi import lock as hudi_lock
 from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.file_versions import list_file_groups
 from lakewarden.formats.hudi.storage import table_storage
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.formats.hudi.validation import digest
-from lakewarden.kinds import hudi_compaction
+from lakewarden.kinds import hudi_clean, hudi_compaction
+from lakewarden.object_store import hadoop_s3a, reader_options
 from lakewarden.runtime import Runtime
 from lakewarden.spark.local_hdfs import LocalHdfs
+from lakewarden.spark.local_zookeeper import ZooKeeper
 from services.worker.main import Worker
 
 ACCESS_VAR = "LW_SECRET_TEST_PATHS_S3_ACCESS_KEY"
@@ -206,3 +217,233 @@ def test_a_hudi_table_on_s3a_is_compacted_by_a_spark_job(
     with table_storage(orders, readable):  # hudi-rs on the bucket, independently
         assert read_facts(orders).log_files == 0
         assert digest(orders) == rows_before
+
+
+def _written(log: Path, keys: int) -> dict[int, int]:
+    """Every key's value as the writer's own log says: its last committed round's."""
+    want: dict[int, int] = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        for i in range(entry["start"], entry["start"] + entry["size"]):
+            want[i % keys] = entry["round"]
+    return want
+
+
+def _rounds(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_a_hudi_compaction_on_s3_shares_zookeepers_lock_with_a_live_writer(
+    client: TestClient,
+    rt: Runtime,
+    db_url: str,
+    s3_server: S3Server,
+    warehouse: str,
+    zookeeper: ZooKeeper,
+    spark_writers: SparkWriters,
+    tmp_path: Path,
+) -> None:
+    """On S3 Hudi's lock file cannot serve (no atomic create): a catalog that names
+    ZooKeeper's lock (`hudi.lock.*`) has lakewarden's compaction take the lock a writer
+    of the table takes too. The writer (Spark's datasource in a process of its own)
+    upserts rounds into the merge-on-read table in the bucket the whole time; after,
+    hudi-rs reads every key once with the writer's last value (its own log) and nothing
+    lakewarden planned is pending; both took the lock at the same ZooKeeper path."""
+    keys, batch = 600, 100
+    s3a = warehouse.replace("s3://", "s3a://", 1)
+    table = f"{s3a}/lake/orders"
+    locks = f"/lw-test-{uuid.uuid4().hex[:8]}/hudi-locks"
+    readable = {**_properties(s3_server, s3a), **_plain_credentials(s3_server)}
+    log, stop = tmp_path / "writer.jsonl", tmp_path / "stop"
+    step = {
+        "soak": "hudi",
+        "path": table,
+        "stop": str(stop),
+        "seconds": 900,
+        "keys": keys,
+        "batch": batch,
+        "log": str(log),
+        # The writer's lock: ZooKeeper's at the same base path (its key: the table's name,
+        # Hudi's default); its own S3A settings, as any writer of the bucket has them.
+        "options": {
+            "hoodie.write.lock.provider": hudi_lock.CLASSES["zookeeper"],
+            "hoodie.write.lock.zookeeper.url": zookeeper.url,
+            "hoodie.write.lock.zookeeper.port": str(zookeeper.port),
+            "hoodie.write.lock.zookeeper.base_path": locks,
+        },
+        "hadoop": hadoop_s3a(readable, table),
+    }
+    pool = ThreadPoolExecutor(1, "hudi-writer")
+    writer = pool.submit(spark_writers.run, "hudi", [step], 1200)
+    try:
+        # Every key inserted, then upserts: file slices with log files to compact.
+        wait_for(lambda: writer.done() or _rounds(log) >= 4, 600, "the writer's first rounds")
+        assert not writer.done(), writer.result()
+        properties = {
+            **_properties(s3_server, s3a),
+            "hudi.lock.provider": "zookeeper",
+            "hudi.lock.zookeeper.url": zookeeper.url,
+            "hudi.lock.zookeeper.base-path": locks,
+        }
+        _register(client, "zkhudi", "hudi", properties)
+        tables = "/api/v1/catalogs/zkhudi/tables"
+        got = client.post(tables, json={"namespace": "lake", "name": "orders", "policy": POLICY})
+        assert got.status_code == 201, got.text
+        detail = client.get(f"{tables}/lake/orders/events").json()["items"][0]["decision_detail"]
+        assert detail["compaction"]["decision"] == "task-created", detail
+        shown = client.get(f"{tables}/lake/orders/hudi").json()["lock"]
+        assert shown["provider"] == "zookeeper" and shown["shared_with_other_writers"], shown
+        rounds_before = _rounds(log)
+
+        _, states, runs = run_hudi_pass(
+            db_url,
+            tmp_path,
+            {"compaction": detail["compaction"]["task_id"]},
+            secrets_dir=rt.settings.secrets_path,
+        )
+        rounds_during = _rounds(log) - rounds_before
+    finally:
+        stop.touch()
+        counts = writer.result(timeout=600)
+        pool.shutdown()
+    run = runs["compaction"]
+    assert states == {"compaction": "succeeded"}, (run.error, run.log_tail)
+    metrics = run.metrics or {}
+    assert metrics["hudi_lock"]["provider"] == "zookeeper", metrics
+    assert metrics["hudi_lock"]["zookeeper"]["base_path"] == locks
+    assert rounds_during > 0, "the writer committed nothing while lakewarden compacted"
+    assert metrics["validation"]["status"] == "passed", metrics["validation"]
+
+    want = _written(log, keys)
+    with table_storage(table, readable):
+        from hudi import HudiTable
+
+        read = pa.Table.from_batches(HudiTable(table, reader_options(readable, table)).read())
+    ids, values = read.column("id").to_pylist(), read.column("v").to_pylist()
+    got_values = dict(zip(ids, values, strict=True))
+    report = {"writer": counts, "rounds_during_compaction": rounds_during, "metrics": metrics}
+    assert len(ids) == len(set(ids)) == keys, report  # every key once
+    assert got_values == want, report  # with the writer's last value
+    timeline = HudiTimeline(table, readable)
+    instant = metrics[hudi_compaction.PLANNED]
+    assert instant in {i.requested for i in timeline.completed()}
+    assert [i for i in timeline.pending() if i.action != "deltacommit"] == [], report
+    # The lock both took: ZooKeeper's node for the table's key, under the catalog's path.
+    zk = KazooClient(hosts=zookeeper.url)
+    zk.start(timeout=30)
+    try:
+        node = zk.exists(f"{locks}/orders")
+    finally:
+        zk.stop()
+        zk.close()
+    assert node is not None and node.cversion > 0, node  # locks were taken there
+    print("ZK-LOCK hudi", json.dumps({**report, "lock_node_cversion": node.cversion}, default=str))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1500)
+def test_a_hudi_clean_on_s3_with_hudis_metadata_table_on(
+    client: TestClient,
+    rt: Runtime,
+    db_url: str,
+    s3_server: S3Server,
+    warehouse: str,
+    spark_writers: SparkWriters,
+    tmp_path: Path,
+) -> None:
+    """Hudi's cleaner and archival as lakewarden's clean kind on a copy-on-write table in
+    the bucket whose writer keeps Hudi's metadata table (Hudi 1.x's default): the old file
+    versions are gone from the bucket, the metadata table stays and recorded the clean, and
+    Spark (which lists the files through the metadata table) and hudi-rs (which lists the
+    bucket) read the same rows as before."""
+    s3a = warehouse.replace("s3://", "s3a://", 1)
+    table = f"{s3a}/lake/events"
+    readable = {**_properties(s3_server, s3a), **_plain_credentials(s3_server)}
+    cow = {
+        "path": table,
+        "type": "COPY_ON_WRITE",
+        "partitioned": False,
+        "options": {"hoodie.metadata.enable": "true"},
+        "hadoop": hadoop_s3a(readable, table),
+    }
+    # Two bulk inserts, then two upserts of the same keys: their file group rewritten
+    # twice, its oldest version past a retention of one commit.
+    spark_writers.run(
+        "hudi",
+        [
+            {**cow, "op": "bulk_insert", "ids": [0, 60], "value": 0},
+            {**cow, "op": "bulk_insert", "ids": [60, 120], "value": 0},
+            {**cow, "op": "upsert", "ids": [0, 10], "value": 1},
+            {**cow, "op": "upsert", "ids": [0, 5], "value": 2},
+        ],
+        timeout=1200,
+    )
+    timeline = HudiTimeline(table, readable)
+    assert timeline.properties.get("hoodie.table.metadata.partitions")
+    with table_storage(table, readable):
+        rows_before = digest(table)
+        versions_before = {
+            (g.file_id, i) for g in list_file_groups(timeline).values() for i in g.base
+        }
+    policy = {
+        "clean": {
+            "keep_last_snapshots": 1,
+            "max_snapshot_age_hours": 0.000001,  # as the clean kind's own test
+            "allow_below_safety_floors": True,
+        }
+    }
+    _register(client, "s3clean", "hudi", _properties(s3_server, s3a))
+    tables = "/api/v1/catalogs/s3clean/tables"
+    got = client.post(tables, json={"namespace": "lake", "name": "events", "policy": policy})
+    assert got.status_code == 201, got.text
+    detail = client.get(f"{tables}/lake/events/events").json()["items"][0]["decision_detail"]
+    assert detail["clean"]["decision"] == "task-created", detail
+
+    _, states, runs = run_hudi_pass(
+        db_url,
+        tmp_path,
+        {"clean": detail["clean"]["task_id"]},
+        secrets_dir=rt.settings.secrets_path,
+    )
+    run = runs["clean"]
+    assert states == {"clean": "succeeded"}, (run.error, run.log_tail)
+    metrics = run.metrics or {}
+    timeline = HudiTimeline(table, readable)
+    completed = {i.requested: i for i in timeline.completed()}
+    # Hudi's cleaner ran (its instant recorded as ours) and deleted files; archival ran.
+    assert metrics["files_deleted"] >= 1 and metrics[hudi_clean.CLEANED], metrics
+    assert all(completed[i].action == "clean" for i in metrics[hudi_clean.CLEANED])
+    assert metrics["archive_result"] == 0 and metrics["validation"]["status"] == "passed"
+    assert timeline.pending() == []
+    # The metadata table is still there and recorded the clean.
+    assert timeline.properties.get("hoodie.table.metadata.partitions")
+    metadata = HudiTimeline(f"{table}/.hoodie/metadata", readable)
+    assert set(metrics[hudi_clean.CLEANED]) <= {i.requested for i in metadata.completed()}
+    with table_storage(table, readable):  # hudi-rs and pyarrow on the bucket
+        versions_after = {
+            (g.file_id, i) for g in list_file_groups(timeline).values() for i in g.base
+        }
+        assert digest(table) == rows_before
+        rows = pa.Table.from_batches(HudiTable(table, reader_options(readable, table)).read())
+    gone = versions_before - versions_after
+    assert gone and versions_after < versions_before, (versions_before, versions_after)
+    by_hudi_rs = sorted(
+        zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True)
+    )
+    [by_spark] = spark_writers.run("hudi", [{"read": table, "hadoop": cow["hadoop"]}])
+    assert [tuple(r) for r in by_spark] == by_hudi_rs and len(by_hudi_rs) == 120
+    print(
+        "S3-CLEAN hudi",
+        json.dumps(
+            {
+                "gone": len(gone),
+                **{
+                    k: metrics.get(k)
+                    for k in ("files_deleted", "archive_result", hudi_clean.CLEANED)
+                },
+            },
+            default=str,
+        ),
+    )

@@ -1,10 +1,12 @@
 """The leader's sweep on tables of every format: a Hudi or Delta table gets the time-based
 kinds its format runs (TTL, clean), never one it does not (stats), and no Iceberg tag; an
-Iceberg table gets them all, as before."""
+Iceberg table gets them all, as before. A Hudi table's registration judged its TTL and
+clean already (its baseline event): the sweep's first task of each waits its interval from
+then, and says so."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
@@ -23,7 +25,13 @@ POLICY = {
 
 def test_the_sweep_opens_the_kinds_each_format_runs(rt: Runtime) -> None:
     with transaction(rt.engine) as s:
-        for name, table_format in (("h", "hudi"), ("d", "delta"), ("i", "iceberg")):
+        now = datetime.now(UTC)
+        for name, table_format, registered in (
+            ("h", "hudi", now - timedelta(days=2)),
+            ("fresh", "hudi", now),
+            ("d", "delta", now),
+            ("i", "iceberg", now),
+        ):
             s.add(
                 ManagedTable(
                     catalog="lake",
@@ -31,6 +39,7 @@ def test_the_sweep_opens_the_kinds_each_format_runs(rt: Runtime) -> None:
                     name=name,
                     format=table_format,
                     policy=POLICY,
+                    created_at=registered,
                 )
             )
     with rt.engine.begin() as conn:
@@ -44,7 +53,20 @@ def test_the_sweep_opens_the_kinds_each_format_runs(rt: Runtime) -> None:
                 select(ManagedTable.name, Task.kind).join(Task, Task.table_id == ManagedTable.id)
             )
         }
+        reasons = {
+            (name, kind): reason
+            for name, kind, reason in s.execute(
+                select(ManagedTable.name, Task.kind, Task.trigger["reason"].astext).join(
+                    Task, Task.table_id == ManagedTable.id
+                )
+            )
+        }
     assert len(created) == len(opened)
+    # Registered just now, judged then (its baseline event): nothing to open before the
+    # interval has passed since (before: both at once, though just judged at registration).
+    assert not {k for n, k in opened if n == "fresh"}
+    assert "the table's registration judged clean 48.0 h ago" in reasons[("h", "clean")]
+    assert reasons[("d", "clean")] == "clean sweep: no clean task yet"
     assert opened == {
         ("h", "ttl"),
         ("h", "clean"),

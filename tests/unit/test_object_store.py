@@ -140,15 +140,6 @@ def test_spark_reads_a_hudi_or_delta_table_on_s3_through_s3a_with_its_buckets_se
     assert s3a_group <= {p.file_name for p in spark_pins("delta")}  # Delta's jobs on S3 too
 
 
-def test_a_hudi_job_on_s3_takes_the_in_process_lock_hudis_file_lock_needs_atomic_create() -> None:
-    from lakewarden.formats.hudi.jobs import CONCURRENCY, IN_PROCESS_LOCK, concurrency
-
-    assert concurrency("/data/wh/t") == concurrency("hdfs://nn/wh/t") == CONCURRENCY
-    on_s3 = concurrency("s3a://lake/wh/t")
-    assert on_s3["hoodie.write.lock.provider"] == IN_PROCESS_LOCK
-    assert on_s3["hoodie.write.concurrency.mode"] == "optimistic_concurrency_control"
-
-
 def test_a_retry_waits_out_a_killed_attempts_hudi_heartbeat(tmp_path: Path) -> None:
     """Hudi refuses an instant while its heartbeat file is younger than its expiry."""
     import os

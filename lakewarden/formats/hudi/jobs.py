@@ -16,11 +16,13 @@ the failed inflight attempt first). An instant someone else planned is never run
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from lakewarden.catalogs.catalog import IDENTIFIER
+from lakewarden.formats.hudi import lock as hudi_lock
+from lakewarden.formats.hudi.storage import storage_for
 from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.outcomes import PlanRejected
 from lakewarden.spark.sql import column, path_literal
@@ -31,42 +33,36 @@ if TYPE_CHECKING:
 _INSTANT_DIGITS = (14, 17)
 
 # Hudi's multi-writer concurrency control, for lakewarden's jobs beside a live writer
-# (docs/hudi.md, "Beside a live writer"): optimistic concurrency, the lock a file Hudi
-# creates atomically in the table's own `.hoodie/` (so every process that reaches the
-# table shares it, with nothing else to run), and failed writes rolled back lazily by the
-# cleaner once their heartbeat expired, never eagerly by the next writer that starts (the
-# default, which would roll back a live writer's inflight commit, or ours). The writer
-# must set the same keys. A lock left by a killed process expires after
-# `LOCK_EXPIRE_MINUTES`.
-LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
-LOCK_EXPIRE_MINUTES = 2
+# (docs/hudi.md, "Beside a live writer"): optimistic concurrency, a lock every writer of the
+# table shares (`formats.hudi.lock`: by default a file Hudi creates atomically in the
+# table's own `.hoodie/`), and failed writes rolled back lazily by the cleaner once their
+# heartbeat expired, never eagerly by the next writer that starts (the default, which would
+# roll back a live writer's inflight commit, or ours). The writer must set the same keys.
+LOCK_PROVIDER = hudi_lock.CLASSES[hudi_lock.FILESYSTEM]
+LOCK_EXPIRE_MINUTES = hudi_lock.FILESYSTEM_EXPIRE_MINUTES
 CONCURRENCY = {
     "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
     "hoodie.write.lock.provider": LOCK_PROVIDER,
     "hoodie.write.lock.filesystem.expire": str(LOCK_EXPIRE_MINUTES),
     "hoodie.cleaner.policy.failed.writes": "LAZY",
 }
+# Where the file-system lock cannot serve (an object store creates no file atomically, and
+# Hudi refuses the file-system lock there) and the catalog names no other: the job's own
+# JVM's lock, which no other process shares (docs/hudi.md).
+IN_PROCESS_LOCK = hudi_lock.CLASSES[hudi_lock.IN_PROCESS]
 
 
-# Where the file-system lock cannot serve: an object store (S3A) creates no file
-# atomically, and Hudi refuses the file-system lock there ("Unsupported scheme ... can not
-# support atomic creation"). Hudi's schemes that can (its `StorageSchemes`): a path's.
-ATOMIC_CREATE_SCHEMES = ("", "file", "hdfs", "viewfs")
-# On those stores the job's own JVM's lock: the job's procedures still run under optimistic
-# concurrency control (conflicts checked at commit), but no other process shares the
-# lock, so a writer beside the job is not safe (docs/hudi.md: a lock both share, such as
-# ZooKeeper's, is not configurable yet).
-IN_PROCESS_LOCK = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
-
-
-def concurrency(base_path: str) -> dict[str, str]:
-    """Hudi's concurrency settings for a job on the table at `base_path`: `CONCURRENCY`, or
-    the in-process lock where the file system cannot create the lock file atomically."""
-    if urlsplit(base_path).scheme.lower() in ATOMIC_CREATE_SCHEMES:
-        return dict(CONCURRENCY)
+def concurrency(base_path: str, props: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Hudi's concurrency settings for a job on the table at `base_path`: `CONCURRENCY` with
+    the lock the catalog's properties (`props`; by default those `table_storage` set for the
+    table) choose (`formats.hudi.lock`)."""
+    props = storage_for(base_path) if props is None else props
+    base = {k: v for k, v in CONCURRENCY.items() if not k.startswith("hoodie.write.lock.")}
     return {
-        **CONCURRENCY,
-        "hoodie.write.lock.provider": IN_PROCESS_LOCK,
+        **base,
+        **hudi_lock.options(
+            base_path, props, lambda: HudiTimeline(base_path).properties["hoodie.table.name"]
+        ),
     }
 
 

@@ -27,6 +27,7 @@ from lakewarden.catalogs.regions import region_leaders
 from lakewarden.catalogs.registry import check_properties, entry_of, shown
 from lakewarden.db.models import Catalog, CatalogPoll, ManagedTable, ManagementRule
 from lakewarden.errors import headline
+from lakewarden.formats.hudi import lock as hudi_lock
 from lakewarden.formats.warehouse import check_warehouse as check_path_warehouse
 from lakewarden.hdfs import check_namenode
 from lakewarden.isolation import error_line
@@ -85,6 +86,7 @@ def _check(entry: CatalogEntry) -> None:
     error's message is withheld when it quotes a value read from a reference."""
     try:
         check_properties(entry.type, entry.properties, entry.refs)
+        hudi_lock.check(entry.type, entry.properties)
         pool = ThreadPoolExecutor(1, "catalog-check")
         try:
             pool.submit(_answers, entry).result(CHECK_TIMEOUT_S)

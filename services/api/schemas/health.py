@@ -743,6 +743,11 @@ class HudiHealthOut(ResponseModel):
         description="file slices by how many log files a reader merges into each"
     )
     services: list[HudiServiceOut]
+    lock: dict[str, Any] = Field(
+        description="the lock lakewarden's jobs take on the table (the catalog's "
+        "hudi.lock.provider, else the file system's, or the job's own on an object store): "
+        "its provider and class, whether other writers share it and why"
+    )
 
 
 class DeltaCommandOut(ResponseModel):
