@@ -232,7 +232,7 @@ class PartitionFiles:
     deleted_rows: int = 0
 
     def fold(self) -> PartitionFiles:
-        rows = list(self.rows.values())
+        rows = [self.rows[p] for p in sorted(self.rows)]  # one order, however read
         self.files = [r.file for r in rows]
         self.sizes = [r.size for r in rows]
         self.sorted_sizes = sorted(self.sizes)
@@ -317,7 +317,7 @@ def read_facts(
         log=list_log(timeline, config),
         other_optimizers=detect_delta(snapshot.history),
     )
-    for key, part in parts.items():
+    for key, part in sorted(parts.items()):  # one order, however read
         facts.deletion_vector_files += part.vector_files
         facts.deleted_rows += part.deleted_rows
         facts.partitions[key] = PartitionFacts(
