@@ -5,11 +5,11 @@ listing of the table; the same plan both ways.
 Both tables are metadata only, as B36's: what planning reads, never the data.
 - Hudi: a merge-on-read table of table version 6 (timeline layout 1, JSON instants, as
   Hudi 0.14-0.15 and Hudi 1.x with `hoodie.write.table.version=6` write it): `groups` file
-  groups over `partitions` hive-style partitions, each an empty base file of one delta
-  commit, the partitions' `.hoodie_partition_metadata`; then one delta commit of two log
-  files on each of `changed` file groups of one partition. hudi-rs lists the files (no
-  metadata table): the full plan is its file-system view of the whole table, the
-  incremental one lists the one partition the new delta commit names.
+  groups over `partitions` hive-style partitions, empty base files written by
+  `hudi_commits` delta commits, the partitions' `.hoodie_partition_metadata`; then one
+  delta commit of two log files on each of `changed` file groups of one partition.
+  hudi-rs lists the files (no metadata table): the full plan is its file-system view of
+  the whole table, the incremental one lists the one partition the new delta commit names.
 - Delta: a log of `commits` commit files (`files` add actions with stats, over
   `partitions` partitions) and a checkpoint at the last (delta-rs' `create_checkpoint`);
   then one commit adding `changed` small files to one partition. The full plan is delta-rs'
@@ -29,6 +29,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ CHANGED = 7  # the partition changed
 @dataclass(frozen=True)
 class LogSizes:
     hudi_groups: int
+    hudi_commits: int
     delta_files: int
     delta_commits: int
     partitions: int
@@ -59,16 +61,25 @@ class LogSizes:
 
 SIZES = {
     "smoke": LogSizes(
-        hudi_groups=2_000, delta_files=2_000, delta_commits=4, partitions=20, changed=20
+        hudi_groups=2_000,
+        hudi_commits=4,
+        delta_files=2_000,
+        delta_commits=4,
+        partitions=20,
+        changed=20,
     ),
     "full": LogSizes(
-        hudi_groups=200_000, delta_files=1_000_000, delta_commits=100, partitions=1_000, changed=20
+        hudi_groups=200_000,
+        hudi_commits=100,
+        delta_files=1_000_000,
+        delta_commits=100,
+        partitions=1_000,
+        changed=20,
     ),
 }
 
 # --- a metadata-only Hudi table --------------------------------------------------------
 
-BASE_INSTANT = "20260101000000000"
 CHANGE_INSTANT = "20260102000000000"
 _AVRO = json.dumps(
     {
@@ -96,8 +107,14 @@ def _hudi_commit(root: Path, instant: str, stats: dict[str, list[dict[str, Any]]
     (root / ".hoodie" / f"{instant}.deltacommit").write_text(json.dumps(meta))
 
 
-def build_hudi(root: Path, groups: int, partitions: int) -> None:
-    """The merge-on-read table of `groups` file groups (empty base files) under `root`."""
+def _instant(n: int) -> str:
+    """The n-th base commit's instant time (one a second from 2026-01-01)."""
+    return (datetime(2026, 1, 1) + timedelta(seconds=n)).strftime("%Y%m%d%H%M%S") + "000"
+
+
+def build_hudi(root: Path, groups: int, partitions: int, commits: int) -> None:
+    """The merge-on-read table of `groups` file groups (empty base files) under `root`,
+    written by `commits` delta commits."""
     (root / ".hoodie").mkdir(parents=True)
     props = {
         "hoodie.table.name": root.name,
@@ -117,18 +134,21 @@ def build_hudi(root: Path, groups: int, partitions: int) -> None:
     for p in range(partitions):
         folder = root / f"day={p}"
         folder.mkdir()
-        depth = f"commitTime={BASE_INSTANT}\npartitionDepth=1\n"
+        depth = f"commitTime={_instant(0)}\npartitionDepth=1\n"
         (folder / ".hoodie_partition_metadata").write_text(depth)
-    stats: dict[str, list[dict[str, Any]]] = {}
-    for g in range(groups):
-        part = f"day={g % partitions}"
-        fid = f"{uuid.UUID(int=g)}-0"
-        name = f"{fid}_0-1-0_{BASE_INSTANT}.parquet"
-        (root / part / name).touch()
-        stats.setdefault(part, []).append(
-            {"fileId": fid, "path": f"{part}/{name}", "prevCommit": "null", "numInserts": 1}
-        )
-    _hudi_commit(root, BASE_INSTANT, stats)
+    per = groups // commits
+    for c in range(commits):
+        instant = _instant(c)
+        stats: dict[str, list[dict[str, Any]]] = {}
+        for g in range(c * per, (c + 1) * per):
+            part = f"day={g % partitions}"
+            fid = f"{uuid.UUID(int=g)}-0"
+            name = f"{fid}_0-1-0_{instant}.parquet"
+            (root / part / name).touch()
+            stats.setdefault(part, []).append(
+                {"fileId": fid, "path": f"{part}/{name}", "prevCommit": "null", "numInserts": 1}
+            )
+        _hudi_commit(root, instant, stats)
 
 
 def change_hudi(root: Path, groups: int) -> None:
@@ -137,12 +157,12 @@ def change_hudi(root: Path, groups: int) -> None:
     names = sorted(p.name for p in (root / part).glob("*.parquet"))[:groups]
     stats = []
     for k, name in enumerate(names):
-        fid = name.split("_")[0]
+        fid, base = name.split("_")[0], name.rsplit("_", 1)[1].split(".")[0]
         for version in (1, 2):
-            log = f".{fid}_{BASE_INSTANT}.log.{version}_0-2-{k}"
+            log = f".{fid}_{base}.log.{version}_0-2-{k}"
             (root / part / log).write_bytes(b"x" * 1000)
             stats.append(
-                {"fileId": fid, "path": f"{part}/{log}", "prevCommit": BASE_INSTANT, "numWrites": 1}
+                {"fileId": fid, "path": f"{part}/{log}", "prevCommit": base, "numWrites": 1}
             )
     _hudi_commit(root, CHANGE_INSTANT, {part: stats})
 
@@ -233,7 +253,7 @@ def b39(ctx: Context) -> Figure:
     ) as fig:
         root = ctx.work_dir / f"b39-{uuid.uuid4().hex[:8]}" / "trips"
         started = time.perf_counter()
-        build_hudi(root, sizes.hudi_groups, sizes.partitions)
+        build_hudi(root, sizes.hudi_groups, sizes.partitions, sizes.hudi_commits)
         built_s = time.perf_counter() - started
         path = str(root)
         cache = hudi_incremental.HudiSlicesCache(max_slices=sizes.hudi_groups * 2, full_every=10**9)
@@ -271,9 +291,10 @@ def b39(ctx: Context) -> Figure:
             "build_s": round(built_s, 1),
         }
         fig.notes.append(
-            "metadata-only Hudi table (table version 6, JSON instants): empty base files, "
-            f"one delta commit; then one delta commit of 2 log files on {sizes.changed} file "
-            f"groups of day={CHANGED}; hudi-rs 0.5 lists the files (no metadata table)"
+            "metadata-only Hudi table (table version 6, JSON instants): empty base files in "
+            f"{sizes.hudi_commits} delta commits; then one delta commit of 2 log files on "
+            f"{sizes.changed} file groups of day={CHANGED}; hudi-rs 0.5 lists the files (no "
+            "metadata table)"
         )
         if not same:
             fig.notes.append("the incremental plan differed from the full one")
