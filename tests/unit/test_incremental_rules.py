@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from lakewarden.formats.hudi.incremental import (
 
 
 def test_an_instant_touches_the_partitions_its_metadata_names() -> None:
-    write = {"partitionToWriteStats": {"r0": [], "r2": []}}
+    write: dict[str, Any] = {"partitionToWriteStats": {"r0": [], "r2": []}}
     replace = {"partitionToWriteStats": {}, "partitionToReplaceFileIds": {"r1": ["f"]}}
     assert touched_partitions("deltacommit", write) == {"r0", "r2"}
     assert touched_partitions("replacecommit", replace) == {"r1"}  # a delete_partition
