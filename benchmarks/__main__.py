@@ -57,6 +57,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B36": ("benchmarks.incremental", "b36"),
     "B37": ("benchmarks.elastic", "b37"),
     "B38": ("benchmarks.delta_peers", "b38"),
+    "B39": ("benchmarks.incremental_logs", "b39"),
+    "B40": ("benchmarks.incremental_logs", "b40"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a

@@ -186,6 +186,9 @@ def due_tag(policy: TagsPolicy, table: Table, now: datetime) -> DueTag:
 
     if not policy.enabled:
         return outcome(False, "tags are disabled by policy")
+    refused = unwritable(table, "a scheduled tag")
+    if refused is not None:  # skipped with the reason, never a failed sweep
+        return outcome(False, refused)
     existing = table.metadata.refs.get(name)
     if existing is not None:
         return outcome(
@@ -208,8 +211,10 @@ def make_due_tag(table: Table, policy: TagsPolicy, now: datetime) -> str | None:
     the name made, or None. Idempotent: when another commit made the tag first (a second
     leader for a moment), that one stands. A metadata-only commit, no data written."""
     due = due_tag(policy, table, now)
+    if not due.due:
+        return None
     current = table.current_snapshot()
-    if not due.due or current is None:
+    if current is None:
         return None
     made = snapshot_time(current)
     try:

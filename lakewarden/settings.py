@@ -164,9 +164,11 @@ class Settings(BaseSettings):
     worker_poll_interval_s: float = 5.0  # fallback: a new pending task wakes the worker
     heartbeat_interval_s: float = 5.0
     stale_after_s: float = 30.0  # a holder silent this long loses its work
-    # Incremental planning (lakewarden.manifest_cache): a planning process keeps the data
+    # Incremental planning (lakewarden.manifest_cache; formats.hudi.incremental and
+    # formats.delta.incremental, each bounded apart): a planning process keeps the data
     # files its plans listed, by manifest, for at most this many files (~350 bytes each),
-    # and reads only the manifests written since. 0: every plan lists every manifest.
+    # and reads only the manifests written since (Hudi: the partitions the instants since
+    # touched; Delta: the log versions since). 0: every plan lists every file.
     plan_cache_files: int = Field(default=1_000_000, ge=0, le=100_000_000)
     # Every Nth plan of a table also lists it in full and compares (a difference is logged
     # as an error and that table's cache dropped). 1: every plan is checked.
@@ -264,10 +266,14 @@ class Settings(BaseSettings):
     # "corrupt-rewrite" fails its validation, which its RESTORE then undoes; a Hudi one:
     # another writer's commit after it, which its undo must not roll back);
     # "ttl-miscount-row" makes a Hudi or Delta row-level TTL miscount what its commit
-    # deleted (its guard must undo it). Honoured only with failpoints_enabled as well: one
-    # stray variable never corrupts a table.
+    # deleted (its guard must undo it); "renumber-rewrite" writes an Iceberg rewrite's rows
+    # again as new rows (the same values, new v3 row ids). Honoured only with
+    # failpoints_enabled as well: one stray variable never corrupts a table.
     failpoint: (
-        Literal["corrupt-rewrite", "corrupt-rewrite-then-write", "ttl-miscount-row"] | None
+        Literal[
+            "corrupt-rewrite", "corrupt-rewrite-then-write", "ttl-miscount-row", "renumber-rewrite"
+        ]
+        | None
     ) = None
     failpoints_enabled: bool = False
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pyiceberg import __version__ as PYICEBERG
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import ValidationError as MetadataInvalid
 from pyiceberg.table import Table
 from sqlalchemy import select, tuple_
 from sqlalchemy.engine import make_url
@@ -81,13 +83,32 @@ def valid_namespace(namespace: str) -> bool:
     return all(IDENTIFIER.match(level) for level in namespace.split("."))
 
 
+class UnreadableMetadata(ValueError):
+    """pyiceberg cannot read the table's metadata (a type it does not know: Iceberg v3's
+    variant, geometry and geography columns in pyiceberg 0.12), so lakewarden cannot plan
+    or measure it: registration refuses it (422), saying which."""
+
+
+# pyiceberg's (pydantic's) message: "… validation error for …  Value error, <why> [type=…"
+_WHY = re.compile(r"Value error, (?P<why>[^\[\n]+)")
+
+
 def load_table(catalog: Catalog, ref: TableRef) -> Table:
     """The table from the catalog; pyiceberg's `NoSuchTableError` naming the catalog and the
-    table if it has no such table (nor namespace)."""
+    table if it has no such table (nor namespace); `UnreadableMetadata` if pyiceberg cannot
+    read its metadata."""
     try:
         return catalog.load_table(ref.identifier)
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise NoSuchTableError(f"catalog {catalog.name!r} has no table {ref.dotted}") from exc
+    except MetadataInvalid as exc:
+        found = _WHY.search(str(exc))
+        why = found["why"].strip() if found else "its metadata does not validate"
+        raise UnreadableMetadata(
+            f"table {ref.dotted} of catalog {catalog.name!r}: pyiceberg {PYICEBERG} cannot "
+            f"read its metadata ({why}); Iceberg format v3's variant, geometry and geography "
+            "columns are not read by it, so lakewarden cannot plan or measure this table"
+        ) from None
 
 
 def find_table(catalog: Catalog, ref: TableRef) -> Table | None:

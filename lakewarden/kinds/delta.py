@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
+from lakewarden.formats.delta import incremental
 from lakewarden.formats.delta.catalog import open_timeline
 from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.log_files import EXPIRED_LOG_CLEANUP, interval_hours
@@ -279,6 +280,7 @@ def event_verdicts(
             timeline,
             target_file_size=compaction.target_file_size_bytes,
             small_file_ratio=compaction.small_file_ratio,
+            files=incremental.shared().files,
         )
         out["compaction"] = compaction_and_purge(compaction, facts)[0]
     else:
@@ -286,7 +288,10 @@ def event_verdicts(
     zorder = policy.zorder
     if zorder.enabled:
         facts = read_facts(
-            timeline, target_file_size=zorder.target_file_size_bytes, small_file_ratio=1.0
+            timeline,
+            target_file_size=zorder.target_file_size_bytes,
+            small_file_ratio=1.0,
+            files=incremental.shared().files,
         )
         out["zorder"] = zorder_verdict(zorder, facts)[0]
     else:
@@ -294,7 +299,10 @@ def event_verdicts(
     clustering = policy.clustering
     if clustering.enabled:
         facts = read_facts(
-            timeline, target_file_size=clustering.target_file_size_bytes, small_file_ratio=1.0
+            timeline,
+            target_file_size=clustering.target_file_size_bytes,
+            small_file_ratio=1.0,
+            files=incremental.shared().files,
         )
         out["clustering"] = clustering_verdict(clustering, facts)
     else:
@@ -449,6 +457,7 @@ def plan(
             timeline,
             target_file_size=section.target_file_size_bytes,
             small_file_ratio=section.small_file_ratio,
+            files=incremental.shared().files,
         )
         found, packed, purged = compaction_and_purge(section, facts)
         due = packed or []
@@ -461,13 +470,19 @@ def plan(
         }
     elif isinstance(section, ZOrderPolicy):
         facts = read_facts(
-            timeline, target_file_size=section.target_file_size_bytes, small_file_ratio=1.0
+            timeline,
+            target_file_size=section.target_file_size_bytes,
+            small_file_ratio=1.0,
+            files=incremental.shared().files,
         )
         found, due = zorder_verdict(section, facts)
         extra = {"zorder": section.columns, "target_file_size_bytes": facts.target_file_size}
     elif isinstance(section, ClusteringPolicy):
         facts = read_facts(
-            timeline, target_file_size=section.target_file_size_bytes, small_file_ratio=1.0
+            timeline,
+            target_file_size=section.target_file_size_bytes,
+            small_file_ratio=1.0,
+            files=incremental.shared().files,
         )
         found, due = clustering_verdict(section, facts), []
         extra = {"clustering": facts.clustering_columns}
@@ -490,8 +505,11 @@ def plan(
             extra["readiness_hold"] = vars(held)
     else:
         raise TypeError(f"not a Delta kind's policy section: {type(section).__name__}")
+    how = incremental.shared().last.get(timeline.path)
+    said = how.explain() if how is not None and kind != "clean" else ""
+    reason = f"{found.reason} ({said})" if said else found.reason
     if not found.needed:
-        return PlanOutcome(None, found.reason)
+        return PlanOutcome(None, reason)
     partitioned = bool(facts.partition_columns) and kind != "clean"
     return PlanOutcome(
         {
@@ -504,5 +522,5 @@ def plan(
             **extra,
             "metrics": found.metrics,
         },
-        found.reason,
+        reason,
     )

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.db.models import JobRun, Task
+from lakewarden.formats.hudi import incremental
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -70,18 +71,26 @@ def plan_table(
         return PlanOutcome(None, f"{kind} does not run on Hudi tables yet (issue 28)")
     timeline = open_timeline(entry, ref)
     if isinstance(section, CompactionPolicy):
-        facts = read_facts(timeline.base_path, timeline)
-        return hudi_compaction.plan(section, facts, timeline, context["ours"])
+        facts = read_facts(timeline.base_path, timeline, incremental.shared().slices)
+        return explained(hudi_compaction.plan(section, facts, timeline, context["ours"]), timeline)
     if isinstance(section, CleanPolicy):
         return hudi_clean.plan(
             section, timeline, context["cleans"], datetime.now(UTC), context.get("ready_pins", ())
         )
     if isinstance(section, ClusteringPolicy | ZOrderPolicy):
-        facts = read_facts(timeline.base_path, timeline)
-        return hudi_clustering.plan(kind, section, facts, timeline, context["clusterings"])
+        facts = read_facts(timeline.base_path, timeline, incremental.shared().slices)
+        outcome = hudi_clustering.plan(kind, section, facts, timeline, context["clusterings"])
+        return explained(outcome, timeline)
     if isinstance(section, TTLPolicy):
         return hudi_ttl.plan(section, timeline, datetime.now(UTC))
     raise TypeError(f"not a Hudi kind's policy section: {type(section).__name__}")
+
+
+def explained(outcome: PlanOutcome, timeline: HudiTimeline) -> PlanOutcome:
+    """The reason says when the file slices were listed incrementally (`hudi.incremental`)."""
+    read = incremental.shared().last.get(timeline.base_path)
+    said = read.explain() if read is not None else ""
+    return PlanOutcome(outcome.plan, f"{outcome.reason} ({said})") if said else outcome
 
 
 def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dict[str, Verdict]:
@@ -91,7 +100,7 @@ def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dic
     compaction = policy.compaction
     facts = None
     if compaction.enabled:
-        facts = read_facts(timeline.base_path, timeline)
+        facts = read_facts(timeline.base_path, timeline, incremental.shared().slices)
         out["compaction"] = hudi_compaction.verdict(compaction, facts, timeline, ctx["ours"])
     else:
         out["compaction"] = Verdict(False, "compaction is disabled by policy")
@@ -102,7 +111,7 @@ def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dic
         if not section.enabled:
             out[kind] = Verdict(False, f"{kind} is disabled by policy")
             continue
-        facts = facts or read_facts(timeline.base_path, timeline)
+        facts = facts or read_facts(timeline.base_path, timeline, incremental.shared().slices)
         out[kind] = hudi_clustering.verdict(kind, section, facts, timeline, ctx["clusterings"])
     out["ttl"] = hudi_ttl.verdict(policy.ttl, timeline, datetime.now(UTC))
     return out

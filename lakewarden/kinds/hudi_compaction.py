@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.db.models import JobRun, Task
+from lakewarden.formats.hudi import incremental
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import HudiFacts, read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
@@ -188,7 +189,7 @@ def plan_table(
     if kind != KIND or not isinstance(section, CompactionPolicy):
         return PlanOutcome(None, f"{kind} does not run on Hudi tables yet (issue 28)")
     timeline = open_timeline(entry, ref)
-    facts = read_facts(timeline.base_path, timeline)
+    facts = read_facts(timeline.base_path, timeline, incremental.shared().slices)
     return plan(section, facts, timeline, context["ours"])
 
 
@@ -201,5 +202,5 @@ def event_verdicts(
     assert isinstance(section, CompactionPolicy)
     if not section.enabled:  # recorded as disabled by the caller: nothing to read
         return {KIND: Verdict(False, "compaction is disabled by policy")}
-    facts = read_facts(timeline.base_path, timeline)
+    facts = read_facts(timeline.base_path, timeline, incremental.shared().slices)
     return {KIND: verdict(section, facts, timeline, planned_instants(session, table_id))}

@@ -59,6 +59,7 @@ LINEAGE = ("_row_id", "_last_updated_sequence_number")
 
 CORRUPT = "corrupt-rewrite"
 CORRUPT_THEN_WRITE = "corrupt-rewrite-then-write"
+RENUMBER = "renumber-rewrite"
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ def validate_rewrite(
     if active.failpoint in (CORRUPT, CORRUPT_THEN_WRITE) and metrics.get("rewritten_data_files"):
         write = active.failpoint == CORRUPT_THEN_WRITE
         _corrupt(spark, ref.spark_name(catalog), table, branch, target, write=write)
+    if active.failpoint == RENUMBER and metrics.get("rewritten_data_files"):
+        _renumber(spark, ref.spark_name(catalog), table, branch)
     policy = active.policy
     if not policy.enabled or stage is None:
         return _skipped("validation is off for this table (validation.enabled: false)")
@@ -556,4 +559,19 @@ def _corrupt(
     if write:
         into = name if target == MAIN_BRANCH else f"{name}.`branch_{target}`"
         spark.sql(f"INSERT INTO {into} SELECT * FROM {into} LIMIT 1").collect()
+    table.refresh()
+
+
+def _renumber(spark: SparkSession, name: str, table: Any, branch: str) -> None:
+    """Write the rows of `branch` (where the rewrite committed) again over their partitions,
+    under the task's commit tags: the same values, written as new rows, so a v3 table gives
+    them new row ids and sequence numbers (a rewrite that broke row lineage). Reached only
+    with settings.failpoints_enabled."""
+    into = f"{name}.`branch_{branch}`" if branch != MAIN_BRANCH else name
+    log.warning("failpoint: writing the rows of %s again as new rows", into)
+    rows = spark.table(into).localCheckpoint()
+    writer = rows.writeTo(into)
+    for key, value in commit_properties().items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.overwritePartitions()
     table.refresh()

@@ -16,6 +16,8 @@ from lakewarden.alerts.tick import alert_tick
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.metastore import FOLLOW_TICK_S, Followers
 from lakewarden.events.poller import poll_due
+from lakewarden.formats.delta import incremental as delta_incremental
+from lakewarden.formats.hudi import incremental as hudi_incremental
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from services.api import access, errors
@@ -135,6 +137,8 @@ def main(rt: Runtime, host: str, port: int) -> None:
     app = create_app(rt)
     app.state.bind_host = host  # the dashboard cookie's Secure default (headers.secure_cookie)
     manifest_cache.without_cache()  # explain plans now and then: no fleet's manifests here
+    delta_incremental.without_cache()  # nor a fleet's Delta files
+    hudi_incremental.without_cache()  # nor Hudi's file slices
     uvicorn.run(
         app,
         host=host,

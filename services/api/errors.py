@@ -35,7 +35,12 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from lakewarden.catalogs.catalog import CatalogConfigError, InvalidIdentifier, UnknownCatalog
+from lakewarden.catalogs.catalog import (
+    CatalogConfigError,
+    InvalidIdentifier,
+    UnknownCatalog,
+    UnreadableMetadata,
+)
 from lakewarden.catalogs.registry import NotIceberg
 from lakewarden.db.session import transaction
 from lakewarden.tables import TableGone
@@ -175,6 +180,11 @@ async def _no_such_table(_: Request, exc: Exception) -> JSONResponse:
     return error_response(404, str(exc))  # lakewarden.catalogs.catalog.load_table names both
 
 
+async def _unreadable_metadata(_: Request, exc: Exception) -> JSONResponse:
+    # A table pyiceberg cannot read (Iceberg v3's variant columns): not managed, and why.
+    return error_response(422, str(exc))
+
+
 async def _unknown_catalog(request: Request, exc: Exception) -> JSONResponse:
     # The path's catalog is looked up before the route authenticates: a caller without a
     # valid credential gets its 401, not a 404 that tells which catalogs exist.
@@ -257,6 +267,7 @@ def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(InvalidIdentifier, _invalid_identifier)
     app.add_exception_handler(NoSuchTableError, _no_such_table)
     app.add_exception_handler(UnknownCatalog, _unknown_catalog)
+    app.add_exception_handler(UnreadableMetadata, _unreadable_metadata)
     app.add_exception_handler(CatalogConfigError, _catalog_unusable)
     app.add_exception_handler(NotIceberg, _not_iceberg)
     app.add_exception_handler(TableGone, _table_gone)

@@ -43,7 +43,7 @@ from lakewarden.kinds.base import Kind
 from lakewarden.kinds.formats import judged_at_registration, runs_on
 from lakewarden.leader import Fence, check_fence
 from lakewarden.policy.model import KindPolicy, Policy, TagsPolicy, effective_policy, is_due
-from lakewarden.refs import make_due_tag, tag_name
+from lakewarden.refs import make_due_tag, tag_name, unwritable
 from lakewarden.runtime import Runtime
 from lakewarden.states import TableFormatName
 from lakewarden.tables import LIVE, holds_on
@@ -116,6 +116,11 @@ def make_tags(rt: Runtime, sweep: _Sweep) -> list[str]:
             table = find_table(rt.catalogs.load(catalog), ref)
             if table is None:
                 continue  # gone from the catalog: the table's own checks say so
+            refused = unwritable(table, "a scheduled tag")
+            if refused is not None:  # format v3: skipped, with the reason, until next period
+                log.info("sweep: no tag on %s: %s", ref.dotted, refused)
+                _TAGGED[key] = period
+                continue
             name = make_due_tag(table, policy, sweep.now)
             if name is not None:
                 made.append(f"{ref.dotted}@{name}")

@@ -4,6 +4,7 @@ pyiceberg builds: v3 names what it keeps (row lineage) and what it refuses."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,8 +15,16 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.types import LongType, NestedField
 
 from lakewarden.health.explain import PYICEBERG_WRITES, explain_format
+from lakewarden.policy.model import TagsPolicy
 from lakewarden.publish import fast_forward
-from lakewarden.refs import FormatUnwritable, RollbackRefused, create_tags, rollback_main
+from lakewarden.refs import (
+    FormatUnwritable,
+    RollbackRefused,
+    create_tags,
+    due_tag,
+    make_due_tag,
+    rollback_main,
+)
 from services.api.schemas import FormatExplainOut
 
 
@@ -58,3 +67,16 @@ def test_no_pyiceberg_commit_is_attempted_on_a_v3_table() -> None:
         fast_forward(table, None)  # type: ignore[arg-type]
     with pytest.raises(RollbackRefused, match="a rollback of main is refused"):
         rollback_main(table, 5)
+
+
+def test_the_scheduled_tags_skip_a_v3_table_with_the_reason() -> None:
+    """The sweep asks `due_tag` and then tags: a v3 table is not due, saying why, and
+    tagging it makes nothing and raises nothing (it raised FormatUnwritable, a failed
+    sweep of the table and an alert, every sweep)."""
+    table: Any = _Table(3)
+    table.current_snapshot = lambda: SimpleNamespace(snapshot_id=7, timestamp_ms=0)
+    policy = TagsPolicy(enabled=True, every="daily", retention_days=7)
+    now = datetime.now(UTC)
+    due = due_tag(policy, table, now)
+    assert not due.due and "format v3 table" in due.reason and "pyiceberg 0.12" in due.reason
+    assert make_due_tag(table, policy, now) is None

@@ -8,6 +8,8 @@ recent commits' commitInfo: `catalogs.foreign.detect_delta`). Python only, no JV
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -134,11 +136,14 @@ def hidden_rows(table: Any) -> dict[str, int]:
     the file's name (its last path segment: a UUID's, unique in the table); delta-rs'
     add actions do not carry the vectors' cardinality."""
     return {
-        unquote(batch["filepath"]).rsplit("/", 1)[-1]: sum(
-            1 for keep in batch["selection_vector"] or [] if not keep
-        )
+        file_name(batch["filepath"]): sum(1 for keep in batch["selection_vector"] or [] if not keep)
         for batch in pa.table(table.deletion_vectors()).to_pylist()
     }
+
+
+def file_name(path: str) -> str:
+    """A data file's name (its last path segment: a UUID's, unique in the table)."""
+    return unquote(path).rsplit("/", 1)[-1]
 
 
 def _data_file(row: dict[str, Any], size: int, hidden: dict[str, int]) -> DataFile:
@@ -151,7 +156,7 @@ def _data_file(row: dict[str, Any], size: int, hidden: dict[str, int]) -> DataFi
     }
     records = int(row.get("num_records") or 0)
     # deleted_records: the rows its deletion vector hides (what a purge would drop)
-    deleted = hidden.get(unquote(row["path"]).rsplit("/", 1)[-1], 0)
+    deleted = hidden.get(file_name(row["path"]), 0)
     return DataFile(row["path"], size, records, 0, (), bounds, float(deleted))
 
 
@@ -172,13 +177,116 @@ def last_checkpoint(timeline: DeltaTimeline) -> tuple[int | None, int | None]:
     return version, (max(written) if written else None)
 
 
+@dataclass(frozen=True)
+class FileRow:
+    """One live file as the facts fold it: its partition's key and values, its size and
+    records, and its description for the planners (`_data_file`). The same whether read
+    from delta-rs' add actions in full or kept from an earlier plan (`delta.incremental`)."""
+
+    key: str
+    values: dict[str, Any]
+    size: int
+    records: int
+    file: DataFile  # deleted_records: the rows its deletion vector hides
+    has_vector: bool  # it has a deletion vector
+
+
+def file_rows(table: Any) -> list[FileRow]:
+    """Every live file of `table` (delta-rs' add actions), with the rows each deletion
+    vector hides."""
+    columns = list(table.metadata().partition_columns or [])
+    has_vectors = "deletionVectors" in (table.protocol().reader_features or [])
+    hidden = hidden_rows(table) if has_vectors else {}
+    rows = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    return [file_row(columns, row, hidden) for row in rows]
+
+
+def file_row(columns: list[str], row: dict[str, Any], hidden: dict[str, int]) -> FileRow:
+    """`row` (a flattened add action) as a FileRow; `hidden`: the rows each file's deletion
+    vector hides, by the file's name (`hidden_rows`)."""
+    size = int(row["size_bytes"])
+    return FileRow(
+        partition_key(columns, row),
+        {c: row.get(f"partition.{c}") for c in columns},
+        size,
+        int(row.get("num_records") or 0),
+        _data_file(row, size, hidden),
+        file_name(row["path"]) in hidden,
+    )
+
+
+@dataclass
+class PartitionFiles:
+    """One partition's live files, folded once (`group`): what `read_facts` adds up per
+    plan without a pass over every file (`delta.incremental` keeps these between plans)."""
+
+    key: str
+    values: dict[str, Any]
+    rows: dict[str, FileRow]  # by path
+    files: list[DataFile] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    sorted_sizes: list[int] = field(default_factory=list)
+    bytes: int = 0
+    records: int = 0
+    vector_files: int = 0
+    deleted_rows: int = 0
+
+    def fold(self) -> PartitionFiles:
+        rows = [self.rows[p] for p in sorted(self.rows)]  # one order, however read
+        self.files = [r.file for r in rows]
+        self.sizes = [r.size for r in rows]
+        self.sorted_sizes = sorted(self.sizes)
+        self.bytes = sum(self.sizes)
+        self.records = sum(r.records for r in rows)
+        self.vector_files = sum(1 for r in rows if r.has_vector)
+        self.deleted_rows = sum(int(r.file.deleted_records) for r in rows)
+        return self
+
+
+def group(rows: list[FileRow]) -> dict[str, PartitionFiles]:
+    """Live files by partition key, each partition folded."""
+    out: dict[str, PartitionFiles] = {}
+    for row in rows:
+        part = out.get(row.key)
+        if part is None:
+            part = out[row.key] = PartitionFiles(row.key, row.values, {})
+        part.rows[row.file.path] = row
+    return {k: p.fold() for k, p in out.items()}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What `read_facts` reads of a table besides its files: delta-rs' table (its protocol,
+    metadata and schema), the version and the recent commits' commitInfo (newest first,
+    each with its `version`, as `DeltaTable.history`)."""
+
+    table: Any
+    version: int
+    history: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, table: Any) -> Snapshot:
+        return cls(table, table.version(), list(table.history(DELTA_WINDOW)))
+
+
 def read_facts(
-    timeline: DeltaTimeline, *, target_file_size: int, small_file_ratio: float
+    timeline: DeltaTimeline,
+    *,
+    target_file_size: int,
+    small_file_ratio: float,
+    files: Callable[[DeltaTimeline], tuple[Snapshot, dict[str, PartitionFiles]]] | None = None,
 ) -> DeltaFacts:
     """The table's facts now: delta-rs for the protocol, the files and deletion vectors;
     the log's listing for its length and checkpoint. The target is the table's own
-    `delta.targetFileSize` if it declares one, else `target_file_size` (the policy's)."""
-    table = timeline.open_table()
+    `delta.targetFileSize` if it declares one, else `target_file_size` (the policy's).
+    `files`: where the table and its live files come from (`delta.incremental`'s cache,
+    for a plan); by default delta-rs reads them in full."""
+    if files is None:
+        table = timeline.open_table()
+        snapshot, parts = Snapshot.of(table), group(file_rows(table))
+    else:
+        snapshot, parts = files(timeline)
+    table = snapshot.table
     protocol = table.protocol()
     metadata = table.metadata()
     config = dict(metadata.configuration or {})
@@ -189,7 +297,7 @@ def read_facts(
     columns = list(metadata.partition_columns or [])
     facts = DeltaFacts(
         path=timeline.path,
-        version=table.version(),
+        version=snapshot.version,
         min_reader_version=protocol.min_reader_version,
         min_writer_version=protocol.min_writer_version,
         reader_features=sorted(protocol.reader_features or []),
@@ -207,20 +315,18 @@ def read_facts(
         if "clustering" in writer_features
         else [],
         log=list_log(timeline, config),
-        other_optimizers=detect_delta(table.history(DELTA_WINDOW)),
+        other_optimizers=detect_delta(snapshot.history),
     )
-    has_vectors = "deletionVectors" in (protocol.reader_features or [])
-    hidden = hidden_rows(table) if has_vectors else {}
-    facts.deletion_vector_files, facts.deleted_rows = len(hidden), sum(hidden.values())
-    for row in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-        size = int(row["size_bytes"])
-        key = partition_key(columns, row)
-        part = facts.partitions.setdefault(key, PartitionFacts())
-        facts.partition_values[key] = {c: row.get(f"partition.{c}") for c in columns}
-        facts.partition_files.setdefault(key, []).append(_data_file(row, size, hidden))
-        part.files += 1
-        part.bytes += size
-        part.records += int(row.get("num_records") or 0)
-        part.small_files += size < facts.small_file_threshold
-        facts.file_sizes.append(size)
+    for key, part in sorted(parts.items()):  # one order, however read
+        facts.deletion_vector_files += part.vector_files
+        facts.deleted_rows += part.deleted_rows
+        facts.partitions[key] = PartitionFacts(
+            files=len(part.sizes),
+            bytes=part.bytes,
+            records=part.records,
+            small_files=bisect_left(part.sorted_sizes, facts.small_file_threshold),
+        )
+        facts.partition_values[key] = part.values
+        facts.partition_files[key] = list(part.files)
+        facts.file_sizes.extend(part.sizes)
     return facts

@@ -5,6 +5,7 @@ compactions and clustering, timeline length). Python only, no JVM."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +80,50 @@ def pending_services(timeline: HudiTimeline) -> dict[str, int]:
     return dict(out)
 
 
-def read_facts(base_path: str, timeline: HudiTimeline | None = None) -> HudiFacts:
-    """The table's facts now (hudi-rs for the file slices; the timeline for the rest)."""
+@dataclass
+class PartitionSlices:
+    """One partition's latest file slices, folded once: what `read_facts` adds up per read
+    without a pass over every slice (`hudi.incremental` keeps these between plans)."""
+
+    facts: PartitionFacts
+    base_file_sizes: list[int]
+    log_files_per_slice: list[int]
+
+
+def fold(slices: Iterable[Any]) -> dict[str, PartitionSlices]:
+    """hudi-rs' file slices by partition, each partition folded."""
+    out: dict[str, PartitionSlices] = {}
+    for s in slices:
+        part = out.get(s.partition_path)
+        if part is None:
+            part = out[s.partition_path] = PartitionSlices(PartitionFacts(), [], [])
+        facts = part.facts
+        facts.file_groups += 1
+        logs = list(s.log_file_sizes or [])
+        if s.base_file_name:
+            facts.base_files += 1
+            facts.base_bytes += int(s.base_file_byte_size)
+            part.base_file_sizes.append(int(s.base_file_byte_size))
+        facts.log_files += len(logs)
+        facts.log_bytes += sum(int(n) for n in logs)
+        facts.max_log_files_per_slice = max(facts.max_log_files_per_slice, len(logs))
+        part.log_files_per_slice.append(len(logs))
+    return out
+
+
+def full_slices(timeline: HudiTimeline) -> dict[str, PartitionSlices]:
+    """Every partition's latest file slices (hudi-rs' file-system view of the whole table)."""
+    return fold(timeline.table().get_file_slices())
+
+
+def read_facts(
+    base_path: str,
+    timeline: HudiTimeline | None = None,
+    slices: Callable[[HudiTimeline], dict[str, PartitionSlices]] | None = None,
+) -> HudiFacts:
+    """The table's facts now (hudi-rs for the file slices; the timeline for the rest).
+    `slices`: where the file slices come from (`hudi.incremental`'s cache, for a plan); by
+    default hudi-rs lists the whole table."""
     timeline = timeline or HudiTimeline(base_path)
     completed = timeline.completed()
     facts = HudiFacts(
@@ -96,16 +139,8 @@ def read_facts(base_path: str, timeline: HudiTimeline | None = None) -> HudiFact
     )
     if not completed:
         return facts
-    for s in timeline.table().get_file_slices():
-        part = facts.partitions.setdefault(s.partition_path, PartitionFacts())
-        part.file_groups += 1
-        logs = list(s.log_file_sizes or [])
-        if s.base_file_name:
-            part.base_files += 1
-            part.base_bytes += int(s.base_file_byte_size)
-            facts.base_file_sizes.append(int(s.base_file_byte_size))
-        part.log_files += len(logs)
-        part.log_bytes += sum(int(n) for n in logs)
-        part.max_log_files_per_slice = max(part.max_log_files_per_slice, len(logs))
-        facts.log_files_per_slice.append(len(logs))
+    for key, part in sorted((slices or full_slices)(timeline).items()):  # one order
+        facts.partitions[key] = PartitionFacts(**vars(part.facts))
+        facts.base_file_sizes.extend(part.base_file_sizes)
+        facts.log_files_per_slice.extend(part.log_files_per_slice)
     return facts

@@ -52,6 +52,7 @@ fleet = APIRouter(prefix="/api/v1/tables", tags=["tables"])
 
 REGISTER_ERRORS = {
     404: "the catalog has no such table",
+    422: "pyiceberg cannot read the table's metadata (an Iceberg v3 variant column): not managed",
     409: "the table is already managed, another optimizer maintains it (see `force`), or "
     "a concurrent change won",
 }
