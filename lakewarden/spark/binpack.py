@@ -59,6 +59,9 @@ class ObservedGroup:
     files: frozenset[str]
     rows: int
     checksum: int
+    # The files' record counts from their manifest entries when no delete file applies to
+    # any of them (then exactly the rows a faithful read returns); None otherwise.
+    file_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,13 @@ def run_binpack(
             )
             group.setOutputFiles(coordinator.fetchNewFiles(table, set_id))
             sums = observation.get  # only after the write succeeded: it waits for one
+            scans = list(_each(tasks))
+            deletes = any(not t.deletes().isEmpty() for t in scans)
             return ObservedGroup(
-                files=frozenset(str(t.file().location()) for t in _each(tasks)),
+                files=frozenset(str(t.file().location()) for t in scans),
                 rows=int(sums["n"]),
                 checksum=(int(sums["hi"] or 0) << 32) + int(sums["lo"] or 0),
+                file_rows=None if deletes else sum(int(t.file().recordCount()) for t in scans),
             )
         finally:
             manager.removeTasks(table, set_id)

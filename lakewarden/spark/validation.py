@@ -497,7 +497,9 @@ def observed_inputs(files: SpanFiles, observed: Observed) -> list[tuple[int, int
     """Per partition of the span, the (rows, checksum) of its inputs as the rewrite's own
     read observed them (lakewarden.spark.binpack); None, so the inputs are read, unless the
     observed groups' files are exactly the files the span removed, each once, and each
-    group's files lie in one partition."""
+    group's files lie in one partition. Where the manifests give a group's rows exactly (no
+    deletes apply to its files), those are its rows: a read that lost or added rows, which
+    the write then faithfully copied, still shows as a partition that changed."""
     sums = [(0, 0) for _ in files.partitions]
     seen: set[str] = set()
     for group in observed.groups:
@@ -508,7 +510,8 @@ def observed_inputs(files: SpanFiles, observed: Observed) -> list[tuple[int, int
         (k,) = where
         assert k is not None
         rows, total = sums[k]
-        sums[k] = (rows + group.rows, total + group.checksum)
+        read = group.rows if group.file_rows is None else group.file_rows
+        sums[k] = (rows + read, total + group.checksum)
     return sums if seen == files.inputs.keys() else None
 
 

@@ -21,8 +21,10 @@ def _files(inputs: dict[str, int]) -> SpanFiles:
     )
 
 
-def _observed(*groups: tuple[set[str], int, int]) -> Observed:
-    return Observed(("id",), tuple(ObservedGroup(frozenset(f), n, h) for f, n, h in groups))
+def _observed(*groups: tuple[set[str], int, int], file_rows: int | None = None) -> Observed:
+    return Observed(
+        ("id",), tuple(ObservedGroup(frozenset(f), n, h, file_rows) for f, n, h in groups)
+    )
 
 
 SPAN = _files({"a1": 0, "a2": 0, "b1": 1})
@@ -49,3 +51,9 @@ def test_a_file_in_two_groups_means_the_inputs_are_read() -> None:
 
 def test_a_group_across_partitions_means_the_inputs_are_read() -> None:
     assert observed_inputs(SPAN, _observed(({"a1", "a2", "b1"}, 12, 15))) is None
+
+
+def test_the_manifests_record_counts_stand_for_a_group_without_deletes() -> None:
+    """A read that lost a row (the write copied what it read) shows as rows changed."""
+    observed = _observed(({"a1", "a2"}, 6, 8), ({"b1"}, 6, 7), file_rows=7)
+    assert observed_inputs(SPAN, observed) == [(7, 8), (7, 7)]
