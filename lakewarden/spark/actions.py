@@ -23,7 +23,7 @@ from lakewarden.formats.iceberg import finder, history
 from lakewarden.outcomes import PlanRejected, RewriteFailed
 from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.spark import staging
-from lakewarden.spark.binpack import Observed, run_binpack
+from lakewarden.spark.binpack import BinPacked, Observed, run_binpack
 from lakewarden.spark.commits import before_commit, commit_properties
 from lakewarden.spark.validation import observed_columns, validate_rewrite, will_validate
 
@@ -118,7 +118,7 @@ def rewrite_data_files(
                 else None
             )
             if ran is not None:
-                result, observed = ran
+                result, observed = ran.result, ran.observed
             else:
                 result = action.execute()
         metrics: dict[str, Any] = {
@@ -128,6 +128,8 @@ def rewrite_data_files(
             "removed_delete_files": result.removedDeleteFilesCount(),
             **failures_of(result),
         }
+        if ran is not None and ran.first_error:
+            metrics[FIRST_ERROR] = ran.first_error
         if branch != MAIN_BRANCH:
             metrics["branch"] = branch
         if codec_set:
@@ -172,7 +174,7 @@ def _observed_binpack(
     stage: staging.Stage,
     start_id: int,
     options: dict[str, str],
-) -> tuple[Any, Observed] | None:
+) -> BinPacked | None:
     """A validated bin-pack on the staging branch, its inputs checksummed during its read
     (lakewarden.spark.binpack); None when that runner does not apply (Iceberg's action
     runs)."""
@@ -262,10 +264,16 @@ _CAUSE = "Caused by: "
 MAX_ERROR_CHARS = 500
 
 
-def first_failure(spark_log: str) -> str | None:
+# The metrics key of the first failed group's error when lakewarden's bin-pack ran the
+# rewrite (its failures are not in Spark's log as Iceberg's action's are).
+FIRST_ERROR = "first_group_error"
+
+
+def first_failure(spark_log: str, metrics: dict[str, Any] | None = None) -> str | None:
     """The root cause of the first failed file group, from the job's Spark log
     (`lakewarden.spark.joblog`): the last "Caused by" of Iceberg's "Failure during rewrite
-    group" record, or its exception's line. None when the log has no such record."""
+    group" record, or its exception's line; else the error lakewarden's bin-pack recorded in
+    `metrics`. None when neither has one."""
     lines = spark_log.splitlines()
     for i, line in enumerate(lines):
         if not _GROUP_FAILED.search(line):
@@ -279,7 +287,8 @@ def first_failure(spark_log: str) -> str | None:
         exceptions = [r for r in record if r and not r.startswith("at ")]
         cause = causes[-1] if causes else exceptions[0] if exceptions else None
         return cause[:MAX_ERROR_CHARS] if cause else None
-    return None
+    recorded = (metrics or {}).get(FIRST_ERROR)
+    return str(recorded)[:MAX_ERROR_CHARS] if recorded else None
 
 
 # The metrics key of the snapshot the action committed (a runner pops it into its result).

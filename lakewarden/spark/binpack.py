@@ -72,6 +72,15 @@ class Observed:
     groups: tuple[ObservedGroup, ...]
 
 
+@dataclass(frozen=True)
+class BinPacked:
+    result: Any  # Iceberg's RewriteDataFiles.Result, as the action returns it
+    observed: Observed
+    # The first failed group's error (Iceberg's action logs it to Spark's log, where
+    # actions.first_failure finds it; this runner's failures are Python exceptions).
+    first_error: str | None = None
+
+
 def handles(options: dict[str, str], planner_options: set[str]) -> bool:
     """Whether every option is one this runner honours."""
     return all(k in ACTION_OPTIONS or k in planner_options for k in options)
@@ -91,8 +100,8 @@ def run_binpack(
     options: dict[str, str],
     snapshot_properties: dict[str, str],
     columns: list[str],
-) -> tuple[Any, Observed] | None:
-    """Bin-pack `table` from snapshot `start_id`, committing to `branch`; returns Iceberg's
+) -> BinPacked | None:
+    """Bin-pack `table` from snapshot `start_id`, committing to `branch`: Iceberg's
     `RewriteDataFiles.Result` (as the action returns it) and what the reads observed. None
     when an option is not one this runner honours (the caller runs Iceberg's action)."""
     from pyspark import inheritable_thread_target
@@ -210,7 +219,17 @@ def run_binpack(
             .build()
         )
     observed = Observed(tuple(columns), tuple(o for _, o in done))
-    return result.build(), observed
+    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None)
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception's root cause in a line: a py4j error's last "Caused by", else its Java
+    exception's line, else the exception's own first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
+    java = [line.removeprefix(": ") for line in lines if line.startswith(": ")]
+    found = causes[-1] if causes else java[0] if java else lines[0] if lines else None
+    return (found or type(exc).__name__)[:500]
 
 
 def _java_map(jvm: Any, values: dict[str, str]) -> Any:
