@@ -13,16 +13,19 @@ Then the same at a wider table (more columns to checksum), fewer repeats.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from unittest import mock
 
 from benchmarks import data
 from benchmarks.harness import Context, Figure, Stat, jvm_cpu_seconds, measuring, timed
 from benchmarks.rewrite import compact, rollback
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.policy.model import ValidationPolicy
+from lakewarden.spark import actions
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 
@@ -49,17 +52,26 @@ SIZES = {
 _task_ids = itertools.count(1)
 
 
-def _compaction(ctx: Context, ref: TableRef, enabled: bool) -> tuple[float, dict[str, Any]]:
-    """One timed compaction job with validation on or off; its metrics["validation"]."""
+def _compaction(
+    ctx: Context, ref: TableRef, enabled: bool, observed: bool = True
+) -> tuple[float, dict[str, Any]]:
+    """One timed compaction job with validation on or off; its metrics["validation"].
+    `observed=False`: the validated job as it ran before issue 30's bin-pack runner
+    (Iceberg's action, then validation reading the inputs again), for side-by-side runs."""
     with (
         committing_as(next(_task_ids), 1),
         validating(ValidationPolicy(enabled=enabled)),
+        contextlib.nullcontext()
+        if observed
+        else mock.patch.object(actions, "_observed_binpack", lambda *a, **k: None),
     ):
         seconds, metrics = timed(lambda: compact(ctx, ref))
     check = metrics.get("validation") or {}
     expected = "passed" if enabled else "skipped"
     if check.get("status") != expected:
         raise RuntimeError(f"validation {check.get('status')}, expected {expected}: {check}")
+    if enabled and check.get("inputs") != ("observed" if observed else "read"):
+        raise RuntimeError(f"validation's inputs were {check.get('inputs')}: {check}")
     return seconds, metrics
 
 
@@ -166,16 +178,25 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
     _ = ctx.spark
     on: list[float] = []
     off: list[float] = []
-    cpu: dict[bool, list[float]] = {True: [], False: []}
+    read: list[float] = []
+    cpu: dict[str, list[float]] = {"on": [], "off": [], "read": []}
     phases: dict[str, list[float]] = {}
+    read_phases: dict[str, list[float]] = {}
+    arms = ("on", "off", "read")  # validated (inputs observed), unvalidated, inputs read
     for i in range(repeats):
-        for enabled in (True, False) if i % 2 == 0 else (False, True):
+        for arm in arms[i % 3 :] + arms[: i % 3]:
+            enabled = arm != "off"
             used = jvm_cpu_seconds(ctx.spark)
-            seconds, metrics = _compaction(ctx, ref, enabled)
-            cpu[enabled].append(jvm_cpu_seconds(ctx.spark) - used)
+            seconds, metrics = _compaction(ctx, ref, enabled, observed=arm == "on")
+            cpu[arm].append(jvm_cpu_seconds(ctx.spark) - used)
             rollback(ctx, ref, small)
-            if not enabled:
+            if arm == "off":
                 off.append(seconds)
+                continue
+            if arm == "read":
+                read.append(seconds)
+                for key, value in metrics["seconds"].items():
+                    read_phases.setdefault(key, []).append(value)
                 continue
             on.append(seconds)
             split = {
@@ -190,11 +211,23 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
         "without_validation_s": Stat.of(off),
         "with_over_without": Stat.of([a / b for a, b in zip(on, off, strict=True)]),
         # the Spark JVM's CPU seconds per job: steadier than wall time on a loaded machine
-        "cpu_with_s": Stat.of(cpu[True]),
-        "cpu_without_s": Stat.of(cpu[False]),
+        "cpu_with_s": Stat.of(cpu["on"]),
+        "cpu_without_s": Stat.of(cpu["off"]),
         "cpu_with_over_without": Stat.of(
-            [a / b for a, b in zip(cpu[True], cpu[False], strict=True)]
+            [a / b for a, b in zip(cpu["on"], cpu["off"], strict=True)]
         ),
+        # the validated job as before issue 30's runner: Iceberg's action, inputs read again
+        "inputs_read_s": Stat.of(read),
+        "inputs_read_over_without": Stat.of([a / b for a, b in zip(read, off, strict=True)]),
+        "cpu_inputs_read_s": Stat.of(cpu["read"]),
+        "cpu_inputs_read_over_without": Stat.of(
+            [a / b for a, b in zip(cpu["read"], cpu["off"], strict=True)]
+        ),
+        "observed_over_inputs_read": Stat.of([a / b for a, b in zip(on, read, strict=True)]),
+        "cpu_observed_over_inputs_read": Stat.of(
+            [a / b for a, b in zip(cpu["on"], cpu["read"], strict=True)]
+        ),
+        "inputs_read_phases_s": {k: Stat.of(v) for k, v in read_phases.items()},
         "phases_s": {k: Stat.of(v) for k, v in phases.items()},
         "overhead_over_rewrite": Stat.of(
             [t / r for t, r in zip(on, phases["rewrite"], strict=True)]

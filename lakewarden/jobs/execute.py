@@ -204,7 +204,7 @@ def run_job(
         failed: dict[str, Any] | None = None
         if isinstance(exc, RewriteFailed):  # its cause is only in Spark's log: quote it
             failed = exc.metrics
-            exc = RewriteFailed(progress(failed, first_failure(spark_log)), failed)
+            exc = RewriteFailed(progress(failed, first_failure(spark_log, failed)), failed)
         return finish_run(
             rt,
             fence(),
@@ -220,7 +220,7 @@ def run_job(
         # Some file groups committed, others failed: the task's reason says how many and
         # why (redacted by finish_run, as errors are), the run's log tail has Spark's lines.
         spark_log = _spark_log(job_log)
-        partial = progress(result.metrics, first_failure(spark_log))
+        partial = progress(result.metrics, first_failure(spark_log, result.metrics))
     state = finish_run(
         rt,
         fence(),

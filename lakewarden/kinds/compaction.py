@@ -457,11 +457,22 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         if not isinstance(branch, str) or not re.fullmatch(REF_NAME, branch):
             raise PlanRejected(f"invalid branch {branch!r}")
         on_branch = rewrite_data_files(
-            spark, catalog, ref, plan.get("options", {}), _configure(plan), branch=branch
+            spark,
+            catalog,
+            ref,
+            plan.get("options", {}),
+            _configure(plan),
+            branch=branch,
+            binpack=plan.get("strategy") != "sort",
         )
         return JobResult(on_branch, on_branch.pop(COMMITTED, None))
     metrics: dict[str, Any] = rewrite_data_files(
-        spark, catalog, ref, plan.get("options", {}), _configure(plan)
+        spark,
+        catalog,
+        ref,
+        plan.get("options", {}),
+        _configure(plan),
+        binpack=plan.get("strategy") != "sort",
     )
     if plan.get("rewrite_position_deletes"):
         pos = (

@@ -23,8 +23,9 @@ from lakewarden.formats.iceberg import finder, history
 from lakewarden.outcomes import PlanRejected, RewriteFailed
 from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.spark import staging
+from lakewarden.spark.binpack import BinPacked, Observed, run_binpack
 from lakewarden.spark.commits import before_commit, commit_properties
-from lakewarden.spark.validation import validate_rewrite, will_validate
+from lakewarden.spark.validation import observed_columns, validate_rewrite, will_validate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,11 +78,14 @@ def rewrite_data_files(
     options: dict[str, str],
     configure: Callable[[Any, Any, Any], Any] = lambda action, table, jvm: action.binPack(),
     branch: str = MAIN_BRANCH,
+    binpack: bool = False,
 ) -> dict[str, Any]:
     """Run the action on `branch` (planned from its head, committed to it; other branches
     untouched); `configure(action, java_table, jvm)` picks the strategy and filter. A
     validated rewrite commits to a staging branch and reaches `branch` only once validation
-    passed (lakewarden.spark.staging)."""
+    passed (lakewarden.spark.staging). `binpack`: `configure` picks a plain bin-pack (no
+    filter), which a validated rewrite runs through lakewarden.spark.binpack instead, its
+    inputs checksummed as it reads them."""
     jvm: Any = spark._jvm
     table = load_java_table(spark, catalog, ref)
     if branch != MAIN_BRANCH and (
@@ -106,8 +110,17 @@ def rewrite_data_files(
     try:
         if stage is not None or branch != MAIN_BRANCH:
             action = action.toBranch(stage.name if stage is not None else branch)
+        observed: Observed | None = None
         with clock("rewrite"):
-            result = action.execute()
+            ran = (
+                _observed_binpack(spark, catalog, ref, table, stage, start_id, options)
+                if binpack and stage is not None and start_id is not None
+                else None
+            )
+            if ran is not None:
+                result, observed = ran.result, ran.observed
+            else:
+                result = action.execute()
         metrics: dict[str, Any] = {
             "rewritten_data_files": result.rewrittenDataFilesCount(),
             "added_data_files": result.addedDataFilesCount(),
@@ -115,6 +128,8 @@ def rewrite_data_files(
             "removed_delete_files": result.removedDeleteFilesCount(),
             **failures_of(result),
         }
+        if ran is not None and ran.first_error:
+            metrics[FIRST_ERROR] = ran.first_error
         if branch != MAIN_BRANCH:
             metrics["branch"] = branch
         if codec_set:
@@ -128,7 +143,7 @@ def rewrite_data_files(
         metrics["seconds"] = clock.seconds
         with clock("validate"):
             validation = validate_rewrite(
-                spark, catalog, ref, table, start_id, metrics, stage, branch
+                spark, catalog, ref, table, start_id, metrics, stage, branch, observed
             )
         if stage is not None:
             with clock("publish"):
@@ -149,6 +164,32 @@ def rewrite_data_files(
     if committed is not None:
         metrics[COMMITTED] = committed
     return metrics
+
+
+def _observed_binpack(
+    spark: SparkSession,
+    catalog: str,
+    ref: TableRef,
+    table: Any,
+    stage: staging.Stage,
+    start_id: int,
+    options: dict[str, str],
+) -> BinPacked | None:
+    """A validated bin-pack on the staging branch, its inputs checksummed during its read
+    (lakewarden.spark.binpack); None when that runner does not apply (Iceberg's action
+    runs)."""
+    columns = observed_columns(spark, catalog, ref, table, start_id)
+    if columns is None:
+        return None
+    return run_binpack(
+        spark,
+        table,
+        stage.name,
+        start_id,
+        {k: str(v) for k, v in options.items()},
+        commit_properties(),
+        columns,
+    )
 
 
 class Phases:
@@ -223,10 +264,16 @@ _CAUSE = "Caused by: "
 MAX_ERROR_CHARS = 500
 
 
-def first_failure(spark_log: str) -> str | None:
+# The metrics key of the first failed group's error when lakewarden's bin-pack ran the
+# rewrite (its failures are not in Spark's log as Iceberg's action's are).
+FIRST_ERROR = "first_group_error"
+
+
+def first_failure(spark_log: str, metrics: dict[str, Any] | None = None) -> str | None:
     """The root cause of the first failed file group, from the job's Spark log
     (`lakewarden.spark.joblog`): the last "Caused by" of Iceberg's "Failure during rewrite
-    group" record, or its exception's line. None when the log has no such record."""
+    group" record, or its exception's line; else the error lakewarden's bin-pack recorded in
+    `metrics`. None when neither has one."""
     lines = spark_log.splitlines()
     for i, line in enumerate(lines):
         if not _GROUP_FAILED.search(line):
@@ -240,7 +287,8 @@ def first_failure(spark_log: str) -> str | None:
         exceptions = [r for r in record if r and not r.startswith("at ")]
         cause = causes[-1] if causes else exceptions[0] if exceptions else None
         return cause[:MAX_ERROR_CHARS] if cause else None
-    return None
+    recorded = (metrics or {}).get(FIRST_ERROR)
+    return str(recorded)[:MAX_ERROR_CHARS] if recorded else None
 
 
 # The metrics key of the snapshot the action committed (a runner pops it into its result).

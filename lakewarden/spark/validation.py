@@ -42,6 +42,7 @@ from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy.model import MAIN_BRANCH, ValidationPolicy
 from lakewarden.spark import staging
+from lakewarden.spark.binpack import Observed
 from lakewarden.spark.commits import commit_properties
 from lakewarden.spark.staging import Stage
 
@@ -82,6 +83,28 @@ def validating(policy: ValidationPolicy, failpoint: str | None = None) -> Iterat
         _ACTIVE.reset(token)
 
 
+def observed_columns(
+    spark: SparkSession, catalog: str, ref: TableRef, table: Any, start_id: int
+) -> list[str] | None:
+    """What a rewrite starting at snapshot `start_id` checksums as it reads, for validation
+    to compare (`validate_rewrite`'s `observed`): the policy's columns, and on a v3 table
+    whose rows have ids the lineage columns (as `lineage_columns` decides). None when the
+    rewrite is not validated or there is nothing to checksum (validation reads what it
+    needs, or says why it cannot)."""
+    active = _ACTIVE.get()
+    if active is None or not will_validate():
+        return None
+    jvm: Any = spark._jvm
+    try:
+        columns = chosen_columns(spark, ref.spark_name(catalog), active.policy)
+    except ValueError:  # validation.columns names a missing column: validation says so
+        return None
+    v3 = bool(columns) and format_version(jvm, table) >= 3
+    if v3 and table.snapshot(start_id).firstRowId() is not None:
+        columns += list(LINEAGE)
+    return columns or None
+
+
 def will_validate() -> bool:
     """Whether the running job's rewrites are validated (so staged first): inside a
     scheduled job (`validating`, commit properties set) with validation on."""
@@ -110,12 +133,14 @@ def validate_rewrite(
     metrics: dict[str, Any],
     stage: Stage | None,
     target: str = MAIN_BRANCH,
+    observed: Observed | None = None,
 ) -> dict[str, Any] | None:
     """What `metrics["validation"]` records of the rewrite that just ran on the Java
     `table` (started at snapshot `start_id` of `target`), committed to `stage` (None: it
     was not staged, as when validation is off); None outside a scheduled job. Raises
     RewriteMismatch when a partition's rows changed: the caller must then drop the staging
-    branch, never publishing it."""
+    branch, never publishing it. `observed`: the inputs as the rewrite's own read
+    checksummed them (lakewarden.spark.binpack), so only the outputs are read."""
     active = _ACTIVE.get()
     if active is None or not commit_properties():
         return None
@@ -134,7 +159,7 @@ def validate_rewrite(
         return _skipped("the rewrite committed nothing")
     started = time.monotonic()
     try:
-        result = _compare(spark, catalog, ref, table, spans, policy)
+        result = _compare(spark, catalog, ref, table, spans, policy, observed)
     except Exception as exc:  # the rewrite stands; that it was not checked is said
         log.warning("validation of %s could not run", ref.dotted, exc_info=True)
         result = _skipped(f"validation could not run: {type(exc).__name__}: {str(exc)[:300]}")
@@ -344,7 +369,7 @@ def _tasks(
     return kept
 
 
-def _table_cache(spark: SparkSession) -> Any:
+def table_cache(spark: SparkSession) -> Any:
     """Iceberg's SparkTableCache (where a scan-task set's table is found by its id). Its
     static `get()` shares the name of an instance method, which py4j cannot tell apart:
     called through reflection."""
@@ -356,8 +381,37 @@ def _table_cache(spark: SparkSession) -> Any:
     return getter.invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
+def row_hash(columns: list[str]) -> Any:
+    """A row's hash: xxhash64 over the columns, each with its NULL flag (xxhash64 skips
+    NULLs, so without the flags a value moved into a NULL neighbour's column would hash the
+    same)."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(*[x for c in columns for x in (F.col(_quote(c)), F.isnull(F.col(_quote(c))))])
+
+
+def checksum_aggregates(columns: list[str]) -> list[Any]:
+    """The rows (`n`) and their order-independent checksum, summed exactly as two longs (the
+    hashes' high and low 32 bits, `hi` and `lo`: no overflow below 2^31 rows): what
+    validation sums per file, and what a bin-pack observes of each group it reads
+    (lakewarden.spark.binpack). The checksum is (hi << 32) + lo."""
+    from pyspark.sql import functions as F
+
+    hashed = row_hash(columns)
+    return [
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.shiftright(hashed, 32)).alias("hi"),
+        F.sum(hashed.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+    ]
+
+
 def _checksums(
-    spark: SparkSession, table: Any, spans: list[Span], found: list[SpanFiles], columns: list[str]
+    spark: SparkSession,
+    table: Any,
+    spans: list[Span],
+    found: list[SpanFiles],
+    columns: list[str],
+    outputs_only: frozenset[int] = frozenset(),
 ) -> dict[tuple[int, int], dict[str, tuple[int, int]]]:
     """{(span index, side): {file: (rows, checksum)}}: one Spark job reads every span's
     inputs (side 0, deletes applied) and outputs (side 1) through Iceberg's scan-task sets
@@ -365,23 +419,22 @@ def _checksums(
     and file, and sums an order-independent checksum per file: xxhash64 over the chosen
     columns, each with its NULL flag (xxhash64 skips NULLs, so without the flags a value
     moved into a NULL neighbour's column would hash the same), summed exactly as two longs
-    (its high and low 32 bits: no overflow below 2^31 rows a file)."""
+    (its high and low 32 bits: no overflow below 2^31 rows a file). The inputs of the spans
+    in `outputs_only` are not read (their sums were observed during the rewrite's read)."""
     from functools import reduce
 
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     jvm: Any = spark._jvm
-    cache = _table_cache(spark)
+    cache = table_cache(spark)
     manager = jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()
     parallelism = max(1, spark.sparkContext.defaultParallelism)
     # Iceberg 1.12 reads a v3 table's scan-task set as a rewrite table: its lineage columns
     # are data columns there and it has no metadata columns (`_file` does not resolve), so
     # the file is input_file_name(), which Iceberg's readers set to each file's location.
     file_of = F.input_file_name() if format_version(jvm, table) >= 3 else F.col("_file")
-    hashed = F.xxhash64(
-        *[x for c in columns for x in (F.col(_quote(c)), F.isnull(F.col(_quote(c))))]
-    )
+    hashed = row_hash(columns)
     frames: list[DataFrame] = []
     staged: list[str] = []
     try:
@@ -392,7 +445,7 @@ def _checksums(
                     (span.after, files.outputs, files.output_bytes),
                 )
             ):
-                if not wanted:
+                if not wanted or (side == 0 and i in outputs_only):
                     continue
                 set_id = f"lakewarden-validate-{uuid.uuid4()}"
                 cache.add(set_id, table)
@@ -427,7 +480,7 @@ def _checksums(
                 F.count(F.lit(1)).alias("n"),
                 F.sum(F.shiftright("h", 32)).alias("hi"),
                 F.sum(F.col("h").bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
-            )
+            )  # checksum_aggregates' sums, over the hash already computed
             .collect()
         )
     finally:
@@ -443,13 +496,43 @@ def _checksums(
     return out
 
 
+def observed_inputs(files: SpanFiles, observed: Observed) -> list[tuple[int, int]] | None:
+    """Per partition of the span, the (rows, checksum) of its inputs as the rewrite's own
+    read observed them (lakewarden.spark.binpack); None, so the inputs are read, unless the
+    observed groups' files are exactly the files the span removed, each once, and each
+    group's files lie in one partition. Where the manifests give a group's rows exactly (no
+    deletes apply to its files), those are its rows: a read that lost or added rows, which
+    the write then faithfully copied, still shows as a partition that changed."""
+    sums = [(0, 0) for _ in files.partitions]
+    seen: set[str] = set()
+    for group in observed.groups:
+        where = {files.inputs.get(f) for f in group.files}
+        if len(where) != 1 or None in where or not seen.isdisjoint(group.files):
+            return None
+        seen |= group.files
+        (k,) = where
+        assert k is not None
+        rows, total = sums[k]
+        read = group.rows if group.file_rows is None else group.file_rows
+        sums[k] = (rows + read, total + group.checksum)
+    return sums if seen == files.inputs.keys() else None
+
+
 def compare_spans(
-    spark: SparkSession, table: Any, spans: list[Span], found: list[SpanFiles], columns: list[str]
+    spark: SparkSession,
+    table: Any,
+    spans: list[Span],
+    found: list[SpanFiles],
+    columns: list[str],
+    observed: dict[int, list[tuple[int, int]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Per span and partition its commits touched: the rows and checksum of its inputs
     (deletes applied) against its outputs, keyed by the partition each file is in (a row
-    written into another partition's file shows as one partition short, another long)."""
-    read = _checksums(spark, table, spans, found, columns)
+    written into another partition's file shows as one partition short, another long). The
+    inputs of a span in `observed` ({span index: per partition (rows, checksum)}) are taken
+    from there (`observed_inputs`) instead of read."""
+    observed = observed or {}
+    read = _checksums(spark, table, spans, found, columns, frozenset(observed))
     partitions: list[dict[str, Any]] = []
     for i, (span, files) in enumerate(zip(spans, found, strict=True)):
         labels: list[Any] = [p.label for p in files.partitions]
@@ -458,6 +541,10 @@ def compare_spans(
             labels = [f"every partition the rewrite touched ({len(labels)}; its spec changed)"]
             index = dict.fromkeys(index, 0)
         sums = [[(0, 0), (0, 0)] for _ in labels]  # per partition: [side 0, side 1]
+        for k, (n, h) in enumerate(observed.get(i, [])):
+            k = 0 if files.respecified else k
+            rows, total = sums[k][0]
+            sums[k][0] = (rows + n, total + h)
         for side, wanted in enumerate((files.inputs, files.outputs)):
             for location, (n, h) in read.get((i, side), {}).items():
                 if location not in wanted:
@@ -487,6 +574,7 @@ def _compare(
     table: Any,
     spans: list[Span],
     policy: ValidationPolicy,
+    observed: Observed | None = None,
 ) -> dict[str, Any]:
     name = ref.spark_name(catalog)
     columns = chosen_columns(spark, name, policy)
@@ -508,8 +596,14 @@ def _compare(
             "max_rows": policy.max_rows,
         }
     lineage = lineage_columns(jvm, table, spans)
+    inputs: dict[int, list[tuple[int, int]]] = {}
+    if observed is not None and observed.columns == tuple(columns + lineage):
+        for i, files in enumerate(found):
+            sums = observed_inputs(files, observed)
+            if sums is not None:
+                inputs[i] = sums
     started = time.monotonic()
-    partitions = compare_spans(spark, table, spans, found, columns + lineage)
+    partitions = compare_spans(spark, table, spans, found, columns + lineage, inputs)
     seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])
@@ -526,6 +620,8 @@ def _compare(
             for s in spans
         ],
         "max_rows": policy.max_rows,
+        # the inputs' sums: observed during the rewrite's own read, or read here
+        "inputs": "observed" if len(inputs) == len(spans) else "read",
         "seconds": seconds,
         "reason": (
             "a partition's rows changed" + (" (or their row ids)" if lineage else "")

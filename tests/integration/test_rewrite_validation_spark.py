@@ -32,12 +32,15 @@ from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
 from lakewarden.spark import staging
 from lakewarden.spark.actions import load_java_table
+from lakewarden.spark.binpack import Observed, ObservedGroup
 from lakewarden.spark.commits import TASK_KEY
 from lakewarden.spark.validation import (
     Span,
     _each,
+    checksum_aggregates,
     chosen_columns,
     compare_spans,
+    observed_inputs,
     span_files,
 )
 from lakewarden.states import TaskState
@@ -90,6 +93,7 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     validation = _run(spark_rt, task_id).metrics["validation"]  # type: ignore[index]
     assert validation["status"] == "passed"
     assert validation["columns"] == ["id", "region", "amount"]
+    assert validation["inputs"] == "observed"  # during the bin-pack's read: only outputs read
     assert sorted(
         (p["partition"]["region"], p["rows_before"], p["rows_after"], p["match"])
         for p in validation["partitions"]
@@ -188,9 +192,13 @@ def test_partitions_by_day_and_bucket_are_each_compared(
     assert all(p["match"] and p["rows_after"] == p["rows_before"] for p in validation["partitions"])
 
 
-def _compared(spark: SparkSession, ref: TableRef, before: int, after: int) -> list[dict[str, Any]]:
+def _compared(
+    spark: SparkSession, ref: TableRef, before: int, after: int, observed: Observed | None = None
+) -> list[dict[str, Any]]:
     """What validation finds of the commits from `before` to `after` on `ref` (a span of
-    them, as if a rewrite's): per touched partition, its inputs against its outputs."""
+    them, as if a rewrite's): per touched partition, its inputs against its outputs. With
+    `observed`, the inputs' sums are those (as a bin-pack's read observed them: only the
+    outputs are read), which must account for exactly the files the span removed."""
     table = load_java_table(spark, "lake", ref)
     commits: list[Any] = []
     snapshot = table.snapshot(after)
@@ -199,7 +207,43 @@ def _compared(spark: SparkSession, ref: TableRef, before: int, after: int) -> li
         snapshot = table.snapshot(snapshot.parentId())
     span = Span(before, commits)
     columns = chosen_columns(spark, ref.spark_name("lake"), ValidationPolicy())
-    return compare_spans(spark, table, [span], [span_files(spark._jvm, table, span)], columns)
+    files = span_files(spark._jvm, table, span)
+    inputs = None
+    if observed is not None:
+        sums = observed_inputs(files, observed)
+        assert sums is not None, "the observed groups are not the span's inputs"
+        inputs = {0: sums}
+    return compare_spans(spark, table, [span], [files], columns, inputs)
+
+
+def _observed(spark: SparkSession, ref: TableRef, snapshot_id: int) -> Observed:
+    """The sums a bin-pack's read would observe of every data file at `snapshot_id` in one
+    group per partition (deletes applied), computed with validation's own aggregates."""
+    from pyspark.sql import functions as F
+
+    name = ref.spark_name("lake")
+    columns = chosen_columns(spark, name, ValidationPolicy())
+    frame = spark.read.option("snapshot-id", snapshot_id).table(name)
+    per_file = {
+        r["f"]: r["p"]
+        for r in frame.select(F.col("_file").alias("f"), F.col("_partition").alias("p"))
+        .distinct()
+        .collect()
+    }
+    sums = frame.groupBy(F.col("_partition").alias("p")).agg(*checksum_aggregates(columns))
+    table = load_java_table(spark, "lake", ref)
+    every = {
+        str(t.file().location())
+        for t in _each(table.newScan().useSnapshot(snapshot_id).planFiles())
+    }
+    groups = []
+    for r in sums.collect():
+        files = frozenset(f for f, p in per_file.items() if p == r["p"])
+        groups.append(ObservedGroup(files, int(r["n"]), (int(r["hi"]) << 32) + int(r["lo"])))
+    # a file whose every row was deleted is read as none: it belongs to its partition's group
+    empty = every - {f for g in groups for f in g.files}
+    assert not empty, f"files with no live rows: {sorted(empty)}"
+    return Observed(tuple(columns), tuple(groups))
 
 
 def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
@@ -261,7 +305,9 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     x, y = sorted(r.id for r in by_bucket)[:2]  # two rows of one partition
     rows = f"SELECT id, v, round, w FROM {name}"
 
-    def rewritten(query: str, mangle: Any = None) -> list[dict[str, Any]]:
+    observed = _observed(spark, ref, head)
+
+    def rewritten(query: str, mangle: Any = None, label: str = "faithful") -> list[dict[str, Any]]:
         inputs = [t.file() for t in _each(java.newScan().planFiles())]
         spark.sql(f"INSERT INTO {out.spark_name(catalog)} {query}")
         written = load_java_table(spark, catalog, out).currentSnapshot()
@@ -274,6 +320,9 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
         rewrite.commit()
         after = int(java.currentSnapshot().snapshotId())
         found = _compared(spark, ref, head, after)
+        # the same verdicts with the inputs' sums as a bin-pack's own read observes them
+        as_observed = _compared(spark, ref, head, after, observed)
+        assert [p["match"] for p in as_observed] == [p["match"] for p in found], label
         java.manageSnapshots().rollbackTo(head).commit()
         return found
 
@@ -304,7 +353,7 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     }
     caught = {}
     for label, (query, mangle) in mutations.items():
-        found = rewritten(query, mangle)
+        found = rewritten(query, mangle, label)
         bad = [p for p in found if not p["match"]]
         caught[label] = (len(bad), all(p["rows_before"] == p["rows_after"] for p in bad))
     assert caught == {
@@ -370,6 +419,7 @@ def test_a_corrupted_rewrite_fails_alerts_and_is_never_published(
     run, task = _run(spark_rt, task_id), task_of(spark_rt, task_id)
     validation = (run.metrics or {})["validation"]
     assert validation["status"] == "failed"
+    assert validation["inputs"] == "observed"  # the bin-pack's own read checksummed them
     bad = [p for p in validation["partitions"] if not p["match"]]
     assert len(bad) == 1 and bad[0]["rows_after"] < bad[0]["rows_before"] == 30
     assert (task.reason or "").startswith(

@@ -42,3 +42,17 @@ def test_without_a_cause_the_exception_line_and_without_a_record_none() -> None:
 def test_progress_names_groups_files_and_the_first_error() -> None:
     assert progress(METRICS) == "rewrote 1 of 2 file groups; 1 failed (6 data files)"
     assert progress(METRICS, "boom") == "rewrote 1 of 2 file groups; 1 failed (6 data files): boom"
+
+
+def test_the_error_lakewardens_bin_pack_recorded_when_the_log_has_none() -> None:
+    from lakewarden.spark.actions import FIRST_ERROR
+    from lakewarden.spark.binpack import _cause
+
+    java = (
+        "An error occurred while calling o172.save.\n"
+        ": org.apache.spark.SparkException: Job aborted.\n\tat org.apache.Foo.bar(Foo.java:1)\n"
+        "Caused by: java.io.FileNotFoundException: /w/data/x.parquet\n\tat x.y(Z.java:2)\n"
+    )
+    metrics = {FIRST_ERROR: _cause(RuntimeError(java))}
+    assert first_failure("", metrics) == "java.io.FileNotFoundException: /w/data/x.parquet"
+    assert first_failure(LOG, metrics) != metrics[FIRST_ERROR]  # Iceberg's record first

@@ -1,0 +1,239 @@
+"""A validated compaction's bin-pack, run by lakewarden so its inputs are checksummed during
+the rewrite's own read (issue 30: validation nearly free).
+
+Iceberg's `rewriteDataFiles` action reads each file group and writes it back, then
+validation read the group's inputs a second time to checksum them: two thirds of
+validation's cost on small-file tables (docs/performance.md). This runs the same bin-pack
+from Iceberg's own public pieces, in the order the action runs them:
+
+- the groups: `BinPackRewriteFilePlanner` (the action's planner, same options),
+- each group's read: its scan tasks staged in `ScanTaskSetManager` (the table in
+  `SparkTableCache`), read as a scan-task set at the group's split size,
+- each group's write: the `rewritten-file-scan-task-set-id` write option, the new files
+  from `FileRewriteCoordinator.fetchNewFiles`,
+- the commit: `RewriteDataFilesCommitManager.commitFileGroups` (a replace of the group's
+  files with the starting snapshot's sequence number, the task's snapshot properties),
+  `partial-progress.max-commits` commits at most,
+
+with one thing added: the read is observed (`Dataset.observe`): the group's row count and
+the order-independent checksum validation computes (`validation.checksum_aggregates`), over
+the very rows the write receives (deletes applied). Validation then reads only the outputs
+and compares them with these sums, per partition (lakewarden.spark.validation).
+
+Used only for a staged (validated) bin-pack with no filter; anything it does not handle
+(an option it does not know) goes through Iceberg's action as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+# The action's options this runner honours besides the planner's own (`validOptions()`).
+ACTION_OPTIONS = frozenset(
+    {
+        "partial-progress.enabled",
+        "partial-progress.max-commits",
+        "max-concurrent-file-group-rewrites",
+    }
+)
+# Iceberg's defaults for them (RewriteDataFiles).
+MAX_CONCURRENT_DEFAULT = 5
+MAX_COMMITS_DEFAULT = 10
+
+
+@dataclass(frozen=True)
+class ObservedGroup:
+    """One file group as the rewrite read it: its input data files and the rows read from
+    them (deletes applied), with their checksum."""
+
+    files: frozenset[str]
+    rows: int
+    checksum: int
+    # The files' record counts from their manifest entries when no delete file applies to
+    # any of them (then exactly the rows a faithful read returns); None otherwise.
+    file_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The inputs of a bin-pack as its own read checksummed them, over `columns`."""
+
+    columns: tuple[str, ...]
+    groups: tuple[ObservedGroup, ...]
+
+
+@dataclass(frozen=True)
+class BinPacked:
+    result: Any  # Iceberg's RewriteDataFiles.Result, as the action returns it
+    observed: Observed
+    # The first failed group's error (Iceberg's action logs it to Spark's log, where
+    # actions.first_failure finds it; this runner's failures are Python exceptions).
+    first_error: str | None = None
+
+
+def handles(options: dict[str, str], planner_options: set[str]) -> bool:
+    """Whether every option is one this runner honours."""
+    return all(k in ACTION_OPTIONS or k in planner_options for k in options)
+
+
+def _each(java_iterable: Any) -> Any:
+    it = java_iterable.iterator()
+    while it.hasNext():
+        yield it.next()
+
+
+def run_binpack(
+    spark: SparkSession,
+    table: Any,
+    branch: str,
+    start_id: int,
+    options: dict[str, str],
+    snapshot_properties: dict[str, str],
+    columns: list[str],
+) -> BinPacked | None:
+    """Bin-pack `table` from snapshot `start_id`, committing to `branch`: Iceberg's
+    `RewriteDataFiles.Result` (as the action returns it) and what the reads observed. None
+    when an option is not one this runner honours (the caller runs Iceberg's action)."""
+    from pyspark import inheritable_thread_target
+    from pyspark.sql import SparkSession as Session
+
+    from lakewarden.spark.validation import table_cache
+
+    jvm: Any = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    planner = iceberg.actions.BinPackRewriteFilePlanner(
+        table, iceberg.expressions.Expressions.alwaysTrue(), start_id, False
+    )
+    planner_options = {str(o) for o in _each(planner.validOptions())}
+    if not handles(options, planner_options):
+        return None
+    init = jvm.java.util.HashMap()
+    for key, value in options.items():
+        if key in planner_options:
+            init.put(key, str(value))
+    planner.init(init)
+    groups = list(_each(planner.plan().groups()))
+    concurrency = max(
+        1, int(options.get("max-concurrent-file-group-rewrites", MAX_CONCURRENT_DEFAULT))
+    )
+    partial = str(options.get("partial-progress.enabled", "false")).lower() == "true"
+    max_commits = max(1, int(options.get("partial-progress.max-commits", MAX_COMMITS_DEFAULT)))
+
+    # As the action does: a session of its own with adaptive execution off, so the write's
+    # partitioning (one file per split) is the reader's.
+    jsession = spark._jsparkSession.cloneSession()
+    jsession.conf().set("spark.sql.adaptive.enabled", "false")
+    session = Session(spark.sparkContext, jsession)
+    cache = table_cache(spark)
+    manager = iceberg.spark.ScanTaskSetManager.get()
+    coordinator = iceberg.spark.FileRewriteCoordinator.get()
+
+    def rewrite(group: Any) -> ObservedGroup:
+        from pyspark.sql import Observation
+
+        from lakewarden.spark.validation import checksum_aggregates
+
+        # Iceberg's source defines its catalogs in the active session's conf: in this
+        # thread's JVM thread, none is active (the default session would get them).
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+        set_id = f"lakewarden-binpack-{uuid.uuid4()}"
+        cache.add(set_id, table)
+        tasks = group.fileScanTasks()
+        manager.stageTasks(table, set_id, tasks)
+        try:
+            frame = (
+                session.read.format("iceberg")
+                .option("scan-task-set-id", set_id)
+                .option("split-size", str(group.inputSplitSize()))
+                .option("file-open-cost", "0")
+                .load(set_id)
+            )
+            observation = Observation(set_id)
+            frame = frame.observe(observation, *checksum_aggregates(columns))
+            same_spec = tasks.get(0).spec().equals(table.specs().get(group.outputSpecId()))
+            (
+                frame.write.format("iceberg")
+                .option("rewritten-file-scan-task-set-id", set_id)
+                .option("target-file-size-bytes", str(group.maxOutputFileSize()))
+                .option("distribution-mode", "none" if same_spec else "range")
+                .option("output-spec-id", str(group.outputSpecId()))
+                .mode("append")
+                .save(set_id)
+            )
+            group.setOutputFiles(coordinator.fetchNewFiles(table, set_id))
+            sums = observation.get  # only after the write succeeded: it waits for one
+            scans = list(_each(tasks))
+            deletes = any(not t.deletes().isEmpty() for t in scans)
+            return ObservedGroup(
+                files=frozenset(str(t.file().location()) for t in scans),
+                rows=int(sums["n"]),
+                checksum=(int(sums["hi"] or 0) << 32) + int(sums["lo"] or 0),
+                file_rows=None if deletes else sum(int(t.file().recordCount()) for t in scans),
+            )
+        finally:
+            manager.removeTasks(table, set_id)
+            cache.remove(set_id)
+            coordinator.clearRewrite(table, set_id)
+
+    done: list[tuple[Any, ObservedGroup]] = []
+    failed: list[tuple[Any, BaseException]] = []
+    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(groups)))) as pool:
+        futures = [(g, pool.submit(inheritable_thread_target(rewrite), g)) for g in groups]
+        for group, future in futures:
+            try:
+                done.append((group, future.result()))
+            except Exception as exc:
+                log.error("Failure during rewrite group %s", group.info(), exc_info=True)
+                failed.append((group, exc))
+    commit = iceberg.actions.RewriteDataFilesCommitManager(
+        table, start_id, True, _java_map(jvm, snapshot_properties), branch
+    )
+    if failed and not partial:
+        for group, _ in done:
+            commit.abortFileGroup(group)
+        raise failed[0][1]
+    per_commit = max(1, math.ceil(len(groups) / max_commits)) if partial else max(1, len(done))
+    for i in range(0, len(done), per_commit):
+        batch = jvm.java.util.HashSet()
+        for group, _ in done[i : i + per_commit]:
+            batch.add(group)
+        commit.commitOrClean(batch)
+    result = iceberg.actions.ImmutableRewriteDataFiles.Result.builder()
+    for group, _ in done:
+        result = result.addRewriteResults(group.asResult())
+    for group, _ in failed:
+        result = result.addRewriteFailures(
+            iceberg.actions.ImmutableRewriteDataFiles.FileGroupFailureResult.builder()
+            .info(group.info())
+            .dataFilesCount(group.inputFileNum())
+            .build()
+        )
+    observed = Observed(tuple(columns), tuple(o for _, o in done))
+    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None)
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception's root cause in a line: a py4j error's last "Caused by", else its Java
+    exception's line, else the exception's own first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
+    java = [line.removeprefix(": ") for line in lines if line.startswith(": ")]
+    found = causes[-1] if causes else java[0] if java else lines[0] if lines else None
+    return (found or type(exc).__name__)[:500]
+
+
+def _java_map(jvm: Any, values: dict[str, str]) -> Any:
+    out = jvm.java.util.HashMap()
+    for key, value in values.items():
+        out.put(key, value)
+    return out
