@@ -50,9 +50,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import IDENTIFIER, TableRef
-from lakewarden.db.models import ManagedTable, ManagementRule, NamespacePolicy, PolicyVersion
+from lakewarden.db.models import (
+    Catalog,
+    ManagedTable,
+    ManagementRule,
+    NamespacePolicy,
+    PolicyVersion,
+)
 from lakewarden.policy.model import effective_policy, validation_problems
-from lakewarden.states import TableFormatName
+from lakewarden.states import PATH_CATALOGS, CatalogType, TableFormatName
 from lakewarden.tables import cancel_open_tasks, lock_namespace, retire_tables
 
 DROPPED = "dropped from the catalog"
@@ -636,8 +642,11 @@ def opt_out(session: Session, catalog: str, ref: TableRef, *, by: str) -> OptOut
     """Opt the table out of auto-management: `opt_out` set, retired as `OPTED_OUT` (its
     history kept, its open tasks cancelled) if it was managed. A table lakewarden does not
     know yet (not adopted, perhaps not even created) gets a retired row that records the
-    opt-out, so no rule adopts it later. Idempotent; safe against a concurrent adoption
-    (the row is locked, or the insert conflicts and the existing row is updated)."""
+    opt-out, so no rule adopts it later (in a path catalog's format: its tables are all of
+    it). Idempotent; safe against a concurrent adoption (the row is locked, or the insert
+    conflicts and the existing row is updated)."""
+    kind = session.scalar(select(Catalog.type).where(Catalog.name == catalog))
+    fmt = PATH_CATALOGS.get(CatalogType(kind)) if kind else None
     inserted = session.execute(
         insert(ManagedTable)
         .values(
@@ -648,6 +657,7 @@ def opt_out(session: Session, catalog: str, ref: TableRef, *, by: str) -> OptOut
             opt_out=True,
             retired_at=func.now(),
             retired_reason=OPTED_OUT,
+            format=(fmt or TableFormatName.ICEBERG).value,
         )
         .on_conflict_do_nothing(
             index_elements=[ManagedTable.catalog, ManagedTable.namespace, ManagedTable.name]

@@ -35,11 +35,12 @@ from lakewarden.db.trigger import install_commit_trigger
 from lakewarden.errors import headline
 from lakewarden.events.path_tables import LOGS, refresh_path_table
 from lakewarden.events.refresh import refresh_table, refresh_tables
+from lakewarden.formats import warehouse
 from lakewarden.isolation import PerTable, error_line
 from lakewarden.leader import FencedOut
 from lakewarden.metastore import listed_tables, metastore_client
 from lakewarden.runtime import Runtime
-from lakewarden.states import PATH_CATALOGS
+from lakewarden.states import PATH_CATALOGS, CatalogType
 from lakewarden.tables import LIVE, retire_tables
 
 log = logging.getLogger(__name__)
@@ -192,9 +193,16 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
     result = PollResult(entry.name)
     isolated = PerTable("poller")
     if entry.type in PATH_CATALOGS:
-        # No catalog to list: each managed table's log is read for its head token.
+        # The warehouse walked for the format's tables (rules adopt from it), then each
+        # managed table's log is read for its head token.
+        fmt = PATH_CATALOGS[CatalogType(entry.type)].value
+        try:
+            listing: Listing = dict(warehouse.list_tables(entry, fmt))
+        except Exception as exc:
+            raise PollFailed(f"listing the warehouse: {error_line(exc)}") from exc
+        result.tables_seen = len(listing)
+        _follow(rt, entry, listing, dict.fromkeys(listing, fmt))
         managed = _managed(rt, entry.name)
-        result.tables_seen = len(managed)
         for (namespace, name), (known, fmt) in managed.items():
             with isolated.table(f"{namespace}.{name}"):
                 ref = TableRef(namespace, name)

@@ -2,7 +2,8 @@
 directory layout): the catalog of a format whose tables need no catalog server to be read
 (their log and files are on storage: a `hudi` or a `delta` catalog). Registering such a
 catalog checks its warehouse is a directory; a table's name in lakewarden is its path's
-last two parts."""
+last two parts (or more: a directory per namespace level). Its listing (`list_tables`,
+what management rules adopt from) is a walk of the warehouse for the format's marker."""
 
 from __future__ import annotations
 
@@ -44,6 +45,38 @@ def check_warehouse(entry: CatalogEntry) -> None:
         raise CatalogConfigError(
             f"catalog {entry.name!r}: its warehouse {where} is not a directory lakewarden can read"
         )
+
+
+# What makes a directory a table of each format: Hudi's table properties, Delta's log.
+MARKERS = {"hudi": ".hoodie/hoodie.properties", "delta": "_delta_log"}
+# Namespace levels walked below the warehouse: a table deeper is not listed (register it).
+MAX_NAMESPACE_LEVELS = 5
+
+
+def list_tables(entry: CatalogEntry, fmt: str) -> dict[tuple[str, str], None]:
+    """Every `fmt` table under the catalog's warehouse by (namespace, name): a directory at
+    least two levels down holding the format's marker (not walked further: a table's own
+    directories are not tables). Hidden directories (`.x`, `_x`) are skipped. Raises what
+    the store raises: a listing read only in part must not retire the tables it missed."""
+    fs, root = filesystem(warehouse(entry), entry.resolved)
+    marker = MARKERS[fmt]
+    found: dict[tuple[str, str], None] = {}
+    pending: list[tuple[str, tuple[str, ...]]] = [(root, ())]
+    while pending:
+        path, parts = pending.pop()
+        for info in fs.get_file_info(pafs.FileSelector(path)):
+            if info.type != pafs.FileType.Directory or info.base_name.startswith((".", "_")):
+                continue
+            here = (*parts, info.base_name)
+            if len(here) >= 2 and _holds(fs, f"{info.path}/{marker}"):
+                found[(".".join(here[:-1]), here[-1])] = None
+            elif len(here) <= MAX_NAMESPACE_LEVELS:
+                pending.append((info.path, here))
+    return found
+
+
+def _holds(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def table_path(entry: CatalogEntry, ref: TableRef) -> str:

@@ -5,6 +5,7 @@ tables delta-rs wrote."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,49 @@ def test_an_operator_restores_a_delta_table_to_a_version(
     assert restored.to_pyarrow_table().sort_by("id") == before
     again = client.post(rollback, json={"to_snapshot": 3})
     assert again.status_code == 200 and again.json()["rolled_back"] is False
+
+
+def test_rules_adopt_a_path_catalogs_tables_from_its_warehouse(
+    rt: Runtime, client: TestClient, tmp_path: Path
+) -> None:
+    """A `delta` catalog has no server to list: its poll walks the warehouse for Delta
+    logs. A rule adopts the tables it covers (not a plain directory, not one it excludes,
+    not one opted out), and a table whose directory is gone retires as dropped."""
+    warehouse = tmp_path / "wh"
+    for ns, name in [("lake", "orders"), ("lake", "tmp_scratch"), ("lake.eu", "sales")]:
+        write_orders(warehouse.joinpath(*ns.split("."), name))
+    write_orders(warehouse / "lake" / "kept_out")
+    (warehouse / "lake" / "notes").mkdir()
+    (warehouse / "lake" / "notes" / "readme.txt").write_text("not a table")
+    (warehouse / "lake" / "orders" / "_delta_log" / "_staged").mkdir()  # never walked into
+    _delta_catalog(client, warehouse)
+    rule = client.post(f"{CATALOGS}/dlake/rules", json={"namespace": "lake*", "exclude": ["tmp_*"]})
+    assert rule.status_code == 201, rule.text
+    out = client.put(f"{CATALOGS}/dlake/tables/lake/kept_out/opt-out")
+    assert out.status_code == 200, out.text
+
+    def managed() -> dict[str, tuple[str | None, str]]:
+        with transaction(rt.engine) as s:
+            found = s.execute(
+                select(
+                    ManagedTable.namespace,
+                    ManagedTable.name,
+                    ManagedTable.retired_reason,
+                    ManagedTable.format,
+                )
+            ).all()
+        return {f"{r[0]}.{r[1]}": (r[2], r[3]) for r in found}
+
+    poll_once(rt)
+    assert managed() == {
+        "lake.orders": (None, "delta"),
+        "lake.eu.sales": (None, "delta"),
+        "lake.kept_out": ("opted out", "delta"),
+    }
+    events = client.get(f"{CATALOGS}/dlake/tables/lake/orders/events").json()["items"]
+    assert events, "an adopted table's log is read at once"
+
+    shutil.rmtree(warehouse / "lake" / "eu" / "sales")
+    poll_once(rt)
+    assert managed()["lake.eu.sales"][0] == "dropped from the catalog"
+    assert managed()["lake.orders"][0] is None
