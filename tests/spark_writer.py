@@ -264,8 +264,14 @@ def main(family: str) -> None:
         spark.stop()
 
 
+# The one writer that is not Spark's: Flink's (tests/flink_writer.py), Hudi's upserts as a
+# Flink job writes them.
+FLINK = "flink"
+
+
 class SparkWriters:
-    """One writer process per family, started at its first use, stopped by `close`."""
+    """One writer process per family, started at its first use, stopped by `close`; and
+    the Flink writer's as the `flink` family."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
@@ -308,10 +314,18 @@ class SparkWriters:
     def _start(self, family: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
         tests = Path(__file__).parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+        command = [sys.executable, "-m", "spark_writer", family]
         self.logs.mkdir(parents=True, exist_ok=True)
+        if family == FLINK:  # not a Spark family: PyFlink's writer, on the same protocol
+            import flink_writer
+
+            env, command = (
+                flink_writer.environment(self.logs),
+                [sys.executable, "-m", "flink_writer"],
+            )
         with open(self.logs / f"{family}-writer.log", "a") as log:  # Spark's and py4j's lines
             proc = subprocess.Popen(
-                [sys.executable, "-m", "spark_writer", family],
+                command,
                 cwd=tests,
                 env=env,
                 stdin=subprocess.PIPE,

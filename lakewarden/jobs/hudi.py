@@ -655,6 +655,7 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
         s3a = object_store.hadoop_s3a(storage, base_path)
         set_secrets(spark, {f"spark.hadoop.{k}": v for k, v in s3a.items()})
         with table_storage(base_path, storage):
+            hudi_jobs.with_table_version(spark, base_path)  # never upgrade the writer's table
             early = _run_kind(rt, spark, fence, job, metrics)
         if early is not None:
             return early

@@ -1,0 +1,218 @@
+"""A real Flink writer of Hudi merge-on-read tables (issue 28, as Bilibili writes them): Flink
+SQL `INSERT INTO` a `hudi` connector table, on PyFlink 1.17 (`<venv>/flink`, installed apart
+by scripts/setup.sh from scripts/flink.txt) with Hudi's Flink bundle (jars.lock's
+`server-flink`: hudi-flink1.17-bundle 0.14.0, table version 6). A process of its own
+(`python -m flink_writer`, started by `SparkWriters` as the `flink` family and serving the
+whole test session: one JVM, PyFlink's gateway with a local MiniCluster), on the same line
+protocol as `spark_writer`.
+
+Only Flink SQL is used, no Python UDF: PyFlink's Python layer then runs on Python 3.11 (its
+wheels are for 3.7-3.10: the compiled parts are Beam's UDF runners, never loaded here), with
+the loopback UDF server it would start (Beam, gRPC) off (`_python_worker_execution_mode`).
+Flink 1.17 on Java 17 needs the JDK's modules opened (`JDK_JAVA_OPTIONS`, the one way into
+PyFlink's gateway command), and Hudi's bundle needs Hadoop's client: PySpark's own
+(`hadoop-client-api`/`-runtime` 3.3.4, on `HADOOP_CLASSPATH`).
+
+Steps: {"soak": "hudi", "path", "stop", "seconds", "keys", "batch", "log", "options"?}
+upserts rounds into a merge-on-read table until the `stop` file exists (`seconds` at most):
+round r writes `batch` keys from (r * batch) mod `keys` on with v = ts = r (round 0: every
+key), each round one streaming `INSERT INTO` job whose checkpoints commit its delta commits
+(its last at the end of its input); a round whose job fails (a conflict) runs again (the
+same rows: an attempt that did commit changes nothing) until it commits, then its line goes
+to the JSON-lines `log`, the writer's own record of every key's value. {"path", "rounds":
+n, "keys", "batch", "options"?} writes n rounds the same way (no log). `options`: the hudi
+table's options over `HUDI_OPTIONS` (e.g. the writer's own async compaction on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from spark_writer import ERROR, IDLE_EXIT, IDLE_S, RESULT, SOAK_TRIES, _stopped
+
+from lakewarden.formats.hudi.jobs import CONCURRENCY
+from lakewarden.settings import Settings
+from lakewarden.spark.jars import server_jars
+
+SIDECAR = Path(sys.prefix) / "flink"
+JAR_GROUP = "server-flink"
+# Flink 1.17's JVM on Java 17: the reflection Flink (Kryo, its closure cleaner) and Hudi do.
+OPENS = [
+    f"--add-opens=java.base/{p}=ALL-UNNAMED"
+    for p in (
+        "java.lang",
+        "java.lang.invoke",
+        "java.lang.reflect",
+        "java.io",
+        "java.net",
+        "java.nio",
+        "java.text",
+        "java.time",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.concurrent.atomic",
+        "sun.nio.ch",
+    )
+]
+# Hadoop's client classes Hudi's Flink bundle leaves out: PySpark's own.
+HADOOP_JARS = ("hadoop-client-api-3.3.4.jar", "hadoop-client-runtime-3.3.4.jar")
+HADOOP_LOGGING = "commons-logging-1.1.3.jar"
+# The writer as lakewarden wants one beside its services: merge-on-read upserts, one task,
+# no metadata table (hudi-rs lists the files), a bucket index (each round's job finds the
+# keys' file groups by hash, with no state carried between jobs), Hudi's concurrency control
+# as lakewarden's jobs set it, and its own compaction and clean off: lakewarden runs them.
+HUDI_OPTIONS = {
+    "table.type": "MERGE_ON_READ",
+    "write.operation": "upsert",
+    "precombine.field": "ts",
+    "index.type": "BUCKET",
+    "hoodie.bucket.index.num.buckets": "2",
+    "write.tasks": "1",
+    "metadata.enabled": "false",
+    "compaction.async.enabled": "false",
+    "compaction.schedule.enabled": "false",
+    "clean.async.enabled": "false",
+    **CONCURRENCY,
+}
+
+
+def environment(logs: Path) -> dict[str, str]:
+    """The writer process's environment: PyFlink's sidecar first on the path, the JVM's
+    options, Hadoop's client, Flink's logs in `logs` (not in the venv)."""
+    if not (SIDECAR / "pyflink" / "lib").is_dir():
+        raise RuntimeError(
+            f"PyFlink is not installed at {SIDECAR}: run scripts/setup.sh (its Flink step)"
+        )
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    tests = Path(__file__).parent
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SIDECAR), str(tests.parent), str(tests)]),
+        "_python_worker_execution_mode": "process",  # no loopback UDF server (Beam)
+        "JDK_JAVA_OPTIONS": " ".join(OPENS),
+        "HADOOP_CLASSPATH": os.pathsep.join(str(jars / j) for j in (*HADOOP_JARS, HADOOP_LOGGING)),
+        "FLINK_LOG_DIR": str(logs),
+    }
+
+
+def _table_ddl(name: str, path: str, options: dict[str, str]) -> str:
+    with_ = ", ".join(
+        f"'{k}' = '{v}'" for k, v in {"connector": "hudi", "path": path, **options}.items()
+    )
+    return (
+        f"CREATE TABLE {name} (id BIGINT, region STRING, v BIGINT, ts BIGINT, "
+        f"PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (region) WITH ({with_})"
+    )
+
+
+class FlinkWriter:
+    """One PyFlink streaming TableEnvironment (its gateway JVM and local MiniCluster) for
+    every step of the session."""
+
+    def __init__(self) -> None:
+        from pyflink.table import EnvironmentSettings, TableEnvironment
+
+        [bundle] = server_jars(Settings(), JAR_GROUP)
+        self.env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+        config = self.env.get_config()
+        config.set("pipeline.jars", bundle.as_uri())
+        config.set("parallelism.default", "1")
+        config.set("execution.checkpointing.interval", "2 s")
+        self.tables: dict[tuple[str, str], str] = {}
+        self.jobs = 0
+
+    def table(self, path: str, options: dict[str, str]) -> str:
+        """The catalog name of the hudi table at `path` with `options`."""
+        key = (path, json.dumps(options, sort_keys=True))
+        if key not in self.tables:
+            name = f"hudi_{len(self.tables)}"
+            table = path.removeprefix("file://")
+            self.env.execute_sql(_table_ddl(name, table, {**HUDI_OPTIONS, **options}))
+            self.tables[key] = name
+        return self.tables[key]
+
+    def upsert(self, table: str, start: int, size: int, keys: int, round_: int) -> None:
+        """One round: `size` keys from `start` on (mod `keys`), v = ts = `round_`, one
+        streaming job run to its end (its last checkpoint commits)."""
+        self.jobs += 1
+        source = f"src_{self.jobs}"
+        self.env.execute_sql(
+            f"CREATE TEMPORARY TABLE {source} (n BIGINT) WITH ('connector' = 'datagen', "
+            f"'fields.n.kind' = 'sequence', 'fields.n.start' = '{start}', "
+            f"'fields.n.end' = '{start + size - 1}')"
+        )
+        try:
+            self.env.execute_sql(
+                f"INSERT INTO {table} SELECT MOD(n, {keys}), "
+                f"CONCAT('r', CAST(MOD(MOD(n, {keys}), 3) AS STRING)), "
+                f"CAST({round_} AS BIGINT), CAST({round_} AS BIGINT) FROM {source}"
+            ).wait()
+        finally:
+            self.env.execute_sql(f"DROP TEMPORARY TABLE {source}")
+
+    def rounds(self, step: dict[str, Any]) -> dict[str, Any]:
+        """Write rounds (a soak until stopped, else `rounds` of them), each retried until
+        it commits; the counts."""
+        keys, batch = int(step["keys"]), int(step["batch"])
+        table = self.table(step["path"], dict(step.get("options") or {}))
+        counts: dict[str, Any] = {"rounds": 0, "failed_writes": 0, "conflicts": 0, "errors": []}
+        log = Path(step["log"]) if step.get("log") else None
+        round_ = 0
+        while not self._done(step, round_):
+            start, size = (0, keys) if round_ == 0 else ((round_ * batch) % keys, batch)
+            for tries in range(1, SOAK_TRIES + 1):
+                try:
+                    self.upsert(table, start, size, keys, round_)
+                    break
+                except Exception as exc:  # a conflict, or a lock not had in time: again
+                    text = str(exc)
+                    counts["failed_writes"] += 1
+                    counts["conflicts"] += "onflict" in text
+                    if len(counts["errors"]) < 5:
+                        causes = [ln for ln in text.splitlines() if "Exception" in ln]
+                        counts["errors"].append((causes[-1] if causes else text)[:300])
+                    if tries == SOAK_TRIES:
+                        raise
+                    time.sleep(0.5)
+            if log is not None:
+                with log.open("a") as f:
+                    f.write(json.dumps({"round": round_, "start": start, "size": size}) + "\n")
+            counts["rounds"] += 1
+            round_ += 1
+        counts["keys"] = keys
+        return counts
+
+    @staticmethod
+    def _done(step: dict[str, Any], round_: int) -> bool:
+        if "rounds" in step:
+            return round_ >= int(step["rounds"])
+        return round_ > 0 and _stopped(step)
+
+
+def main() -> None:
+    writer = FlinkWriter()
+    # One request at a time (the parent waits for each answer), as spark_writer's.
+    while select.select([sys.stdin], [], [], IDLE_S)[0]:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        try:
+            answer = RESULT + json.dumps([writer.rounds(s) for s in json.loads(line)])
+        except Exception:
+            answer = ERROR + json.dumps(traceback.format_exc())
+        print(answer, flush=True)
+    else:
+        sys.exit(IDLE_EXIT)
+
+
+if __name__ == "__main__":
+    main()
