@@ -15,13 +15,10 @@ to) with `v = id * 10 + value` (region `r<id % 3>` when partitioned); {"path", "
 and gives what it did. The answer holds each step's result but a Hudi write's (none).
 
 Soak steps, a live writer beside lakewarden's services (one answer at the end;
-tests/soak.py) until the `stop` file exists, `seconds` at most: {"soak": "hudi", "path",
-"stop", "seconds", "keys", "batch", "log"} upserts
-into a merge-on-read table in a loop, with Hudi's concurrency control as lakewarden's jobs
-set it, a write that fails (a conflict) tried again until it commits, and each committed
-round appended to the JSON-lines `log`; {"soak": "delta", "path", "stop", "seconds",
-"rows_per_second", "checkpoint"} appends a rate source's rows to a Delta table with
-Structured Streaming. Each answers its counts.
+tests/soak.py) until the `stop` file exists, `seconds` at most: {"soak": "delta", "path",
+"stop", "seconds", "rows_per_second", "checkpoint"} appends a rate source's rows to a Delta
+table with Structured Streaming, and answers its counts. (Hudi's live writer is Flink's:
+tests/flink_writer.py, the `flink` family of `SparkWriters`.)
 
 SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?,
 "conf": {...}?} gives the statement's rows; a step with user_metadata or conf runs in a new
@@ -50,7 +47,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from lakewarden.formats.hudi.jobs import CONCURRENCY, compact
+from lakewarden.formats.hudi.jobs import compact
 from lakewarden.settings import Settings
 from lakewarden.spark.session import build_session
 
@@ -105,55 +102,9 @@ def _stopped(step: dict[str, Any]) -> bool:
     return Path(step["stop"]).exists() or time.monotonic() - started > float(step["seconds"])
 
 
-# A soak's writer gives up after this many failed writes in a row (else it tries again).
+# A soak's writer gives up after this many failed writes in a row (else it tries again;
+# Flink's Hudi writer, tests/flink_writer.py, too).
 SOAK_TRIES = 20
-
-
-def soak_hudi(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
-    """Upsert rounds into a merge-on-read table until stopped, as a streaming writer does:
-    round r writes `batch` keys from (r * batch) mod `keys` on with v = ts = r (round 0
-    inserts every key). A round whose write fails is written again (the same rows, so an
-    attempt that did commit changes nothing) until it commits; then its line goes to the
-    log: the writer's own record of what every key must hold."""
-    keys, batch, path = int(step["keys"]), int(step["batch"]), step["path"]
-    options = {
-        **HUDI_OPTIONS,
-        **CONCURRENCY,
-        "hoodie.table.name": path.rstrip("/").rsplit("/", 1)[-1],
-        "hoodie.datasource.write.table.type": "MERGE_ON_READ",
-        "hoodie.datasource.write.operation": "upsert",
-        "hoodie.datasource.write.partitionpath.field": "region",
-    }
-    counts: dict[str, Any] = {"rounds": 0, "failed_writes": 0, "conflicts": 0, "errors": []}
-    log = Path(step["log"])
-    round_ = 0
-    while round_ == 0 or not _stopped(step):
-        start, size = (0, keys) if round_ == 0 else ((round_ * batch) % keys, batch)
-        df = spark.range(start, start + size, 1, 2).selectExpr(
-            f"id % {keys} AS id",
-            f"CONCAT('r', CAST(id % {keys} % 3 AS STRING)) AS region",
-            f"CAST({round_} AS BIGINT) AS v",
-            f"CAST({round_} AS BIGINT) AS ts",
-        )
-        for tries in range(1, SOAK_TRIES + 1):
-            try:
-                df.write.format("hudi").options(**options).mode("append").save(path)
-                break
-            except Exception as exc:  # a conflict, or a lock not had in time: again
-                text = str(exc)
-                counts["failed_writes"] += 1
-                counts["conflicts"] += "Conflict" in text or "conflict" in text
-                if len(counts["errors"]) < 5:
-                    counts["errors"].append(text.splitlines()[0][:300])
-                if tries == SOAK_TRIES:
-                    raise
-                time.sleep(0.5)
-        with log.open("a") as f:
-            f.write(json.dumps({"round": round_, "start": start, "size": size}) + "\n")
-        counts["rounds"] += 1
-        round_ += 1
-    counts["keys"] = keys
-    return counts
 
 
 def soak_delta(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
@@ -209,8 +160,6 @@ def run_job(spark: Any, job: dict[str, Any]) -> int:
 def run_step(spark: Any, step: dict[str, Any]) -> Any:
     if "job" in step:
         return run_job(spark, step["job"])
-    if step.get("soak") == "hudi":
-        return soak_hudi(spark, step)
     if step.get("soak") == "delta":
         return soak_delta(spark, step)
     if "sql" in step:
