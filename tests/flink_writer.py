@@ -9,9 +9,7 @@ protocol as `spark_writer`.
 Only Flink SQL is used, no Python UDF: PyFlink's Python layer then runs on Python 3.11 (its
 wheels are for 3.7-3.10: the compiled parts are Beam's UDF runners, never loaded here), with
 the loopback UDF server it would start (Beam, gRPC) off (`_python_worker_execution_mode`).
-Flink 1.17 on Java 17 needs the JDK's modules opened (`JDK_JAVA_OPTIONS`, the one way into
-PyFlink's gateway command), and Hudi's bundle needs Hadoop's client: PySpark's own
-(`hadoop-client-api`/`-runtime` 3.3.4, on `HADOOP_CLASSPATH`).
+The JVM's options and classpath: `lakewarden.spark.local_flink`.
 
 Steps: {"soak": "hudi", "path", "stop", "seconds", "keys", "batch", "log", "options"?}
 upserts rounds into a merge-on-read table until the `stop` file exists (`seconds` at most):
@@ -27,7 +25,6 @@ table's options over `HUDI_OPTIONS` (e.g. the writer's own async compaction on).
 from __future__ import annotations
 
 import json
-import os
 import select
 import sys
 import time
@@ -39,31 +36,8 @@ from spark_writer import ERROR, IDLE_EXIT, IDLE_S, RESULT, SOAK_TRIES, _stopped
 
 from lakewarden.formats.hudi.jobs import CONCURRENCY
 from lakewarden.settings import Settings
-from lakewarden.spark.jars import server_jars
+from lakewarden.spark import local_flink
 
-SIDECAR = Path(sys.prefix) / "flink"
-JAR_GROUP = "server-flink"
-# Flink 1.17's JVM on Java 17: the reflection Flink (Kryo, its closure cleaner) and Hudi do.
-OPENS = [
-    f"--add-opens=java.base/{p}=ALL-UNNAMED"
-    for p in (
-        "java.lang",
-        "java.lang.invoke",
-        "java.lang.reflect",
-        "java.io",
-        "java.net",
-        "java.nio",
-        "java.text",
-        "java.time",
-        "java.util",
-        "java.util.concurrent",
-        "java.util.concurrent.atomic",
-        "sun.nio.ch",
-    )
-]
-# Hadoop's client classes Hudi's Flink bundle leaves out: PySpark's own.
-HADOOP_JARS = ("hadoop-client-api-3.3.4.jar", "hadoop-client-runtime-3.3.4.jar")
-HADOOP_LOGGING = "commons-logging-1.1.3.jar"
 # The writer as lakewarden wants one beside its services: merge-on-read upserts, one task,
 # no metadata table (hudi-rs lists the files), a bucket index (each round's job finds the
 # keys' file groups by hash, with no state carried between jobs), Hudi's concurrency control
@@ -84,24 +58,10 @@ HUDI_OPTIONS = {
 
 
 def environment(logs: Path) -> dict[str, str]:
-    """The writer process's environment: PyFlink's sidecar first on the path, the JVM's
-    options, Hadoop's client, Flink's logs in `logs` (not in the venv)."""
-    if not (SIDECAR / "pyflink" / "lib").is_dir():
-        raise RuntimeError(
-            f"PyFlink is not installed at {SIDECAR}: run scripts/setup.sh (its Flink step)"
-        )
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
+    """The writer process's environment (`local_flink.pyflink_environment`), this
+    repository's code and the tests' on its path."""
     tests = Path(__file__).parent
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SIDECAR), str(tests.parent), str(tests)]),
-        "_python_worker_execution_mode": "process",  # no loopback UDF server (Beam)
-        "JDK_JAVA_OPTIONS": " ".join(OPENS),
-        "HADOOP_CLASSPATH": os.pathsep.join(str(jars / j) for j in (*HADOOP_JARS, HADOOP_LOGGING)),
-        "FLINK_LOG_DIR": str(logs),
-    }
+    return local_flink.pyflink_environment(logs, [str(tests.parent), str(tests)])
 
 
 def _table_ddl(name: str, path: str, options: dict[str, str]) -> str:
@@ -121,7 +81,7 @@ class FlinkWriter:
     def __init__(self) -> None:
         from pyflink.table import EnvironmentSettings, TableEnvironment
 
-        [bundle] = server_jars(Settings(), JAR_GROUP)
+        bundle = local_flink.hudi_bundle(Settings())
         self.env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
         config = self.env.get_config()
         config.set("pipeline.jars", bundle.as_uri())
