@@ -47,6 +47,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B20": ("benchmarks.metastore", "b20"),
     "B21": ("benchmarks.yarn", "b21"),
     "B22": ("benchmarks.trino", "b22"),
+    "B23": ("benchmarks.hudi_peers", "b23"),
     "B24": ("benchmarks.validation", "b24"),
     "B25": ("benchmarks.ingest_rate", "b25"),
     "B26": ("benchmarks.history", "b26"),
@@ -68,8 +69,10 @@ FIGURES: dict[str, tuple[str, str]] = {
 # scheduler processes warmed one after the other and two drains, minutes on 2 busy cores,
 # whose growth and shrink on real applications tests/integration/test_elastic_capacity.py
 # checks; `--smoke --only B37` drains 12; B38 a Delta-family JVM like B27, its compaction and
-# validation run by the same test file).
-NOT_IN_SMOKE = {"B21", "B22", "B27", "B37", "B38"}
+# validation run by the same test file; B23 a Hudi-family JVM and a Flink JVM per standalone
+# compaction, minutes, whose compaction of a version-6 table tests/integration/
+# test_live_writer.py runs beside a Flink writer).
+NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B38"}
 
 
 def _context(smoke: bool) -> Context:

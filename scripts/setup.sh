@@ -35,6 +35,11 @@ echo "==> pip install -e .[dev,spark,embedded,hdfs,hudi,delta]"
 # The tests' second reader of Delta tables: DuckDB's Delta extension, whose wheel loads only
 # into DuckDB 1.5.5 (lakewarden's own duckdb is 2.0.0), so both go beside the venv, apart.
 .venv/bin/pip install -q --upgrade --target .venv/duckdb-delta -r scripts/duckdb-delta.txt
+# The tests' Flink writer of Hudi tables: PyFlink 1.17 and Flink's jars (scripts/flink.txt),
+# beside the venv too: its wheels are for CPython <= 3.10, and only its plain-Python SQL layer
+# is used (no compiled part is loaded), so pip takes the 3.10 wheel, without dependencies.
+.venv/bin/pip install -q --upgrade --no-deps --target .venv/flink --python-version 3.10 \
+  --implementation cp --abi cp310 --platform manylinux1_x86_64 -r scripts/flink.txt
 
 # 3. Spark jars: the pinned ones of lakewarden/spark/jars.lock, fetched once from Maven
 #    Central (or LAKEWARDEN_MAVEN_REPOSITORY) into the cache and checked against the lock;

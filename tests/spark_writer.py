@@ -22,7 +22,8 @@ table in a loop, with Hudi's concurrency control as lakewarden's jobs set it (`o
 to or replace the write's: another lock), a write that fails (a conflict) tried again until it
 commits, and each committed round appended to the JSON-lines `log`; {"soak": "delta",
 "path", "stop", "seconds", "rows_per_second", "checkpoint"} appends a rate source's rows
-to a Delta table with Structured Streaming. Each answers its counts.
+to a Delta table with Structured Streaming. Each answers its counts. (The Hudi soak of
+tests/integration/test_live_writer.py is Flink's: tests/flink_writer.py.)
 
 SQL steps (any family; Delta's): {"sql": "<statement>", "user_metadata": "<text>"?,
 "conf": {...}?} gives the statement's rows; a step with user_metadata or conf runs in a new
@@ -109,7 +110,8 @@ def _stopped(step: dict[str, Any]) -> bool:
     return Path(step["stop"]).exists() or time.monotonic() - started > float(step["seconds"])
 
 
-# A soak's writer gives up after this many failed writes in a row (else it tries again).
+# A soak's writer gives up after this many failed writes in a row (else it tries again;
+# Flink's Hudi writer, tests/flink_writer.py, too).
 SOAK_TRIES = 20
 
 
@@ -275,8 +277,14 @@ def main(family: str) -> None:
         spark.stop()
 
 
+# The one writer that is not Spark's: Flink's (tests/flink_writer.py), Hudi's upserts as a
+# Flink job writes them.
+FLINK = "flink"
+
+
 class SparkWriters:
-    """One writer process per family, started at its first use, stopped by `close`."""
+    """One writer process per family, started at its first use, stopped by `close`; and
+    the Flink writer's as the `flink` family."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
@@ -319,10 +327,18 @@ class SparkWriters:
     def _start(self, family: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
         tests = Path(__file__).parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+        command = [sys.executable, "-m", "spark_writer", family]
         self.logs.mkdir(parents=True, exist_ok=True)
+        if family == FLINK:  # not a Spark family: PyFlink's writer, on the same protocol
+            import flink_writer
+
+            env, command = (
+                flink_writer.environment(self.logs),
+                [sys.executable, "-m", "flink_writer"],
+            )
         with open(self.logs / f"{family}-writer.log", "a") as log:  # Spark's and py4j's lines
             proc = subprocess.Popen(
-                [sys.executable, "-m", "spark_writer", family],
+                command,
                 cwd=tests,
                 env=env,
                 stdin=subprocess.PIPE,

@@ -660,6 +660,7 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
             metrics["hudi_lock"] = {
                 k: v for k, v in hudi_lock.describe(base_path, storage).items() if k != "why"
             }
+            hudi_jobs.with_table_version(spark, base_path)  # never upgrade the writer's table
             early = _run_kind(rt, spark, fence, job, metrics)
         if early is not None:
             return early

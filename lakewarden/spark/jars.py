@@ -16,7 +16,8 @@ A lock group named `server-…` pins the jars of a server lakewarden's tests and
 start (Hadoop's HDFS daemons: `lakewarden.spark.local_hdfs`; S3Proxy, an S3 server on a
 directory: `benchmarks/s3_server.py`; Hive's notification listener:
 `lakewarden.spark.local_metastore`; Trino's server and its Iceberg plugin:
-`lakewarden.spark.local_trino`): fetched and checked the same way, never on Spark's
+`lakewarden.spark.local_trino`; Hudi's Flink bundle for the tests' Flink writer,
+`tests/flink_writer.py`): fetched and checked the same way, never on Spark's
 classpath nor baked into an image. A pin whose coordinate ends in `@tar.gz` or `@zip` (Gradle's
 notation for another packaging than a jar) is an archive: hashed as a jar is, then unpacked
 once beside it (`unpacked`).

@@ -4,6 +4,8 @@ once; those a writer rewrote are the writer's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lakewarden.formats.hudi.validation import Digest, KeyedRows, compare_beside_writer
 
 
@@ -34,3 +36,25 @@ def test_a_record_lost_changed_made_up_or_read_twice_fails() -> None:
 def test_a_key_gone_is_the_writers_when_it_deleted() -> None:
     after = _rows({"1": ("c1", 10)})
     assert _bad(compare_beside_writer(BEFORE, after, ["w9"], deletes=True)) == {}
+
+
+def test_lakewardens_writes_keep_a_writers_table_at_its_version(tmp_path: Path) -> None:
+    """Hudi 1.2's datasource write upgrades a version-6 table (a Flink writer's, Hudi 0.14)
+    to 9 unless told (seen 2026-11-26: a TTL-like upsert took it from 6 to 9), and the
+    writer could no longer write it: every write lakewarden makes keeps the table's own
+    version, auto-upgrade off."""
+    from lakewarden.formats.hudi.jobs import _write_options, keep_version
+
+    meta = tmp_path / ".hoodie"
+    meta.mkdir()
+    (meta / "hoodie.properties").write_text(
+        "hoodie.table.name=t\nhoodie.table.version=6\nhoodie.table.type=MERGE_ON_READ\n"
+        "hoodie.table.recordkey.fields=id\nhoodie.table.partition.fields=region\n"
+    )
+    options = _write_options(str(tmp_path), "delete", "task-1", metadata=False)
+    assert options["hoodie.write.table.version"] == "6"
+    assert options["hoodie.write.auto.upgrade"] == "false"
+    assert keep_version(9) == {
+        "hoodie.write.table.version": "9",
+        "hoodie.write.auto.upgrade": "false",
+    }

@@ -88,6 +88,13 @@ def test_the_lock_pins_s3proxy_for_the_tests_not_for_spark() -> None:
     )
 
 
+def test_the_lock_pins_hudis_flink_bundle_for_the_tests_flink_writer_not_for_spark() -> None:
+    flink = pinned("server-flink")
+    assert flink.coordinate == "org.apache.hudi:hudi-flink1.17-bundle:0.14.0"
+    assert not flink.for_spark and not flink.families
+    assert all(flink not in spark_pins(family) for family in ("iceberg", "hudi", "delta"))
+
+
 def test_spark_masks_s3fileio_key_names_in_its_ui_and_event_log() -> None:
     import re
 

@@ -73,6 +73,21 @@ def with_concurrency(spark: SparkSession, base_path: str) -> None:
         spark.conf.set(key, value)
 
 
+def keep_version(table_version: int) -> dict[str, str]:
+    """Write settings that keep a table at its own version: Hudi 1.x's write client (the
+    bundle's 1.2.0 writes version 9) otherwise upgrades every table it writes, and the
+    table's own writer of an older release (a Flink writer on Hudi 0.14: version 6) could
+    no longer write it. Never upgrade a writer's table."""
+    return {"hoodie.write.table.version": str(table_version), "hoodie.write.auto.upgrade": "false"}
+
+
+def with_table_version(spark: SparkSession, base_path: str) -> None:
+    """`keep_version` of the table at `base_path` in the session's conf, which every
+    procedure's write client reads (as `with_concurrency`)."""
+    for key, value in keep_version(HudiTimeline(base_path).table_version).items():
+        spark.conf.set(key, value)
+
+
 @dataclass(frozen=True)
 class CompactionRun:
     instant: str | None  # the compaction lakewarden planned; None: nothing to compact
@@ -295,6 +310,7 @@ def _write_options(base_path: str, operation: str, mark: str, metadata: bool) ->
         "hoodie.datasource.write.commitmeta.key.prefix": "_",
         TTL_MARK: mark,
         **concurrency(base_path),
+        **keep_version(int(props.get("hoodie.table.version", "0"))),
     }
     for key, table_key in (
         ("hoodie.datasource.write.keygenerator.class", "hoodie.table.keygenerator.class"),
