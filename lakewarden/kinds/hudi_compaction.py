@@ -17,6 +17,7 @@ with that reason, as is one with a compaction someone else planned and left pend
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -95,10 +96,23 @@ def writer_compacts(timeline: HudiTimeline, ours: Iterable[str]) -> str | None:
     return None
 
 
+# A table at version 6 is a Hudi 0.x writer's. Its Flink writer (0.14) does not check its
+# appends against a compaction another process planned: a delta commit requested just after
+# lakewarden's plan wrote to the slice the compaction replaced, and its updates were lost
+# (tests/integration/test_live_writer.py at 240 s). So lakewarden compacts such a table only
+# once its writer has been quiet this long.
+OLD_WRITER_QUIET_S = 900.0
+
+
 def verdict(
-    policy: CompactionPolicy, facts: HudiFacts, timeline: HudiTimeline, ours: Iterable[str]
+    policy: CompactionPolicy,
+    facts: HudiFacts,
+    timeline: HudiTimeline,
+    ours: Iterable[str],
+    now: float | None = None,
 ) -> Verdict:
-    """Is a compaction due, from the file-system view and the timeline (no JVM)?"""
+    """Is a compaction due, from the file-system view and the timeline (no JVM)? `now`:
+    the clock (epoch seconds) a writer's last delta commit is aged by."""
     most = max(facts.log_files_per_slice, default=0)
     metrics = {
         "table_type": facts.table_type,
@@ -126,6 +140,17 @@ def verdict(
     writer = writer_compacts(timeline, ours)
     if writer is not None:
         return Verdict(False, f"{writer}; lakewarden does not fight it", metrics)
+    if facts.table_version < 8:
+        ago = timeline.written_ago_s(time.time() if now is None else now)
+        if ago is not None and ago < OLD_WRITER_QUIET_S:
+            return Verdict(
+                False,
+                f"table version {facts.table_version} (a Hudi 0.x writer's) had a delta commit "
+                f"{ago:.0f}s ago: lakewarden compacts it only after {OLD_WRITER_QUIET_S:.0f}s "
+                "without one (a Hudi 0.14 Flink writer appends to the file slice another "
+                "process's compaction replaces: updates lost, docs/hudi.md)",
+                metrics,
+            )
     gain = {"log_files_merged_estimate": facts.log_files}
     if most >= policy.min_input_files:
         return Verdict(

@@ -58,3 +58,52 @@ def test_lakewardens_writes_keep_a_writers_table_at_its_version(tmp_path: Path) 
         "hoodie.write.table.version": "9",
         "hoodie.write.auto.upgrade": "false",
     }
+
+
+def test_a_version_6_table_is_compacted_only_once_its_writer_is_quiet(tmp_path: Path) -> None:
+    """A Hudi 0.14 Flink writer appended to the file slice lakewarden's compaction replaced
+    (the 240 s soak lost 33 updates): on a version-6 table lakewarden plans no compaction
+    until the writer's last delta commit is OLD_WRITER_QUIET_S old; a version-9 table is
+    compacted beside its writer (its writer checks the plan)."""
+    from lakewarden.formats.hudi.facts import HudiFacts, PartitionFacts
+    from lakewarden.formats.hudi.timeline import HudiTimeline
+    from lakewarden.kinds import hudi_compaction
+    from lakewarden.policy.model import CompactionPolicy
+
+    def table(version: int) -> tuple[HudiFacts, HudiTimeline, float]:
+        base = tmp_path / f"v{version}"
+        meta = base / ".hoodie"
+        folder = meta / "timeline" if version >= 8 else meta
+        folder.mkdir(parents=True)
+        (meta / "hoodie.properties").write_text(
+            f"hoodie.table.name=t\nhoodie.table.version={version}\n"
+            "hoodie.table.type=MERGE_ON_READ\nhoodie.table.recordkey.fields=id\n"
+        )
+        name = "20261126120000000.deltacommit"
+        if version >= 8:
+            name = "20261126120000000_20261126120001000.deltacommit"
+        (folder / name).write_text("{}")
+        written = (folder / name).stat().st_mtime
+        facts = HudiFacts(
+            str(base),
+            "MERGE_ON_READ",
+            version,
+            "20261126120000000",
+            1,
+            {},
+            {"": PartitionFacts(file_groups=1, log_files=3)},
+            [1],
+            [3],
+        )
+        return facts, HudiTimeline(str(base)), written
+
+    policy = CompactionPolicy(min_input_files=2, min_small_files=2)
+    facts, timeline, written = table(6)
+    quiet = hudi_compaction.OLD_WRITER_QUIET_S
+    live = hudi_compaction.verdict(policy, facts, timeline, set(), now=written + 60)
+    assert not live.needed and "only after 900s without one" in live.reason, live.reason
+    later = hudi_compaction.verdict(policy, facts, timeline, set(), now=written + quiet + 1)
+    assert later.needed, later.reason
+    facts9, timeline9, written9 = table(9)
+    beside = hudi_compaction.verdict(policy, facts9, timeline9, set(), now=written9 + 60)
+    assert beside.needed, beside.reason

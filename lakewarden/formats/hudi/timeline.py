@@ -167,6 +167,15 @@ class HudiTimeline:
                 furthest[i.requested] = i
         return [furthest[k] for k in sorted(furthest)]
 
+    def written_ago_s(self, now: float) -> float | None:
+        """Seconds since the newest completed delta commit landed (its instant file's time
+        on storage: the writer's time zone plays no part), None if there is none."""
+        deltas = [i for i in self.completed() if i.action == "deltacommit"]
+        if not deltas:
+            return None
+        info = self.fs.get_file_info(f"{self.folder}/{deltas[-1].file_name}")
+        return None if info.mtime is None else max(0.0, now - info.mtime.timestamp())
+
     def head_token(self) -> str | None:
         """The newest completed instant's file name: equal tokens, nothing new to read."""
         done = self.completed()
