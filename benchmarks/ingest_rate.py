@@ -8,13 +8,21 @@ slice: what JDBC-catalog commits do), then the slice's notifications go in one b
 latency of a commit is from its pointer move to the 202 of the batch reporting it (its event
 and its task, or the decision why none, are committed then). The run's length is its rounds
 (each table commits COMMITS_PER_FORWARD times a round): LAKEWARDEN_BENCH_B25_ROUNDS,
-LAKEWARDEN_BENCH_B25_TABLES override the sizes.
+LAKEWARDEN_BENCH_B25_TABLES, LAKEWARDEN_BENCH_B25_SLICE (tables per batch) and
+LAKEWARDEN_BENCH_B25_FORWARDERS override the sizes.
+
+The source table's real metadata files give its first rounds; the rest are written as a
+writer with snapshot expiry would write them (`_more_files`: one snapshot more each, the
+newest KEEP_SNAPSHOTS kept), so a run can last as long as wanted (the issue's 10 minutes)
+without its metadata files growing without bound.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,9 +36,12 @@ from lakewarden.catalogs.catalog import TableRef
 from lakewarden.states import OPEN_TASK_STATES
 from services.api.app import serve_in_thread
 
-FORWARDERS = 4
+FORWARDERS = int(os.environ.get("LAKEWARDEN_BENCH_B25_FORWARDERS", 4))
 COMMITS_PER_FORWARD = 10  # a table's commits coalesced into one batch (B7's 10)
-SLICE = 100  # tables per batch: 1,000 events a batch (the endpoint's most)
+# tables per batch: 100 is 1,000 events a batch (the endpoint's most)
+SLICE = int(os.environ.get("LAKEWARDEN_BENCH_B25_SLICE", 100))
+REAL_VERSIONS = 20  # metadata files written by real appends; the rest by _more_files
+KEEP_SNAPSHOTS = 50  # the snapshots a synthetic metadata file keeps (expiry's)
 
 
 def _sizes(ctx: Context) -> tuple[int, int]:
@@ -39,6 +50,57 @@ def _sizes(ctx: Context) -> tuple[int, int]:
     tables = int(os.environ.get("LAKEWARDEN_BENCH_B25_TABLES", 40 if smoke else 1000))
     rounds = int(os.environ.get("LAKEWARDEN_BENCH_B25_ROUNDS", 1 if smoke else 2))
     return tables, rounds
+
+
+def _more_files(last: str, count: int) -> tuple[list[str], list[int]]:
+    """`count` metadata files after the one at `last` (a file:// URI), each committing one
+    more snapshot on top of the one before (the last real snapshot's manifest list: the
+    data is the same, the commit is new) and keeping the newest KEEP_SNAPSHOTS, as a
+    writer whose snapshots are expired writes them. (their locations, their snapshot ids)"""
+    path = last.removeprefix("file://")
+    with open(path) as f:
+        meta = json.load(f)
+    folder = os.path.dirname(path)
+    top = meta["snapshots"][-1]
+    base = int(os.path.basename(path).split("-")[0])
+    locations: list[str] = []
+    ids: list[int] = []
+    previous = last
+    for n in range(1, count + 1):
+        now = int(time.time() * 1000)
+        snap_id = uuid.uuid4().int & ((1 << 62) - 1)
+        seq = meta["last-sequence-number"] + 1
+        snap = {
+            **top,
+            "snapshot-id": snap_id,
+            "parent-snapshot-id": meta["current-snapshot-id"],
+            "sequence-number": seq,
+            "timestamp-ms": now,
+        }
+        meta["snapshots"] = [*meta["snapshots"], snap][-KEEP_SNAPSHOTS:]
+        meta["snapshot-log"] = [
+            *meta["snapshot-log"],
+            {"snapshot-id": snap_id, "timestamp-ms": now},
+        ][-KEEP_SNAPSHOTS:]
+        meta["metadata-log"] = [
+            *meta["metadata-log"],
+            {"metadata-file": previous, "timestamp-ms": meta["last-updated-ms"]},
+        ][-KEEP_SNAPSHOTS:]
+        meta.update(
+            {
+                "current-snapshot-id": snap_id,
+                "last-sequence-number": seq,
+                "last-updated-ms": now,
+                "refs": {"main": {"snapshot-id": snap_id, "type": "branch"}},
+            }
+        )
+        name = f"{base + n:05d}-{uuid.uuid4()}.metadata.json"
+        with open(os.path.join(folder, name), "w") as out:
+            json.dump(meta, out)
+        previous = f"file://{os.path.join(folder, name)}"
+        locations.append(previous)
+        ids.append(snap_id)
+    return locations, ids
 
 
 def _move_all(engine: Engine, catalog: str, refs: list[TableRef], location: str) -> None:
@@ -131,11 +193,15 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     api = _runtime(ctx.rt, mutations_per_minute=10**9)
     tables, rounds = _sizes(ctx)
     versions = rounds * COMMITS_PER_FORWARD
-    source = data.create(api.catalog, f"bench_b7.b25_{r}_{RUN}", data.Shape(versions, 1, 10))
+    real = min(versions, REAL_VERSIONS)
+    source = data.create(api.catalog, f"bench_b7.b25_{r}_{RUN}", data.Shape(real, 1, 10))
     files = [m.metadata_file for m in source.metadata.metadata_log[1:]]
     files.append(source.metadata_location)
-    files = files[:versions]
+    files = files[:real]
     snapshots = [s.snapshot_id for s in source.snapshots()]
+    more, more_ids = _more_files(source.metadata_location, versions - real)
+    files += more
+    snapshots += more_ids
     aliases = _b7_aliases(api, source, tables, 200 + r)
     ids = [tid for _, tid in aliases]
     baseline = _counts(api.engine, ids)[0]

@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fastapi import APIRouter, HTTPException
 from pyiceberg.table import Table
-from sqlalchemy import BigInteger, any_, bindparam, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -96,7 +96,7 @@ def _known_event(session: Session, row: ManagedTable, body: EventIn) -> Timeline
     return None
 
 
-def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | None) -> bool:
+def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | _Recorded | None) -> bool:
     """Whether `body` brings nothing new, `seen` being the pointer the table's row holds and
     `known` the event of the snapshot `body` names (or stands for)."""
     if body.snapshot_id is not None:
@@ -343,23 +343,31 @@ class _Group:
     current_snapshot_id: int | None = None
 
 
-def _events_of(
-    session: Session, pairs: set[tuple[int, int]]
-) -> dict[tuple[int, int], TimelineEvent]:
-    """The recorded events of (table id, snapshot id) pairs, in one query (an index scan on
-    the (table_id, snapshot_id) key; pairs across the lists are filtered out here)."""
+class _Recorded(NamedTuple):
+    """What a batch's answer says of a recorded event: its id and decision."""
+
+    id: int
+    decision: str | None
+
+
+_RECORDED = text(
+    """
+    SELECT e.table_id, e.snapshot_id, e.id, e.decision FROM timeline_events e
+    JOIN unnest(CAST(:t AS bigint[]), CAST(:s AS bigint[])) AS u(t, s)
+      ON e.table_id = u.t AND e.snapshot_id = u.s
+    """
+)
+
+
+def _events_of(session: Session, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], _Recorded]:
+    """The recorded events of (table id, snapshot id) pairs, in one query (an index lookup
+    per pair on the (table_id, snapshot_id) key), as the answer needs them: id and decision
+    (not the whole row: its summary and decision detail are most of its bytes)."""
     if not pairs:
         return {}
-    table_ids = sorted({t for t, _ in pairs})
-    snapshot_ids = sorted({s for _, s in pairs})
-    events = session.scalars(
-        select(TimelineEvent).where(
-            TimelineEvent.table_id == any_(bindparam("t", table_ids, type_=ARRAY(BigInteger))),
-            TimelineEvent.snapshot_id
-            == any_(bindparam("s", snapshot_ids, type_=ARRAY(BigInteger))),
-        )
-    )
-    return {(e.table_id, e.snapshot_id): e for e in events if (e.table_id, e.snapshot_id) in pairs}
+    ordered = sorted(pairs)
+    found = session.execute(_RECORDED, {"t": [t for t, _ in ordered], "s": [s for _, s in ordered]})
+    return {(t, s): _Recorded(id_, decision) for t, s, id_, decision in found}
 
 
 class _Batch:
@@ -386,7 +394,7 @@ class _Batch:
         *,
         new_events: int,
         current_snapshot_id: int | None,
-        event: TimelineEvent | None,
+        event: TimelineEvent | _Recorded | None,
     ) -> None:
         ev = self.events[index]
         self.results[index] = EventResult(
