@@ -13,15 +13,14 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from lakewarden.catalogs.metadata_view import TableRead, ancestors
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.paging import Page, PageRequest, keyset_page
-from lakewarden.formats.iceberg import history
 
 # How far back one sync walks a table's history looking for unseen commits.
 MAX_WALK = 1000
@@ -58,7 +57,7 @@ class Sync:
     back its history is walked."""
 
     row: ManagedTable
-    table: Table
+    table: TableRead
     max_walk: int = MAX_WALK
 
 
@@ -84,20 +83,20 @@ def known_snapshots(session: Session, pairs: list[tuple[int, int]]) -> set[tuple
 
 
 def unseen_snapshots(
-    session: Session, table_id: int, table: Table, *, max_walk: int = MAX_WALK
+    session: Session, table_id: int, table: TableRead, *, max_walk: int = MAX_WALK
 ) -> list[Snapshot]:
     """`unseen_of` one table."""
     return unseen_of(session, [(table_id, table, max_walk)])[0]
 
 
-def unseen_of(session: Session, walks: list[tuple[int, Table, int]]) -> list[list[Snapshot]]:
+def unseen_of(session: Session, walks: list[tuple[int, TableRead, int]]) -> list[list[Snapshot]]:
     """The commits of each (table id, table, max walk) not recorded yet, newest first: each
     walked back from its current snapshot in chunks (FIRST_CHUNK ids, then doubling up to
     MAX_CHUNK), asking the database only which ids of the chunks it knows (one statement
     per round for every table) and stopping at a table's first known one. What it reads is
     bounded by the new commits (plus one chunk), never a table's whole history."""
     histories = [
-        history.ancestors(table, table.current_snapshot(), max_walk) for _, table, max_walk in walks
+        ancestors(table, table.current_snapshot(), max_walk) for _, table, max_walk in walks
     ]
     unseen: list[list[Snapshot]] = [[] for _ in walks]
     walking = set(range(len(walks)))
@@ -186,7 +185,7 @@ _MOVE_ROWS = text(
 
 
 def sync_table(
-    session: Session, row: ManagedTable, table: Table, *, source: str, max_walk: int = MAX_WALK
+    session: Session, row: ManagedTable, table: TableRead, *, source: str, max_walk: int = MAX_WALK
 ) -> Ingested:
     """`sync_tables` of one table."""
     return sync_tables(session, [Sync(row, table, max_walk)], source=source)[0]
