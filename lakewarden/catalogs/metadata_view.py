@@ -52,6 +52,14 @@ class MetadataView:
         current = self._raw.get("current-snapshot-id")
         return None if current is None or int(current) == -1 else int(current)
 
+    def has_snapshot(self, snapshot_id: int) -> bool:
+        return snapshot_id in self._by_id
+
+    def parent_id(self, snapshot_id: int) -> int | None:
+        """The snapshot's parent (None: none, or the snapshot is not in the metadata)."""
+        parent = self._by_id.get(snapshot_id, {}).get("parent-snapshot-id")
+        return None if parent is None else int(parent)
+
     def snapshot_by_id(self, snapshot_id: int) -> Snapshot | None:
         if snapshot_id not in self._parsed:
             raw = self._by_id.get(snapshot_id)
@@ -85,6 +93,28 @@ def ancestors(table: TableRead, head: Snapshot | None, limit: int | None) -> Ite
             snap = table.metadata.snapshot_by_id(parent) if parent is not None else None
 
     return islice(walk(), limit)
+
+
+def has_snapshot(table: TableRead, snapshot_id: int) -> bool:
+    """Whether the metadata holds the snapshot (a view answers without parsing it)."""
+    if isinstance(table, MetadataView):
+        return table.has_snapshot(snapshot_id)
+    return table.metadata.snapshot_by_id(snapshot_id) is not None
+
+
+def ancestor_ids(table: TableRead, limit: int | None) -> Iterator[int]:
+    """The ids of the current snapshot and its ancestors still in the metadata, newest
+    first (at most `limit`); a view walks them without parsing a snapshot."""
+    if not isinstance(table, MetadataView):
+        return (s.snapshot_id for s in ancestors(table, table.current_snapshot(), limit))
+
+    def walk(view: MetadataView) -> Iterator[int]:
+        at = view.current_snapshot_id
+        while at is not None and view.has_snapshot(at):
+            yield at
+            at = view.parent_id(at)
+
+    return islice(walk(table), limit)
 
 
 def read_view(io: FileIO, metadata_location: str) -> MetadataView | None:

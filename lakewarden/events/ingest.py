@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from lakewarden.catalogs.metadata_view import TableRead, ancestors
+from lakewarden.catalogs.metadata_view import TableRead, ancestor_ids
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 
@@ -95,14 +95,12 @@ def unseen_of(session: Session, walks: list[tuple[int, TableRead, int]]) -> list
     MAX_CHUNK), asking the database only which ids of the chunks it knows (one statement
     per round for every table) and stopping at a table's first known one. What it reads is
     bounded by the new commits (plus one chunk), never a table's whole history."""
-    histories = [
-        ancestors(table, table.current_snapshot(), max_walk) for _, table, max_walk in walks
-    ]
-    unseen: list[list[Snapshot]] = [[] for _ in walks]
+    histories = [ancestor_ids(table, max_walk) for _, table, max_walk in walks]
+    unseen: list[list[int]] = [[] for _ in walks]
     walking = set(range(len(walks)))
     size = FIRST_CHUNK
     while walking:
-        chunks: dict[int, list[Snapshot]] = {}
+        chunks: dict[int, list[int]] = {}
         for i in sorted(walking):
             room = walks[i][2] - len(unseen[i])
             chunk = list(islice(histories[i], min(size, room))) if room > 0 else []
@@ -113,16 +111,20 @@ def unseen_of(session: Session, walks: list[tuple[int, TableRead, int]]) -> list
         if not chunks:
             break
         known = known_snapshots(
-            session, [(walks[i][0], snap.snapshot_id) for i, c in chunks.items() for snap in c]
+            session, [(walks[i][0], snap_id) for i, c in chunks.items() for snap_id in c]
         )
         for i, chunk in chunks.items():
-            for snap in chunk:
-                if (walks[i][0], snap.snapshot_id) in known:
+            for snap_id in chunk:
+                if (walks[i][0], snap_id) in known:
                     walking.discard(i)
                     break
-                unseen[i].append(snap)
+                unseen[i].append(snap_id)
         size = min(size * 2, MAX_CHUNK)
-    return unseen
+    # Only the unseen are parsed (a view parses a snapshot when asked for it).
+    return [
+        [snap for snap_id in ids if (snap := table.snapshot_by_id(snap_id)) is not None]
+        for ids, (_, table, _) in zip(unseen, walks, strict=True)
+    ]
 
 
 # The rows travel as one JSON text (json.dumps, in C) rather than nine arrays: psycopg

@@ -18,7 +18,13 @@ from pyiceberg.table import Table
 from sqlalchemy import event, select, text
 
 from lakewarden.catalogs.catalog import TableRef, find_tables, load_table
-from lakewarden.catalogs.metadata_view import MetadataView, ancestors, read_view
+from lakewarden.catalogs.metadata_view import (
+    MetadataView,
+    ancestor_ids,
+    ancestors,
+    has_snapshot,
+    read_view,
+)
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events import ingest
@@ -403,6 +409,11 @@ def test_the_metadata_view_reads_what_the_full_parse_reads(rt: Runtime) -> None:
     for snap in table.snapshots():
         assert view.snapshot_by_id(snap.snapshot_id) == snap
     assert view.snapshot_by_id(12345) is None
+    assert not has_snapshot(view, 12345) and not has_snapshot(table, 12345)
+    head = table.current_snapshot()
+    assert head is not None and has_snapshot(view, head.snapshot_id)
+    walked = [s.snapshot_id for s in history.ancestors(table, head, 5)]
+    assert list(ancestor_ids(view, 5)) == list(ancestor_ids(table, 5)) == walked
     assert list(ancestors(view, view.current_snapshot(), 5)) == list(
         history.ancestors(table, table.current_snapshot(), 5)
     )

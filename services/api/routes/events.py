@@ -47,7 +47,7 @@ from lakewarden.catalogs.catalog import (
     find_tables,
     load_table,
 )
-from lakewarden.catalogs.metadata_view import TableRead
+from lakewarden.catalogs.metadata_view import TableRead, has_snapshot
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
 from lakewarden.events.path_tables import (
@@ -107,7 +107,7 @@ def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | _Recor
 
 def _unknown_snapshot(table: TableRead, ref: TableRef, wanted: int | None) -> str | None:
     """Why `wanted` cannot be reported for `table` (None: it can)."""
-    if wanted is None or table.metadata.snapshot_by_id(wanted) is not None:
+    if wanted is None or has_snapshot(table, wanted):
         return None
     current = table.current_snapshot()
     return (
