@@ -5,6 +5,8 @@ pg_ctl; the real API over HTTP; real pyiceberg tables in its JDBC catalog)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -62,8 +64,11 @@ def _move(rt: Runtime, refs: list[TableRef], location: str) -> None:
 
 
 def test_postgres_restarted_mid_ingest_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    pg_dir = tmp_path / "own-pg"
-    url = ensure_server(pg_dir, _any_free_port())  # its own server: the others keep theirs
+    # Its own server (the others keep theirs), outside pytest's temporary root: a pytest
+    # session starting meanwhile makes that root 0700 again, and pg_ctl, run as the
+    # server's system user, could no longer reach its data directory to restart it.
+    pg_dir = Path(tempfile.mkdtemp(prefix="lakewarden-restart-pg-"))
+    url = ensure_server(pg_dir, _any_free_port())
     try:
         rt = make_test_runtime(url, tmp_path)
         migrate(rt)
@@ -165,3 +170,4 @@ def test_postgres_restarted_mid_ingest_loses_nothing_acknowledged(tmp_path: Path
         rt.engine.dispose()
     finally:
         stop_server(pg_dir)
+        shutil.rmtree(pg_dir, ignore_errors=True)
