@@ -256,12 +256,13 @@ def _judge(
         decisions[newest[table_id].id] = (decision, detail)
 
 
+# One JSON text of (id, decision, detail) rows: psycopg dumps arrays element by element in
+# Python (see events.ingest's insert).
 _RECORD = text(
     """
-    UPDATE timeline_events e SET decision = u.decision, decision_detail = u.detail::jsonb
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:decisions AS text[]), CAST(:details AS text[]))
-         AS u(id, decision, detail)
-    WHERE e.id = u.id
+    UPDATE timeline_events e SET decision = u.e->>1, decision_detail = (u.e->2)::jsonb
+    FROM json_array_elements(CAST(:rows AS json)) AS u(e)
+    WHERE e.id = (u.e->>0)::bigint
     """
 )
 
@@ -272,14 +273,8 @@ def _record(session: Session, decisions: dict[int, tuple[str, dict[str, Any]]]) 
     if not decisions:
         return
     ids = sorted(decisions)
-    session.execute(
-        _RECORD,
-        {
-            "ids": ids,
-            "decisions": [decisions[i][0] for i in ids],
-            "details": [json.dumps(decisions[i][1], default=str) for i in ids],
-        },
-    )
+    rows = [[i, decisions[i][0], decisions[i][1]] for i in ids]
+    session.execute(_RECORD, {"rows": json.dumps(rows, default=str)})
     wanted = set(ids)
     for obj in list(session.identity_map.values()):
         if isinstance(obj, TimelineEvent) and obj.id in wanted:

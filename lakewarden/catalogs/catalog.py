@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 from pyiceberg import __version__ as PYICEBERG
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.exceptions import ValidationError as MetadataInvalid
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table
 from sqlalchemy import select, tuple_
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from lakewarden import secret_refs
+from lakewarden.catalogs.metadata_view import TableRead, read_view
 from lakewarden.hdfs import with_file_io
 from lakewarden.redact import quotes_part_of
 from lakewarden.secret_refs import RefRefused, RefRules
@@ -119,10 +122,12 @@ def find_table(catalog: Catalog, ref: TableRef) -> Table | None:
         return None
 
 
-def find_tables(catalog: Catalog, refs: list[TableRef]) -> dict[TableRef, Table | None]:
-    """`find_table` of many tables. A JDBC catalog's pointers are read in one query (not
-    one session and query per table: a batch of commits reads its tables at once), then
-    each table's metadata file; other catalogs load them one by one."""
+def find_tables(catalog: Catalog, refs: list[TableRef]) -> dict[TableRef, TableRead | None]:
+    """`find_table` of many tables, as ingest reads them. A JDBC catalog's pointers are read
+    in one query (not one session and query per table: a batch of commits reads its tables
+    at once), then each table's metadata file as a `MetadataView` (its snapshots parsed
+    only when asked for; a file a view does not read is parsed in full); other catalogs
+    load them one by one."""
     if not isinstance(catalog, SqlCatalog) or not refs:
         return {ref: find_table(catalog, ref) for ref in refs}
     stmt = select(IcebergTables).where(
@@ -137,9 +142,20 @@ def find_tables(catalog: Catalog, refs: list[TableRef]) -> dict[TableRef, Table 
         stmt = stmt.where(type_filter)
     with Session(catalog.engine) as session:
         rows = {TableRef(r.table_namespace, r.table_name): r for r in session.scalars(stmt)}
-        return {
-            ref: catalog._convert_orm_to_iceberg(rows[ref]) if ref in rows else None for ref in refs
-        }
+    ios: dict[str, FileIO] = {}  # one FileIO per scheme, not one per table
+    out: dict[TableRef, TableRead | None] = {}
+    for ref in refs:
+        row = rows.get(ref)
+        location = row.metadata_location if row is not None else None
+        if row is None or not location:
+            out[ref] = catalog._convert_orm_to_iceberg(row) if row is not None else None
+            continue
+        scheme = urlparse(location).scheme
+        if scheme not in ios:
+            ios[scheme] = load_file_io(properties=catalog.properties, location=location)
+        view = read_view(ios[scheme], location)
+        out[ref] = view if view is not None else catalog._convert_orm_to_iceberg(row)
+    return out
 
 
 CATALOG_TYPES = tuple(CatalogType)

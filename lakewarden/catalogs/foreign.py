@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    from lakewarden.catalogs.metadata_view import TableRead
 
 # --- lakewarden's own marks ------------------------------------------------------------
 # Same value as lakewarden.spark.commits.TASK_KEY (a layer above: not importable here);
@@ -143,7 +143,7 @@ def detect(
     return _amoro_commits(properties, theirs) or _streaming_writer(theirs)
 
 
-def detect_table(table: Table, last_n: int = 20) -> ForeignMaintainer | None:
+def detect_table(table: TableRead, last_n: int = 20) -> ForeignMaintainer | None:
     """`detect` on a pyiceberg table: its properties, location and last `last_n` commits."""
     snapshots = sorted(
         table.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0)

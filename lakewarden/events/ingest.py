@@ -13,15 +13,14 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from lakewarden.catalogs.metadata_view import TableRead, ancestor_ids
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.paging import Page, PageRequest, keyset_page
-from lakewarden.formats.iceberg import history
 
 # How far back one sync walks a table's history looking for unseen commits.
 MAX_WALK = 1000
@@ -58,7 +57,7 @@ class Sync:
     back its history is walked."""
 
     row: ManagedTable
-    table: Table
+    table: TableRead
     max_walk: int = MAX_WALK
 
 
@@ -84,26 +83,24 @@ def known_snapshots(session: Session, pairs: list[tuple[int, int]]) -> set[tuple
 
 
 def unseen_snapshots(
-    session: Session, table_id: int, table: Table, *, max_walk: int = MAX_WALK
+    session: Session, table_id: int, table: TableRead, *, max_walk: int = MAX_WALK
 ) -> list[Snapshot]:
     """`unseen_of` one table."""
     return unseen_of(session, [(table_id, table, max_walk)])[0]
 
 
-def unseen_of(session: Session, walks: list[tuple[int, Table, int]]) -> list[list[Snapshot]]:
+def unseen_of(session: Session, walks: list[tuple[int, TableRead, int]]) -> list[list[Snapshot]]:
     """The commits of each (table id, table, max walk) not recorded yet, newest first: each
     walked back from its current snapshot in chunks (FIRST_CHUNK ids, then doubling up to
     MAX_CHUNK), asking the database only which ids of the chunks it knows (one statement
     per round for every table) and stopping at a table's first known one. What it reads is
     bounded by the new commits (plus one chunk), never a table's whole history."""
-    histories = [
-        history.ancestors(table, table.current_snapshot(), max_walk) for _, table, max_walk in walks
-    ]
-    unseen: list[list[Snapshot]] = [[] for _ in walks]
+    histories = [ancestor_ids(table, max_walk) for _, table, max_walk in walks]
+    unseen: list[list[int]] = [[] for _ in walks]
     walking = set(range(len(walks)))
     size = FIRST_CHUNK
     while walking:
-        chunks: dict[int, list[Snapshot]] = {}
+        chunks: dict[int, list[int]] = {}
         for i in sorted(walking):
             room = walks[i][2] - len(unseen[i])
             chunk = list(islice(histories[i], min(size, room))) if room > 0 else []
@@ -114,30 +111,32 @@ def unseen_of(session: Session, walks: list[tuple[int, Table, int]]) -> list[lis
         if not chunks:
             break
         known = known_snapshots(
-            session, [(walks[i][0], snap.snapshot_id) for i, c in chunks.items() for snap in c]
+            session, [(walks[i][0], snap_id) for i, c in chunks.items() for snap_id in c]
         )
         for i, chunk in chunks.items():
-            for snap in chunk:
-                if (walks[i][0], snap.snapshot_id) in known:
+            for snap_id in chunk:
+                if (walks[i][0], snap_id) in known:
                     walking.discard(i)
                     break
-                unseen[i].append(snap)
+                unseen[i].append(snap_id)
         size = min(size * 2, MAX_CHUNK)
-    return unseen
+    # Only the unseen are parsed (a view parses a snapshot when asked for it).
+    return [
+        [snap for snap_id in ids if (snap := table.snapshot_by_id(snap_id)) is not None]
+        for ids, (_, table, _) in zip(unseen, walks, strict=True)
+    ]
 
 
+# The rows travel as one JSON text (json.dumps, in C) rather than nine arrays: psycopg
+# dumps an array element by element in Python, most of an ingest's client time at 1,000
+# events a statement.
 _INSERT_EVENTS = text(
     """
     INSERT INTO timeline_events (table_id, snapshot_id, parent_snapshot_id, sequence_number,
         operation, summary, metadata_location, source, committed_at)
-    SELECT u.table_id, u.snapshot_id, u.parent_snapshot_id, u.sequence_number, u.operation,
-        u.summary::jsonb, u.metadata_location, :source, u.committed_at
-    FROM unnest(CAST(:table_ids AS bigint[]), CAST(:snapshot_ids AS bigint[]),
-        CAST(:parents AS bigint[]), CAST(:sequences AS bigint[]), CAST(:operations AS text[]),
-        CAST(:summaries AS text[]), CAST(:locations AS text[]),
-        CAST(:committed AS timestamptz[])) WITH ORDINALITY
-        AS u(table_id, snapshot_id, parent_snapshot_id, sequence_number, operation, summary,
-             metadata_location, committed_at, n)
+    SELECT (u.e->>0)::bigint, (u.e->>1)::bigint, (u.e->>2)::bigint, (u.e->>3)::bigint,
+        u.e->>4, (u.e->5)::jsonb, u.e->>6, :source, (u.e->>7)::timestamptz
+    FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS u(e, n)
     ORDER BY u.n
     ON CONFLICT (table_id, snapshot_id) DO NOTHING
     RETURNING id, table_id
@@ -153,21 +152,24 @@ def insert_events(
     by table (a (table, snapshot) already known is skipped)."""
     if not events:
         return {}
-    fields = [snapshot_fields(snap) for _, snap, _ in events]
+    rows = []
+    for table_id, snap, location in events:
+        f = snapshot_fields(snap)
+        rows.append(
+            [
+                table_id,
+                f["snapshot_id"],
+                f["parent_snapshot_id"],
+                f["sequence_number"],
+                f["operation"],
+                f["summary"],
+                location,
+                f["committed_at"].isoformat(),
+            ]
+        )
     out: dict[int, list[int]] = {}
     for event_id, table_id in session.execute(
-        _INSERT_EVENTS,
-        {
-            "source": source,
-            "table_ids": [table_id for table_id, _, _ in events],
-            "snapshot_ids": [f["snapshot_id"] for f in fields],
-            "parents": [f["parent_snapshot_id"] for f in fields],
-            "sequences": [f["sequence_number"] for f in fields],
-            "operations": [f["operation"] for f in fields],
-            "summaries": [json.dumps(f["summary"]) for f in fields],
-            "locations": [location for _, _, location in events],
-            "committed": [f["committed_at"] for f in fields],
-        },
+        _INSERT_EVENTS, {"source": source, "rows": json.dumps(rows)}
     ):
         out.setdefault(table_id, []).append(event_id)
     return {table_id: sorted(ids) for table_id, ids in out.items()}
@@ -185,7 +187,7 @@ _MOVE_ROWS = text(
 
 
 def sync_table(
-    session: Session, row: ManagedTable, table: Table, *, source: str, max_walk: int = MAX_WALK
+    session: Session, row: ManagedTable, table: TableRead, *, source: str, max_walk: int = MAX_WALK
 ) -> Ingested:
     """`sync_tables` of one table."""
     return sync_tables(session, [Sync(row, table, max_walk)], source=source)[0]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import TableRef, find_tables
 from lakewarden.catalogs.foreign import detect_table
+from lakewarden.catalogs.metadata_view import TableRead
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import transaction
 from lakewarden.evaluate import Evaluation, evaluate_batch
@@ -51,7 +52,7 @@ def ingest_commits(
     session: Session,
     rt: Runtime,
     row: ManagedTable,
-    table: Table,
+    table: TableRead,
     *,
     source: str,
     max_walk: int = MAX_WALK,
@@ -66,7 +67,7 @@ def ingest_commits(
 def ingest_batch(
     session: Session,
     rt: Runtime,
-    tables: list[tuple[int, Table]],
+    tables: list[tuple[int, TableRead]],
     *,
     source: str,
     max_walk: int = MAX_WALK,
@@ -123,7 +124,7 @@ def refresh_table(
     ref: TableRef,
     *,
     source: str,
-    table: Table | None = None,
+    table: TableRead | None = None,
     location: str | None = None,
 ) -> Ingested | None:
     """`refresh_tables` of one table (`table`: as just loaded by the caller, a poll that
@@ -140,7 +141,7 @@ def refresh_tables(
     wanted: dict[TableRef, str | None],
     *,
     source: str,
-    loaded: dict[TableRef, Table] | None = None,
+    loaded: Mapping[TableRef, TableRead] | None = None,
 ) -> dict[TableRef, Ingested | None]:
     """Ingest and evaluate every unseen commit of managed tables of one catalog, set-based
     (their pointers read in one query, `ingest_batch`); what each recorded, None for a table
@@ -161,7 +162,7 @@ def refresh_tables(
                 out[ref] = Ingested([], row.current_snapshot_id)
             else:
                 seen[ref] = (row.id, row.metadata_location, row.current_snapshot_id)
-    tables: dict[TableRef, Table | None] = dict(loaded or {})
+    tables: dict[TableRef, TableRead | None] = dict(loaded or {})
     for _ in range(REFRESH_TRIES):
         if not seen:
             return out
@@ -173,7 +174,7 @@ def refresh_tables(
             del seen[ref]
         with transaction(rt.engine) as session:
             locked = lock_rows(session, [table_id for table_id, _, _ in seen.values()])
-            ready: list[tuple[TableRef, int, Table]] = []
+            ready: list[tuple[TableRef, int, TableRead]] = []
             for ref, (table_id, pointer, _) in list(seen.items()):
                 now = locked.get(table_id)
                 if now is None:

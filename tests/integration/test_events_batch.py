@@ -17,11 +17,19 @@ from helpers import append_batches, bearer, current, issue_token, make_table
 from pyiceberg.table import Table
 from sqlalchemy import event, select, text
 
-from lakewarden.catalogs.catalog import TableRef, load_table
+from lakewarden.catalogs.catalog import TableRef, find_tables, load_table
+from lakewarden.catalogs.metadata_view import (
+    MetadataView,
+    ancestor_ids,
+    ancestors,
+    has_snapshot,
+    read_view,
+)
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events import ingest
 from lakewarden.events.ingest import sync_table
+from lakewarden.formats.iceberg import history
 from lakewarden.runtime import Runtime
 from lakewarden.tables import add_table
 from services.api.schemas import MAX_EVENT_BATCH
@@ -385,3 +393,33 @@ def test_one_table_failing_in_a_wave_fails_its_items_alone(client: TestClient, r
     assert [x["status"] for x in r.json()["results"]] == [202, 500, 202]
     assert "the server log has it" in r.json()["results"][1]["error"]
     assert sorted(_snapshot_ids(rt)) == sorted([commits["t0"][0], commits["t2"][0]])
+
+
+def test_the_metadata_view_reads_what_the_full_parse_reads(rt: Runtime) -> None:
+    """What ingest reads of a table through `find_tables` (a `MetadataView`: snapshots parsed
+    one by one as asked for) is what pyiceberg's full parse of the same file says: pointer,
+    current snapshot, every snapshot by id, the ancestry walk, properties and location."""
+    table = make_table(rt)
+    table = append_batches(table, 12, rows=2)
+    ref = TableRef("sales", "orders")
+    view = find_tables(rt.catalog, [ref])[ref]
+    assert isinstance(view, MetadataView)
+    assert view.metadata_location == table.metadata_location
+    assert view.current_snapshot() == table.current_snapshot()
+    for snap in table.snapshots():
+        assert view.snapshot_by_id(snap.snapshot_id) == snap
+    assert view.snapshot_by_id(12345) is None
+    assert not has_snapshot(view, 12345) and not has_snapshot(table, 12345)
+    head = table.current_snapshot()
+    assert head is not None and has_snapshot(view, head.snapshot_id)
+    walked = [s.snapshot_id for s in history.ancestors(table, head, 5)]
+    assert list(ancestor_ids(view, 5)) == list(ancestor_ids(table, 5)) == walked
+    assert list(ancestors(view, view.current_snapshot(), 5)) == list(
+        history.ancestors(table, table.current_snapshot(), 5)
+    )
+    assert sorted(view.snapshots, key=lambda s: s.snapshot_id) == sorted(
+        table.snapshots(), key=lambda s: s.snapshot_id
+    )
+    assert view.properties == table.properties and view.location() == table.location()
+    # A file a view does not read (compressed) is parsed in full.
+    assert read_view(table.io, table.metadata_location + ".gz.metadata.json") is None

@@ -19,7 +19,9 @@ from sqlalchemy import select, text
 
 from lakewarden.alerts.sinks import deliver_pending
 from lakewarden.alerts.store import acknowledge, fire, resolve_absent
+from lakewarden.catalogs import catalog as catalog_module
 from lakewarden.catalogs.catalog import TableRef
+from lakewarden.catalogs.metadata_view import MetadataView
 from lakewarden.db.models import Alert, ManagedTable, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events.refresh import refresh_table
@@ -137,18 +139,31 @@ def _probe_locks(rt: Runtime, problems: list[str]) -> None:
 
 def _probing_catalog(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch, before: Callable[[], None]
-) -> None:
+) -> list[str]:
+    """Every read of a table's metadata from the catalog calls `before` first; the
+    locations read (so a test can check the probe ran)."""
     catalog = rt.catalog
     assert isinstance(catalog, SqlCatalog)
     real = catalog._convert_orm_to_iceberg
 
+    real_view = catalog_module.read_view
+    reads: list[str] = []
+
     def read(orm: Any) -> Table:
         before()
+        reads.append(orm.metadata_location)
         return real(orm)
 
-    # Where every read of a JDBC catalog's table ends: one table's load_table and the
-    # set-based catalog.find_tables alike.
+    def view(io: Any, location: str) -> MetadataView | None:
+        before()
+        reads.append(location)
+        return real_view(io, location)
+
+    # Where every read of a JDBC catalog's table ends: one table's load_table, and the
+    # set-based catalog.find_tables' view of its metadata file.
     monkeypatch.setattr(catalog, "_convert_orm_to_iceberg", read)
+    monkeypatch.setattr(catalog_module, "read_view", view)
+    return reads
 
 
 def _managed(rt: Runtime, policy: dict[str, Any] | None = None) -> Table:
@@ -173,8 +188,9 @@ def test_the_catalog_is_read_with_no_transaction_open(
 ) -> None:
     _managed(rt)
     problems: list[str] = []
-    _probing_catalog(rt, monkeypatch, lambda: _probe_locks(rt, problems))
+    probed = _probing_catalog(rt, monkeypatch, lambda: _probe_locks(rt, problems))
     assert reads(rt)
+    assert probed, "the catalog was read without the probe"
     assert problems == []
 
 
@@ -189,16 +205,16 @@ def test_a_refresh_from_an_older_read_does_not_set_the_table_back(
     a_read, b_done = threading.Event(), threading.Event()
     catalog = rt.catalog
     assert isinstance(catalog, SqlCatalog)
-    real = catalog._convert_orm_to_iceberg
+    real = catalog_module.read_view
 
-    def read(orm: Any) -> Table:
-        loaded = real(orm)
+    def read(io: Any, location: str) -> MetadataView | None:
+        loaded = real(io, location)
         if threading.current_thread().name == "refresh-a" and not a_read.is_set():
             a_read.set()
             assert b_done.wait(10)
         return loaded
 
-    monkeypatch.setattr(catalog, "_convert_orm_to_iceberg", read)
+    monkeypatch.setattr(catalog_module, "read_view", read)
     a = threading.Thread(
         target=lambda: refresh_table(rt, rt.settings.catalog_name, REF, source="notify"),
         name="refresh-a",

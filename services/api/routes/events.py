@@ -30,11 +30,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fastapi import APIRouter, HTTPException
-from pyiceberg.table import Table
-from sqlalchemy import BigInteger, any_, bindparam, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -48,6 +47,7 @@ from lakewarden.catalogs.catalog import (
     find_tables,
     load_table,
 )
+from lakewarden.catalogs.metadata_view import TableRead, has_snapshot
 from lakewarden.db.models import ManagedTable, TimelineEvent
 from lakewarden.events.ingest import Ingested, event_for
 from lakewarden.events.path_tables import (
@@ -96,7 +96,7 @@ def _known_event(session: Session, row: ManagedTable, body: EventIn) -> Timeline
     return None
 
 
-def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | None) -> bool:
+def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | _Recorded | None) -> bool:
     """Whether `body` brings nothing new, `seen` being the pointer the table's row holds and
     `known` the event of the snapshot `body` names (or stands for)."""
     if body.snapshot_id is not None:
@@ -105,9 +105,9 @@ def _is_duplicate(seen: str | None, body: EventIn, known: TimelineEvent | None) 
     return body.metadata_location is not None and body.metadata_location == seen
 
 
-def _unknown_snapshot(table: Table, ref: TableRef, wanted: int | None) -> str | None:
+def _unknown_snapshot(table: TableRead, ref: TableRef, wanted: int | None) -> str | None:
     """Why `wanted` cannot be reported for `table` (None: it can)."""
-    if wanted is None or table.metadata.snapshot_by_id(wanted) is not None:
+    if wanted is None or has_snapshot(table, wanted):
         return None
     current = table.current_snapshot()
     return (
@@ -117,8 +117,13 @@ def _unknown_snapshot(table: Table, ref: TableRef, wanted: int | None) -> str | 
 
 
 def _ingest(
-    session: Session, rt: Runtime, row: ManagedTable, seen: str | None, ref: TableRef, table: Table
-) -> tuple[Table, Ingested]:
+    session: Session,
+    rt: Runtime,
+    row: ManagedTable,
+    seen: str | None,
+    ref: TableRef,
+    table: TableRead,
+) -> tuple[TableRead, Ingested]:
     """Ingest `table`, read from the catalog without a lock, into `row`, locked (FOR NO
     KEY UPDATE) and read again after `seen` was its pointer. If another ingest recorded
     a different pointer meanwhile, the read may be older than what the row holds: the
@@ -184,7 +189,7 @@ def post_event(
             current_snapshot_id=row.current_snapshot_id,
             event=EventOut.model_validate(known) if known else None,
         )
-    table = load_table(rt.catalogs.load(catalog), ref)
+    table: TableRead = load_table(rt.catalogs.load(catalog), ref)
     problem = _unknown_snapshot(table, ref, body.snapshot_id)
     if problem:
         raise HTTPException(422, problem)
@@ -343,23 +348,31 @@ class _Group:
     current_snapshot_id: int | None = None
 
 
-def _events_of(
-    session: Session, pairs: set[tuple[int, int]]
-) -> dict[tuple[int, int], TimelineEvent]:
-    """The recorded events of (table id, snapshot id) pairs, in one query (an index scan on
-    the (table_id, snapshot_id) key; pairs across the lists are filtered out here)."""
+class _Recorded(NamedTuple):
+    """What a batch's answer says of a recorded event: its id and decision."""
+
+    id: int
+    decision: str | None
+
+
+_RECORDED = text(
+    """
+    SELECT e.table_id, e.snapshot_id, e.id, e.decision FROM timeline_events e
+    JOIN unnest(CAST(:t AS bigint[]), CAST(:s AS bigint[])) AS u(t, s)
+      ON e.table_id = u.t AND e.snapshot_id = u.s
+    """
+)
+
+
+def _events_of(session: Session, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], _Recorded]:
+    """The recorded events of (table id, snapshot id) pairs, in one query (an index lookup
+    per pair on the (table_id, snapshot_id) key), as the answer needs them: id and decision
+    (not the whole row: its summary and decision detail are most of its bytes)."""
     if not pairs:
         return {}
-    table_ids = sorted({t for t, _ in pairs})
-    snapshot_ids = sorted({s for _, s in pairs})
-    events = session.scalars(
-        select(TimelineEvent).where(
-            TimelineEvent.table_id == any_(bindparam("t", table_ids, type_=ARRAY(BigInteger))),
-            TimelineEvent.snapshot_id
-            == any_(bindparam("s", snapshot_ids, type_=ARRAY(BigInteger))),
-        )
-    )
-    return {(e.table_id, e.snapshot_id): e for e in events if (e.table_id, e.snapshot_id) in pairs}
+    ordered = sorted(pairs)
+    found = session.execute(_RECORDED, {"t": [t for t, _ in ordered], "s": [s for _, s in ordered]})
+    return {(t, s): _Recorded(id_, decision) for t, s, id_, decision in found}
 
 
 class _Batch:
@@ -386,7 +399,7 @@ class _Batch:
         *,
         new_events: int,
         current_snapshot_id: int | None,
-        event: TimelineEvent | None,
+        event: TimelineEvent | _Recorded | None,
     ) -> None:
         ev = self.events[index]
         self.results[index] = EventResult(
@@ -414,12 +427,12 @@ class _Batch:
 
 def _read_wave(
     rt: Runtime, batch: _Batch, todo: list[tuple[_Group, list[int]]]
-) -> list[tuple[_Group, list[int], Table]]:
+) -> list[tuple[_Group, list[int], TableRead]]:
     """The wave's tables read from the catalog (no lock held by this request's reads yet
     for them): each catalog's at once (`find_tables`), one by one if that fails. Each
     group with those of its pending notifications the table can answer; the others are
     failed, and a group with none left is dropped."""
-    read: dict[tuple[str, TableRef], Table | Exception | None] = {}
+    read: dict[tuple[str, TableRef], TableRead | Exception | None] = {}
     for catalog in sorted({g.catalog for g, _ in todo}):
         refs = [g.ref for g, _ in todo if g.catalog == catalog]
         try:
@@ -431,7 +444,7 @@ def _read_wave(
                     read[(catalog, ref)] = find_table(rt.catalogs.load(catalog), ref)
                 except Exception as exc:
                     read[(catalog, ref)] = exc
-    out: list[tuple[_Group, list[int], Table]] = []
+    out: list[tuple[_Group, list[int], TableRead]] = []
     for group, pending in todo:
         ref, table = group.ref, read[(group.catalog, group.ref)]
         if isinstance(table, Exception):
@@ -453,7 +466,7 @@ def _read_wave(
 
 
 def _ingest_wave(
-    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], Table]]
+    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], TableRead]]
 ) -> None:
     """Ingest the wave's tables set-based (refresh.ingest_batch: a few statements for all
     of them), in one savepoint. Should it fail, each table is ingested again alone in a
@@ -488,12 +501,12 @@ def _ingest_wave(
 
 
 def _ingest_tables(
-    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], Table]]
+    session: Session, rt: Runtime, batch: _Batch, wave: list[tuple[_Group, list[int], TableRead]]
 ) -> None:
     """Lock the wave's rows, read again from the catalog a table whose row another ingest
     moved meanwhile (`_ingest`'s rule), ingest them all and accept their notifications."""
     locked = lock_rows(session, [g.table_id for g, _, _ in wave])
-    reads: list[tuple[int, Table]] = []
+    reads: list[tuple[int, TableRead]] = []
     for group, _valid, table in wave:
         row = locked.get(group.table_id)
         if row is None:
