@@ -29,7 +29,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import ManifestGroupPlanner, Table
@@ -164,23 +166,33 @@ def _by_path(files: list[DataFile]) -> list[DataFile]:
     return sorted(files, key=lambda f: f.path)
 
 
-_shared: ManifestCache | None = None
-_shared_lock = threading.Lock()
+C = TypeVar("C")
 
 
-def without_cache() -> None:
-    """This process plans without a cache (the API: its explain plans a table now and then,
-    and its memory is sized for requests, not for a fleet's manifests)."""
-    global _shared
-    with _shared_lock:
-        _shared = ManifestCache(0, get_settings().plan_full_every)
+class PerProcess(Generic[C]):
+    """One planning cache of a kind per process (this module's, and Delta's and Hudi's
+    incremental ones), made on first use and sized by the process's settings."""
+
+    def __init__(self, make: Callable[[int, int], C]) -> None:
+        self._make = make  # (files it may hold, a full plan every so many) -> the cache
+        self._one: C | None = None
+        self._lock = threading.Lock()
+
+    def off(self) -> None:
+        """This process plans without a cache (the API: its explain plans a table now and
+        then, and its memory is sized for requests, not for a fleet's manifests)."""
+        with self._lock:
+            self._one = self._make(0, get_settings().plan_full_every)
+
+    def get(self) -> C:
+        """This process's cache, sized by its settings."""
+        with self._lock:
+            if self._one is None:
+                settings = get_settings()
+                self._one = self._make(settings.plan_cache_files, settings.plan_full_every)
+            return self._one
 
 
-def shared() -> ManifestCache:
-    """This process's cache, sized by its settings."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            settings = get_settings()
-            _shared = ManifestCache(settings.plan_cache_files, settings.plan_full_every)
-        return _shared
+_shared = PerProcess(ManifestCache)
+without_cache = _shared.off
+shared = _shared.get

@@ -22,7 +22,7 @@ def test_after_an_append_to_one_partition_the_plan_reads_one_manifest_and_is_the
     table = append_batches(make_table(rt, name="incremental"), 6)  # regions a and b
     policy = CompactionPolicy(min_input_files=2)
     cache = ManifestCache(max_files=10_000, full_every=1_000)
-    monkeypatch.setattr(manifest_cache, "_shared", cache)
+    monkeypatch.setattr(manifest_cache._shared, "_one", cache)
     now = datetime.now(UTC)
     before = compaction.plan(policy, table, now)  # the last plan: every manifest read
     assert before.plan is not None and "manifests" not in before.reason  # nothing cached
@@ -31,7 +31,7 @@ def test_after_an_append_to_one_partition_the_plan_reads_one_manifest_and_is_the
     incremental = compaction.plan(policy, table, now)
     assert "listed 1 of 7 manifests, 6 from the plan cache" in incremental.reason
 
-    monkeypatch.setattr(manifest_cache, "_shared", ManifestCache(max_files=0, full_every=1))
+    monkeypatch.setattr(manifest_cache._shared, "_one", ManifestCache(max_files=0, full_every=1))
     full = compaction.plan(policy, table, now)
     assert "manifests" not in full.reason  # listed in full, as before incremental planning
     assert incremental.plan == full.plan

@@ -48,7 +48,7 @@ from lakewarden.formats.delta.facts import (
     group,
 )
 from lakewarden.formats.delta.timeline import DeltaTimeline
-from lakewarden.settings import get_settings
+from lakewarden.manifest_cache import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -309,22 +309,6 @@ def _stats(
             raise Unreadable(f"column {prefix}{name}'s stats")
 
 
-_shared: DeltaFilesCache | None = None
-_shared_lock = threading.Lock()
-
-
-def without_cache() -> None:
-    """This process reads Delta tables in full (the API: see `manifest_cache.without_cache`)."""
-    global _shared
-    with _shared_lock:
-        _shared = DeltaFilesCache(0, get_settings().plan_full_every)
-
-
-def shared() -> DeltaFilesCache:
-    """This process's cache, sized by its settings."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            settings = get_settings()
-            _shared = DeltaFilesCache(settings.plan_cache_files, settings.plan_full_every)
-        return _shared
+_shared = PerProcess(DeltaFilesCache)
+without_cache = _shared.off  # the API's: see `manifest_cache.PerProcess`
+shared = _shared.get

@@ -32,7 +32,7 @@ from typing import Any
 
 from lakewarden.formats.hudi.facts import PartitionSlices, fold, full_slices
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline, Instant
-from lakewarden.settings import get_settings
+from lakewarden.manifest_cache import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -228,22 +228,6 @@ def partition_filters(fields: list[str], partition: str) -> list[tuple[str, str,
     return out
 
 
-_shared: HudiSlicesCache | None = None
-_shared_lock = threading.Lock()
-
-
-def without_cache() -> None:
-    """This process lists Hudi tables in full (the API: see `manifest_cache.without_cache`)."""
-    global _shared
-    with _shared_lock:
-        _shared = HudiSlicesCache(0, get_settings().plan_full_every)
-
-
-def shared() -> HudiSlicesCache:
-    """This process's cache, sized by its settings."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            settings = get_settings()
-            _shared = HudiSlicesCache(settings.plan_cache_files, settings.plan_full_every)
-        return _shared
+_shared = PerProcess(HudiSlicesCache)
+without_cache = _shared.off  # the API's: see `manifest_cache.PerProcess`
+shared = _shared.get
