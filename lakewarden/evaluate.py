@@ -35,13 +35,15 @@ def event_facts(session: Session, table_id: int, kind: str, summary: dict[str, A
 
 # Per (table, kind): the data files writers (not our own rewrites) added since the last task
 # of the kind was created, and the state of that last task. One statement for any number.
+# The events since are a range of ix_timeline_events_table_received (a bound, not an OR
+# with NULL, so the index serves it): a table's whole history is never read (B41).
 _HISTORY_FACTS = text(
     """
     SELECT p.table_id, p.kind, last.state,
         (SELECT coalesce(sum((e.summary->>'added-data-files')::bigint), 0)
          FROM timeline_events e
          WHERE e.table_id = p.table_id AND e.operation <> 'replace'
-           AND (since.at IS NULL OR e.received_at > since.at)) AS added
+           AND e.received_at > coalesce(since.at, '-infinity'::timestamptz)) AS added
     FROM unnest(CAST(:table_ids AS bigint[]), CAST(:kinds AS varchar[])) AS p(table_id, kind)
     CROSS JOIN LATERAL (SELECT max(t.created_at) AS at FROM tasks t
                         WHERE t.table_id = p.table_id AND t.kind = p.kind) since

@@ -205,6 +205,7 @@ class TimelineEvent(Base):
         # A table's newest event and commit cursor, found by a probe (lakewarden.history).
         Index("ix_timeline_events_table_newest", "table_id", "id"),
         Index("ix_timeline_events_table_sequence", "table_id", "sequence_number"),
+        Index("ix_timeline_events_table_received", "table_id", "received_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
