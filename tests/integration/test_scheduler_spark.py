@@ -122,8 +122,9 @@ def test_failing_job_is_retried_with_backoff_then_fails_keeping_its_errors(
         assert "attempt 2/2" in (task.reason or "")
 
 
-def _commit_with_retry(fn: Callable[[], object], attempts: int = 20) -> None:
-    """What a real writer does when a concurrent commit wins: refresh and try again. A
+def _commit_with_retry(fn: Callable[[], object], attempts: int = 100) -> None:
+    """What a real writer does when a concurrent commit wins: refresh and try again (for up
+    to ~5 s: a bin-pack commits up to 10 times to its staging branch, 5 groups at once). A
     commit to another branch (a rewrite's staging branch) moves the table's last sequence
     number but not main, and pyiceberg 0.12 then fails its append with a ValueError, not a
     CommitFailedException: the same conflict (Iceberg's REST handlers now answer it as one,
