@@ -199,7 +199,9 @@ def test_compaction_racing_a_writer_keeps_every_writer_commit(
     expected = (set(range(500)) - {7}) | set(appended)
     assert sorted(ids) == sorted(expected)  # nothing lost, nothing duplicated, delete kept
     with transaction(spark_rt.engine) as s:
-        runs = list(s.scalars(select(JobRun).where(JobRun.task_id == task_id)))
+        # In attempt order: without an ORDER BY, Postgres returns rows as it finds them
+        # (an updated run's row moves), and the last was sometimes an earlier failed one.
+        runs = list(s.scalars(select(JobRun).where(JobRun.task_id == task_id).order_by(JobRun.id)))
         assert runs[-1].state == "succeeded"
         assert all(r.state in ("succeeded", "failed") for r in runs)
 
