@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 from conftest import leading_scheduler
 from helpers import (
     append_batches,
@@ -143,6 +144,9 @@ class World:
     admin: str
     viewer: str
     compaction_task: int
+    # The alert this module fired: the session's database may hold other tests' alerts (in
+    # whatever order the tests ran), so the tests look at this one only.
+    alert_id: int
 
     def table_page(self, name: str = "ui_orders") -> str:
         return f"/ui/t/{self.rt.settings.catalog_name}/sales/{name}"
@@ -185,7 +189,13 @@ def world(spark_rt: Runtime, spark: SparkSession) -> Iterator[World]:
                     details=store.table_details(rt.settings.catalog_name, "sales", "ui_events"),
                     runbook="docs/operations.md#alerts",
                 )
-            yield World(url, rt, admin, viewer, task_id)
+                alert_id = s.execute(
+                    text(
+                        "SELECT id FROM alerts WHERE rule = 'table_unhealthy'"
+                        " AND key = 'lake/sales.ui_events' AND state <> 'resolved'"
+                    )
+                ).scalar_one()
+            yield World(url, rt, admin, viewer, task_id, alert_id)
 
 
 def file_size_buckets(sizes: list[int]) -> list[int]:
@@ -323,8 +333,8 @@ def test_pause_blockers_freeze_and_ack_work_from_their_buttons(
 
     page.goto("/ui/alerts")
     with page.expect_navigation():
-        page.click("tr[data-alert] button")
-    (alert,) = api.get("/api/v1/alerts").json()["items"]
+        page.click(f"tr[data-alert='{world.alert_id}'] button")
+    (alert,) = [a for a in api.get("/api/v1/alerts").json()["items"] if a["id"] == world.alert_id]
     assert alert["state"] == "acknowledged" and alert["acked_by"] == "token:ui-admin"
     api.close()
 
@@ -395,4 +405,4 @@ def test_a_viewer_sees_no_action_buttons(world: World, open_page: Any) -> None:
         actions = page.locator("form[method=post]:not(.logout), button.action")
         assert actions.count() == 0, f"{path}: {actions.all_inner_texts()}"
         if path == "/ui/alerts":  # the alert is shown, without its button
-            assert page.locator("tr[data-alert]").count() == 1
+            assert page.locator(f"tr[data-alert='{world.alert_id}']").count() == 1
