@@ -152,13 +152,24 @@ def plan_round(rt: Runtime, tasks: dict[str, int]) -> None:
     """A worker plans them (pyiceberg, this process); the scheduler starts each as soon as
     it is planned, so a task may be past planned already."""
     worker = Worker(rt)
-    for _ in range(20):  # plans ours (and any other figure's left pending)
-        if all(_state(rt, t) != "pending" for t in tasks.values()) or not worker.run_once():
+    deadline = time.monotonic() + 120
+    for _ in range(40):  # plans ours (and any other figure's left pending)
+        if all(_state(rt, t) != "pending" for t in tasks.values()):
             break
+        if not worker.run_once():
+            # A planning that failed (a busy S3 server under load) put its task back with
+            # a backoff: wait it out, within the deadline.
+            with transaction(rt.engine) as s:
+                due = repo.next_pending_due_in(s)
+            if due is None or time.monotonic() + due > deadline:
+                break
+            time.sleep(due + 0.1)
     for kind, task_id in tasks.items():
         state = _state(rt, task_id)
         if state not in ("planned", "running", "succeeded"):
-            raise RuntimeError(f"B14 {kind} task {task_id} was not planned: {state}")
+            with transaction(rt.engine) as s:
+                last = repo.history(s, task_id)[-1].reason
+            raise RuntimeError(f"B14 {kind} task {task_id} was not planned: {state} ({last})")
 
 
 def _state(rt: Runtime, task_id: int) -> str:
