@@ -10,7 +10,7 @@ quick:  ## the inner loop: every test that starts no JVM and no other process (u
 	.venv/bin/pytest -q -m "not slow"
 
 soak:  ## lakewarden's services beside a live Flink writer of Hudi and a Delta stream, 4 minutes each (issues 28, 29)
-	LAKEWARDEN_SOAK_SECONDS=240 .venv/bin/pytest -q -s -m soak tests/integration/test_live_writer.py
+	LAKEWARDEN_SOAK_SECONDS=240 .venv/bin/pytest -n0 -q -s -m soak tests/integration/test_live_writer.py
 
 lint:
 	.venv/bin/ruff check .
