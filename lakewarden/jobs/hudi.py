@@ -649,7 +649,10 @@ def run_hudi_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], j
         if job.kind not in hudi_kinds.KINDS or not job.plan.get("base_path"):
             raise PlanRejected(f"not a Hudi plan: {job.kind} {sorted(job.plan)}")
         base_path = str(job.plan["base_path"])
-        storage = rt.catalogs.entry(job.catalog).resolved
+        # The catalog's properties, and the table (the metastore's lock is on its entry).
+        storage = hudi_lock.for_table(
+            rt.catalogs.entry(job.catalog).resolved, job.ref.namespace, job.ref.name
+        )
         # A table on S3: Spark through S3A with the catalog's credentials (per bucket, on
         # the running session), the Python side's reads through `table_storage`.
         s3a = object_store.hadoop_s3a(storage, base_path)

@@ -150,6 +150,9 @@ class Metastore:
     classpath: str
     log_path: Path
     start_s: float = 0.0  # how long the last start took
+    # Its own database (SQLAlchemy URL, with the password): a test reads the metastore's
+    # lock tables there (HIVE_LOCKS, NEXT_LOCK_ID), a reader independent of its Thrift API.
+    db_url: str = field(default="", repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -234,7 +237,13 @@ def hive_metastore(pg_url: str, warehouse: str, work: Path, database: str) -> It
     (conf / "log4j2.properties").write_text(LOG4J2)
     pyspark_jars = spark_home() / "jars"
     classpath = ":".join([str(conf), f"{pyspark_jars}/*", *map(str, jars)])
-    ms = Metastore(free_port(), conf, classpath, work / "metastore.log")
+    ms = Metastore(
+        free_port(),
+        conf,
+        classpath,
+        work / "metastore.log",
+        db_url=url.render_as_string(hide_password=False),
+    )
     try:
         ms.start()
         yield ms

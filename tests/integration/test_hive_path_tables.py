@@ -5,26 +5,43 @@ table (`USING delta`, `spark.sql.sources.provider=delta`). A `hive` catalog's po
 each by rule as ONE table of its format beside an Iceberg table, reads its log at the
 location the metastore gives (events ingested, kinds judged) and the worker plans its
 compaction there; an opt-out holds, a drop retires, a rename is relisted from the
-notification log."""
+notification log. And the metastore's lock (`hudi.lock.provider=hive-metastore`): a Hudi
+job waits for another holder of the table's lock, then takes and releases it."""
 
 from __future__ import annotations
 
+import shutil
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pytest
+from conftest import HudiTables
 from deltalake import write_deltalake
 from fastapi.testclient import TestClient
-from helpers import SCHEMA, task_of
-from hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor
+from helpers import SCHEMA, run_hudi_pass, task_of, wait_for
+from hive_metastore.ttypes import (
+    FieldSchema,
+    HeartbeatRequest,
+    LockComponent,
+    LockLevel,
+    LockRequest,
+    LockState,
+    LockType,
+    SerDeInfo,
+    StorageDescriptor,
+    UnlockRequest,
+)
 from hive_metastore.ttypes import Table as HiveTable
 from pyiceberg.catalog.hive import HiveCatalog
 from spark_writer import SparkWriters
-from sqlalchemy import select, text
+from sqlalchemy import make_url, select, text
 
 from lakewarden.catalogs.adoption import opt_out
 from lakewarden.catalogs.catalog import TableRef
@@ -34,7 +51,8 @@ from lakewarden.events.metastore import follow_catalog, follow_due
 from lakewarden.events.poller import poll_catalog
 from lakewarden.formats.delta.catalog import open_timeline as open_delta
 from lakewarden.formats.hudi.catalog import open_timeline as open_hudi
-from lakewarden.formats.hudi.timeline import NotAHudiTable
+from lakewarden.formats.hudi.timeline import HudiTimeline, NotAHudiTable
+from lakewarden.formats.hudi.validation import digest
 from lakewarden.metastore import listed_tables, metastore_client
 from lakewarden.runtime import Runtime
 from lakewarden.spark.local_metastore import Metastore
@@ -285,3 +303,142 @@ def test_a_hudi_table_synced_after_the_log_is_followed_has_the_catalog_polled_at
     assert followed.poll_now and followed.notes == 0
     poll_catalog(rt, entry)
     assert _rows(rt, lake.namespace)["late"].format == "hudi"
+
+
+def _register_hudi(lake: Lake, name: str, path: Path) -> None:
+    """A Hudi table at `path` registered in the metastore as Hudi's Hive sync registers a
+    copy-on-write one (a Spark datasource table, provider `hudi`), written through Thrift:
+    the lock test needs the entry, not a second sync."""
+    table = HiveTable(
+        dbName=lake.namespace,
+        tableName=name,
+        owner="spark",
+        tableType="EXTERNAL_TABLE",
+        partitionKeys=[],
+        parameters={"EXTERNAL": "TRUE", "spark.sql.sources.provider": "hudi"},
+        sd=StorageDescriptor(
+            cols=[FieldSchema("id", "bigint", None)],
+            location=path.as_uri(),
+            inputFormat="org.apache.hudi.hadoop.HoodieParquetInputFormat",
+            outputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
+            serdeInfo=SerDeInfo(
+                serializationLib="org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe",
+                parameters={"path": path.as_uri()},
+            ),
+        ),
+    )
+    with metastore_client(lake.metastore.uri) as hms:
+        hms.create_table(table)
+
+
+def _metastore_db(lake: Lake) -> str:
+    return (
+        make_url(lake.metastore.db_url)
+        .set(drivername="postgresql")
+        .render_as_string(hide_password=False)
+    )
+
+
+def _next_lock_id(lake: Lake) -> int:
+    """The metastore's next lock id (its own table): every lock request takes one."""
+    with psycopg.connect(_metastore_db(lake)) as conn:
+        row = conn.execute("SELECT nl_next FROM next_lock_id").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _locks_on(lake: Lake, name: str) -> list[tuple[int, str]]:
+    """The metastore's locks on the table now: (id, state), from its HIVE_LOCKS."""
+    with psycopg.connect(_metastore_db(lake)) as conn:
+        rows = conn.execute(
+            "SELECT hl_lock_ext_id, hl_lock_state FROM hive_locks WHERE hl_db = %s"
+            " AND hl_table = %s",
+            (lake.namespace, name),
+        ).fetchall()
+    return [(int(i), str(s)) for i, s in rows]
+
+
+@pytest.mark.timeout(1500)
+def test_a_hudi_job_takes_the_metastores_lock_on_its_table_and_waits_for_another_holder(
+    client: TestClient,
+    rt: Runtime,
+    db_url: str,
+    lake: Lake,
+    hudi_tables: HudiTables,
+    tmp_path: Path,
+) -> None:
+    """`hudi.lock.provider=hive-metastore` on the hive catalog: lakewarden's compaction of a
+    Hudi table in the metastore takes Hudi's HiveMetastoreBasedLockProvider's lock on the
+    table's own entry (`<database>.<name>`), the lock a writer with the same Hive sync names
+    takes. Proved against another holder: while the test holds an exclusive metastore lock
+    on the table, the job's requests are refused (new lock ids, no compaction committed);
+    once it lets go, the job takes the lock, compacts and releases it (no lock left on the
+    table in the metastore's own HIVE_LOCKS). Rows and checksum by hudi-rs, unchanged."""
+    table = lake.root / "orders"
+    shutil.copytree(hudi_tables.mor_logs, table)  # two log files per slice: compaction due
+    rows_before = digest(str(table))
+    _register_hudi(lake, "orders", table)
+    lock_props = {"hudi.lock.provider": "hive-metastore"}
+    patched = client.patch(f"/api/v1/catalogs/{CATALOG}", json={"properties": lock_props})
+    assert patched.status_code == 200, patched.text
+
+    result = poll_catalog(rt, rt.catalogs.entry(CATALOG))
+    assert result.errors == [], result.errors
+    row = _rows(rt, lake.namespace)["orders"]
+    task = _open_task(rt, row.id, "compaction")
+    assert task is not None
+    shown = client.get(f"/api/v1/catalogs/{CATALOG}/tables/{lake.namespace}/orders/hudi")
+    assert shown.status_code == 200, shown.text
+    lock = shown.json()["lock"]
+    assert lock["provider"] == "hive-metastore" and lock["shared_with_other_writers"], lock
+    assert lock["hive_metastore"] == {"database": lake.namespace, "table": "orders"}
+
+    # Another holder: an exclusive lock on the table's entry, as a writer's commit takes it.
+    component = LockComponent(
+        type=LockType.EXCLUSIVE, level=LockLevel.TABLE, dbname=lake.namespace, tablename="orders"
+    )
+    with metastore_client(lake.metastore.uri) as hms:
+        held = hms.lock(LockRequest(component=[component], user="writer", hostname="test"))
+    assert held.state == LockState.ACQUIRED, held
+    first_free = _next_lock_id(lake)
+    pool = ThreadPoolExecutor(1, "hudi-pass")
+    job = pool.submit(
+        run_hudi_pass, db_url, tmp_path, {"compaction": task}, secrets_dir=rt.settings.secrets_path
+    )
+    try:
+
+        def refused_twice() -> bool:
+            with metastore_client(lake.metastore.uri) as hms:  # keep ours (Hive expires idle ones)
+                hms.heartbeat(HeartbeatRequest(lockid=held.lockid))
+            if job.done():
+                raise AssertionError(f"the job ended while the lock was held: {job.result()}")
+            time.sleep(1.0)
+            return _next_lock_id(lake) >= first_free + 2
+
+        wait_for(refused_twice, 900, "the job's lock requests")
+        # Refused: the compaction committed nothing while another held the lock.
+        assert not [i for i in HudiTimeline(str(table)).completed() if i.action == "commit"]
+        # Ours is the one lock held there (a request of the job's may be waiting a moment).
+        locks = _locks_on(lake, "orders")
+        assert (held.lockid, "a") in locks and {s for _, s in locks} <= {"a", "w"}, locks
+        assert [i for i, s in locks if s == "a"] == [held.lockid], locks
+    finally:
+        with metastore_client(lake.metastore.uri) as hms:
+            hms.unlock(UnlockRequest(lockid=held.lockid))
+    refused = _next_lock_id(lake) - first_free
+    _, states, runs = job.result(timeout=900)
+    pool.shutdown()
+    run = runs["compaction"]
+    assert states == {"compaction": "succeeded"}, (run.error, run.log_tail)
+    metrics = run.metrics or {}
+    assert metrics["hudi_lock"]["provider"] == "hive-metastore", metrics
+    assert metrics["hudi_lock"]["hive_metastore"]["table"] == "orders"
+    assert metrics["validation"]["status"] == "passed", metrics["validation"]
+    # Taken after we let go (more lock ids), and released: no lock left on the table.
+    taken = _next_lock_id(lake) - first_free - refused
+    assert taken >= 1, (refused, taken)
+    assert _locks_on(lake, "orders") == []
+    timeline = HudiTimeline(str(table))
+    assert timeline.completed()[-1].action == "commit" and timeline.pending() == []
+    assert digest(str(table)) == rows_before  # independent reader: same rows, same checksum
+    print("HMS-LOCK hudi", {"refused_requests": refused, "requests_after": taken})

@@ -59,6 +59,8 @@ def test_a_hudi_lock_a_job_cannot_take_is_a_422_saying_what_to_fix(
     )
     assert "unknown property 'hudi.lock.zk.url'" in post("l4", {"hudi.lock.zk.url": "zk1:2181"})
     assert "give it as a value" in post("l5", {"hudi.lock.provider": {"env": "LW_SECRET_LOCK"}})
+    # The metastore's lock is a hive catalog's: a hudi catalog has no metastore.
+    assert "needs a Hive Metastore" in post("l7", {"hudi.lock.provider": "hive-metastore"})
     good = {
         "hudi.lock.provider": "zookeeper",
         "hudi.lock.zookeeper.url": "zk1:2181,zk2:2181",

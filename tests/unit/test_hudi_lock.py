@@ -14,6 +14,7 @@ ZK = {
     "hudi.lock.zookeeper.url": "zk1:2181,zk2:2182",
     "hudi.lock.zookeeper.base-path": "/hudi/locks",
 }
+HMS = {"uri": "thrift://hms1:9083,thrift://hms2:9083", "hudi.lock.provider": "hive-metastore"}
 
 
 def test_the_default_lock_is_the_file_systems_where_it_works_else_the_jobs_own() -> None:
@@ -50,6 +51,29 @@ def test_a_catalogs_zookeeper_lock_is_hudis_with_the_tables_name_as_its_key() ->
     assert shown["shared_with_other_writers"] and shown["zookeeper"]["base_path"] == "/hudi/locks"
 
 
+def test_a_hive_catalogs_metastore_lock_is_on_the_tables_own_entry() -> None:
+    props = lock.for_table(HMS, "sales", "orders")
+    got = lock.options("hdfs://nn/wh/sales/orders", props, lambda: "hoodie_orders")
+    assert got == {
+        "hoodie.write.lock.provider": (
+            "org.apache.hudi.hive.transaction.lock.HiveMetastoreBasedLockProvider"
+        ),
+        "hoodie.write.lock.hivemetastore.uris": "thrift://hms1:9083,thrift://hms2:9083",
+        "hoodie.write.lock.hivemetastore.database": "sales",
+        "hoodie.write.lock.hivemetastore.table": "orders",
+    }
+    assert (
+        concurrency("hdfs://nn/wh/sales/orders", props)["hoodie.write.lock.provider"]
+        == (lock.CLASSES["hive-metastore"])
+    )
+    shown = lock.describe("hdfs://nn/wh/sales/orders", props)
+    assert shown["shared_with_other_writers"]
+    assert shown["hive_metastore"] == {"database": "sales", "table": "orders"}
+    assert "thrift" not in str(shown)  # the uri may be a reference's value: never shown
+    with pytest.raises(CatalogConfigError, match="none was given"):
+        lock.options("hdfs://nn/wh/sales/orders", HMS, lambda: "orders")  # no table
+
+
 @pytest.mark.parametrize(
     ("kind", "props", "says"),
     [
@@ -63,6 +87,10 @@ def test_a_catalogs_zookeeper_lock_is_hudis_with_the_tables_name_as_its_key() ->
         ("hudi", {**ZK, "hudi.lock.zookeeper.lock-key": "k"}, "unknown property"),
         ("hudi", {**ZK, "hudi.lock.provider": "in-process"}, "but hudi.lock.provider is"),
         ("hudi", {"hudi.lock.provider": {"env": "X"}}, "give it as a value"),
+        ("hudi", {"warehouse": "/wh", "hudi.lock.provider": "hive-metastore"}, "has none"),
+        ("hive", {"hudi.lock.provider": "hive-metastore"}, "needs a Hive Metastore"),
+        ("hive", {**HMS, lock.TABLE: "a.b"}, "lakewarden sets it per table"),
+        ("hive", {**HMS, "hudi.lock.zookeeper.url": "zk:2181"}, "but hudi.lock.provider is"),
         (
             "hudi",
             {"warehouse": "s3a://b/wh", "hudi.lock.provider": "filesystem"},
@@ -81,4 +109,6 @@ def test_a_lock_a_job_can_take_passes() -> None:
     lock.check("hudi", {"warehouse": "s3a://b/wh", **ZK})
     lock.check("hive", {"uri": "thrift://h:9083", "hudi.lock.provider": "in-process"})
     lock.check("hudi", {"warehouse": "/data/wh", "hudi.lock.provider": "filesystem"})
+    lock.check("hive", HMS)
+    lock.check("hive", {**HMS, "uri": {"env": "LW_SECRET_HMS_URI"}})  # a reference: its value
     lock.check("rest", {"uri": "http://x"})  # no hudi.lock.*: nothing to check

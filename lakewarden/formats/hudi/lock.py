@@ -13,11 +13,18 @@ the table shares. A catalog's properties choose it (`hudi.lock.*`, on a `hudi` c
   `<hudi.lock.zookeeper.base-path>/<hoodie.table.name>` on the ensemble
   `hudi.lock.zookeeper.url` (`host:port[,host:port...]`); the table's writers set the same
   url and base path (their lock key defaults to the table's name, as here).
+- `hive-metastore`: the Hive Metastore's lock (`HiveMetastoreBasedLockProvider`, in Hudi's
+  Spark bundle; Hive's metastore client from PySpark's jars), on a `hive` catalog only: an
+  exclusive lock on the table's own entry, `<database>.<name>` as lakewarden manages it
+  there (Hudi's Hive sync database and table), at the catalog's `uri`. The metastore needs
+  its transaction tables (as Iceberg's HiveCatalog does). The table is the job's, not the
+  catalog's: `for_table` adds it (`TABLE`) to the properties a job or explain passes here.
 
 A catalog is checked when it is registered or patched (`check`: a CatalogConfigError says
 what to fix, a 422); a job's Hudi options come from `options`, the explain from
-`describe`. Nothing here is secret (Hudi's ZooKeeper lock takes no credentials), so a
-reference is refused: the writers must be told the same values.
+`describe`. Nothing here is secret (Hudi's ZooKeeper lock takes no credentials; the
+metastore's `uri` is the catalog's own, by value or reference), so a reference is refused:
+the writers must be told the same values.
 """
 
 from __future__ import annotations
@@ -35,11 +42,16 @@ ZK_BASE_PATH = "hudi.lock.zookeeper.base-path"
 KNOWN = (PROVIDER, ZK_URL, ZK_BASE_PATH)
 
 FILESYSTEM, IN_PROCESS, ZOOKEEPER = "filesystem", "in-process", "zookeeper"
+HIVE_METASTORE = "hive-metastore"
 CLASSES = {
     FILESYSTEM: "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider",
     IN_PROCESS: "org.apache.hudi.client.transaction.lock.InProcessLockProvider",
     ZOOKEEPER: "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider",
+    HIVE_METASTORE: "org.apache.hudi.hive.transaction.lock.HiveMetastoreBasedLockProvider",
 }
+# The metastore's lock names a table (`<database>.<name>`): the job's, which `for_table`
+# sets; never a catalog property (`check` refuses it there).
+TABLE = "lakewarden.hudi.lock.table"
 # Catalog types whose tables can be Hudi's (a `hive` catalog's, as Hudi's Hive sync
 # registers them).
 CATALOG_TYPES = ("hudi", "hive")
@@ -54,6 +66,10 @@ FILESYSTEM_EXPIRE_MINUTES = 2
 def check(kind: str, properties: Mapping[str, Any]) -> None:
     """CatalogConfigError unless the catalog's `hudi.lock.*` properties name a lock a job
     can take: a known provider, what it needs given, nothing unknown."""
+    if TABLE in properties:
+        raise CatalogConfigError(
+            f"property {TABLE!r} is not a catalog's: lakewarden sets it per table"
+        )
     given = {k: v for k, v in properties.items() if k.startswith(PREFIX)}
     if not given:
         return
@@ -85,6 +101,12 @@ def check(kind: str, properties: Mapping[str, Any]) -> None:
             f"{PROVIDER} 'filesystem' cannot serve the warehouse {warehouse}: Hudi's lock "
             "file needs a store that creates files atomically (a local path, HDFS); "
             "use zookeeper"
+        )
+    if provider == HIVE_METASTORE and (kind != "hive" or not properties.get("uri")):
+        raise CatalogConfigError(
+            f"{PROVIDER} 'hive-metastore' needs a Hive Metastore: it is for a hive catalog's "
+            f"tables (the metastore at its 'uri'), and this {kind} catalog has none; use "
+            "zookeeper, or register the tables through the hive catalog"
         )
     if provider != ZOOKEEPER:
         extra = sorted(k for k in given if k.startswith(f"{PREFIX}zookeeper."))
@@ -126,6 +148,22 @@ def provider_of(base_path: str, props: Mapping[str, str]) -> str:
     return FILESYSTEM if atomic(base_path) else IN_PROCESS
 
 
+def for_table(props: Mapping[str, str], namespace: str, name: str) -> dict[str, str]:
+    """The catalog's properties for a job on, or the explain of, its table `namespace.name`
+    (the metastore's lock is on that table's entry)."""
+    return {**props, TABLE: f"{namespace}.{name}"}
+
+
+def _hive_table(props: Mapping[str, str]) -> tuple[str, str]:
+    database, _, name = props.get(TABLE, "").rpartition(".")
+    if not database or not name:
+        raise CatalogConfigError(
+            f"{PROVIDER} 'hive-metastore' locks a table of the metastore, and none was "
+            "given (formats.hudi.lock.for_table)"
+        )
+    return database, name
+
+
 def options(
     base_path: str, props: Mapping[str, str], table_name: Callable[[], str]
 ) -> dict[str, str]:
@@ -133,6 +171,13 @@ def options(
     the ZooKeeper lock's key, read only when that lock is taken)."""
     provider = provider_of(base_path, props)
     out = {"hoodie.write.lock.provider": CLASSES[provider]}
+    if provider == HIVE_METASTORE:
+        database, name = _hive_table(props)
+        return out | {
+            "hoodie.write.lock.hivemetastore.uris": props["uri"],
+            "hoodie.write.lock.hivemetastore.database": database,
+            "hoodie.write.lock.hivemetastore.table": name,
+        }
     if provider == FILESYSTEM:
         out["hoodie.write.lock.filesystem.expire"] = str(FILESYSTEM_EXPIRE_MINUTES)
     elif provider == ZOOKEEPER:
@@ -156,11 +201,21 @@ def describe(base_path: str, props: Mapping[str, str]) -> dict[str, Any]:
         shown["why"] = (
             "the job's own JVM's lock: safe only while no other writer writes the table"
             + ("" if PROVIDER in props else " (the store cannot hold Hudi's lock file)")
-            + f"; set {PROVIDER} to zookeeper on the catalog for a lock writers share"
+            + f"; set {PROVIDER} to zookeeper (or hive-metastore, on a hive catalog) on the "
+            "catalog for a lock writers share"
         )
     elif provider == FILESYSTEM:
         shown["shared_with_other_writers"] = True
         shown["why"] = "a lock file in the table's .hoodie/, which every writer there takes"
+    elif provider == HIVE_METASTORE:
+        database, name = _hive_table(props)
+        shown["shared_with_other_writers"] = True
+        # Not the metastore's uri: a catalog may give it by reference.
+        shown["hive_metastore"] = {"database": database, "table": name}
+        shown["why"] = (
+            f"the Hive Metastore's lock on {database}.{name}: the table's writers take it "
+            "with the same database and table (their Hive sync's) at the catalog's metastore"
+        )
     else:
         shown["shared_with_other_writers"] = True
         shown["zookeeper"] = {"url": props[ZK_URL], "base_path": props[ZK_BASE_PATH]}

@@ -177,7 +177,12 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
         {
             "table": f"{row.namespace}.{row.name}",
             **hudi_health(facts, hudi_kinds.verdicts(policy, timeline, ctx)),
-            "lock": hudi_lock.describe(timeline.base_path, rt.catalogs.entry(row.catalog).resolved),
+            "lock": hudi_lock.describe(
+                timeline.base_path,
+                hudi_lock.for_table(
+                    rt.catalogs.entry(row.catalog).resolved, row.namespace, row.name
+                ),
+            ),
         }
     )
 
