@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import serve
 from fastapi.testclient import TestClient
-from helpers import issue_token, wait_for
+from helpers import append_batches, issue_token, make_table, register_catalog, wait_for
 from sqlalchemy import select, text
 
 from benchmarks import processes
@@ -39,6 +39,7 @@ from lakewarden.tasks.runs import finish_run
 from services.api.access import TOKEN_COOKIE
 from services.scheduler import dispatch
 from services.scheduler.reaper import abandon_orphans
+from services.worker.main import Worker
 
 EU = "eu"
 EU_CATALOG = "eu_lake"
@@ -160,6 +161,47 @@ def test_each_region_dispatches_its_own_tasks_within_its_own_pools(rt: Runtime) 
     with transaction(rt.engine) as s:
         repo.transition(s, busy, TaskState.SUCCEEDED, actor="x")
     assert pick(EU) == away
+
+
+def test_a_worker_of_one_region_plans_only_that_regions_tasks(rt: Runtime) -> None:
+    """A worker started with LAKEWARDEN_REGION (beside its data center's storage) claims
+    only its region's pending tasks; an unpinned worker plans every region's. Real tables,
+    written by pyiceberg, in a default-region catalog and an eu one."""
+    rt.settings.regions = ["default", EU]
+    register_catalog(rt, EU_CATALOG, "jdbc", dict(rt.catalogs.default.properties), region=EU)
+    tasks = {}
+    for catalog in (rt.settings.catalog_name, EU_CATALOG):  # default's task is older: first
+        append_batches(make_table(rt, catalog=catalog), 2)
+        with transaction(rt.engine) as s:
+            row = ManagedTable(catalog=catalog, namespace="sales", name="orders", policy={})
+            s.add(row)
+            s.flush()
+            tasks[catalog] = repo.create_task(
+                s, table_id=row.id, kind="compaction", trigger={}, actor="test"
+            )
+    home, away = tasks[rt.settings.catalog_name], tasks[EU_CATALOG]
+
+    def worker(**region: str) -> Worker:
+        settings = rt.settings.model_copy(update=region)
+        return Worker(Runtime(settings=settings, db_url=rt.db_url, engine=rt.engine, role="w"))
+
+    def state(task_id: int | None) -> str:
+        with transaction(rt.engine) as s:
+            task = s.get(Task, task_id)
+            assert task is not None
+            return task.state
+
+    in_eu = worker(region=EU)
+    assert in_eu.rt.settings.pinned_region == EU
+    assert in_eu.run_once()
+    assert state(away) in ("planned", "skipped") and state(home) == "pending"
+    assert not in_eu.run_once()  # the default region's task is not its to plan
+    assert state(home) == "pending"
+
+    anywhere = worker()  # no LAKEWARDEN_REGION: every region's
+    assert anywhere.rt.settings.pinned_region is None
+    assert anywhere.run_once()
+    assert state(home) in ("planned", "skipped")
 
 
 # --- the fault: one region's leader killed -------------------------------------------------
