@@ -27,10 +27,12 @@ from sqlalchemy import select, text
 from benchmarks import processes
 from benchmarks.capacity import POLICY, ROOT, TEST_EXECUTOR
 from lakewarden.alerts.rules import evaluate_leader_rule
+from lakewarden.catalogs.catalog import CatalogEntry
 from lakewarden.catalogs.regions import lease_name
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Alert, Catalog, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.events.poller import PollResult, poll_due
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
@@ -202,6 +204,29 @@ def test_a_worker_of_one_region_plans_only_that_regions_tasks(rt: Runtime) -> No
     assert anywhere.rt.settings.pinned_region is None
     assert anywhere.run_once()
     assert state(home) in ("planned", "skipped")
+
+
+def test_a_replica_of_one_region_polls_only_that_regions_catalogs(rt: Runtime) -> None:
+    """An API replica started with LAKEWARDEN_REGION polls (and follows, and listens to)
+    its region's catalogs only; an unpinned one polls the rest."""
+    _in_two_regions(rt)
+    rt.catalogs.forget()
+    polled: list[tuple[str, str]] = []
+
+    def replica(who: str, **region: str) -> None:
+        settings = rt.settings.model_copy(update=region)
+        pinned = Runtime(settings=settings, db_url=rt.db_url, engine=rt.engine, role=who)
+
+        def poll(_: Runtime, entry: CatalogEntry) -> PollResult:
+            polled.append((who, entry.name))
+            return PollResult(entry.name)
+
+        poll_due(pinned, poll)
+
+    replica("in-eu", region=EU)
+    assert polled == [("in-eu", EU_CATALOG)]
+    replica("anywhere")  # eu's catalog is not due again: only the default region's is left
+    assert polled == [("in-eu", EU_CATALOG), ("anywhere", rt.settings.catalog_name)]
 
 
 # --- the fault: one region's leader killed -------------------------------------------------
