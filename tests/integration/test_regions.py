@@ -374,6 +374,9 @@ def test_a_stale_region_is_named_by_its_alert_and_metric(rt: Runtime, client: Te
     assert 'lakewarden_region_leader{region="default"} 1.0' in body
     assert 'lakewarden_region_leader{region="eu"} 0.0' in body
     assert "lakewarden_fleet_leader 1.0" in body
+    # the dark region's backlog, by its tables' region (the default region has none)
+    assert 'lakewarden_region_tasks{region="eu",state="planned"} 1.0' in body
+    assert 'lakewarden_region_tasks{region="default"' not in body
 
 
 def test_the_dashboard_shows_which_region_has_no_leader(rt: Runtime) -> None:
