@@ -174,7 +174,7 @@ class Settings(BaseSettings):
     # as an error and that table's cache dropped). 1: every plan is checked.
     plan_full_every: int = Field(default=20, ge=1, le=1_000_000)
 
-    # --- regions (docs/regions.md) ---------------------------------------------------
+    # --- regions (docs/deployment.md#regions) ---------------------------------------
     # Every region's name (JSON, e.g. ["default", "eu-west"]): a catalog is registered in
     # one of them; the settings-configured catalog is in DEFAULT_REGION ("default").
     regions: list[str] = Field(default_factory=lambda: [DEFAULT_REGION], min_length=1)
