@@ -174,12 +174,13 @@ class Settings(BaseSettings):
     # as an error and that table's cache dropped). 1: every plan is checked.
     plan_full_every: int = Field(default=20, ge=1, le=1_000_000)
 
-    # --- regions (docs/regions.md) ---------------------------------------------------
+    # --- regions (docs/deployment.md#regions) ---------------------------------------
     # Every region's name (JSON, e.g. ["default", "eu-west"]): a catalog is registered in
     # one of them; the settings-configured catalog is in DEFAULT_REGION ("default").
     regions: list[str] = Field(default_factory=lambda: [DEFAULT_REGION], min_length=1)
     # The region a scheduler leads or stands by for: its leader runs only the tables of
-    # that region's catalogs, under a lease of that region's own.
+    # that region's catalogs, under a lease of that region's own. A worker given one plans
+    # only that region's tasks (`pinned_region`); without it, every region's.
     region: str = DEFAULT_REGION
 
     # --- scheduler -----------------------------------------------------------------
@@ -322,6 +323,13 @@ class Settings(BaseSettings):
         if v not in known:
             raise ValueError(f"region {v!r} is not one of LAKEWARDEN_REGIONS {known}")
         return v
+
+    @property
+    def pinned_region(self) -> str | None:
+        """The region a worker plans for: LAKEWARDEN_REGION if it was given (a worker beside
+        that region's storage, which may not reach another data center's), else None: every
+        region's. A scheduler always serves one region (`region`, the default one unset)."""
+        return self.region if "region" in self.model_fields_set else None
 
     @field_validator("max_concurrent_jobs")
     @classmethod

@@ -43,17 +43,23 @@ SCHEMA = pa.schema(
 
 
 def make_table(
-    rt: Runtime, namespace: str = "sales", name: str = "orders", partitioned: bool = True
+    rt: Runtime,
+    namespace: str = "sales",
+    name: str = "orders",
+    partitioned: bool = True,
+    catalog: str | None = None,
 ) -> Table:
-    """An Iceberg table in the test catalog, written by pyiceberg (no JVM)."""
+    """An Iceberg table in the test catalog (or the registered `catalog`), written by
+    pyiceberg (no JVM)."""
     from pyiceberg.transforms import IdentityTransform
 
-    rt.catalog.create_namespace_if_not_exists(namespace)
-    table = rt.catalog.create_table(f"{namespace}.{name}", schema=SCHEMA)
+    cat = rt.catalog if catalog is None else rt.catalogs.load(catalog)
+    cat.create_namespace_if_not_exists(namespace)
+    table = cat.create_table(f"{namespace}.{name}", schema=SCHEMA)
     if partitioned:
         with table.update_spec() as spec:
             spec.add_field("region", IdentityTransform(), "region")
-    return rt.catalog.load_table(f"{namespace}.{name}")
+    return cat.load_table(f"{namespace}.{name}")
 
 
 def append_batches(
@@ -102,9 +108,11 @@ def manage(rt: Runtime, name: str, policy: dict[str, Any], kind: str = "compacti
     return task_id
 
 
-def register_catalog(rt: Runtime, name: str, kind: str, properties: dict[str, object]) -> None:
+def register_catalog(
+    rt: Runtime, name: str, kind: str, properties: dict[str, object], region: str = "default"
+) -> None:
     """Catalog `name` of `kind` ("jdbc", "rest", "hive") registered in `rt`'s database (as
-    the API would), replacing one of that name, and `rt` made to load it afresh."""
+    the API would) in `region`, replacing one of that name, and `rt` made to load it afresh."""
     from sqlalchemy import delete
 
     from lakewarden.db.models import Catalog as CatalogRow
@@ -112,7 +120,7 @@ def register_catalog(rt: Runtime, name: str, kind: str, properties: dict[str, ob
 
     with transaction(rt.engine) as s:
         s.execute(delete(CatalogRow).where(CatalogRow.name == name))
-        s.add(CatalogRow(name=name, type=kind, properties=properties, version=1))
+        s.add(CatalogRow(name=name, type=kind, properties=properties, version=1, region=region))
     rt.catalogs.forget()
 
 

@@ -25,7 +25,7 @@ from lakewarden.catalogs.metadata_view import TableRead, read_view
 from lakewarden.hdfs import with_file_io
 from lakewarden.redact import quotes_part_of
 from lakewarden.secret_refs import RefRefused, RefRules
-from lakewarden.settings import Settings, sqlalchemy_pg_url
+from lakewarden.settings import DEFAULT_REGION, Settings, sqlalchemy_pg_url
 from lakewarden.states import CatalogType
 
 # Identifiers that reach Spark SQL are validated, then backquoted: never pasted raw.
@@ -188,6 +188,7 @@ class CatalogEntry:
     version: int = 1
     default: bool = False
     refs: RefRules = field(kw_only=True, repr=False)
+    region: str = field(default=DEFAULT_REGION, kw_only=True)  # lakewarden.catalogs.regions
 
     @property
     def resolved(self) -> dict[str, str]:

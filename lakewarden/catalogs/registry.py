@@ -60,10 +60,12 @@ class CatalogRegistry:
     def default(self) -> CatalogEntry:
         return self._default
 
-    def entries(self) -> list[CatalogEntry]:
-        """The default entry first, then the registered ones by name."""
+    def entries(self, region: str | None = None) -> list[CatalogEntry]:
+        """The default entry first, then the registered ones by name; only `region`'s if
+        given (what a process pinned to a region watches: `Settings.pinned_region`)."""
         self._refresh()
-        return [self._default, *sorted(self._entries.values(), key=lambda e: e.name)]
+        every = [self._default, *sorted(self._entries.values(), key=lambda e: e.name)]
+        return every if region is None else [e for e in every if e.region == region]
 
     def entry(self, name: str) -> CatalogEntry:
         if name == self._default.name:
@@ -142,6 +144,7 @@ def entry_of(row: CatalogRow, refs: RefRules) -> CatalogEntry:
         poll_concurrency=row.poll_concurrency,
         version=row.version,
         refs=refs,
+        region=row.region,
     )
 
 

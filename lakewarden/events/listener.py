@@ -89,7 +89,8 @@ class CommitListener(threading.Thread):
 
     def _scan(self) -> None:
         by_url: dict[str, list[str]] = {}
-        for entry in self.rt.catalogs.entries():
+        # a replica pinned to a region listens to its region's catalogs only (as it polls)
+        for entry in self.rt.catalogs.entries(self.rt.settings.pinned_region):
             if entry.type == "jdbc":
                 by_url.setdefault(libpq_url(entry.jdbc_url or ""), []).append(entry.name)
         for url in set(self.databases) - set(by_url):

@@ -173,7 +173,7 @@ class Followers:
         self._lock = threading.Lock()
 
     def tick(self) -> None:
-        for entry in self.rt.catalogs.entries():
+        for entry in self.rt.catalogs.entries(self.rt.settings.pinned_region):
             if entry.type != "hive":
                 continue
             with self._lock:

@@ -9,7 +9,9 @@ is loaded to see its pointer, at most `poll_concurrency` at once).
 
 `poll_due` is what the API replicas run: a replica polls a catalog only when it wins the
 catalog's due time in `catalog_polls`, so each catalog is polled once per its interval
-however many replicas run, and the cost does not grow with them.
+however many replicas run, and the cost does not grow with them. A replica started with
+LAKEWARDEN_REGION polls only that region's catalogs (it may not reach another data
+center's); without it, every catalog.
 """
 
 from __future__ import annotations
@@ -382,7 +384,7 @@ _CLAIM = text(
 def poll_due(rt: Runtime, poll: Callable[[Runtime, CatalogEntry], PollResult] | None = None) -> int:
     """Poll each catalog that is due and that this replica wins (see the module doc)."""
     refreshed = 0
-    for entry in rt.catalogs.entries():
+    for entry in rt.catalogs.entries(rt.settings.pinned_region):
         with transaction(rt.engine) as session:
             won = session.execute(
                 _CLAIM,

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TextClause,
     and_,
     bindparam,
     column,
@@ -30,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
 
-from lakewarden.catalogs.regions import task_in_region
+from lakewarden.catalogs.regions import in_region_sql, task_in_region
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
 from lakewarden.db.paging import Page, PageRequest, keyset_page
 from lakewarden.leader import Fence, FencedOut, check_fence
@@ -462,11 +463,12 @@ def transition_all(
 
 
 # The state tests are literals, so the planner can use the claimable rows' partial index.
-_CLAIM = text(
-    f"""
+def _claim(region_sql: str) -> TextClause:
+    return text(
+        f"""
     WITH next AS (
         SELECT id, state FROM tasks
-        WHERE {sql_in("state", TaskState.PENDING)} AND not_before <= now()
+        WHERE {sql_in("state", TaskState.PENDING)} AND not_before <= now() AND {region_sql}
         ORDER BY priority DESC, id
         FOR UPDATE SKIP LOCKED
         LIMIT 1
@@ -481,30 +483,50 @@ _CLAIM = text(
     )
     SELECT * FROM claimed
     """
-).bindparams(pending=TaskState.PENDING.value, planning=TaskState.PLANNING.value)
+    ).bindparams(pending=TaskState.PENDING.value, planning=TaskState.PLANNING.value)
 
 
-def claim_for_planning(session: Session, worker_id: str) -> Task | None:
+# Any region's task, or only one region's (the SQL twin of `task_in_region`): two
+# statements rather than a `:region IS NULL OR …`, so an unpinned worker's claim has no
+# per-row region lookup at all.
+_CLAIM = _claim("true")
+_CLAIM_IN_REGION = _claim(in_region_sql("table_id"))
+
+
+def claim_for_planning(session: Session, worker_id: str, region: str | None = None) -> Task | None:
     """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED), which
-    returns the claimed row too."""
+    returns the claimed row too. `region`: only a task of that region's tables (a worker
+    pinned to its data center, `Settings.pinned_region`); None: any region's."""
+    stmt, params = _CLAIM, {"me": worker_id}
+    if region is not None:
+        stmt, params = _CLAIM_IN_REGION, {**params, "region": region}
     return session.scalars(
-        select(Task).from_statement(_CLAIM),
-        {"me": worker_id},
+        select(Task).from_statement(stmt),
+        params,
         execution_options={"populate_existing": True},
     ).one_or_none()
 
 
-_NEXT_PENDING_DUE = text(
-    f"""
+def _next_pending_due(region_sql: str) -> TextClause:
+    return text(
+        f"""
     SELECT extract(epoch FROM min(not_before) - now()) FROM tasks
-    WHERE {sql_in("state", TaskState.PENDING)} AND not_before > now()
+    WHERE {sql_in("state", TaskState.PENDING)} AND not_before > now() AND {region_sql}
     """
-)
+    )
 
 
-def next_pending_due_in(session: Session) -> float | None:
-    """Seconds until the earliest pending task waiting out a backoff becomes claimable."""
-    due = session.execute(_NEXT_PENDING_DUE).scalar()
+_NEXT_PENDING_DUE = _next_pending_due("true")
+_NEXT_PENDING_DUE_IN_REGION = _next_pending_due(in_region_sql("table_id"))
+
+
+def next_pending_due_in(session: Session, region: str | None = None) -> float | None:
+    """Seconds until the earliest pending task waiting out a backoff becomes claimable (of
+    `region`'s tables only, as `claim_for_planning`)."""
+    if region is None:
+        due = session.execute(_NEXT_PENDING_DUE).scalar()
+    else:
+        due = session.execute(_NEXT_PENDING_DUE_IN_REGION, {"region": region}).scalar()
     return None if due is None else float(due)
 
 

@@ -49,7 +49,7 @@ class Worker:
     def run_once(self) -> bool:
         """Plan one task if any is claimable. Returns whether one was claimed."""
         with transaction(self.rt.engine) as s:
-            task = repo.claim_for_planning(s, self.rt.process_id)
+            task = repo.claim_for_planning(s, self.rt.process_id, self.rt.settings.pinned_region)
             if task is None:
                 return False
             row = s.get(ManagedTable, task.table_id)
@@ -154,7 +154,12 @@ class Worker:
     def serve(self) -> None:
         Ticker("heartbeat", self.rt.settings.heartbeat_interval_s, self._beat, self.stop).start()
         TaskWakeup(libpq_url(self.rt.db_url), {TaskState.PENDING: self.wake}, self.stop).start()
-        log.info("worker %s started", self.rt.process_id)
+        region = self.rt.settings.pinned_region
+        log.info(
+            "worker %s started (%s)",
+            self.rt.process_id,
+            "every region" if region is None else f"region {region}",
+        )
         while not self.stop.is_set():
             self.wake.clear()  # before looking: a wake-up while we look is kept
             try:
@@ -172,7 +177,7 @@ class Worker:
         wait = self.rt.settings.worker_poll_interval_s
         try:
             with transaction(self.rt.engine) as s:
-                due = repo.next_pending_due_in(s)
+                due = repo.next_pending_due_in(s, self.rt.settings.pinned_region)
             if due is not None:
                 wait = min(wait, max(0.0, due))
         except Exception:

@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from lakewarden.runtime import Runtime
 from lakewarden.settings import PoolCapacity
+from lakewarden.states import OPEN_TASK_STATES
 
 ODD_NAME = 'we"ird\\name\nx'  # a quote, a backslash and a newline: each must be escaped
 MONITORING = Path(__file__).resolve().parents[2] / "charts" / "lakewarden" / "files"
@@ -140,6 +141,16 @@ def test_metrics_parse_with_escaped_labels_counters_and_cumulative_histograms(
     assert one(finished, kind="compaction", outcome="succeeded") == 2
     assert one(finished, kind="compaction", outcome="failed") == 1
     assert one(m["lakewarden_tasks"], kind="expire_snapshots", state="pending") == 1
+    # one region: its backlog is every open task (lakewarden_tasks' open rows, summed)
+    backlog = {
+        (s.labels["region"], s.labels["state"]): s.value for s in m["lakewarden_region_tasks"]
+    }
+    summed: dict[tuple[str, str], float] = {}
+    for s in m["lakewarden_tasks"]:
+        if s.labels["state"] in OPEN_TASK_STATES:
+            key = ("default", s.labels["state"])
+            summed[key] = summed.get(key, 0) + s.value
+    assert backlog == summed and backlog
     assert one(m["lakewarden_job_runs"], kind="compaction", state="succeeded") == 2
     assert one(m["lakewarden_job_runs_running"], kind="expire_snapshots") == 1
     assert one(m["lakewarden_alerts_open"], rule="task_failed", severity="critical") == 1

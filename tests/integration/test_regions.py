@@ -21,16 +21,18 @@ from typing import Any
 import pytest
 from conftest import serve
 from fastapi.testclient import TestClient
-from helpers import issue_token, wait_for
+from helpers import append_batches, issue_token, make_table, register_catalog, wait_for
 from sqlalchemy import select, text
 
 from benchmarks import processes
 from benchmarks.capacity import POLICY, ROOT, TEST_EXECUTOR
 from lakewarden.alerts.rules import evaluate_leader_rule
+from lakewarden.catalogs.catalog import CatalogEntry
 from lakewarden.catalogs.regions import lease_name
 from lakewarden.db.locks import DBLocks
 from lakewarden.db.models import Alert, Catalog, JobRun, ManagedTable, Task
 from lakewarden.db.session import transaction
+from lakewarden.events.poller import PollResult, poll_due
 from lakewarden.leader import Fence, acquire_or_renew
 from lakewarden.runtime import Runtime
 from lakewarden.states import RunState, TaskState
@@ -39,6 +41,7 @@ from lakewarden.tasks.runs import finish_run
 from services.api.access import TOKEN_COOKIE
 from services.scheduler import dispatch
 from services.scheduler.reaper import abandon_orphans
+from services.worker.main import Worker
 
 EU = "eu"
 EU_CATALOG = "eu_lake"
@@ -160,6 +163,70 @@ def test_each_region_dispatches_its_own_tasks_within_its_own_pools(rt: Runtime) 
     with transaction(rt.engine) as s:
         repo.transition(s, busy, TaskState.SUCCEEDED, actor="x")
     assert pick(EU) == away
+
+
+def test_a_worker_of_one_region_plans_only_that_regions_tasks(rt: Runtime) -> None:
+    """A worker started with LAKEWARDEN_REGION (beside its data center's storage) claims
+    only its region's pending tasks; an unpinned worker plans every region's. Real tables,
+    written by pyiceberg, in a default-region catalog and an eu one."""
+    rt.settings.regions = ["default", EU]
+    register_catalog(rt, EU_CATALOG, "jdbc", dict(rt.catalogs.default.properties), region=EU)
+    tasks = {}
+    for catalog in (rt.settings.catalog_name, EU_CATALOG):  # default's task is older: first
+        append_batches(make_table(rt, catalog=catalog), 2)
+        with transaction(rt.engine) as s:
+            row = ManagedTable(catalog=catalog, namespace="sales", name="orders", policy={})
+            s.add(row)
+            s.flush()
+            tasks[catalog] = repo.create_task(
+                s, table_id=row.id, kind="compaction", trigger={}, actor="test"
+            )
+    home, away = tasks[rt.settings.catalog_name], tasks[EU_CATALOG]
+
+    def worker(**region: str) -> Worker:
+        settings = rt.settings.model_copy(update=region)
+        return Worker(Runtime(settings=settings, db_url=rt.db_url, engine=rt.engine, role="w"))
+
+    def state(task_id: int | None) -> str:
+        with transaction(rt.engine) as s:
+            task = s.get(Task, task_id)
+            assert task is not None
+            return task.state
+
+    in_eu = worker(region=EU)
+    assert in_eu.rt.settings.pinned_region == EU
+    assert in_eu.run_once()
+    assert state(away) in ("planned", "skipped") and state(home) == "pending"
+    assert not in_eu.run_once()  # the default region's task is not its to plan
+    assert state(home) == "pending"
+
+    anywhere = worker()  # no LAKEWARDEN_REGION: every region's
+    assert anywhere.rt.settings.pinned_region is None
+    assert anywhere.run_once()
+    assert state(home) in ("planned", "skipped")
+
+
+def test_a_replica_of_one_region_polls_only_that_regions_catalogs(rt: Runtime) -> None:
+    """An API replica started with LAKEWARDEN_REGION polls (and follows, and listens to)
+    its region's catalogs only; an unpinned one polls the rest."""
+    _in_two_regions(rt)
+    rt.catalogs.forget()
+    polled: list[tuple[str, str]] = []
+
+    def replica(who: str, **region: str) -> None:
+        settings = rt.settings.model_copy(update=region)
+        pinned = Runtime(settings=settings, db_url=rt.db_url, engine=rt.engine, role=who)
+
+        def poll(_: Runtime, entry: CatalogEntry) -> PollResult:
+            polled.append((who, entry.name))
+            return PollResult(entry.name)
+
+        poll_due(pinned, poll)
+
+    replica("in-eu", region=EU)
+    assert polled == [("in-eu", EU_CATALOG)]
+    replica("anywhere")  # eu's catalog is not due again: only the default region's is left
+    assert polled == [("in-eu", EU_CATALOG), ("anywhere", rt.settings.catalog_name)]
 
 
 # --- the fault: one region's leader killed -------------------------------------------------
@@ -307,6 +374,9 @@ def test_a_stale_region_is_named_by_its_alert_and_metric(rt: Runtime, client: Te
     assert 'lakewarden_region_leader{region="default"} 1.0' in body
     assert 'lakewarden_region_leader{region="eu"} 0.0' in body
     assert "lakewarden_fleet_leader 1.0" in body
+    # the dark region's backlog, by its tables' region (the default region has none)
+    assert 'lakewarden_region_tasks{region="eu",state="planned"} 1.0' in body
+    assert 'lakewarden_region_tasks{region="default"' not in body
 
 
 def test_the_dashboard_shows_which_region_has_no_leader(rt: Runtime) -> None:

@@ -38,15 +38,16 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from lakewarden import capacity
 from lakewarden.auth.grants import Role
-from lakewarden.catalogs.regions import region_leaders
+from lakewarden.catalogs.regions import region_leaders, table_region
 from lakewarden.db.locks import DBLocks
+from lakewarden.db.models import ManagedTable, Task
 from lakewarden.leader import leader_status
-from lakewarden.settings import Settings
+from lakewarden.settings import DEFAULT_REGION, Settings
 from lakewarden.states import (
     OPEN_TASK_STATES,
     WAITING_TASK_STATES,
@@ -191,11 +192,13 @@ class LakewardenCollector(Collector):
             labels=["kind", "outcome"],
         )
         # Open tasks are few, counted live (ix_tasks_state); finished ones from the rollups.
-        for kind, state, n in self._rows(
+        open_rows = self._rows(
             f"SELECT kind, state, count(*) FROM tasks WHERE {sql_in('state', OPEN_TASK_STATES)} "
             "GROUP BY 1, 2"
-        ):
+        )
+        for kind, state, n in open_rows:
             tasks.add_metric([kind, state], n)
+        yield self._region_backlog(open_rows)
         for kind, states in sorted(self.rollups.get("task_state", {}).items()):
             for state, (n, _) in sorted(states.items()):
                 if n:
@@ -212,6 +215,32 @@ class LakewardenCollector(Collector):
         ):
             oldest.add_metric([kind], float(age))
         yield from (tasks, finished, oldest)
+
+    def _region_backlog(self, open_rows: list[Any]) -> GaugeMetricFamily:
+        """Open tasks per region and state: a region whose leader is gone (its
+        `lakewarden_region_leader` 0) shows its backlog growing. One region: the counts
+        above, no query; more: the same open rows, each with its table's region."""
+        family = GaugeMetricFamily(
+            "lakewarden_region_tasks",
+            "open tasks (the backlog) per region, by state",
+            labels=["region", "state"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        if self.settings.regions == [DEFAULT_REGION]:
+            for _, state, n in open_rows:
+                counts[(DEFAULT_REGION, state)] = counts.get((DEFAULT_REGION, state), 0) + n
+        else:
+            region = table_region().label("region")
+            rows = self.session.execute(
+                select(region, Task.state, func.count())
+                .join(ManagedTable, ManagedTable.id == Task.table_id)
+                .where(Task.state.in_(OPEN_TASK_STATES))
+                .group_by(region, Task.state)
+            )
+            counts = {(r, state): n for r, state, n in rows}
+        for (r, state), n in sorted(counts.items()):
+            family.add_metric([r, state], n)
+        return family
 
     def _histograms(self) -> Iterator[Metric]:
         for name, help_text, family_name, buckets in (
