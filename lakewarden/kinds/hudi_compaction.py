@@ -29,7 +29,7 @@ from lakewarden.db.models import JobRun, Task
 from lakewarden.formats.hudi import incremental
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import HudiFacts, read_facts
-from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.formats.hudi.timeline import HudiTimeline, Instant
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.policy.model import CompactionPolicy, KindPolicy, Policy
 
@@ -70,14 +70,17 @@ def _on(value: Any) -> bool:
     return str(value).strip().lower() == "true"
 
 
-def writer_compacts(timeline: HudiTimeline, ours: Iterable[str]) -> str | None:
-    """Why the table's writer (or Hudi's own job) compacts it, or None."""
+def writer_compacts(
+    timeline: HudiTimeline, ours: Iterable[str], instants: list[Instant] | None = None
+) -> str | None:
+    """Why the table's writer (or Hudi's own job) compacts it, or None. `instants`: the
+    timeline's listing already read (`HudiTimeline.completed`)."""
     props = timeline.properties
     for key in WRITER_COMPACTS:
         if _on(props.get(key)):
             return f"its hoodie.properties set {key}=true: the writer compacts"
     ours = set(ours)
-    done = timeline.completed()
+    done = timeline.completed(instants)
     deltas = [i for i in done if i.action == "deltacommit"]
     if deltas:
         extra: Mapping[str, Any] = timeline.read_instant(deltas[-1]).get("extraMetadata") or {}
@@ -128,7 +131,8 @@ def verdict(
     if facts.table_type != "MERGE_ON_READ":
         return Verdict(False, "copy-on-write: no log files, nothing to compact", metrics)
     ours = set(ours)
-    foreign = [i.requested for i in timeline.pending() if i.action == "compaction"]
+    instants = timeline.instants()  # the timeline listed once: every check reads this
+    foreign = [i.requested for i in timeline.pending(instants) if i.action == "compaction"]
     foreign = [i for i in foreign if i not in ours]
     if foreign:
         return Verdict(
@@ -137,11 +141,11 @@ def verdict(
             "to run (lakewarden never runs a plan it did not make)",
             metrics,
         )
-    writer = writer_compacts(timeline, ours)
+    writer = writer_compacts(timeline, ours, instants)
     if writer is not None:
         return Verdict(False, f"{writer}; lakewarden does not fight it", metrics)
     if facts.table_version < 8:
-        ago = timeline.written_ago_s(time.time() if now is None else now)
+        ago = timeline.written_ago_s(time.time() if now is None else now, instants)
         if ago is not None and ago < OLD_WRITER_QUIET_S:
             return Verdict(
                 False,

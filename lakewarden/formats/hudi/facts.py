@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
+from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline, Instant
 
 
 @dataclass
@@ -71,11 +71,13 @@ class HudiFacts:
         }
 
 
-def pending_services(timeline: HudiTimeline) -> dict[str, int]:
+def pending_services(
+    timeline: HudiTimeline, instants: list[Instant] | None = None
+) -> dict[str, int]:
     """Pending instants per action; a clustering is a pending `replacecommit` or
-    `clustering` (table version 8+ names it so)."""
+    `clustering` (table version 8+ names it so). `instants`: the listing already read."""
     out: dict[str, int] = defaultdict(int)
-    for instant in timeline.pending():
+    for instant in timeline.pending(instants):
         out[instant.action] += 1
     return dict(out)
 
@@ -86,8 +88,11 @@ class PartitionSlices:
     without a pass over every slice (`hudi.incremental` keeps these between plans)."""
 
     facts: PartitionFacts
-    base_file_sizes: list[int]
+    base_file_sizes: list[int]  # hudi-rs' in-memory estimate (`base_file_byte_size`)
     log_files_per_slice: list[int]
+    # The same base files' bytes on storage: the estimate is these times a ratio hudi-rs
+    # takes from one sample file of the table, which a later write can change.
+    disk_sizes: list[int] = field(default_factory=list)
 
 
 def fold(slices: Iterable[Any]) -> dict[str, PartitionSlices]:
@@ -101,6 +106,7 @@ def fold(slices: Iterable[Any]) -> dict[str, PartitionSlices]:
         facts.file_groups += 1
         logs = list(s.log_file_sizes or [])
         if s.base_file_name:
+            part.disk_sizes.append(int(s.base_file_size))
             facts.base_files += 1
             facts.base_bytes += int(s.base_file_byte_size)
             part.base_file_sizes.append(int(s.base_file_byte_size))
@@ -125,14 +131,15 @@ def read_facts(
     `slices`: where the file slices come from (`hudi.incremental`'s cache, for a plan); by
     default hudi-rs lists the whole table."""
     timeline = timeline or HudiTimeline(base_path)
-    completed = timeline.completed()
+    instants = timeline.instants()  # listed once for what follows
+    completed = timeline.completed(instants)
     facts = HudiFacts(
         base_path=base_path,
         table_type=timeline.properties.get("hoodie.table.type", "COPY_ON_WRITE"),
         table_version=timeline.table_version,
         head=completed[-1].requested if completed else None,
         timeline_length=len(completed),
-        pending=pending_services(timeline),
+        pending=pending_services(timeline, instants),
         head_write=next(
             (i.requested for i in reversed(completed) if i.action in WRITE_ACTIONS), None
         ),

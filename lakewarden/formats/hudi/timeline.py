@@ -148,17 +148,23 @@ class HudiTimeline:
         ]
         return sorted(out, key=lambda i: (i.requested, i.file_name))
 
-    def completed(self) -> list[Instant]:
-        """Completed instants, in the order they completed."""
+    def completed(self, instants: list[Instant] | None = None) -> list[Instant]:
+        """Completed instants, in the order they completed. `instants`: a listing of the
+        timeline already read (`instants()`), for a caller that reads it once; else it is
+        listed now (so in `pending` and `written_ago_s`)."""
         return sorted(
-            (i for i in self.instants() if i.state == "completed"),
+            (
+                i
+                for i in (self.instants() if instants is None else instants)
+                if i.state == "completed"
+            ),
             key=lambda i: (i.seq, i.requested),
         )
 
-    def pending(self) -> list[Instant]:
+    def pending(self, instants: list[Instant] | None = None) -> list[Instant]:
         """Requested or inflight instants not (yet) completed, one per requested time: its
         furthest state. A compaction's completion is a `commit` of the same time."""
-        instants = self.instants()
+        instants = self.instants() if instants is None else instants
         done = {i.requested for i in instants if i.state == "completed"}
         furthest: dict[str, Instant] = {}
         for i in instants:
@@ -167,10 +173,10 @@ class HudiTimeline:
                 furthest[i.requested] = i
         return [furthest[k] for k in sorted(furthest)]
 
-    def written_ago_s(self, now: float) -> float | None:
+    def written_ago_s(self, now: float, instants: list[Instant] | None = None) -> float | None:
         """Seconds since the newest completed delta commit landed (its instant file's time
         on storage: the writer's time zone plays no part), None if there is none."""
-        deltas = [i for i in self.completed() if i.action == "deltacommit"]
+        deltas = [i for i in self.completed(instants) if i.action == "deltacommit"]
         if not deltas:
             return None
         info = self.fs.get_file_info(f"{self.folder}/{deltas[-1].file_name}")
