@@ -17,7 +17,9 @@ the files' sums are added up per partition, the partition a file is in per its m
 entry (rows written into another partition's file leave one partition short). On a format
 v3 table the checksum also covers each row's lineage (`LINEAGE`: its row id and last
 updated sequence number), so a rewrite that gave rows new ids fails as one that changed
-them would.
+them would. Where the rewrite's own read observed its inputs (lakewarden.spark.binpack) and
+its outputs are small, no Spark job runs at all: the outputs are summed in the driver
+(lakewarden.spark.driver_checksum), a mismatch found so confirmed by Spark's read.
 
 A mismatch raises RewriteMismatch: the rewrite is never published to its target (the
 caller drops the staging branch), so no reader of the target ever saw it. A match is
