@@ -25,7 +25,7 @@ from benchmarks.harness import Context, Figure, Stat, jvm_cpu_seconds, measuring
 from benchmarks.rewrite import compact, rollback
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.policy.model import ValidationPolicy
-from lakewarden.spark import actions
+from lakewarden.spark import actions, validation
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 
@@ -53,17 +53,21 @@ _task_ids = itertools.count(1)
 
 
 def _compaction(
-    ctx: Context, ref: TableRef, enabled: bool, observed: bool = True
+    ctx: Context, ref: TableRef, enabled: bool, observed: bool = True, driver: bool = True
 ) -> tuple[float, dict[str, Any]]:
     """One timed compaction job with validation on or off; its metrics["validation"].
     `observed=False`: the validated job as it ran before issue 30's bin-pack runner
-    (Iceberg's action, then validation reading the inputs again), for side-by-side runs."""
+    (Iceberg's action, then validation reading the inputs again), for side-by-side runs.
+    `driver=False`: small outputs read by a Spark job as before, not summed in the driver."""
     with (
         committing_as(next(_task_ids), 1),
         validating(ValidationPolicy(enabled=enabled)),
         contextlib.nullcontext()
         if observed
         else mock.patch.object(actions, "_observed_binpack", lambda *a, **k: None),
+        contextlib.nullcontext()
+        if driver
+        else mock.patch.object(validation, "_driver_outputs", lambda *a, **k: {}),
     ):
         seconds, metrics = timed(lambda: compact(ctx, ref))
     check = metrics.get("validation") or {}
@@ -179,20 +183,31 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
     on: list[float] = []
     off: list[float] = []
     read: list[float] = []
-    cpu: dict[str, list[float]] = {"on": [], "off": [], "read": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": [], "read": [], "spark": []}
     phases: dict[str, list[float]] = {}
     read_phases: dict[str, list[float]] = {}
-    arms = ("on", "off", "read")  # validated (inputs observed), unvalidated, inputs read
+    outputs: list[str] = []  # where the "on" arm's outputs were summed: driver or spark
+    # validated (inputs observed, small outputs summed in the driver), unvalidated, inputs
+    # read, and validated with the outputs always read by Spark (before the driver's sums)
+    arms = ("on", "off", "read", "spark")
+    spark_read: list[float] = []
     for i in range(repeats):
-        for arm in arms[i % 3 :] + arms[: i % 3]:
+        for arm in arms[i % 4 :] + arms[: i % 4]:
             enabled = arm != "off"
             used = jvm_cpu_seconds(ctx.spark)
-            seconds, metrics = _compaction(ctx, ref, enabled, observed=arm == "on")
-            cpu[arm].append(jvm_cpu_seconds(ctx.spark) - used)
+            seconds, metrics = _compaction(
+                ctx, ref, enabled, observed=arm != "read", driver=arm != "spark"
+            )
+            cpu.setdefault(arm, []).append(jvm_cpu_seconds(ctx.spark) - used)
             rollback(ctx, ref, small)
             if arm == "off":
                 off.append(seconds)
                 continue
+            if arm == "spark":
+                spark_read.append(seconds)
+                continue
+            if arm == "on":
+                outputs.append(metrics["validation"]["outputs"])
             if arm == "read":
                 read.append(seconds)
                 for key, value in metrics["seconds"].items():
@@ -227,6 +242,13 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
         "cpu_observed_over_inputs_read": Stat.of(
             [a / b for a, b in zip(cpu["on"], cpu["read"], strict=True)]
         ),
+        # the validated job with its outputs read by Spark as before (no driver sums)
+        "outputs_spark_s": Stat.of(spark_read),
+        "outputs_spark_added_s": Stat.of([a - b for a, b in zip(spark_read, off, strict=True)]),
+        "added_s": Stat.of([a - b for a, b in zip(on, off, strict=True)]),
+        "cpu_outputs_spark_s": Stat.of(cpu["spark"]),
+        "driver_over_spark_outputs": Stat.of([a / b for a, b in zip(on, spark_read, strict=True)]),
+        "outputs_summed_by": outputs,
         "inputs_read_phases_s": {k: Stat.of(v) for k, v in read_phases.items()},
         "phases_s": {k: Stat.of(v) for k, v in phases.items()},
         "overhead_over_rewrite": Stat.of(

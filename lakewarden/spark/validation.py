@@ -17,7 +17,9 @@ the files' sums are added up per partition, the partition a file is in per its m
 entry (rows written into another partition's file leave one partition short). On a format
 v3 table the checksum also covers each row's lineage (`LINEAGE`: its row id and last
 updated sequence number), so a rewrite that gave rows new ids fails as one that changed
-them would.
+them would. Where the rewrite's own read observed its inputs (lakewarden.spark.binpack) and
+its outputs are small, no Spark job runs at all: the outputs are summed in the driver
+(lakewarden.spark.driver_checksum), a mismatch found so confirmed by Spark's read.
 
 A mismatch raises RewriteMismatch: the rewrite is never published to its target (the
 caller drops the staging branch), so no reader of the target ever saw it. A match is
@@ -41,7 +43,7 @@ from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy.model import MAIN_BRANCH, ValidationPolicy
-from lakewarden.spark import staging
+from lakewarden.spark import driver_checksum, staging
 from lakewarden.spark.binpack import Observed
 from lakewarden.spark.commits import commit_properties
 from lakewarden.spark.staging import Stage
@@ -412,6 +414,7 @@ def _checksums(
     found: list[SpanFiles],
     columns: list[str],
     outputs_only: frozenset[int] = frozenset(),
+    outputs_done: frozenset[int] = frozenset(),
 ) -> dict[tuple[int, int], dict[str, tuple[int, int]]]:
     """{(span index, side): {file: (rows, checksum)}}: one Spark job reads every span's
     inputs (side 0, deletes applied) and outputs (side 1) through Iceberg's scan-task sets
@@ -420,7 +423,8 @@ def _checksums(
     columns, each with its NULL flag (xxhash64 skips NULLs, so without the flags a value
     moved into a NULL neighbour's column would hash the same), summed exactly as two longs
     (its high and low 32 bits: no overflow below 2^31 rows a file). The inputs of the spans
-    in `outputs_only` are not read (their sums were observed during the rewrite's read)."""
+    in `outputs_only` are not read (their sums were observed during the rewrite's read),
+    nor the outputs of those in `outputs_done` (summed in the driver: `_driver_outputs`)."""
     from functools import reduce
 
     from pyspark.sql import DataFrame
@@ -445,7 +449,7 @@ def _checksums(
                     (span.after, files.outputs, files.output_bytes),
                 )
             ):
-                if not wanted or (side == 0 and i in outputs_only):
+                if not wanted or i in (outputs_only if side == 0 else outputs_done):
                     continue
                 set_id = f"lakewarden-validate-{uuid.uuid4()}"
                 cache.add(set_id, table)
@@ -518,6 +522,66 @@ def observed_inputs(files: SpanFiles, observed: Observed) -> list[tuple[int, int
     return sums if seen == files.inputs.keys() else None
 
 
+def _local_path(location: str) -> str | None:
+    """A data file's path on this machine's file system, or None (an object store's)."""
+    if location.startswith("file:"):
+        return "/" + location.removeprefix("file:").lstrip("/")
+    return location if location.startswith("/") else None
+
+
+def _driver_outputs(
+    jvm: Any,
+    table: Any,
+    spans: list[Span],
+    found: list[SpanFiles],
+    columns: list[str],
+    spans_observed: frozenset[int],
+) -> dict[int, dict[str, tuple[int, int]]]:
+    """{span index: {output file: (rows, checksum)}} for the spans whose inputs were
+    observed and whose outputs are few and small enough to checksum in the driver's Python
+    (lakewarden.spark.driver_checksum: no Spark job, the fixed cost of a tiny table's
+    validation): local files with no delete file applying, of column types covered there,
+    as many rows as `driver_checksum.affordable` allows in all. Any other span's outputs
+    are read by Spark."""
+    if not spans_observed:
+        return {}
+    schema = jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(table.schema())
+    types = {}
+    for f in schema.fields():
+        types[str(f.name())] = str(f.dataType().simpleString())
+    if any(c not in types for c in columns):
+        return {}  # the lineage columns, which the files do not hold as written
+    typed = [(c, types[c]) for c in columns]
+    rows = 0
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for i in sorted(spans_observed):
+        files = found[i]
+        if not files.outputs:
+            continue
+        tasks = _tasks(jvm, table, spans[i].after, files.outputs, files.partitions)
+        paths: list[tuple[str, str]] = []  # a file planned twice is summed twice, as read
+        for task in tasks:
+            location = str(task.file().location())
+            path = _local_path(location)
+            rows += int(task.file().recordCount())
+            if (
+                path is None
+                or not driver_checksum.affordable(rows, [t for _, t in typed])
+                or not task.deletes().isEmpty()
+            ):
+                return out
+            paths.append((location, path))
+        sums: dict[str, tuple[int, int]] = {}
+        for location, path in paths:
+            summed = driver_checksum.file_sums(path, typed)
+            if summed is None:
+                return out
+            n, total = sums.get(location, (0, 0))
+            sums[location] = (n + summed[0], total + summed[1])
+        out[i] = sums
+    return out
+
+
 def compare_spans(
     spark: SparkSession,
     table: Any,
@@ -525,14 +589,46 @@ def compare_spans(
     found: list[SpanFiles],
     columns: list[str],
     observed: dict[int, list[tuple[int, int]]] | None = None,
+    driver: bool = True,
+    confirm: bool = True,
 ) -> list[dict[str, Any]]:
     """Per span and partition its commits touched: the rows and checksum of its inputs
     (deletes applied) against its outputs, keyed by the partition each file is in (a row
     written into another partition's file shows as one partition short, another long). The
     inputs of a span in `observed` ({span index: per partition (rows, checksum)}) are taken
-    from there (`observed_inputs`) instead of read."""
+    from there (`observed_inputs`) instead of read; with `driver`, such a span's outputs are
+    summed in the driver when small (`_driver_outputs`), each of its partitions then marked
+    `outputs_read_by: driver`. A mismatch found so is, with `confirm`, compared again with
+    the outputs read by Spark, whose verdict stands (the driver's hash of some value may be
+    wrong: that costs a Spark job, never a good rewrite)."""
     observed = observed or {}
-    read = _checksums(spark, table, spans, found, columns, frozenset(observed))
+    in_driver = (
+        _driver_outputs(spark._jvm, table, spans, found, columns, frozenset(observed))
+        if driver
+        else {}
+    )
+    read = _checksums(
+        spark, table, spans, found, columns, frozenset(observed), frozenset(in_driver)
+    )
+    for i, sums in in_driver.items():
+        read[(i, 1)] = sums
+    partitions = _partitions(spans, found, observed, read, frozenset(in_driver))
+    if in_driver and confirm and any(not p["match"] for p in partitions):
+        log.warning("validation: the driver's checksum of the outputs differs; read by Spark")
+        confirmed = compare_spans(spark, table, spans, found, columns, observed, driver=False)
+        for p in confirmed:
+            p["driver_mismatch_confirmed"] = not p["match"]
+        return confirmed
+    return partitions
+
+
+def _partitions(
+    spans: list[Span],
+    found: list[SpanFiles],
+    observed: dict[int, list[tuple[int, int]]],
+    read: dict[tuple[int, int], dict[str, tuple[int, int]]],
+    in_driver: frozenset[int],
+) -> list[dict[str, Any]]:
     partitions: list[dict[str, Any]] = []
     for i, (span, files) in enumerate(zip(spans, found, strict=True)):
         labels: list[Any] = [p.label for p in files.partitions]
@@ -562,6 +658,7 @@ def compare_spans(
                     "match": n0 == n1 and h0 == h1,
                     "before_snapshot": span.before,
                     "after_snapshot": span.after,
+                    "outputs_read_by": "driver" if i in in_driver else "spark",
                 }
             )
     return partitions
@@ -622,6 +719,11 @@ def _compare(
         "max_rows": policy.max_rows,
         # the inputs' sums: observed during the rewrite's own read, or read here
         "inputs": "observed" if len(inputs) == len(spans) else "read",
+        # the outputs' sums: computed in the driver's Python (small outputs whose inputs were
+        # observed: no Spark job) or read by Spark
+        "outputs": "driver"
+        if partitions and all(p["outputs_read_by"] == "driver" for p in partitions)
+        else "spark",
         "seconds": seconds,
         "reason": (
             "a partition's rows changed" + (" (or their row ids)" if lineage else "")

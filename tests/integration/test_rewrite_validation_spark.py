@@ -193,12 +193,18 @@ def test_partitions_by_day_and_bucket_are_each_compared(
 
 
 def _compared(
-    spark: SparkSession, ref: TableRef, before: int, after: int, observed: Observed | None = None
+    spark: SparkSession,
+    ref: TableRef,
+    before: int,
+    after: int,
+    observed: Observed | None = None,
+    **how: bool,
 ) -> list[dict[str, Any]]:
     """What validation finds of the commits from `before` to `after` on `ref` (a span of
     them, as if a rewrite's): per touched partition, its inputs against its outputs. With
     `observed`, the inputs' sums are those (as a bin-pack's read observed them: only the
-    outputs are read), which must account for exactly the files the span removed."""
+    outputs are read), which must account for exactly the files the span removed. `how`:
+    compare_spans' `driver` and `confirm`."""
     table = load_java_table(spark, "lake", ref)
     commits: list[Any] = []
     snapshot = table.snapshot(after)
@@ -213,7 +219,7 @@ def _compared(
         sums = observed_inputs(files, observed)
         assert sums is not None, "the observed groups are not the span's inputs"
         inputs = {0: sums}
-    return compare_spans(spark, table, [span], [files], columns, inputs)
+    return compare_spans(spark, table, [span], [files], columns, inputs, **how)
 
 
 def _observed(spark: SparkSession, ref: TableRef, snapshot_id: int) -> Observed:
@@ -272,6 +278,77 @@ def test_the_checksum_sees_a_changed_value_and_not_the_order_of_rows(
     assert not other["match"] and other["rows_before"] == other["rows_after"] == 20
 
 
+def test_the_drivers_checksum_of_a_file_is_sparks(spark_rt: Runtime, spark: SparkSession) -> None:
+    """lakewarden.spark.driver_checksum sums a small output file in Python exactly as Spark's
+    `row_hash` and `checksum_aggregates` do, for every column type it covers: values at the
+    edges of each (NULLs, -0.0 and NaN, long and short strings at every length class of
+    xxhash64's loop, negative and wide decimals, times with and without a zone); a type it
+    does not cover is left to Spark (None)."""
+    from pyspark.sql import functions as F
+
+    from lakewarden.spark.driver_checksum import file_sums
+
+    name = "lake.sales.hashed"
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(
+        f"CREATE TABLE {name} (b boolean, i int, l bigint, f float, d double, "
+        "s string, bin binary, small decimal(9,2), wide decimal(38,6), dt date, "
+        "ts timestamp, ntz timestamp_ntz, arr array<int>) USING iceberg"
+    )
+    strings = ["", "a", "abc", "abcd", "abcdefg", "abcdefgh", "x" * 12, "y" * 31, "z" * 32]
+    strings += ["q" * 33, "é漢字🙂" * 9, None]
+    floats = ["CAST(-0.0 AS FLOAT)", "CAST(0.0 AS FLOAT)", "CAST('NaN' AS FLOAT)"]
+    doubles = ["-0.0D", "CAST('NaN' AS DOUBLE)", "NULL"]
+    values = []
+    for k, text in enumerate(strings):
+        sign = "-" if k % 2 else ""
+        row = [
+            "NULL" if k == 3 else str(k % 2 == 0).lower(),
+            f"{sign}{k * 123457}",
+            f"{sign}{k * 9876543210123}",
+            floats[k] if k < 3 else f"CAST({sign}{k}.25 AS FLOAT)",
+            doubles[k] if k < 3 else f"{sign}{k}.125D",
+            "NULL" if text is None else repr(text),
+            "NULL" if k == 5 else f"X'{bytes(range(k * 3)).hex()}'",
+            f"{sign}{k}.{k:02d}",
+            f"CAST('{sign}{k}2345678901234567890123456789.{k:06d}' AS DECIMAL(38,6))",
+            f"DATE'19{k + 50}-03-0{k % 9 + 1}'",
+            f"TIMESTAMP'2026-11-{k + 1:02d} 10:00:00.{k:06d}+00:00'",
+            f"TIMESTAMP_NTZ'1969-12-31 23:59:{k:02d}.5'",  # before the epoch: negative
+            f"array({k})",
+        ]
+        values.append(f"({', '.join(row)})")
+    spark.sql(f"INSERT INTO {name} VALUES {', '.join(values)}")
+    spark.sql(f"INSERT INTO {name} VALUES {', '.join(values[:3])}")  # a second file
+    columns = ["b", "i", "l", "f", "d", "s", "bin", "small", "wide", "dt", "ts", "ntz"]
+    types = {f.name: f.dataType.simpleString() for f in spark.table(name).schema.fields}
+    per_file = (
+        spark.table(name)
+        .groupBy(F.col("_file").alias("f"))
+        .agg(*checksum_aggregates(columns))
+        .collect()
+    )
+    assert len(per_file) >= 2
+    for r in per_file:
+        path = str(r["f"]).removeprefix("file:")
+        expected = (int(r["n"]), (int(r["hi"]) << 32) + int(r["lo"]))
+        assert file_sums(path, [(c, types[c]) for c in columns]) == expected
+        for c in columns:  # each type on its own
+            (one,) = (
+                spark.table(name)
+                .where(F.col("_file") == r["f"])
+                .agg(*checksum_aggregates([c]))
+                .collect()
+            )
+            assert file_sums(path, [(c, types[c])]) == (
+                int(one["n"]),
+                (int(one["hi"]) << 32) + int(one["lo"]),
+            ), c
+        assert file_sums(path, [("arr", types["arr"])]) is None  # not covered: Spark's
+    spark.sql(f"DROP TABLE {name}")
+
+
 def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     spark_rt: Runtime, spark: SparkSession
 ) -> None:
@@ -320,9 +397,19 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
         rewrite.commit()
         after = int(java.currentSnapshot().snapshotId())
         found = _compared(spark, ref, head, after)
-        # the same verdicts with the inputs' sums as a bin-pack's own read observes them
-        as_observed = _compared(spark, ref, head, after, observed)
-        assert [p["match"] for p in as_observed] == [p["match"] for p in found], label
+        verdicts = [p["match"] for p in found]
+        # the same verdicts with the inputs' sums as a bin-pack's own read observes them,
+        # the outputs read by Spark, or summed in the driver (small outputs, no Spark job):
+        # the driver's own verdict, and the one that stands once Spark confirmed a mismatch
+        by_spark = _compared(spark, ref, head, after, observed, driver=False)
+        assert [p["match"] for p in by_spark] == verdicts, label
+        in_driver = _compared(spark, ref, head, after, observed, confirm=False)
+        assert {p["outputs_read_by"] for p in in_driver} == {"driver"}, label
+        assert [(p["match"], p["rows_after"]) for p in in_driver] == [
+            (p["match"], p["rows_after"]) for p in by_spark
+        ], label
+        confirmed = _compared(spark, ref, head, after, observed)
+        assert [p["match"] for p in confirmed] == verdicts, label
         java.manageSnapshots().rollbackTo(head).commit()
         return found
 
