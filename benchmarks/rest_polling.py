@@ -89,7 +89,7 @@ def replica(catalog: str) -> None:
 
     rt = make_runtime("bench-replica")
     registry = rt.catalogs
-    registry.entries = lambda: [registry.entry(catalog)]  # type: ignore[method-assign]
+    registry.entries = lambda region=None: [registry.entry(catalog)]  # type: ignore[method-assign]
     registry.load(catalog)  # the client's GET /v1/config: before the window
     started: list[float] = []
     polls: list[dict[str, Any]] = []

@@ -87,9 +87,7 @@ def _worker_group(items: list[pytest.Item]) -> dict[str, str]:
     else the file itself."""
     uses: dict[str, set[str]] = {}
     for item in items:
-        uses.setdefault(item.nodeid.split("::")[0], set()).update(
-            getattr(item, "fixturenames", ())
-        )
+        uses.setdefault(item.nodeid.split("::")[0], set()).update(getattr(item, "fixturenames", ()))
     return {
         path: next((f"server-{name}" for name in SHARED_SERVERS if name in names), path)
         for path, names in uses.items()

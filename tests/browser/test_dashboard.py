@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 from conftest import leading_scheduler
 from helpers import (
     append_batches,
@@ -31,6 +30,7 @@ from helpers import (
     run_one,
     task_of,
 )
+from sqlalchemy import text
 
 from lakewarden import process
 from lakewarden.alerts import store

@@ -296,7 +296,8 @@ def test_the_drivers_checksum_of_a_file_is_sparks(spark_rt: Runtime, spark: Spar
         "s string, bin binary, small decimal(9,2), wide decimal(38,6), dt date, "
         "ts timestamp, ntz timestamp_ntz, arr array<int>) USING iceberg"
     )
-    strings = ["", "a", "abc", "abcd", "abcdefg", "abcdefgh", "x" * 12, "y" * 31, "z" * 32]
+    strings: list[str | None] = ["", "a", "abc", "abcd", "abcdefg", "abcdefgh", "x" * 12]
+    strings += ["y" * 31, "z" * 32]
     strings += ["q" * 33, "é漢字🙂" * 9, None]
     floats = ["CAST(-0.0 AS FLOAT)", "CAST(0.0 AS FLOAT)", "CAST('NaN' AS FLOAT)"]
     doubles = ["-0.0D", "CAST('NaN' AS DOUBLE)", "NULL"]
