@@ -142,6 +142,7 @@ def _forward(
     """One forwarder's work: every round, each slice of its tables commits
     COMMITS_PER_FORWARD times, then one batch reports them."""
     latencies: list[float] = []
+    batches: list[tuple[float, int, list[float]]] = []  # (answered at, new events, latencies)
     new = failed = bad = posted = 0
     headers = {"Authorization": f"Bearer {secret}"}
     with httpx.Client(base_url=url, headers=headers, timeout=300) as client:
@@ -171,8 +172,48 @@ def _forward(
                     continue
                 new += resp.json()["new_events"]
                 failed += resp.json()["failed"]
-                latencies += [done - at for _ in chunk for at in moved]
-    return {"latencies": latencies, "new": new, "failed": failed, "bad": bad, "posted": posted}
+                waited = [done - at for _ in chunk for at in moved]
+                latencies += waited
+                batches.append((done, resp.json()["new_events"], waited))
+    return {
+        "latencies": latencies,
+        "batches": batches,
+        "new": new,
+        "failed": failed,
+        "bad": bad,
+        "posted": posted,
+    }
+
+
+def _by_minute(
+    batches: list[tuple[float, int, list[float]]], start: float, loads: list[tuple[float, float]]
+) -> list[dict[str, Any]]:
+    """The run minute by minute (the last one partial): new commits/s, commit -> task p99,
+    and the 1-minute load average at its end, so a rate that falls as history grows shows
+    (the sustained run's first minutes against its last)."""
+    minutes: dict[int, list[tuple[int, list[float]]]] = {}
+    for at, new, waited in batches:
+        minutes.setdefault(int((at - start) // 60), []).append((new, waited))
+    out = []
+    for m in sorted(minutes):
+        length = min(60.0, max(at for at, _, _ in batches) - start - 60 * m)
+        waited = [w for _, ws in minutes[m] for w in ws]
+        load = [x for t, x in loads if t - start <= 60 * (m + 1)]
+        out.append(
+            {
+                "minute": m + 1,
+                "commits_per_s": round(sum(n for n, _ in minutes[m]) / length, 1),
+                "p99_s": round(_quantile(waited, 0.99), 3),
+                "load": round(load[-1], 1) if load else None,
+            }
+        )
+    return out
+
+
+def _sample_load(stop: threading.Event, into: list[tuple[float, float]]) -> None:
+    """The 1-minute load average every 10 s until `stop` (the machine is shared)."""
+    while not stop.wait(10):
+        into.append((time.perf_counter(), os.getloadavg()[0]))
 
 
 def _counts(engine: Engine, table_ids: list[int]) -> tuple[int, int, int]:
@@ -283,8 +324,12 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     movers = create_engine(api.engine.url, pool_size=FORWARDERS)
     shares = [[ref for ref, _ in aliases[k::FORWARDERS]] for k in range(FORWARDERS)]
     catalog = api.settings.catalog_name
+    loads: list[tuple[float, float]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_load, args=(stop, loads), daemon=True)
     with serve_in_thread(api) as url:
         start = time.perf_counter()
+        sampler.start()
         with ThreadPoolExecutor(FORWARDERS) as pool:
             results = list(
                 pool.map(
@@ -293,6 +338,7 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
                 )
             )
         seconds = time.perf_counter() - start
+    stop.set()
     movers.dispose()
     stored, distinct, doubled = _counts(api.engine, ids)
     unique = tables * versions
@@ -307,6 +353,7 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
         "p50": _quantile(latencies, 0.5),
         "p99": _quantile(latencies, 0.99),
         "commits": unique,
+        "minutes": _by_minute([b for x in results for b in x["batches"]], start, loads),
     }
     if ROADS_LISTENER:
         # Tables of their own, committed to from the same first state.
@@ -357,6 +404,8 @@ def b25(ctx: Context) -> Figure:
             "commit_to_task_p50_s": Stat.of([round(m["p50"], 3) for m in runs]),
             "commit_to_task_p99_s": Stat.of([round(m["p99"], 3) for m in runs]),
         }
+        if runs[0]["seconds"] >= 120:  # a sustained run: its first minutes against its last
+            fig.values["by_minute"] = runs[0]["minutes"]
         if heard:
             fig.values.update(
                 {
