@@ -186,11 +186,12 @@ def _forward(
 
 
 def _by_minute(
-    batches: list[tuple[float, int, list[float]]], start: float, loads: list[tuple[float, float]]
+    batches: list[tuple[float, int, list[float]]], start: float, samples: list[tuple[float, ...]]
 ) -> list[dict[str, Any]]:
     """The run minute by minute (the last one partial): new commits/s, commit -> task p99,
-    and the 1-minute load average at its end, so a rate that falls as history grows shows
-    (the sustained run's first minutes against its last)."""
+    the 1-minute load average at its end and the CPU ms a commit cost (this process, which
+    holds the API and the forwarders, and Postgres), so a rate that falls as history grows
+    shows apart from one that falls as the machine gets busier."""
     minutes: dict[int, list[tuple[int, list[float]]]] = {}
     for at, new, waited in batches:
         minutes.setdefault(int((at - start) // 60), []).append((new, waited))
@@ -198,22 +199,51 @@ def _by_minute(
     for m in sorted(minutes):
         length = min(60.0, max(at for at, _, _ in batches) - start - 60 * m)
         waited = [w for _, ws in minutes[m] for w in ws]
-        load = [x for t, x in loads if t - start <= 60 * (m + 1)]
-        out.append(
-            {
-                "minute": m + 1,
-                "commits_per_s": round(sum(n for n, _ in minutes[m]) / length, 1),
-                "p99_s": round(_quantile(waited, 0.99), 3),
-                "load": round(load[-1], 1) if load else None,
+        commits = sum(n for n, _ in minutes[m])
+        inside = [x for x in samples if 60 * m <= x[0] - start <= 60 * (m + 1)]
+        row: dict[str, Any] = {
+            "minute": m + 1,
+            "commits_per_s": round(commits / length, 1),
+            "p99_s": round(_quantile(waited, 0.99), 3),
+        }
+        if len(inside) >= 2 and commits:
+            first, last = inside[0], inside[-1]
+            share = commits * (last[0] - first[0]) / length  # the commits between the samples
+            row["load"] = round(last[1], 1)
+            row["cpu_ms_per_commit"] = {
+                "api_and_forwarders": round((last[2] - first[2]) * 1000 / share, 3),
+                "postgres": round((last[3] - first[3]) * 1000 / share, 3),
             }
-        )
+        out.append(row)
     return out
 
 
-def _sample_load(stop: threading.Event, into: list[tuple[float, float]]) -> None:
-    """The 1-minute load average every 10 s until `stop` (the machine is shared)."""
+def _postgres_cpu(engine: Engine) -> float:
+    """CPU seconds used so far by the Postgres backends serving this database (read from
+    /proc: the benchmark's server runs on this machine)."""
+    with engine.connect() as conn:
+        pids = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        ).scalars()
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _sample_load(engine: Engine, stop: threading.Event, into: list[tuple[float, ...]]) -> None:
+    """Every 10 s until `stop`: (when, the 1-minute load average, this process's CPU
+    seconds, its database's backends' CPU seconds). On a shared machine the rate follows
+    the load; the CPU a commit costs does not, and grows if something grows with history."""
     while not stop.wait(10):
-        into.append((time.perf_counter(), os.getloadavg()[0]))
+        into.append(
+            (time.perf_counter(), os.getloadavg()[0], time.process_time(), _postgres_cpu(engine))
+        )
 
 
 def _counts(engine: Engine, table_ids: list[int]) -> tuple[int, int, int]:
@@ -324,9 +354,9 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     movers = create_engine(api.engine.url, pool_size=FORWARDERS)
     shares = [[ref for ref, _ in aliases[k::FORWARDERS]] for k in range(FORWARDERS)]
     catalog = api.settings.catalog_name
-    loads: list[tuple[float, float]] = []
+    loads: list[tuple[float, ...]] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample_load, args=(stop, loads), daemon=True)
+    sampler = threading.Thread(target=_sample_load, args=(api.engine, stop, loads), daemon=True)
     with serve_in_thread(api) as url:
         start = time.perf_counter()
         sampler.start()
