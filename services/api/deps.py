@@ -65,14 +65,20 @@ INGEST_BATCHES_AT_ONCE = 4
 INGEST_WAIT_S = 10.0
 
 
+def new_ingest_gate() -> asyncio.Semaphore:
+    """The app's turns to ingest a batch, made when it starts serving (a semaphore belongs
+    to the event loop it first waits on: a new loop, a new gate)."""
+    return asyncio.Semaphore(INGEST_BATCHES_AT_ONCE)
+
+
 async def admit_batch(request: Request) -> AsyncIterator[None]:
     """A turn to ingest an event batch (INGEST_BATCHES_AT_ONCE at once), or a 503 with
     Retry-After when none came free in INGEST_WAIT_S: a forwarder retries (ingest is
     idempotent), and the replica stays responsive to everything else meanwhile."""
     state = request.app.state
     gate: asyncio.Semaphore | None = getattr(state, "ingest_gate", None)
-    if gate is None:  # made on first use: a semaphore belongs to the loop serving the app
-        gate = state.ingest_gate = asyncio.Semaphore(INGEST_BATCHES_AT_ONCE)
+    if gate is None:  # an app served without its lifespan
+        gate = state.ingest_gate = new_ingest_gate()
     try:
         await asyncio.wait_for(gate.acquire(), INGEST_WAIT_S)
     except TimeoutError:

@@ -439,7 +439,7 @@ def test_a_batch_with_no_turn_to_ingest_is_a_503_to_retry(
     table = append_batches(table, 1)  # a commit not ingested yet
     before = _snapshot_ids(rt)
     monkeypatch.setattr(deps, "INGEST_WAIT_S", 0.2)
-    app.state.ingest_gate = asyncio.Semaphore(0)  # every turn taken
+    monkeypatch.setattr(app.state, "ingest_gate", asyncio.Semaphore(0))  # every turn taken
     items = {"events": [ORDERS | {"snapshot_id": _commits(table)[-1]}]}
     r = client.post("/api/v1/events/batch", json=items)
     assert r.status_code == 503 and r.headers["Retry-After"] == "2", r.text
