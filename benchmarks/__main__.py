@@ -61,6 +61,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B39": ("benchmarks.incremental_logs", "b39"),
     "B40": ("benchmarks.incremental_logs", "b40"),
     "B41": ("benchmarks.evaluation_history", "b41"),
+    "B42": ("benchmarks.ingest_burst", "b42"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a

@@ -142,6 +142,7 @@ def _forward(
     """One forwarder's work: every round, each slice of its tables commits
     COMMITS_PER_FORWARD times, then one batch reports them."""
     latencies: list[float] = []
+    batches: list[tuple[float, int, list[float]]] = []  # (answered at, new events, latencies)
     new = failed = bad = posted = 0
     headers = {"Authorization": f"Bearer {secret}"}
     with httpx.Client(base_url=url, headers=headers, timeout=300) as client:
@@ -171,8 +172,78 @@ def _forward(
                     continue
                 new += resp.json()["new_events"]
                 failed += resp.json()["failed"]
-                latencies += [done - at for _ in chunk for at in moved]
-    return {"latencies": latencies, "new": new, "failed": failed, "bad": bad, "posted": posted}
+                waited = [done - at for _ in chunk for at in moved]
+                latencies += waited
+                batches.append((done, resp.json()["new_events"], waited))
+    return {
+        "latencies": latencies,
+        "batches": batches,
+        "new": new,
+        "failed": failed,
+        "bad": bad,
+        "posted": posted,
+    }
+
+
+def _by_minute(
+    batches: list[tuple[float, int, list[float]]], start: float, samples: list[tuple[float, ...]]
+) -> list[dict[str, Any]]:
+    """The run minute by minute (the last one partial): new commits/s, commit -> task p99,
+    the 1-minute load average at its end and the CPU ms a commit cost (this process, which
+    holds the API and the forwarders, and Postgres), so a rate that falls as history grows
+    shows apart from one that falls as the machine gets busier."""
+    minutes: dict[int, list[tuple[int, list[float]]]] = {}
+    for at, new, waited in batches:
+        minutes.setdefault(int((at - start) // 60), []).append((new, waited))
+    out = []
+    for m in sorted(minutes):
+        length = min(60.0, max(at for at, _, _ in batches) - start - 60 * m)
+        waited = [w for _, ws in minutes[m] for w in ws]
+        commits = sum(n for n, _ in minutes[m])
+        inside = [x for x in samples if 60 * m <= x[0] - start <= 60 * (m + 1)]
+        row: dict[str, Any] = {
+            "minute": m + 1,
+            "commits_per_s": round(commits / length, 1),
+            "p99_s": round(_quantile(waited, 0.99), 3),
+        }
+        if len(inside) >= 2 and commits:
+            first, last = inside[0], inside[-1]
+            share = commits * (last[0] - first[0]) / length  # the commits between the samples
+            row["load"] = round(last[1], 1)
+            row["cpu_ms_per_commit"] = {
+                "api_and_forwarders": round((last[2] - first[2]) * 1000 / share, 3),
+                "postgres": round((last[3] - first[3]) * 1000 / share, 3),
+            }
+        out.append(row)
+    return out
+
+
+def _postgres_cpu(engine: Engine) -> float:
+    """CPU seconds used so far by the Postgres backends serving this database (read from
+    /proc: the benchmark's server runs on this machine)."""
+    with engine.connect() as conn:
+        pids = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        ).scalars()
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _sample_load(engine: Engine, stop: threading.Event, into: list[tuple[float, ...]]) -> None:
+    """Every 10 s until `stop`: (when, the 1-minute load average, this process's CPU
+    seconds, its database's backends' CPU seconds). On a shared machine the rate follows
+    the load; the CPU a commit costs does not, and grows if something grows with history."""
+    while not stop.wait(10):
+        into.append(
+            (time.perf_counter(), os.getloadavg()[0], time.process_time(), _postgres_cpu(engine))
+        )
 
 
 def _counts(engine: Engine, table_ids: list[int]) -> tuple[int, int, int]:
@@ -283,8 +354,12 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     movers = create_engine(api.engine.url, pool_size=FORWARDERS)
     shares = [[ref for ref, _ in aliases[k::FORWARDERS]] for k in range(FORWARDERS)]
     catalog = api.settings.catalog_name
+    loads: list[tuple[float, ...]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_load, args=(api.engine, stop, loads), daemon=True)
     with serve_in_thread(api) as url:
         start = time.perf_counter()
+        sampler.start()
         with ThreadPoolExecutor(FORWARDERS) as pool:
             results = list(
                 pool.map(
@@ -293,6 +368,7 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
                 )
             )
         seconds = time.perf_counter() - start
+    stop.set()
     movers.dispose()
     stored, distinct, doubled = _counts(api.engine, ids)
     unique = tables * versions
@@ -307,6 +383,7 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
         "p50": _quantile(latencies, 0.5),
         "p99": _quantile(latencies, 0.99),
         "commits": unique,
+        "minutes": _by_minute([b for x in results for b in x["batches"]], start, loads),
     }
     if ROADS_LISTENER:
         # Tables of their own, committed to from the same first state.
@@ -357,6 +434,8 @@ def b25(ctx: Context) -> Figure:
             "commit_to_task_p50_s": Stat.of([round(m["p50"], 3) for m in runs]),
             "commit_to_task_p99_s": Stat.of([round(m["p99"], 3) for m in runs]),
         }
+        if runs[0]["seconds"] >= 120:  # a sustained run: its first minutes against its last
+            fig.values["by_minute"] = runs[0]["minutes"]
         if heard:
             fig.values.update(
                 {

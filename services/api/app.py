@@ -23,7 +23,7 @@ from lakewarden.runtime import Runtime
 from services.api import access, errors
 from services.api.access import AuditRefusals
 from services.api.aliases import DefaultCatalogAliases
-from services.api.deps import operation_id
+from services.api.deps import new_ingest_gate, operation_id
 from services.api.headers import SecurityHeaders, TrustedProxies
 from services.api.limits import RequestLimits
 from services.api.routes import (
@@ -61,6 +61,7 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = threading.Event()
         access.start(app, rt)
+        app.state.ingest_gate = new_ingest_gate()  # on the loop that serves the app
         if background:
             s = rt.settings
             Ticker("heartbeat", s.heartbeat_interval_s, lambda: process.beat(rt), stop).start()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
@@ -53,6 +54,49 @@ def get_session(rt: RuntimeDep) -> Iterator[Session]:
 # response body is serialized, before it is sent); the default "request" scope exits only
 # after the response went out, so a client could be told 201 for a write that then failed.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+# Event batches ingested at once by one replica, and how long one more waits for its turn.
+# A batch holds a worker thread and a database connection (the pool has 5 + 5) while it
+# runs; without this gate a burst of batches (issue 31: 10x the sustained rate) took every
+# thread and connection, so /readyz and every other request queued behind it and requests
+# failed on the pool's 30 s timeout. Waiting here holds neither: it is on the event loop.
+INGEST_BATCHES_AT_ONCE = 4
+INGEST_WAIT_S = 10.0
+
+
+def new_ingest_gate() -> asyncio.Semaphore:
+    """The app's turns to ingest a batch, made when it starts serving (a semaphore belongs
+    to the event loop it first waits on: a new loop, a new gate)."""
+    return asyncio.Semaphore(INGEST_BATCHES_AT_ONCE)
+
+
+async def admit_batch(request: Request) -> AsyncIterator[None]:
+    """A turn to ingest an event batch (INGEST_BATCHES_AT_ONCE at once), or a 503 with
+    Retry-After when none came free in INGEST_WAIT_S: a forwarder retries (ingest is
+    idempotent), and the replica stays responsive to everything else meanwhile."""
+    state = request.app.state
+    gate: asyncio.Semaphore | None = getattr(state, "ingest_gate", None)
+    if gate is None:  # an app served without its lifespan
+        gate = state.ingest_gate = new_ingest_gate()
+    try:
+        await asyncio.wait_for(gate.acquire(), INGEST_WAIT_S)
+    except TimeoutError:
+        raise HTTPException(
+            503,
+            f"ingest is at capacity ({INGEST_BATCHES_AT_ONCE} batches in progress, none "
+            f"finished within {INGEST_WAIT_S:g} s): nothing of this batch was ingested; "
+            "retry after the Retry-After seconds",
+            headers={"Retry-After": "2"},
+        ) from None
+    try:
+        yield
+    finally:
+        gate.release()
+
+
+# Before the session and the caller's authentication (each a thread hop and a connection).
+BatchTurn = Annotated[None, Depends(admit_batch, scope="function")]
 
 
 # A table's namespace or name in a path. The pattern is enforced by TableRef (its 422 says

@@ -32,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pyiceberg.exceptions import NoSuchTableError
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
@@ -70,6 +71,8 @@ DESCRIPTIONS: dict[int, str] = {
     "then says how many there were; a control character in the path or the query is "
     "refused here too)",
     500: "unexpected error; the server log has it under `error_id`",
+    503: "the server is at capacity (a burst beyond what it ingests at once, or no database "
+    "connection free in time): retry after `Retry-After` seconds",
 }
 
 
@@ -252,6 +255,18 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(409, detail, error_id=error_id)
 
 
+async def _pool_exhausted(request: Request, exc: Exception) -> JSONResponse:
+    # Every database connection of this replica stayed busy for the pool's timeout (a
+    # burst beyond capacity): the server's state, not a bug, and retrying later is the fix.
+    log.warning("no database connection free on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(
+        503,
+        "the server is at capacity (no database connection came free in time); retry after "
+        "the Retry-After seconds (reporting events again is safe: ingest is idempotent)",
+        headers={"Retry-After": "2"},
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     error_id = uuid.uuid4().hex[:12]
     log.exception("unhandled error %s on %s %s", error_id, request.method, request.url.path)
@@ -273,4 +288,5 @@ def register(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(TableGone, _table_gone)
     app.add_exception_handler(TransitionRejected, _transition_rejected)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(PoolTimeout, _pool_exhausted)
     app.add_exception_handler(Exception, _unexpected)

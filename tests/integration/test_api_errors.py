@@ -4,13 +4,16 @@ the OpenAPI documents each status an operation can give with that schema."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import serve
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from helpers import make_table
+from sqlalchemy import create_engine
 
 from lakewarden.runtime import Runtime
 from services.api.limits import MAX_BODY_BYTES
@@ -112,3 +115,18 @@ def test_the_openapi_documents_each_error_with_the_one_body(client: TestClient) 
             assert "409" in statuses, where
     readyz = spec["paths"]["/readyz"]["get"]["responses"]
     assert _schema_ref(readyz["503"]) == "#/components/schemas/ReadyOut"
+
+
+def test_no_database_connection_free_is_a_503_to_retry(rt: Runtime) -> None:
+    """Every connection of the pool busy past its timeout (a burst beyond capacity): a 503
+    with Retry-After, not a 500."""
+    small = dataclasses.replace(
+        rt, engine=create_engine(rt.engine.url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    )
+    try:
+        with serve(small) as client, small.engine.connect():  # its one connection taken
+            r = client.get("/api/v1/tables")
+        assert r.status_code == 503 and r.headers["Retry-After"] == "2", r.text
+        assert "the server is at capacity" in r.json()["detail"]
+    finally:
+        small.engine.dispose()

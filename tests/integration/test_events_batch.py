@@ -4,6 +4,7 @@ tables)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from helpers import append_batches, bearer, current, issue_token, make_table
 from pyiceberg.table import Table
@@ -32,6 +34,7 @@ from lakewarden.events.ingest import sync_table
 from lakewarden.formats.iceberg import history
 from lakewarden.runtime import Runtime
 from lakewarden.tables import add_table
+from services.api import deps
 from services.api.schemas import MAX_EVENT_BATCH
 
 ORDERS = {"namespace": "sales", "name": "orders"}
@@ -423,3 +426,25 @@ def test_the_metadata_view_reads_what_the_full_parse_reads(rt: Runtime) -> None:
     assert view.properties == table.properties and view.location() == table.location()
     # A file a view does not read (compressed) is parsed in full.
     assert read_view(table.io, table.metadata_location + ".gz.metadata.json") is None
+
+
+def test_a_batch_with_no_turn_to_ingest_is_a_503_to_retry(
+    client: TestClient, rt: Runtime, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every turn taken (a burst of batches in progress): the next batch waits on the event
+    loop, then is answered 503 with Retry-After and nothing of it ingested; sent again once
+    a turn is free, it is ingested."""
+    table = make_table(rt)
+    _register(client)
+    table = append_batches(table, 1)  # a commit not ingested yet
+    before = _snapshot_ids(rt)
+    monkeypatch.setattr(deps, "INGEST_WAIT_S", 0.2)
+    monkeypatch.setattr(app.state, "ingest_gate", asyncio.Semaphore(0))  # every turn taken
+    items = {"events": [ORDERS | {"snapshot_id": _commits(table)[-1]}]}
+    r = client.post("/api/v1/events/batch", json=items)
+    assert r.status_code == 503 and r.headers["Retry-After"] == "2", r.text
+    assert "ingest is at capacity" in r.json()["detail"] and _snapshot_ids(rt) == before
+    app.state.ingest_gate.release()  # a batch in progress finished
+    r = client.post("/api/v1/events/batch", json=items)
+    assert r.status_code == 202 and r.json()["new_events"] == 1, r.text
+    assert not app.state.ingest_gate.locked()  # the turn given back

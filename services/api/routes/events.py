@@ -63,7 +63,7 @@ from lakewarden.states import PATH_CATALOGS, TableFormatName
 from lakewarden.tables import TableGone, get_tables
 from services.api import errors
 from services.api.access import AccessDep
-from services.api.deps import RuntimeDep, SessionDep, managed
+from services.api.deps import BatchTurn, RuntimeDep, SessionDep, managed
 from services.api.schemas import (
     EventAccepted,
     EventBatchAccepted,
@@ -579,11 +579,13 @@ def _fail_unexpected(
             "right types): nothing was ingested. A notification that is well-formed but "
             "refused (an invalid table name, a snapshot not in the table, a table not "
             "managed, no operator role on its namespace) is reported on its own item",
+            503: "ingest is at capacity (a burst of batches): nothing of this batch was "
+            "ingested; retry after `Retry-After` seconds",
         },
     ),
 )
 def post_events_batch(
-    body: EventBatchIn, rt: RuntimeDep, session: SessionDep, access: AccessDep
+    body: EventBatchIn, _turn: BatchTurn, rt: RuntimeDep, session: SessionDep, access: AccessDep
 ) -> EventBatchAccepted:
     """Report many commits, of any tables, in one call (a catalog or engine forwarding
     its commit stream). Idempotent, like POST /api/v1/events, item by item.
@@ -595,7 +597,8 @@ def post_events_batch(
     is ingested in a savepoint of its own, and what the answer says was recorded is
     committed when it arrives. Each item needs the operator role on its table's
     namespace; the call needs it somewhere. A batch counts as one call against the
-    rate limit.
+    rate limit. A replica ingests a few batches at once; one that finds no turn within
+    seconds is answered 503 with Retry-After, nothing of it ingested.
     """
     access.need_somewhere(Role.operator)
     batch = _Batch(body.events)

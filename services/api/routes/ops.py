@@ -25,8 +25,9 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz")
-def get_liveness() -> dict[str, str]:
-    """The process is up (no dependencies checked)."""
+async def get_liveness() -> dict[str, str]:
+    """The process is up (no dependencies checked). Async: answered on the event loop, not
+    queued behind the requests holding the worker threads (B42: a burst of batches)."""
     return {"status": "ok"}
 
 
