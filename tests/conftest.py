@@ -65,43 +65,11 @@ def _with_db(url: str, name: str) -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
-# The suite runs in two pytest-xdist workers (`--dist loadgroup`, pyproject.toml), each a
-# session of its own. A test file whose tests use one of these session servers goes to that
-# server's worker group, so that each starts once in a run (its JVM's start and memory
-# paid once); by priority, as a file that uses two joins the first's group. Every other
-# file is a group of its own: its module fixtures run once, on one worker.
-SHARED_SERVERS = (
-    "spark_writers",  # Hudi's and Delta's family JVMs, the Flink writer (hudi_tables uses it)
-    "hdfs",
-    "yarn",
-    "hive_metastore",
-    "trino",
-    "spark_cluster",
-    "zookeeper",
-    "s3_server",
-)
-
-
-def _worker_group(items: list[pytest.Item]) -> dict[str, str]:
-    """Each test file's xdist group: the first of `SHARED_SERVERS` any of its tests uses,
-    else the file itself."""
-    uses: dict[str, set[str]] = {}
-    for item in items:
-        uses.setdefault(item.nodeid.split("::")[0], set()).update(getattr(item, "fixturenames", ()))
-    return {
-        path: next((f"server-{name}" for name in SHARED_SERVERS if name in names), path)
-        for path, names in uses.items()
-    }
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark slow what starts a JVM or other processes: every `spark` test, every test of a
     module that imports subprocess or multiprocessing (so a new one is marked too), and
-    every test that uses a server fixture (`SERVER_FIXTURES`). Skip a soak unless asked.
-    Put each test in its file's xdist group (`_worker_group`)."""
-    groups = _worker_group(items)
+    every test that uses a server fixture (`SERVER_FIXTURES`). Skip a soak unless asked."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
         module = getattr(item, "module", None)
         starts = module is not None and any(
             isinstance(vars(module).get(name), ModuleType)
