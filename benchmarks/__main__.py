@@ -62,6 +62,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B40": ("benchmarks.incremental_logs", "b40"),
     "B41": ("benchmarks.evaluation_history", "b41"),
     "B42": ("benchmarks.ingest_burst", "b42"),
+    "B43": ("benchmarks.trino", "b43"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
@@ -73,8 +74,9 @@ FIGURES: dict[str, tuple[str, str]] = {
 # checks; `--smoke --only B37` drains 12; B38 a Delta-family JVM like B27, its compaction and
 # validation run by the same test file; B23 a Hudi-family JVM and a Flink JVM per standalone
 # compaction, minutes, whose compaction of a version-6 table tests/integration/
-# test_live_writer.py runs beside a Flink writer).
-NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B38"}
+# test_live_writer.py runs beside a Flink writer; B43 a Trino as B22, whose join plan the same
+# Trino test file checks).
+NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B38", "B43"}
 
 
 def _context(smoke: bool) -> Context:

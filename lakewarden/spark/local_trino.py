@@ -137,6 +137,16 @@ class Trino:
             return False
 
 
+def estimated_rows(plan: str, node: str) -> float | None:
+    """The output rows Trino's EXPLAIN estimates for the first `node` (e.g. "InnerJoin") of
+    `plan`; None where it shows `?` (it lacks the statistics to estimate them)."""
+    lines = plan.splitlines()
+    at = next(i for i, line in enumerate(lines) if f"{node}[" in line)
+    shown = next(line for line in lines[at:] if "Estimates: {rows: " in line)
+    rows = shown.split("Estimates: {rows: ", 1)[1].split(" ", 1)[0]
+    return None if rows == "?" else float(rows.replace(",", ""))
+
+
 def _literal(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
