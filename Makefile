@@ -9,7 +9,7 @@ test:
 quick:  ## the inner loop: every test that starts no JVM and no other process (under a minute)
 	.venv/bin/pytest -q -m "not slow"
 
-soak:  ## lakewarden's services beside a live Flink writer of Hudi and a Delta stream, 4 minutes each (issues 28, 29)
+soak:  ## lakewarden's services beside live Hudi writers (Flink, version 6; Spark, version 9) and a Delta stream, 4 minutes each (issues 28, 29)
 	LAKEWARDEN_SOAK_SECONDS=240 .venv/bin/pytest -n0 -q -s -m soak tests/integration/test_live_writer.py
 
 lint:

@@ -35,6 +35,9 @@ class Verdict:
     reason: str
     metrics: dict[str, Any] = field(default_factory=dict)
     expected_gain: dict[str, Any] = field(default_factory=dict)
+    # Needed, but not for this many seconds yet: the task opens now (so later commits find
+    # it open) and its planning waits (`PlanOutcome.retry_in_s`).
+    wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class EventFacts:
 class PlanOutcome:
     plan: dict[str, Any] | None  # None: nothing worth doing (the reason says why)
     reason: str
+    # With no plan: not yet, plan again in this many seconds (the task goes back to
+    # pending, no attempt spent) instead of skipping it.
+    retry_in_s: float | None = None
 
 
 @dataclass(frozen=True)

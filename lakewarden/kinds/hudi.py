@@ -9,6 +9,7 @@ one interval after the registration (`kinds.formats.judged_at_registration`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,7 +91,7 @@ def explained(outcome: PlanOutcome, timeline: HudiTimeline) -> PlanOutcome:
     """The reason says when the file slices were listed incrementally (`hudi.incremental`)."""
     read = incremental.shared().last.get(timeline.base_path)
     said = read.explain() if read is not None else ""
-    return PlanOutcome(outcome.plan, f"{outcome.reason} ({said})") if said else outcome
+    return replace(outcome, reason=f"{outcome.reason} ({said})") if said else outcome
 
 
 def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dict[str, Verdict]:

@@ -103,7 +103,9 @@ def writer_compacts(
 # appends against a compaction another process planned: a delta commit requested just after
 # lakewarden's plan wrote to the slice the compaction replaced, and its updates were lost
 # (tests/integration/test_live_writer.py at 240 s). So lakewarden compacts such a table only
-# once its writer has been quiet this long.
+# once its writer has been quiet this long: the task opens when compaction is due and its
+# planning waits (back to pending until then, again if the writer wrote meanwhile), so a
+# writer that stops is compacted without waiting for a commit that would never come.
 OLD_WRITER_QUIET_S = 900.0
 
 
@@ -144,17 +146,26 @@ def verdict(
     writer = writer_compacts(timeline, ours, instants)
     if writer is not None:
         return Verdict(False, f"{writer}; lakewarden does not fight it", metrics)
-    if facts.table_version < 8:
+    due = _due(policy, facts, metrics, most)
+    if due.needed and facts.table_version < 8:
         ago = timeline.written_ago_s(time.time() if now is None else now, instants)
         if ago is not None and ago < OLD_WRITER_QUIET_S:
             return Verdict(
-                False,
-                f"table version {facts.table_version} (a Hudi 0.x writer's) had a delta commit "
-                f"{ago:.0f}s ago: lakewarden compacts it only after {OLD_WRITER_QUIET_S:.0f}s "
-                "without one (a Hudi 0.14 Flink writer appends to the file slice another "
-                "process's compaction replaces: updates lost, docs/hudi.md)",
+                True,
+                f"{due.reason}, but table version {facts.table_version} (a Hudi 0.x "
+                f"writer's) had a delta commit {ago:.0f}s ago: lakewarden compacts it only "
+                f"after {OLD_WRITER_QUIET_S:.0f}s without one (a Hudi 0.14 Flink writer "
+                "appends to the file slice another process's compaction replaces: updates "
+                "lost, docs/hudi.md); the task waits",
                 metrics,
+                due.expected_gain,
+                wait_s=OLD_WRITER_QUIET_S - ago,
             )
+    return due
+
+
+def _due(policy: CompactionPolicy, facts: HudiFacts, metrics: dict[str, Any], most: int) -> Verdict:
+    """Whether the log files call for a compaction, by the policy's thresholds."""
     gain = {"log_files_merged_estimate": facts.log_files}
     if most >= policy.min_input_files:
         return Verdict(
@@ -186,8 +197,8 @@ def plan(
     """The job's plan (the table's base path and what the planner saw), or why not. The
     compaction instant itself is planned by the job (Hudi's schedule), recorded on its run."""
     found = verdict(policy, facts, timeline, ours)
-    if not found.needed:
-        return PlanOutcome(None, found.reason)
+    if not found.needed or found.wait_s is not None:
+        return PlanOutcome(None, found.reason, retry_in_s=found.wait_s)
     return PlanOutcome(
         {
             "format": "hudi",

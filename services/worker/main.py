@@ -105,7 +105,13 @@ class Worker:
             return True
         finally:
             self.current_task = None
-        if outcome.plan is None:
+        if outcome.plan is None and outcome.retry_in_s is not None:
+            # Not yet (a Hudi 0.x writer still writing): planned again later, no attempt spent.
+            not_before = datetime.now(UTC) + timedelta(seconds=max(1.0, outcome.retry_in_s))
+            self._finish(
+                task.id, TaskState.PENDING, outcome.reason, not_before=not_before, holder=None
+            )
+        elif outcome.plan is None:
             self._finish(task.id, TaskState.SKIPPED, outcome.reason)
         else:
             # the stamp lets dispatch and the job see whether the policy changed since

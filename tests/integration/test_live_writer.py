@@ -12,12 +12,13 @@ writer, compactions lost updates: `hudi_compaction.OLD_WRITER_QUIET_S`), then co
 once the writer is quiet (its Hudi 1.2 jobs never upgrade a writer's table). Every key's
 final value (hudi-rs) is the one the writer's own log says, none lost, none twice; nothing
 lakewarden started is left pending on the timeline. A Flink writer that compacts itself is
-left alone.
+left alone. A Hudi 1.2 writer (Spark's datasource, table version 9) is compacted and
+cleaned beside as often as the policy allows, with the same checks.
 
 Delta: Structured Streaming appends a rate source's rows while lakewarden's OPTIMIZE runs;
 delta-rs reads every id from 0 to the last once: none lost, none twice.
 
-The two soaks are skipped unless LAKEWARDEN_SOAK_SECONDS is set (`make soak`: the 4-minute
+The soaks are skipped unless LAKEWARDEN_SOAK_SECONDS is set (`make soak`: the 4-minute
 proof, LAKEWARDEN_SOAK_SECONDS=240 pytest -s tests/integration/test_live_writer.py); the
 bad rewrite beside a writer runs in every suite.
 """
@@ -40,6 +41,9 @@ from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.kinds import hudi_clean, hudi_compaction
 
 KEYS, BATCH = 3000, 400
+# The Flink soak's quiet time before a version-6 table is compacted (the product's is 900 s):
+# longer than any pause between the writer's rounds, short enough for a test.
+QUIET_S = 60.0
 
 
 def _expected(log: Path) -> dict[int, int]:
@@ -72,22 +76,21 @@ def _summary(soak: Soak) -> dict[str, dict[str, int]]:
     return {k: dict(v) for k, v in out.items()}
 
 
-@pytest.mark.spark
-@pytest.mark.soak
-@pytest.mark.timeout(3600)
-def test_hudi_compaction_waits_out_a_live_flink_writer_of_version_6_and_loses_nothing(
-    client: TestClient,
-    db_url: str,
-    spark_writers: SparkWriters,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Measured at 240 s before the guard: lakewarden's compactions beside this writer lost
-    33 updates (a Flink delta commit appended to the slice a compaction replaced). Now
-    lakewarden plans none while the writer writes (`OLD_WRITER_QUIET_S`, explain says
-    why), and compacts once the writer is quiet (the quiet time shortened here)."""
-    warehouse = tmp_path / "wh"
-    table = warehouse / "lake" / "t"
+# Compaction and clean as often as the table allows, cleaning down to two instants.
+SERVICES = {
+    "compaction": {"min_input_files": 2, "min_small_files": 2},
+    "clean": {
+        "keep_last_snapshots": 2,
+        "max_snapshot_age_hours": 0.000001,
+        "allow_below_safety_floors": True,
+    },
+}
+
+
+def _soak_step(tmp_path: Path) -> tuple[Path, Path, Path, float, dict[str, Any]]:
+    """The soak's table, the writer's log, its stop file, the seconds it writes and the
+    writer's step (`spark_writer`'s and `flink_writer`'s "soak": "hudi")."""
+    table = tmp_path / "wh" / "lake" / "t"
     table.parent.mkdir(parents=True)
     log, stop = tmp_path / "writer.jsonl", tmp_path / "stop"
     seconds = soak_seconds()
@@ -100,45 +103,15 @@ def test_hudi_compaction_waits_out_a_live_flink_writer_of_version_6_and_loses_no
         "batch": BATCH,
         "log": str(log),
     }
-    # The table exists before lakewarden looks: the writer's first round (every key).
-    spark_writers.run(FLINK, [{**step, "rounds": 1}], timeout=1200)
-    _register(
-        client,
-        "hudi",
-        warehouse,
-        {
-            "compaction": {"min_input_files": 2, "min_small_files": 2},
-            "clean": {
-                "keep_last_snapshots": 2,
-                "max_snapshot_age_hours": 0.000001,
-                "allow_below_safety_floors": True,
-            },
-        },
-    )
-    soak = Soak.start(db_url, tmp_path / "data")
-    try:
-        counts = run_beside(
-            soak,
-            lambda: spark_writers.run(FLINK, [step], timeout=stop_by(seconds) + 600),
-            stop,
-            (),
-            seconds,
-        )
-        beside = [t.kind for t, _ in soak.runs()]
-        why = client.get("/api/v1/catalogs/live/tables/lake/t/hudi").json()
-        waiting = next(x for x in why["services"] if x["service"] == "compaction")
-        # The writer has stopped: once it has been quiet, lakewarden compacts.
-        monkeypatch.setattr(hudi_compaction, "OLD_WRITER_QUIET_S", 5.0)
-        time.sleep(6)
-        deadline = time.monotonic() + 900
-        while not soak.succeeded(hudi_compaction.KIND):
-            assert time.monotonic() < deadline, [(t.kind, t.state) for t, _ in soak.runs()]
-            soak.turn()
-            time.sleep(1.0)
-        runs = soak.runs()
-    finally:
-        soak.close()
+    return table, log, stop, seconds, step
 
+
+def _every_key(
+    table: Path, log: Path, soak: Soak, runs: list[tuple[Any, Any]], counts: dict[str, Any]
+) -> tuple[dict[str, Any], list[Any]]:
+    """The soak's report, having checked every key's final value (hudi-rs) against the
+    writer's own log: none lost, none twice, none wrong; and the instants lakewarden
+    started (or any but a writer's delta commit) still pending on the timeline."""
     want = _expected(log)
     from hudi import HudiTable
 
@@ -163,18 +136,101 @@ def test_hudi_compaction_waits_out_a_live_flink_writer_of_version_6_and_loses_no
         "lost": len(lost),
         "duplicated": len(twice),
         "wrong_value": len(wrong),
-        "kinds_run_beside_the_writer": beside,
     }
-    print("SOAK hudi", json.dumps(report, default=str))
     assert not lost and not twice and not wrong, report
-    assert len(ids) == len(want) == KEYS
+    assert len(ids) == len(want) == KEYS, report
+    return report, left
+
+
+@pytest.mark.spark
+@pytest.mark.soak
+@pytest.mark.timeout(3600)
+def test_hudi_compaction_waits_out_a_live_flink_writer_of_version_6_and_loses_nothing(
+    client: TestClient,
+    db_url: str,
+    spark_writers: SparkWriters,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Measured at 240 s before the guard: lakewarden's compactions beside this writer lost
+    33 updates (a Flink delta commit appended to the slice a compaction replaced). Now its
+    compaction task waits until the writer has been quiet (`OLD_WRITER_QUIET_S`, shortened
+    here to 60 s; explain says why), and runs once it is, with no new commit to wake it:
+    a task that waited for a commit after the writer stopped never opened (2026-11-26)."""
+    monkeypatch.setattr(hudi_compaction, "OLD_WRITER_QUIET_S", QUIET_S)
+    table, log, stop, seconds, step = _soak_step(tmp_path)
+    # The table exists before lakewarden looks: the writer's first round (every key).
+    spark_writers.run(FLINK, [{**step, "rounds": 1}], timeout=1200)
+    _register(client, "hudi", tmp_path / "wh", SERVICES)
+    soak = Soak.start(db_url, tmp_path / "data")
+    waiting: dict[str, Any] = {}
+
+    def write() -> Any:
+        answer = spark_writers.run(FLINK, [step], timeout=stop_by(seconds) + 600)
+        why = client.get("/api/v1/catalogs/live/tables/lake/t/hudi").json()
+        waiting.update(next(x for x in why["services"] if x["service"] == "compaction"))
+        return answer
+
+    try:
+        # run_beside turns lakewarden until it is idle: the compaction, once quiet.
+        counts = run_beside(soak, write, stop, (), seconds)
+        runs = soak.runs()
+    finally:
+        soak.close()
+
+    timeline = HudiTimeline(str(table))
+    last_write = max(i.requested for i in timeline.completed() if i.action == "deltacommit")
+    planned = [
+        str(r.metrics.get(hudi_compaction.PLANNED))
+        for t, r in runs
+        if t.kind == hudi_compaction.KIND and r.metrics
+    ]
+    beside = [p for p in planned if p < last_write]  # planned before the writer's last commit
+    report, left = _every_key(table, log, soak, runs, counts)
+    report["kinds_run_beside_the_writer"] = beside
+    print("SOAK hudi flink", json.dumps(report, default=str))
     assert left == [], report
-    assert hudi_compaction.KIND not in beside, report  # none while the writer wrote
-    assert "only after 900s without one" in waiting["reason"], waiting
+    assert beside == [], report  # none planned while the writer wrote
+    assert soak.succeeded(hudi_compaction.KIND), report  # and one once it was quiet
+    assert f"only after {QUIET_S:.0f}s without one" in waiting["reason"], waiting
     # Every task lakewarden opened ended well, if after a retry (a conflict with the
     # writer fails an attempt, the next goes on).
     ended = {t.id: t.state for t, _ in runs}
     assert set(ended.values()) <= {"succeeded", "skipped"}, report
+
+
+@pytest.mark.spark
+@pytest.mark.soak
+@pytest.mark.timeout(3600)
+def test_hudi_compaction_and_clean_beside_a_live_spark_upsert_writer_of_version_9(
+    client: TestClient, db_url: str, spark_writers: SparkWriters, tmp_path: Path
+) -> None:
+    """A Hudi 1.2 writer (Spark's datasource, table version 9) upserts round by round
+    into a merge-on-read table with the concurrency control lakewarden's jobs set, while
+    lakewarden compacts and cleans it as often as the policy allows: every key's final
+    value is the writer's last, none lost, none twice, nothing of ours left pending."""
+    table, log, stop, seconds, step = _soak_step(tmp_path)
+    spark_writers.run("hudi", [{**step, "seconds": 0}], timeout=1200)
+    _register(client, "hudi", tmp_path / "wh", SERVICES)
+    soak = Soak.start(db_url, tmp_path / "data")
+    try:
+        counts = run_beside(
+            soak,
+            lambda: spark_writers.run("hudi", [step], timeout=stop_by(seconds) + 600),
+            stop,
+            (hudi_compaction.KIND, hudi_clean.KIND),
+            seconds,
+        )
+        runs = soak.runs()
+    finally:
+        soak.close()
+    report, left = _every_key(table, log, soak, runs, counts)
+    print("SOAK hudi spark", json.dumps(report, default=str))
+    assert left == [], report
+    assert soak.succeeded(hudi_compaction.KIND) and soak.succeeded(hudi_clean.KIND), report
+    # Every task lakewarden opened ended well, if after a retry (a conflict with the
+    # writer fails an attempt, the next goes on).
+    assert {t.state for t, _ in runs} <= {"succeeded", "skipped"}, report
 
 
 @pytest.mark.spark

@@ -101,9 +101,15 @@ def test_a_version_6_table_is_compacted_only_once_its_writer_is_quiet(tmp_path: 
     facts, timeline, written = table(6)
     quiet = hudi_compaction.OLD_WRITER_QUIET_S
     live = hudi_compaction.verdict(policy, facts, timeline, set(), now=written + 60)
-    assert not live.needed and "only after 900s without one" in live.reason, live.reason
+    # Due, so its task opens (later commits find it open), but its planning waits.
+    assert live.needed and "only after 900s without one" in live.reason, live.reason
+    assert live.wait_s is not None and abs(live.wait_s - (quiet - 60)) < 1, live.wait_s
     later = hudi_compaction.verdict(policy, facts, timeline, set(), now=written + quiet + 1)
-    assert later.needed, later.reason
+    assert later.needed and later.wait_s is None, later.reason
+    # The planner (its delta commit written just now): no plan, planned again later.
+    waiting = hudi_compaction.plan(policy, facts, timeline, set())
+    assert waiting.plan is None and waiting.retry_in_s is not None, waiting
+    assert quiet - 60 < waiting.retry_in_s <= quiet, waiting.retry_in_s
     facts9, timeline9, written9 = table(9)
     beside = hudi_compaction.verdict(policy, facts9, timeline9, set(), now=written9 + 60)
     assert beside.needed, beside.reason
