@@ -1,6 +1,7 @@
 """Delta's own commands on a Delta-family session (`lakewarden.spark.session`,
 `family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`), `REORG … APPLY (PURGE)`,
-`VACUUM`, a TTL's `DELETE` (and its count right before) and `RESTORE` (undo).
+`VACUUM`, a TTL's `DELETE` (and its count right before), `RESTORE` (undo), and statistics
+recomputed by Delta's `StatisticsCollection.recompute` (no SQL for it in Delta 3.3.3).
 
 Every command runs in a new session of the job's own (`spark.newSession()`) whose
 `spark.databricks.delta.commitInfo.userMetadata` is the job's mark as a JSON object (the
@@ -139,6 +140,40 @@ def restore(spark: SparkSession, path: str, version: int, task_id: int) -> dict[
     session.conf.set(USER_METADATA, json.dumps({UNDO_KEY: str(task_id)}))
     rows = session.sql(restore_sql(path, version)).collect()
     return rows[0].asDict(recursive=True) if rows else {}
+
+
+def recompute_stats(
+    session: SparkSession, path: str, partitions: list[dict[str, Any]] | None
+) -> None:
+    """Delta's own `StatisticsCollection.recompute(spark, deltaLog, catalogTable,
+    predicates, fileFilter)` in `session` (a `marked_session`): the files of `partitions`
+    (None: the whole table) are read and committed again with their statistics, one
+    `COMPUTE STATS` commit (dataChange false). Delta 3.3.3's SQL has no statement for it
+    (`ANALYZE TABLE … COMPUTE DELTA STATISTICS` is a parse error), so it is called through
+    py4j. Its commit's userMetadata (the job's mark) is read from the active session: the
+    marked one is made active for the call. Its predicates must name partition columns
+    only, which `partition_predicate` does; the default file filter (every file of them)."""
+    jvm: Any = session._jvm
+    jsession: Any = session._jsparkSession
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jsession, _path(path))
+    recompute = jvm.org.apache.spark.sql.delta.stats.StatisticsCollection
+    if partitions:
+        where = jvm.org.apache.spark.sql.functions.expr(partition_predicate(partitions)).expr()
+        predicates = jvm.org.apache.spark.api.python.PythonUtils.toSeq([where])
+    else:
+        predicates = getattr(recompute, "recompute$default$4")()  # Seq(true): every file
+    every_file = getattr(recompute, "recompute$default$5")()
+    active = jvm.org.apache.spark.sql.SparkSession.getActiveSession()
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+    try:
+        recompute.recompute(
+            jsession, delta_log, jvm.scala.Option.apply(None), predicates, every_file
+        )
+    finally:
+        if active.isDefined():
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(active.get())
+        else:
+            jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
 
 
 def _path(path: str) -> str:
