@@ -625,10 +625,27 @@ def _undo_ttl(
     return f"undone, the table was restored to savepoint {savepoint}"
 
 
+def _earlier_indexing(rt: Runtime, job: Job) -> str | None:
+    """The indexing instant the task's newest earlier run recorded, or None."""
+    with transaction(rt.engine) as s:
+        found = s.scalar(
+            select(JobRun.metrics[hudi_stats.BUILT].astext)
+            .where(
+                JobRun.task_id == job.task_id,
+                JobRun.attempt < job.attempt,
+                JobRun.metrics[hudi_stats.BUILT].isnot(None),
+            )
+            .order_by(JobRun.attempt.desc())
+            .limit(1)
+        )
+    return str(found) if found else None
+
+
 def _stats(rt: Runtime, job: Job, spark: SparkSession, metrics: dict[str, Any]) -> None:
     """Build the column-stats index with Hudi's async indexer (`column_stats.build`); the
     indexing instant is recorded on the run as soon as Hudi scheduled it (`hudi_stats.BUILT`),
-    so that a retry resumes it and the planner knows the index for lakewarden's. The index
+    so that a retry resumes it (or finds it done) and the planner knows the index for
+    lakewarden's. The index
     must be a built partition of the metadata table after."""
     base_path = str(job.plan["base_path"])
     policy_check(rt, job.task_id)()
@@ -639,6 +656,15 @@ def _stats(rt: Runtime, job: Job, spark: SparkSession, metrics: dict[str, Any]) 
         record_metrics(rt, job, metrics)
 
     resume = job.plan.get("resume_instant")
+    earlier = _earlier_indexing(rt, job)  # a retry: the instant an earlier attempt scheduled
+    if earlier is not None:
+        state = column_stats.read_state(HudiTimeline(base_path))
+        if earlier in state.pending_indexing:
+            resume = earlier
+        elif earlier in state.completed_indexing and state.built:
+            metrics.update({hudi_stats.BUILT: earlier, "recovered": True})
+            metrics["column_stats_index"] = state.summary()
+            return
     if resume:
         metrics[hudi_stats.BUILT] = str(resume)
     started = time.monotonic()
