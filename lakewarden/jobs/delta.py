@@ -306,10 +306,11 @@ def _execute(
         return {"log": done}
     if job.kind == "stats":
         session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
-        delta_jobs.recompute_stats(session, where, plan.get("partitions"))
+        chosen = delta_jobs.recompute_stats(session, where, plan.get("partitions"))
         after = read_facts(DeltaTimeline(path, storage), target_file_size=1, small_file_ratio=1.0)
         return {
             "files_without_stats_before": plan.get("files_without_stats"),
+            "files_without_stats_chosen": chosen,
             "files_without_stats_after": after.files_without_stats,
         }
     raise PlanRejected(f"{job.kind} does not run on Delta tables yet (issue 29)")

@@ -994,17 +994,19 @@ def test_stats_recomputes_the_statistics_a_writer_left_out(
     """Issue 32 §1 on Delta: a writer with statistics collection off
     (`spark.databricks.delta.stats.collect=false`) leaves files without statistics in two
     partitions. Health counts them; the registration opens a stats task; the job
-    recomputes them with Delta's StatisticsCollection.recompute in those two partitions
-    only (one COMPUTE STATS commit with the job's mark, the third partition's file not in
-    it); the log's JSON then holds statistics for every live file, the rows as before; a
-    stats task asked again is skipped, saying the statistics are fresh."""
+    recomputes them with Delta's StatisticsCollection.recompute in those two partitions,
+    those files only (one COMPUTE STATS commit with the job's mark, neither the third
+    partition's file nor the other file of a due partition in it); the log's JSON then
+    holds statistics for every live file, the rows as before; a stats task asked again is
+    skipped, saying the statistics are fresh."""
     services.warm_applications(spark_writers, monkeypatch)
     warehouse = tmp_path / "wh"
     path = str(warehouse / "lake" / "nostats")
     table = f"delta.`{path}`"
     off = {"spark.databricks.delta.stats.collect": "false"}
     steps = [_create(table), _insert(table, 0, "d1", conf=off), _insert(table, 10, "d2", conf=off)]
-    spark_writers.run("delta", [*steps, _insert(table, 20, "d3")])
+    # files with statistics too: d3's, and one more in d1 (a due partition)
+    spark_writers.run("delta", [*steps, _insert(table, 20, "d3"), _insert(table, 30, "d1")])
     assert _without_stats(path) == {"day=d1": 1, "day=d2": 1}  # what the job must change
     rows = _digest(path)
 
@@ -1013,7 +1015,7 @@ def test_stats_recomputes_the_statistics_a_writer_left_out(
     health = client.get(f"{TABLES}/lake/nostats/delta").json()
     assert health["facts"]["files_without_stats"] == 2, health["facts"]
     command = {c["command"]: c for c in health["commands"]}["compute_stats"]
-    assert command["due"] and "2 of 3 live file(s) have no statistics" in command["reason"]
+    assert command["due"] and "2 of 4 live file(s) have no statistics" in command["reason"]
     detail = client.get(f"{TABLES}/lake/nostats/events").json()["items"][0]["decision_detail"]
     assert detail["stats"]["decision"] == "task-created", detail
     task_id = int(detail["stats"]["task_id"])
@@ -1023,12 +1025,17 @@ def test_stats_recomputes_the_statistics_a_writer_left_out(
     assert sorted(p["day"] for p in plan["partitions"]) == ["d1", "d2"]
     run = services.run(task_id)
     metrics = run.metrics or {}
-    assert metrics["delta"] == {"files_without_stats_before": 2, "files_without_stats_after": 0}
+    assert metrics["delta"] == {
+        "files_without_stats_before": 2,
+        "files_without_stats_chosen": 2,
+        "files_without_stats_after": 0,
+    }
     commit = DeltaTimeline(path).find_job_commits(task_id)
     assert commit is not None and commit.operation == "COMPUTE STATS"
-    assert commit.summary["files-added"] == "2"  # d1's and d2's, not d3's
+    # the two without statistics; not d3's file, nor d1's that had them
+    assert commit.summary["files-added"] == "2"
 
     assert _without_stats(path) == {}  # every live file has statistics now
     assert _digest(path) == rows
     again = _ask(client, "stats", f"{TABLES}/lake/nostats")
-    assert "statistics are fresh: all 3 live file(s)" in _skipped(services, again)
+    assert "statistics are fresh: all 4 live file(s)" in _skipped(services, again)
