@@ -8,7 +8,7 @@ without them: no skipping on those files.
 The stats kind finds the live files without statistics (the log's add actions, no JVM) and
 recomputes them, in the partitions that hold such files only, with Delta's own
 `StatisticsCollection.recompute` (`formats.delta.jobs.recompute_stats`): it reads those
-partitions' files and commits them again with statistics (`COMPUTE STATS`, dataChange
+files (only those) and commits them again with statistics (`COMPUTE STATS`, dataChange
 false: readers and streams see no new data). Delta 3.3.3 has no SQL for it (`ANALYZE TABLE
 … COMPUTE DELTA STATISTICS` is refused by its parser), and its recompute refuses a table
 whose protocol allows deletion vectors: such a table is skipped, saying so. The policy's
