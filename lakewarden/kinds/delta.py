@@ -270,6 +270,13 @@ def clustering_verdict(policy: ClusteringPolicy, facts: DeltaFacts) -> Verdict:
     return Verdict(True, reason, metrics)
 
 
+def stats_facts(timeline: DeltaTimeline) -> DeltaFacts:
+    """The facts the stats kind reads (its files' statistics; sizes play no part)."""
+    return read_facts(
+        timeline, target_file_size=1 << 27, small_file_ratio=1.0, files=incremental.shared().files
+    )
+
+
 def event_verdicts(
     session: Session, table_id: int, policy: Policy, timeline: DeltaTimeline
 ) -> dict[str, Verdict]:
@@ -311,12 +318,7 @@ def event_verdicts(
     else:
         out["clustering"] = Verdict(False, "clustering is disabled by policy")
     if policy.stats.enabled:
-        facts = read_facts(
-            timeline,
-            target_file_size=1 << 27,
-            small_file_ratio=1.0,
-            files=incremental.shared().files,
-        )
+        facts = stats_facts(timeline)
         out["stats"] = delta_stats.stats_verdict(policy.stats, facts)[0]
     else:
         out["stats"] = Verdict(False, "stats is disabled by policy")
@@ -517,12 +519,7 @@ def plan(
         if held is not None:
             extra["readiness_hold"] = vars(held)
     elif isinstance(section, StatsPolicy):
-        facts = read_facts(
-            timeline,
-            target_file_size=1 << 27,
-            small_file_ratio=1.0,
-            files=incremental.shared().files,
-        )
+        facts = stats_facts(timeline)
         found, due = delta_stats.stats_verdict(section, facts)
         extra = {"action": "recompute_stats", "files_without_stats": facts.files_without_stats}
     else:

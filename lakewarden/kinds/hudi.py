@@ -5,8 +5,8 @@ files (no JVM), by kind: compaction (`hudi_compaction`), clean and archival
 `kinds.formats.PLANNERS`; each job runs Hudi's own procedures (`lakewarden.jobs.hudi`).
 
 Every kind is judged when the table's timeline moves (and at registration, the baseline
-event), clean and TTL too; the leader's sweep opens those two by time as well, the first
-one interval after the registration (`kinds.formats.judged_at_registration`)."""
+event), clean, TTL and stats too; the leader's sweep opens those three by time as well, the
+first one interval after the registration (`kinds.formats.judged_at_registration`)."""
 
 from __future__ import annotations
 
