@@ -482,7 +482,9 @@ def retry(ctx: typer.Context, task_id: TaskId, output: Output = Format.table) ->
 def trigger(
     ctx: typer.Context,
     name: TableName,
-    kind: Annotated[str, typer.Argument(help="compaction, clustering, zorder, ttl or clean")],
+    kind: Annotated[
+        str, typer.Argument(help="compaction, clustering, zorder, ttl, clean or stats")
+    ],
     override_disabled: Annotated[
         bool, typer.Option("--override-disabled", help="run it once though the policy disables it")
     ] = False,

@@ -334,13 +334,27 @@ def application_leader(rt: Runtime) -> Iterator[Scheduler]:
         sched.applications.kill_all()
 
 
+def warm_launch(rt: Runtime, writers: Any, family: str) -> Any:
+    """A leader's launch that runs the application in the shared `family` writer's warm JVM
+    (`spark_writer.run_job`: the application's own code, with the environment the leader
+    gives one), not a JVM of its own."""
+    from lakewarden.spark.submit import application_settings, settings_env
+
+    def launch(fence: Any, job: Any, timeout_s: float) -> None:
+        env = settings_env(application_settings(rt.settings), rt.db_url)
+        writers.run(family, [{"job": {"task_id": job.task_id, "attempt": job.attempt, "env": env}}])
+
+    return launch
+
+
 def run_hudi_pass(
-    db_url: str, tmp_path: Path, task_ids: dict[str, int], **settings: Any
+    db_url: str, tmp_path: Path, task_ids: dict[str, int], warm: Any = None, **settings: Any
 ) -> tuple[dict[str, Task], dict[str, str], dict[str, JobRun]]:
     """Plan the tasks (the worker), then run them (the leader submits each as a Hudi-family
     application, one after the other: one running task per table) to their end: the
-    plans, the end states and the runs. `settings`: more of the leader's (`secrets_dir`
-    where a catalog's references are)."""
+    plans, the end states and the runs. `warm`: the shared writers (`spark_writers`), to
+    run each application in the Hudi writer's warm JVM (`warm_launch`). `settings`: more
+    of the leader's (`secrets_dir` where a catalog's references are)."""
     from sqlalchemy import select
 
     from lakewarden.db.models import JobRun
@@ -355,6 +369,8 @@ def run_hudi_pass(
         plans = {k: task_of(rt, t) for k, t in task_ids.items()}
         assert all(p.state == "planned" for p in plans.values()), plans
         with application_leader(rt) as sched:
+            if warm is not None:
+                sched.applications.launch = warm_launch(rt, warm, "hudi")  # type: ignore[method-assign]
 
             def ended() -> dict[str, str] | None:
                 sched.applications.poll(sched.leading())

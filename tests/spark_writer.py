@@ -208,7 +208,10 @@ def run_job(spark: Any, job: dict[str, Any]) -> int:
         os.environ.clear()
         os.environ.update(saved)
     try:
-        return run_application(rt, int(job["task_id"]), int(job["attempt"]), warm=spark)
+        # A session of the job's own (the same JVM): the confs a job sets on its session
+        # (Hudi's concurrency and table version) stay out of the writer's.
+        session = spark.newSession()
+        return run_application(rt, int(job["task_id"]), int(job["attempt"]), warm=session)
     finally:
         rt.engine.dispose()
 

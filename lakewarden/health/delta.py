@@ -2,7 +2,8 @@
 (`lakewarden.formats.delta.facts`), and what lakewarden would run on it and why
 (`lakewarden.kinds.delta`): OPTIMIZE and REORG ... APPLY (PURGE) as its compaction judges
 them; which layout command runs (a clustered table's OPTIMIZE, never ZORDER BY; else
-OPTIMIZE … ZORDER BY); the log's cleanup (and the checkpoint it needs) as clean judges it."""
+OPTIMIZE … ZORDER BY); the log's cleanup (and the checkpoint it needs) as clean judges it;
+the files without statistics as the stats kind judges them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from lakewarden.kinds.delta import (
     purge_verdict,
     zorder_verdict,
 )
+from lakewarden.kinds.delta_stats import stats_verdict
 from lakewarden.policy.model import Policy
 
 MB = 1 << 20
@@ -69,11 +71,18 @@ def explain_commands(facts: DeltaFacts, now_ms: int, policy: Policy) -> list[dic
         + (f" (version {facts.checkpoint_version}, {age:.0f} s old)" if age is not None else "")
         + f"; {facts.commit_files} commit files in the log; lakewarden's clean: {log.reason}"
     )
+    stats, _ = stats_verdict(policy.stats, facts)
     return [
         {"command": "optimize", "due": verdict.needed, "reason": optimize},
         {"command": "purge", "due": purged.needed, "reason": purge},
         layout_command(facts, policy),
         {"command": "clean_log", "due": log.needed and policy.clean.enabled, "reason": cleanup},
+        {
+            "command": "compute_stats",
+            "due": stats.needed,
+            "reason": f"{facts.files_without_stats} of {facts.files} files have no statistics; "
+            f"lakewarden's stats: {stats.reason}",
+        },
     ]
 
 

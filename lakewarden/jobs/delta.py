@@ -1,7 +1,7 @@
 """Run a Delta table's job (`lakewarden.kinds.delta`: compaction, zorder, clustering, clean;
-`lakewarden.kinds.delta_ttl`: ttl) on a Delta-family session and record its outcome:
-always in a Spark application of its own (`lakewarden.jobs.application_entry`), as every
-format with its own family.
+`lakewarden.kinds.delta_ttl`: ttl; `lakewarden.kinds.delta_stats`: stats) on a
+Delta-family session and record its outcome: always in a Spark application of its own
+(`lakewarden.jobs.application_entry`), as every format with its own family.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.formats.base import Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
+from lakewarden.formats.delta.facts import read_facts
 from lakewarden.formats.delta.log_files import clean_log
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import Unreadable, digest
@@ -303,6 +304,15 @@ def _execute(
         # the log's files past the table's retention: delta-rs, as Delta does at a checkpoint
         done = clean_log(DeltaTimeline(path, storage), checkpoint=bool(plan.get("checkpoint")))
         return {"log": done}
+    if job.kind == "stats":
+        session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
+        chosen = delta_jobs.recompute_stats(session, where, plan.get("partitions"))
+        after = read_facts(DeltaTimeline(path, storage), target_file_size=1, small_file_ratio=1.0)
+        return {
+            "files_without_stats_before": plan.get("files_without_stats"),
+            "files_without_stats_chosen": chosen,
+            "files_without_stats_after": after.files_without_stats,
+        }
     raise PlanRejected(f"{job.kind} does not run on Delta tables yet (issue 29)")
 
 

@@ -1,7 +1,8 @@
 """Run a Hudi table's job (`lakewarden.kinds.hudi`: compaction, clustering and zorder,
-clean and archival, TTL: `_ttl`) on a Hudi-family session and record its outcome: always in a Spark
-application of its own (`lakewarden.jobs.application_entry`), never in the scheduler's
-warm Iceberg session (one JVM has one classpath, and PySpark one JVM per process).
+clean and archival, TTL: `_ttl`, the column-stats index: `_stats`) on a Hudi-family
+session and record its outcome: always in a Spark application of its own
+(`lakewarden.jobs.application_entry`), never in the scheduler's warm Iceberg session (one
+JVM has one classpath, and PySpark one JVM per process).
 
 A compaction's or clustering's instant is planned once (Hudi's `run_compaction` or
 `run_clustering` schedule) and recorded on the run at once (`hudi_planned_instant` in its
@@ -34,6 +35,7 @@ from sqlalchemy import select, update
 from lakewarden import object_store
 from lakewarden.db.models import JobRun, PartitionReadiness, Task
 from lakewarden.db.session import transaction
+from lakewarden.formats.hudi import column_stats
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi import lock as hudi_lock
 from lakewarden.formats.hudi.facts import read_facts
@@ -49,7 +51,7 @@ from lakewarden.formats.hudi.validation import (
 )
 from lakewarden.jobs.execute import Job, finish_raised, job_cost, policy_check, record_app_id
 from lakewarden.kinds import hudi as hudi_kinds
-from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_ttl, ttl
+from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_stats, hudi_ttl, ttl
 from lakewarden.leader import Fence
 from lakewarden.outcomes import PlanRejected, RewriteMismatch
 from lakewarden.runtime import Runtime
@@ -623,6 +625,61 @@ def _undo_ttl(
     return f"undone, the table was restored to savepoint {savepoint}"
 
 
+def _earlier_indexing(rt: Runtime, job: Job) -> str | None:
+    """The indexing instant the task's newest earlier run recorded, or None."""
+    with transaction(rt.engine) as s:
+        found = s.scalar(
+            select(JobRun.metrics[hudi_stats.BUILT].astext)
+            .where(
+                JobRun.task_id == job.task_id,
+                JobRun.attempt < job.attempt,
+                JobRun.metrics[hudi_stats.BUILT].isnot(None),
+            )
+            .order_by(JobRun.attempt.desc())
+            .limit(1)
+        )
+    return str(found) if found else None
+
+
+def _stats(rt: Runtime, job: Job, spark: SparkSession, metrics: dict[str, Any]) -> None:
+    """Build the column-stats index with Hudi's async indexer (`column_stats.build`); the
+    indexing instant is recorded on the run as soon as Hudi scheduled it (`hudi_stats.BUILT`),
+    so that a retry resumes it (or finds it done) and the planner knows the index for
+    lakewarden's. The index
+    must be a built partition of the metadata table after."""
+    base_path = str(job.plan["base_path"])
+    policy_check(rt, job.task_id)()
+    spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
+
+    def scheduled(instant: str) -> None:
+        metrics[hudi_stats.BUILT] = instant
+        record_metrics(rt, job, metrics)
+
+    resume = job.plan.get("resume_instant")
+    earlier = _earlier_indexing(rt, job)  # a retry: the instant an earlier attempt scheduled
+    if earlier is not None:
+        state = column_stats.read_state(HudiTimeline(base_path))
+        if earlier in state.pending_indexing:
+            resume = earlier
+        elif earlier in state.completed_indexing and state.built:
+            metrics.update({hudi_stats.BUILT: earlier, "recovered": True})
+            metrics["column_stats_index"] = state.summary()
+            return
+    if resume:
+        metrics[hudi_stats.BUILT] = str(resume)
+    started = time.monotonic()
+    columns = [str(c) for c in job.plan.get("columns") or []]
+    done = column_stats.build(spark, HudiTimeline(base_path), columns, resume, scheduled)
+    metrics.update(done, index_seconds=round(time.monotonic() - started, 3))
+    state = column_stats.read_state(HudiTimeline(base_path))
+    metrics["column_stats_index"] = state.summary()
+    if not state.built:
+        raise RuntimeError(
+            f"Hudi's indexing {done.get('indexing_instant')} ended without a column_stats "
+            f"partition in the metadata table ({done})"
+        )
+
+
 def _run_kind(
     rt: Runtime,
     spark: SparkSession,
@@ -636,6 +693,9 @@ def _run_kind(
         return None
     if job.kind == hudi_ttl.KIND:
         return _ttl(rt, spark, fence, job, metrics)
+    if job.kind == hudi_stats.KIND:
+        _stats(rt, job, spark, metrics)
+        return None
     return _rewrite(rt, spark, fence, job, metrics)
 
 

@@ -18,6 +18,8 @@ The policy sections are Iceberg's, their fields read where they mean the same:
 - ttl (`kinds.delta_ttl`): a metadata-only `DELETE … WHERE <partition column> < cutoff`
   when the table is partitioned on the column (or a date Delta generates from it), a row
   `DELETE` otherwise; Iceberg's TTL arithmetic and holds.
+- stats (`kinds.delta_stats`): the files without statistics, recomputed by Delta's
+  `StatisticsCollection.recompute` in their partitions only.
 - clean, `VACUUM … RETAIN n HOURS`: `max_snapshot_age_hours` is the retention. Never below
   Delta's own retention check (the table's `delta.deletedFileRetentionDuration`, 7 days by
   default) unless the policy says `allow_below_safety_floors` (a destructive change, so
@@ -52,7 +54,7 @@ from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.log_files import EXPIRED_LOG_CLEANUP, interval_hours
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
-from lakewarden.kinds import delta_pins, delta_ttl
+from lakewarden.kinds import delta_pins, delta_stats, delta_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.kinds.ready_pins import ready_pins
 from lakewarden.policy.model import (
@@ -61,6 +63,7 @@ from lakewarden.policy.model import (
     CompactionPolicy,
     KindPolicy,
     Policy,
+    StatsPolicy,
     TTLPolicy,
     ZOrderPolicy,
 )
@@ -68,7 +71,7 @@ from lakewarden.policy.model import (
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-KINDS = frozenset({"compaction", "zorder", "clustering", "clean", "ttl"})
+KINDS = frozenset({"compaction", "zorder", "clustering", "clean", "ttl", "stats"})
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 RETENTION = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default: interval 1 week
@@ -267,12 +270,19 @@ def clustering_verdict(policy: ClusteringPolicy, facts: DeltaFacts) -> Verdict:
     return Verdict(True, reason, metrics)
 
 
+def stats_facts(timeline: DeltaTimeline) -> DeltaFacts:
+    """The facts the stats kind reads (its files' statistics; sizes play no part)."""
+    return read_facts(
+        timeline, target_file_size=1 << 27, small_file_ratio=1.0, files=incremental.shared().files
+    )
+
+
 def event_verdicts(
     session: Session, table_id: int, policy: Policy, timeline: DeltaTimeline
 ) -> dict[str, Verdict]:
     """The verdicts of the event-driven kinds that run on a Delta table when its log moved
-    (compaction, Z-order, clustering), from its log as just read (no JVM); clean is swept
-    by time."""
+    (compaction, Z-order, clustering, stats: a writer's commit may add files without
+    statistics), from its log as just read (no JVM); clean is swept by time."""
     out: dict[str, Verdict] = {}
     compaction = policy.compaction
     if compaction.enabled:
@@ -307,6 +317,11 @@ def event_verdicts(
         out["clustering"] = clustering_verdict(clustering, facts)
     else:
         out["clustering"] = Verdict(False, "clustering is disabled by policy")
+    if policy.stats.enabled:
+        facts = stats_facts(timeline)
+        out["stats"] = delta_stats.stats_verdict(policy.stats, facts)[0]
+    else:
+        out["stats"] = Verdict(False, "stats is disabled by policy")
     return out
 
 
@@ -503,6 +518,10 @@ def plan(
         extra.update(vacuum=vacuum, log_cleanup=log, checkpoint=bool(log and waiting))
         if held is not None:
             extra["readiness_hold"] = vars(held)
+    elif isinstance(section, StatsPolicy):
+        facts = stats_facts(timeline)
+        found, due = delta_stats.stats_verdict(section, facts)
+        extra = {"action": "recompute_stats", "files_without_stats": facts.files_without_stats}
     else:
         raise TypeError(f"not a Delta kind's policy section: {type(section).__name__}")
     how = incremental.shared().last.get(timeline.path)

@@ -63,9 +63,14 @@ PLANNERS: dict[str, FormatPlanner] = {
         hudi.context,
         NotAHudiTable,
         hudi.KINDS,
-        judged_at_registration=frozenset({"clean", "ttl"}),
+        judged_at_registration=frozenset({"clean", "ttl", "stats"}),
     ),
     "delta": FormatPlanner(
-        delta.plan, delta.event_verdicts, delta.context, NotADeltaTable, delta.KINDS
+        delta.plan,
+        delta.event_verdicts,
+        delta.context,
+        NotADeltaTable,
+        delta.KINDS,
+        judged_at_registration=frozenset({"stats"}),
     ),
 }

@@ -1,11 +1,12 @@
 """The kinds that run on a Hudi table (issue 28), judged and planned from its timeline and
 files (no JVM), by kind: compaction (`hudi_compaction`), clean and archival
-(`hudi_clean`), clustering (`hudi_clustering`), TTL (`hudi_ttl`). The format's planner in
+(`hudi_clean`), clustering (`hudi_clustering`), TTL (`hudi_ttl`), the column-stats index
+(`hudi_stats`). The format's planner in
 `kinds.formats.PLANNERS`; each job runs Hudi's own procedures (`lakewarden.jobs.hudi`).
 
 Every kind is judged when the table's timeline moves (and at registration, the baseline
-event), clean and TTL too; the leader's sweep opens those two by time as well, the first
-one interval after the registration (`kinds.formats.judged_at_registration`)."""
+event), clean, TTL and stats too; the leader's sweep opens those three by time as well, the
+first one interval after the registration (`kinds.formats.judged_at_registration`)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.catalog import CatalogEntry, TableRef
 from lakewarden.db.models import JobRun, Task
-from lakewarden.formats.hudi import incremental
+from lakewarden.formats.hudi import column_stats, incremental
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction, hudi_ttl
+from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction, hudi_stats, hudi_ttl
 from lakewarden.kinds.base import PlanOutcome, Verdict
 from lakewarden.kinds.ready_pins import ready_pins
 from lakewarden.policy.model import (
@@ -31,11 +32,12 @@ from lakewarden.policy.model import (
     CompactionPolicy,
     KindPolicy,
     Policy,
+    StatsPolicy,
     TTLPolicy,
     ZOrderPolicy,
 )
 
-KINDS = frozenset({"compaction", "clean", "clustering", "zorder", "ttl"})
+KINDS = frozenset({"compaction", "clean", "clustering", "zorder", "ttl", "stats"})
 
 
 def recorded(session: Session, table_id: int, kinds: tuple[str, ...], key: str) -> set[str]:
@@ -59,6 +61,7 @@ def context(session: Session, table_id: int) -> dict[str, Any]:
         "ours": hudi_compaction.planned_instants(session, table_id),
         "cleans": recorded(session, table_id, (hudi_clean.KIND,), hudi_clean.CLEANED),
         "clusterings": recorded(session, table_id, hudi_clustering.KINDS, hudi_compaction.PLANNED),
+        "indexings": recorded(session, table_id, (hudi_stats.KIND,), hudi_stats.BUILT),
         # readiness (issue 28): the ready instants a savepoint pins
         "ready_pins": ready_pins(session, table_id, datetime.now(UTC), tagged=True),
     }
@@ -84,6 +87,9 @@ def plan_table(
         return explained(outcome, timeline)
     if isinstance(section, TTLPolicy):
         return hudi_ttl.plan(section, timeline, datetime.now(UTC))
+    if isinstance(section, StatsPolicy):
+        state = column_stats.read_state(timeline)
+        return hudi_stats.plan(section, state, timeline.base_path, context["indexings"])
     raise TypeError(f"not a Hudi kind's policy section: {type(section).__name__}")
 
 
@@ -115,6 +121,11 @@ def verdicts(policy: Policy, timeline: HudiTimeline, ctx: dict[str, Any]) -> dic
         facts = facts or read_facts(timeline.base_path, timeline, incremental.shared().slices)
         out[kind] = hudi_clustering.verdict(kind, section, facts, timeline, ctx["clusterings"])
     out["ttl"] = hudi_ttl.verdict(policy.ttl, timeline, datetime.now(UTC))
+    if policy.stats.enabled:
+        state = column_stats.read_state(timeline)
+        out["stats"] = hudi_stats.verdict(policy.stats, state, ctx["indexings"])[0]
+    else:
+        out["stats"] = Verdict(False, "stats is disabled by policy")
     return out
 
 

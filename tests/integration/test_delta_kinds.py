@@ -15,6 +15,7 @@ application's own Delta-family JVM); the others run the same application code
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -959,3 +960,82 @@ def test_optimize_and_vacuum_on_s3_through_s3a(
     assert digest_rows(after.to_pyarrow_table()) == digest_rows(before)
     shown = client.get("/api/v1/catalogs/dlake").json()
     assert s3_server.secret_key not in str(shown) and s3_server.access_key not in str(shown)
+
+
+def _without_stats(path: str) -> dict[str, int]:
+    """Live files whose add action has no `stats`, by partition, read from the log's JSON
+    commit files themselves (not delta-rs, not lakewarden's reader): each path's newest
+    add, less those removed after."""
+    live: dict[str, dict[str, Any]] = {}
+    for commit in sorted((Path(path) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    out: dict[str, int] = {}
+    for add in live.values():
+        if not add.get("stats"):
+            key = "/".join(f"{k}={v}" for k, v in sorted(add["partitionValues"].items()))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_stats_recomputes_the_statistics_a_writer_left_out(
+    client: TestClient,
+    services: Services,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
+) -> None:
+    """Issue 32 §1 on Delta: a writer with statistics collection off
+    (`spark.databricks.delta.stats.collect=false`) leaves files without statistics in two
+    partitions. Health counts them; the registration opens a stats task; the job
+    recomputes them with Delta's StatisticsCollection.recompute in those two partitions,
+    those files only (one COMPUTE STATS commit with the job's mark, neither the third
+    partition's file nor the other file of a due partition in it); the log's JSON then
+    holds statistics for every live file, the rows as before; a stats task asked again is
+    skipped, saying the statistics are fresh."""
+    services.warm_applications(spark_writers, monkeypatch)
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "nostats")
+    table = f"delta.`{path}`"
+    off = {"spark.databricks.delta.stats.collect": "false"}
+    steps = [_create(table), _insert(table, 0, "d1", conf=off), _insert(table, 10, "d2", conf=off)]
+    # files with statistics too: d3's, and one more in d1 (a due partition)
+    spark_writers.run("delta", [*steps, _insert(table, 20, "d3"), _insert(table, 30, "d1")])
+    assert _without_stats(path) == {"day=d1": 1, "day=d2": 1}  # what the job must change
+    rows = _digest(path)
+
+    _catalog(client, warehouse)
+    _register(client, "nostats", {"stats": {"enabled": True}})
+    health = client.get(f"{TABLES}/lake/nostats/delta").json()
+    assert health["facts"]["files_without_stats"] == 2, health["facts"]
+    command = {c["command"]: c for c in health["commands"]}["compute_stats"]
+    assert command["due"] and "2 of 4 live file(s) have no statistics" in command["reason"]
+    detail = client.get(f"{TABLES}/lake/nostats/events").json()["items"][0]["decision_detail"]
+    assert detail["stats"]["decision"] == "task-created", detail
+    task_id = int(detail["stats"]["task_id"])
+
+    plan = services.plan(task_id)
+    assert plan["action"] == "recompute_stats" and plan["files_without_stats"] == 2
+    assert sorted(p["day"] for p in plan["partitions"]) == ["d1", "d2"]
+    run = services.run(task_id)
+    metrics = run.metrics or {}
+    assert metrics["delta"] == {
+        "files_without_stats_before": 2,
+        "files_without_stats_chosen": 2,
+        "files_without_stats_after": 0,
+    }
+    commit = DeltaTimeline(path).find_job_commits(task_id)
+    assert commit is not None and commit.operation == "COMPUTE STATS"
+    # the two without statistics; not d3's file, nor d1's that had them
+    assert commit.summary["files-added"] == "2"
+
+    assert _without_stats(path) == {}  # every live file has statistics now
+    assert _digest(path) == rows
+    again = _ask(client, "stats", f"{TABLES}/lake/nostats")
+    assert "statistics are fresh: all 4 live file(s)" in _skipped(services, again)

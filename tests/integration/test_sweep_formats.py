@@ -1,8 +1,8 @@
 """The leader's sweep on tables of every format: a Hudi or Delta table gets the time-based
-kinds its format runs (TTL, clean), never one it does not (stats), and no Iceberg tag; an
-Iceberg table gets them all, as before. A Hudi table's registration judged its TTL and
-clean already (its baseline event): the sweep's first task of each waits its interval from
-then, and says so."""
+kinds its format runs (TTL, clean, stats), and no Iceberg tag; an Iceberg table gets them
+all, as before. A Hudi table's registration judged its TTL, clean and stats already (its
+baseline event), a Delta table's its stats: the sweep's first task of each waits its
+interval from then, and says so."""
 
 from __future__ import annotations
 
@@ -70,6 +70,8 @@ def test_the_sweep_opens_the_kinds_each_format_runs(rt: Runtime) -> None:
     assert opened == {
         ("h", "ttl"),
         ("h", "clean"),
+        ("h", "stats"),
+        # not d's stats: judged at its registration just now
         ("d", "ttl"),
         ("d", "clean"),
         ("i", "ttl"),

@@ -35,6 +35,7 @@ class PartitionFacts:
     bytes: int = 0
     records: int = 0
     small_files: int = 0
+    files_without_stats: int = 0  # add actions with no `stats` (the writer collected none)
 
 
 @dataclass
@@ -81,6 +82,11 @@ class DeltaFacts:
         return sum(1 for s in self.file_sizes if s < self.small_file_threshold)
 
     @property
+    def files_without_stats(self) -> int:
+        """Live files whose add action has no statistics (no data skipping on them)."""
+        return sum(p.files_without_stats for p in self.partitions.values())
+
+    @property
     def versions_since_checkpoint(self) -> int:
         """Versions a reader replays from JSON on top of the last checkpoint (all of them
         when there is none)."""
@@ -112,6 +118,7 @@ class DeltaFacts:
             "small_files": self.small_files,
             "deletion_vector_files": self.deletion_vector_files,
             "deleted_rows": self.deleted_rows,
+            "files_without_stats": self.files_without_stats,
             "commit_files": self.commit_files,
             "oldest_version_in_log": self.oldest_version_in_log,
             "checkpoint_version": self.checkpoint_version,
@@ -189,6 +196,7 @@ class FileRow:
     records: int
     file: DataFile  # deleted_records: the rows its deletion vector hides
     has_vector: bool  # it has a deletion vector
+    has_stats: bool = True  # its add action carries statistics (numRecords at least)
 
 
 def file_rows(table: Any) -> list[FileRow]:
@@ -212,6 +220,8 @@ def file_row(columns: list[str], row: dict[str, Any], hidden: dict[str, int]) ->
         int(row.get("num_records") or 0),
         _data_file(row, size, hidden),
         file_name(row["path"]) in hidden,
+        # Delta's statistics always hold numRecords: without it, the writer collected none
+        row.get("num_records") is not None,
     )
 
 
@@ -230,6 +240,7 @@ class PartitionFiles:
     records: int = 0
     vector_files: int = 0
     deleted_rows: int = 0
+    no_stats_files: int = 0
 
     def fold(self) -> PartitionFiles:
         rows = [self.rows[p] for p in sorted(self.rows)]  # one order, however read
@@ -240,6 +251,7 @@ class PartitionFiles:
         self.records = sum(r.records for r in rows)
         self.vector_files = sum(1 for r in rows if r.has_vector)
         self.deleted_rows = sum(int(r.file.deleted_records) for r in rows)
+        self.no_stats_files = sum(1 for r in rows if not r.has_stats)
         return self
 
 
@@ -325,6 +337,7 @@ def read_facts(
             bytes=part.bytes,
             records=part.records,
             small_files=bisect_left(part.sorted_sizes, facts.small_file_threshold),
+            files_without_stats=part.no_stats_files,
         )
         facts.partition_values[key] = part.values
         facts.partition_files[key] = list(part.files)

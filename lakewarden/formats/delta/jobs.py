@@ -1,6 +1,7 @@
 """Delta's own commands on a Delta-family session (`lakewarden.spark.session`,
 `family="delta"`): `OPTIMIZE` (bin-pack, or `ZORDER BY`), `REORG … APPLY (PURGE)`,
-`VACUUM`, a TTL's `DELETE` (and its count right before) and `RESTORE` (undo).
+`VACUUM`, a TTL's `DELETE` (and its count right before), `RESTORE` (undo), and statistics
+recomputed by Delta's `StatisticsCollection.recompute` (no SQL for it in Delta 3.3.3).
 
 Every command runs in a new session of the job's own (`spark.newSession()`) whose
 `spark.databricks.delta.commitInfo.userMetadata` is the job's mark as a JSON object (the
@@ -139,6 +140,44 @@ def restore(spark: SparkSession, path: str, version: int, task_id: int) -> dict[
     session.conf.set(USER_METADATA, json.dumps({UNDO_KEY: str(task_id)}))
     rows = session.sql(restore_sql(path, version)).collect()
     return rows[0].asDict(recursive=True) if rows else {}
+
+
+def recompute_stats(
+    session: SparkSession, path: str, partitions: list[dict[str, Any]] | None
+) -> int:
+    """Delta's own `StatisticsCollection.recompute(spark, deltaLog, catalogTable,
+    predicates, fileFilter)` in `session` (a `marked_session`): the files of `partitions`
+    (None: the whole table) that have no statistics are read and committed again with
+    theirs, one `COMPUTE STATS` commit (dataChange false). Delta 3.3.3's SQL has no
+    statement for it (`ANALYZE TABLE … COMPUTE DELTA STATISTICS` is a parse error), so it is
+    called through py4j. The predicates name partition columns only (`partition_predicate`);
+    the file filter is the set of the snapshot's add actions without `stats` (a Scala Set is
+    a function AddFile => Boolean; the transaction's files carry no stats either, so those
+    files match and no file with statistics is read again; one added since is left to the
+    next task). Its commit's userMetadata (the job's mark) is read from the active session:
+    the marked one is made active for the call. The files it chose to recompute."""
+    jvm: Any = session._jvm
+    jsession: Any = session._jsparkSession
+    none = jvm.scala.Option.apply(None)
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jsession, _path(path))
+    lacking = delta_log.update(False, none, none).allFiles().where("stats IS NULL")
+    only = jvm.org.apache.spark.api.python.PythonUtils.toSeq(lacking.collectAsList()).toSet()
+    recompute = jvm.org.apache.spark.sql.delta.stats.StatisticsCollection
+    if partitions:
+        where = jvm.org.apache.spark.sql.functions.expr(partition_predicate(partitions)).expr()
+        predicates = jvm.org.apache.spark.api.python.PythonUtils.toSeq([where])
+    else:
+        predicates = getattr(recompute, "recompute$default$4")()  # Seq(true): every file
+    active = jvm.org.apache.spark.sql.SparkSession.getActiveSession()
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+    try:
+        recompute.recompute(jsession, delta_log, none, predicates, only)
+    finally:
+        if active.isDefined():
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(active.get())
+        else:
+            jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+    return int(only.size())
 
 
 def _path(path: str) -> str:

@@ -20,6 +20,7 @@ from lakewarden.db.models import ManagedTable
 from lakewarden.formats.delta import catalog as delta_catalog
 from lakewarden.formats.delta.facts import read_facts as read_delta_facts
 from lakewarden.formats.delta.timeline import NotADeltaTable, UnsupportedProtocol
+from lakewarden.formats.hudi import column_stats
 from lakewarden.formats.hudi import lock as hudi_lock
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.formats.hudi.facts import read_facts
@@ -177,6 +178,7 @@ def hudi_table_health(row: TableDep, rt: RuntimeDep, session: SessionDep) -> Hud
         {
             "table": f"{row.namespace}.{row.name}",
             **hudi_health(facts, hudi_kinds.verdicts(policy, timeline, ctx)),
+            "column_stats_index": column_stats.read_state(timeline).summary(),
             "lock": hudi_lock.describe(
                 timeline.base_path,
                 hudi_lock.for_table(

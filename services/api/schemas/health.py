@@ -724,7 +724,7 @@ class PartitionReadinessPage(Page[PartitionReadinessOut]):
 
 
 class HudiServiceOut(ResponseModel):
-    service: Literal["compaction", "clustering", "zorder", "clean", "ttl"]
+    service: Literal["compaction", "clustering", "zorder", "clean", "ttl", "stats"]
     due: bool = Field(description="the table has work for this service")
     reason: str = Field(description="why it is due, or why not (the writer's own service, ...)")
     metrics: dict[str, Any] = Field(default_factory=dict, description="what the verdict read")
@@ -748,10 +748,15 @@ class HudiHealthOut(ResponseModel):
         "hudi.lock.provider, else the file system's, or the job's own on an object store): "
         "its provider and class, whether other writers share it and why"
     )
+    column_stats_index: dict[str, Any] = Field(
+        description="Hudi's column-stats index in the metadata table: whether the metadata "
+        "table and the index exist, whether it is current (the metadata table holds the "
+        "newest write), its columns and files, an indexing pending"
+    )
 
 
 class DeltaCommandOut(ResponseModel):
-    command: Literal["optimize", "purge", "cluster", "zorder", "clean_log"]
+    command: Literal["optimize", "purge", "cluster", "zorder", "clean_log", "compute_stats"]
     due: bool = Field(description="the table has work for this Delta command")
     reason: str
 
@@ -762,7 +767,8 @@ class DeltaHealthOut(ResponseModel):
     table: str
     facts: dict[str, Any] = Field(
         description="version, protocol, partition columns, files, bytes, records, target "
-        "size and small files, deletion vectors, commit files in the log, last checkpoint "
+        "size and small files, deletion vectors, files without statistics "
+        "(files_without_stats), commit files in the log, last checkpoint "
         "and its age, the writer's autoOptimize settings, another optimizer seen in the "
         "recent log (other_optimizers: who and the evidence, by the command of lakewarden's "
         "it would fight), liquid clustering columns, the "
