@@ -63,15 +63,37 @@ SETTINGS: dict[str, Any] = {
     },
 }
 HUDI_ROWS = 200
+# A merge-on-read table at Hudi's current table version (B23's writer pins version 6, which
+# lakewarden compacts only 15 minutes after its last delta commit: docs/hudi.md).
 _HUDI_CHILD = """
 import sys
 from pathlib import Path
-from benchmarks.hudi_peers import _write
 from lakewarden.settings import Settings
 from lakewarden.spark.session import build_session
 spark = build_session(Settings(data_dir=Path(sys.argv[2])), "postgresql://b@127.0.0.1:1/x",
                       "b45-writer", family="hudi")
-_write(spark, sys.argv[1], int(sys.argv[3]))
+rows = int(sys.argv[3])
+options = {
+    "hoodie.table.name": "t",
+    "hoodie.datasource.write.table.type": "MERGE_ON_READ",
+    "hoodie.datasource.write.recordkey.field": "id",
+    "hoodie.datasource.write.precombine.field": "ts",
+    "hoodie.datasource.write.partitionpath.field": "region",
+    "hoodie.metadata.enable": "false",
+    "hoodie.embed.timeline.server": "false",
+    "hoodie.compact.inline": "false",
+    "hoodie.clean.automatic": "false",
+    "hoodie.upsert.shuffle.parallelism": "2",
+    "hoodie.insert.shuffle.parallelism": "2",
+}
+for round_ in range(5):
+    start, size = (0, rows) if round_ == 0 else ((round_ * rows // 5) % rows, rows // 5)
+    df = spark.range(start, start + size, 1, 2).selectExpr(
+        f"id % {rows} AS id", "CONCAT('r', CAST(id % 4 AS STRING)) AS region",
+        f"CAST({round_} AS BIGINT) AS v", f"CAST({round_} AS BIGINT) AS ts")
+    op = "insert" if round_ == 0 else "upsert"
+    df.write.format("hudi").options(**options, **{"hoodie.datasource.write.operation": op}
+        ).mode("append").save(sys.argv[1])
 spark.stop()
 """
 
@@ -126,7 +148,11 @@ def _measure(ctx: Context, work: Path, delta: Figure, hudi: Figure) -> None:
             props = {"warehouse": str(warehouse)}
             s.add(CatalogRow(name=catalog, type=fmt, properties=props, version=1))
     rt.catalogs.forget()
-    with rt.engine.begin() as conn:
+    with rt.engine.begin() as conn:  # a clean slate: an earlier run's tables, its lease
+        conn.execute(
+            text("DELETE FROM managed_tables WHERE catalog = ANY(:c)"),
+            {"c": list(CATALOGS.values())},
+        )
         conn.execute(text("DELETE FROM leader_lease"))
     sched = Scheduler(rt)
     sched.renew()

@@ -58,16 +58,19 @@ class Inbox:
 
     def read(self, lines: IO[str]) -> None:
         for line in lines:
-            words = line.split()
-            if len(words) == 4 and words[0] == "run":
-                with self.cond:
-                    self.queued.append((int(words[1]), int(words[2]), words[3]))
-                    self.cond.notify()
-            elif len(words) == 2 and words[0] == "cancel":
-                self.cancel(words[1])
+            self.take(line)
         with self.cond:
             self.ended = True
             self.cond.notify()
+
+    def take(self, line: str) -> None:
+        words = line.split()
+        if len(words) == 4 and words[0] == "run":
+            with self.cond:
+                self.queued.append((int(words[1]), int(words[2]), words[3]))
+                self.cond.notify()
+        elif len(words) == 2 and words[0] == "cancel":
+            self.cancel(words[1])
 
     def cancel(self, group: str) -> None:
         with self.cond:

@@ -172,3 +172,44 @@ def test_a_warm_host_runs_attempts_in_one_jvm_and_survives_a_kill_mid_job(
             assert _rows(paths["c"]) == rows["c"]
     finally:
         rt.engine.dispose()
+
+
+def test_a_host_that_cannot_start_sends_its_job_to_an_application_of_its_own(
+    db_url: str, client: TestClient, tmp_path: Path
+) -> None:
+    """A driver memory no JVM accepts: the host's session fails at once (no JVM runs), so
+    the attempt queued on it is launched as its own application instead, its log saying
+    why; that application fails too (the same memory) and the attempt is judged as any
+    application's. Nothing here starts a JVM that lives."""
+    warehouse = tmp_path / "wh"
+    _small_files(str(warehouse / "lake" / "a"))
+    got = client.post(
+        "/api/v1/catalogs",
+        json={"name": "dlake", "type": "delta", "properties": {"warehouse": str(warehouse)}},
+    )
+    assert got.status_code == 201, got.text
+    rt = application_runtime(
+        db_url, tmp_path / "data", warm_families=["delta"], application_driver_memory="12q"
+    )
+    log_dir = rt.settings.data_dir / "applications"
+    try:
+        with application_leader(rt) as sched:
+            task_id = _compaction_of(client, "a")
+            assert Worker(rt).run_once() and sched.dispatch_once()
+            host = sched.applications.hosts.hosts["delta"]
+
+            def judged() -> JobRun | None:
+                sched.applications.poll(sched.leading())
+                (run,) = _runs(rt, task_id)
+                return run if run.state != "running" else None
+
+            run = wait_for(judged, 300, "the attempt judged")
+            assert host.why_not, "the host said why it did not start"
+            assert run.deploy_mode == "client" and local_pid(run.submission_id) != host.pid
+            note = (log_dir / f"lakewarden-task-{task_id}-1.log").read_text()
+            assert "its warm host was gone before it started the attempt" in note
+            assert "not on a warm host (its warm host could not start" in note, note
+            # the next job of the family goes straight to its own application meanwhile
+            assert "could not start" in (sched.applications.hosts.serves("delta") or "")
+    finally:
+        rt.engine.dispose()
