@@ -213,3 +213,75 @@ def test_a_host_that_cannot_start_sends_its_job_to_an_application_of_its_own(
             assert "could not start" in (sched.applications.hosts.serves("delta") or "")
     finally:
         rt.engine.dispose()
+
+
+def test_the_leader_gone_mid_job_the_next_leader_reattaches_its_host_attempt(
+    db_url: str, client: TestClient, tmp_path: Path
+) -> None:
+    """The leader dies (its lease lapses, its end of the host's stdin closes, as at its
+    kill -9) while its host runs an attempt (frozen meanwhile, so it cannot report first).
+    The next leader's reaper re-attaches the run (`applications.reattach`: the host's
+    process is alive); the attempt reports under the new leader's fence, once, never run
+    again; the host, its stdin closed, exits after it."""
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "a")
+    rows = _small_files(path)
+    got = client.post(
+        "/api/v1/catalogs",
+        json={"name": "dlake", "type": "delta", "properties": {"warehouse": str(warehouse)}},
+    )
+    assert got.status_code == 201, got.text
+    settings: dict[str, Any] = {
+        "warm_families": ["delta"],
+        "spark_conf": QUICK,
+        "lease_ttl_s": 3.0,
+        "lease_renew_interval_s": 1.0,
+    }
+    rt1 = application_runtime(db_url, tmp_path / "data", **settings)
+    rt2 = application_runtime(db_url, tmp_path / "data", **settings)
+    first = Scheduler(rt1)
+    host = None
+    try:
+        first.renew()
+        task_id = _compaction_of(client, "a")
+        assert Worker(rt1).run_once() and first.dispatch_once()
+        host = first.applications.hosts.hosts["delta"]
+
+        def started() -> float | None:
+            first.renew()
+            first.applications.poll(first.leading())
+            return host.seen(task_id, 1).started_at
+
+        wait_for(started, 300, "the host to start the attempt")
+        os.killpg(host.pid, signal.SIGSTOP)
+        assert _commits_of(path, task_id) == [], "committed before the leader died"
+        # The leader is gone: no more renewals; its end of the host's stdin closed.
+        assert host.process.stdin is not None
+        host.process.stdin.close()
+        second = Scheduler(rt2)
+
+        def leads() -> Any:
+            second.renew()
+            return second.leading()
+
+        fence = wait_for(leads, 60, "the next leader")
+        os.killpg(host.pid, signal.SIGCONT)
+        second.reap()
+        assert task_id in second.applications.task_ids(), "not re-attached"
+
+        def ended() -> str | None:
+            second.renew()
+            second.applications.poll(second.leading())
+            state = task_of(rt2, task_id).state
+            return state if state in ("succeeded", "failed", "pending") else None
+
+        assert wait_for(ended, 300, "the attempt's outcome") == "succeeded"
+        (run,) = _runs(rt2, task_id)  # attempt 1 only: re-attached, never run again
+        assert run.scheduler_id == rt2.process_id and run.leader_epoch == fence.epoch
+        assert len(_commits_of(path, task_id)) == 1 and _rows(path) == rows
+        assert host.process.wait(120) == 0  # its stdin ended: it exits after the attempt
+    finally:
+        if host is not None and host.process.poll() is None:
+            host.kill()
+        rt1.engine.dispose()
+        rt2.engine.dispose()
