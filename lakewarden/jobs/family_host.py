@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING
 
 from lakewarden import process
 from lakewarden.errors import headline
-from lakewarden.jobs.application_entry import NOTHING_TO_DO, run_application
+from lakewarden.jobs.application_entry import NOT_REPORTED, NOTHING_TO_DO, run_application
 from lakewarden.logs import log_context, setup_logging
 from lakewarden.runtime import Runtime, make_runtime
 
@@ -139,7 +139,11 @@ def serve(rt: Runtime, family: str, status: Status) -> int:
             current[:] = [task_id]
             status.send(f"start {task_id} {number}")
             with log_context(task_id=task_id, attempt=number):
-                code = run_application(rt, task_id, number, warm=spark)
+                try:
+                    code = run_application(rt, task_id, number, warm=spark)
+                except Exception:  # its outcome unrecorded: the leader judges it, we go on
+                    log.exception("task %d attempt %d: not reported", task_id, number)
+                    code = NOT_REPORTED
             status.send(f"done {task_id} {number} {code}")
             current.clear()
             with inbox.cond:

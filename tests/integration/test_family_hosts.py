@@ -26,7 +26,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 from helpers import application_leader, application_runtime, task_of, wait_for
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
@@ -145,6 +145,15 @@ def test_a_warm_host_runs_attempts_in_one_jvm_and_survives_a_kill_mid_job(
                 seen.append((local_pid(run.submission_id), run.spark_app_id, host.jvm_pid))
                 assert len(_commits_of(paths[name], task_id)) == 1
                 assert _rows(paths[name]) == rows[name]
+                detail = client.get(f"/api/v1/tasks/{task_id}").json()
+                assert detail["runs"][0]["deploy_mode"] == "warm-host", detail["runs"]
+                # the host beats as a process (/metrics' lakewarden_process_up)
+                with rt.engine.connect() as conn:
+                    role = conn.execute(
+                        text("SELECT role FROM process_heartbeats WHERE pid = :pid"),
+                        {"pid": host.pid},
+                    ).scalar()
+                assert role == "delta-host"
                 print(f"task {task_id}: {run.duration_ms} ms on host {host.pid}")
             assert seen[0] == seen[1], seen
             assert seen[0][0] == host.pid and host.jvm_pid != host.pid  # the JVM: its child
