@@ -63,6 +63,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B41": ("benchmarks.evaluation_history", "b41"),
     "B42": ("benchmarks.ingest_burst", "b42"),
     "B43": ("benchmarks.trino", "b43"),
+    "B44": ("benchmarks.warm_hosts", "b44_b45"),
+    "B45": ("benchmarks.warm_hosts", "b44_b45"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
@@ -75,8 +77,9 @@ FIGURES: dict[str, tuple[str, str]] = {
 # validation run by the same test file; B23 a Hudi-family JVM and a Flink JVM per standalone
 # compaction, minutes, whose compaction of a version-6 table tests/integration/
 # test_live_writer.py runs beside a Flink writer; B43 a Trino as B22, whose join plan the same
-# Trino test file checks).
-NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B38", "B43"}
+# Trino test file checks; B44/B45 a JVM per own application and a warm host per family,
+# minutes, whose host tests/integration/test_family_hosts.py runs).
+NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B38", "B43", "B44", "B45"}
 
 
 def _context(smoke: bool) -> Context:

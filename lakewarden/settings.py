@@ -206,6 +206,15 @@ class Settings(BaseSettings):
     # through spark-submit: lakewarden.spark.submit, lakewarden.jobs.application_entry).
     pool_modes: dict[str, RunMode] = Field(default_factory=dict)
     max_concurrent_applications: int = Field(default=4, ge=1)  # per scheduler
+    # Session families whose jobs the leader runs in a warm host of the family (JSON, e.g.
+    # ["delta", "hudi"]): one long-lived process per family holding its Spark session,
+    # running the family's attempts one after another, instead of a spark-submit (a JVM)
+    # per attempt (services.scheduler.family_hosts, lakewarden.jobs.family_host). Off by
+    # default: a host keeps a driver JVM on the leader's machine, and one long job of the
+    # family delays the next. Client deploy mode only (cluster mode: one application each).
+    warm_families: list[Literal["hudi", "delta"]] = Field(default_factory=list)
+    # A warm host with nothing to run for this long exits (started again on demand).
+    warm_family_idle_s: float = Field(default=600.0, gt=0)
     # Elastic capacity per pool (JSON, e.g. {"big": {"min": 1, "max": 8}}; off for a pool
     # not listed): the leader raises the jobs the pool may run at once while its queue
     # waits and lowers them when idle, within min..max (lakewarden.capacity; fields in

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -56,6 +57,7 @@ from lakewarden.spark import yarn
 from lakewarden.spark.commits import find_commit
 from lakewarden.spark.local_cluster import app_state, kill_app
 from lakewarden.spark.submit import (
+    application_master,
     application_settings,
     is_kubernetes,
     is_local,
@@ -71,9 +73,12 @@ from lakewarden.states import RunMode, RunState, TaskState
 from lakewarden.tables import ref_of
 from lakewarden.tasks import repo
 from lakewarden.tasks.runs import LOG_TAIL_CHARS, finish_run
+from services.scheduler.family_hosts import NEVER_STARTED, FamilyHost, FamilyHosts
 
 log = logging.getLogger(__name__)
 
+# A run's deploy_mode when a warm family host runs it (services.scheduler.family_hosts).
+WARM_HOST = "warm-host"
 KILL_GRACE_S = 10.0  # SIGTERM, then SIGKILL this much later
 CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every loop
 
@@ -108,6 +113,10 @@ class Application:
     killed_at: float = 0.0
     state_checked_at: float = 0.0
     cluster_state: str | None = None  # the cluster's last word (RUNNING, FINISHED, ...)
+    # On a warm family host (services.scheduler.family_hosts): its host and its job (to
+    # launch it as its own application if the host never started it).
+    host: FamilyHost | None = None
+    job: Job | None = None
 
 
 class Applications:
@@ -118,6 +127,7 @@ class Applications:
         self.running: dict[int, Application] = {}
         self.lock = threading.Lock()  # the main loop polls, the reaper adopts
         self.log_dir = rt.settings.data_dir / "applications"
+        self.hosts = FamilyHosts(rt, self.log_dir)  # warm_families' hosts
 
     def task_ids(self) -> set[int]:
         with self.lock:
@@ -133,6 +143,16 @@ class Applications:
         one can re-attach it) and store its submission at once."""
         s = self.rt.settings
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if job.family in s.warm_families:
+            host = self.hosts.take(job)
+            if host is not None:
+                self._on_host(job, host, timeout_s)
+                return
+            why = self.hosts.serves(job.family) or "it could not take it"
+            note = f"task {job.task_id}: not on a warm host ({why}): its own application"
+            log.warning("%s", note)
+            with open(self.log_dir / f"{job.group}.log", "a") as out:
+                out.write(note + "\n")  # the run's log tail says so too
         properties_file = self.log_dir / f"{job.group}.properties"
         try:
             sub = submit_argv(
@@ -194,6 +214,33 @@ class Applications:
                 .values(submission_id=submission_id, master=sub.master, deploy_mode=sub.deploy_mode)
             )
 
+    def _on_host(self, job: Job, host: FamilyHost, timeout_s: float) -> None:
+        """The attempt queued on its family's warm host: watched as an application whose
+        process is the host; its timeout runs from when the host starts it."""
+        submission_id = local_submission_id(host.pid)
+        app = Application(
+            job.task_id,
+            job.attempt,
+            job.group,
+            application_master(self.rt.settings),
+            submission_id,
+            timeout_s,
+            math.inf,
+            host.process,
+            host.log_path,
+            host=host,
+            job=job,
+        )
+        with self.lock:
+            self.running[job.task_id] = app
+        with transaction(self.rt.engine) as session:
+            session.execute(
+                update(JobRun)
+                .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
+                .values(submission_id=submission_id, master=app.master, deploy_mode=WARM_HOST)
+            )
+        log.info("task %d: queued on the warm %s host %d", job.task_id, host.family, host.pid)
+
     # --- adopt (after a failover) --------------------------------------------------
     def adopt(self, run: JobRun, timeout_s: float, elapsed_s: float) -> None:
         """Watch a live application an earlier leader launched (`reattach` moved it to us)."""
@@ -212,6 +259,7 @@ class Applications:
     # --- each loop -------------------------------------------------------------------
     def poll(self, fence: Fence | None) -> None:
         """Cancel, time out, and judge the applications that ended without reporting."""
+        self.hosts.close_idle()
         if fence is None or not self.running:
             return
         with self.lock:
@@ -266,6 +314,12 @@ class Applications:
             return
         if ended is None and app.process is None and stale and app.cluster_state is None:
             ended = "its heartbeat stopped"
+        if ended == NEVER_STARTED and app.job is not None:
+            self._forget(app)  # it never ran: nothing to judge
+            with open(self.log_dir / f"{app.group}.log", "a") as out:
+                out.write(f"task {app.task_id}: {ended}\n")
+            self.launch(fence, app.job, app.timeout_s)
+            return
         if ended is not None:
             self._judge(fence, app, ended)
             return
@@ -285,6 +339,11 @@ class Applications:
 
     def _ended(self, app: Application) -> str | None:
         """Why the application is over, or None while it (may) run."""
+        if app.host is not None:
+            started = app.host.seen(app.task_id, app.attempt).started_at
+            if started is not None and app.deadline == math.inf:
+                app.deadline = started + app.timeout_s  # its timeout runs from its start
+            return app.host.ended(app.task_id, app.attempt)
         if is_kubernetes(app.master):
             return self._cluster_ended(app)
         if is_yarn(app.master):
@@ -349,6 +408,8 @@ class Applications:
     def _forget(self, app: Application) -> None:
         with self.lock:
             self.running.pop(app.task_id, None)
+        if app.host is not None:
+            app.host.forget(app.task_id, app.attempt)
         self._drop_properties(app)
 
     def _drop_properties(self, app: Application) -> None:
@@ -361,6 +422,9 @@ class Applications:
     # --- kill ------------------------------------------------------------------------
     def kill(self, app: Application, why: str, *, hard: bool = False) -> None:
         app.killed, app.killed_at = why, app.killed_at or time.monotonic()
+        if app.host is not None:
+            app.host.stop(app.task_id, app.attempt, app.group, hard=hard)
+            return
         if is_kubernetes(app.master) and app.submission_id:
             argv = kubernetes_argv(spark_submit_path(), app.master, "kill", app.submission_id)
             subprocess.run(argv, capture_output=True, timeout=120, check=False)
@@ -387,6 +451,7 @@ class Applications:
         """For tests and benchmarks: every application this leader watches, at once."""
         for app in list(self.running.values()):
             self.kill(app, "shutdown", hard=True)
+        self.hosts.kill_all()
 
 
 def judge_ended_run(

@@ -49,6 +49,11 @@ class RunOut(ResponseModel):
     log_tail: str | None
     # Its Spark UI while it runs, its history server page once it ended (when configured).
     ui_url: str | None
+    mode: str = Field(description="session (the leader's warm session) or application")
+    deploy_mode: str | None = Field(
+        description="an application's: client or cluster; warm-host when its family's warm "
+        "host ran it (WARM_FAMILIES)"
+    )
 
 
 class TaskOut(ResponseModel):
