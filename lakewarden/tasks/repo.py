@@ -261,16 +261,18 @@ def transition_each(
     actor: str,
     expected: tuple[str, ...] | None = None,
     fence: Fence | None = None,
+    held_by: str | None = None,
     **fields: Any,
 ) -> list[Task]:
     """`transition` for several tasks at once, each with its own reason (the scheduler's
-    dispatch of a batch): one statement, all guarded as one. Raises TransitionRejected,
+    dispatch of a batch, a worker's release of its claimed batch): one statement, all
+    guarded as one. Raises TransitionRejected,
     naming the first task that may not move (the caller's transaction then rolls back:
     none moved); FencedOut as `transition`. `fields` may be column expressions
     (`Task.attempt + 1`)."""
     if not reasons:
         return []
-    return _moves(session, reasons, to, actor, expected, fence, None, False, fields)
+    return _moves(session, reasons, to, actor, expected, fence, held_by, False, fields)
 
 
 def _moves(
@@ -547,7 +549,7 @@ def _claim(region_sql: str) -> TextClause:
         WHERE {sql_in("state", TaskState.PENDING)} AND not_before <= now() AND {region_sql}
         ORDER BY priority DESC, id
         FOR UPDATE SKIP LOCKED
-        LIMIT 1
+        LIMIT :limit
     ), claimed AS (
         UPDATE tasks t SET state = :planning, holder = :me, heartbeat_at = now(),
                            updated_at = now()
@@ -573,14 +575,24 @@ def claim_for_planning(session: Session, worker_id: str, region: str | None = No
     """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED), which
     returns the claimed row too. `region`: only a task of that region's tables (a worker
     pinned to its data center, `Settings.pinned_region`); None: any region's."""
-    stmt, params = _CLAIM, {"me": worker_id}
+    claimed = claim_batch_for_planning(session, worker_id, region, 1)
+    return claimed[0] if claimed else None
+
+
+def claim_batch_for_planning(
+    session: Session, worker_id: str, region: str | None = None, limit: int = 1
+) -> list[Task]:
+    """`claim_for_planning` for up to `limit` tasks in the one statement, most urgent
+    first: a worker's round trips per task when a backlog waits (B35)."""
+    stmt, params = _CLAIM, {"me": worker_id, "limit": limit}
     if region is not None:
         stmt, params = _CLAIM_IN_REGION, {**params, "region": region}
-    return session.scalars(
+    claimed = session.scalars(
         select(Task).from_statement(stmt),
         params,
         execution_options={"populate_existing": True},
-    ).one_or_none()
+    ).all()
+    return sorted(claimed, key=lambda t: (-t.priority, t.id))
 
 
 def _next_pending_due(region_sql: str) -> TextClause:
