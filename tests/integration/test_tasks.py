@@ -276,6 +276,53 @@ def test_worker_skips_a_table_gone_from_the_catalog(rt: Runtime) -> None:
         assert "no longer exists" in (task.reason or "")
 
 
+def _gone_tables(rt: Runtime, n: int) -> list[int]:
+    """n tasks on n managed tables the catalog does not have (each plans to a skip)."""
+    with transaction(rt.engine) as s:
+        rows = [
+            ManagedTable(
+                catalog=rt.settings.catalog_name, namespace="gone", name=f"t{i}", policy={}
+            )
+            for i in range(n)
+        ]
+        s.add_all(rows)
+        s.flush()
+        ids = [row.id for row in rows]
+    return [_task(rt, table_id) for table_id in ids]
+
+
+def test_worker_claims_a_batch_at_once_and_plans_each(rt: Runtime) -> None:
+    task_ids = _gone_tables(rt, 3)
+    assert Worker(rt).run_once()  # one claim for the three
+    with transaction(rt.engine) as s:
+        for task_id in task_ids:
+            assert [h.to_state for h in repo.history(s, task_id)] == [
+                "pending",
+                "planning",
+                "skipped",
+            ]
+    assert not Worker(rt).run_once()
+
+
+def test_a_stopping_worker_hands_its_unplanned_batch_back(rt: Runtime) -> None:
+    first, *rest = _gone_tables(rt, 3)
+    worker = Worker(rt)
+    worker.stop.set()  # as SIGTERM arriving while the batch is planned
+    assert worker.run_once()
+    with transaction(rt.engine) as s:
+        assert [h.to_state for h in repo.history(s, first)][-1] == "skipped"
+        for task_id in rest:
+            task = s.get(Task, task_id)
+            assert task is not None and task.state == "pending" and task.holder is None
+            assert task.attempt == 0  # not spent
+            assert "released unplanned" in (task.reason or "")
+            history = [h.to_state for h in repo.history(s, task_id)]
+            assert history == ["pending", "planning", "pending"]
+    assert Worker(rt).run_once()  # another worker takes them at once
+    with transaction(rt.engine) as s:
+        assert {s.get(Task, t).state for t in rest} == {"skipped"}  # type: ignore[union-attr]
+
+
 def test_reaper_returns_work_of_a_silent_planner_and_an_old_leader(rt: Runtime) -> None:
     stale = _task(rt, _table(rt, "a"))
     orphan = _task(rt, _table(rt, "b"))
