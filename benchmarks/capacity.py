@@ -47,6 +47,7 @@ POLICY: dict[str, Any] = {
     "validation": {"enabled": False},
 }
 GOAL_PER_S = 50.0
+JOB_SLOTS = 32  # the scheduler's (the test executor's jobs hold no Spark cores)
 DONE = ("succeeded", "failed", "skipped", "cancelled")
 
 
@@ -85,6 +86,9 @@ def _env(ctx: Context) -> dict[str, str]:
         spark_master=s.spark_master,
         spark_warmup="false",
         log_level="INFO",  # their "started" lines say when to queue
+        # A job of the test executor holds no Spark cores and ends at once: local[2]'s 4
+        # slots would cap every dispatch round's batch at what just finished.
+        max_concurrent_jobs=str(JOB_SLOTS),
     )
 
 
