@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
     text,
     update,
@@ -311,6 +312,8 @@ def _moves(
     # Building the statement costs more CPU than running it (B35): it is built once per
     # shape and kept; every value is bound. A field given as a SQL expression
     # (`Task.attempt + 1`) is part of the shape, by its cache key and bound values.
+    # None is SQL NULL, as `.values(plan=None)` makes it (a bound None would be JSON null).
+    fields = {k: null() if v is None else v for k, v in fields.items()}
     shape: list[tuple[str, Any]] = []
     for name, value in sorted(fields.items()):
         if isinstance(value, ClauseElement):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from typing import Any
 
 import pytest
 from helpers import append_batches, make_table
@@ -161,6 +162,24 @@ def test_the_bulk_transition_moves_only_what_may_move_and_records_each_move(rt: 
                 assert (last.from_state, last.to_state, last.actor) == (state, "cancelled", "bulk")
             else:
                 assert task.state == state and last.to_state == "pending"  # its birth only
+
+
+def test_a_move_that_clears_a_field_leaves_sql_null(rt: Runtime) -> None:
+    """A move's statement is kept and its values bound (`repo._moves`): a None still clears
+    the column to SQL NULL, as before, not to a JSON null."""
+    task_id = _task(rt, _table(rt))
+    moves: list[tuple[str, dict[str, Any]]] = [
+        ("planning", {}),
+        ("planned", {"plan": {"p": 1}}),
+        ("pending", {"plan": None}),
+    ]
+    for to, fields in moves:
+        with transaction(rt.engine) as s:
+            repo.transition(s, task_id, to, actor="t", **fields)
+    with rt.engine.connect() as conn:
+        assert conn.execute(
+            text("SELECT plan IS NULL FROM tasks WHERE id = :i"), {"i": task_id}
+        ).scalar_one()
 
 
 def test_a_hand_over_needs_the_task_still_running_under_its_old_holder(rt: Runtime) -> None:
