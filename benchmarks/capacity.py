@@ -222,9 +222,11 @@ def b35(ctx: Context) -> Figure:
                 "max": d[-1],
             }
             fig.values[f"workers_{w}_load_avg_1m_after"] = r["load_avg_1m"]
-        best = max(configs)
+        # The capacity: the better of the worker counts (both are reported above); on a
+        # loaded 2-core machine a second worker can cost the scheduler more than it gives.
+        best = max(configs, key=lambda w: Stat.of(raw[w]["per_s"]).median)
         fig.ratio = Stat.of(raw[best]["per_s"])
-        fig.ratio_label = f"tasks/s with {best} worker process(es)"
+        fig.ratio_label = f"tasks/s with {best} worker process(es), the better count"
         fig.goal_met = fig.ratio.median >= GOAL_PER_S
         fig.notes.append(
             f"{n} tables of one append of 4 small files, {ctx.repeats} repeat(s) per "
