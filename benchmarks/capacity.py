@@ -47,6 +47,7 @@ POLICY: dict[str, Any] = {
     "validation": {"enabled": False},
 }
 GOAL_PER_S = 50.0
+JOB_SLOTS = 32  # the scheduler's (the test executor's jobs hold no Spark cores)
 DONE = ("succeeded", "failed", "skipped", "cancelled")
 
 
@@ -85,6 +86,9 @@ def _env(ctx: Context) -> dict[str, str]:
         spark_master=s.spark_master,
         spark_warmup="false",
         log_level="INFO",  # their "started" lines say when to queue
+        # A job of the test executor holds no Spark cores and ends at once: local[2]'s 4
+        # slots would cap every dispatch round's batch at what just finished.
+        max_concurrent_jobs=str(JOB_SLOTS),
     )
 
 
@@ -218,9 +222,11 @@ def b35(ctx: Context) -> Figure:
                 "max": d[-1],
             }
             fig.values[f"workers_{w}_load_avg_1m_after"] = r["load_avg_1m"]
-        best = max(configs)
+        # The capacity: the better of the worker counts (both are reported above); on a
+        # loaded 2-core machine a second worker can cost the scheduler more than it gives.
+        best = max(configs, key=lambda w: Stat.of(raw[w]["per_s"]).median)
         fig.ratio = Stat.of(raw[best]["per_s"])
-        fig.ratio_label = f"tasks/s with {best} worker process(es)"
+        fig.ratio_label = f"tasks/s with {best} worker process(es), the better count"
         fig.goal_met = fig.ratio.median >= GOAL_PER_S
         fig.notes.append(
             f"{n} tables of one append of 4 small files, {ctx.repeats} repeat(s) per "

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden.catalogs.regions import region_of_lease
 from lakewarden.db.locks import DBLocks
+from lakewarden.db.session import checked_on_checkout
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,14 @@ def lease_engine(engine: Engine, timeout_s: float) -> Engine:
 def _lease_engine(url: str, timeout_s: float) -> Engine:
     """One per database for the life of the process, as `db.session.engine_for`."""
     ms = max(1, int(timeout_s * 1000))
-    return create_engine(
-        url,
-        pool_size=1,
-        max_overflow=2,
-        pool_pre_ping=True,
-        pool_timeout=timeout_s,
-        connect_args={"options": f"-c statement_timeout={ms} -c lock_timeout={ms}"},
+    return checked_on_checkout(
+        create_engine(
+            url,
+            pool_size=1,
+            max_overflow=2,
+            pool_timeout=timeout_s,
+            connect_args={"options": f"-c statement_timeout={ms} -c lock_timeout={ms}"},
+        )
     )
 
 

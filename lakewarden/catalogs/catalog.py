@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from lakewarden import secret_refs
 from lakewarden.catalogs.metadata_view import TableRead, read_view
+from lakewarden.db.session import checked_on_checkout
 from lakewarden.hdfs import with_file_io
 from lakewarden.redact import quotes_part_of
 from lakewarden.secret_refs import RefRefused, RefRules
@@ -298,8 +299,12 @@ def build_catalog(entry: CatalogEntry) -> Catalog:
     from pyiceberg.catalog.sql import SqlCatalog
 
     props["uri"] = sqlalchemy_pg_url(props.get("uri", ""))
-    # survive a database restart: check pooled connections before use
-    return SqlCatalog(entry.name, **{"pool_pre_ping": "true", **props})
+    # survive a database restart: check pooled connections before use, as the control
+    # plane's own (`checked_on_checkout`, no round trip per load); a `pool_pre_ping` set
+    # on the entry still pings each
+    catalog = SqlCatalog(entry.name, **{"pool_pre_ping": "false", **props})
+    checked_on_checkout(catalog.engine)
+    return catalog
 
 
 @dataclass(frozen=True)

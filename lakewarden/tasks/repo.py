@@ -24,12 +24,15 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
     text,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.sql.selectable import Select
 
 from lakewarden.catalogs.regions import in_region_sql, task_in_region
 from lakewarden.db.models import JobRun, ManagedTable, TableLastSuccess, Task, TaskTransition
@@ -259,16 +262,18 @@ def transition_each(
     actor: str,
     expected: tuple[str, ...] | None = None,
     fence: Fence | None = None,
+    held_by: str | None = None,
     **fields: Any,
 ) -> list[Task]:
     """`transition` for several tasks at once, each with its own reason (the scheduler's
-    dispatch of a batch): one statement, all guarded as one. Raises TransitionRejected,
+    dispatch of a batch, a worker's release of its claimed batch): one statement, all
+    guarded as one. Raises TransitionRejected,
     naming the first task that may not move (the caller's transaction then rolls back:
     none moved); FencedOut as `transition`. `fields` may be column expressions
     (`Task.attempt + 1`)."""
     if not reasons:
         return []
-    return _moves(session, reasons, to, actor, expected, fence, None, False, fields)
+    return _moves(session, reasons, to, actor, expected, fence, held_by, False, fields)
 
 
 def _moves(
@@ -291,94 +296,47 @@ def _moves(
     snapshot's, which a move that committed while we waited for the lock left behind
     (Postgres re-reads the newest version only for a row that passed the WHERE); the
     locked row, ours until commit, is the one judged."""
-    allowed = [
+    allowed = tuple(
         s for s in (expected or sources_of(to)) if can_transition(s, to) or (hand_over and s == to)
-    ]
-    t = cast(Table, Task.__table__)
-    # The ids and reasons as bound arrays (zipped by two unnests): a bound value is not
-    # part of SQLAlchemy's cache key, so the statement compiles once per call site.
-    wanted = select(
-        func.unnest(bindparam("ids", list(reasons), ARRAY(BigInteger))).label("id"),
-        func.unnest(bindparam("reasons", list(reasons.values()), ARRAY(Text))).label("reason"),
-    ).cte("wanted")
+    )
     region = fence.region if fence is not None else None
-    in_scope = select(t.c.id, t.c.state, t.c.holder).where(
-        t.c.id == func.any(bindparam("locked_ids", list(reasons), ARRAY(BigInteger)))
+    params: dict[str, Any] = {
+        "ids": list(reasons),
+        "reasons": list(reasons.values()),
+        "actor": actor,
+        "held_by": held_by,
+        "epoch": fence.epoch if fence else None,
+        "lease": fence.lease if fence else None,
+        "lease_holder": fence.holder if fence else None,
+    }
+    # Building the statement costs more CPU than running it (B35): it is built once per
+    # shape and kept; every value is bound. A field given as a SQL expression
+    # (`Task.attempt + 1`) is part of the shape, by its cache key and bound values.
+    # None is SQL NULL, as `.values(plan=None)` makes it (a bound None would be JSON null).
+    fields = {k: null() if v is None else v for k, v in fields.items()}
+    shape: list[tuple[str, Any]] = []
+    for name, value in sorted(fields.items()):
+        if isinstance(value, ClauseElement):
+            shape.append((name, _expression_key(value)))
+        else:
+            shape.append((name, None))
+            params[f"set_{name}"] = value
+    key = (
+        to,
+        allowed,
+        held_by is not None,
+        fence is not None,
+        region,
+        hand_over,
+        tuple(shape),
     )
-    if region is not None:  # a region's leader moves only its region's tasks
-        in_scope = in_scope.where(task_in_region(region))
-    locked = in_scope.order_by(t.c.id).with_for_update().cte("locked")
-    guards: list[ColumnElement[bool]] = [
-        t.c.id == locked.c.id,
-        wanted.c.id == locked.c.id,
-        locked.c.state.in_(allowed),
-    ]
-    if held_by is not None:
-        guards.append(locked.c.holder == held_by)
-    fenced = None
-    if fence is not None:
-        fenced = (
-            select(literal(1).label("ok"))
-            .select_from(text("leader_lease"))
-            .where(
-                column("name") == fence.lease,
-                column("holder") == fence.holder,
-                column("epoch") == fence.epoch,
-                column("expires_at") > func.now(),
-            )
-            .with_for_update(key_share=True)
-            .cte("fenced")
-        )
-        guards.append(exists(select(fenced.c.ok)))
-    sets: dict[str, Any] = {"state": to, "updated_at": func.now(), **fields}
-    if not hand_over:
-        # The task keeps the latest reason (why it was skipped, failed, retried...); the
-        # history keeps them all.
-        sets["reason"] = func.coalesce(wanted.c.reason, t.c.reason)
-    moved = (
-        update(t)
-        .where(*guards)
-        .values(sets)
-        .returning(*t.c, locked.c.state.label("from_state"), wanted.c.reason.label("why"))
-        .cte("moved")
-    )
-    history = (
-        insert(cast(Table, TaskTransition.__table__))
-        .from_select(
-            ["task_id", "from_state", "to_state", "actor", "reason", "leader_epoch"],
-            select(
-                moved.c.id,
-                moved.c.from_state,
-                literal(to, String),
-                literal(actor, String),
-                moved.c.why,
-                literal(fence.epoch if fence else None, BigInteger),
-            ),
-        )
-        .cte("history")
-    )
-    checks: list[Any] = [
-        locked.c.id.label("locked_id"),
-        locked.c.state.label("locked_state"),
-        locked.c.holder.label("locked_holder"),
-    ]
-    if fenced is not None:
-        checks.append(exists(select(fenced.c.ok)).label("fence_ok"))
-    if to in (TaskState.PENDING, TaskState.PLANNED):
-        # the worker (pending) or scheduler (planned) wakes at commit (`wakeup.announce`)
-        notified = (
-            select(func.pg_notify(CHANNEL, str(to)).label("n")).select_from(moved).cte("notified")
-        )
-        checks.append(select(func.count()).select_from(notified).scalar_subquery().label("notes"))
-    row = aliased(Task, moved)
-    found = session.execute(
-        select(*checks, row)
-        .select_from(locked)
-        .outerjoin(moved, moved.c.id == locked.c.id)
-        .add_cte(history)
-        .order_by(locked.c.id),
-        execution_options={"populate_existing": True},
-    ).all()
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        stmt = _move_statement(*key, expressions=fields)
+        shared = all(k is None or k[0] is not _UNSHARED for _, k in shape)
+        if shared and len(_STATEMENTS) < 512:
+            _STATEMENTS[key] = stmt
+    found = session.execute(stmt, params, execution_options={"populate_existing": True}).all()
     if fence is not None and not found:
         check_fence(session, fence)  # no such task: say so, unless we are fenced out
     elif fence is not None and not found[0].fence_ok:
@@ -409,6 +367,129 @@ def _moves(
             state=f.locked_state,
         )
     return [by_id[task_id][-1] for task_id in reasons]
+
+
+def _expression_key(value: ClauseElement) -> tuple[Any, ...]:
+    """A field's SQL expression as part of a statement's shape: its structure and the
+    values bound in it; its identity (never shared: built each time) when they cannot be
+    a key."""
+    ck = value._generate_cache_key()
+    try:
+        bound = tuple(b.effective_value for b in ck.bindparams) if ck is not None else None
+        hash(bound)
+    except TypeError:
+        bound = None
+    if ck is None or bound is None:
+        return (_UNSHARED, id(value))
+    return (ck.key, bound)
+
+
+# Each shape's statement, built once (`_moves`); a bound on their number, not an eviction:
+# the shapes are the call sites' (to, guards, fields), a few dozen.
+_STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
+_UNSHARED = object()  # a shape's mark: its expression cannot be a key, nor its statement kept
+
+
+def _move_statement(
+    to: str,
+    allowed: tuple[str, ...],
+    holder_guard: bool,
+    fenced_by_lease: bool,
+    region: str | None,
+    hand_over: bool,
+    shape: tuple[tuple[str, Any], ...],
+    *,
+    expressions: Mapping[str, Any],
+) -> Select[Any]:
+    t = cast(Table, Task.__table__)
+    # The ids and reasons as bound arrays (zipped by two unnests).
+    wanted = select(
+        func.unnest(bindparam("ids", type_=ARRAY(BigInteger))).label("id"),
+        func.unnest(bindparam("reasons", type_=ARRAY(Text))).label("reason"),
+    ).cte("wanted")
+    in_scope = select(t.c.id, t.c.state, t.c.holder).where(
+        t.c.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
+    )
+    if region is not None:  # a region's leader moves only its region's tasks
+        in_scope = in_scope.where(task_in_region(region))
+    locked = in_scope.order_by(t.c.id).with_for_update().cte("locked")
+    guards: list[ColumnElement[bool]] = [
+        t.c.id == locked.c.id,
+        wanted.c.id == locked.c.id,
+        locked.c.state.in_(allowed),
+    ]
+    if holder_guard:
+        guards.append(locked.c.holder == bindparam("held_by", type_=String))
+    fenced = None
+    if fenced_by_lease:
+        fenced = (
+            select(literal(1).label("ok"))
+            .select_from(text("leader_lease"))
+            .where(
+                column("name") == bindparam("lease", type_=String),
+                column("holder") == bindparam("lease_holder", type_=String),
+                column("epoch") == bindparam("epoch", type_=BigInteger),
+                column("expires_at") > func.now(),
+            )
+            .with_for_update(key_share=True)
+            .cte("fenced")
+        )
+        guards.append(exists(select(fenced.c.ok)))
+    sets: dict[str, Any] = {"state": to, "updated_at": func.now()}
+    for name, expression_key in shape:
+        sets[name] = (
+            expressions[name]
+            if expression_key is not None
+            else bindparam(f"set_{name}", type_=t.c[name].type)
+        )
+    if not hand_over:
+        # The task keeps the latest reason (why it was skipped, failed, retried...); the
+        # history keeps them all.
+        sets["reason"] = func.coalesce(wanted.c.reason, t.c.reason)
+    moved = (
+        update(t)
+        .where(*guards)
+        .values(sets)
+        .returning(*t.c, locked.c.state.label("from_state"), wanted.c.reason.label("why"))
+        .cte("moved")
+    )
+    history = (
+        insert(cast(Table, TaskTransition.__table__))
+        .from_select(
+            ["task_id", "from_state", "to_state", "actor", "reason", "leader_epoch"],
+            select(
+                moved.c.id,
+                moved.c.from_state,
+                literal(to, String),
+                bindparam("actor", type_=String),
+                moved.c.why,
+                bindparam("epoch", type_=BigInteger),
+            ),
+        )
+        .cte("history")
+    )
+    checks: list[Any] = [
+        locked.c.id.label("locked_id"),
+        locked.c.state.label("locked_state"),
+        locked.c.holder.label("locked_holder"),
+    ]
+    if fenced is not None:
+        checks.append(exists(select(fenced.c.ok)).label("fence_ok"))
+    if to in (TaskState.PENDING, TaskState.PLANNED):
+        # the worker (pending) or scheduler (planned) wakes at commit (`wakeup.announce`)
+        notified = (
+            select(func.pg_notify(CHANNEL, str(to)).label("n")).select_from(moved).cte("notified")
+        )
+        checks.append(select(func.count()).select_from(notified).scalar_subquery().label("notes"))
+    row = aliased(Task, moved)
+    stmt = (
+        select(*checks, row)
+        .select_from(locked)
+        .outerjoin(moved, moved.c.id == locked.c.id)
+        .add_cte(history)
+        .order_by(locked.c.id)
+    )
+    return stmt
 
 
 def transition_all(
@@ -471,7 +552,7 @@ def _claim(region_sql: str) -> TextClause:
         WHERE {sql_in("state", TaskState.PENDING)} AND not_before <= now() AND {region_sql}
         ORDER BY priority DESC, id
         FOR UPDATE SKIP LOCKED
-        LIMIT 1
+        LIMIT :limit
     ), claimed AS (
         UPDATE tasks t SET state = :planning, holder = :me, heartbeat_at = now(),
                            updated_at = now()
@@ -497,14 +578,24 @@ def claim_for_planning(session: Session, worker_id: str, region: str | None = No
     """Claim the most urgent pending task in one statement (FOR UPDATE SKIP LOCKED), which
     returns the claimed row too. `region`: only a task of that region's tables (a worker
     pinned to its data center, `Settings.pinned_region`); None: any region's."""
-    stmt, params = _CLAIM, {"me": worker_id}
+    claimed = claim_batch_for_planning(session, worker_id, region, 1)
+    return claimed[0] if claimed else None
+
+
+def claim_batch_for_planning(
+    session: Session, worker_id: str, region: str | None = None, limit: int = 1
+) -> list[Task]:
+    """`claim_for_planning` for up to `limit` tasks in the one statement, most urgent
+    first: a worker's round trips per task when a backlog waits (B35)."""
+    stmt, params = _CLAIM, {"me": worker_id, "limit": limit}
     if region is not None:
         stmt, params = _CLAIM_IN_REGION, {**params, "region": region}
-    return session.scalars(
+    claimed = session.scalars(
         select(Task).from_statement(stmt),
         params,
         execution_options={"populate_existing": True},
-    ).one_or_none()
+    ).all()
+    return sorted(claimed, key=lambda t: (-t.priority, t.id))
 
 
 def _next_pending_due(region_sql: str) -> TextClause:

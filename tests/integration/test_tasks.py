@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from typing import Any
 
 import pytest
 from helpers import append_batches, make_table
@@ -163,6 +164,24 @@ def test_the_bulk_transition_moves_only_what_may_move_and_records_each_move(rt: 
                 assert task.state == state and last.to_state == "pending"  # its birth only
 
 
+def test_a_move_that_clears_a_field_leaves_sql_null(rt: Runtime) -> None:
+    """A move's statement is kept and its values bound (`repo._moves`): a None still clears
+    the column to SQL NULL, as before, not to a JSON null."""
+    task_id = _task(rt, _table(rt))
+    moves: list[tuple[str, dict[str, Any]]] = [
+        ("planning", {}),
+        ("planned", {"plan": {"p": 1}}),
+        ("pending", {"plan": None}),
+    ]
+    for to, fields in moves:
+        with transaction(rt.engine) as s:
+            repo.transition(s, task_id, to, actor="t", **fields)
+    with rt.engine.connect() as conn:
+        assert conn.execute(
+            text("SELECT plan IS NULL FROM tasks WHERE id = :i"), {"i": task_id}
+        ).scalar_one()
+
+
 def test_a_hand_over_needs_the_task_still_running_under_its_old_holder(rt: Runtime) -> None:
     task_id = _task(rt, _table(rt))
     with rt.engine.begin() as conn:
@@ -274,6 +293,53 @@ def test_worker_skips_a_table_gone_from_the_catalog(rt: Runtime) -> None:
         task = s.get(Task, task_id)
         assert task is not None and task.state == "skipped"
         assert "no longer exists" in (task.reason or "")
+
+
+def _gone_tables(rt: Runtime, n: int) -> list[int]:
+    """n tasks on n managed tables the catalog does not have (each plans to a skip)."""
+    with transaction(rt.engine) as s:
+        rows = [
+            ManagedTable(
+                catalog=rt.settings.catalog_name, namespace="gone", name=f"t{i}", policy={}
+            )
+            for i in range(n)
+        ]
+        s.add_all(rows)
+        s.flush()
+        ids = [row.id for row in rows]
+    return [_task(rt, table_id) for table_id in ids]
+
+
+def test_worker_claims_a_batch_at_once_and_plans_each(rt: Runtime) -> None:
+    task_ids = _gone_tables(rt, 3)
+    assert Worker(rt).run_once()  # one claim for the three
+    with transaction(rt.engine) as s:
+        for task_id in task_ids:
+            assert [h.to_state for h in repo.history(s, task_id)] == [
+                "pending",
+                "planning",
+                "skipped",
+            ]
+    assert not Worker(rt).run_once()
+
+
+def test_a_stopping_worker_hands_its_unplanned_batch_back(rt: Runtime) -> None:
+    first, *rest = _gone_tables(rt, 3)
+    worker = Worker(rt)
+    worker.stop.set()  # as SIGTERM arriving while the batch is planned
+    assert worker.run_once()
+    with transaction(rt.engine) as s:
+        assert [h.to_state for h in repo.history(s, first)][-1] == "skipped"
+        for task_id in rest:
+            task = s.get(Task, task_id)
+            assert task is not None and task.state == "pending" and task.holder is None
+            assert task.attempt == 0  # not spent
+            assert "released unplanned" in (task.reason or "")
+            history = [h.to_state for h in repo.history(s, task_id)]
+            assert history == ["pending", "planning", "pending"]
+    assert Worker(rt).run_once()  # another worker takes them at once
+    with transaction(rt.engine) as s:
+        assert {s.get(Task, t).state for t in rest} == {"skipped"}  # type: ignore[union-attr]
 
 
 def test_reaper_returns_work_of_a_silent_planner_and_an_old_leader(rt: Runtime) -> None:
