@@ -81,6 +81,15 @@ def test_files_added_since_the_last_task_match_the_events_since(rt: Runtime) -> 
     # they count, as the events since it would sum
     _task(rt, b, "compaction", "succeeded", ago_s=3600)
     assert _facts(rt, [(b, "compaction")]) == {(b, "compaction"): (7, "succeeded")}
+    # a task from before migration 0035 has no mark: the events since it are summed
+    with rt.engine.begin() as c:
+        c.execute(text("UPDATE tasks SET files_added_mark = NULL WHERE table_id = :t"), {"t": a})
+    assert _facts(rt, [(a, "compaction")]) == {(a, "compaction"): (8, "pending")}
+    with rt.engine.begin() as c:
+        c.execute(
+            text("UPDATE tasks SET files_added_mark = 7 WHERE table_id = :t"),  # as it marked
+            {"t": a},
+        )
     # a malformed count counts nothing, and does not fail the commit's ingest
     with rt.engine.begin() as c:
         c.execute(
