@@ -333,7 +333,7 @@ def b26(ctx: Context) -> Figure:
                     speedups.append(_quantile(pair_old, 0.5) / _quantile(pair_new, 0.5))
             secret = _admin_token(rt)
             with (
-                serve_in_thread(rt) as url,
+                serve_in_thread(rt, freeze_heap=True) as url,  # as main() serves it
                 httpx.Client(
                     base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
                 ) as client,
