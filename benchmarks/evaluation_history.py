@@ -105,7 +105,8 @@ def b41(ctx: Context) -> Figure:
         "B41",
         f"evaluation's task-history read for a batch of {BATCH} tables with {events} events "
         f"each (the last task {SINCE} events ago): the statement before / today's",
-        "the statement before issue 31's fix, alternated, same rows and index",
+        "the statement before migration 0035 (0033's range of the events since), "
+        "alternated, same rows",
         "report",
     ) as fig:
         namespace = f"b41_{uuid.uuid4().hex[:6]}"
