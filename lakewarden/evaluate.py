@@ -35,19 +35,26 @@ def event_facts(session: Session, table_id: int, kind: str, summary: dict[str, A
 
 # Per (table, kind): the data files writers (not our own rewrites) added since the last task
 # of the kind was created, and the state of that last task. One statement for any number.
-# The events since are a range of ix_timeline_events_table_received (a bound, not an OR
-# with NULL, so the index serves it): a table's whole history is never read (B41).
+# The files added since are the table's running sum now less the sum the last task marked
+# as it was created (migration 0035): probes of two indexes, however many events and tasks
+# came before (B25's sustained rate fell while a task stayed open and the events since it
+# grew: B41). A task from before that migration has no mark: the events since the kind's
+# newest task are summed, a range of ix_timeline_events_table_received; no task yet: the
+# running sum is all there is.
 _HISTORY_FACTS = text(
     """
     SELECT p.table_id, p.kind, last.state,
-        (SELECT coalesce(sum((e.summary->>'added-data-files')::bigint), 0)
-         FROM timeline_events e
-         WHERE e.table_id = p.table_id AND e.operation <> 'replace'
-           AND e.received_at > coalesce(since.at, '-infinity'::timestamptz)) AS added
+        CASE WHEN last.id IS NULL THEN coalesce(f.added, 0)
+             WHEN last.mark IS NOT NULL THEN coalesce(f.added, 0) - last.mark
+             ELSE (SELECT coalesce(sum((e.summary->>'added-data-files')::bigint), 0)
+                   FROM timeline_events e
+                   WHERE e.table_id = p.table_id AND e.operation <> 'replace'
+                     AND e.received_at > (SELECT max(t.created_at) FROM tasks t
+                                          WHERE t.table_id = p.table_id AND t.kind = p.kind))
+        END AS added
     FROM unnest(CAST(:table_ids AS bigint[]), CAST(:kinds AS varchar[])) AS p(table_id, kind)
-    CROSS JOIN LATERAL (SELECT max(t.created_at) AS at FROM tasks t
-                        WHERE t.table_id = p.table_id AND t.kind = p.kind) since
-    LEFT JOIN LATERAL (SELECT t.state FROM tasks t
+    LEFT JOIN table_files_added f ON f.table_id = p.table_id
+    LEFT JOIN LATERAL (SELECT t.id, t.state, t.files_added_mark AS mark FROM tasks t
                        WHERE t.table_id = p.table_id AND t.kind = p.kind
                        ORDER BY t.id DESC LIMIT 1) last ON true
     """

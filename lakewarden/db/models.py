@@ -287,6 +287,9 @@ class Task(Base):
     heartbeat_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # Its table's TableFilesAdded.added as it was created (set by a trigger, migration
+    # 0035): the files added since are the sum now less this. None before that migration.
+    files_added_mark: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class TaskTransition(Base):
@@ -375,6 +378,19 @@ class MetricDelta(Base):
     label: Mapped[str] = mapped_column(String(32))
     n: Mapped[int] = mapped_column(BigInteger)
     total: Mapped[float] = mapped_column(Float)
+
+
+class TableFilesAdded(Base):
+    """A table's running sum of the data files writers added (its events' `added-data-files`,
+    our own rewrites not counted), kept by a trigger on timeline_events (migration 0035):
+    evaluation's files added since a kind's last task, read without the events."""
+
+    __tablename__ = "table_files_added"
+
+    table_id: Mapped[int] = mapped_column(
+        ForeignKey("managed_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    added: Mapped[int] = mapped_column(BigInteger)
 
 
 class TableLastSuccess(Base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import threading
@@ -54,8 +55,9 @@ log = logging.getLogger(__name__)
 POLL_TICK_S = 2.0
 
 
-def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
-    """`background=False` leaves out the listener and poller (for tests of the routes alone)."""
+def create_app(rt: Runtime, *, background: bool = True, freeze_heap: bool = False) -> FastAPI:
+    """`background=False` leaves out the listener and poller (for tests of the routes alone);
+    `freeze_heap`: `freeze_startup_heap` once started (a server process's, not a test's)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,6 +79,8 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
             if s.listen_for_commits:
                 app.state.listener = CommitListener(rt, stop)
                 app.state.listener.start()
+        if freeze_heap:
+            freeze_startup_heap()
         yield
         stop.set()
         if background:
@@ -129,13 +133,24 @@ def create_app(rt: Runtime, *, background: bool = True) -> FastAPI:
     return app
 
 
+def freeze_startup_heap() -> None:
+    """Move what the process holds once started (modules, the app, its routes and models:
+    ~260,000 objects) out of the garbage collector's reach, so its full collections
+    scan only what came since. Before, a full collection took 180-300 ms at load 5 and
+    ran in ~1 scrape of /metrics in 20 (its ~6,000 per-table rows tip the collector):
+    the scrape's p95/p99 (B26). A server's, not a test's: frozen objects are never freed,
+    and a test process starts many apps."""
+    gc.collect()
+    gc.freeze()
+
+
 def main(rt: Runtime, host: str, port: int) -> None:
     import uvicorn
 
     # log_config=None: uvicorn's loggers (server, access log) keep no handlers of their own
     # and propagate to the root's, so the API logs in the one format (lakewarden.logs),
     # with the same redaction.
-    app = create_app(rt)
+    app = create_app(rt, freeze_heap=True)
     app.state.bind_host = host  # the dashboard cookie's Secure default (headers.secure_cookie)
     manifest_cache.without_cache()  # explain plans now and then: no fleet's manifests here
     delta_incremental.without_cache()  # nor a fleet's Delta files
@@ -151,7 +166,7 @@ def main(rt: Runtime, host: str, port: int) -> None:
 
 
 @contextmanager
-def serve_in_thread(rt: Runtime) -> Iterator[str]:
+def serve_in_thread(rt: Runtime, *, freeze_heap: bool = False) -> Iterator[str]:
     """The real app of `rt` (without its commit listener and poller) served by uvicorn on a
     free loopback port in a thread of this process: its URL. For the benchmarks and the
     browser tests, which need real HTTP and the caller's own runtime."""
@@ -161,7 +176,7 @@ def serve_in_thread(rt: Runtime) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = uvicorn.Config(
-        create_app(rt, background=False),
+        create_app(rt, background=False, freeze_heap=freeze_heap),
         host="127.0.0.1",
         port=port,
         log_level="warning",
