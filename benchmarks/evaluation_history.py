@@ -5,7 +5,7 @@ kind's last task (`lakewarden.evaluate._HISTORY_FACTS`). Before, that read was a
 NULL, which no index serves: each evaluation read the table's whole retained history, and
 the sustained ingest rate fell as history grew (B25's 885 s run). Migration 0033 made it a
 range of `ix_timeline_events_table_received`, which still grows while a task stays open
-(B25's tasks never finish); migration 0035 replaced it by the table's running sum less the
+(B25's tasks never finish); migration 0034 replaced it by the table's running sum less the
 task's mark (two probes). BEFORE is now 0033's range; `LAKEWARDEN_BENCH_B41_SINCE` sets
 the events since the last task (50; 1,000 is B25 after 100 rounds).
 
@@ -31,7 +31,7 @@ BATCH = 25
 SINCE = int(os.environ.get("LAKEWARDEN_BENCH_B41_SINCE", "50"))
 SIZES = {"smoke": (25, 200), "full": (100, 2_000)}  # tables, events per table
 ROUNDS = 20
-# The statement before migration 0035 (the events since the kind's last task summed, a
+# The statement before migration 0034 (the events since the kind's last task summed, a
 # range of ix_timeline_events_table_received that grows while a task stays open), for
 # the side-by-side; today's subtracts the task's mark from the table's running sum.
 BEFORE = text(
@@ -105,7 +105,7 @@ def b41(ctx: Context) -> Figure:
         "B41",
         f"evaluation's task-history read for a batch of {BATCH} tables with {events} events "
         f"each (the last task {SINCE} events ago): the statement before / today's",
-        "the statement before migration 0035 (0033's range of the events since), "
+        "the statement before migration 0034 (0033's range of the events since), "
         "alternated, same rows",
         "report",
     ) as fig:

@@ -36,7 +36,7 @@ def event_facts(session: Session, table_id: int, kind: str, summary: dict[str, A
 # Per (table, kind): the data files writers (not our own rewrites) added since the last task
 # of the kind was created, and the state of that last task. One statement for any number.
 # The files added since are the table's running sum now less the sum the last task marked
-# as it was created (migration 0035): probes of two indexes, however many events and tasks
+# as it was created (migration 0034): probes of two indexes, however many events and tasks
 # came before (B25's sustained rate fell while a task stayed open and the events since it
 # grew: B41). A task from before that migration has no mark: the events since the kind's
 # newest task are summed, a range of ix_timeline_events_table_received; no task yet: the

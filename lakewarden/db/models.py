@@ -288,7 +288,7 @@ class Task(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     # Its table's TableFilesAdded.added as it was created (set by a trigger, migration
-    # 0035): the files added since are the sum now less this. None before that migration.
+    # 0034): the files added since are the sum now less this. None before that migration.
     files_added_mark: Mapped[int | None] = mapped_column(BigInteger)
 
 
@@ -382,7 +382,7 @@ class MetricDelta(Base):
 
 class TableFilesAdded(Base):
     """A table's running sum of the data files writers added (its events' `added-data-files`,
-    our own rewrites not counted), kept by a trigger on timeline_events (migration 0035):
+    our own rewrites not counted), kept by a trigger on timeline_events (migration 0034):
     evaluation's files added since a kind's last task, read without the events."""
 
     __tablename__ = "table_files_added"

@@ -1,5 +1,5 @@
 """Evaluation's "data files added since the kind's last task" from running sums (migration
-0035): the table's sum now less the sum the task marked as it was created, the same number
+0034): the table's sum now less the sum the task marked as it was created, the same number
 the events since would sum to, and no read of those events (issue 31 goal 1: with a task
 open, that read grew with every commit)."""
 
@@ -81,7 +81,7 @@ def test_files_added_since_the_last_task_match_the_events_since(rt: Runtime) -> 
     # they count, as the events since it would sum
     _task(rt, b, "compaction", "succeeded", ago_s=3600)
     assert _facts(rt, [(b, "compaction")]) == {(b, "compaction"): (7, "succeeded")}
-    # a task from before migration 0035 has no mark: the events since it are summed
+    # a task from before migration 0034 has no mark: the events since it are summed
     with rt.engine.begin() as c:
         c.execute(text("UPDATE tasks SET files_added_mark = NULL WHERE table_id = :t"), {"t": a})
     assert _facts(rt, [(a, "compaction")]) == {(a, "compaction"): (8, "pending")}
@@ -104,7 +104,7 @@ def test_files_added_since_the_last_task_match_the_events_since(rt: Runtime) -> 
 
 def test_a_task_open_for_long_reads_none_of_the_events_since(rt: Runtime) -> None:
     """The cost of the facts is flat in the events since the task opened: the statement
-    reaches timeline_events not once (before 0035 it summed every event since)."""
+    reaches timeline_events not once (before 0034 it summed every event since)."""
     t = _table(rt, "open")
     _task(rt, t, "compaction", "pending")
     for round_ in range(5):

@@ -11,8 +11,8 @@ created (`tasks.files_added_mark`, less the events already received after its
 since a kind's last task are the sum now less the mark (lakewarden.evaluate). A task
 created before this migration has no mark: its table's events since are summed as before.
 
-Revision ID: 0035
-Revises: 0034 (written against 0033 on its branch: the lead sets 0034 when merging)
+Revision ID: 0034
+Revises: 0033
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0035"
-down_revision = "0033"  # "0034" once 0034 is merged before it
+revision = "0034"
+down_revision = "0033"
 branch_labels = None
 depends_on = None
 
