@@ -30,7 +30,7 @@ from lakewarden.formats.iceberg.markers import PUBLISHED_FROM_KEY, is_stage
 from lakewarden.health.explain import explain_validation
 from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
-from lakewarden.spark import staging
+from lakewarden.spark import actions, binpack, staging
 from lakewarden.spark.actions import load_java_table
 from lakewarden.spark.binpack import Observed, ObservedGroup
 from lakewarden.spark.commits import TASK_KEY
@@ -126,6 +126,45 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     off = explain_validation(ValidationPolicy(enabled=False), table)
     assert off["reason"].startswith("off (validation.enabled: false)")
     assert _rows(table) == rows
+
+
+def test_a_group_read_in_splits_is_observed_whole_and_a_big_one_is_not_summed(
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group of one output file is read in several splits gathered into its one writing
+    task (binpack.read_splits; here from any size, a split a file): still one file per
+    partition, the same rows, validation's sums of the inputs taken from that read and
+    equal to the outputs'. Past validation.max_rows the bin-pack does not sum its inputs
+    (validation will not read them): Iceberg's action rewrites, and validation says why
+    it skipped."""
+    monkeypatch.setattr(binpack, "PARALLEL_READ_MIN_BYTES", 0)
+    monkeypatch.setattr(binpack, "SPLIT_FLOOR_BYTES", 1)
+    splits: list[int | None] = []
+    real_splits = binpack.read_splits
+    monkeypatch.setattr(
+        binpack, "read_splits", lambda *a: splits.append(real_splits(*a)) or splits[-1]
+    )
+    table = append_batches(make_table(spark_rt, name="split_read"), 6)  # 6 files in a, 6 in b
+    rows = _rows(table)
+    task_id = manage(spark_rt, "split_read", POLICY)
+    assert _compact(scheduler, spark_rt, task_id) == TaskState.SUCCEEDED
+    assert len(splits) == 2 and all(s is not None for s in splits)  # both groups split
+    validation = _run(spark_rt, task_id).metrics["validation"]  # type: ignore[index]
+    assert validation["status"] == "passed" and validation["inputs"] == "observed"
+    assert validation["rows"] == 60
+    assert _rows(table) == rows
+    assert len(list(table.refresh().scan().plan_files())) == 2  # one file a partition
+
+    ran: list[object] = []
+    real_run = actions.run_binpack
+    monkeypatch.setattr(actions, "run_binpack", lambda *a: ran.append(real_run(*a)) or ran[-1])
+    table = append_batches(table, 6, start=1000, regions=("a",))
+    again = _next_compaction(spark_rt, task_id, {"max_rows": 10})
+    assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
+    assert ran == [None]  # 90 rows > 10: not summed, Iceberg's action ran
+    capped = _run(spark_rt, again).metrics["validation"]  # type: ignore[index]
+    assert capped["status"] == "skipped" and capped["rows_estimate"] == 90
+    assert len(list(table.refresh().scan().plan_files())) == 2
 
 
 def _next_compaction(rt: Runtime, task_id: int, validation: dict[str, Any]) -> int:
