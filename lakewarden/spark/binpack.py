@@ -49,11 +49,6 @@ ACTION_OPTIONS = frozenset(
 # Iceberg's defaults for them (RewriteDataFiles).
 MAX_CONCURRENT_DEFAULT = 5
 MAX_COMMITS_DEFAULT = 10
-# A group of one output file is read in splits of about this share of it per core (and no
-# smaller than SPLIT_FLOOR_BYTES), from groups of PARALLEL_READ_MIN_BYTES up (`read_splits`).
-SPLITS_PER_CORE = 2
-SPLIT_FLOOR_BYTES = 4 << 20
-PARALLEL_READ_MIN_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -89,19 +84,6 @@ class BinPacked:
 def handles(options: dict[str, str], planner_options: set[str]) -> bool:
     """Whether every option is one this runner honours."""
     return all(k in ACTION_OPTIONS or k in planner_options for k in options)
-
-
-def read_splits(expected_outputs: int, input_bytes: int, split_size: int, cores: int) -> int | None:
-    """The split size to read a group in when it writes one file: one task read, decoded,
-    checksummed and wrote all of it, on one core (issue 30: 300 small files, 60 MB, took 10 s
-    where pyarrow's threads took 1.5 s). Read in SPLITS_PER_CORE splits a core instead, then
-    gathered into the one writing task (a shuffle to one partition: still one file, its
-    rows in the splits' order). None: read at the group's own split size (several output
-    files already write in parallel, one task each; a small group is not worth a shuffle)."""
-    if expected_outputs != 1 or cores < 2 or input_bytes < PARALLEL_READ_MIN_BYTES:
-        return None
-    split = max(input_bytes // (SPLITS_PER_CORE * cores), SPLIT_FLOOR_BYTES)
-    return split if split < split_size else None
 
 
 def _each(java_iterable: Any) -> Any:
@@ -160,7 +142,6 @@ def run_binpack(
     cache = table_cache(spark)
     manager = iceberg.spark.ScanTaskSetManager.get()
     coordinator = iceberg.spark.FileRewriteCoordinator.get()
-    cores = int(spark.sparkContext.defaultParallelism)
 
     def rewrite(group: Any) -> ObservedGroup:
         from pyspark.sql import Observation
@@ -175,27 +156,15 @@ def run_binpack(
         tasks = group.fileScanTasks()
         manager.stageTasks(table, set_id, tasks)
         try:
-            split = read_splits(
-                int(group.expectedOutputFiles()),
-                int(group.inputFilesSizeInBytes()),
-                int(group.inputSplitSize()),
-                cores,
-            )
             frame = (
                 session.read.format("iceberg")
                 .option("scan-task-set-id", set_id)
-                .option("split-size", str(split or group.inputSplitSize()))
+                .option("split-size", str(group.inputSplitSize()))
                 .option("file-open-cost", "0")
                 .load(set_id)
             )
             observation = Observation(set_id)
             frame = frame.observe(observation, *checksum_aggregates(columns))
-            if split is not None:
-                # The splits' rows into one task, so one file: round-robin into one partition
-                # needs no sort before it (Spark sorts only for several). A shuffle map task
-                # run twice (a lost shuffle file) would count its rows twice: validation
-                # then refuses a good rewrite, never passes a bad one.
-                frame = frame.repartition(1)
             same_spec = tasks.get(0).spec().equals(table.specs().get(group.outputSpecId()))
             (
                 frame.write.format("iceberg")
