@@ -25,7 +25,12 @@ from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.spark import staging
 from lakewarden.spark.binpack import BinPacked, Observed, run_binpack
 from lakewarden.spark.commits import before_commit, commit_properties
-from lakewarden.spark.validation import observed_columns, validate_rewrite, will_validate
+from lakewarden.spark.validation import (
+    max_rows,
+    observed_columns,
+    validate_rewrite,
+    will_validate,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -189,6 +194,7 @@ def _observed_binpack(
         {k: str(v) for k, v in options.items()},
         commit_properties(),
         columns,
+        max_rows(),
     )
 
 

@@ -100,10 +100,13 @@ def run_binpack(
     options: dict[str, str],
     snapshot_properties: dict[str, str],
     columns: list[str],
+    max_rows: int | None = None,
 ) -> BinPacked | None:
     """Bin-pack `table` from snapshot `start_id`, committing to `branch`: Iceberg's
     `RewriteDataFiles.Result` (as the action returns it) and what the reads observed. None
-    when an option is not one this runner honours (the caller runs Iceberg's action)."""
+    when an option is not one this runner honours, or when the groups' files hold more than
+    `max_rows` rows (validation.max_rows: validation will not check them, so summing them
+    is wasted; B4's 30 M rows) (the caller runs Iceberg's action)."""
     from pyspark import inheritable_thread_target
     from pyspark.sql import SparkSession as Session
 
@@ -123,6 +126,8 @@ def run_binpack(
             init.put(key, str(value))
     planner.init(init)
     groups = list(_each(planner.plan().groups()))
+    if max_rows is not None and _more_rows(table, start_id, groups, max_rows):
+        return None
     concurrency = max(
         1, int(options.get("max-concurrent-file-group-rewrites", MAX_CONCURRENT_DEFAULT))
     )
@@ -220,6 +225,21 @@ def run_binpack(
         )
     observed = Observed(tuple(columns), tuple(o for _, o in done))
     return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None)
+
+
+def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> bool:
+    """Whether the groups' files hold more than `max_rows` rows (their manifests' record
+    counts). The snapshot's total answers for most tables without a call per file."""
+    total = table.snapshot(start_id).summary().get("total-records")
+    if total is not None and int(total) <= max_rows:
+        return False
+    rows = 0
+    for group in groups:
+        for task in _each(group.fileScanTasks()):
+            rows += int(task.file().recordCount())
+            if rows > max_rows:
+                return True
+    return False
 
 
 def _cause(exc: BaseException) -> str:

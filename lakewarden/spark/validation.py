@@ -107,6 +107,13 @@ def observed_columns(
     return columns or None
 
 
+def max_rows() -> int | None:
+    """The running job's validation.max_rows (None outside a validated job): past it,
+    validation does not read a rewrite's files, so neither need the rewrite sum them."""
+    active = _ACTIVE.get()
+    return active.policy.max_rows if active is not None else None
+
+
 def will_validate() -> bool:
     """Whether the running job's rewrites are validated (so staged first): inside a
     scheduled job (`validating`, commit properties set) with validation on."""

@@ -30,7 +30,7 @@ from lakewarden.formats.iceberg.markers import PUBLISHED_FROM_KEY, is_stage
 from lakewarden.health.explain import explain_validation
 from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
-from lakewarden.spark import staging
+from lakewarden.spark import actions, staging
 from lakewarden.spark.actions import load_java_table
 from lakewarden.spark.binpack import Observed, ObservedGroup
 from lakewarden.spark.commits import TASK_KEY
@@ -126,6 +126,30 @@ def test_a_compaction_records_its_validation_and_the_off_switch_skips_it(
     off = explain_validation(ValidationPolicy(enabled=False), table)
     assert off["reason"].startswith("off (validation.enabled: false)")
     assert _rows(table) == rows
+
+
+def test_a_rewrite_past_max_rows_does_not_sum_its_inputs(
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past validation.max_rows validation will not read a rewrite's files, so the bin-pack
+    does not sum its inputs either (binpack.run_binpack returns None): Iceberg's action
+    rewrites, and validation says why it skipped. Under the cap the runner sums them."""
+    table = append_batches(make_table(spark_rt, name="capped_sums"), 6)  # 6 files in a, 6 in b
+    task_id = manage(spark_rt, "capped_sums", POLICY)
+    ran: list[object] = []
+    real_run = actions.run_binpack
+    monkeypatch.setattr(actions, "run_binpack", lambda *a: ran.append(real_run(*a)) or ran[-1])
+    assert _compact(scheduler, spark_rt, task_id) == TaskState.SUCCEEDED
+    assert len(ran) == 1 and ran[0] is not None  # 60 rows <= 10 M: summed by its read
+    table = append_batches(table, 6, start=1000, regions=("a",))
+    rows = _rows(table)
+    again = _next_compaction(spark_rt, task_id, {"max_rows": 10})
+    assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
+    assert ran[1:] == [None]  # 90 rows > 10: not summed, Iceberg's action ran
+    capped = _run(spark_rt, again).metrics["validation"]  # type: ignore[index]
+    assert capped["status"] == "skipped" and capped["rows_estimate"] == 90
+    assert _rows(table) == rows
+    assert len(list(table.refresh().scan().plan_files())) == 2  # one file a partition
 
 
 def _next_compaction(rt: Runtime, task_id: int, validation: dict[str, Any]) -> int:
