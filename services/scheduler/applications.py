@@ -205,13 +205,17 @@ class Applications:
             process,
             log_path,
         )
+        self._track(app, job, sub.deploy_mode)
+
+    def _track(self, app: Application, job: Job, deploy_mode: str) -> None:
+        """Watch `app` from now on, and record on its run where it runs."""
         with self.lock:
             self.running[job.task_id] = app
         with transaction(self.rt.engine) as session:
             session.execute(
                 update(JobRun)
                 .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
-                .values(submission_id=submission_id, master=sub.master, deploy_mode=sub.deploy_mode)
+                .values(submission_id=app.submission_id, master=app.master, deploy_mode=deploy_mode)
             )
 
     def _on_host(self, job: Job, host: FamilyHost, timeout_s: float) -> None:
@@ -231,14 +235,7 @@ class Applications:
             host=host,
             job=job,
         )
-        with self.lock:
-            self.running[job.task_id] = app
-        with transaction(self.rt.engine) as session:
-            session.execute(
-                update(JobRun)
-                .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
-                .values(submission_id=submission_id, master=app.master, deploy_mode=WARM_HOST)
-            )
+        self._track(app, job, WARM_HOST)
         log.info("task %d: queued on the warm %s host %d", job.task_id, host.family, host.pid)
 
     # --- adopt (after a failover) --------------------------------------------------
