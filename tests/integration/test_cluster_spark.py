@@ -249,8 +249,9 @@ def _run_on_cluster(rt: Runtime, cluster: LocalCluster, log_path: Path) -> Clust
         }
         time.sleep(1)  # every snapshot of cl_churn older than max_snapshot_age_hours
         worker = Worker(rt)
-        for _ in run.tasks:
-            assert worker.run_once()
+        assert worker.run_once()  # a worker claims a batch: every task at once here
+        while worker.run_once():
+            pass
         for kind, task_id in run.tasks.items():
             planned = task_of(rt, task_id)  # the scheduler starts each once it is planned
             assert planned.state in PLANNED_OR_LATER, (kind, planned.state, planned.reason)
