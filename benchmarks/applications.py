@@ -87,19 +87,19 @@ def _planned(rt: Runtime, name: str, pool: str, seed: int) -> int:
         )
     assert task_id is not None
     worker = Worker(rt)
-    while _state(rt, task_id) == "pending" and worker.run_once():
+    while task_state(rt, task_id) == "pending" and worker.run_once():
         pass
-    if _state(rt, task_id) != "planned":
-        raise RuntimeError(f"task {task_id} was not planned: {_state(rt, task_id)}")
+    if task_state(rt, task_id) != "planned":
+        raise RuntimeError(f"task {task_id} was not planned: {task_state(rt, task_id)}")
     return task_id
 
 
-def _state(rt: Runtime, task_id: int) -> str:
+def task_state(rt: Runtime, task_id: int) -> str:
     with transaction(rt.engine) as s:
         return str(s.scalar(select(Task.state).where(Task.id == task_id)))
 
 
-def _run(rt: Runtime, task_id: int) -> JobRun:
+def job_run(rt: Runtime, task_id: int) -> JobRun:
     with transaction(rt.engine) as s:
         run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
         s.expunge(run)
@@ -127,7 +127,7 @@ def _application_task(sched: Scheduler, task_id: int) -> dict[str, float]:
     seen: dict[str, float] = {}
     next_poll = 0.0
     while True:
-        run = _run(rt, task_id)
+        run = job_run(rt, task_id)
         now = time.time()
         if run.heartbeat_at is not None:
             seen.setdefault("driver", now)
@@ -265,7 +265,7 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
             return all(len(r) == 1 and r[0].spark_app_id for r in runs)
 
         _wait(drivers_up, 600, f"{n} running applications")
-        running = sum(1 for t in task_ids if _run(rt, t).state == "running")
+        running = sum(1 for t in task_ids if job_run(rt, t).state == "running")
         standby = next(p for p in procs if p is not leader)
         standby_cpu = _cpu_s(standby.pid)
         leader.send_signal(signal.SIGKILL)
@@ -277,7 +277,7 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
             "a new leader",
         )
         takeover_s = time.monotonic() - killed
-        _wait(lambda: all(_state(rt, t) in TERMINAL for t in task_ids), 600, "every task")
+        _wait(lambda: all(task_state(rt, t) in TERMINAL for t in task_ids), 600, "every task")
         all_done_s = time.monotonic() - killed
         # What watching the applications costs the leader: its CPU from the kill (it was
         # the standby) until every task ended, per second of that time.
@@ -289,7 +289,7 @@ def _leader_killed(ctx: Context, fig: Figure, n: int) -> bool:
                 attempts.append(int(s.scalar(select(Task.attempt).where(Task.id == task_id)) or 0))
             ends.append(sum(1 for h in history if h.to_state in TERMINAL))
             reattached += any(h.from_state == h.to_state == "running" for h in history)
-            states.append(_state(rt, task_id))
+            states.append(task_state(rt, task_id))
             table = rt.catalog.load_table(f"{NAMESPACE}.{_name_of(rt, task_id)}")
             commits.append(
                 sum(

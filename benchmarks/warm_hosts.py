@@ -30,15 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, text
 
+from benchmarks.applications import job_run, task_state
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Catalog as CatalogRow
-from lakewarden.db.models import JobRun, Task
 from lakewarden.db.session import transaction
 from lakewarden.process import Ticker
-from lakewarden.runtime import Runtime
 from lakewarden.tables import add_table
 from lakewarden.tasks import repo
 from services.scheduler.main import Scheduler
@@ -212,16 +211,16 @@ def _task(sched: Scheduler, fmt: str, name: str, *, host: bool) -> float:
         )
     assert task_id is not None
     worker = Worker(rt)
-    while _state(rt, task_id) == "pending" and worker.run_once():
+    while task_state(rt, task_id) == "pending" and worker.run_once():
         pass
-    if _state(rt, task_id) != "planned":
-        raise RuntimeError(f"{fmt} {name}: task {task_id} not planned: {_state(rt, task_id)}")
+    if task_state(rt, task_id) != "planned":
+        raise RuntimeError(f"{fmt} {name}: task {task_id} not planned: {task_state(rt, task_id)}")
     started = time.perf_counter()
     if not sched.dispatch_once():
         raise RuntimeError(f"{fmt} {name}: nothing dispatched")
-    _until(lambda: _run(rt, task_id).state != "running", sched, 900)
+    _until(lambda: job_run(rt, task_id).state != "running", sched, 900)
     seconds = time.perf_counter() - started
-    run = _run(rt, task_id)
+    run = job_run(rt, task_id)
     if run.state != "succeeded":
         raise RuntimeError(f"{fmt} {name}: {run.state}: {run.error}\n{run.log_tail}")
     if (run.deploy_mode == "warm-host") != host:
@@ -237,18 +236,6 @@ def _until(done: Callable[[], bool], sched: Scheduler, timeout_s: float) -> None
             raise RuntimeError(f"not done in {timeout_s:.0f}s")
         sched.applications.poll(sched.leading())  # as the leader's loop, each turn
         time.sleep(0.05)
-
-
-def _state(rt: Runtime, task_id: int) -> str:
-    with transaction(rt.engine) as s:
-        return str(s.scalar(select(Task.state).where(Task.id == task_id)))
-
-
-def _run(rt: Runtime, task_id: int) -> JobRun:
-    with transaction(rt.engine) as s:
-        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
-        s.expunge(run)
-    return run
 
 
 def _delta_rs(path: Path) -> float:
