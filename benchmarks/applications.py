@@ -86,12 +86,17 @@ def _planned(rt: Runtime, name: str, pool: str, seed: int) -> int:
             pool=pool,
         )
     assert task_id is not None
+    plan_it(rt, task_id)
+    return task_id
+
+
+def plan_it(rt: Runtime, task_id: int, what: str = "") -> None:
+    """Plan the pending task with a worker of this process; raise if it ends unplanned."""
     worker = Worker(rt)
     while task_state(rt, task_id) == "pending" and worker.run_once():
         pass
     if task_state(rt, task_id) != "planned":
-        raise RuntimeError(f"task {task_id} was not planned: {task_state(rt, task_id)}")
-    return task_id
+        raise RuntimeError(f"{what}task {task_id} was not planned: {task_state(rt, task_id)}")
 
 
 def task_state(rt: Runtime, task_id: int) -> str:

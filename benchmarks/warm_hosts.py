@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 from sqlalchemy import delete, text
 
-from benchmarks.applications import job_run, task_state
+from benchmarks.applications import job_run, plan_it
 from benchmarks.harness import Context, Figure, Stat, measuring
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import Catalog as CatalogRow
@@ -41,7 +41,6 @@ from lakewarden.process import Ticker
 from lakewarden.tables import add_table
 from lakewarden.tasks import repo
 from services.scheduler.main import Scheduler
-from services.worker.main import Worker
 
 NAMESPACE = "lake"
 CATALOGS = {"delta": "b44delta", "hudi": "b45hudi"}
@@ -210,11 +209,7 @@ def _task(sched: Scheduler, fmt: str, name: str, *, host: bool) -> float:
             s, table_id=row.id, kind="compaction", trigger={"reason": "bench"}, actor="bench"
         )
     assert task_id is not None
-    worker = Worker(rt)
-    while task_state(rt, task_id) == "pending" and worker.run_once():
-        pass
-    if task_state(rt, task_id) != "planned":
-        raise RuntimeError(f"{fmt} {name}: task {task_id} not planned: {task_state(rt, task_id)}")
+    plan_it(rt, task_id, f"{fmt} {name}: ")
     started = time.perf_counter()
     if not sched.dispatch_once():
         raise RuntimeError(f"{fmt} {name}: nothing dispatched")
