@@ -461,16 +461,16 @@ def record_metrics(rt: Runtime, job: Job, metrics: dict[str, Any]) -> None:
         )
 
 
-def _earlier_ttl(rt: Runtime, job: Job) -> dict[str, Any]:
-    """What the task's newest earlier run recorded before deleting (its count, savepoint,
-    undo), or {}."""
+def _earlier_metrics(rt: Runtime, job: Job, key: str) -> dict[str, Any]:
+    """The metrics of the task's newest earlier run that recorded `key` (a retry resumes
+    from what an earlier attempt recorded before acting), or {}."""
     with transaction(rt.engine) as s:
         found = s.scalar(
             select(JobRun.metrics)
             .where(
                 JobRun.task_id == job.task_id,
                 JobRun.attempt < job.attempt,
-                JobRun.metrics[hudi_ttl.SAVEPOINT].isnot(None),
+                JobRun.metrics[key].isnot(None),
             )
             .order_by(JobRun.attempt.desc())
             .limit(1)
@@ -501,7 +501,7 @@ def _ttl(
     timeline = HudiTimeline(base_path)
     done = hudi_ttl.marked(timeline, mark)
     if done is not None:  # an earlier attempt deleted: never again, but still guarded
-        earlier = _earlier_ttl(rt, job)
+        earlier = _earlier_metrics(rt, job, hudi_ttl.SAVEPOINT)
         metrics.update(earlier, recovered=True)
         metrics[hudi_ttl.INSTANT] = done
         counted, savepoint = earlier.get("counted_rows"), earlier.get(hudi_ttl.SAVEPOINT)
@@ -625,22 +625,6 @@ def _undo_ttl(
     return f"undone, the table was restored to savepoint {savepoint}"
 
 
-def _earlier_indexing(rt: Runtime, job: Job) -> str | None:
-    """The indexing instant the task's newest earlier run recorded, or None."""
-    with transaction(rt.engine) as s:
-        found = s.scalar(
-            select(JobRun.metrics[hudi_stats.BUILT].astext)
-            .where(
-                JobRun.task_id == job.task_id,
-                JobRun.attempt < job.attempt,
-                JobRun.metrics[hudi_stats.BUILT].isnot(None),
-            )
-            .order_by(JobRun.attempt.desc())
-            .limit(1)
-        )
-    return str(found) if found else None
-
-
 def _stats(rt: Runtime, job: Job, spark: SparkSession, metrics: dict[str, Any]) -> None:
     """Build the column-stats index with Hudi's async indexer (`column_stats.build`); the
     indexing instant is recorded on the run as soon as Hudi scheduled it (`hudi_stats.BUILT`),
@@ -656,7 +640,9 @@ def _stats(rt: Runtime, job: Job, spark: SparkSession, metrics: dict[str, Any]) 
         record_metrics(rt, job, metrics)
 
     resume = job.plan.get("resume_instant")
-    earlier = _earlier_indexing(rt, job)  # a retry: the instant an earlier attempt scheduled
+    # A retry: the indexing instant an earlier attempt scheduled.
+    built = _earlier_metrics(rt, job, hudi_stats.BUILT).get(hudi_stats.BUILT)
+    earlier = str(built) if built else None
     if earlier is not None:
         state = column_stats.read_state(HudiTimeline(base_path))
         if earlier in state.pending_indexing:
