@@ -143,16 +143,21 @@ def _etag(pointer: str) -> str:
 
 
 class RequestCounter:
-    """ASGI middleware counting the HTTP requests served, but for `COUNTER_PATH`'s own (it
-    runs on the event loop's one thread: a plain int is safe)."""
+    """ASGI middleware counting the HTTP requests served, but for `COUNTER_PATH`'s own, and
+    the connections they came on (each client address once: a kept-alive connection counts
+    once however many requests it carries). It runs on the event loop's one thread: plain
+    ints and a set are safe."""
 
     def __init__(self, app: ASGIApp, counts: dict[str, int]) -> None:
         self.app = app
         self.counts = counts
+        self.clients: set[Any] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != COUNTER_PATH:
             self.counts["requests"] += 1
+            self.clients.add(scope.get("client"))
+            self.counts["connections"] = len(self.clients)
         await self.app(scope, receive, send)
 
 
@@ -162,7 +167,7 @@ def create_app(catalog: SqlCatalog, etags: bool = True) -> FastAPI:
     pointer, so concurrent commits to one table end in one success and 409s."""
     app = FastAPI(title="test Iceberg REST catalog")
     table_path = "/v1/namespaces/{namespace}/tables/{table}"
-    counts = {"requests": 0, "not_modified": 0}
+    counts = {"requests": 0, "not_modified": 0, "connections": 0}
     counted = threading.Lock()  # handlers run in a thread pool
     app.add_middleware(RequestCounter, counts=counts)
 

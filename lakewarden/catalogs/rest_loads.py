@@ -30,6 +30,7 @@ from pyiceberg.catalog.rest import Endpoints, RestCatalog, TableResponse
 from pyiceberg.catalog.rest.response import _handle_non_200_response
 from pyiceberg.exceptions import NoSuchTableError
 from requests import HTTPError, Request
+from requests.adapters import HTTPAdapter
 
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.catalogs.metadata_view import TableRead, view_of
@@ -50,14 +51,22 @@ class Load:
 class ConditionalLoads:
     """The loads of one poll through `client`'s own session (its auth, headers, adapters),
     with the environment's request settings read once (`client.uri`'s: every load goes to
-    that host), not once per request. Safe to call from several threads at once, as the
-    session is."""
+    that host), not once per request, and a connection kept alive for each of `concurrency`
+    loads at once. Safe to call from several threads at once, as the session is."""
 
-    def __init__(self, client: RestCatalog) -> None:
+    def __init__(self, client: RestCatalog, concurrency: int = 1) -> None:
         self.client = client
-        self._settings: dict[str, Any] = client._session.merge_environment_settings(
+        session = client._session
+        self._settings: dict[str, Any] = session.merge_environment_settings(
             client.uri, {}, None, None, None
         )
+        # requests keeps 10 connections per host alive: with more loads at once, each one
+        # past 10 would open a connection (a TLS handshake on a real catalog) and drop it.
+        for adapter in session.adapters.values():
+            if isinstance(adapter, HTTPAdapter) and adapter._pool_maxsize < concurrency:
+                adapter.init_poolmanager(
+                    adapter._pool_connections, concurrency, block=adapter._pool_block
+                )
 
     def __call__(self, ref: TableRef, known: str | None, etag: str | None) -> Load:
         """Load `ref` unless the catalog says it is unchanged since `etag`, or its pointer

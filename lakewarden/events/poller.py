@@ -270,7 +270,8 @@ def _refresh_rest(
             ).where(ManagedTable.catalog == entry.name, LIVE)
         ).all()
     assert isinstance(client, RestCatalog)
-    load_if_changed = ConditionalLoads(client)
+    concurrency = max(1, entry.poll_concurrency)
+    load_if_changed = ConditionalLoads(client, concurrency)
 
     def check(row: tuple[str, str, str | None, str | None]) -> tuple[TableRef, Load] | None:
         namespace, name, known, etag = row
@@ -285,7 +286,7 @@ def _refresh_rest(
     loads: dict[TableRef, Load] = {}
     chunk: dict[TableRef, TableRead | None] = {}
     refreshed = 0
-    with ThreadPoolExecutor(max(1, entry.poll_concurrency), "poll") as pool:
+    with ThreadPoolExecutor(concurrency, "poll") as pool:
         try:
             for found in pool.map(check, rows):
                 if found is None:

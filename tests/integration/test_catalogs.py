@@ -459,6 +459,37 @@ def test_a_first_rest_poll_ingests_chunk_by_chunk_as_loads_come(
     assert poll_once(rt) == 0
 
 
+def test_a_rest_poll_keeps_a_connection_alive_for_each_concurrent_load(
+    client: TestClient, rt: Runtime, rest_catalog: str
+) -> None:
+    """With `poll_concurrency` 16 (more than the 10 connections requests keeps alive per
+    host by default), a poll's loads reuse at most 16 connections, not a new one for
+    each load past 10."""
+    import httpx
+
+    def connections() -> int:
+        return int(httpx.get(f"{rest_catalog}/test/requests").json()["connections"])
+
+    body = {
+        "name": "restcat",
+        "type": "rest",
+        "properties": {"uri": rest_catalog},
+        "poll_concurrency": 16,
+    }
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201, body
+    writer = RestCatalog("restcat", uri=rest_catalog)
+    writer.create_namespace("lake")
+    for i in range(64):
+        writer.create_table(("lake", f"t{i}"), schema=SCHEMA)
+    with transaction(rt.engine) as s:
+        s.add(ManagementRule(catalog="restcat", namespace="lake", include=["*"], exclude=[]))
+    before = connections()
+    for _ in range(4):
+        poll_once(rt)
+    # and the client's first (its config, the listing) before its pool was made 16 wide
+    assert connections() - before <= 16 + 2
+
+
 def test_namespace_defaults_read_only_the_tables_whose_columns_change(
     client: TestClient, rt: Runtime
 ) -> None:
