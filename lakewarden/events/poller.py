@@ -89,22 +89,26 @@ def jdbc_listing(rt: Runtime, entry: CatalogEntry) -> tuple[Listing | None, bool
     return {(r[0], r[1]): r[2] for r in rows}, _ensure_trigger(engine, entry)
 
 
-def rest_listing(client: Catalog) -> tuple[Listing, int]:
-    """Every table of a REST catalog (every namespace level walked), without pointers (a
-    list does not return them); and how many requests that took."""
+def rest_listing(client: Catalog, concurrency: int = 1) -> tuple[Listing, int]:
+    """Every table of a REST catalog (every namespace level walked, a level's lists
+    `concurrency` at once), without pointers (a list does not return them); and how many
+    requests that took."""
     listing: Listing = {}
     requests = 0
-    pending: list[tuple[str, ...]] = [()]
-    while pending:
-        parent = pending.pop()
-        requests += 1
-        children = client.list_namespaces(parent) if parent else client.list_namespaces()
-        for child in children:
-            namespace = (*parent, *child[len(parent) :]) if parent else tuple(child)
-            pending.append(namespace)
-            requests += 1
-            for identifier in client.list_tables(namespace):
-                listing[(".".join(identifier[:-1]), identifier[-1])] = None
+    level: list[tuple[str, ...]] = [()]
+
+    def children(parent: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = client.list_namespaces(parent) if parent else client.list_namespaces()
+        return [(*parent, *child[len(parent) :]) if parent else tuple(child) for child in found]
+
+    with ThreadPoolExecutor(max(1, concurrency), "list") as pool:
+        while level:
+            namespaces = [ns for found in pool.map(children, level) for ns in found]
+            for identifiers in pool.map(client.list_tables, namespaces):
+                for identifier in identifiers:
+                    listing[(".".join(identifier[:-1]), identifier[-1])] = None
+            requests += len(level) + len(namespaces)
+            level = namespaces
     return listing, requests
 
 
@@ -235,7 +239,7 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
             result.refreshed += _refresh(rt, entry.name, key, isolated)
     else:
         client = rt.catalogs.load(entry.name)
-        listing, result.requests = rest_listing(client)
+        listing, result.requests = rest_listing(client, entry.poll_concurrency)
         result.tables_seen = len(listing)
         _follow(rt, entry, listing)
         checked, result.refreshed = _refresh_rest(rt, entry, client, isolated)
