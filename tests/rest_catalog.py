@@ -24,7 +24,7 @@ stored by SqlCatalog as `a.b`, so a namespace part may not contain a dot.
 
 or on its own, until interrupted (prints the URI):
 
-    .venv/bin/python tests/rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags]
+    .venv/bin/python tests/rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags] [--nagle]
 
 Spark's Iceberg runtime from the offline assembly lacks the (relocated) Apache HttpClient 5
 its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a session.
@@ -143,16 +143,21 @@ def _etag(pointer: str) -> str:
 
 
 class RequestCounter:
-    """ASGI middleware counting the HTTP requests served, but for `COUNTER_PATH`'s own (it
-    runs on the event loop's one thread: a plain int is safe)."""
+    """ASGI middleware counting the HTTP requests served, but for `COUNTER_PATH`'s own, and
+    the connections they came on (each client address once: a kept-alive connection counts
+    once however many requests it carries). It runs on the event loop's one thread: plain
+    ints and a set are safe."""
 
     def __init__(self, app: ASGIApp, counts: dict[str, int]) -> None:
         self.app = app
         self.counts = counts
+        self.clients: set[Any] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != COUNTER_PATH:
             self.counts["requests"] += 1
+            self.clients.add(scope.get("client"))
+            self.counts["connections"] = len(self.clients)
         await self.app(scope, receive, send)
 
 
@@ -162,7 +167,7 @@ def create_app(catalog: SqlCatalog, etags: bool = True) -> FastAPI:
     pointer, so concurrent commits to one table end in one success and 409s."""
     app = FastAPI(title="test Iceberg REST catalog")
     table_path = "/v1/namespaces/{namespace}/tables/{table}"
-    counts = {"requests": 0, "not_modified": 0}
+    counts = {"requests": 0, "not_modified": 0, "connections": 0}
     counted = threading.Lock()  # handlers run in a thread pool
     app.add_middleware(RequestCounter, counts=counts)
 
@@ -318,19 +323,31 @@ def create_app(catalog: SqlCatalog, etags: bool = True) -> FastAPI:
     return app
 
 
+def listening_socket(nodelay: bool = True) -> socket.socket:
+    """A socket on a free loopback port for uvicorn to serve on. Its proto is named TCP:
+    asyncio turns Nagle off (TCP_NODELAY) on a connection only when its socket says TCP, and
+    without that a kept-alive client waited ~40 ms for every response with a body (h11
+    writes the headers and the body apart; the client's delayed ACK held the second write:
+    B30's first poll was bound by it, not by the catalog's work). `nodelay=False` serves as
+    before, for B30's reference arm only."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP if nodelay else 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 @contextmanager
 def serve_rest_catalog(
-    sql_uri: str, warehouse: str, name: str = "rest", etags: bool = True
+    sql_uri: str, warehouse: str, name: str = "rest", etags: bool = True, nodelay: bool = True
 ) -> Iterator[str]:
     """Serve a REST catalog over `SqlCatalog(name, uri=sql_uri, warehouse=warehouse)` on a
     free loopback port, in a thread of this process; yields its base URI. `etags`: answer
-    conditional loads (as catalogs that keep ETags do), or never (as those that do not)."""
+    conditional loads (as catalogs that keep ETags do), or never (as those that do not).
+    `nodelay=False`: as served before TCP_NODELAY (`listening_socket`), B30's reference."""
     import uvicorn
 
     catalog = SqlCatalog(name, uri=sql_uri, warehouse=warehouse)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket(nodelay)
     port = sock.getsockname()[1]
     config = uvicorn.Config(create_app(catalog, etags), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
@@ -354,10 +371,12 @@ def serve_rest_catalog(
 if __name__ == "__main__":
     import sys
 
-    args = [a for a in sys.argv[1:] if a != "--no-etags"]
+    flags = {"--no-etags", "--nagle"}
+    args = [a for a in sys.argv[1:] if a not in flags]
     if len(args) != 2:
-        sys.exit("usage: rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags]")
-    with serve_rest_catalog(args[0], args[1], etags="--no-etags" not in sys.argv) as uri:
+        sys.exit("usage: rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags] [--nagle]")
+    etags, nodelay = "--no-etags" not in sys.argv, "--nagle" not in sys.argv
+    with serve_rest_catalog(args[0], args[1], etags=etags, nodelay=nodelay) as uri:
         print(uri, flush=True)
         with suppress(KeyboardInterrupt):
             threading.Event().wait()

@@ -125,7 +125,12 @@ def read_view(io: FileIO, metadata_location: str) -> MetadataView | None:
     ):
         return None
     with io.new_input(metadata_location).open() as f:
-        raw = json.loads(f.read())
-    if int(raw.get("format-version", 1)) < 2:
+        return view_of(metadata_location, json.loads(f.read()))
+
+
+def view_of(metadata_location: str, raw: Any) -> MetadataView | None:
+    """The view of a metadata file's JSON already read (a REST catalog's load answers it
+    in its body); None when a view does not read it (format 1, or not an object)."""
+    if not isinstance(raw, dict) or int(raw.get("format-version", 1)) < 2:
         return None
     return MetadataView(metadata_location, raw)

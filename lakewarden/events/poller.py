@@ -21,16 +21,16 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.table import Table
 from sqlalchemy import Engine, select, text, tuple_
 
 from lakewarden.catalogs.adoption import DROPPED, AdoptResult, adopt
 from lakewarden.catalogs.catalog import CatalogEntry, InvalidIdentifier, TableRef
-from lakewarden.catalogs.rest_loads import Load, load_if_changed
+from lakewarden.catalogs.metadata_view import TableRead
+from lakewarden.catalogs.rest_loads import ConditionalLoads, Load
 from lakewarden.db.models import ManagedTable
 from lakewarden.db.session import catalog_engine, transaction
 from lakewarden.db.trigger import install_commit_trigger
@@ -89,22 +89,26 @@ def jdbc_listing(rt: Runtime, entry: CatalogEntry) -> tuple[Listing | None, bool
     return {(r[0], r[1]): r[2] for r in rows}, _ensure_trigger(engine, entry)
 
 
-def rest_listing(client: Catalog) -> tuple[Listing, int]:
-    """Every table of a REST catalog (every namespace level walked), without pointers (a
-    list does not return them); and how many requests that took."""
+def rest_listing(client: Catalog, concurrency: int = 1) -> tuple[Listing, int]:
+    """Every table of a REST catalog (every namespace level walked, a level's lists
+    `concurrency` at once), without pointers (a list does not return them); and how many
+    requests that took."""
     listing: Listing = {}
     requests = 0
-    pending: list[tuple[str, ...]] = [()]
-    while pending:
-        parent = pending.pop()
-        requests += 1
-        children = client.list_namespaces(parent) if parent else client.list_namespaces()
-        for child in children:
-            namespace = (*parent, *child[len(parent) :]) if parent else tuple(child)
-            pending.append(namespace)
-            requests += 1
-            for identifier in client.list_tables(namespace):
-                listing[(".".join(identifier[:-1]), identifier[-1])] = None
+    level: list[tuple[str, ...]] = [()]
+
+    def children(parent: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = client.list_namespaces(parent) if parent else client.list_namespaces()
+        return [(*parent, *child[len(parent) :]) if parent else tuple(child) for child in found]
+
+    with ThreadPoolExecutor(max(1, concurrency), "list") as pool:
+        while level:
+            namespaces = [ns for found in pool.map(children, level) for ns in found]
+            for identifiers in pool.map(client.list_tables, namespaces):
+                for identifier in identifiers:
+                    listing[(".".join(identifier[:-1]), identifier[-1])] = None
+            requests += len(level) + len(namespaces)
+            level = namespaces
     return listing, requests
 
 
@@ -235,7 +239,7 @@ def poll_catalog(rt: Runtime, entry: CatalogEntry) -> PollResult:
             result.refreshed += _refresh(rt, entry.name, key, isolated)
     else:
         client = rt.catalogs.load(entry.name)
-        listing, result.requests = rest_listing(client)
+        listing, result.requests = rest_listing(client, entry.poll_concurrency)
         result.tables_seen = len(listing)
         _follow(rt, entry, listing)
         checked, result.refreshed = _refresh_rest(rt, entry, client, isolated)
@@ -255,9 +259,11 @@ def _refresh_rest(
     rt: Runtime, entry: CatalogEntry, client: Catalog, isolated: PerTable
 ) -> tuple[int, int]:
     """Load each managed table of a REST catalog conditionally (`rest_loads`: a 304 for an
-    unchanged one where the catalog keeps ETags), at most `poll_concurrency` at once; then
-    ingest those whose pointer moved, set-based, and keep the ETags that describe what is
-    now recorded. Returns (tables loaded, tables with new commits)."""
+    unchanged one where the catalog keeps ETags), at most `poll_concurrency` at once; ingest
+    those whose pointer moved, set-based, a chunk as soon as it is loaded (while the next
+    loads run: a chunk's metadata is let go once ingested, not held for the whole fleet);
+    then keep the ETags that describe what is now recorded. Returns (tables loaded, tables
+    with new commits)."""
     with transaction(rt.engine) as session:
         rows = session.execute(
             select(
@@ -268,6 +274,8 @@ def _refresh_rest(
             ).where(ManagedTable.catalog == entry.name, LIVE)
         ).all()
     assert isinstance(client, RestCatalog)
+    concurrency = max(1, entry.poll_concurrency)
+    load_if_changed = ConditionalLoads(client, concurrency)
 
     def check(row: tuple[str, str, str | None, str | None]) -> tuple[TableRef, Load] | None:
         namespace, name, known, etag = row
@@ -276,22 +284,36 @@ def _refresh_rest(
                 ref = TableRef(namespace, name)
             except InvalidIdentifier:
                 return None
-            return ref, load_if_changed(client, ref, known, etag)
+            return ref, load_if_changed(ref, known, etag)
         return None
 
-    with ThreadPoolExecutor(max(1, entry.poll_concurrency), "poll") as pool:
-        loads = dict(found for found in pool.map(check, rows) if found is not None)
-    moved = [ref for ref, load in loads.items() if load.table is not None]
+    loads: dict[TableRef, Load] = {}
+    chunk: dict[TableRef, TableRead | None] = {}
     refreshed = 0
-    for start in range(0, len(moved), REST_REFRESH_CHUNK):
-        chunk = {ref: loads[ref].table for ref in moved[start : start + REST_REFRESH_CHUNK]}
+    with ThreadPoolExecutor(concurrency, "poll") as pool:
+        try:
+            for found in pool.map(check, rows):
+                if found is None:
+                    continue
+                ref, load = found
+                if load.table is not None:
+                    chunk[ref] = load.table
+                    load = replace(load, table=None)
+                loads[ref] = load
+                if len(chunk) >= REST_REFRESH_CHUNK:
+                    refreshed += _ingest_chunk(rt, entry.name, chunk, isolated)
+                    chunk = {}
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # cut short (FencedOut): no more loads
+            raise
+    if chunk:
         refreshed += _ingest_chunk(rt, entry.name, chunk, isolated)
     _keep_etags(rt, entry.name, loads, {(ns, name): etag for ns, name, _, etag in rows})
     return len(rows), refreshed
 
 
 def _ingest_chunk(
-    rt: Runtime, catalog: str, chunk: dict[TableRef, Table | None], isolated: PerTable
+    rt: Runtime, catalog: str, chunk: dict[TableRef, TableRead | None], isolated: PerTable
 ) -> int:
     """Ingest a chunk of loaded tables in one set-based refresh; if that fails, table by
     table, so one bad table is alerted alone and the others are ingested."""

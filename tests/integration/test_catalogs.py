@@ -401,6 +401,95 @@ def test_a_steady_rest_poll_loads_no_unchanged_table(
     assert etags()["b"] == first["b"]
 
 
+def test_a_rest_load_of_a_moved_table_is_a_view_not_a_full_parse(rest_catalog: str) -> None:
+    """A table whose pointer moved is answered as a view of the response's metadata (what
+    ingest reads), not parsed in full into a pyiceberg Table; a format 1 table still is."""
+    from lakewarden.catalogs.catalog import TableRef
+    from lakewarden.catalogs.metadata_view import MetadataView
+    from lakewarden.catalogs.rest_loads import ConditionalLoads
+
+    writer = RestCatalog("rest", uri=rest_catalog)
+    writer.create_namespace("lake")
+    v2 = append_batches(writer.create_table(("lake", "v2"), schema=SCHEMA), 2)
+    v1 = writer.create_table(("lake", "v1"), schema=SCHEMA, properties={"format-version": "1"})
+    v1 = append_batches(v1, 1)
+    load = ConditionalLoads(RestCatalog("rest", uri=rest_catalog))
+
+    moved = load(TableRef("lake", "v2"), None, None)
+    assert isinstance(moved.table, MetadataView), type(moved.table)
+    assert moved.location == v2.metadata_location and moved.etag
+    head = v2.current_snapshot()
+    assert head is not None and moved.table.current_snapshot_id == head.snapshot_id
+    assert moved.table.parent_id(head.snapshot_id) == head.parent_snapshot_id
+    old = load(TableRef("lake", "v1"), None, None)
+    assert isinstance(old.table, Table) and old.location == v1.metadata_location
+    assert load(TableRef("lake", "v2"), v2.metadata_location, None).table is None  # unmoved
+    assert load(TableRef("lake", "v2"), None, moved.etag).table is None  # 304
+
+
+def test_a_first_rest_poll_ingests_chunk_by_chunk_as_loads_come(
+    client: TestClient, rt: Runtime, rest_catalog: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first poll after adoption ingests each chunk of loaded tables as it fills (here
+    a chunk of 2 over 5 tables: two full chunks and a remainder), every table's baseline
+    once, and keeps each table's ETag."""
+    from lakewarden.events import poller
+
+    monkeypatch.setattr(poller, "REST_REFRESH_CHUNK", 2)
+    body = {"name": "restcat", "type": "rest", "properties": {"uri": rest_catalog}}
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201, body
+    writer = RestCatalog("restcat", uri=rest_catalog)
+    writer.create_namespace("lake")
+    names = [f"t{i}" for i in range(5)]
+    heads = {}
+    for i, name in enumerate(names):
+        table = append_batches(writer.create_table(("lake", name), schema=SCHEMA), 1 + i % 2)
+        heads[name] = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    with transaction(rt.engine) as s:
+        s.add(ManagementRule(catalog="restcat", namespace="lake", include=["*"], exclude=[]))
+    assert poll_once(rt) == 5
+    with transaction(rt.engine) as s:
+        rows = s.execute(
+            select(ManagedTable.name, ManagedTable.catalog_etag, TimelineEvent.snapshot_id)
+            .join(TimelineEvent, TimelineEvent.table_id == ManagedTable.id)
+            .where(ManagedTable.catalog == "restcat")
+        ).all()
+    assert all(r.catalog_etag for r in rows)
+    assert sorted((r.name, r.snapshot_id) for r in rows) == sorted(heads.items())  # each once
+    assert poll_once(rt) == 0
+
+
+def test_a_rest_poll_keeps_a_connection_alive_for_each_concurrent_load(
+    client: TestClient, rt: Runtime, rest_catalog: str
+) -> None:
+    """With `poll_concurrency` 16 (more than the 10 connections requests keeps alive per
+    host by default), a poll's loads reuse at most 16 connections, not a new one for
+    each load past 10."""
+    import httpx
+
+    def connections() -> int:
+        return int(httpx.get(f"{rest_catalog}/test/requests").json()["connections"])
+
+    body = {
+        "name": "restcat",
+        "type": "rest",
+        "properties": {"uri": rest_catalog},
+        "poll_concurrency": 16,
+    }
+    assert client.post("/api/v1/catalogs", json=body).status_code == 201, body
+    writer = RestCatalog("restcat", uri=rest_catalog)
+    writer.create_namespace("lake")
+    for i in range(64):
+        writer.create_table(("lake", f"t{i}"), schema=SCHEMA)
+    with transaction(rt.engine) as s:
+        s.add(ManagementRule(catalog="restcat", namespace="lake", include=["*"], exclude=[]))
+    before = connections()
+    for _ in range(4):
+        poll_once(rt)
+    # and the client's first (its config, the listing) before its pool was made 16 wide
+    assert connections() - before <= 16 + 2
+
+
 def test_namespace_defaults_read_only_the_tables_whose_columns_change(
     client: TestClient, rt: Runtime
 ) -> None:

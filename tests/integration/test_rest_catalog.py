@@ -4,7 +4,9 @@ commit refused with 409), and Spark's Iceberg REST catalog compacts a table thro
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -76,6 +78,30 @@ def test_pyiceberg_round_trip(rest_catalog: str) -> None:
     cat.drop_namespace(("sales", "eu"))
     cat.drop_namespace("sales")
     assert cat.list_namespaces() == []
+
+
+def test_the_catalogs_connections_send_without_nagle() -> None:
+    """The socket the catalog serves on gives each connection TCP_NODELAY, as asyncio (and
+    so uvicorn) sets it: without it a kept-alive client waited ~40 ms per response (B30)."""
+    from rest_catalog import listening_socket
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def on_connect(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        sock = listening_socket()
+        server = await asyncio.start_server(on_connect, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_connection(*sock.getsockname())
+            nodelay = await asyncio.wait_for(seen, 10)
+            writer.close()
+        return nodelay
+
+    assert asyncio.run(accepted_nodelay()) != 0
 
 
 def test_conflicting_commit_is_refused_with_409(
