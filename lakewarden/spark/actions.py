@@ -84,13 +84,15 @@ def rewrite_data_files(
     configure: Callable[[Any, Any, Any], Any] = lambda action, table, jvm: action.binPack(),
     branch: str = MAIN_BRANCH,
     binpack: bool = False,
+    native: bool = True,
 ) -> dict[str, Any]:
     """Run the action on `branch` (planned from its head, committed to it; other branches
     untouched); `configure(action, java_table, jvm)` picks the strategy and filter. A
     validated rewrite commits to a staging branch and reaches `branch` only once validation
     passed (lakewarden.spark.staging). `binpack`: `configure` picks a plain bin-pack (no
     filter), which a validated rewrite runs through lakewarden.spark.binpack instead, its
-    inputs checksummed as it reads them."""
+    inputs checksummed as it reads them, and its groups rewritten by pyarrow where each
+    qualifies (`native`: lakewarden.spark.arrow_rewrite)."""
     jvm: Any = spark._jvm
     table = load_java_table(spark, catalog, ref)
     if branch != MAIN_BRANCH and (
@@ -118,7 +120,7 @@ def rewrite_data_files(
         observed: Observed | None = None
         with clock("rewrite"):
             ran = (
-                _observed_binpack(spark, catalog, ref, table, stage, start_id, options)
+                _observed_binpack(spark, catalog, ref, table, stage, start_id, options, native)
                 if binpack and stage is not None and start_id is not None
                 else None
             )
@@ -133,6 +135,10 @@ def rewrite_data_files(
             "removed_delete_files": result.removedDeleteFilesCount(),
             **failures_of(result),
         }
+        if ran is not None and ran.engine is not None:
+            metrics["engine"] = ran.engine
+        elif binpack:
+            metrics["engine"] = {"engine": "spark", "reason": _action_ran(stage, start_id)}
         if ran is not None and ran.first_error:
             metrics[FIRST_ERROR] = ran.first_error
         if branch != MAIN_BRANCH:
@@ -179,6 +185,7 @@ def _observed_binpack(
     stage: staging.Stage,
     start_id: int,
     options: dict[str, str],
+    native: bool = True,
 ) -> BinPacked | None:
     """A validated bin-pack on the staging branch, its inputs checksummed during its read
     (lakewarden.spark.binpack); None when that runner does not apply (Iceberg's action
@@ -195,6 +202,20 @@ def _observed_binpack(
         commit_properties(),
         columns,
         max_rows(),
+        native,
+    )
+
+
+def _action_ran(stage: staging.Stage | None, start_id: int | None) -> str:
+    """Why a bin-pack was Iceberg's action's (never lakewarden's runner, nor pyarrow)."""
+    action = "Iceberg's rewriteDataFiles action"
+    if stage is None:
+        return f"{action}: the rewrite is not validated (staged), where the Arrow path runs"
+    if start_id is None:
+        return f"{action}: the branch has no snapshot"
+    return (
+        f"{action}: an option lakewarden's bin-pack does not handle, validation.columns "
+        "naming a missing column, or past validation.max_rows"
     )
 
 

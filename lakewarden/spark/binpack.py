@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakewarden.spark import arrow_rewrite
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -70,6 +72,10 @@ class Observed:
 
     columns: tuple[str, ...]
     groups: tuple[ObservedGroup, ...]
+    # The checksum the groups' sums are: "spark" (validation.checksum_aggregates, observed
+    # during Spark's read) or "duckdb" (arrow_rewrite.sums: the Arrow path's). Validation
+    # sums the outputs with the same one.
+    hasher: str = "spark"
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,8 @@ class BinPacked:
     # The first failed group's error (Iceberg's action logs it to Spark's log, where
     # actions.first_failure finds it; this runner's failures are Python exceptions).
     first_error: str | None = None
+    # Which engine rewrote the groups and why (metrics["engine"]): "arrow" or "spark".
+    engine: dict[str, Any] | None = None
 
 
 def handles(options: dict[str, str], planner_options: set[str]) -> bool:
@@ -101,12 +109,15 @@ def run_binpack(
     snapshot_properties: dict[str, str],
     columns: list[str],
     max_rows: int | None = None,
+    native: bool = True,
 ) -> BinPacked | None:
     """Bin-pack `table` from snapshot `start_id`, committing to `branch`: Iceberg's
     `RewriteDataFiles.Result` (as the action returns it) and what the reads observed. None
     when an option is not one this runner honours, or when the groups' files hold more than
     `max_rows` rows (validation.max_rows: validation will not check them, so summing them
-    is wasted; B4's 30 M rows) (the caller runs Iceberg's action)."""
+    is wasted; B4's 30 M rows) (the caller runs Iceberg's action), unless pyarrow rewrites
+    the groups (`native`, and every group qualifies: lakewarden.spark.arrow_rewrite), which
+    then sums nothing."""
     from pyspark import inheritable_thread_target
     from pyspark.sql import SparkSession as Session
 
@@ -126,7 +137,9 @@ def run_binpack(
             init.put(key, str(value))
     planner.init(init)
     groups = list(_each(planner.plan().groups()))
-    if max_rows is not None and _more_rows(table, start_id, groups, max_rows):
+    shape, engine = _engine(jvm, table, groups, native)
+    observe = max_rows is None or not _more_rows(table, start_id, groups, max_rows)
+    if not observe and shape is None:
         return None
     concurrency = max(
         1, int(options.get("max-concurrent-file-group-rewrites", MAX_CONCURRENT_DEFAULT))
@@ -143,7 +156,26 @@ def run_binpack(
     manager = iceberg.spark.ScanTaskSetManager.get()
     coordinator = iceberg.spark.FileRewriteCoordinator.get()
 
+    def rewrite_arrow(group: Any) -> ObservedGroup:
+        assert shape is not None
+        scans = list(_each(group.fileScanTasks()))
+        files = [str(t.file().location()) for t in scans]
+        paths = [arrow_rewrite.local_path(f) or f for f in files]
+        # DuckDB reads the inputs while pyarrow copies them (both in C++, off the GIL)
+        with ThreadPoolExecutor(max_workers=1) as hashing:
+            summed = hashing.submit(arrow_rewrite.sums, paths, columns) if observe else None
+            arrow_rewrite.rewrite(jvm, table, group, shape)
+            rows, checksum = summed.result() if summed is not None else (0, 0)
+        return ObservedGroup(
+            files=frozenset(files),
+            rows=rows,
+            checksum=checksum,
+            file_rows=sum(int(t.file().recordCount()) for t in scans),
+        )
+
     def rewrite(group: Any) -> ObservedGroup:
+        if shape is not None:
+            return rewrite_arrow(group)
         from pyspark.sql import Observation
 
         from lakewarden.spark.validation import checksum_aggregates
@@ -223,8 +255,31 @@ def run_binpack(
             .dataFilesCount(group.inputFileNum())
             .build()
         )
-    observed = Observed(tuple(columns), tuple(o for _, o in done))
-    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None)
+    observed = Observed(
+        tuple(columns),
+        tuple(o for _, o in done) if observe else (),
+        arrow_rewrite.HASHER if shape is not None else "spark",
+    )
+    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None, engine)
+
+
+def _engine(
+    jvm: Any, table: Any, groups: list[Any], native: bool
+) -> tuple[arrow_rewrite.Layout | None, dict[str, Any]]:
+    """The table's Layout when pyarrow rewrites every group (each qualifies), else None;
+    and what metrics["engine"] says of it. One engine for the whole run, so each
+    partition's sums are one hasher's (validation compares like with like)."""
+    said: dict[str, Any] = {"engine": "spark", "groups": len(groups)}
+    if not native:
+        return None, {**said, "reason": "compaction.native_rewrite is off"}
+    shape = arrow_rewrite.layout(jvm, table)
+    if isinstance(shape, str):
+        return None, {**said, "reason": shape}
+    for group in groups:
+        why = arrow_rewrite.ineligible(table, group, shape)
+        if why is not None:
+            return None, {**said, "reason": f"a file group does not qualify: {why}"}
+    return shape, {**said, "engine": "arrow"}
 
 
 def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> bool:
