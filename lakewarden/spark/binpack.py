@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -125,6 +127,7 @@ def run_binpack(
 
     jvm: Any = spark._jvm
     iceberg = jvm.org.apache.iceberg
+    clock = time.perf_counter()
     planner = iceberg.actions.BinPackRewriteFilePlanner(
         table, iceberg.expressions.Expressions.alwaysTrue(), start_id, False
     )
@@ -137,7 +140,9 @@ def run_binpack(
             init.put(key, str(value))
     planner.init(init)
     groups = list(_each(planner.plan().groups()))
-    shape, engine = _engine(jvm, table, groups, native)
+    seconds = {"plan": time.perf_counter() - clock}
+    shape, copies, engine = _engine(jvm, table, start_id, groups, native)
+    seconds["check"] = time.perf_counter() - clock - seconds["plan"]
     observe = max_rows is None or not _more_rows(table, start_id, groups, max_rows)
     if not observe and shape is None:
         return None
@@ -158,19 +163,22 @@ def run_binpack(
 
     def rewrite_arrow(group: Any) -> ObservedGroup:
         assert shape is not None
-        scans = list(_each(group.fileScanTasks()))
-        files = [str(t.file().location()) for t in scans]
-        paths = [arrow_rewrite.local_path(f) or f for f in files]
+        files = copies[id(group)]
+        paths = [f.path for f in files]
         # DuckDB reads the inputs while pyarrow copies them (both in C++, off the GIL)
         with ThreadPoolExecutor(max_workers=1) as hashing:
             summed = hashing.submit(arrow_rewrite.sums, paths, columns) if observe else None
-            arrow_rewrite.rewrite(jvm, table, group, shape)
+            started = time.perf_counter()
+            arrow_rewrite.rewrite(jvm, table, group, shape, files)
+            copied = time.perf_counter()
             rows, checksum = summed.result() if summed is not None else (0, 0)
+            seconds["copy"] = seconds.get("copy", 0) + copied - started
+            seconds["hash_wait"] = seconds.get("hash_wait", 0) + time.perf_counter() - copied
         return ObservedGroup(
-            files=frozenset(files),
+            files=frozenset(f.location for f in files),
             rows=rows,
             checksum=checksum,
-            file_rows=sum(int(t.file().recordCount()) for t in scans),
+            file_rows=sum(f.records for f in files),
         )
 
     def rewrite(group: Any) -> ObservedGroup:
@@ -224,6 +232,8 @@ def run_binpack(
 
     done: list[tuple[Any, ObservedGroup]] = []
     failed: list[tuple[Any, BaseException]] = []
+    if shape is not None:  # each Arrow group keeps cores busy itself, and ~3 row groups
+        concurrency = min(concurrency, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(groups)))) as pool:
         futures = [(g, pool.submit(inheritable_thread_target(rewrite), g)) for g in groups]
         for group, future in futures:
@@ -232,6 +242,7 @@ def run_binpack(
             except Exception as exc:
                 log.error("Failure during rewrite group %s", group.info(), exc_info=True)
                 failed.append((group, exc))
+    committing = time.perf_counter()
     commit = iceberg.actions.RewriteDataFilesCommitManager(
         table, start_id, True, _java_map(jvm, snapshot_properties), branch
     )
@@ -245,6 +256,9 @@ def run_binpack(
         for group, _ in done[i : i + per_commit]:
             batch.add(group)
         commit.commitOrClean(batch)
+    seconds["commit"] = time.perf_counter() - committing
+    # where the runner's time went (summed over groups where per group): metrics["engine"]
+    engine["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     result = iceberg.actions.ImmutableRewriteDataFiles.Result.builder()
     for group, _ in done:
         result = result.addRewriteResults(group.asResult())
@@ -264,22 +278,26 @@ def run_binpack(
 
 
 def _engine(
-    jvm: Any, table: Any, groups: list[Any], native: bool
-) -> tuple[arrow_rewrite.Layout | None, dict[str, Any]]:
-    """The table's Layout when pyarrow rewrites every group (each qualifies), else None;
-    and what metrics["engine"] says of it. One engine for the whole run, so each
-    partition's sums are one hasher's (validation compares like with like)."""
+    jvm: Any, table: Any, start_id: int, groups: list[Any], native: bool
+) -> tuple[arrow_rewrite.Layout | None, dict[int, list[arrow_rewrite.Input]], dict[str, Any]]:
+    """The table's Layout and each group's files (by the group's id()) when pyarrow
+    rewrites every group (each qualifies), else None; and what metrics["engine"] says of
+    it. One engine for the whole run, so each partition's sums are one hasher's
+    (validation compares like with like)."""
     said: dict[str, Any] = {"engine": "spark", "groups": len(groups)}
     if not native:
-        return None, {**said, "reason": "compaction.native_rewrite is off"}
+        return None, {}, {**said, "reason": "compaction.native_rewrite is off"}
     shape = arrow_rewrite.layout(jvm, table)
     if isinstance(shape, str):
-        return None, {**said, "reason": shape}
+        return None, {}, {**said, "reason": shape}
+    simple = arrow_rewrite.simple(table, start_id)
+    copies: dict[int, list[arrow_rewrite.Input]] = {}
     for group in groups:
-        why = arrow_rewrite.ineligible(table, group, shape)
-        if why is not None:
-            return None, {**said, "reason": f"a file group does not qualify: {why}"}
-    return shape, {**said, "engine": "arrow"}
+        files = arrow_rewrite.inputs(table, group, shape, simple)
+        if isinstance(files, str):
+            return None, {}, {**said, "reason": f"a file group does not qualify: {files}"}
+        copies[id(group)] = files
+    return shape, copies, {**said, "engine": "arrow"}
 
 
 def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> bool:
