@@ -112,14 +112,16 @@ def run_binpack(
     columns: list[str],
     max_rows: int | None = None,
     native: bool = True,
+    said: dict[str, Any] | None = None,
 ) -> BinPacked | None:
     """Bin-pack `table` from snapshot `start_id`, committing to `branch`: Iceberg's
     `RewriteDataFiles.Result` (as the action returns it) and what the reads observed. None
     when an option is not one this runner honours, or when the groups' files hold more than
     `max_rows` rows (validation.max_rows: validation will not check them, so summing them
-    is wasted; B4's 30 M rows) (the caller runs Iceberg's action), unless pyarrow rewrites
-    the groups (`native`, and every group qualifies: lakewarden.spark.arrow_rewrite), which
-    then sums nothing."""
+    is wasted; B4's 30 M rows) or there are no `columns` to sum (the rewrite is not
+    validated) (the caller runs Iceberg's action; `said` gets the engine's reason), unless
+    pyarrow rewrites the groups (`native`, and every group qualifies:
+    lakewarden.spark.arrow_rewrite), which then sums nothing."""
     from pyspark import inheritable_thread_target
     from pyspark.sql import SparkSession as Session
 
@@ -143,8 +145,12 @@ def run_binpack(
     seconds = {"plan": time.perf_counter() - clock}
     shape, copies, engine = _engine(jvm, table, start_id, groups, native)
     seconds["check"] = time.perf_counter() - clock - seconds["plan"]
-    observe = max_rows is None or not _more_rows(table, start_id, groups, max_rows)
+    observe = bool(columns) and (
+        max_rows is None or not _more_rows(table, start_id, groups, max_rows)
+    )
     if not observe and shape is None:
+        if said is not None:
+            said.update(engine)
         return None
     concurrency = max(
         1, int(options.get("max-concurrent-file-group-rewrites", MAX_CONCURRENT_DEFAULT))

@@ -31,14 +31,18 @@ EAGER = CompactionPolicy(min_small_files=2, min_input_files=2)
 
 
 def _compact(
-    rt: Runtime, spark: SparkSession, name: str, policy: CompactionPolicy = EAGER
+    rt: Runtime,
+    spark: SparkSession,
+    name: str,
+    policy: CompactionPolicy = EAGER,
+    validation: ValidationPolicy | None = None,
 ) -> dict[str, Any]:
     """sales.<name>'s compaction as a task runs it (its plan, then its run in the session,
     under commit tags and the default validation policy), minus the bookkeeping."""
     table = rt.catalog.load_table(f"sales.{name}")
     outcome = compaction.plan(policy, table, datetime.now(UTC))
     assert outcome.plan is not None, outcome.reason
-    with committing_as(next(_task_ids), 1), validating(ValidationPolicy()):
+    with committing_as(next(_task_ids), 1), validating(validation or ValidationPolicy()):
         return compaction.run(spark, "lake", TableRef("sales", name), outcome.plan).metrics
 
 
@@ -117,6 +121,16 @@ def test_spark_written_files_of_each_tested_type_are_copied_exactly(
     read = table.scan().to_arrow()
     assert read.num_rows == 200 and sorted(read["i"].to_pylist()) == list(range(200))
     assert len(list(table.scan().plan_files())) == 1
+
+    # validation off: still pyarrow's rewrite (committed to main directly), nothing summed
+    for k in range(4, 6):
+        spark.sql(f"INSERT INTO lake.sales.{name} SELECT * FROM lake.sales.{name} WHERE i < {k}")
+    before = _spark_rows(spark, name)
+    metrics = _compact(spark_rt, spark, name, validation=ValidationPolicy(enabled=False))
+    assert metrics["engine"]["engine"] == "arrow", metrics["engine"]
+    assert metrics["validation"]["status"] == "skipped"
+    assert _spark_rows(spark, name) == before
+    assert len(list(spark_rt.catalog.load_table(f"sales.{name}").scan().plan_files())) == 1
 
 
 @pytest.mark.parametrize(
