@@ -97,6 +97,12 @@ def layout(jvm: Any, table: Any) -> Layout | str:
     codec = str(props.getOrDefault("write.parquet.compression-codec", "zstd")).lower()
     if codec not in CODECS:
         return f"the table's Parquet codec {codec!r}"
+    for key in props.keySet():
+        if (
+            str(key).startswith("write.parquet.bloom-filter-enabled")
+            and str(props.get(key)).lower() == "true"
+        ):
+            return f"the table asks for Parquet bloom filters ({key}), which pyarrow does not write"
     level = props.get("write.parquet.compression-level")
     fields = []
     for column in table.schema().columns():

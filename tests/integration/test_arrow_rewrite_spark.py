@@ -140,6 +140,7 @@ def test_spark_written_files_of_each_tested_type_are_copied_exactly(
         ("deletes", "Iceberg's rewriteDataFiles action: an option lakewarden's bin-pack"),
         ("evolved", "Parquet schema is not the table's (evolved or name-mapped)"),
         ("off", "compaction.native_rewrite is off"),
+        ("bloom", "Parquet bloom filters (write.parquet.bloom-filter-enabled.column.id)"),
     ],
 )
 def test_a_group_that_is_not_a_plain_copy_goes_to_spark_and_says_why(
@@ -159,6 +160,11 @@ def test_a_group_that_is_not_a_plain_copy_goes_to_spark_and_says_why(
         spark.sql(f"DELETE FROM lake.sales.{name} WHERE id = 3")
     if case == "evolved":
         spark.sql(f"ALTER TABLE lake.sales.{name} ADD COLUMN w string")
+    if case == "bloom":
+        spark.sql(
+            f"ALTER TABLE lake.sales.{name} SET TBLPROPERTIES "
+            "('write.parquet.bloom-filter-enabled.column.id' = 'true')"
+        )
     before = _spark_rows(spark, name)
     policy = EAGER.model_copy(update={"native_rewrite": case != "off"})
     if case == "deletes":  # the file with deletes qualifies for the rewrite as a small file
