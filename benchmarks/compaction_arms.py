@@ -1,7 +1,8 @@
 """B4's arms side by side (issue 30): the compaction task (default policy, validation on)
-against raw pyarrow, each task timed with the code before ("old": a bin-pack's inputs summed
-during its read even past validation.max_rows) and after ("new"), alternated in one process,
-on B4's table and on the 300-file one. Prints each pair and the medians.
+against raw pyarrow, each task timed with its groups rewritten by Spark ("spark": the Arrow
+path off) and by pyarrow where they qualify ("arrow": the default,
+lakewarden.spark.arrow_rewrite), alternated in one process, on B4's table and on the
+300-file one. Prints each pair and the medians.
 
     LAKEWARDEN_BENCH_DATABASE_URL=... LAKEWARDEN_DATA_DIR=... HC_N=3 \\
         python -m benchmarks.compaction_arms 300 b4
@@ -21,29 +22,29 @@ from benchmarks import data, rewrite
 from benchmarks.__main__ import _context
 from benchmarks.harness import Context, Stat, timed
 from lakewarden.catalogs.catalog import TableRef
-from lakewarden.spark import actions
+from lakewarden.spark import arrow_rewrite
+
+ARMS = ("spark", "arrow")
 
 
-def _arm(old: bool) -> contextlib.AbstractContextManager[Any]:
-    if not old:
+def _arm(arm: str) -> contextlib.AbstractContextManager[Any]:
+    if arm == "arrow":
         return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.object(actions, "max_rows", lambda: None))
-    return stack
+    return mock.patch.object(arrow_rewrite, "layout", lambda jvm, table: "the Spark arm")
 
 
 def case(ctx: Context, ref: TableRef, small: int, paths: list[str], size: int, n: int) -> None:
-    ratios: dict[str, list[float]] = {"old": [], "new": []}
-    for arm in ("new", "old"):  # unmeasured: the JIT, both paths
-        with _arm(arm == "old"):
+    ratios: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    for arm in ARMS:  # unmeasured: the JIT, both paths
+        with _arm(arm):
             rewrite.validated(ctx, ref)
         rewrite.rollback(ctx, ref, small)
     target = rewrite.POLICY.target_file_size_bytes
     with tempfile.TemporaryDirectory(dir=ctx.work_dir) as out:
         for i in range(n):
-            for arm in ("old", "new") if i % 2 == 0 else ("new", "old"):
+            for arm in ARMS if i % 2 == 0 else ARMS[::-1]:
                 a, _ = timed(lambda: rewrite._pyarrow_rewrite(paths, Path(out), size, target))
-                with _arm(arm == "old"):
+                with _arm(arm):
                     s, m = timed(lambda: rewrite.validated(ctx, ref))
                 rewrite.rollback(ctx, ref, small)
                 v = m.get("validation") or {}
@@ -51,7 +52,8 @@ def case(ctx: Context, ref: TableRef, small: int, paths: list[str], size: int, n
                 print(
                     f"{ref.dotted} {arm} pyarrow {a:.2f}s task {s:.2f}s ratio {a / s:.3f} "
                     f"phases {m.get('seconds')} validation {v.get('status')} "
-                    f"files_after {m['added_data_files']} load {os.getloadavg()[0]:.1f}",
+                    f"files_after {m['added_data_files']} engine {m.get('engine')} "
+                    f"load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
     for arm, values in ratios.items():

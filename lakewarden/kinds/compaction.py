@@ -264,6 +264,8 @@ def plan_from_files(
         # Iceberg 1.12's rewrite_position_delete_files does nothing to deletion vectors (it
         # returns 0 rewritten on a v3 table): asked for only where v2 delete files remain.
         "rewrite_position_deletes": delete_files - deletion_vectors > 0,
+        # file groups that are plain copies rewritten by pyarrow (lakewarden.spark.arrow_rewrite)
+        "native_rewrite": policy.native_rewrite,
         "tier": tier,
         "major_merge": {"quiet_minutes": round(major, 1)} if major is not None else None,
         "partitions": partitions,
@@ -464,6 +466,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
             _configure(plan),
             branch=branch,
             binpack=plan.get("strategy") != "sort",
+            native=plan.get("native_rewrite", True) is not False,
         )
         return JobResult(on_branch, on_branch.pop(COMMITTED, None))
     metrics: dict[str, Any] = rewrite_data_files(
@@ -473,6 +476,7 @@ def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) 
         plan.get("options", {}),
         _configure(plan),
         binpack=plan.get("strategy") != "sort",
+        native=plan.get("native_rewrite", True) is not False,
     )
     if plan.get("rewrite_position_deletes"):
         pos = (

@@ -225,6 +225,10 @@ class CompactionPolicy(KindPolicy):
     # A table that declares a sort order (Iceberg's write order) is compacted into it;
     # false: bin-packed as written (cheaper: no sort).
     sort_by_table_order: bool = True
+    # A validated bin-pack's file groups that are plain copies (local Parquet files of the
+    # table's current schema, no deletes: lakewarden.spark.arrow_rewrite) are rewritten by
+    # pyarrow, not Spark (issue 30: about 3x faster); false: Spark rewrites every group.
+    native_rewrite: bool = True
 
     def sweep_minutes(self) -> float | None:
         return self.tier_quiet_merge_minutes if self.tiers else None

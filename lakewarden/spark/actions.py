@@ -84,13 +84,15 @@ def rewrite_data_files(
     configure: Callable[[Any, Any, Any], Any] = lambda action, table, jvm: action.binPack(),
     branch: str = MAIN_BRANCH,
     binpack: bool = False,
+    native: bool = True,
 ) -> dict[str, Any]:
     """Run the action on `branch` (planned from its head, committed to it; other branches
     untouched); `configure(action, java_table, jvm)` picks the strategy and filter. A
     validated rewrite commits to a staging branch and reaches `branch` only once validation
     passed (lakewarden.spark.staging). `binpack`: `configure` picks a plain bin-pack (no
     filter), which a validated rewrite runs through lakewarden.spark.binpack instead, its
-    inputs checksummed as it reads them."""
+    inputs checksummed as it reads them, and its groups rewritten by pyarrow where each
+    qualifies (`native`: lakewarden.spark.arrow_rewrite)."""
     jvm: Any = spark._jvm
     table = load_java_table(spark, catalog, ref)
     if branch != MAIN_BRANCH and (
@@ -116,10 +118,21 @@ def rewrite_data_files(
         if stage is not None or branch != MAIN_BRANCH:
             action = action.toBranch(stage.name if stage is not None else branch)
         observed: Observed | None = None
+        said: dict[str, Any] = {}  # the engine, when lakewarden's runner planned the groups
         with clock("rewrite"):
             ran = (
-                _observed_binpack(spark, catalog, ref, table, stage, start_id, options)
-                if binpack and stage is not None and start_id is not None
+                _binpack(
+                    spark,
+                    catalog,
+                    ref,
+                    table,
+                    stage.name if stage is not None else branch,
+                    start_id,
+                    options,
+                    native,
+                    said,
+                )
+                if binpack and start_id is not None
                 else None
             )
             if ran is not None:
@@ -133,6 +146,14 @@ def rewrite_data_files(
             "removed_delete_files": result.removedDeleteFilesCount(),
             **failures_of(result),
         }
+        if ran is not None and ran.engine is not None:
+            metrics["engine"] = ran.engine
+        elif binpack:
+            metrics["engine"] = {
+                "engine": "spark",
+                "reason": "Iceberg's rewriteDataFiles action"
+                + (f": {said['reason']}" if said.get("reason") else _action_ran(start_id)),
+            }
         if ran is not None and ran.first_error:
             metrics[FIRST_ERROR] = ran.first_error
         if branch != MAIN_BRANCH:
@@ -171,30 +192,43 @@ def rewrite_data_files(
     return metrics
 
 
-def _observed_binpack(
+def _binpack(
     spark: SparkSession,
     catalog: str,
     ref: TableRef,
     table: Any,
-    stage: staging.Stage,
+    branch: str,
     start_id: int,
     options: dict[str, str],
+    native: bool,
+    said: dict[str, Any],
 ) -> BinPacked | None:
-    """A validated bin-pack on the staging branch, its inputs checksummed during its read
-    (lakewarden.spark.binpack); None when that runner does not apply (Iceberg's action
-    runs)."""
+    """A bin-pack by lakewarden's runner (lakewarden.spark.binpack), committed to `branch`:
+    a validated one's inputs checksummed during its read, and its groups rewritten by
+    pyarrow where each qualifies (validated or not); None when that runner does not apply
+    (Iceberg's action runs; `said` then holds the runner's reason, when it planned)."""
     columns = observed_columns(spark, catalog, ref, table, start_id)
-    if columns is None:
-        return None
     return run_binpack(
         spark,
         table,
-        stage.name,
+        branch,
         start_id,
         {k: str(v) for k, v in options.items()},
         commit_properties(),
-        columns,
+        columns or [],
         max_rows(),
+        native,
+        said,
+    )
+
+
+def _action_ran(start_id: int | None) -> str:
+    """Why a bin-pack was Iceberg's action's when lakewarden's runner did not plan it."""
+    if start_id is None:
+        return ": the branch has no snapshot"
+    return (
+        ": an option lakewarden's bin-pack does not handle, or validation.columns naming a "
+        "missing column"
     )
 
 

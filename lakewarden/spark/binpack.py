@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from lakewarden.spark import arrow_rewrite
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,6 +74,10 @@ class Observed:
 
     columns: tuple[str, ...]
     groups: tuple[ObservedGroup, ...]
+    # The checksum the groups' sums are: "spark" (validation.checksum_aggregates, observed
+    # during Spark's read) or "duckdb" (arrow_rewrite.sums: the Arrow path's). Validation
+    # sums the outputs with the same one.
+    hasher: str = "spark"
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,8 @@ class BinPacked:
     # The first failed group's error (Iceberg's action logs it to Spark's log, where
     # actions.first_failure finds it; this runner's failures are Python exceptions).
     first_error: str | None = None
+    # Which engine rewrote the groups and why (metrics["engine"]): "arrow" or "spark".
+    engine: dict[str, Any] | None = None
 
 
 def handles(options: dict[str, str], planner_options: set[str]) -> bool:
@@ -101,12 +111,17 @@ def run_binpack(
     snapshot_properties: dict[str, str],
     columns: list[str],
     max_rows: int | None = None,
+    native: bool = True,
+    said: dict[str, Any] | None = None,
 ) -> BinPacked | None:
     """Bin-pack `table` from snapshot `start_id`, committing to `branch`: Iceberg's
     `RewriteDataFiles.Result` (as the action returns it) and what the reads observed. None
     when an option is not one this runner honours, or when the groups' files hold more than
     `max_rows` rows (validation.max_rows: validation will not check them, so summing them
-    is wasted; B4's 30 M rows) (the caller runs Iceberg's action)."""
+    is wasted; B4's 30 M rows) or there are no `columns` to sum (the rewrite is not
+    validated) (the caller runs Iceberg's action; `said` gets the engine's reason), unless
+    pyarrow rewrites the groups (`native`, and every group qualifies:
+    lakewarden.spark.arrow_rewrite), which then sums nothing."""
     from pyspark import inheritable_thread_target
     from pyspark.sql import SparkSession as Session
 
@@ -114,6 +129,7 @@ def run_binpack(
 
     jvm: Any = spark._jvm
     iceberg = jvm.org.apache.iceberg
+    clock = time.perf_counter()
     planner = iceberg.actions.BinPackRewriteFilePlanner(
         table, iceberg.expressions.Expressions.alwaysTrue(), start_id, False
     )
@@ -126,7 +142,15 @@ def run_binpack(
             init.put(key, str(value))
     planner.init(init)
     groups = list(_each(planner.plan().groups()))
-    if max_rows is not None and _more_rows(table, start_id, groups, max_rows):
+    seconds = {"plan": time.perf_counter() - clock}
+    shape, copies, engine = _engine(jvm, table, start_id, groups, native)
+    seconds["check"] = time.perf_counter() - clock - seconds["plan"]
+    observe = bool(columns) and (
+        max_rows is None or not _more_rows(table, start_id, groups, max_rows)
+    )
+    if not observe and shape is None:
+        if said is not None:
+            said.update(engine)
         return None
     concurrency = max(
         1, int(options.get("max-concurrent-file-group-rewrites", MAX_CONCURRENT_DEFAULT))
@@ -143,7 +167,29 @@ def run_binpack(
     manager = iceberg.spark.ScanTaskSetManager.get()
     coordinator = iceberg.spark.FileRewriteCoordinator.get()
 
+    def rewrite_arrow(group: Any) -> ObservedGroup:
+        assert shape is not None
+        files = copies[id(group)]
+        paths = [f.path for f in files]
+        # DuckDB reads the inputs while pyarrow copies them (both in C++, off the GIL)
+        with ThreadPoolExecutor(max_workers=1) as hashing:
+            summed = hashing.submit(arrow_rewrite.sums, paths, columns) if observe else None
+            started = time.perf_counter()
+            arrow_rewrite.rewrite(jvm, table, group, shape, files)
+            copied = time.perf_counter()
+            rows, checksum = summed.result() if summed is not None else (0, 0)
+            seconds["copy"] = seconds.get("copy", 0) + copied - started
+            seconds["hash_wait"] = seconds.get("hash_wait", 0) + time.perf_counter() - copied
+        return ObservedGroup(
+            files=frozenset(f.location for f in files),
+            rows=rows,
+            checksum=checksum,
+            file_rows=sum(f.records for f in files),
+        )
+
     def rewrite(group: Any) -> ObservedGroup:
+        if shape is not None:
+            return rewrite_arrow(group)
         from pyspark.sql import Observation
 
         from lakewarden.spark.validation import checksum_aggregates
@@ -192,6 +238,8 @@ def run_binpack(
 
     done: list[tuple[Any, ObservedGroup]] = []
     failed: list[tuple[Any, BaseException]] = []
+    if shape is not None:  # each Arrow group keeps cores busy itself, and ~3 row groups
+        concurrency = min(concurrency, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(groups)))) as pool:
         futures = [(g, pool.submit(inheritable_thread_target(rewrite), g)) for g in groups]
         for group, future in futures:
@@ -200,6 +248,7 @@ def run_binpack(
             except Exception as exc:
                 log.error("Failure during rewrite group %s", group.info(), exc_info=True)
                 failed.append((group, exc))
+    committing = time.perf_counter()
     commit = iceberg.actions.RewriteDataFilesCommitManager(
         table, start_id, True, _java_map(jvm, snapshot_properties), branch
     )
@@ -213,6 +262,9 @@ def run_binpack(
         for group, _ in done[i : i + per_commit]:
             batch.add(group)
         commit.commitOrClean(batch)
+    seconds["commit"] = time.perf_counter() - committing
+    # where the runner's time went (summed over groups where per group): metrics["engine"]
+    engine["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     result = iceberg.actions.ImmutableRewriteDataFiles.Result.builder()
     for group, _ in done:
         result = result.addRewriteResults(group.asResult())
@@ -223,8 +275,35 @@ def run_binpack(
             .dataFilesCount(group.inputFileNum())
             .build()
         )
-    observed = Observed(tuple(columns), tuple(o for _, o in done))
-    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None)
+    observed = Observed(
+        tuple(columns),
+        tuple(o for _, o in done) if observe else (),
+        arrow_rewrite.HASHER if shape is not None else "spark",
+    )
+    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None, engine)
+
+
+def _engine(
+    jvm: Any, table: Any, start_id: int, groups: list[Any], native: bool
+) -> tuple[arrow_rewrite.Layout | None, dict[int, list[arrow_rewrite.Input]], dict[str, Any]]:
+    """The table's Layout and each group's files (by the group's id()) when pyarrow
+    rewrites every group (each qualifies), else None; and what metrics["engine"] says of
+    it. One engine for the whole run, so each partition's sums are one hasher's
+    (validation compares like with like)."""
+    said: dict[str, Any] = {"engine": "spark", "groups": len(groups)}
+    if not native:
+        return None, {}, {**said, "reason": "compaction.native_rewrite is off"}
+    shape = arrow_rewrite.layout(jvm, table)
+    if isinstance(shape, str):
+        return None, {}, {**said, "reason": shape}
+    simple = arrow_rewrite.simple(table, start_id)
+    copies: dict[int, list[arrow_rewrite.Input]] = {}
+    for group in groups:
+        files = arrow_rewrite.inputs(table, group, shape, simple)
+        if isinstance(files, str):
+            return None, {}, {**said, "reason": f"a file group does not qualify: {files}"}
+        copies[id(group)] = files
+    return shape, copies, {**said, "engine": "arrow"}
 
 
 def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> bool:

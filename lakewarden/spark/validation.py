@@ -43,7 +43,7 @@ from lakewarden.formats.iceberg.partitions import quote_column as _quote
 from lakewarden.metadata import jsonable
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.policy.model import MAIN_BRANCH, ValidationPolicy
-from lakewarden.spark import driver_checksum, staging
+from lakewarden.spark import arrow_rewrite, driver_checksum, staging
 from lakewarden.spark.binpack import Observed
 from lakewarden.spark.commits import commit_properties
 from lakewarden.spark.staging import Stage
@@ -589,6 +589,37 @@ def _driver_outputs(
     return out
 
 
+def _duckdb_outputs(
+    jvm: Any,
+    table: Any,
+    spans: list[Span],
+    found: list[SpanFiles],
+    columns: list[str],
+    spans_observed: frozenset[int],
+) -> dict[int, dict[str, tuple[int, int]]]:
+    """{span index: {output file: (rows, checksum)}} summed by DuckDB reading the files
+    (arrow_rewrite.file_sums), for the observed spans whose outputs are all local files with
+    no delete file applying (planned at the span's last commit, so a file the commit lacks
+    fails the plan); any other span's inputs and outputs are read by Spark."""
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for i in sorted(spans_observed):
+        files = found[i]
+        if not files.outputs:
+            out[i] = {}
+            continue
+        paths: dict[str, str] = {}
+        for task in _tasks(jvm, table, spans[i].after, files.outputs, files.partitions):
+            location = str(task.file().location())
+            path = arrow_rewrite.local_path(location)
+            if path is None or not task.deletes().isEmpty():
+                break
+            paths[path] = location
+        else:
+            summed = arrow_rewrite.file_sums(list(paths), columns)
+            out[i] = {paths[p]: sums for p, sums in summed.items()}
+    return out
+
+
 def compare_spans(
     spark: SparkSession,
     table: Any,
@@ -598,6 +629,7 @@ def compare_spans(
     observed: dict[int, list[tuple[int, int]]] | None = None,
     driver: bool = True,
     confirm: bool = True,
+    hasher: str = "spark",
 ) -> list[dict[str, Any]]:
     """Per span and partition its commits touched: the rows and checksum of its inputs
     (deletes applied) against its outputs, keyed by the partition each file is in (a row
@@ -607,19 +639,27 @@ def compare_spans(
     summed in the driver when small (`_driver_outputs`), each of its partitions then marked
     `outputs_read_by: driver`. A mismatch found so is, with `confirm`, compared again with
     the outputs read by Spark, whose verdict stands (the driver's hash of some value may be
-    wrong: that costs a Spark job, never a good rewrite)."""
+    wrong: that costs a Spark job, never a good rewrite). `hasher` "duckdb": the observed
+    sums are DuckDB's (an Arrow-rewritten bin-pack: lakewarden.spark.arrow_rewrite), so
+    those spans' outputs are summed by DuckDB too (`outputs_read_by: duckdb`), or, where
+    DuckDB cannot read them, both sides by Spark."""
     observed = observed or {}
-    in_driver = (
-        _driver_outputs(spark._jvm, table, spans, found, columns, frozenset(observed))
-        if driver
-        else {}
-    )
+    by = "driver"
+    if hasher == arrow_rewrite.HASHER:
+        # the inputs' sums are DuckDB's: so must the outputs' be, or the inputs are read
+        by, confirm = "duckdb", False  # one hasher on both sides: its verdict stands
+        in_driver = _duckdb_outputs(spark._jvm, table, spans, found, columns, frozenset(observed))
+        observed = {i: sums for i, sums in observed.items() if i in in_driver}
+    elif driver:
+        in_driver = _driver_outputs(spark._jvm, table, spans, found, columns, frozenset(observed))
+    else:
+        in_driver = {}
     read = _checksums(
         spark, table, spans, found, columns, frozenset(observed), frozenset(in_driver)
     )
     for i, sums in in_driver.items():
         read[(i, 1)] = sums
-    partitions = _partitions(spans, found, observed, read, frozenset(in_driver))
+    partitions = _partitions(spans, found, observed, read, frozenset(in_driver), by)
     if in_driver and confirm and any(not p["match"] for p in partitions):
         log.warning("validation: the driver's checksum of the outputs differs; read by Spark")
         confirmed = compare_spans(spark, table, spans, found, columns, observed, driver=False)
@@ -635,6 +675,7 @@ def _partitions(
     observed: dict[int, list[tuple[int, int]]],
     read: dict[tuple[int, int], dict[str, tuple[int, int]]],
     in_driver: frozenset[int],
+    by: str = "driver",
 ) -> list[dict[str, Any]]:
     partitions: list[dict[str, Any]] = []
     for i, (span, files) in enumerate(zip(spans, found, strict=True)):
@@ -665,7 +706,7 @@ def _partitions(
                     "match": n0 == n1 and h0 == h1,
                     "before_snapshot": span.before,
                     "after_snapshot": span.after,
-                    "outputs_read_by": "driver" if i in in_driver else "spark",
+                    "outputs_read_by": by if i in in_driver else "spark",
                 }
             )
     return partitions
@@ -707,7 +748,8 @@ def _compare(
             if sums is not None:
                 inputs[i] = sums
     started = time.monotonic()
-    partitions = compare_spans(spark, table, spans, found, columns + lineage, inputs)
+    hasher = observed.hasher if observed is not None and inputs else "spark"
+    partitions = compare_spans(spark, table, spans, found, columns + lineage, inputs, hasher=hasher)
     seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])
@@ -727,9 +769,10 @@ def _compare(
         # the inputs' sums: observed during the rewrite's own read, or read here
         "inputs": "observed" if len(inputs) == len(spans) else "read",
         # the outputs' sums: computed in the driver's Python (small outputs whose inputs were
-        # observed: no Spark job) or read by Spark
-        "outputs": "driver"
-        if partitions and all(p["outputs_read_by"] == "driver" for p in partitions)
+        # observed: no Spark job), by DuckDB (an Arrow rewrite's, as its inputs were) or read
+        # by Spark
+        "outputs": partitions[0]["outputs_read_by"]
+        if partitions and len({p["outputs_read_by"] for p in partitions}) == 1
         else "spark",
         "seconds": seconds,
         "reason": (

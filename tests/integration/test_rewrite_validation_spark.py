@@ -9,6 +9,7 @@ conflicting commit leaves it unpublished. Checked with pyiceberg."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -30,7 +31,7 @@ from lakewarden.formats.iceberg.markers import PUBLISHED_FROM_KEY, is_stage
 from lakewarden.health.explain import explain_validation
 from lakewarden.policy.model import ValidationPolicy
 from lakewarden.runtime import Runtime
-from lakewarden.spark import actions, staging
+from lakewarden.spark import actions, arrow_rewrite, staging
 from lakewarden.spark.actions import load_java_table
 from lakewarden.spark.binpack import Observed, ObservedGroup
 from lakewarden.spark.commits import TASK_KEY
@@ -145,22 +146,41 @@ def test_a_rewrite_past_max_rows_does_not_sum_its_inputs(
     rows = _rows(table)
     again = _next_compaction(spark_rt, task_id, {"max_rows": 10})
     assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
-    assert ran[1:] == [None]  # 90 rows > 10: not summed, Iceberg's action ran
+    # 90 rows > 10: pyarrow rewrote the groups (lakewarden.spark.arrow_rewrite), summing
+    # nothing; with the Arrow path off, the runner steps aside and Iceberg's action runs
+    (arrowed,) = ran[1:]
+    assert arrowed is not None and arrowed.observed.groups == ()
+    assert arrowed.engine is not None and arrowed.engine["engine"] == "arrow"
     capped = _run(spark_rt, again).metrics["validation"]  # type: ignore[index]
     assert capped["status"] == "skipped" and capped["rows_estimate"] == 90
+    assert _rows(table) == rows
+    table = append_batches(table, 6, start=2000, regions=("a",))
+    rows = _rows(table)
+    again = _next_compaction(spark_rt, task_id, {"max_rows": 10}, {"native_rewrite": False})
+    assert _compact(scheduler, spark_rt, again) == TaskState.SUCCEEDED
+    assert ran[2:] == [None]  # not summed, Iceberg's action ran
+    capped = _run(spark_rt, again).metrics["validation"]  # type: ignore[index]
+    assert capped["status"] == "skipped" and capped["rows_estimate"] == 150
     assert _rows(table) == rows
     assert len(list(table.refresh().scan().plan_files())) == 2  # one file a partition
 
 
-def _next_compaction(rt: Runtime, task_id: int, validation: dict[str, Any]) -> int:
-    """The table of `task_id` under POLICY with this validation section, and a new
-    compaction task on it."""
+def _next_compaction(
+    rt: Runtime, task_id: int, validation: dict[str, Any], compaction: dict[str, Any] | None = None
+) -> int:
+    """The table of `task_id` under POLICY with this validation section (and these
+    compaction settings over POLICY's), and a new compaction task on it."""
     with transaction(rt.engine) as s:
         table_id = s.get(Task, task_id).table_id  # type: ignore[union-attr]
         s.execute(
             update(ManagedTable)
             .where(ManagedTable.id == table_id)
-            .values(policy={**POLICY, "validation": validation})
+            .values(
+                policy={
+                    "compaction": {**POLICY["compaction"], **(compaction or {})},
+                    "validation": validation,
+                }
+            )
         )
         again = repo.create_task(s, table_id=table_id, kind="compaction", trigger={}, actor="t")
     assert again is not None
@@ -222,13 +242,13 @@ def _compared(
     before: int,
     after: int,
     observed: Observed | None = None,
-    **how: bool,
+    **how: Any,
 ) -> list[dict[str, Any]]:
     """What validation finds of the commits from `before` to `after` on `ref` (a span of
     them, as if a rewrite's): per touched partition, its inputs against its outputs. With
     `observed`, the inputs' sums are those (as a bin-pack's read observed them: only the
     outputs are read), which must account for exactly the files the span removed. `how`:
-    compare_spans' `driver` and `confirm`."""
+    compare_spans' `driver`, `confirm` and `hasher`."""
     table = load_java_table(spark, "lake", ref)
     commits: list[Any] = []
     snapshot = table.snapshot(after)
@@ -374,6 +394,35 @@ def test_the_drivers_checksum_of_a_file_is_sparks(spark_rt: Runtime, spark: Spar
     spark.sql(f"DROP TABLE {name}")
 
 
+def _mutations(
+    name: str, one_file: str, x: int, y: int, moved: Any, row_dropped: str
+) -> dict[str, tuple[str, Any]]:
+    """Issue 30's mutations of a rewrite of `name` (columns id, v, round, w): each a query
+    writing the table's rows mutated one way, and how to mangle the files written (None:
+    as written). `x` and `y` are two ids of one partition, `one_file` one of its data
+    files, `moved` registers one partition's file in another."""
+    rows = f"SELECT id, v, round, w FROM {name}"
+    return {
+        "a file dropped": (rows, lambda files: files[1:]),
+        "a file doubled": (f"{rows} UNION ALL {rows} WHERE _file = '{one_file}'", None),
+        row_dropped: (f"{rows} WHERE id <> {x}", None),
+        "a value changed": (
+            f"SELECT id, IF(id = {x}, 'changed', v), round, w FROM {name}",
+            None,
+        ),
+        "a value moved between rows": (
+            f"SELECT id, CASE id WHEN {x} THEN concat('v', {y}) WHEN {y} THEN "
+            f"concat('v', {x}) ELSE v END, round, w FROM {name}",
+            None,
+        ),
+        "a NULL moved to its neighbour column": (
+            f"SELECT id, IF(id = {x}, NULL, v), round, IF(id = {x}, v, w) FROM {name}",
+            None,
+        ),
+        "a partition's rows moved to another": (rows, moved),
+    }
+
+
 def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     spark_rt: Runtime, spark: SparkSession
 ) -> None:
@@ -444,25 +493,7 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
         builder = jvm.org.apache.iceberg.DataFiles.builder(spec).copy(a)
         return [builder.withPartition(b.partition()).build(), b]
 
-    mutations = {
-        "a file dropped": (rows, lambda files: files[1:]),
-        "a file doubled": (f"{rows} UNION ALL {rows} WHERE _file = '{one_file}'", None),
-        "a row dropped in a partition with deletes": (f"{rows} WHERE id <> {x}", None),
-        "a value changed": (
-            f"SELECT id, IF(id = {x}, 'changed', v), round, w FROM {name}",
-            None,
-        ),
-        "a value moved between rows": (
-            f"SELECT id, CASE id WHEN {x} THEN concat('v', {y}) WHEN {y} THEN "
-            f"concat('v', {x}) ELSE v END, round, w FROM {name}",
-            None,
-        ),
-        "a NULL moved to its neighbour column": (
-            f"SELECT id, IF(id = {x}, NULL, v), round, IF(id = {x}, v, w) FROM {name}",
-            None,
-        ),
-        "a partition's rows moved to another": (rows, moved),
-    }
+    mutations = _mutations(name, one_file, x, y, moved, "a row dropped in a partition with deletes")
     caught = {}
     for label, (query, mangle) in mutations.items():
         found = rewritten(query, mangle, label)
@@ -495,6 +526,92 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     )  # ids % 7, 5/8/9 by key; 5 and 41 upserted
     spark.sql(f"REFRESH TABLE {name}")
     assert Counter(tuple(r) for r in spark.sql(rows).collect()) == expected
+
+
+def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
+    spark_rt: Runtime, spark: SparkSession
+) -> None:
+    """The mutation suite with the checksum an Arrow-rewritten bin-pack uses on both sides
+    (lakewarden.spark.arrow_rewrite: DuckDB's, over the input files as the rewrite sums
+    them, and over the outputs in validation), on a table bucketed by its key with no
+    delete files (the Arrow path takes none). Every mutation is caught; a faithful rewrite
+    passes."""
+    catalog, ref, out = "lake", TableRef("sales", "amutated"), TableRef("sales", "amutated_out")
+    name = ref.spark_name(catalog)
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    for each in (ref, out):
+        spark.sql(
+            f"CREATE TABLE {each.spark_name(catalog)} (id int, v string, round int, w string) "
+            "USING iceberg PARTITIONED BY (bucket(2, id)) TBLPROPERTIES ('format-version' = '2')"
+        )
+    for start in (0, 20):
+        spark.sql(
+            f"INSERT INTO {name} SELECT CAST(id AS INT), concat('v', id), 0, "
+            f"IF(id % 3 = 0, 'w', NULL) FROM range({start}, {start + 20})"
+        )
+    jvm: Any = spark._jvm
+    java = load_java_table(spark, catalog, ref)
+    head = int(java.currentSnapshot().snapshotId())
+    columns = chosen_columns(spark, name, ValidationPolicy())
+    by_partition: dict[str, list[str]] = {}
+    for task in _each(java.newScan().planFiles()):
+        f = task.file()
+        by_partition.setdefault(str(f.partition()), []).append(str(f.location()))
+    groups = []
+    for files in by_partition.values():
+        n, h = arrow_rewrite.sums([arrow_rewrite.local_path(f) or f for f in files], columns)
+        groups.append(ObservedGroup(frozenset(files), n, h))
+    observed = Observed(tuple(columns), tuple(groups), arrow_rewrite.HASHER)
+    one_file = spark.sql(f"SELECT _file FROM {name} LIMIT 1").first()[0]  # type: ignore[index]
+    by_bucket = spark.sql(f"SELECT id FROM {name} WHERE lake.system.bucket(2, id) = 0").collect()
+    x, y = sorted(r.id for r in by_bucket if r.id % 3)[:2]  # two rows of one partition, w NULL
+
+    def rewritten(query: str, mangle: Any = None) -> list[dict[str, Any]]:
+        inputs = [t.file() for t in _each(java.newScan().planFiles())]
+        spark.sql(f"INSERT INTO {out.spark_name(catalog)} {query}")
+        written = load_java_table(spark, catalog, out).currentSnapshot()
+        outputs = list(_each(written.addedDataFiles(java.io())))
+        rewrite = java.newRewrite().validateFromSnapshot(head)
+        for f in inputs:
+            rewrite = rewrite.deleteFile(f)
+        doubled = mangle == "double"  # Iceberg refuses a replace adding rows: then appended
+        for f in mangle(outputs) if mangle and not doubled else outputs:
+            rewrite = rewrite.addFile(f)
+        rewrite.commit()
+        if doubled:
+            copy = str(outputs[0].location()).replace(".parquet", "-copy.parquet")
+            source = arrow_rewrite.local_path(str(outputs[0].location()))
+            shutil.copy(str(source), str(arrow_rewrite.local_path(copy)))
+            again = jvm.org.apache.iceberg.DataFiles.builder(java.spec()).copy(outputs[0])
+            java.newAppend().appendFile(again.withPath(copy).build()).commit()
+        after = int(java.currentSnapshot().snapshotId())
+        found = _compared(spark, ref, head, after, observed, hasher=arrow_rewrite.HASHER)
+        assert {p["outputs_read_by"] for p in found} == {"duckdb"}
+        java.manageSnapshots().rollbackTo(head).commit()
+        return found
+
+    def moved(files: list[Any]) -> list[Any]:  # bucket 0's rows registered in bucket 1
+        a, b = files
+        builder = jvm.org.apache.iceberg.DataFiles.builder(java.spec()).copy(a)
+        return [builder.withPartition(b.partition()).build(), b]
+
+    mutations = _mutations(name, one_file, x, y, moved, "a row dropped")
+    mutations["a file doubled"] = (f"SELECT id, v, round, w FROM {name}", "double")
+    caught = {}
+    for label, (query, mangle) in mutations.items():
+        bad = [p for p in rewritten(query, mangle) if not p["match"]]
+        caught[label] = (len(bad), all(p["rows_before"] == p["rows_after"] for p in bad))
+    assert caught == {
+        "a file dropped": (1, False),
+        "a file doubled": (1, False),
+        "a row dropped": (1, False),
+        "a value changed": (1, True),  # the same rows counted: only the checksum sees it
+        "a value moved between rows": (1, True),
+        "a NULL moved to its neighbour column": (1, True),
+        "a partition's rows moved to another": (2, False),  # one short, one long
+    }
+    faithful = rewritten(f"SELECT id, v, round, w FROM {name}")
+    assert len(faithful) == 2 and all(p["match"] for p in faithful)
 
 
 def _main_history(table: Table) -> list[int]:
