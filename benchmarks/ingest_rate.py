@@ -19,6 +19,7 @@ without its metadata files growing without bound.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -143,6 +144,9 @@ def _forward(
     COMMITS_PER_FORWARD times, then one batch reports them."""
     latencies: list[float] = []
     batches: list[tuple[float, int, list[float]]] = []  # (answered at, new events, latencies)
+    # Where a batch's time goes: its commits' pointer moves (the coalescing window: the first
+    # commit waits for the slice's other moves) and its POST (the gate, the ingest, HTTP).
+    stages: list[tuple[float, float]] = []  # (first move -> POST sent, POST sent -> 202)
     new = failed = bad = posted = 0
     headers = {"Authorization": f"Bearer {secret}"}
     with httpx.Client(base_url=url, headers=headers, timeout=300) as client:
@@ -164,8 +168,10 @@ def _forward(
                     for ref in chunk
                     for v in versions
                 ]
+                sent = time.perf_counter()
                 resp = client.post("/api/v1/events/batch", json={"events": events})
                 done = time.perf_counter()
+                stages.append((sent - moved[0], done - sent))
                 posted += len(events)
                 if resp.status_code != 202:
                     bad += 1
@@ -178,6 +184,7 @@ def _forward(
     return {
         "latencies": latencies,
         "batches": batches,
+        "stages": stages,
         "new": new,
         "failed": failed,
         "bad": bad,
@@ -216,6 +223,51 @@ def _by_minute(
             }
         out.append(row)
     return out
+
+
+def _stages(stages: list[tuple[float, float]]) -> dict[str, float]:
+    """p50/p99 (s) of a batch's two stages: its commits' moves (the first commit's wait
+    before the batch is sent) and its POST (to the 202)."""
+    moves = [m for m, _ in stages]
+    posts = [p for _, p in stages]
+    return {
+        "moves_p50_s": round(_quantile(moves, 0.5), 3),
+        "moves_p99_s": round(_quantile(moves, 0.99), 3),
+        "post_p50_s": round(_quantile(posts, 0.5), 3),
+        "post_p99_s": round(_quantile(posts, 0.99), 3),
+    }
+
+
+class _Pauses:
+    """The garbage collector's full (generation 2) collections while in use: how many, the
+    longest and their total (s). A full collection stops every thread of the process (the
+    API, the listener, the forwarders): a candidate for the latency's tail."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._began = 0.0
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.times.append(time.perf_counter() - self._began)
+
+    def __enter__(self) -> _Pauses:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "full_collections": len(self.times),
+            "longest_s": round(max(self.times, default=0.0), 3),
+            "total_s": round(sum(self.times), 3),
+        }
 
 
 def _postgres_cpu(engine: Engine) -> float:
@@ -301,11 +353,13 @@ def _listened(
         raise RuntimeError("the commit listener did not connect")
     unique = len(aliases) * len(files)
     start = time.perf_counter()
-    with ThreadPoolExecutor(FORWARDERS) as pool:
-        list(pool.map(commit, shares))
-    deadline = time.monotonic() + 600
-    while _counts(api.engine, ids)[0] < baseline + unique and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with _Pauses() as pauses:
+        with ThreadPoolExecutor(FORWARDERS) as pool:
+            list(pool.map(commit, shares))
+        committed = time.perf_counter() - start  # the rest is the listener's backlog
+        deadline = time.monotonic() + 600
+        while _counts(api.engine, ids)[0] < baseline + unique and time.monotonic() < deadline:
+            time.sleep(0.1)
     seconds = time.perf_counter() - start
     stop.set()
     listener.join(30)
@@ -331,6 +385,8 @@ def _listened(
         "duplicated": (stored - distinct) + doubled,
         "p50": _quantile(latencies, 0.5),
         "p99": _quantile(latencies, 0.99),
+        "gc": pauses.summary(),
+        "committed_s": committed,
     }
 
 
@@ -357,7 +413,10 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     loads: list[tuple[float, ...]] = []
     stop = threading.Event()
     sampler = threading.Thread(target=_sample_load, args=(api.engine, stop, loads), daemon=True)
-    with serve_in_thread(api) as url:
+    # The heap frozen once the API starts, as the API server's (`services.api.app.main`):
+    # the full collections then scan only what came since (the listener's road, after,
+    # runs frozen too, as the listener in the API's process does).
+    with serve_in_thread(api, freeze_heap=True) as url, _Pauses() as pauses:
         start = time.perf_counter()
         sampler.start()
         with ThreadPoolExecutor(FORWARDERS) as pool:
@@ -384,6 +443,8 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
         "p99": _quantile(latencies, 0.99),
         "commits": unique,
         "minutes": _by_minute([b for x in results for b in x["batches"]], start, loads),
+        "stages": _stages([st for x in results for st in x["stages"]]),
+        "gc": pauses.summary(),
     }
     if ROADS_LISTENER:
         # Tables of their own, committed to from the same first state.
@@ -434,6 +495,8 @@ def b25(ctx: Context) -> Figure:
             "commit_to_task_p50_s": Stat.of([round(m["p50"], 3) for m in runs]),
             "commit_to_task_p99_s": Stat.of([round(m["p99"], 3) for m in runs]),
         }
+        fig.values["batch_stages"] = runs[0]["stages"]
+        fig.values["batch_gc"] = runs[0]["gc"]
         if runs[0]["seconds"] >= 120:  # a sustained run: its first minutes against its last
             fig.values["by_minute"] = runs[0]["minutes"]
         if heard:
@@ -443,6 +506,8 @@ def b25(ctx: Context) -> Figure:
                     "listener_seconds_per_repeat": Stat.of([round(m["seconds"], 1) for m in heard]),
                     "listener_commit_to_event_p50_s": Stat.of([round(m["p50"], 3) for m in heard]),
                     "listener_commit_to_event_p99_s": Stat.of([round(m["p99"], 3) for m in heard]),
+                    "listener_gc": heard[0]["gc"],
+                    "listener_commits_took_s": round(heard[0]["committed_s"], 1),
                 }
             )
         fig.notes = [
