@@ -39,7 +39,7 @@ from lakewarden.catalogs.catalog import TableRef
 from lakewarden.events.listener import CommitListener
 from lakewarden.runtime import Runtime
 from lakewarden.states import OPEN_TASK_STATES
-from services.api.app import serve_in_thread
+from services.api.app import freeze_startup_heap, serve_in_thread
 
 FORWARDERS = int(os.environ.get("LAKEWARDEN_BENCH_B25_FORWARDERS", 4))
 COMMITS_PER_FORWARD = 10  # a table's commits coalesced into one batch (B7's 10)
@@ -51,6 +51,8 @@ REAL_VERSIONS = 20  # metadata files written by real appends; the rest by _more_
 KEEP_SNAPSHOTS = 50  # the snapshots a synthetic metadata file keeps (expiry's)
 # The JDBC listener's road measured too (LAKEWARDEN_BENCH_B25_LISTENER=0: the batch alone).
 ROADS_LISTENER = os.environ.get("LAKEWARDEN_BENCH_B25_LISTENER", "1") != "0"
+# The batch road (LAKEWARDEN_BENCH_B25_BATCH=0: the listener's alone, e.g. a 10-minute run).
+ROADS_BATCH = os.environ.get("LAKEWARDEN_BENCH_B25_BATCH", "1") != "0"
 # The listener road's writers commit as fast as they can (0: its most, and its latency with
 # a backlog), or at this many commits/s in all (its latency at that rate: the goal's 2,000).
 LISTENER_RATE = float(os.environ.get("LAKEWARDEN_BENCH_B25_LISTENER_RATE", 0))
@@ -417,6 +419,10 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     more, more_ids = _more_files(source.metadata_location, versions - real)
     files += more
     snapshots += more_ids
+    if not ROADS_BATCH:
+        freeze_startup_heap()  # as the API server's process, where the listener runs
+        heard = _listened(api, _b7_aliases(api, source, tables, 300 + r), files, snapshots)
+        return {"listener": heard, "commits": tables * versions}
     aliases = _b7_aliases(api, source, tables, 200 + r)
     ids = [tid for _, tid in aliases]
     baseline = _counts(api.engine, ids)[0]
@@ -467,6 +473,30 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     return out
 
 
+def _listener_only(fig: Figure, tables: int, rounds: int, heard: list[dict[str, Any]]) -> Figure:
+    """The figure of a run of the listener's road alone (LAKEWARDEN_BENCH_B25_BATCH=0)."""
+    fig.ratio = Stat.of([m["rate"] for m in heard])
+    fig.ratio_label = "new commits ingested per second through the JDBC listener"
+    fig.goal_met = all(
+        m["rate"] >= 2000 and m["p99"] <= 1.0 and m["lost"] == m["duplicated"] == 0 for m in heard
+    )
+    fig.values = {
+        "tables": tables,
+        "rounds": rounds,
+        "road": "listener only",
+        "listener_offered_commits_per_s": LISTENER_RATE or "as fast as written",
+        "listener_commits_per_s": Stat.of([round(m["rate"], 1) for m in heard]),
+        "listener_seconds_per_repeat": Stat.of([round(m["seconds"], 1) for m in heard]),
+        "listener_commits_took_s": round(heard[0]["committed_s"], 1),
+        "lost": sum(m["lost"] for m in heard),
+        "duplicated": sum(m["duplicated"] for m in heard),
+        "listener_commit_to_event_p50_s": Stat.of([round(m["p50"], 3) for m in heard]),
+        "listener_commit_to_event_p99_s": Stat.of([round(m["p99"], 3) for m in heard]),
+        "listener_gc": heard[0]["gc"],
+    }
+    return fig
+
+
 def b25(ctx: Context) -> Figure:
     with measuring(
         "B25",
@@ -477,6 +507,8 @@ def b25(ctx: Context) -> Figure:
     ) as fig:
         tables, rounds = _sizes(ctx)
         runs = [_repeat(ctx, r) for r in range(ctx.repeats)]
+        if not ROADS_BATCH:
+            return _listener_only(fig, tables, rounds, [m["listener"] for m in runs])
         fig.ratio = Stat.of([m["rate"] for m in runs])
         fig.ratio_label = "new commits ingested per second over the fleet"
         lost = sum(m["lost"] for m in runs)
