@@ -19,13 +19,14 @@ without its metadata files growing without bound.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
 import time
 import uuid
+from array import array
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -38,7 +39,7 @@ from lakewarden.catalogs.catalog import TableRef
 from lakewarden.events.listener import CommitListener
 from lakewarden.runtime import Runtime
 from lakewarden.states import OPEN_TASK_STATES
-from services.api.app import serve_in_thread
+from services.api.app import freeze_startup_heap, serve_in_thread
 
 FORWARDERS = int(os.environ.get("LAKEWARDEN_BENCH_B25_FORWARDERS", 4))
 COMMITS_PER_FORWARD = 10  # a table's commits coalesced into one batch (B7's 10)
@@ -50,6 +51,11 @@ REAL_VERSIONS = 20  # metadata files written by real appends; the rest by _more_
 KEEP_SNAPSHOTS = 50  # the snapshots a synthetic metadata file keeps (expiry's)
 # The JDBC listener's road measured too (LAKEWARDEN_BENCH_B25_LISTENER=0: the batch alone).
 ROADS_LISTENER = os.environ.get("LAKEWARDEN_BENCH_B25_LISTENER", "1") != "0"
+# The batch road (LAKEWARDEN_BENCH_B25_BATCH=0: the listener's alone, e.g. a 10-minute run).
+ROADS_BATCH = os.environ.get("LAKEWARDEN_BENCH_B25_BATCH", "1") != "0"
+# The listener road's writers commit as fast as they can (0: its most, and its latency with
+# a backlog), or at this many commits/s in all (its latency at that rate: the goal's 2,000).
+LISTENER_RATE = float(os.environ.get("LAKEWARDEN_BENCH_B25_LISTENER_RATE", 0))
 
 
 def _sizes(ctx: Context) -> tuple[int, int]:
@@ -141,8 +147,14 @@ def _forward(
 ) -> dict[str, Any]:
     """One forwarder's work: every round, each slice of its tables commits
     COMMITS_PER_FORWARD times, then one batch reports them."""
-    latencies: list[float] = []
-    batches: list[tuple[float, int, list[float]]] = []  # (answered at, new events, latencies)
+    # What the run keeps is kept out of the garbage collector's reach (an array of floats, a
+    # tuple of floats untracked once it survives a collection), so a 10-minute run's
+    # millions of samples do not lengthen the process's full collections (the API's too).
+    latencies = array("d")
+    batches: list[tuple[float, int, tuple[float, ...]]] = []  # (answered at, new, latencies)
+    # Where a batch's time goes: its commits' pointer moves (the coalescing window: the first
+    # commit waits for the slice's other moves) and its POST (the gate, the ingest, HTTP).
+    stages: list[tuple[float, float]] = []  # (first move -> POST sent, POST sent -> 202)
     new = failed = bad = posted = 0
     headers = {"Authorization": f"Bearer {secret}"}
     with httpx.Client(base_url=url, headers=headers, timeout=300) as client:
@@ -164,20 +176,23 @@ def _forward(
                     for ref in chunk
                     for v in versions
                 ]
+                sent = time.perf_counter()
                 resp = client.post("/api/v1/events/batch", json={"events": events})
                 done = time.perf_counter()
+                stages.append((sent - moved[0], done - sent))
                 posted += len(events)
                 if resp.status_code != 202:
                     bad += 1
                     continue
                 new += resp.json()["new_events"]
                 failed += resp.json()["failed"]
-                waited = [done - at for _ in chunk for at in moved]
-                latencies += waited
+                waited = tuple(done - at for _ in chunk for at in moved)
+                latencies.extend(waited)
                 batches.append((done, resp.json()["new_events"], waited))
     return {
         "latencies": latencies,
         "batches": batches,
+        "stages": stages,
         "new": new,
         "failed": failed,
         "bad": bad,
@@ -186,15 +201,17 @@ def _forward(
 
 
 def _by_minute(
-    batches: list[tuple[float, int, list[float]]], start: float, samples: list[tuple[float, ...]]
+    batches: list[tuple[float, int, tuple[float, ...]]],
+    start: float,
+    samples: list[tuple[float, ...]],
 ) -> list[dict[str, Any]]:
     """The run minute by minute (the last one partial): new commits/s, commit -> task p99,
     the 1-minute load average at its end and the CPU ms a commit cost (this process, which
     holds the API and the forwarders, and Postgres), so a rate that falls as history grows
     shows apart from one that falls as the machine gets busier."""
-    minutes: dict[int, list[tuple[int, list[float]]]] = {}
-    for at, new, waited in batches:
-        minutes.setdefault(int((at - start) // 60), []).append((new, waited))
+    minutes: dict[int, list[tuple[int, tuple[float, ...]]]] = {}
+    for at, new, batch_waited in batches:
+        minutes.setdefault(int((at - start) // 60), []).append((new, batch_waited))
     out = []
     for m in sorted(minutes):
         length = min(60.0, max(at for at, _, _ in batches) - start - 60 * m)
@@ -216,6 +233,51 @@ def _by_minute(
             }
         out.append(row)
     return out
+
+
+def _stages(stages: list[tuple[float, float]]) -> dict[str, float]:
+    """p50/p99 (s) of a batch's two stages: its commits' moves (the first commit's wait
+    before the batch is sent) and its POST (to the 202)."""
+    moves = [m for m, _ in stages]
+    posts = [p for _, p in stages]
+    return {
+        "moves_p50_s": round(_quantile(moves, 0.5), 3),
+        "moves_p99_s": round(_quantile(moves, 0.99), 3),
+        "post_p50_s": round(_quantile(posts, 0.5), 3),
+        "post_p99_s": round(_quantile(posts, 0.99), 3),
+    }
+
+
+class _Pauses:
+    """The garbage collector's full (generation 2) collections while in use: how many, the
+    longest and their total (s). A full collection stops every thread of the process (the
+    API, the listener, the forwarders): a candidate for the latency's tail."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._began = 0.0
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.times.append(time.perf_counter() - self._began)
+
+    def __enter__(self) -> _Pauses:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "full_collections": len(self.times),
+            "longest_s": round(max(self.times, default=0.0), 3),
+            "total_s": round(sum(self.times), 3),
+        }
 
 
 def _postgres_cpu(engine: Engine) -> float:
@@ -282,17 +344,23 @@ def _listened(
     movers = create_engine(api.engine.url, pool_size=FORWARDERS)
     catalog = api.settings.catalog_name
     shares = [[ref for ref, _ in aliases[k::FORWARDERS]] for k in range(FORWARDERS)]
-    moved: dict[tuple[str, int], datetime] = {}
+    # When each commit's pointer moved (epoch s), by "name snapshot": str keys and float
+    # values keep the dict out of the garbage collector's reach (tuple keys would not).
+    moved: dict[str, float] = {}
 
     def commit(share: list[TableRef]) -> None:
+        due = time.perf_counter()  # paced: when this writer's next commits are due
         for start in range(0, len(files), COMMITS_PER_FORWARD):
             versions = range(start, min(len(files), start + COMMITS_PER_FORWARD))
             for s in range(0, len(share), SLICE):
                 chunk = share[s : s + SLICE]
                 for v in versions:
+                    if LISTENER_RATE:
+                        due += len(chunk) * FORWARDERS / LISTENER_RATE
+                        time.sleep(max(0.0, due - time.perf_counter()))
                     _move_all(movers, catalog, chunk, files[v])
-                    at = datetime.now(UTC)
-                    moved.update({(ref.name, snapshots[v]): at for ref in chunk})
+                    at = time.time()
+                    moved.update({f"{ref.name} {snapshots[v]}": at for ref in chunk})
 
     stop = threading.Event()
     listener = CommitListener(api, stop)
@@ -301,11 +369,13 @@ def _listened(
         raise RuntimeError("the commit listener did not connect")
     unique = len(aliases) * len(files)
     start = time.perf_counter()
-    with ThreadPoolExecutor(FORWARDERS) as pool:
-        list(pool.map(commit, shares))
-    deadline = time.monotonic() + 600
-    while _counts(api.engine, ids)[0] < baseline + unique and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with _Pauses() as pauses:
+        with ThreadPoolExecutor(FORWARDERS) as pool:
+            list(pool.map(commit, shares))
+        committed = time.perf_counter() - start  # the rest is the listener's backlog
+        deadline = time.monotonic() + 600
+        while _counts(api.engine, ids)[0] < baseline + unique and time.monotonic() < deadline:
+            time.sleep(0.1)
     seconds = time.perf_counter() - start
     stop.set()
     listener.join(30)
@@ -320,9 +390,9 @@ def _listened(
             {"ids": ids},
         ).all()
     latencies = [
-        (at - moved[(name, snap)]).total_seconds()
+        at.timestamp() - moved[f"{name} {snap}"]
         for name, snap, at in received
-        if (name, snap) in moved
+        if f"{name} {snap}" in moved
     ]
     return {
         "rate": unique / seconds,
@@ -331,6 +401,8 @@ def _listened(
         "duplicated": (stored - distinct) + doubled,
         "p50": _quantile(latencies, 0.5),
         "p99": _quantile(latencies, 0.99),
+        "gc": pauses.summary(),
+        "committed_s": committed,
     }
 
 
@@ -347,6 +419,10 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     more, more_ids = _more_files(source.metadata_location, versions - real)
     files += more
     snapshots += more_ids
+    if not ROADS_BATCH:
+        freeze_startup_heap()  # as the API server's process, where the listener runs
+        heard = _listened(api, _b7_aliases(api, source, tables, 300 + r), files, snapshots)
+        return {"listener": heard, "commits": tables * versions}
     aliases = _b7_aliases(api, source, tables, 200 + r)
     ids = [tid for _, tid in aliases]
     baseline = _counts(api.engine, ids)[0]
@@ -357,7 +433,10 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
     loads: list[tuple[float, ...]] = []
     stop = threading.Event()
     sampler = threading.Thread(target=_sample_load, args=(api.engine, stop, loads), daemon=True)
-    with serve_in_thread(api) as url:
+    # The heap frozen once the API starts, as the API server's (`services.api.app.main`):
+    # the full collections then scan only what came since (the listener's road, after,
+    # runs frozen too, as the listener in the API's process does).
+    with serve_in_thread(api, freeze_heap=True) as url, _Pauses() as pauses:
         start = time.perf_counter()
         sampler.start()
         with ThreadPoolExecutor(FORWARDERS) as pool:
@@ -384,12 +463,38 @@ def _repeat(ctx: Context, r: int) -> dict[str, Any]:
         "p99": _quantile(latencies, 0.99),
         "commits": unique,
         "minutes": _by_minute([b for x in results for b in x["batches"]], start, loads),
+        "stages": _stages([st for x in results for st in x["stages"]]),
+        "gc": pauses.summary(),
     }
     if ROADS_LISTENER:
         # Tables of their own, committed to from the same first state.
         listened = _listened(api, _b7_aliases(api, source, tables, 300 + r), files, snapshots)
         out["listener"] = listened
     return out
+
+
+def _listener_only(fig: Figure, tables: int, rounds: int, heard: list[dict[str, Any]]) -> Figure:
+    """The figure of a run of the listener's road alone (LAKEWARDEN_BENCH_B25_BATCH=0)."""
+    fig.ratio = Stat.of([m["rate"] for m in heard])
+    fig.ratio_label = "new commits ingested per second through the JDBC listener"
+    fig.goal_met = all(
+        m["rate"] >= 2000 and m["p99"] <= 1.0 and m["lost"] == m["duplicated"] == 0 for m in heard
+    )
+    fig.values = {
+        "tables": tables,
+        "rounds": rounds,
+        "road": "listener only",
+        "listener_offered_commits_per_s": LISTENER_RATE or "as fast as written",
+        "listener_commits_per_s": Stat.of([round(m["rate"], 1) for m in heard]),
+        "listener_seconds_per_repeat": Stat.of([round(m["seconds"], 1) for m in heard]),
+        "listener_commits_took_s": round(heard[0]["committed_s"], 1),
+        "lost": sum(m["lost"] for m in heard),
+        "duplicated": sum(m["duplicated"] for m in heard),
+        "listener_commit_to_event_p50_s": Stat.of([round(m["p50"], 3) for m in heard]),
+        "listener_commit_to_event_p99_s": Stat.of([round(m["p99"], 3) for m in heard]),
+        "listener_gc": heard[0]["gc"],
+    }
+    return fig
 
 
 def b25(ctx: Context) -> Figure:
@@ -402,6 +507,8 @@ def b25(ctx: Context) -> Figure:
     ) as fig:
         tables, rounds = _sizes(ctx)
         runs = [_repeat(ctx, r) for r in range(ctx.repeats)]
+        if not ROADS_BATCH:
+            return _listener_only(fig, tables, rounds, [m["listener"] for m in runs])
         fig.ratio = Stat.of([m["rate"] for m in runs])
         fig.ratio_label = "new commits ingested per second over the fleet"
         lost = sum(m["lost"] for m in runs)
@@ -434,6 +541,8 @@ def b25(ctx: Context) -> Figure:
             "commit_to_task_p50_s": Stat.of([round(m["p50"], 3) for m in runs]),
             "commit_to_task_p99_s": Stat.of([round(m["p99"], 3) for m in runs]),
         }
+        fig.values["batch_stages"] = runs[0]["stages"]
+        fig.values["batch_gc"] = runs[0]["gc"]
         if runs[0]["seconds"] >= 120:  # a sustained run: its first minutes against its last
             fig.values["by_minute"] = runs[0]["minutes"]
         if heard:
@@ -443,6 +552,9 @@ def b25(ctx: Context) -> Figure:
                     "listener_seconds_per_repeat": Stat.of([round(m["seconds"], 1) for m in heard]),
                     "listener_commit_to_event_p50_s": Stat.of([round(m["p50"], 3) for m in heard]),
                     "listener_commit_to_event_p99_s": Stat.of([round(m["p99"], 3) for m in heard]),
+                    "listener_gc": heard[0]["gc"],
+                    "listener_commits_took_s": round(heard[0]["committed_s"], 1),
+                    "listener_offered_commits_per_s": LISTENER_RATE or "as fast as written",
                 }
             )
         fig.notes = [
@@ -467,6 +579,7 @@ def b25(ctx: Context) -> Figure:
             "listener_*: the same commits on tables of their own, nobody posting them: the "
             "catalog trigger's NOTIFY and the commit listener (in the benchmark process) "
             "ingest them; latency from a pointer move's commit to its event's received_at "
-            "(the ingesting transaction's start). LAKEWARDEN_BENCH_B25_LISTENER=0 skips it",
+            "(the ingesting transaction's start). LAKEWARDEN_BENCH_B25_LISTENER=0 skips it; "
+            "LAKEWARDEN_BENCH_B25_LISTENER_RATE paces its writers (commits/s in all)",
         ]
     return fig

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 from helpers import append_batches, current, make_table
-from sqlalchemy import select
+from sqlalchemy import select, text
 
-from lakewarden.db.models import Task, TimelineEvent
+from lakewarden.db.models import ManagedTable, Task, TimelineEvent
 from lakewarden.db.session import transaction
 from lakewarden.events.listener import CommitListener
 from lakewarden.events.poller import poll_once
@@ -123,6 +124,68 @@ def test_notify_trigger_delivers_commits_to_the_listener(client: TestClient, rt:
     finally:
         stop.set()
         listener.join(5)
+
+
+def _events_of(rt: Runtime, table_id: int) -> list[TimelineEvent]:
+    return [e for e in _events(rt) if e.table_id == table_id]
+
+
+def test_listener_ingests_a_commit_while_another_tables_refresh_waits(
+    client: TestClient, rt: Runtime
+) -> None:
+    """The listener drains on while a refresh runs: a commit to one table is ingested while
+    another table's refresh, started before it, waits on that table's row (held here). It
+    used to wait for the whole burst before it (B25's listener p99)."""
+    orders, items = make_table(rt), make_table(rt, name="items")
+    _register(client)
+    r = client.post("/api/v1/tables", json={"namespace": "sales", "name": "items"})
+    assert r.status_code == 201, r.text
+    with transaction(rt.engine) as s:
+        ids = {t.name: t.id for t in s.scalars(select(ManagedTable))}
+    stop = threading.Event()
+    listener = CommitListener(rt, stop)
+    listener.start()
+    holder = rt.engine.connect()
+    try:
+        assert listener.connected.wait(10)
+        held = holder.begin()
+        holder.execute(
+            text("SELECT 1 FROM managed_tables WHERE id = :id FOR UPDATE"), {"id": ids["orders"]}
+        )
+        append_batches(orders, 1)
+        _wait_for("a refresh waiting on the row held", lambda: _lock_waits(rt))
+        append_batches(items, 1)
+        _wait_for("the other table's commit", lambda: len(_events_of(rt, ids["items"])))
+        assert _events_of(rt, ids["orders"]) == [] and _lock_waits(rt) == 1
+        held.commit()
+        _wait_for("the held table's commit", lambda: len(_events_of(rt, ids["orders"])))
+    finally:
+        holder.close()
+        stop.set()
+        listener.join(5)
+
+
+def _lock_waits(rt: Runtime) -> int:
+    """Backends of this database waiting on a row lock of managed_tables."""
+    with rt.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query ILIKE '%FROM managed_tables%'"
+                )
+            ).scalar_one()
+        )
+
+
+def _wait_for(what: str, count: Callable[[], int]) -> None:
+    """Until `count()` is at least 1 (15 s at most)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if count() >= 1:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"waited 15 s for {what}")
 
 
 def test_poller_catches_commits_nobody_reported(client: TestClient, rt: Runtime) -> None:
