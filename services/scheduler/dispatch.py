@@ -350,14 +350,18 @@ class DispatchRounds(LeaseRounds):
         for task_id, entry in list(self.inflight.items()):
             if task_id in cancelled:
                 log.info("task %d cancelled: cancelling Spark job group %s", task_id, entry.group)
-            elif now > entry.deadline and not entry.timed_out:
-                entry.timed_out = True
-                log.warning(
-                    "task %d exceeded %.0fs: cancelling Spark job group %s",
-                    task_id,
-                    entry.timeout_s,
-                    entry.group,
-                )
+            elif now > entry.deadline:
+                if not entry.timed_out:
+                    entry.timed_out = True
+                    log.warning(
+                        "task %d exceeded %.0fs: cancelling Spark job group %s",
+                        task_id,
+                        entry.timeout_s,
+                        entry.group,
+                    )
+                # Again each round until the attempt ends: a cancel reaches only the group's
+                # jobs already submitted, and a job started after it (a slow start under load)
+                # would otherwise run on unbounded.
             else:
                 continue
             self._spark.sparkContext.cancelJobGroup(entry.group)

@@ -247,12 +247,14 @@ def test_commit_carries_the_task_and_a_rerun_never_commits_twice(
         assert "whether its validation ran is not known" in task.result["validation"]["reason"]
 
 
-def _hanging_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fault injection: a kind whose Spark job hangs (a task sleeping in the executor)."""
+def _hanging_kind(monkeypatch: pytest.MonkeyPatch, starts_after_s: float = 0.0) -> None:
+    """Fault injection: a kind whose Spark job hangs (a task sleeping in the executor),
+    submitted `starts_after_s` after the attempt starts."""
     from lakewarden import kinds
     from lakewarden.kinds.base import JobResult, Kind, PlanOutcome
 
     def run(spark: SparkSession, catalog: str, ref: TableRef, plan: dict[str, Any]) -> JobResult:
+        time.sleep(starts_after_s)
         spark.sql("SELECT reflect('java.lang.Thread', 'sleep', bigint(600000))").collect()
         return JobResult({}, None)
 
@@ -263,7 +265,9 @@ def _hanging_kind(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_hanging_job_is_cancelled_at_its_timeout_and_retried(
     scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _hanging_kind(monkeypatch)
+    # Its Spark job starts only after the timeout (as a slow start under load does): the
+    # first cancel finds no job in the group, so the scheduler must cancel it again.
+    _hanging_kind(monkeypatch, starts_after_s=5.0)
     append_batches(make_table(spark_rt, name="hangs"), 1)
     task_id = manage(spark_rt, "hangs", {"compaction": {"timeout_minutes": 0.05}})  # 3 s
     assert Worker(spark_rt).run_once()
