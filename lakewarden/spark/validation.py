@@ -529,13 +529,6 @@ def observed_inputs(files: SpanFiles, observed: Observed) -> list[tuple[int, int
     return sums if seen == files.inputs.keys() else None
 
 
-def _local_path(location: str) -> str | None:
-    """A data file's path on this machine's file system, or None (an object store's)."""
-    if location.startswith("file:"):
-        return "/" + location.removeprefix("file:").lstrip("/")
-    return location if location.startswith("/") else None
-
-
 def _driver_outputs(
     jvm: Any,
     table: Any,
@@ -569,7 +562,7 @@ def _driver_outputs(
         paths: list[tuple[str, str]] = []  # a file planned twice is summed twice, as read
         for task in tasks:
             location = str(task.file().location())
-            path = _local_path(location)
+            path = arrow_rewrite.local_path(location)
             rows += int(task.file().recordCount())
             if (
                 path is None
