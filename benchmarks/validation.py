@@ -64,7 +64,7 @@ def _compaction(
         validating(ValidationPolicy(enabled=enabled)),
         contextlib.nullcontext()
         if observed
-        else mock.patch.object(actions, "_observed_binpack", lambda *a, **k: None),
+        else mock.patch.object(actions, "_binpack", lambda *a, **k: None),
         contextlib.nullcontext()
         if driver
         else mock.patch.object(validation, "_driver_outputs", lambda *a, **k: {}),
