@@ -26,10 +26,11 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from lakewarden.spark.java import each
 
 # The checksum both sides of an Arrow-rewritten group's validation use.
 HASHER = "duckdb"
@@ -171,7 +172,7 @@ def inputs(table: Any, group: Any, shape: Layout, simple: bool) -> list[Input] |
     out_spec = int(table.specs().get(group.outputSpecId()).specId())
     first = None
     found: list[Input] = []
-    for task in _each(group.fileScanTasks()):
+    for task in each(group.fileScanTasks()):
         f = task.file()
         location = str(f.location())
         if not simple:
@@ -199,12 +200,6 @@ def inputs(table: Any, group: Any, shape: Layout, simple: bool) -> list[Input] |
             return f"{location}'s Parquet schema is not the table's (evolved or name-mapped)"
         found.append(Input(location, path, int(f.recordCount())))
     return found
-
-
-def _each(java_iterable: Any) -> Iterable[Any]:
-    it = java_iterable.iterator()
-    while it.hasNext():
-        yield it.next()
 
 
 def sums(paths: list[str], columns: list[str]) -> tuple[int, int]:
@@ -253,7 +248,7 @@ class _Output:
         name = f"00000-0-lakewarden-{uuid.uuid4()}.parquet"
         self.location = str(table.locationProvider().newDataLocation(spec, partition, name))
         path = local_path(self.location)
-        assert path is not None  # ineligible() checked the table's files are local
+        assert path is not None  # inputs() checked the group's files are local
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.sink = pa.OSFile(path, "wb")
         self.writer = pq.ParquetWriter(
@@ -315,9 +310,9 @@ def rewrite(jvm: Any, table: Any, group: Any, shape: Layout, files: list[Input])
         out = None
 
     try:
-        for each in files:
-            source = pq.ParquetFile(each.path)
-            per_row = os.path.getsize(each.path) / max(1, source.metadata.num_rows)
+        for input_file in files:
+            source = pq.ParquetFile(input_file.path)
+            per_row = os.path.getsize(input_file.path) / max(1, source.metadata.num_rows)
             for i in range(source.num_row_groups):
                 rows = source.read_row_group(i)
                 if rows.schema.equals(shape.schema):

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakewarden.spark import arrow_rewrite
+from lakewarden.spark.java import each
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,12 +97,6 @@ def handles(options: dict[str, str], planner_options: set[str]) -> bool:
     return all(k in ACTION_OPTIONS or k in planner_options for k in options)
 
 
-def _each(java_iterable: Any) -> Any:
-    it = java_iterable.iterator()
-    while it.hasNext():
-        yield it.next()
-
-
 def run_binpack(
     spark: SparkSession,
     table: Any,
@@ -133,7 +128,7 @@ def run_binpack(
     planner = iceberg.actions.BinPackRewriteFilePlanner(
         table, iceberg.expressions.Expressions.alwaysTrue(), start_id, False
     )
-    planner_options = {str(o) for o in _each(planner.validOptions())}
+    planner_options = {str(o) for o in each(planner.validOptions())}
     if not handles(options, planner_options):
         return None
     init = jvm.java.util.HashMap()
@@ -141,7 +136,7 @@ def run_binpack(
         if key in planner_options:
             init.put(key, str(value))
     planner.init(init)
-    groups = list(_each(planner.plan().groups()))
+    groups = list(each(planner.plan().groups()))
     seconds = {"plan": time.perf_counter() - clock}
     shape, copies, engine = _engine(jvm, table, start_id, groups, native)
     seconds["check"] = time.perf_counter() - clock - seconds["plan"]
@@ -223,7 +218,7 @@ def run_binpack(
             )
             group.setOutputFiles(coordinator.fetchNewFiles(table, set_id))
             sums = observation.get  # only after the write succeeded: it waits for one
-            scans = list(_each(tasks))
+            scans = list(each(tasks))
             deletes = any(not t.deletes().isEmpty() for t in scans)
             return ObservedGroup(
                 files=frozenset(str(t.file().location()) for t in scans),
@@ -314,7 +309,7 @@ def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> b
         return False
     rows = 0
     for group in groups:
-        for task in _each(group.fileScanTasks()):
+        for task in each(group.fileScanTasks()):
             rows += int(task.file().recordCount())
             if rows > max_rows:
                 return True

@@ -45,6 +45,7 @@ from lakewarden.formats.iceberg.markers import (
 )
 from lakewarden.policy.model import MAIN_BRANCH
 from lakewarden.spark.commits import commit_properties
+from lakewarden.spark.java import each
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,6 @@ def _which(branch: str) -> str:
     return "main" if branch == MAIN_BRANCH else f"branch {branch}"
 
 
-def _each(java_iterable: Any) -> Any:
-    it = java_iterable.iterator()
-    while it.hasNext():
-        yield it.next()
-
-
 def open_stage(table: Any, target: str) -> Stage | None:
     """A staging branch at the head of `target` for the running job (its commit properties
     name it); None when the target has no snapshot (nothing to rewrite) or outside a job."""
@@ -87,7 +82,7 @@ def open_stage(table: Any, target: str) -> Stage | None:
         if head is None:
             return None
         manage = table.manageSnapshots()
-        for ref in list(_each(table.refs().keySet())):
+        for ref in list(each(table.refs().keySet())):
             if is_stage(str(ref)):
                 manage = manage.removeBranch(str(ref))
         try:
@@ -148,11 +143,11 @@ def _reapply(table: Any, stage: Stage, staged_id: int) -> dict[str, Any]:
             (snapshot.removedDataFiles(io), snapshot.addedDataFiles(io)),
             (snapshot.removedDeleteFiles(io), snapshot.addedDeleteFiles(io)),
         ):
-            for f in _each(gone):
+            for f in each(gone):
                 path = str(f.location())
                 if added.pop(path, None) is None:
                     removed[path] = f
-            for f in _each(new):
+            for f in each(new):
                 added[str(f.location())] = f
     base = table.snapshot(stage.base)
     rewrite = (

@@ -46,6 +46,7 @@ from lakewarden.policy.model import MAIN_BRANCH, ValidationPolicy
 from lakewarden.spark import arrow_rewrite, driver_checksum, staging
 from lakewarden.spark.binpack import Observed
 from lakewarden.spark.commits import commit_properties
+from lakewarden.spark.java import each
 from lakewarden.spark.staging import Stage
 
 if TYPE_CHECKING:
@@ -220,12 +221,6 @@ def job_spans(table: Any, start_id: int | None, branch: str = MAIN_BRANCH) -> li
     ]
 
 
-def _each(java_iterable: Any) -> Iterator[Any]:
-    it = java_iterable.iterator()
-    while it.hasNext():
-        yield it.next()
-
-
 # --- what the rewrite replaced, and how to read it --------------------------------------
 
 
@@ -276,7 +271,7 @@ def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
         for name in totals:
             totals[name] += int(summary.get(name) or 0)
         for side, files in enumerate((commit.removedDataFiles(io), commit.addedDataFiles(io))):
-            for f in _each(files):
+            for f in each(files):
                 spec_id, part = int(f.specId()), f.partition()
                 key = (spec_id, str(part.toString()))
                 if key not in keys:
@@ -303,7 +298,7 @@ def _describe_partition(jvm: Any, table: Any, spec: Any, part: Any) -> Touched:
     expressions = jvm.org.apache.iceberg.expressions.Expressions
     label: dict[str, Any] = {}
     java_filter = expressions.alwaysTrue()
-    for i, pf in enumerate(_each(spec.fields())):
+    for i, pf in enumerate(each(spec.fields())):
         raw = part.get(i)
         label[str(pf.name())] = jsonable(_python(raw))
         column = table.schema().findColumnName(pf.sourceId())
@@ -789,7 +784,7 @@ def _corrupt(
     Reached only with settings.failpoints_enabled."""
     table.refresh()
     snapshot = table.snapshot(branch)
-    added = next(_each(snapshot.addedDataFiles(table.io())), None)
+    added = next(each(snapshot.addedDataFiles(table.io())), None)
     if added is None:
         return
     log.warning("failpoint: dropping %s from %s", added.location(), table.name())

@@ -35,9 +35,9 @@ from lakewarden.spark import actions, arrow_rewrite, staging
 from lakewarden.spark.actions import load_java_table
 from lakewarden.spark.binpack import Observed, ObservedGroup
 from lakewarden.spark.commits import TASK_KEY
+from lakewarden.spark.java import each as each_of
 from lakewarden.spark.validation import (
     Span,
-    _each,
     checksum_aggregates,
     chosen_columns,
     compare_spans,
@@ -284,7 +284,7 @@ def _observed(spark: SparkSession, ref: TableRef, snapshot_id: int) -> Observed:
     table = load_java_table(spark, "lake", ref)
     every = {
         str(t.file().location())
-        for t in _each(table.newScan().useSnapshot(snapshot_id).planFiles())
+        for t in each_of(table.newScan().useSnapshot(snapshot_id).planFiles())
     }
     groups = []
     for r in sums.collect():
@@ -459,10 +459,10 @@ def test_every_mutation_of_a_rewrite_that_matters_is_caught(
     observed = _observed(spark, ref, head)
 
     def rewritten(query: str, mangle: Any = None, label: str = "faithful") -> list[dict[str, Any]]:
-        inputs = [t.file() for t in _each(java.newScan().planFiles())]
+        inputs = [t.file() for t in each_of(java.newScan().planFiles())]
         spark.sql(f"INSERT INTO {out.spark_name(catalog)} {query}")
         written = load_java_table(spark, catalog, out).currentSnapshot()
-        outputs = list(_each(written.addedDataFiles(java.io())))
+        outputs = list(each_of(written.addedDataFiles(java.io())))
         rewrite = java.newRewrite().validateFromSnapshot(head)
         for f in inputs:
             rewrite = rewrite.deleteFile(f)
@@ -554,7 +554,7 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
     head = int(java.currentSnapshot().snapshotId())
     columns = chosen_columns(spark, name, ValidationPolicy())
     by_partition: dict[str, list[str]] = {}
-    for task in _each(java.newScan().planFiles()):
+    for task in each_of(java.newScan().planFiles()):
         f = task.file()
         by_partition.setdefault(str(f.partition()), []).append(str(f.location()))
     groups = []
@@ -567,10 +567,10 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
     x, y = sorted(r.id for r in by_bucket if r.id % 3)[:2]  # two rows of one partition, w NULL
 
     def rewritten(query: str, mangle: Any = None) -> list[dict[str, Any]]:
-        inputs = [t.file() for t in _each(java.newScan().planFiles())]
+        inputs = [t.file() for t in each_of(java.newScan().planFiles())]
         spark.sql(f"INSERT INTO {out.spark_name(catalog)} {query}")
         written = load_java_table(spark, catalog, out).currentSnapshot()
-        outputs = list(_each(written.addedDataFiles(java.io())))
+        outputs = list(each_of(written.addedDataFiles(java.io())))
         rewrite = java.newRewrite().validateFromSnapshot(head)
         for f in inputs:
             rewrite = rewrite.deleteFile(f)
