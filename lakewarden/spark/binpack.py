@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -162,6 +163,8 @@ def run_binpack(
     manager = iceberg.spark.ScanTaskSetManager.get()
     coordinator = iceberg.spark.FileRewriteCoordinator.get()
 
+    adding = threading.Lock()
+
     def rewrite_arrow(group: Any) -> ObservedGroup:
         assert shape is not None
         files = copies[id(group)]
@@ -173,8 +176,10 @@ def run_binpack(
             arrow_rewrite.rewrite(jvm, table, group, shape, files)
             copied = time.perf_counter()
             rows, checksum = summed.result() if summed is not None else (0, 0)
+            waited = time.perf_counter() - copied
+        with adding:  # groups run in threads: each sum is read and written under the lock
             seconds["copy"] = seconds.get("copy", 0) + copied - started
-            seconds["hash_wait"] = seconds.get("hash_wait", 0) + time.perf_counter() - copied
+            seconds["hash_wait"] = seconds.get("hash_wait", 0) + waited
         return ObservedGroup(
             files=frozenset(f.location for f in files),
             rows=rows,
