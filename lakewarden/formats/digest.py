@@ -1,16 +1,23 @@
 """A table's rows as a count and an order-independent checksum, from an Arrow table a
 format's own reader produced (hudi-rs, delta-rs): what a rewrite (a compaction, a Z-order)
-must leave unchanged. Rows are hashed one by one in Python, so it costs a full read."""
+must leave unchanged.
+
+The checksum is the sum of DuckDB's `hash()` over each row's columns, each beside its NULL
+flag (`row_hash`: a NULL moved to its neighbour column changes the row's hash), the same
+hash the Arrow rewrite sums over Parquet files (`spark.arrow_rewrite.sums`). DuckDB reads
+the Arrow table in place and hashes it vectorised: the reader stays the format's own, and
+only the arithmetic moves out of Python, which hashed row by row at ~10x the cost."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+_MOD = 1 << 64
 
 
 @dataclass(frozen=True)
@@ -19,13 +26,47 @@ class Digest:
     checksum: int  # sum of the rows' 64-bit hashes, mod 2**64
 
 
+def quoted(column: str) -> str:
+    """`column` as a DuckDB identifier."""
+    return '"' + column.replace('"', '""') + '"'
+
+
+def row_hash(columns: Iterable[str]) -> str:
+    """DuckDB's expression for one row's 64-bit hash over `columns` in this order, each
+    with its NULL flag."""
+    return "hash(" + ", ".join(x for c in map(quoted, columns) for x in (c, f"{c} IS NULL")) + ")"
+
+
+def hashed_rows(table: pa.Table, columns: list[str], keep: Iterable[str] = ()) -> pa.Table:
+    """`table`'s `keep` columns beside each row's hash (`row_hash` over `columns`), as a
+    `hash` column of uint64: DuckDB over the Arrow table, not a copy of it."""
+    import duckdb
+
+    kept = ", ".join(map(quoted, keep))
+    select = f"SELECT {kept + ', ' if kept else ''}{row_hash(columns)} AS hash FROM rows"
+    con = duckdb.connect()
+    try:
+        con.register("rows", table)
+        return con.execute(select).to_arrow_table()
+    finally:
+        con.close()
+
+
 def digest_rows(table: pa.Table, skip: Iterable[str] = ()) -> Digest:
     """The rows of `table` over its columns but `skip` (a format's metadata columns that a
     rewrite changes), in sorted column order."""
+    import duckdb
+
     skipped = set(skip)
     columns = sorted(c for c in table.column_names if c not in skipped)
-    total = 0
-    for row in table.select(columns).to_pylist():
-        text = repr([row[c] for c in columns]).encode()
-        total += int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-    return Digest(table.num_rows, total % (1 << 64))
+    if not columns or table.num_rows == 0:
+        return Digest(table.num_rows, 0)
+    con = duckdb.connect()
+    try:
+        con.register("rows", table)
+        ((rows, total),) = con.execute(
+            f"SELECT count(*), sum({row_hash(columns)}::HUGEINT) FROM rows"
+        ).fetchall()
+    finally:
+        con.close()
+    return Digest(int(rows), int(total or 0) % _MOD)

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from lakewarden.formats.digest import row_hash
 from lakewarden.spark.java import each
 
 # The checksum both sides of an Arrow-rewritten group's validation use.
@@ -222,8 +223,7 @@ def file_sums(paths: list[str], columns: list[str]) -> dict[str, tuple[int, int]
 def _query(paths: list[str], columns: list[str], per_file: bool) -> list[tuple[Any, ...]]:
     import duckdb
 
-    quoted = ['"' + c.replace('"', '""') + '"' for c in columns]
-    hashed = "hash(" + ", ".join(x for q in quoted for x in (q, f"{q} IS NULL")) + ")"
+    hashed = row_hash(columns)
     con = duckdb.connect()
     try:
         if per_file:

@@ -9,13 +9,12 @@ which a compaction, clustering or clean keeps) must be there after, unchanged, a
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lakewarden.formats.digest import Digest, digest_rows
+from lakewarden.formats.digest import Digest, digest_rows, hashed_rows
 from lakewarden.formats.hudi.storage import storage_for
 from lakewarden.object_store import reader_options
 
@@ -61,16 +60,16 @@ def rows_by_key(base_path: str) -> KeyedRows:
     if table is None:
         return KeyedRows({}, 0, Digest(0, 0))
     data = sorted(c for c in table.column_names if not c.startswith("_hoodie_"))
+    hashed = hashed_rows(table, data, keep=[*_KEY, _COMMIT]).to_pydict()
     rows: dict[tuple[str, str], tuple[str, int]] = {}
     seen: Counter[tuple[str, str]] = Counter()
-    total = 0
-    for row in table.select([*_KEY, _COMMIT, *data]).to_pylist():
-        key = (str(row[_KEY[0]]), str(row[_KEY[1]]))
-        text = repr([row[c] for c in data]).encode()
-        value = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-        total += value
+    for partition, record, commit, value in zip(
+        hashed[_KEY[0]], hashed[_KEY[1]], hashed[_COMMIT], hashed["hash"], strict=True
+    ):
+        key = (str(partition), str(record))
         seen[key] += 1
-        rows[key] = (str(row[_COMMIT]), value)
+        rows[key] = (str(commit), int(value))
+    total = sum(int(v) for v in hashed["hash"])
     duplicates = sum(1 for n in seen.values() if n > 1)
     return KeyedRows(rows, duplicates, Digest(table.num_rows, total % (1 << 64)))
 
