@@ -65,6 +65,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "B43": ("benchmarks.trino", "b43"),
     "B44": ("benchmarks.warm_hosts", "b44_b45"),
     "B45": ("benchmarks.warm_hosts", "b44_b45"),
+    "B46": ("benchmarks.digest_speed", "b46"),
 }
 # Left out of `--smoke` (the suite's check) unless named with --only: a figure whose smallest
 # run costs minutes, and whose path a test of its own covers (B21: YARN's daemons and a
