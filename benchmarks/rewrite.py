@@ -50,11 +50,11 @@ def compact(ctx: Context, ref: TableRef, policy: CompactionPolicy = POLICY) -> d
 _task_ids = itertools.count(1)
 
 
-def validated(ctx: Context, ref: TableRef) -> dict[str, Any]:
+def validated(ctx: Context, ref: TableRef, policy: CompactionPolicy = POLICY) -> dict[str, Any]:
     """`compact` inside what `execute.run_job` enters for a task: its commit tags and the
     default validation policy (validation on), as a user's task runs."""
     with committing_as(next(_task_ids), 1), validating(ValidationPolicy()):
-        return compact(ctx, ref)
+        return compact(ctx, ref, policy)
 
 
 def rollback(ctx: Context, ref: TableRef, snapshot_id: int) -> None:

@@ -25,6 +25,10 @@ stored by SqlCatalog as `a.b`, so a namespace part may not contain a dot.
 or on its own, until interrupted (prints the URI):
 
     .venv/bin/python tests/rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags] [--nagle]
+        [--name=NAME]
+
+(`--name`: the SqlCatalog's catalog name, "rest" unless given: a catalog's tables are the
+rows of its name, so serving another tool's catalog, as B9 does lakewarden's, takes its name.)
 
 Spark's Iceberg runtime from the offline assembly lacks the (relocated) Apache HttpClient 5
 its REST client needs; `spark_rest_jar` builds it, `add_to_spark` puts it on a session.
@@ -372,11 +376,15 @@ if __name__ == "__main__":
     import sys
 
     flags = {"--no-etags", "--nagle"}
-    args = [a for a in sys.argv[1:] if a not in flags]
-    if len(args) != 2:
-        sys.exit("usage: rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags] [--nagle]")
+    names = [a.removeprefix("--name=") for a in sys.argv[1:] if a.startswith("--name=")]
+    args = [a for a in sys.argv[1:] if a not in flags and not a.startswith("--name=")]
+    if len(args) != 2 or len(names) > 1:
+        sys.exit(
+            "usage: rest_catalog.py SQL_URI WAREHOUSE_URI [--no-etags] [--nagle] [--name=NAME]"
+        )
     etags, nodelay = "--no-etags" not in sys.argv, "--nagle" not in sys.argv
-    with serve_rest_catalog(args[0], args[1], etags=etags, nodelay=nodelay) as uri:
+    name = names[0] if names else "rest"
+    with serve_rest_catalog(args[0], args[1], name, etags=etags, nodelay=nodelay) as uri:
         print(uri, flush=True)
         with suppress(KeyboardInterrupt):
             threading.Event().wait()
