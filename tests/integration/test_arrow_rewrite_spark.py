@@ -5,14 +5,16 @@ pyiceberg and Spark."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pydantic
 import pytest
 from helpers import append_batches, make_table, manage, run_one
 from pyspark.sql import SparkSession
+from sqlalchemy import true
 
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import JobRun
@@ -20,9 +22,12 @@ from lakewarden.db.session import transaction
 from lakewarden.kinds import compaction
 from lakewarden.policy.model import CompactionPolicy, ValidationPolicy
 from lakewarden.runtime import Runtime
+from lakewarden.spark import actions, arrow_rewrite
+from lakewarden.spark import validation as validation_module
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 from lakewarden.states import TaskState
+from lakewarden.tasks import costs
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
@@ -46,6 +51,16 @@ def _compact(
         return compaction.run(spark, "lake", TableRef("sales", name), outcome.plan).metrics
 
 
+def _noting(fn: Any, name: str, events: list[tuple[str, float]]) -> Any:
+    """`fn` as it was, noting when each call began (a spy: nothing it does changes)."""
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        events.append((name, time.monotonic()))
+        return fn(*args, **kwargs)
+
+    return noted
+
+
 def _spark_rows(spark: SparkSession, name: str) -> Counter[tuple[Any, ...]]:
     spark.sql(f"REFRESH TABLE lake.sales.{name}")
     return Counter(
@@ -55,26 +70,56 @@ def _spark_rows(spark: SparkSession, name: str) -> Counter[tuple[Any, ...]]:
 
 
 def test_an_eligible_tasks_groups_are_rewritten_by_arrow(
-    scheduler: Scheduler, spark_rt: Runtime
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pyiceberg-written table's compaction task: pyarrow rewrites it, DuckDB checksums
-    both sides, and pyiceberg reads the same rows from one file a partition, each with
-    Iceberg's metrics."""
+    both sides (each output as soon as it is closed, before the commit: validation then
+    reads no file), and pyiceberg reads the same rows from one file a partition, each with
+    Iceberg's metrics. The driver CPU it spent is the run's cost, which the costs API
+    counts."""
     table = append_batches(make_table(spark_rt, name="arrowed"), 6)  # 6 files in a, 6 in b
     before = Counter(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
     task_id = manage(spark_rt, "arrowed", {"compaction": {"min_small_files": 5}})
+    events: list[tuple[str, float]] = []  # (what, when): the outputs' sums against validation
+    for module, name in (
+        (arrow_rewrite, "hash_written"),
+        (arrow_rewrite, "file_sums"),
+        (validation_module, "validate_rewrite"),
+    ):
+        monkeypatch.setattr(module, name, _noting(getattr(module, name), name, events))
+    monkeypatch.setattr(actions, "validate_rewrite", validation_module.validate_rewrite)
     assert Worker(spark_rt).run_once()
     assert run_one(scheduler) == TaskState.SUCCEEDED
     with transaction(spark_rt.engine) as s:
         (run,) = s.query(JobRun).filter(JobRun.task_id == task_id).all()
         metrics = dict(run.metrics or {})
+        (cost,) = [
+            r
+            for r in costs.rollup(s, "table", datetime.now(UTC) - timedelta(hours=1), true())[0]
+            if r["key"].endswith("sales.arrowed")
+        ]
     engine = metrics["engine"]
     assert (engine["engine"], engine["groups"], "reason" in engine) == ("arrow", 2, False)
     assert engine["seconds"]["copy"] >= 0  # where its time went
     validation = metrics["validation"]
     assert validation["status"] == "passed", validation
-    assert (validation["inputs"], validation["outputs"]) == ("observed", "duckdb")
+    assert (validation["inputs"], validation["outputs"]) == ("observed", "duckdb_as_written")
     assert validation["rows"] == 60
+    # each output summed once, on the rewrite's hashing thread, begun before validation
+    # began (during the other group's copy and the commit); validation read no file itself
+    validating_at = next(t for what, t in events if what == "validate_rewrite")
+    summed = [t for what, t in events if what == "hash_written"]
+    assert len(summed) == 2 and max(summed) < validating_at, events
+    assert not [what for what, _ in events if what == "file_sums"], events
+    # the driver's CPU (the copy's reader and writer threads, DuckDB's sums) is the run's
+    # cost, counted in its executor CPU and by the costs API
+    assert set(engine["cpu_s"]) == {"read", "write", "hash"}
+    assert all(v > 0 for v in engine["cpu_s"].values()), engine
+    assert metrics["cost"]["driver_cpu_s"] == engine["driver_cpu_s"] > 0
+    assert metrics["cost"]["executor_cpu_s"] == pytest.approx(
+        metrics["cost"]["spark_task_cpu_s"] + metrics["cost"]["driver_cpu_s"], abs=0.002
+    )
+    assert cost["executor_cpu_s"] >= engine["driver_cpu_s"] > 0
     table = table.refresh()
     assert Counter(tuple(r.values()) for r in table.scan().to_arrow().to_pylist()) == before
     files = [t.file for t in table.scan().plan_files()]
