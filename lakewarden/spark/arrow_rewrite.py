@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -263,14 +264,29 @@ def hash_written(location: str, size: int, columns: list[str]) -> Written:
     return Written(location, size, rows, checksum, stat)
 
 
+# DuckDB's in-memory databases, one per `threads` setting, each query on a cursor of its own:
+# a new database costs ~14 ms of CPU (B16's 30 groups opened 60), a cursor ~0.2 ms.
+_DATABASES: dict[int | None, Any] = {}
+_OPENING = threading.Lock()
+
+
+def _cursor(threads: int | None) -> Any:
+    import duckdb
+
+    with _OPENING:
+        database = _DATABASES.get(threads)
+        if database is None:
+            database = duckdb.connect(config={"threads": threads} if threads else {})
+            _DATABASES[threads] = database
+    return database.cursor()  # a connection of its own: one per thread, as DuckDB asks
+
+
 def _query(
     paths: list[str], columns: list[str], per_file: bool, threads: int | None = None
 ) -> list[tuple[Any, ...]]:
-    import duckdb
-
     quoted = ['"' + c.replace('"', '""') + '"' for c in columns]
     hashed = "hash(" + ", ".join(x for q in quoted for x in (q, f"{q} IS NULL")) + ")"
-    con = duckdb.connect(config={"threads": threads} if threads else {})
+    con = _cursor(threads)
     try:
         if per_file:
             sql = (
