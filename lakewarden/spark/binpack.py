@@ -99,7 +99,8 @@ class BinPacked:
     # The first failed group's error (Iceberg's action logs it to Spark's log, where
     # actions.first_failure finds it; this runner's failures are Python exceptions).
     first_error: str | None = None
-    # Which engine rewrote the groups and why (metrics["engine"]): "arrow" or "spark".
+    # Which engine rewrote the groups and why (metrics["engine"]): "arrow", "spark" or,
+    # in an unvalidated run, "arrow+spark" (each group its own: `_engine`).
     engine: dict[str, Any] | None = None
     # Waits for the outputs' sums still running and completes `engine`'s driver CPU; call
     # it once the job no longer needs them (after validation).
@@ -129,8 +130,8 @@ def run_binpack(
     `max_rows` rows (validation.max_rows: validation will not check them, so summing them
     is wasted; B4's 30 M rows) or there are no `columns` to sum (the rewrite is not
     validated) (the caller runs Iceberg's action; `said` gets the engine's reason), unless
-    pyarrow rewrites the groups (`native`, and every group qualifies:
-    lakewarden.spark.arrow_rewrite), which then sums nothing."""
+    pyarrow rewrites the groups (`native`, and some group qualifies:
+    lakewarden.spark.arrow_rewrite, the others then Spark's), which then sums nothing."""
     from pyspark import inheritable_thread_target
     from pyspark.sql import SparkSession as Session
 
@@ -152,13 +153,14 @@ def run_binpack(
     planner.init(init)
     groups = list(each(planner.plan().groups()))
     seconds = {"plan": time.perf_counter() - clock}
-    checking = time.thread_time()
-    shape, copies, engine = _engine(jvm, table, start_id, groups, native)
-    seconds["check"] = time.perf_counter() - clock - seconds["plan"]
-    check_cpu = time.thread_time() - checking  # the files' footers read, py4j's calls
     observe = bool(columns) and (
         max_rows is None or not _more_rows(table, start_id, groups, max_rows)
     )
+    checking = time.thread_time()
+    # Unsummed, each group may take its own engine; summed, one for all (see _engine)
+    shape, copies, engine = _engine(jvm, table, start_id, groups, native, mixed=not observe)
+    seconds["check"] = time.perf_counter() - clock - seconds["plan"]
+    check_cpu = time.thread_time() - checking  # the files' footers read, py4j's calls
     if not observe and shape is None:
         if said is not None:
             said.update(engine)
@@ -238,7 +240,7 @@ def run_binpack(
         )
 
     def rewrite(group: Any) -> ObservedGroup:
-        if shape is not None:
+        if id(group) in copies:
             return rewrite_arrow(group)
         from pyspark.sql import Observation
 
@@ -260,7 +262,8 @@ def run_binpack(
                 .load(set_id)
             )
             observation = Observation(set_id)
-            frame = frame.observe(observation, *checksum_aggregates(columns))
+            if observe:
+                frame = frame.observe(observation, *checksum_aggregates(columns))
             same_spec = tasks.get(0).spec().equals(table.specs().get(group.outputSpecId()))
             (
                 frame.write.format("iceberg")
@@ -272,8 +275,10 @@ def run_binpack(
                 .save(set_id)
             )
             group.setOutputFiles(coordinator.fetchNewFiles(table, set_id))
-            sums = observation.get  # only after the write succeeded: it waits for one
             scans = list(each(tasks))
+            if not observe:  # a group of a run whose other groups pyarrow rewrites
+                return ObservedGroup(frozenset(str(t.file().location()) for t in scans), 0, 0)
+            sums = observation.get  # only after the write succeeded: it waits for one
             deletes = any(not t.deletes().isEmpty() for t in scans)
             return ObservedGroup(
                 files=frozenset(str(t.file().location()) for t in scans),
@@ -373,12 +378,19 @@ def _written(
 
 
 def _engine(
-    jvm: Any, table: Any, start_id: int, groups: list[Any], native: bool
+    jvm: Any,
+    table: Any,
+    start_id: int,
+    groups: list[Any],
+    native: bool,
+    mixed: bool = False,
 ) -> tuple[arrow_rewrite.Layout | None, dict[int, list[arrow_rewrite.Input]], dict[str, Any]]:
-    """The table's Layout and each group's files (by the group's id()) when pyarrow
-    rewrites every group (each qualifies), else None; and what metrics["engine"] says of
-    it. One engine for the whole run, so each partition's sums are one hasher's
-    (validation compares like with like)."""
+    """The table's Layout and the files of each group pyarrow rewrites (by the group's
+    id()), and what metrics["engine"] says of it: "arrow" when every group qualifies,
+    "spark" (no Layout) when one does not, or, with `mixed` (a run whose inputs are not
+    summed: validation off, or past its max_rows), "arrow+spark": the groups that
+    qualify by pyarrow, the others by Spark. A summed run keeps one engine, so each
+    partition's sums are one hasher's (validation compares like with like)."""
     said: dict[str, Any] = {"engine": "spark", "groups": len(groups)}
     if not native:
         return None, {}, {**said, "reason": "compaction.native_rewrite is off"}
@@ -387,12 +399,31 @@ def _engine(
         return None, {}, {**said, "reason": shape}
     simple = arrow_rewrite.simple(table, start_id)
     copies: dict[int, list[arrow_rewrite.Input]] = {}
+    refused: list[str] = []
     for group in groups:
         files = arrow_rewrite.inputs(table, group, shape, simple)
         if isinstance(files, str):
-            return None, {}, {**said, "reason": f"a file group does not qualify: {files}"}
-        copies[id(group)] = files
-    return shape, copies, {**said, "engine": "arrow"}
+            if not mixed:
+                return None, {}, {**said, "reason": f"a file group does not qualify: {files}"}
+            refused.append(files)
+        else:
+            copies[id(group)] = files
+    if not copies:
+        return None, {}, {**said, "reason": f"no file group qualifies: {refused[0]}"}
+    if not refused:
+        return shape, copies, {**said, "engine": "arrow"}
+    return (
+        shape,
+        copies,
+        {
+            **said,
+            "engine": "arrow+spark",
+            "arrow_groups": len(copies),
+            "spark_groups": len(refused),
+            "reason": f"{len(refused)} of {len(groups)} file groups do not qualify and are "
+            f"rewritten by Spark (the first: {refused[0]}); the others by pyarrow",
+        },
+    )
 
 
 def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> bool:

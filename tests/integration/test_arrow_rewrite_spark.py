@@ -222,6 +222,49 @@ def test_a_group_that_is_not_a_plain_copy_goes_to_spark_and_says_why(
     assert _spark_rows(spark, name) == before
 
 
+def test_an_unvalidated_runs_groups_each_take_their_own_engine(
+    spark_rt: Runtime, spark: SparkSession
+) -> None:
+    """Partition b holds files from before a column was added (its group is not a plain
+    copy), partition a only files after: unvalidated, a's group is rewritten by pyarrow and
+    b's by Spark in one run, `metrics.engine` saying which and why; validated, both go to
+    Spark (a run's sums are one hasher's). The same rows either way, one file a partition."""
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    for validated in (False, True):
+        name = f"arrow_mixed_{'validated' if validated else 'unvalidated'}"
+        spark.sql(
+            f"CREATE TABLE lake.sales.{name} (id bigint, p string) USING iceberg PARTITIONED BY (p)"
+        )
+        for k in range(3):
+            spark.sql(f"INSERT INTO lake.sales.{name} SELECT id, 'b' FROM range({k}0, {k}5)")
+        spark.sql(f"ALTER TABLE lake.sales.{name} ADD COLUMN w string")
+        for k in range(3):
+            for p in ("a", "b"):
+                spark.sql(
+                    f"INSERT INTO lake.sales.{name} SELECT id, '{p}', concat('w', id) "
+                    f"FROM range({k}5, {k}9)"
+                )
+        before = _spark_rows(spark, name)
+        metrics = _compact(spark_rt, spark, name, validation=ValidationPolicy(enabled=validated))
+        engine = metrics["engine"]
+        if validated:
+            assert engine["engine"] == "spark", engine
+            assert "a file group does not qualify" in engine["reason"], engine
+            assert metrics["validation"]["status"] == "passed", metrics["validation"]
+        else:
+            assert (engine["engine"], engine["arrow_groups"], engine["spark_groups"]) == (
+                "arrow+spark",
+                1,
+                1,
+            ), engine
+            assert "not the table's (evolved or name-mapped)" in engine["reason"], engine
+            assert engine["driver_cpu_s"] > 0  # the Arrow group's, in the run's cost
+        assert (metrics["rewritten_data_files"], metrics["added_data_files"]) == (9, 2), metrics
+        assert _spark_rows(spark, name) == before
+        files = spark.sql(f"SELECT partition.p FROM lake.sales.{name}.files").collect()
+        assert sorted(r[0] for r in files) == ["a", "b"]
+
+
 def test_native_rewrite_takes_only_a_boolean() -> None:
     assert CompactionPolicy.model_validate({"native_rewrite": False}).native_rewrite is False
     with pytest.raises(pydantic.ValidationError, match="native_rewrite"):
