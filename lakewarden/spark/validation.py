@@ -266,15 +266,17 @@ class SpanFiles:
 
 def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
     """The span's inputs and outputs from its commits' manifests (metadata only): each file
-    costs four py4j calls (its location and partition), two on a table of one unpartitioned
-    spec (issue 30's 300 files: 0.1-0.5 s at six); the totals (rows and bytes) come from
-    the commits' summaries."""
+    costs four py4j calls (its location and partition; five on a table of several specs),
+    two on a table of one unpartitioned spec (issue 30's 300 files: 0.1-0.5 s at six); the
+    totals (rows and bytes) come from the commits' summaries."""
     io, specs = table.io(), table.specs()
     lists = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists
-    only = None  # the table's one spec when it is unpartitioned: every file's partition
+    one_spec = None  # the table's one spec: every file's
+    only = None  # ... when it is unpartitioned: every file's partition too
     if specs.size() == 1:
         spec = table.spec()
-        only = int(spec.specId()) if spec.isUnpartitioned() else None
+        one_spec = int(spec.specId())
+        only = one_spec if spec.isUnpartitioned() else None
     keys: dict[tuple[int, str], int] = {}
     partitions: list[Touched] = []
     sides: tuple[dict[str, tuple[int, int]], ...] = ({}, {})  # removed, added
@@ -293,7 +295,8 @@ def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
                 if only is not None and (only, "") in keys:
                     spec_id, key = only, (only, "")
                 else:
-                    spec_id, part = int(f.specId()), f.partition()
+                    spec_id = one_spec if one_spec is not None else int(f.specId())
+                    part = f.partition()
                     key = (spec_id, "" if only is not None else str(part.toString()))
                 if key not in keys:
                     keys[key] = len(partitions)
