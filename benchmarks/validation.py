@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,7 +26,7 @@ from benchmarks.harness import Context, Figure, Stat, jvm_cpu_seconds, measuring
 from benchmarks.rewrite import compact, rollback
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.policy.model import ValidationPolicy
-from lakewarden.spark import actions, validation
+from lakewarden.spark import actions, binpack, validation
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 
@@ -53,13 +54,23 @@ _task_ids = itertools.count(1)
 
 
 def _compaction(
-    ctx: Context, ref: TableRef, enabled: bool, observed: bool = True, driver: bool = True
+    ctx: Context,
+    ref: TableRef,
+    enabled: bool,
+    observed: bool = True,
+    driver: bool = True,
+    as_written: bool = True,
 ) -> tuple[float, dict[str, Any]]:
     """One timed compaction job with validation on or off; its metrics["validation"].
     `observed=False`: the validated job as it ran before issue 30's bin-pack runner
     (Iceberg's action, then validation reading the inputs again), for side-by-side runs.
-    `driver=False`: small outputs read by a Spark job as before, not summed in the driver."""
+    `driver=False`: small outputs read by a Spark job as before, not summed in the driver.
+    `as_written=False`: an Arrow rewrite's outputs read by DuckDB after the commit, as
+    before they were summed once closed (binpack.HASH_OUTPUTS)."""
     with (
+        contextlib.nullcontext()
+        if as_written
+        else mock.patch.object(binpack, "HASH_OUTPUTS", False),
         committing_as(next(_task_ids), 1),
         validating(ValidationPolicy(enabled=enabled)),
         contextlib.nullcontext()
@@ -183,27 +194,34 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
     on: list[float] = []
     off: list[float] = []
     read: list[float] = []
-    cpu: dict[str, list[float]] = {"on": [], "off": [], "read": [], "spark": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": [], "read": [], "after": []}
     phases: dict[str, list[float]] = {}
     read_phases: dict[str, list[float]] = {}
     outputs: list[str] = []  # where the "on" arm's outputs were summed: driver or spark
-    # validated (inputs observed, small outputs summed in the driver), unvalidated, inputs
-    # read, and validated with the outputs always read by Spark (before the driver's sums)
-    arms = ("on", "off", "read", "spark")
+    # validated (inputs observed, small outputs summed in the driver, an Arrow rewrite's as
+    # written), unvalidated, inputs read, and validated with the outputs read after the
+    # commit ("after": small ones by Spark, not the driver; an Arrow rewrite's by DuckDB)
+    arms = ("on", "off", "read", "after")
     spark_read: list[float] = []
     for i in range(repeats):
         for arm in arms[i % 4 :] + arms[: i % 4]:
             enabled = arm != "off"
-            used = jvm_cpu_seconds(ctx.spark)
+            # the Spark JVM's and this driver's (the Arrow path works in the driver's threads)
+            used = jvm_cpu_seconds(ctx.spark) + time.process_time()
             seconds, metrics = _compaction(
-                ctx, ref, enabled, observed=arm != "read", driver=arm != "spark"
+                ctx,
+                ref,
+                enabled,
+                observed=arm != "read",
+                driver=arm != "after",
+                as_written=arm != "after",
             )
-            cpu.setdefault(arm, []).append(jvm_cpu_seconds(ctx.spark) - used)
+            cpu.setdefault(arm, []).append(jvm_cpu_seconds(ctx.spark) + time.process_time() - used)
             rollback(ctx, ref, small)
             if arm == "off":
                 off.append(seconds)
                 continue
-            if arm == "spark":
+            if arm == "after":
                 spark_read.append(seconds)
                 continue
             if arm == "on":
@@ -225,7 +243,8 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
         "with_validation_s": Stat.of(on),
         "without_validation_s": Stat.of(off),
         "with_over_without": Stat.of([a / b for a, b in zip(on, off, strict=True)]),
-        # the Spark JVM's CPU seconds per job: steadier than wall time on a loaded machine
+        # the Spark JVM's and the Python driver's CPU seconds per job: steadier than wall
+        # time on a loaded machine
         "cpu_with_s": Stat.of(cpu["on"]),
         "cpu_without_s": Stat.of(cpu["off"]),
         "cpu_with_over_without": Stat.of(
@@ -242,12 +261,18 @@ def _phases(ctx: Context, ref: TableRef, repeats: int) -> dict[str, Any]:
         "cpu_observed_over_inputs_read": Stat.of(
             [a / b for a, b in zip(cpu["on"], cpu["read"], strict=True)]
         ),
-        # the validated job with its outputs read by Spark as before (no driver sums)
-        "outputs_spark_s": Stat.of(spark_read),
-        "outputs_spark_added_s": Stat.of([a - b for a, b in zip(spark_read, off, strict=True)]),
+        # the validated job with its outputs read after the commit as before (by Spark, not
+        # summed in the driver; an Arrow rewrite's by DuckDB, not summed as written)
+        "outputs_read_after_s": Stat.of(spark_read),
+        "outputs_read_after_over_without": Stat.of(
+            [a / b for a, b in zip(spark_read, off, strict=True)]
+        ),
+        "outputs_read_after_added_s": Stat.of(
+            [a - b for a, b in zip(spark_read, off, strict=True)]
+        ),
         "added_s": Stat.of([a - b for a, b in zip(on, off, strict=True)]),
-        "cpu_outputs_spark_s": Stat.of(cpu["spark"]),
-        "driver_over_spark_outputs": Stat.of([a / b for a, b in zip(on, spark_read, strict=True)]),
+        "cpu_outputs_read_after_s": Stat.of(cpu["after"]),
+        "on_over_outputs_read_after": Stat.of([a / b for a, b in zip(on, spark_read, strict=True)]),
         "outputs_summed_by": outputs,
         "inputs_read_phases_s": {k: Stat.of(v) for k, v in read_phases.items()},
         "phases_s": {k: Stat.of(v) for k, v in phases.items()},

@@ -31,7 +31,7 @@ from lakewarden.runtime import Runtime
 from lakewarden.spark import joblog, validation
 from lakewarden.spark.actions import first_failure, progress
 from lakewarden.spark.commits import committing_as, find_commit, guarded_by
-from lakewarden.spark.cost import group_cost
+from lakewarden.spark.cost import group_cost, with_driver_cpu
 from lakewarden.spark.jars import DEFAULT_FAMILY
 from lakewarden.spark.session import use_catalog
 from lakewarden.spark.validation import validating
@@ -214,7 +214,7 @@ def run_job(
             error=explain_error(exc),
             spark_log=spark_log,
         )
-    result.metrics["cost"] = job_cost(spark, job.group)
+    result.metrics["cost"] = job_cost(spark, job.group, result.metrics)
     partial, spark_log = None, ""
     if result.metrics.get("partial"):
         # Some file groups committed, others failed: the task's reason says how many and
@@ -235,11 +235,14 @@ def run_job(
     return state
 
 
-def job_cost(spark: SparkSession, group: str) -> dict[str, Any] | None:
-    """`spark.cost.group_cost`, or None if Spark would not say: accounting never fails a
-    job that did its work."""
+def job_cost(
+    spark: SparkSession, group: str, metrics: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """`spark.cost.group_cost`, with the driver CPU the run's `metrics` say it spent in place
+    of Spark tasks (`spark.cost.with_driver_cpu`), or None if Spark would not say:
+    accounting never fails a job that did its work."""
     try:
-        return group_cost(spark, group)
+        return with_driver_cpu(group_cost(spark, group), metrics or {})
     except Exception:
         log.warning("could not read the Spark metrics of job group %s", group, exc_info=True)
         return None

@@ -171,6 +171,8 @@ def rewrite_data_files(
             validation = validate_rewrite(
                 spark, catalog, ref, table, start_id, metrics, stage, branch, observed
             )
+        if ran is not None:  # the outputs' sums done, and the driver's CPU counted
+            ran.settle()
         if stage is not None:
             with clock("publish"):
                 published = staging.publish(jvm, table, stage)

@@ -32,7 +32,8 @@ import os
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,10 @@ ACTION_OPTIONS = frozenset(
 # Iceberg's defaults for them (RewriteDataFiles).
 MAX_CONCURRENT_DEFAULT = 5
 MAX_COMMITS_DEFAULT = 10
+# The Arrow path sums each output as it is closed, overlapping the other groups' copy and
+# the commit (off: validation reads the outputs after the commit, as before; benchmarks'
+# side-by-side arm).
+HASH_OUTPUTS = True
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,11 @@ class Observed:
     # during Spark's read) or "duckdb" (arrow_rewrite.sums: the Arrow path's). Validation
     # sums the outputs with the same one.
     hasher: str = "spark"
+    # The Arrow path's output files, each summed by DuckDB from disk as soon as it was
+    # closed (arrow_rewrite.hash_written), by location: the call waits for the sums still
+    # running (validation asks last, so they overlap the commit and its metadata reads);
+    # None, or a None answer: not summed (validation reads them).
+    written: Callable[[], dict[str, arrow_rewrite.Written] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,8 +99,12 @@ class BinPacked:
     # The first failed group's error (Iceberg's action logs it to Spark's log, where
     # actions.first_failure finds it; this runner's failures are Python exceptions).
     first_error: str | None = None
-    # Which engine rewrote the groups and why (metrics["engine"]): "arrow" or "spark".
+    # Which engine rewrote the groups and why (metrics["engine"]): "arrow", "spark" or,
+    # in an unvalidated run, "arrow+spark" (each group its own: `_engine`).
     engine: dict[str, Any] | None = None
+    # Waits for the outputs' sums still running and completes `engine`'s driver CPU; call
+    # it once the job no longer needs them (after validation).
+    settle: Callable[[], Any] = lambda: None
 
 
 def handles(options: dict[str, str], planner_options: set[str]) -> bool:
@@ -116,8 +130,8 @@ def run_binpack(
     `max_rows` rows (validation.max_rows: validation will not check them, so summing them
     is wasted; B4's 30 M rows) or there are no `columns` to sum (the rewrite is not
     validated) (the caller runs Iceberg's action; `said` gets the engine's reason), unless
-    pyarrow rewrites the groups (`native`, and every group qualifies:
-    lakewarden.spark.arrow_rewrite), which then sums nothing."""
+    pyarrow rewrites the groups (`native`, and some group qualifies:
+    lakewarden.spark.arrow_rewrite, the others then Spark's), which then sums nothing."""
     from pyspark import inheritable_thread_target
     from pyspark.sql import SparkSession as Session
 
@@ -139,11 +153,14 @@ def run_binpack(
     planner.init(init)
     groups = list(each(planner.plan().groups()))
     seconds = {"plan": time.perf_counter() - clock}
-    shape, copies, engine = _engine(jvm, table, start_id, groups, native)
-    seconds["check"] = time.perf_counter() - clock - seconds["plan"]
     observe = bool(columns) and (
         max_rows is None or not _more_rows(table, start_id, groups, max_rows)
     )
+    checking = time.thread_time()
+    # Unsummed, each group may take its own engine; summed, one for all (see _engine)
+    shape, copies, engine = _engine(jvm, table, start_id, groups, native, mixed=not observe)
+    seconds["check"] = time.perf_counter() - clock - seconds["plan"]
+    check_cpu = time.thread_time() - checking  # the files' footers read, py4j's calls
     if not observe and shape is None:
         if said is not None:
             said.update(engine)
@@ -164,22 +181,57 @@ def run_binpack(
     coordinator = iceberg.spark.FileRewriteCoordinator.get()
 
     adding = threading.Lock()
+    # The driver CPU of the Arrow path's threads (their own `time.thread_time()`; DuckDB
+    # runs on the calling thread): metrics["engine"]["cpu_s"], the job's cost.
+    cpu = {"check": check_cpu, "read": 0.0, "write": 0.0, "hash": 0.0}
+
+    def add(into: dict[str, float], key: str, value: float) -> None:
+        with adding:  # groups run in threads: each sum is read and written under the lock
+            into[key] = into.get(key, 0.0) + value
+
+    def hashed(work: Any, *args: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return work(*args)
+        finally:
+            add(cpu, "hash", time.thread_time() - started)
+
+    # Each output summed from disk once closed, while the rest is copied and committed.
+    hashing_outputs = (
+        ThreadPoolExecutor(max_workers=1)
+        if observe and shape is not None and HASH_OUTPUTS
+        else None
+    )
+    output_sums: dict[int, list[Future[arrow_rewrite.Written]]] = {}
 
     def rewrite_arrow(group: Any) -> ObservedGroup:
         assert shape is not None
         files = copies[id(group)]
         paths = [f.path for f in files]
+        pending = output_sums.setdefault(id(group), [])
+
+        def closed(location: str, size: int) -> None:
+            if hashing_outputs is not None:
+                pending.append(
+                    hashing_outputs.submit(
+                        hashed, arrow_rewrite.hash_written, location, size, columns
+                    )
+                )
+
         # DuckDB reads the inputs while pyarrow copies them (both in C++, off the GIL)
         with ThreadPoolExecutor(max_workers=1) as hashing:
-            summed = hashing.submit(arrow_rewrite.sums, paths, columns) if observe else None
+            summed = (
+                hashing.submit(hashed, arrow_rewrite.sums, paths, columns, 1) if observe else None
+            )
             started = time.perf_counter()
-            arrow_rewrite.rewrite(jvm, table, group, shape, files)
+            copy = arrow_rewrite.rewrite(jvm, table, group, shape, files, closed)
             copied = time.perf_counter()
             rows, checksum = summed.result() if summed is not None else (0, 0)
             waited = time.perf_counter() - copied
-        with adding:  # groups run in threads: each sum is read and written under the lock
-            seconds["copy"] = seconds.get("copy", 0) + copied - started
-            seconds["hash_wait"] = seconds.get("hash_wait", 0) + waited
+        add(seconds, "copy", copied - started)
+        add(seconds, "hash_wait", waited)
+        add(cpu, "read", copy.read_cpu_s)
+        add(cpu, "write", copy.write_cpu_s)
         return ObservedGroup(
             files=frozenset(f.location for f in files),
             rows=rows,
@@ -188,7 +240,7 @@ def run_binpack(
         )
 
     def rewrite(group: Any) -> ObservedGroup:
-        if shape is not None:
+        if id(group) in copies:
             return rewrite_arrow(group)
         from pyspark.sql import Observation
 
@@ -210,7 +262,8 @@ def run_binpack(
                 .load(set_id)
             )
             observation = Observation(set_id)
-            frame = frame.observe(observation, *checksum_aggregates(columns))
+            if observe:
+                frame = frame.observe(observation, *checksum_aggregates(columns))
             same_spec = tasks.get(0).spec().equals(table.specs().get(group.outputSpecId()))
             (
                 frame.write.format("iceberg")
@@ -222,8 +275,10 @@ def run_binpack(
                 .save(set_id)
             )
             group.setOutputFiles(coordinator.fetchNewFiles(table, set_id))
-            sums = observation.get  # only after the write succeeded: it waits for one
             scans = list(each(tasks))
+            if not observe:  # a group of a run whose other groups pyarrow rewrites
+                return ObservedGroup(frozenset(str(t.file().location()) for t in scans), 0, 0)
+            sums = observation.get  # only after the write succeeded: it waits for one
             deletes = any(not t.deletes().isEmpty() for t in scans)
             return ObservedGroup(
                 files=frozenset(str(t.file().location()) for t in scans),
@@ -240,31 +295,48 @@ def run_binpack(
     failed: list[tuple[Any, BaseException]] = []
     if shape is not None:  # each Arrow group keeps cores busy itself, and ~3 row groups
         concurrency = min(concurrency, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(groups)))) as pool:
-        futures = [(g, pool.submit(inheritable_thread_target(rewrite), g)) for g in groups]
-        for group, future in futures:
-            try:
-                done.append((group, future.result()))
-            except Exception as exc:
-                log.error("Failure during rewrite group %s", group.info(), exc_info=True)
-                failed.append((group, exc))
-    committing = time.perf_counter()
-    commit = iceberg.actions.RewriteDataFilesCommitManager(
-        table, start_id, True, _java_map(jvm, snapshot_properties), branch
-    )
-    if failed and not partial:
-        for group, _ in done:
-            commit.abortFileGroup(group)
-        raise failed[0][1]
-    per_commit = max(1, math.ceil(len(groups) / max_commits)) if partial else max(1, len(done))
-    for i in range(0, len(done), per_commit):
-        batch = jvm.java.util.HashSet()
-        for group, _ in done[i : i + per_commit]:
-            batch.add(group)
-        commit.commitOrClean(batch)
-    seconds["commit"] = time.perf_counter() - committing
+    try:
+        with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(groups)))) as pool:
+            futures = [(g, pool.submit(inheritable_thread_target(rewrite), g)) for g in groups]
+            for group, future in futures:
+                try:
+                    done.append((group, future.result()))
+                except Exception as exc:
+                    log.error("Failure during rewrite group %s", group.info(), exc_info=True)
+                    failed.append((group, exc))
+        committing = time.perf_counter()
+        commit = iceberg.actions.RewriteDataFilesCommitManager(
+            table, start_id, True, _java_map(jvm, snapshot_properties), branch
+        )
+        if failed and not partial:
+            for group, _ in done:
+                commit.abortFileGroup(group)
+            raise failed[0][1]
+        per_commit = max(1, math.ceil(len(groups) / max_commits)) if partial else max(1, len(done))
+        for i in range(0, len(done), per_commit):
+            batch = jvm.java.util.HashSet()
+            for group, _ in done[i : i + per_commit]:
+                batch.add(group)
+            commit.commitOrClean(batch)
+        seconds["commit"] = time.perf_counter() - committing
+    finally:
+        if hashing_outputs is not None:  # the outputs' sums run on; `settle` waits for them
+            hashing_outputs.shutdown(wait=False)
     # where the runner's time went (summed over groups where per group): metrics["engine"]
     engine["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
+    settled: list[dict[str, arrow_rewrite.Written] | None] = []
+
+    def settle() -> dict[str, arrow_rewrite.Written] | None:
+        if not settled:
+            waiting = time.perf_counter()
+            settled.append(_written(output_sums, done) if hashing_outputs is not None else None)
+            if hashing_outputs is not None:  # what the commit and metadata did not hide
+                engine["seconds"]["hash_outputs_wait"] = round(time.perf_counter() - waiting, 3)
+            if shape is not None:  # the Arrow path's work is the driver's: the job's cost
+                engine["cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
+                engine["driver_cpu_s"] = round(sum(cpu.values()), 3)
+        return settled[0]
+
     result = iceberg.actions.ImmutableRewriteDataFiles.Result.builder()
     for group, _ in done:
         result = result.addRewriteResults(group.asResult())
@@ -279,17 +351,46 @@ def run_binpack(
         tuple(columns),
         tuple(o for _, o in done) if observe else (),
         arrow_rewrite.HASHER if shape is not None else "spark",
+        settle if hashing_outputs is not None else None,
     )
-    return BinPacked(result.build(), observed, _cause(failed[0][1]) if failed else None, engine)
+    return BinPacked(
+        result.build(), observed, _cause(failed[0][1]) if failed else None, engine, settle
+    )
+
+
+def _written(
+    sums: dict[int, list[Future[arrow_rewrite.Written]]], done: list[tuple[Any, ObservedGroup]]
+) -> dict[str, arrow_rewrite.Written] | None:
+    """The committed groups' outputs as summed once closed, by location; None when one
+    could not be summed (validation then reads the outputs itself)."""
+    out: dict[str, arrow_rewrite.Written] = {}
+    for group, _ in done:
+        for future in sums.get(id(group), []):
+            try:
+                w = future.result()
+            except Exception:
+                log.warning(
+                    "an output's sums could not be taken; validation reads it", exc_info=True
+                )
+                return None
+            out[w.location] = w
+    return out
 
 
 def _engine(
-    jvm: Any, table: Any, start_id: int, groups: list[Any], native: bool
+    jvm: Any,
+    table: Any,
+    start_id: int,
+    groups: list[Any],
+    native: bool,
+    mixed: bool = False,
 ) -> tuple[arrow_rewrite.Layout | None, dict[int, list[arrow_rewrite.Input]], dict[str, Any]]:
-    """The table's Layout and each group's files (by the group's id()) when pyarrow
-    rewrites every group (each qualifies), else None; and what metrics["engine"] says of
-    it. One engine for the whole run, so each partition's sums are one hasher's
-    (validation compares like with like)."""
+    """The table's Layout and the files of each group pyarrow rewrites (by the group's
+    id()), and what metrics["engine"] says of it: "arrow" when every group qualifies,
+    "spark" (no Layout) when one does not, or, with `mixed` (a run whose inputs are not
+    summed: validation off, or past its max_rows), "arrow+spark": the groups that
+    qualify by pyarrow, the others by Spark. A summed run keeps one engine, so each
+    partition's sums are one hasher's (validation compares like with like)."""
     said: dict[str, Any] = {"engine": "spark", "groups": len(groups)}
     if not native:
         return None, {}, {**said, "reason": "compaction.native_rewrite is off"}
@@ -298,12 +399,31 @@ def _engine(
         return None, {}, {**said, "reason": shape}
     simple = arrow_rewrite.simple(table, start_id)
     copies: dict[int, list[arrow_rewrite.Input]] = {}
+    refused: list[str] = []
     for group in groups:
         files = arrow_rewrite.inputs(table, group, shape, simple)
         if isinstance(files, str):
-            return None, {}, {**said, "reason": f"a file group does not qualify: {files}"}
-        copies[id(group)] = files
-    return shape, copies, {**said, "engine": "arrow"}
+            if not mixed:
+                return None, {}, {**said, "reason": f"a file group does not qualify: {files}"}
+            refused.append(files)
+        else:
+            copies[id(group)] = files
+    if not copies:
+        return None, {}, {**said, "reason": f"no file group qualifies: {refused[0]}"}
+    if not refused:
+        return shape, copies, {**said, "engine": "arrow"}
+    return (
+        shape,
+        copies,
+        {
+            **said,
+            "engine": "arrow+spark",
+            "arrow_groups": len(copies),
+            "spark_groups": len(refused),
+            "reason": f"{len(refused)} of {len(groups)} file groups do not qualify and are "
+            f"rewritten by Spark (the first: {refused[0]}); the others by pyarrow",
+        },
+    )
 
 
 def _more_rows(table: Any, start_id: int, groups: list[Any], max_rows: int) -> bool:

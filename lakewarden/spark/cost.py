@@ -1,7 +1,9 @@
 """What a job cost, from Spark's own task metrics (issue 32 §3), not wall time: the executor
 CPU and task time, bytes and records read and written, and shuffle, summed over the stages
 of the job's Spark job group (`joblog.stages_of`). Read from the driver's status store,
-which Spark keeps whether or not its UI is on (the last `spark.ui.retainedStages`)."""
+which Spark keeps whether or not its UI is on (the last `spark.ui.retainedStages`). Work a
+job did in the driver instead of Spark tasks (an Arrow-rewritten compaction:
+lakewarden.spark.arrow_rewrite) is added to its CPU (`with_driver_cpu`)."""
 
 from __future__ import annotations
 
@@ -46,3 +48,21 @@ def group_cost(spark: SparkSession, group: str) -> dict[str, Any]:
     }
     cost["stages"] = read
     return cost
+
+
+def with_driver_cpu(cost: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    """`cost` with the driver CPU the job's run spent in place of Spark tasks counted in its
+    `executor_cpu_s` (what the costs API, page and metric sum), that part also said apart:
+    `driver_cpu_s` (the Arrow path's reader, writer and DuckDB threads' own CPU time,
+    `metrics["engine"]["driver_cpu_s"]`) and `spark_task_cpu_s` (Spark's tasks')."""
+    engine = metrics.get("engine")
+    driver = engine.get("driver_cpu_s") if isinstance(engine, dict) else None
+    if not driver:
+        return cost
+    spark_cpu = float(cost.get("executor_cpu_s") or 0.0)
+    return {
+        **cost,
+        "executor_cpu_s": round(spark_cpu + float(driver), 3),
+        "spark_task_cpu_s": round(spark_cpu, 3),
+        "driver_cpu_s": round(float(driver), 3),
+    }

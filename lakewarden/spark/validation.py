@@ -19,7 +19,11 @@ v3 table the checksum also covers each row's lineage (`LINEAGE`: its row id and 
 updated sequence number), so a rewrite that gave rows new ids fails as one that changed
 them would. Where the rewrite's own read observed its inputs (lakewarden.spark.binpack) and
 its outputs are small, no Spark job runs at all: the outputs are summed in the driver
-(lakewarden.spark.driver_checksum), a mismatch found so confirmed by Spark's read.
+(lakewarden.spark.driver_checksum), a mismatch found so confirmed by Spark's read. An
+Arrow-rewritten bin-pack's outputs were summed by DuckDB as each was written
+(lakewarden.spark.arrow_rewrite): those sums stand when the commits added exactly those
+files, of the sizes written and the rows summed, unchanged on disk since
+(`written_outputs`); otherwise DuckDB reads the committed outputs here.
 
 A mismatch raises RewriteMismatch: the rewrite is never published to its target (the
 caller drops the staging branch), so no reader of the target ever saw it. A match is
@@ -255,29 +259,52 @@ class SpanFiles:
     # Inputs and outputs in different partition specs (a rewrite into the current spec):
     # their partitions cannot be paired, so the span is compared as one total.
     respecified: bool
+    # Each output's size in bytes and record count, as its manifest entry says.
+    output_entries: dict[str, tuple[int, int]] = field(default_factory=dict)
+    added_delete_files: int = 0  # by the span's commits (commit summaries)
 
 
 def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
     """The span's inputs and outputs from its commits' manifests (metadata only): each file
-    costs six py4j calls (its location and partition); the totals (rows and bytes) come
-    from the commits' summaries."""
+    costs four py4j calls (its location and partition; five on a table of several specs),
+    two on a table of one unpartitioned spec (issue 30's 300 files: 0.1-0.5 s at six); the
+    totals (rows and bytes) come from the commits' summaries."""
     io, specs = table.io(), table.specs()
+    lists = jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists
+    one_spec = None  # the table's one spec: every file's
+    only = None  # ... when it is unpartitioned: every file's partition too
+    if specs.size() == 1:
+        spec = table.spec()
+        one_spec = int(spec.specId())
+        only = one_spec if spec.isUnpartitioned() else None
     keys: dict[tuple[int, str], int] = {}
     partitions: list[Touched] = []
     sides: tuple[dict[str, tuple[int, int]], ...] = ({}, {})  # removed, added
-    totals = dict.fromkeys(("deleted-records", "removed-files-size", "added-files-size"), 0)
+    entries: dict[str, tuple[int, int]] = {}  # added: (size, records)
+    totals = dict.fromkeys(
+        ("deleted-records", "removed-files-size", "added-files-size", "added-delete-files"), 0
+    )
     for commit in span.commits:
         summary = commit.summary()
         for name in totals:
             totals[name] += int(summary.get(name) or 0)
         for side, files in enumerate((commit.removedDataFiles(io), commit.addedDataFiles(io))):
-            for f in each(files):
-                spec_id, part = int(f.specId()), f.partition()
-                key = (spec_id, str(part.toString()))
+            listed = lists.newArrayList(files)  # a call per file, where iterating takes two
+            for k in range(listed.size()):
+                f = listed.get(k)
+                if only is not None and (only, "") in keys:
+                    spec_id, key = only, (only, "")
+                else:
+                    spec_id = one_spec if one_spec is not None else int(f.specId())
+                    part = f.partition()
+                    key = (spec_id, "" if only is not None else str(part.toString()))
                 if key not in keys:
                     keys[key] = len(partitions)
                     partitions.append(_describe_partition(jvm, table, specs.get(spec_id), part))
-                sides[side][str(f.location())] = (keys[key], spec_id)
+                location = str(f.location())
+                sides[side][location] = (keys[key], spec_id)
+                if side == 1:
+                    entries[location] = (int(f.fileSizeInBytes()), int(f.recordCount()))
     removed, added = sides
     for location in removed.keys() & added.keys():
         del removed[location], added[location]
@@ -291,6 +318,8 @@ def span_files(jvm: Any, table: Any, span: Span) -> SpanFiles:
         input_bytes=totals["removed-files-size"],
         output_bytes=totals["added-files-size"],
         respecified=bool(specs_in and specs_out and specs_in != specs_out),
+        output_entries={loc: entries[loc] for loc in added},
+        added_delete_files=totals["added-delete-files"],
     )
 
 
@@ -608,6 +637,37 @@ def _duckdb_outputs(
     return out
 
 
+def written_outputs(
+    found: list[SpanFiles],
+    spans_observed: frozenset[int],
+    written: dict[str, arrow_rewrite.Written],
+) -> dict[int, dict[str, tuple[int, int]]] | None:
+    """{span index: {output file: (rows, checksum)}} from the sums the Arrow rewrite took of
+    each output as it closed it (arrow_rewrite.hash_written), with no file read here; None
+    (the outputs are then read) unless the observed spans' outputs are exactly the files
+    written and summed, each once: its manifest entry's size the size written and its
+    record count the rows summed, the file on disk unchanged since it was summed, and no
+    delete file added by the span's commits (so none applies to the new files: position
+    deletes name files, and the outputs carry the start's sequence number)."""
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    seen: set[str] = set()
+    for i in sorted(spans_observed):
+        files = found[i]
+        if files.added_delete_files:
+            return None
+        sums: dict[str, tuple[int, int]] = {}
+        for location in files.outputs:
+            w = written.get(location)
+            if w is None or location in seen:
+                return None
+            if files.output_entries.get(location) != (w.size, w.rows) or not w.unchanged():
+                return None
+            seen.add(location)
+            sums[location] = (w.rows, w.checksum)
+        out[i] = sums
+    return out if seen == written.keys() else None
+
+
 def compare_spans(
     spark: SparkSession,
     table: Any,
@@ -618,6 +678,7 @@ def compare_spans(
     driver: bool = True,
     confirm: bool = True,
     hasher: str = "spark",
+    written: dict[str, arrow_rewrite.Written] | None = None,
 ) -> list[dict[str, Any]]:
     """Per span and partition its commits touched: the rows and checksum of its inputs
     (deletes applied) against its outputs, keyed by the partition each file is in (a row
@@ -629,14 +690,24 @@ def compare_spans(
     the outputs read by Spark, whose verdict stands (the driver's hash of some value may be
     wrong: that costs a Spark job, never a good rewrite). `hasher` "duckdb": the observed
     sums are DuckDB's (an Arrow-rewritten bin-pack: lakewarden.spark.arrow_rewrite), so
-    those spans' outputs are summed by DuckDB too (`outputs_read_by: duckdb`), or, where
-    DuckDB cannot read them, both sides by Spark."""
+    those spans' outputs are summed by DuckDB too: as the rewrite wrote them (`written`,
+    `outputs_read_by: duckdb_as_written`, when `written_outputs` accounts for them), else
+    read here (`duckdb`), or, where DuckDB cannot read them, both sides by Spark."""
     observed = observed or {}
     by = "driver"
     if hasher == arrow_rewrite.HASHER:
         # the inputs' sums are DuckDB's: so must the outputs' be, or the inputs are read
-        by, confirm = "duckdb", False  # one hasher on both sides: its verdict stands
-        in_driver = _duckdb_outputs(spark._jvm, table, spans, found, columns, frozenset(observed))
+        confirm = False  # one hasher on both sides: its verdict stands
+        as_written = (
+            written_outputs(found, frozenset(observed), written) if written is not None else None
+        )
+        if as_written is not None:
+            by, in_driver = "duckdb_as_written", as_written
+        else:
+            by = "duckdb"
+            in_driver = _duckdb_outputs(
+                spark._jvm, table, spans, found, columns, frozenset(observed)
+            )
         observed = {i: sums for i, sums in observed.items() if i in in_driver}
     elif driver:
         in_driver = _driver_outputs(spark._jvm, table, spans, found, columns, frozenset(observed))
@@ -737,7 +808,17 @@ def _compare(
                 inputs[i] = sums
     started = time.monotonic()
     hasher = observed.hasher if observed is not None and inputs else "spark"
-    partitions = compare_spans(spark, table, spans, found, columns + lineage, inputs, hasher=hasher)
+    partitions = compare_spans(
+        spark,
+        table,
+        spans,
+        found,
+        columns + lineage,
+        inputs,
+        hasher=hasher,
+        # asked last: the outputs' sums overlap the commit and the metadata read above
+        written=observed.written() if observed is not None and observed.written else None,
+    )
     seconds["scan"] = round(time.monotonic() - started, 3)
     failed = any(not p["match"] for p in partitions)
     partitions.sort(key=lambda p: p["match"])
@@ -757,8 +838,8 @@ def _compare(
         # the inputs' sums: observed during the rewrite's own read, or read here
         "inputs": "observed" if len(inputs) == len(spans) else "read",
         # the outputs' sums: computed in the driver's Python (small outputs whose inputs were
-        # observed: no Spark job), by DuckDB (an Arrow rewrite's, as its inputs were) or read
-        # by Spark
+        # observed: no Spark job), by DuckDB (an Arrow rewrite's, as its inputs were: as each
+        # was written, "duckdb_as_written", or read here) or read by Spark
         "outputs": partitions[0]["outputs_read_by"]
         if partitions and len({p["outputs_read_by"] for p in partitions}) == 1
         else "spark",

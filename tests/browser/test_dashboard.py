@@ -163,8 +163,8 @@ def world(spark_rt: Runtime, spark: SparkSession) -> Iterator[World]:
         task_id = manage(
             rt,
             "ui_orders",
-            # Spark's path (not the Arrow copy): the costs page plots Spark's task metrics.
-            {"compaction": {"min_small_files": 5, "min_input_files": 5, "native_rewrite": False}},
+            # the default (the Arrow path): its driver CPU is the run's cost the page plots
+            {"compaction": {"min_small_files": 5, "min_input_files": 5}},
         )
         assert Worker(rt).run_once()
         assert run_one(scheduler) == "succeeded"
@@ -232,8 +232,8 @@ def test_the_overview_lists_the_compacted_table(world: World, open_page: Any) ->
 
 
 def test_the_costs_page_plots_what_the_compaction_cost(world: World, open_page: Any) -> None:
-    """The world's compaction recorded Spark's metrics: the costs page plots its CPU per
-    kind, lists it, and its CSV link serves the same rows."""
+    """The world's compaction recorded its cost (on the Arrow path, the driver's CPU): the
+    costs page plots its CPU per kind, lists it, and its CSV link serves the same rows."""
     page = open_page(world.url)
     login(page, world.admin)
     page.goto("/ui/costs?by=kind")

@@ -5,14 +5,16 @@ pyiceberg and Spark."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pydantic
 import pytest
 from helpers import append_batches, make_table, manage, run_one
 from pyspark.sql import SparkSession
+from sqlalchemy import true
 
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.db.models import JobRun
@@ -20,9 +22,12 @@ from lakewarden.db.session import transaction
 from lakewarden.kinds import compaction
 from lakewarden.policy.model import CompactionPolicy, ValidationPolicy
 from lakewarden.runtime import Runtime
+from lakewarden.spark import actions, arrow_rewrite
+from lakewarden.spark import validation as validation_module
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 from lakewarden.states import TaskState
+from lakewarden.tasks import costs
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
@@ -46,6 +51,16 @@ def _compact(
         return compaction.run(spark, "lake", TableRef("sales", name), outcome.plan).metrics
 
 
+def _noting(fn: Any, name: str, events: list[tuple[str, float]]) -> Any:
+    """`fn` as it was, noting when each call began (a spy: nothing it does changes)."""
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        events.append((name, time.monotonic()))
+        return fn(*args, **kwargs)
+
+    return noted
+
+
 def _spark_rows(spark: SparkSession, name: str) -> Counter[tuple[Any, ...]]:
     spark.sql(f"REFRESH TABLE lake.sales.{name}")
     return Counter(
@@ -55,26 +70,56 @@ def _spark_rows(spark: SparkSession, name: str) -> Counter[tuple[Any, ...]]:
 
 
 def test_an_eligible_tasks_groups_are_rewritten_by_arrow(
-    scheduler: Scheduler, spark_rt: Runtime
+    scheduler: Scheduler, spark_rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pyiceberg-written table's compaction task: pyarrow rewrites it, DuckDB checksums
-    both sides, and pyiceberg reads the same rows from one file a partition, each with
-    Iceberg's metrics."""
+    both sides (each output as soon as it is closed, before the commit: validation then
+    reads no file), and pyiceberg reads the same rows from one file a partition, each with
+    Iceberg's metrics. The driver CPU it spent is the run's cost, which the costs API
+    counts."""
     table = append_batches(make_table(spark_rt, name="arrowed"), 6)  # 6 files in a, 6 in b
     before = Counter(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
     task_id = manage(spark_rt, "arrowed", {"compaction": {"min_small_files": 5}})
+    events: list[tuple[str, float]] = []  # (what, when): the outputs' sums against validation
+    for module, name in (
+        (arrow_rewrite, "hash_written"),
+        (arrow_rewrite, "file_sums"),
+        (validation_module, "validate_rewrite"),
+    ):
+        monkeypatch.setattr(module, name, _noting(getattr(module, name), name, events))
+    monkeypatch.setattr(actions, "validate_rewrite", validation_module.validate_rewrite)
     assert Worker(spark_rt).run_once()
     assert run_one(scheduler) == TaskState.SUCCEEDED
     with transaction(spark_rt.engine) as s:
         (run,) = s.query(JobRun).filter(JobRun.task_id == task_id).all()
         metrics = dict(run.metrics or {})
+        (cost,) = [
+            r
+            for r in costs.rollup(s, "table", datetime.now(UTC) - timedelta(hours=1), true())[0]
+            if r["key"].endswith("sales.arrowed")
+        ]
     engine = metrics["engine"]
     assert (engine["engine"], engine["groups"], "reason" in engine) == ("arrow", 2, False)
     assert engine["seconds"]["copy"] >= 0  # where its time went
     validation = metrics["validation"]
     assert validation["status"] == "passed", validation
-    assert (validation["inputs"], validation["outputs"]) == ("observed", "duckdb")
+    assert (validation["inputs"], validation["outputs"]) == ("observed", "duckdb_as_written")
     assert validation["rows"] == 60
+    # each output summed once, on the rewrite's hashing thread, begun before validation
+    # began (during the other group's copy and the commit); validation read no file itself
+    validating_at = next(t for what, t in events if what == "validate_rewrite")
+    summed = [t for what, t in events if what == "hash_written"]
+    assert len(summed) == 2 and max(summed) < validating_at, events
+    assert not [what for what, _ in events if what == "file_sums"], events
+    # the driver's CPU (the files' check, the copy's reader and writer threads, DuckDB's
+    # sums) is the run's cost, counted in its executor CPU and by the costs API
+    assert set(engine["cpu_s"]) == {"check", "read", "write", "hash"}
+    assert all(v >= 0 for v in engine["cpu_s"].values()), engine
+    assert metrics["cost"]["driver_cpu_s"] == engine["driver_cpu_s"] > 0
+    assert metrics["cost"]["executor_cpu_s"] == pytest.approx(
+        metrics["cost"]["spark_task_cpu_s"] + metrics["cost"]["driver_cpu_s"], abs=0.002
+    )
+    assert cost["executor_cpu_s"] >= engine["driver_cpu_s"] > 0
     table = table.refresh()
     assert Counter(tuple(r.values()) for r in table.scan().to_arrow().to_pylist()) == before
     files = [t.file for t in table.scan().plan_files()]
@@ -115,7 +160,7 @@ def test_spark_written_files_of_each_tested_type_are_copied_exactly(
     metrics = _compact(spark_rt, spark, name)
     assert metrics["engine"]["engine"] == "arrow", metrics["engine"]
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
-    assert metrics["validation"]["outputs"] == "duckdb"
+    assert metrics["validation"]["outputs"] == "duckdb_as_written"
     assert _spark_rows(spark, name) == before
     table = spark_rt.catalog.load_table(f"sales.{name}")
     read = table.scan().to_arrow()
@@ -175,6 +220,49 @@ def test_a_group_that_is_not_a_plain_copy_goes_to_spark_and_says_why(
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
     assert metrics["validation"]["outputs"] != "duckdb"
     assert _spark_rows(spark, name) == before
+
+
+def test_an_unvalidated_runs_groups_each_take_their_own_engine(
+    spark_rt: Runtime, spark: SparkSession
+) -> None:
+    """Partition b holds files from before a column was added (its group is not a plain
+    copy), partition a only files after: unvalidated, a's group is rewritten by pyarrow and
+    b's by Spark in one run, `metrics.engine` saying which and why; validated, both go to
+    Spark (a run's sums are one hasher's). The same rows either way, one file a partition."""
+    spark_rt.catalog.create_namespace_if_not_exists("sales")
+    for validated in (False, True):
+        name = f"arrow_mixed_{'validated' if validated else 'unvalidated'}"
+        spark.sql(
+            f"CREATE TABLE lake.sales.{name} (id bigint, p string) USING iceberg PARTITIONED BY (p)"
+        )
+        for k in range(3):
+            spark.sql(f"INSERT INTO lake.sales.{name} SELECT id, 'b' FROM range({k}0, {k}5)")
+        spark.sql(f"ALTER TABLE lake.sales.{name} ADD COLUMN w string")
+        for k in range(3):
+            for p in ("a", "b"):
+                spark.sql(
+                    f"INSERT INTO lake.sales.{name} SELECT id, '{p}', concat('w', id) "
+                    f"FROM range({k}5, {k}9)"
+                )
+        before = _spark_rows(spark, name)
+        metrics = _compact(spark_rt, spark, name, validation=ValidationPolicy(enabled=validated))
+        engine = metrics["engine"]
+        if validated:
+            assert engine["engine"] == "spark", engine
+            assert "a file group does not qualify" in engine["reason"], engine
+            assert metrics["validation"]["status"] == "passed", metrics["validation"]
+        else:
+            assert (engine["engine"], engine["arrow_groups"], engine["spark_groups"]) == (
+                "arrow+spark",
+                1,
+                1,
+            ), engine
+            assert "not the table's (evolved or name-mapped)" in engine["reason"], engine
+            assert engine["driver_cpu_s"] > 0  # the Arrow group's, in the run's cost
+        assert (metrics["rewritten_data_files"], metrics["added_data_files"]) == (9, 2), metrics
+        assert _spark_rows(spark, name) == before
+        files = spark.sql(f"SELECT partition.p FROM lake.sales.{name}.files").collect()
+        assert sorted(r[0] for r in files) == ["a", "b"]
 
 
 def test_native_rewrite_takes_only_a_boolean() -> None:

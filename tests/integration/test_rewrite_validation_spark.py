@@ -566,16 +566,36 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
     by_bucket = spark.sql(f"SELECT id FROM {name} WHERE lake.system.bucket(2, id) = 0").collect()
     x, y = sorted(r.id for r in by_bucket if r.id % 3)[:2]  # two rows of one partition, w NULL
 
-    def rewritten(query: str, mangle: Any = None) -> list[dict[str, Any]]:
-        inputs = [t.file() for t in each_of(java.newScan().planFiles())]
+    def write(query: str) -> list[Any]:
         spark.sql(f"INSERT INTO {out.spark_name(catalog)} {query}")
         written = load_java_table(spark, catalog, out).currentSnapshot()
-        outputs = list(each_of(written.addedDataFiles(java.io())))
+        return list(each_of(written.addedDataFiles(java.io())))
+
+    def rewritten(query: str, mangle: Any = None) -> list[dict[str, Any]]:
+        inputs = [t.file() for t in each_of(java.newScan().planFiles())]
+        outputs = write(query)
+        # each output summed as the Arrow rewrite sums it once written (before the commit)
+        sums = {
+            str(f.location()): arrow_rewrite.hash_written(
+                str(f.location()), int(f.fileSizeInBytes()), columns
+            )
+            for f in outputs
+        }
+        if mangle == "swap":  # an output replaced on disk after it was summed
+            (changed,) = [
+                f
+                for f in write(mutations["a value changed"][0])
+                if f.partition() == outputs[0].partition()
+            ]
+            shutil.copy(
+                str(arrow_rewrite.local_path(str(changed.location()))),
+                str(arrow_rewrite.local_path(str(outputs[0].location()))),
+            )
         rewrite = java.newRewrite().validateFromSnapshot(head)
         for f in inputs:
             rewrite = rewrite.deleteFile(f)
         doubled = mangle == "double"  # Iceberg refuses a replace adding rows: then appended
-        for f in mangle(outputs) if mangle and not doubled else outputs:
+        for f in mangle(outputs) if callable(mangle) else outputs:
             rewrite = rewrite.addFile(f)
         rewrite.commit()
         if doubled:
@@ -587,6 +607,15 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
         after = int(java.currentSnapshot().snapshotId())
         found = _compared(spark, ref, head, after, observed, hasher=arrow_rewrite.HASHER)
         assert {p["outputs_read_by"] for p in found} == {"duckdb"}
+        # the same verdicts with the outputs' sums taken as written, where the commit holds
+        # exactly those files, unchanged on disk (else validation reads them, as above)
+        as_written = _compared(
+            spark, ref, head, after, observed, hasher=arrow_rewrite.HASHER, written=sums
+        )
+        assert [(p["match"], p["rows_after"]) for p in as_written] == [
+            (p["match"], p["rows_after"]) for p in found
+        ]
+        summed_by.append({p["outputs_read_by"] for p in as_written})
         java.manageSnapshots().rollbackTo(head).commit()
         return found
 
@@ -597,10 +626,15 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
 
     mutations = _mutations(name, one_file, x, y, moved, "a row dropped")
     mutations["a file doubled"] = (f"SELECT id, v, round, w FROM {name}", "double")
+    rows = f"SELECT id, v, round, w FROM {name}"
+    mutations["an output changed on disk after it was summed"] = (rows, "swap")
     caught = {}
+    summed_by: list[set[str]] = []  # each rewrite's outputs_read_by, with their sums as written
+    by: dict[str, set[str]] = {}
     for label, (query, mangle) in mutations.items():
         bad = [p for p in rewritten(query, mangle) if not p["match"]]
         caught[label] = (len(bad), all(p["rows_before"] == p["rows_after"] for p in bad))
+        by[label] = summed_by[-1]
     assert caught == {
         "a file dropped": (1, False),
         "a file doubled": (1, False),
@@ -609,9 +643,20 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
         "a value moved between rows": (1, True),
         "a NULL moved to its neighbour column": (1, True),
         "a partition's rows moved to another": (2, False),  # one short, one long
+        "an output changed on disk after it was summed": (1, True),
     }
-    faithful = rewritten(f"SELECT id, v, round, w FROM {name}")
+    # committed files other than those summed, or a file changed since: read, not trusted
+    read_again = {
+        "a file dropped",
+        "a file doubled",
+        "an output changed on disk after it was summed",
+    }
+    assert by == {
+        label: {"duckdb"} if label in read_again else {"duckdb_as_written"} for label in mutations
+    }
+    faithful = rewritten(rows)
     assert len(faithful) == 2 and all(p["match"] for p in faithful)
+    assert summed_by[-1] == {"duckdb_as_written"}
 
 
 def _main_history(table: Table) -> list[int]:

@@ -295,7 +295,8 @@ class LakewardenCollector(Collector):
             running.add_metric([kind], n)
         cpu = CounterMetricFamily(
             "lakewarden_spark_executor_cpu_seconds",
-            "Spark executor CPU the ended runs used (Spark's own task metrics), by kind",
+            "Spark executor CPU the ended runs used (Spark's own task metrics, plus the driver "
+            "CPU of work done in their place: an Arrow-rewritten compaction's), by kind",
             labels=["kind"],
         )
         for kind, labels in sorted(self.rollups.get("spark_cpu", {}).items()):

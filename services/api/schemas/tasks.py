@@ -115,7 +115,10 @@ class CostRowOut(ResponseModel):
     )
     runs: int = Field(description="runs that finished in the window")
     measured_runs: int = Field(description="of which with Spark metrics (not a recovered run)")
-    executor_cpu_s: float = Field(description="executor CPU seconds")
+    executor_cpu_s: float = Field(
+        description="executor CPU seconds (with the driver CPU of an Arrow-rewritten "
+        "compaction, which works in the driver: each run's metrics.cost.driver_cpu_s)"
+    )
     executor_run_s: float = Field(description="executor task seconds")
     input_bytes: float = Field(description="bytes Spark read")
     shuffle_bytes: float = Field(description="shuffle bytes written")
