@@ -1,0 +1,203 @@
+"""Parquet files copied into bigger ones by pyarrow, and their rows checksummed by DuckDB: the
+format-neutral core of the Arrow rewrites (Iceberg's bin-pack groups,
+`lakewarden.spark.arrow_rewrite`; Delta's compactions, `lakewarden.formats.delta.native_rewrite`).
+
+`copy` streams the inputs row group by row group into `pq.ParquetWriter`s (the table's codec
+and level, a file rolled at the output size, memory bounded by about three row groups).
+
+The checksum (`sums`: row count and the sum of DuckDB's `hash()` over each row's columns and
+their NULL flags) is read by DuckDB's own Parquet reader: both sides of a rewrite's
+comparison are one C++ hasher reading the files, independent of the pyarrow reader and
+writer that made them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+# The checksum both sides of an Arrow rewrite's validation use.
+HASHER = "duckdb"
+# A row group is written once it holds the table's row-group size (as its inputs' bytes per
+# row estimate its size in the file) or this much in memory, whichever comes first.
+MAX_BUFFER_BYTES = 64 << 20
+
+
+def local_path(location: str) -> str | None:
+    """A file's path on this machine's file system, or None (an object store's, HDFS)."""
+    if location.startswith("file:"):
+        return "/" + location.removeprefix("file:").lstrip("/")
+    return location if location.startswith("/") else None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The Arrow schema the written files have (an input's rows are cast to it), and the
+    table's write properties."""
+
+    schema: Any  # pa.Schema
+    compression: str
+    level: int | None
+    row_group_bytes: int
+
+
+def sums(paths: list[str], columns: list[str]) -> tuple[int, int]:
+    """(rows, checksum) of the Parquet files at `paths` read by DuckDB: the sum of DuckDB's
+    `hash()` over each row's `columns`, each with its NULL flag (a NULL moved to its
+    neighbour column changes the row's hash), as an exact integer."""
+    if not paths:
+        return 0, 0
+    ((rows, total),) = _query(paths, columns, per_file=False)
+    return int(rows), int(total or 0)
+
+
+def file_sums(paths: list[str], columns: list[str]) -> dict[str, tuple[int, int]]:
+    """{path: (rows, checksum)} of each Parquet file, as `sums` sums them."""
+    if not paths:
+        return {}
+    return {str(p): (int(n), int(h or 0)) for p, n, h in _query(paths, columns, per_file=True)}
+
+
+def _query(paths: list[str], columns: list[str], per_file: bool) -> list[tuple[Any, ...]]:
+    import duckdb
+
+    quoted = ['"' + c.replace('"', '""') + '"' for c in columns]
+    hashed = "hash(" + ", ".join(x for q in quoted for x in (q, f"{q} IS NULL")) + ")"
+    con = duckdb.connect()
+    try:
+        if per_file:
+            sql = (
+                f"SELECT filename, count(*), sum({hashed}::HUGEINT) "
+                "FROM read_parquet(?, filename = true) GROUP BY filename"
+            )
+        else:
+            sql = f"SELECT count(*), sum({hashed}::HUGEINT) FROM read_parquet(?)"
+        return con.execute(sql, [list(paths)]).fetchall()
+    finally:
+        con.close()
+
+
+class _Output:
+    """The output file being written: rolled by `copy` at the output size."""
+
+    def __init__(self, location: str, shape: Layout) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.location = location
+        path = local_path(location)
+        assert path is not None  # the callers copy local files only
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.sink = pa.OSFile(path, "wb")
+        self.writer = pq.ParquetWriter(
+            self.sink,
+            shape.schema,
+            compression=shape.compression,
+            compression_level=shape.level,
+            store_schema=False,
+        )
+        self.estimate = 0  # bytes, from the inputs' compressed size per row
+
+    def close(self) -> int:
+        self.writer.close()
+        size = int(self.sink.tell())
+        self.sink.close()
+        return size
+
+
+def copy(
+    paths: list[str], shape: Layout, limit: int, new_location: Callable[[], str]
+) -> list[tuple[str, int]]:
+    """Copy the Parquet files at `paths` (local) into new files at `new_location()` of at
+    most `limit` bytes each (estimated from the inputs' bytes per row), their rows cast to
+    `shape.schema` (by name: an input may hold more columns, e.g. a Delta writer's
+    partition columns, and they are left out); (location, size) of each file written. A
+    failure removes the files written and raises."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    limit = max(1, int(limit))
+    names = list(shape.schema.names)
+    written: list[tuple[str, int]] = []
+    out: _Output | None = None
+    buffered: list[Any] = []
+    buffered_bytes = 0  # in memory (Arrow's)
+    buffered_estimate = 0  # in the file (the inputs' bytes per row)
+    # One thread writes (encodes and compresses) a row group while this one reads the next:
+    # at most one row group waits, so memory holds about three (MAX_BUFFER_BYTES each).
+    writing = ThreadPoolExecutor(max_workers=1)
+    pending: Future[Any] | None = None
+
+    def later(work: Any) -> None:
+        nonlocal pending
+        if pending is not None:
+            pending.result()
+        pending = writing.submit(work)
+
+    def flush() -> None:
+        nonlocal buffered, buffered_bytes, buffered_estimate
+        if buffered and out is not None:
+            rows, target = pa.concat_tables(buffered), out
+            later(lambda: target.writer.write_table(rows, row_group_size=rows.num_rows))
+        buffered, buffered_bytes, buffered_estimate = [], 0, 0
+
+    def roll() -> None:
+        nonlocal out
+        flush()
+        if out is not None:
+            done = out
+            later(lambda: written.append((done.location, done.close())))
+        out = None
+
+    try:
+        for path in paths:
+            source = pq.ParquetFile(path)
+            per_row = os.path.getsize(path) / max(1, source.metadata.num_rows)
+            for i in range(source.num_row_groups):
+                rows = source.read_row_group(i, columns=names)
+                if rows.schema.equals(shape.schema):
+                    rows = pa.Table.from_arrays(rows.columns, schema=shape.schema)
+                else:  # large strings, a time zone's other name, a column's order: cast
+                    rows = rows.select(names).cast(shape.schema)
+                while rows.num_rows:
+                    if out is None:
+                        out = _Output(new_location(), shape)
+                    room = limit - out.estimate
+                    fit = min(rows.num_rows, max(1, int(room / per_row)))
+                    buffered.append(rows.slice(0, fit))
+                    buffered_bytes += buffered[-1].nbytes
+                    buffered_estimate += int(fit * per_row)
+                    out.estimate += int(fit * per_row)
+                    rows = rows.slice(fit)
+                    if (
+                        buffered_estimate >= shape.row_group_bytes
+                        or buffered_bytes >= MAX_BUFFER_BYTES
+                    ):
+                        flush()
+                    if out.estimate >= limit:
+                        roll()
+        roll()
+        later(lambda: None)  # the last write done (or its error raised)
+    except BaseException:
+        writing.shutdown(wait=True)
+        if out is not None:
+            written.append((out.location, 0))
+            with contextlib.suppress(Exception):
+                out.close()
+        remove([location for location, _ in written])
+        raise
+    finally:
+        writing.shutdown(wait=True)
+    return written
+
+
+def remove(locations: list[str]) -> None:
+    """Delete the local files at `locations` (a rewrite's outputs never committed)."""
+    for location in locations:
+        path = local_path(location)
+        if path is not None and os.path.exists(path):
+            os.remove(path)
