@@ -61,9 +61,6 @@ def _arrow_type(iceberg_type: str) -> Any:
     return None
 
 
-
-
-
 def layout(jvm: Any, table: Any) -> Layout | str:
     """The table's Layout, or why no group of it is rewritten by Arrow."""
     import pyarrow as pa
