@@ -143,6 +143,20 @@ def _stats_columns(config: Mapping[str, str], data_columns: list[str]) -> list[s
     return data_columns if n < 0 else data_columns[:n]
 
 
+def plan_ineligible(plan: Mapping[str, Any]) -> str | None:
+    """Why the plan alone rules this path out (no table read), else None."""
+    if plan.get("native_rewrite", True) is False:
+        return "compaction.native_rewrite is off"
+    if plan.get("purge_partitions") is not None:
+        return "files with deletion vectors to purge (REORG … APPLY (PURGE))"
+    if not plan.get("optimize", True):
+        return "the plan has no bin-pack"
+    path = str(plan.get("path") or "")
+    if parquet_copy.local_path(path) is None:
+        return f"{path or 'the table'} is not on a local file system"
+    return None
+
+
 def select(
     path: str, plan: Mapping[str, Any], storage: Mapping[str, str] | None = None
 ) -> Selection:
@@ -153,14 +167,9 @@ def select(
 
     from lakewarden.formats.delta.facts import file_rows
 
-    if plan.get("native_rewrite", True) is False:
-        raise Ineligible("compaction.native_rewrite is off")
-    if plan.get("purge_partitions") is not None:
-        raise Ineligible("files with deletion vectors to purge (REORG … APPLY (PURGE))")
-    if not plan.get("optimize", True):
-        raise Ineligible("the plan has no bin-pack")
-    if parquet_copy.local_path(path) is None:
-        raise Ineligible(f"{path} is not on a local file system")
+    why = plan_ineligible(plan)
+    if why is not None:
+        raise Ineligible(why)
     table = DeltaTimeline(path, storage).open_table()
     version = table.version()
     protocol, metadata = table.protocol(), table.metadata()
@@ -317,13 +326,16 @@ def compact(
     *,
     storage: Mapping[str, str] | None = None,
     selection: Selection | None = None,
+    corrupt: bool = False,
 ) -> dict[str, Any]:
     """Rewrite the plan's partitions (`select`, unless given), check the written files
     against their inputs, and commit at the version read with `mark` (the job's
     `TASK_KEY`, `ATTEMPT_KEY`) in the commitInfo; `before_commit` is asked right before
     (the policy's last look, a cancel). The run's metrics: what the Spark path reports
     (committed version, files and bytes, validation) and `engine`. Nothing committed when it
-    raises; a mismatch raises `RewriteMismatch` with the metrics."""
+    raises; a mismatch raises `RewriteMismatch` with the metrics. `corrupt`: test-only
+    (the `corrupt-rewrite` failpoint), the first written file loses a row, for the check
+    to catch."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction
@@ -356,6 +368,8 @@ def compact(
             }
             for part in chosen.parts:
                 part.outputs = _copy(chosen, part, base, target)
+            if corrupt:
+                _drop_a_row(chosen.parts[0].outputs[0][0])
             seconds["copy"] = time.perf_counter() - copying
             waiting = time.perf_counter()
             sums_in = {key: future.result() for key, future in summed.items()}
@@ -446,6 +460,15 @@ def _forget_unless_committed(
     if found is not None and found.summary.get(ATTEMPT_KEY) == mark.get(ATTEMPT_KEY):
         return
     parquet_copy.remove([loc for p in chosen.parts for loc, _ in p.outputs])
+
+
+def _drop_a_row(location: str) -> None:
+    """Write the file at `location` again without its first row (the failpoint's damage)."""
+    import pyarrow.parquet as pq
+
+    local = parquet_copy.local_path(location)
+    assert local is not None
+    pq.write_table(pq.read_table(local).slice(1), local)
 
 
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:
