@@ -423,7 +423,7 @@ def compact(
                 schema=chosen.table.schema(),
                 partition_by=chosen.partition_columns or None,
                 commit_properties=CommitProperties(
-                    custom_metadata={**mark, "lakewarden.engine": "arrow"}, max_commit_retries=0
+                    custom_metadata={**mark, "lakewarden.engine": "arrow"}
                 ),
             )
         except CommitFailedError as exc:
