@@ -14,9 +14,12 @@ writer that made them.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,7 @@ HASHER = "duckdb"
 # A row group is written once it holds the table's row-group size (as its inputs' bytes per
 # row estimate its size in the file) or this much in memory, whichever comes first.
 MAX_BUFFER_BYTES = 64 << 20
+READ_AHEAD = 2  # input files read ahead of the copy, each at most MAX_BUFFER_BYTES
 
 
 def local_path(location: str) -> str | None:
@@ -62,12 +66,26 @@ def file_sums(paths: list[str], columns: list[str]) -> dict[str, tuple[int, int]
     return {str(p): (int(n), int(h or 0)) for p, n, h in _query(paths, columns, per_file=True)}
 
 
-def _query(paths: list[str], columns: list[str], per_file: bool) -> list[tuple[Any, ...]]:
+_db: Any = None
+_db_lock = threading.Lock()
+
+
+def _cursor() -> Any:
+    """A cursor of the process's one in-memory DuckDB database: opening a database costs
+    ~20 ms, a cursor nothing (and each thread needs a cursor of its own)."""
+    global _db
     import duckdb
 
+    with _db_lock:
+        if _db is None:
+            _db = duckdb.connect()
+        return _db.cursor()
+
+
+def _query(paths: list[str], columns: list[str], per_file: bool) -> list[tuple[Any, ...]]:
     quoted = ['"' + c.replace('"', '""') + '"' for c in columns]
     hashed = "hash(" + ", ".join(x for q in quoted for x in (q, f"{q} IS NULL")) + ")"
-    con = duckdb.connect()
+    con = _cursor()
     try:
         if per_file:
             sql = (
@@ -118,7 +136,6 @@ def copy(
     partition columns, and they are left out); (location, size) of each file written. A
     failure removes the files written and raises."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     limit = max(1, int(limit))
     names = list(shape.schema.names)
@@ -153,36 +170,31 @@ def copy(
             later(lambda: written.append((done.location, done.close())))
         out = None
 
+    reading = ThreadPoolExecutor(max_workers=READ_AHEAD)
     try:
-        for path in paths:
-            source = pq.ParquetFile(path)
-            per_row = os.path.getsize(path) / max(1, source.metadata.num_rows)
-            for i in range(source.num_row_groups):
-                rows = source.read_row_group(i, columns=names)
-                if rows.schema.equals(shape.schema):
-                    rows = pa.Table.from_arrays(rows.columns, schema=shape.schema)
-                else:  # large strings, a time zone's other name, a column's order: cast
-                    rows = rows.select(names).cast(shape.schema)
-                while rows.num_rows:
-                    if out is None:
-                        out = _Output(new_location(), shape)
-                    room = limit - out.estimate
-                    fit = min(rows.num_rows, max(1, int(room / per_row)))
-                    buffered.append(rows.slice(0, fit))
-                    buffered_bytes += buffered[-1].nbytes
-                    buffered_estimate += int(fit * per_row)
-                    out.estimate += int(fit * per_row)
-                    rows = rows.slice(fit)
-                    if (
-                        buffered_estimate >= shape.row_group_bytes
-                        or buffered_bytes >= MAX_BUFFER_BYTES
-                    ):
-                        flush()
-                    if out.estimate >= limit:
-                        roll()
+        for rows, per_row in _row_groups(paths, names, reading):
+            if rows.schema.equals(shape.schema):
+                rows = pa.Table.from_arrays(rows.columns, schema=shape.schema)
+            else:  # large strings, a time zone's other name, a column's order: cast
+                rows = rows.select(names).cast(shape.schema)
+            while rows.num_rows:
+                if out is None:
+                    out = _Output(new_location(), shape)
+                room = limit - out.estimate
+                fit = min(rows.num_rows, max(1, int(room / per_row)))
+                buffered.append(rows.slice(0, fit))
+                buffered_bytes += buffered[-1].nbytes
+                buffered_estimate += int(fit * per_row)
+                out.estimate += int(fit * per_row)
+                rows = rows.slice(fit)
+                if buffered_estimate >= shape.row_group_bytes or buffered_bytes >= MAX_BUFFER_BYTES:
+                    flush()
+                if out.estimate >= limit:
+                    roll()
         roll()
         later(lambda: None)  # the last write done (or its error raised)
     except BaseException:
+        reading.shutdown(wait=True, cancel_futures=True)
         writing.shutdown(wait=True)
         if out is not None:
             written.append((out.location, 0))
@@ -191,8 +203,47 @@ def copy(
         remove([location for location, _ in written])
         raise
     finally:
+        reading.shutdown(wait=True, cancel_futures=True)
         writing.shutdown(wait=True)
     return written
+
+
+def _row_groups(
+    paths: list[str], names: list[str], reading: Executor
+) -> Iterator[tuple[Any, float]]:
+    """Each input's row groups (only `names`) with its file's bytes per row, in order. A
+    file under MAX_BUFFER_BYTES is read whole by `reading`, READ_AHEAD files ahead (small
+    files are most of a compaction's inputs, and one at a time leaves a core idle); a
+    bigger one row group by row group here (memory bounded by one)."""
+    import pyarrow.parquet as pq
+
+    def whole(path: str) -> list[tuple[Any, float]] | None:
+        size = os.path.getsize(path)
+        if size > MAX_BUFFER_BYTES:
+            return None
+        source = pq.ParquetFile(path)
+        per_row = size / max(1, source.metadata.num_rows)
+        return [
+            (source.read_row_group(i, columns=names), per_row) for i in range(source.num_row_groups)
+        ]
+
+    ahead: deque[tuple[str, Future[list[tuple[Any, float]] | None]]] = deque()
+    queued = iter(paths)
+    for path in itertools.islice(queued, READ_AHEAD):
+        ahead.append((path, reading.submit(whole, path)))
+    while ahead:
+        path, future = ahead.popleft()
+        following = next(queued, None)
+        if following is not None:
+            ahead.append((following, reading.submit(whole, following)))
+        groups = future.result()
+        if groups is not None:
+            yield from groups
+            continue
+        source = pq.ParquetFile(path)
+        per_row = os.path.getsize(path) / max(1, source.metadata.num_rows)
+        for i in range(source.num_row_groups):
+            yield source.read_row_group(i, columns=names), per_row
 
 
 def remove(locations: list[str]) -> None:

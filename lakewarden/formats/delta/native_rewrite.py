@@ -336,7 +336,6 @@ def compact(
     raises; a mismatch raises `RewriteMismatch` with the metrics. `corrupt`: test-only
     (the `corrupt-rewrite` failpoint), the first written file loses a row, for the check
     to catch."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
@@ -417,7 +416,8 @@ def compact(
         before_commit()
         committing = time.perf_counter()
         try:
-            DeltaTable(path, version=chosen.version).create_write_transaction(
+            # the table as read (its version): delta-rs checks what was committed since
+            chosen.table.create_write_transaction(
                 actions,
                 "append",
                 schema=chosen.table.schema(),
