@@ -420,3 +420,38 @@ def test_a_timed_out_native_job_commits_nothing(
     run = _run_of(scheduler, task_id)
     assert "timeout" in (run.error or ""), run.error
     assert DeltaTable(path).version() == version and _on_disk(path) == files
+
+
+def test_a_reader_never_sees_a_corrupted_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30 goal 5 on Delta: while a rewrite that dropped a file is written, checked
+    and refused, a reader reading the table over and over (delta-rs, newest version) sees
+    every row, every time."""
+    path = _table(tmp_path / "t")
+    rows = _digest(path).rows
+    copy = native_rewrite._copy
+    writing = threading.Event()
+
+    def dropped(s: Selection, p: Part, b: str, t: int) -> list[tuple[str, int]]:
+        writing.set()
+        return MUTATIONS["a file dropped"](copy, s, p, b, t)
+
+    monkeypatch.setattr(native_rewrite, "_copy", dropped)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set() or len(seen) < 3:
+            seen.append(DeltaTable(path).to_pyarrow_table().num_rows)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        plan = {**PLAN, "path": path, "partitions": None}
+        with pytest.raises(RewriteMismatch):
+            native_rewrite.compact(path, plan, MARK, lambda: None)
+    finally:
+        done.set()
+        reader.join(60)
+    assert writing.is_set() and seen and set(seen) == {rows}, set(seen)
