@@ -18,6 +18,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
+from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
 from lakewarden.db.models import JobRun
@@ -31,6 +32,7 @@ from lakewarden.formats.digest import Digest
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
+from lakewarden.spark.submit import application_settings, settings_env
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
@@ -455,3 +457,75 @@ def test_a_reader_never_sees_a_corrupted_rewrite(
         done.set()
         reader.join(60)
     assert writing.is_set() and seen and set(seen) == {rows}, set(seen)
+
+
+def _spark_sums(spark_writers: SparkWriters, path: str) -> tuple[int, int]:
+    """Spark's own read of the table: rows and the sum of its hash of every column."""
+    sql = f"SELECT count(*) AS n, sum(hash(id, day, ts, v, amount)) AS h FROM delta.`{path}`"
+    (row,) = spark_writers.run("delta", [{"sql": sql}])[0]
+    return int(row["n"]), int(row["h"])
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # the shared Delta-family JVM: minutes to start under load
+def test_sparks_tables_are_compacted_without_spark_and_the_rest_by_its_application(
+    client: TestClient,
+    scheduler: Scheduler,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
+) -> None:
+    """A table Spark's Delta writer wrote (timestamps, decimals, NULLs) is compacted
+    without Spark: Spark, delta-rs and DuckDB read the same rows after as before. A table
+    that turns out not to be a plain copy (a nested column) is run by its application (here
+    its code in the shared Delta-family JVM), Spark's OPTIMIZE, the run saying why."""
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "events")
+    steps: list[dict[str, Any]] = [
+        {
+            "sql": f"CREATE TABLE delta.`{path}` (id BIGINT, day STRING, ts TIMESTAMP, "
+            "v STRING, amount DECIMAL(10, 2)) USING delta PARTITIONED BY (day)"
+        }
+    ]
+    for i in range(4):
+        steps.append(
+            {
+                "sql": f"INSERT INTO delta.`{path}` SELECT id, IF(id % 2 = 0, 'd1', 'd2'), "
+                "timestamp_seconds(1700000000 + id * 3600), IF(id % 3 = 0, NULL, "
+                "concat('v', id)), CAST(id / 7 AS DECIMAL(10, 2)) "
+                f"FROM range({10 * i}, {10 * i + 10}, 1, 1)"
+            }
+        )
+    spark_writers.run("delta", steps)
+    before, spark_before = _digest(path), _spark_sums(spark_writers, path)
+    _register(client, warehouse, "events", DUE)
+    task_id = _compaction(client, scheduler, "events")
+    assert scheduler.dispatch_once()
+    assert _ended(scheduler, task_id) == "succeeded", _run_of(scheduler, task_id).error
+    metrics = _run_of(scheduler, task_id).metrics or {}
+    assert metrics["engine"]["engine"] == "arrow", metrics
+    assert _files(path) == {"d1": 1, "d2": 1}
+    assert _digest(path) == before and _spark_sums(spark_writers, path) == spark_before
+
+    # Not a plain copy: handed to its application, which runs Spark's OPTIMIZE
+    rt = scheduler.rt
+
+    def launch(fence: Any, job: Any, timeout_s: float) -> None:
+        env = settings_env(application_settings(rt.settings), rt.db_url)
+        step = {"job": {"task_id": job.task_id, "attempt": job.attempt, "env": env}}
+        spark_writers.run("delta", [step])
+
+    monkeypatch.setattr(scheduler.applications, "launch", launch)
+    nested = _nested(warehouse / "lake" / "nested")
+    before = _digest(nested)
+    _register(client, warehouse, "nested", DUE)
+    task_id = _compaction(client, scheduler, "nested")
+    assert scheduler.dispatch_once()
+    wait_for(lambda: scheduler.fallbacks.qsize() or None, 60, "handed to Spark")
+    scheduler.dispatch_once()  # launches it
+    assert _ended(scheduler, task_id) == "succeeded", _run_of(scheduler, task_id).error
+    metrics = _run_of(scheduler, task_id).metrics or {}
+    assert metrics["engine"]["engine"] == "spark", metrics
+    assert "column 's' of nested type" in metrics["engine"]["reason"]
+    assert metrics["operation"] == "OPTIMIZE" and metrics["validation"]["status"] == "passed"
+    assert _digest(nested) == before

@@ -112,13 +112,16 @@ def _arrow_normal(arrow_type: Any) -> Any:
 
 def _castable(got: Any, want: Any) -> bool:
     """Whether a file's column type reads as the table's without changing a value: the
-    same, or a timestamp in other units (Spark's INT96 reads as nanoseconds)."""
+    same, or a timestamp in other units, or Spark's INT96 (nanoseconds, no zone: an
+    instant in UTC, as Delta's `timestamp` is) for a `timestamp` column."""
     import pyarrow as pa
 
     got = _arrow_normal(got)
     if got == want:
         return True
-    return bool(pa.types.is_timestamp(got) and pa.types.is_timestamp(want) and got.tz == want.tz)
+    if not (pa.types.is_timestamp(got) and pa.types.is_timestamp(want)):
+        return False
+    return bool(got.tz == want.tz or (got.tz is None and want.tz == "UTC"))
 
 
 def _spelled(value: Any) -> str | None:
