@@ -77,7 +77,8 @@ _NEXT_PLANNED = text(
                t.id = (SELECT min(f.id) FROM tasks f
                        WHERE f.table_id = t.table_id
                          AND {sql_in("f.state", TaskState.PLANNED)}) AS oldest_of_table,
-               -- a Hudi or Delta table's job is always an application (applications.mode_of)
+               -- a Hudi or Delta table's job is always an application (applications.mode_of;
+               -- a Delta compaction that is a plain copy runs without Spark: runs_natively)
                CASE WHEN {sql_in("m.format", sorted(OWN_FAMILY_FORMATS))}
                     THEN '{RunMode.APPLICATION}'
                     ELSE coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
