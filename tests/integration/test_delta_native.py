@@ -30,6 +30,7 @@ from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import digest
 from lakewarden.formats.digest import Digest
 from lakewarden.outcomes import RewriteMismatch
+from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
 from lakewarden.spark.submit import application_settings, settings_env
@@ -292,9 +293,12 @@ def scheduler(db_url: str, tmp_path: Path) -> Iterator[Scheduler]:
     rt = Runtime(settings, db_url, create_engine(db_url, pool_size=5), role="scheduler")
     sched = Scheduler(rt)
     sched.renew()
+    stop = threading.Event()
+    Ticker("lease", 1.0, sched.renew, stop).start()  # held however long a JVM takes
     try:
         yield sched
     finally:
+        stop.set()
         sched.pool.shutdown(wait=True)
         rt.engine.dispose()
 
