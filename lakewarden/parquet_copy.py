@@ -29,6 +29,21 @@ HASHER = "duckdb"
 # row estimate its size in the file) or this much in memory, whichever comes first.
 MAX_BUFFER_BYTES = 64 << 20
 READ_AHEAD = 2  # input files read ahead of the copy, each at most MAX_BUFFER_BYTES
+# Inputs this small are copied on the caller's thread: starting and handing work to the
+# reader and writer threads costs more than it saves (a tiny compaction's few milliseconds).
+INLINE_BYTES = 4 << 20
+
+
+class Inline(Executor):
+    """An executor that runs each task as it is submitted, on the caller's thread."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
 
 
 def local_path(location: str) -> str | None:
@@ -146,7 +161,8 @@ def copy(
     buffered_estimate = 0  # in the file (the inputs' bytes per row)
     # One thread writes (encodes and compresses) a row group while this one reads the next:
     # at most one row group waits, so memory holds about three (MAX_BUFFER_BYTES each).
-    writing = ThreadPoolExecutor(max_workers=1)
+    small = sum(os.path.getsize(p) for p in paths) <= INLINE_BYTES
+    writing: Executor = Inline() if small else ThreadPoolExecutor(max_workers=1)
     pending: Future[Any] | None = None
 
     def later(work: Any) -> None:
@@ -170,7 +186,7 @@ def copy(
             later(lambda: written.append((done.location, done.close())))
         out = None
 
-    reading = ThreadPoolExecutor(max_workers=READ_AHEAD)
+    reading: Executor = Inline() if small else ThreadPoolExecutor(max_workers=READ_AHEAD)
     try:
         for rows, per_row in _row_groups(paths, names, reading):
             if rows.schema.equals(shape.schema):

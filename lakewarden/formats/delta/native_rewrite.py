@@ -362,8 +362,10 @@ def compact(
     columns = list(chosen.schema.names)
     copying = time.perf_counter()
     try:
-        # DuckDB sums each partition's inputs while pyarrow copies them (C++, off the GIL)
-        with ThreadPoolExecutor(max_workers=1) as hashing:
+        # DuckDB sums each partition's inputs while pyarrow copies them (C++, off the GIL);
+        # tiny inputs one after the other (a thread costs more than it saves)
+        small = sum(s.size for p in chosen.parts for s in p.inputs) <= parquet_copy.INLINE_BYTES
+        with parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=1) as hashing:
             summed = {
                 p.key: hashing.submit(parquet_copy.sums, [s.local for s in p.inputs], columns)
                 for p in chosen.parts
