@@ -334,10 +334,6 @@ def run_native(
     path = str(job.plan.get("path") or "")
     if job.kind != "compaction" or job.plan.get("format") != "delta" or not path:
         raise Ineligible(f"not a Delta compaction plan: {job.kind}")
-    recovered = recover_committed(rt, fence, job)
-    if recovered is not None:
-        return recovered
-    storage = storage_of(rt, job)
     mark = {TASK_KEY: str(job.task_id), ATTEMPT_KEY: str(job.attempt)}
 
     def before_commit() -> None:
@@ -349,12 +345,15 @@ def run_native(
     started = time.monotonic()
     metrics: dict[str, Any] = {}
     try:
+        recovered = recover_committed(rt, fence, job)
+        if recovered is not None:
+            return recovered
         metrics = compact(
             path,
             job.plan,
             mark,
             before_commit,
-            storage=storage,
+            storage=storage_of(rt, job),
             corrupt=failpoint(rt) == "corrupt-rewrite",
         )
     except Ineligible:

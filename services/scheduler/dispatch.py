@@ -348,6 +348,9 @@ class DispatchRounds(LeaseRounds):
                 self.fallbacks.put((fence, job))
                 self.wake.set()
                 return None
+            except Exception as exc:  # recording the outcome failed: say so on the run
+                log.exception("task %d: its run without Spark failed", job.task_id)
+                return finish_run(self.rt, fence, job.task_id, job.attempt, error=exc)
 
     def launch_fallbacks(self) -> None:
         """Launch the applications of the jobs that turned out Spark's (`_run_native`)."""

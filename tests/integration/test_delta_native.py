@@ -37,7 +37,7 @@ from lakewarden.spark.submit import application_settings, settings_env
 from services.scheduler.main import Scheduler
 from services.worker.main import Worker
 
-PLAN = {
+PLAN: dict[str, Any] = {
     "format": "delta",
     "target_file_size_bytes": 128 << 20,
     "min_file_size_bytes": 96 << 20,
@@ -61,15 +61,16 @@ def _batch(start: int, day: str) -> pa.Table:
     )
 
 
-def _table(path: Path, files: int = 4, days: tuple[str, ...] = ("d1", "d2"), **conf: str) -> str:
+def _table(path: Path, files: int = 4, conf: dict[str, str] | None = None) -> str:
+    """`files` appends to each of two partitions, d1 and d2 (ids 0.. and 1000..)."""
     for i in range(files):
-        for d, day in enumerate(days):
+        for d, day in enumerate(("d1", "d2")):
             write_deltalake(
                 str(path),
                 _batch(1000 * d + 10 * i, day),
                 partition_by=["day"],
                 mode="append",
-                configuration=conf or None,
+                configuration=conf,
             )
     return str(path)
 
@@ -98,7 +99,7 @@ def test_a_plain_copy_is_rewritten_checked_and_committed(tmp_path: Path) -> None
     version read, marked with the job (never twice), `dataChange` false, each added file
     with statistics; the rows and checksum as before (delta-rs and DuckDB), the table's
     checkpoint interval kept."""
-    path = _table(tmp_path / "t", **{"delta.checkpointInterval": "3"})
+    path = _table(tmp_path / "t", conf={"delta.checkpointInterval": "3"})
     before, version = _digest(path), DeltaTable(path).version()
     plan = {**PLAN, "path": path, "partitions": [{"day": "d1"}, {"day": "d2"}]}
     checked: list[bool] = []
@@ -117,7 +118,7 @@ def test_a_plain_copy_is_rewritten_checked_and_committed(tmp_path: Path) -> None
     commit = DeltaTimeline(path).find_job_commits(7)
     assert commit is not None and marker_of(commit.summary) == JobMarker(7, 1)
     actions = DeltaTimeline(path).read_actions(version + 1)
-    changed = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
+    changed = [a.get("add") or a["remove"] for a in actions if "add" in a or "remove" in a]
     assert len(changed) == 10 and all(a["dataChange"] is False for a in changed)
     for add in (a["add"] for a in actions if "add" in a):
         stats = json.loads(add["stats"])
@@ -212,7 +213,8 @@ def test_every_mutation_is_caught_before_anything_commits(
     with pytest.raises(RewriteMismatch) as caught:
         native_rewrite.compact(path, plan, MARK, lambda: None)
     assert "nothing was committed" in str(caught.value) and "day=d" in str(caught.value)
-    assert caught.value.metrics["validation"]["status"] == "failed"
+    validation: Any = caught.value.metrics["validation"]
+    assert validation["status"] == "failed"
     assert DeltaTable(path).version() == version and DeltaTimeline(path).find_job_commits(7) is None
     assert _on_disk(path) == files  # the written files deleted
     assert _digest(path) == before
@@ -228,8 +230,13 @@ def test_a_writer_removing_an_input_meanwhile_is_a_conflict_an_append_is_kept(
     path = _table(tmp_path / "t")
     plan = {**PLAN, "path": path, "partitions": [{"day": "d1"}]}
 
-    def between(change: Callable[[], None]) -> Callable[[], None]:
-        return change  # run as the policy's last look: after the read, before the commit
+    def between(change: Callable[[], Any]) -> Callable[[], None]:
+        """`change` run as the policy's last look: after the read, before the commit."""
+
+        def run() -> None:
+            change()
+
+        return run
 
     files = _on_disk(path)
     delete = between(lambda: DeltaTable(path).delete("id = 3"))
@@ -256,11 +263,12 @@ def test_a_writer_removing_an_input_meanwhile_is_a_conflict_an_append_is_kept(
 def test_what_is_not_a_plain_copy_says_why(tmp_path: Path) -> None:
     path = _table(tmp_path / "t", files=2)
     plan = {**PLAN, "path": path, "partitions": None}
-    for change, why in [
+    changes: list[tuple[dict[str, Any], str]] = [
         ({"native_rewrite": False}, "compaction.native_rewrite is off"),
         ({"purge_partitions": []}, "deletion vectors to purge"),
         ({"path": "s3://bucket/t"}, "not on a local file system"),
-    ]:
+    ]
+    for change, why in changes:
         assert why in (native_rewrite.plan_ineligible({**plan, **change}) or "")
     nested = _nested(tmp_path / "nested")
     with pytest.raises(Ineligible, match="column 's' of nested type"):
