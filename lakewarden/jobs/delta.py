@@ -337,10 +337,10 @@ def run_native(
     mark = {TASK_KEY: str(job.task_id), ATTEMPT_KEY: str(job.attempt)}
 
     def before_commit() -> None:
-        why = stopped()
+        policy_check(rt, job.task_id)()  # a cancelled task: PolicyChanged, cancelled
+        why = stopped()  # past its deadline
         if why is not None:
             raise TimeoutError(why)
-        policy_check(rt, job.task_id)()
 
     started = time.monotonic()
     metrics: dict[str, Any] = {}
