@@ -541,3 +541,35 @@ def test_sparks_tables_are_compacted_without_spark_and_the_rest_by_its_applicati
     assert "column 's' of nested type" in metrics["engine"]["reason"]
     assert metrics["operation"] == "OPTIMIZE" and metrics["validation"]["status"] == "passed"
     assert _digest(nested) == before
+
+
+def test_a_native_job_cancelled_through_the_api_commits_nothing(
+    client: TestClient, scheduler: Scheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while it copies, a job without Spark stops where it would commit: the task
+    stays cancelled, its files are deleted, the table is unchanged."""
+    warehouse = tmp_path / "wh"
+    path = _table(warehouse / "lake" / "events")
+    version, files = DeltaTable(path).version(), _on_disk(path)
+    _register(client, warehouse, "events", DUE)
+    task_id = _compaction(client, scheduler, "events")
+    release, copying = threading.Event(), threading.Event()
+    copy = native_rewrite._copy
+
+    def slow(*args: Any) -> Any:
+        copying.set()
+        release.wait(60)
+        return copy(*args)
+
+    monkeypatch.setattr(native_rewrite, "_copy", slow)
+    assert scheduler.dispatch_once()
+    assert copying.wait(60)
+    assert client.post(f"/api/v1/tasks/{task_id}/cancel").status_code == 200
+    scheduler.cancel_requested_jobs()
+    release.set()
+    future = scheduler.inflight[task_id].future if task_id in scheduler.inflight else None
+    if future is not None:
+        future.result(60)
+    assert task_of(scheduler.rt, task_id).state == "cancelled"
+    assert DeltaTable(path).version() == version and _on_disk(path) == files
+    assert DeltaTimeline(path).find_job_commits(task_id) is None
