@@ -268,27 +268,28 @@ def stats_of(local: str, columns: list[str]) -> str:
             continue
         lo: Any = None
         hi: Any = None
-        count, exact = 0, True
+        count, counted, bounded = 0, True, True
         for g in range(meta.num_row_groups):
             s = meta.row_group(g).column(i).statistics
             if s is None or not s.has_null_count:
-                exact = False
+                counted = bounded = False
                 break
             count += int(s.null_count)
+            if not bounded:
+                continue
             if s.has_min_max:
                 a, b = _json_value(s.min), _json_value(s.max)
                 if a is None or b is None:
-                    exact = False
-                    break
+                    bounded = False  # no exact JSON form: no bounds, the nulls still count
+                    continue
                 lo = a if lo is None else min(lo, a)
                 hi = b if hi is None else max(hi, b)
             elif s.null_count != meta.row_group(g).num_rows:
-                exact = False
-                break
-        if not exact and count == 0:
+                bounded = False
+        if not counted:
             continue
         nulls[name] = count
-        if exact and lo is not None:
+        if bounded and lo is not None:
             mins[name], maxs[name] = lo, hi
     return json.dumps(
         {"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
