@@ -74,13 +74,12 @@ FIGURES: dict[str, tuple[str, str]] = {
 # own, ~1 min, whose OPTIMIZE and ZORDER tests/integration/test_delta_kinds.py runs; B37: two
 # scheduler processes warmed one after the other and two drains, minutes on 2 busy cores,
 # whose growth and shrink on real applications tests/integration/test_elastic_capacity.py
-# checks; `--smoke --only B37` drains 12; B38 a Delta-family JVM like B27, its compaction and
-# validation run by the same test file; B23 a Hudi-family JVM and a Flink JVM per standalone
+# checks; `--smoke --only B37` drains 12; B23 a Hudi-family JVM and a Flink JVM per standalone
 # compaction, minutes, whose compaction of a version-6 table tests/integration/
 # test_live_writer.py runs beside a Flink writer; B43 a Trino as B22, whose join plan the same
 # Trino test file checks; B44/B45 a JVM per own application and a warm host per family,
 # minutes, whose host tests/integration/test_family_hosts.py runs).
-NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B38", "B43", "B44", "B45"}
+NOT_IN_SMOKE = {"B21", "B22", "B23", "B27", "B37", "B43", "B44", "B45"}
 
 
 def _context(smoke: bool) -> Context:

@@ -1,8 +1,10 @@
 """B44 (Delta) and B45 (Hudi): a tiny compaction task end to end on a warm family host
 (`warm_families`: services.scheduler.family_hosts) against the same task as its own Spark
-application (spark-submit, a JVM per attempt: the default), alternated in one run; for
-Delta also against deltalake's own `optimize.compact()` on an identical copy (B38's peer,
-issue 30 goal 2).
+application (spark-submit, a JVM per attempt), alternated in one run; for Delta also the
+task as it runs by default, without a JVM on the scheduler's thread
+(`formats.delta.native_rewrite`), against deltalake's own `optimize.compact()` on an
+identical copy (B38's peer, issue 30 goal 2). The Spark sides' policy turns the native
+rewrite off (`native_rewrite: false`).
 
 End to end as the leader runs it: an in-process scheduler holding the lease dispatches the
 planned task and polls its applications (`Applications.poll`) until the run's outcome is
@@ -48,6 +50,7 @@ POLICY: dict[str, Any] = {
     "compaction": {"min_input_files": 2, "min_small_files": 2},
     "clean": {"enabled": False},
 }
+SPARK_POLICY = {**POLICY, "compaction": {**POLICY["compaction"], "native_rewrite": False}}
 SETTINGS: dict[str, Any] = {
     "application_master": "local[1]",
     "application_driver_memory": "768m",
@@ -100,9 +103,10 @@ def b44_b45(ctx: Context) -> list[Figure]:
     delta = Figure(
         "B44",
         "a tiny Delta compaction task (4 files of 10 rows) end to end, dispatch to outcome "
-        "recorded, on the leader's warm Delta host (`warm_families`)",
-        "the same task as its own Spark application (a JVM per attempt, the default), and "
-        "deltalake optimize.compact() on an identical copy, alternated in the same run",
+        "recorded, on the leader's warm Delta host (`warm_families`); and without a JVM "
+        "(native rewrite, the default)",
+        "the same task as its own Spark application (a JVM per attempt), and deltalake "
+        "optimize.compact() on an identical copy, alternated in the same run",
         "report (issue 30 goal 2: <= 1.5x delta-rs)",
     )
     hudi = Figure(
@@ -136,7 +140,8 @@ def _measure(ctx: Context, work: Path, delta: Figure, hudi: Figure) -> None:
         check=True,
         capture_output=True,
     )
-    names = ["warm", *(f"{side}_{i}" for i in range(n) for side in ("host", "own", "rs"))]
+    sides = ("host", "own", "native", "rs")
+    names = ["warm", *(f"{side}_{i}" for i in range(n) for side in sides)]
     for fmt, catalog in CATALOGS.items():
         warehouse = work / fmt
         for name in names:
@@ -158,6 +163,7 @@ def _measure(ctx: Context, work: Path, delta: Figure, hudi: Figure) -> None:
     Ticker("lease", 1.0, sched.renew, stop).start()
     times: dict[str, dict[str, list[float]]] = {f: {"host": [], "own": []} for f in CATALOGS}
     rs: list[float] = []
+    native: list[float] = []
     cold: dict[str, float] = {}
     try:
         for fmt in CATALOGS:  # each host's start and first job: untimed in the ratio
@@ -166,6 +172,7 @@ def _measure(ctx: Context, work: Path, delta: Figure, hudi: Figure) -> None:
             for fmt in CATALOGS:
                 times[fmt]["host"].append(_task(sched, fmt, f"host_{i}", host=True))
                 times[fmt]["own"].append(_task(sched, fmt, f"own_{i}", host=False))
+            native.append(_task(sched, "delta", f"native_{i}", host=False, native=True))
             rs.append(_delta_rs(work / "delta" / NAMESPACE / f"rs_{i}"))
     finally:
         stop.set()
@@ -184,8 +191,13 @@ def _measure(ctx: Context, work: Path, delta: Figure, hudi: Figure) -> None:
         )
     host_rs = Stat.of([h / r for h, r in zip(times["delta"]["host"], rs, strict=True)])
     own_rs = Stat.of([o / r for o, r in zip(times["delta"]["own"], rs, strict=True)])
+    native_rs = Stat.of([a / r for a, r in zip(native, rs, strict=True)])
     delta.values.update(
-        delta_rs_compact_s=Stat.of(rs), host_over_delta_rs=host_rs, own_over_delta_rs=own_rs
+        delta_rs_compact_s=Stat.of(rs),
+        host_over_delta_rs=host_rs,
+        own_over_delta_rs=own_rs,
+        native_s=Stat.of(native),
+        native_over_delta_rs=native_rs,
     )
     delta.goal_met = None
 
@@ -199,12 +211,14 @@ def _write_delta(path: Path) -> None:
         write_deltalake(str(path), batch, partition_by=["day"], mode="append")
 
 
-def _task(sched: Scheduler, fmt: str, name: str, *, host: bool) -> float:
-    """Register the copy, plan its compaction, then time dispatch -> outcome recorded."""
+def _task(sched: Scheduler, fmt: str, name: str, *, host: bool, native: bool = False) -> float:
+    """Register the copy, plan its compaction, then time dispatch -> outcome recorded
+    (`native`: Delta's default, without a JVM; else Spark's OPTIMIZE)."""
     rt = sched.rt
     rt.settings = rt.settings.model_copy(update={"warm_families": [fmt] if host else []})
+    policy = POLICY if native else SPARK_POLICY
     with transaction(rt.engine) as s:
-        row = add_table(s, CATALOGS[fmt], TableRef(NAMESPACE, name), POLICY, format=fmt)
+        row = add_table(s, CATALOGS[fmt], TableRef(NAMESPACE, name), policy, format=fmt)
         task_id = repo.create_task(
             s, table_id=row.id, kind="compaction", trigger={"reason": "bench"}, actor="bench"
         )
@@ -220,6 +234,8 @@ def _task(sched: Scheduler, fmt: str, name: str, *, host: bool) -> float:
         raise RuntimeError(f"{fmt} {name}: {run.state}: {run.error}\n{run.log_tail}")
     if (run.deploy_mode == "warm-host") != host:
         raise RuntimeError(f"{fmt} {name}: ran as {run.deploy_mode}, host={host}")
+    if native and (run.mode != "session" or (run.metrics or {})["engine"]["engine"] != "arrow"):
+        raise RuntimeError(f"{fmt} {name}: not run natively: {run.mode} {run.metrics}")
     _until(lambda: task_id not in sched.applications.task_ids(), sched, 120)
     return seconds
 

@@ -1,7 +1,10 @@
 """Run a Delta table's job (`lakewarden.kinds.delta`: compaction, zorder, clustering, clean;
 `lakewarden.kinds.delta_ttl`: ttl; `lakewarden.kinds.delta_stats`: stats) on a
-Delta-family session and record its outcome: always in a Spark application of its own
-(`lakewarden.jobs.application_entry`), as every format with its own family.
+Delta-family session and record its outcome: in a Spark application of its own
+(`lakewarden.jobs.application_entry`), as every format with its own family. A compaction
+that is a plain copy of files (`formats.delta.native_rewrite`) runs without Spark
+(`run_native`): on the scheduler's own thread, checked before it commits; one that is not
+is Spark's, and its run's `engine` says why.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task
@@ -32,10 +35,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakewarden.formats.base import Commit, marker_of
+from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY, Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
 from lakewarden.formats.delta.facts import read_facts
 from lakewarden.formats.delta.log_files import clean_log
+from lakewarden.formats.delta.native_rewrite import Conflict, Ineligible, compact
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import Unreadable, digest
 from lakewarden.jobs.execute import (
@@ -316,10 +320,63 @@ def _execute(
     raise PlanRejected(f"{job.kind} does not run on Delta tables yet (issue 29)")
 
 
+def run_native(
+    rt: Runtime,
+    fence: Callable[[], Fence],
+    job: Job,
+    stopped: Callable[[], str | None] = lambda: None,
+) -> str:
+    """Run the job's compaction without Spark (`native_rewrite.compact`) and record its
+    outcome; the task's new state. Ineligible (nothing done, nothing recorded) when it is
+    not a plain copy: Spark's OPTIMIZE runs it. Never twice (`recover_committed`), the
+    policy's last look right before the commit, and `stopped` (the attempt's cancel or
+    timeout: why, else None) asked there too."""
+    path = str(job.plan.get("path") or "")
+    if job.kind != "compaction" or job.plan.get("format") != "delta" or not path:
+        raise Ineligible(f"not a Delta compaction plan: {job.kind}")
+    mark = {TASK_KEY: str(job.task_id), ATTEMPT_KEY: str(job.attempt)}
+
+    def before_commit() -> None:
+        policy_check(rt, job.task_id)()  # a cancelled task: PolicyChanged, cancelled
+        why = stopped()  # past its deadline
+        if why is not None:
+            raise TimeoutError(why)
+
+    started = time.monotonic()
+    metrics: dict[str, Any] = {}
+    try:
+        recovered = recover_committed(rt, fence, job)
+        if recovered is not None:
+            return recovered
+        metrics = compact(
+            path,
+            job.plan,
+            mark,
+            before_commit,
+            storage=storage_of(rt, job),
+            corrupt=failpoint(rt) == "corrupt-rewrite",
+        )
+    except Ineligible:
+        raise
+    except Exception as exc:
+        if isinstance(exc, Conflict):  # another writer removed an input: retried
+            metrics["conflict"] = str(exc)
+        return finish_raised(rt, fence(), job, exc, metrics)
+    metrics["seconds"] = round(time.monotonic() - started, 3)
+    state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
+    log.info("task %d: %s without Spark %s", job.task_id, state, metrics)
+    return state
+
+
 def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
     """Run the job's Delta command on its table (`job.plan["path"]`) and record the outcome."""
     path = str(job.plan.get("path") or "")
     metrics: dict[str, Any] = {}
+    if job.kind == "compaction":  # without Spark when it is a plain copy
+        try:
+            return run_native(rt, fence, job)
+        except Ineligible as exc:
+            metrics["engine"] = {"engine": "spark", "reason": str(exc)}
     try:
         sc = spark.sparkContext
         record_app_id(rt, job, sc.applicationId, sc.uiWebUrl)

@@ -482,6 +482,9 @@ def plan(
             "optimize": packed is not None,
             # the partitions a REORG … APPLY (PURGE) runs on (null: no purge)
             "purge_partitions": _values(facts, purged),
+            # a plain copy rewritten by pyarrow, committed by delta-rs
+            # (lakewarden.formats.delta.native_rewrite); false: Spark's OPTIMIZE
+            "native_rewrite": section.native_rewrite,
         }
     elif isinstance(section, ZOrderPolicy):
         facts = read_facts(

@@ -14,39 +14,52 @@ group), each new file given Iceberg's own metrics (`ParquetUtil.fileMetrics`, th
 MetricsConfig) and the group's partition, and handed to the group (`setOutputFiles`): the
 commit manager, staging branch, validation and publish are the Spark path's.
 
-The inputs' checksum is DuckDB's (`sums`: row count and the sum of `hash()` over each row's
-columns and their NULL flags), read by DuckDB's own Parquet reader while pyarrow copies the
-files; each output is summed the same way as soon as it is closed (`hash_written`), while
-the other files are copied and Iceberg commits, so both sides of the comparison are one
-C++ hasher reading the files on disk, independent of the pyarrow reader and writer that
-made them (`Observed.hasher`). Validation then checks the committed files are exactly those
-hashed, unchanged since (lakewarden.spark.validation), or reads them itself.
+The copy and the checksums are format-neutral (`lakewarden.parquet_copy`, shared with
+Delta's native compaction): the inputs' checksum is DuckDB's (`sums`), read while pyarrow
+copies the files; each output is summed the same way as soon as it is closed
+(`hash_written`), while the other files are copied and Iceberg commits, so both sides of
+the comparison are one C++ hasher reading the files on disk, independent of the pyarrow
+reader and writer that made them (`Observed.hasher`). Validation then checks the committed
+files are exactly those hashed, unchanged since (lakewarden.spark.validation), or reads
+them itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from lakewarden.formats.digest import row_hash
+from lakewarden import parquet_copy
+from lakewarden.parquet_copy import (
+    HASHER,
+    Layout,
+    Written,
+    file_sums,
+    hash_written,
+    local_path,
+    sums,
+)
 from lakewarden.spark.java import each
 
-# The checksum both sides of an Arrow-rewritten group's validation use.
-HASHER = "duckdb"
+__all__ = [
+    "HASHER",
+    "Input",
+    "Layout",
+    "Written",
+    "file_sums",
+    "hash_written",
+    "inputs",
+    "layout",
+    "local_path",
+    "sums",
+]
 
 # Iceberg's codec names to pyarrow's (Iceberg's "lz4" is Hadoop's framing: left to Spark).
 CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "uncompressed": "none"}
 ROW_GROUP_BYTES_DEFAULT = 128 << 20  # write.parquet.row-group-size-bytes
-# A row group is written once it holds the table's row-group size (as its inputs' bytes per
-# row estimate its size in the file) or this much in memory, whichever comes first.
-MAX_BUFFER_BYTES = 64 << 20
 
 
 def _arrow_type(iceberg_type: str) -> Any:
@@ -72,24 +85,6 @@ def _arrow_type(iceberg_type: str) -> Any:
         precision, scale = (int(x) for x in iceberg_type[8:-1].split(","))
         return pa.decimal128(precision, scale)
     return None
-
-
-def local_path(location: str) -> str | None:
-    """A file's path on this machine's file system, or None (an object store's, HDFS)."""
-    if location.startswith("file:"):
-        return "/" + location.removeprefix("file:").lstrip("/")
-    return location if location.startswith("/") else None
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The table's current schema as the Arrow schema its files must have (field ids in
-    the fields' metadata, as pyarrow reads and writes them), and its write properties."""
-
-    schema: Any  # pa.Schema
-    compression: str
-    level: int | None
-    row_group_bytes: int
 
 
 def layout(jvm: Any, table: Any) -> Layout | str:
@@ -208,134 +203,13 @@ def inputs(table: Any, group: Any, shape: Layout, simple: bool) -> list[Input] |
     return found
 
 
-def sums(paths: list[str], columns: list[str], threads: int | None = None) -> tuple[int, int]:
-    """(rows, checksum) of the Parquet files at `paths` read by DuckDB: the sum of DuckDB's
-    `hash()` over each row's `columns`, each with its NULL flag (a NULL moved to its
-    neighbour column changes the row's hash), as an exact integer. `threads`: DuckDB's
-    (1: all its work on the calling thread, whose `time.thread_time()` then counts it)."""
-    if not paths:
-        return 0, 0
-    ((rows, total),) = _query(paths, columns, per_file=False, threads=threads)
-    return int(rows), int(total or 0)
-
-
-def file_sums(
-    paths: list[str], columns: list[str], threads: int | None = None
-) -> dict[str, tuple[int, int]]:
-    """{path: (rows, checksum)} of each Parquet file, as `sums` sums them."""
-    if not paths:
-        return {}
-    found = _query(paths, columns, per_file=True, threads=threads)
-    return {str(p): (int(n), int(h or 0)) for p, n, h in found}
-
-
-@dataclass(frozen=True)
-class Written:
-    """An output file as the rewrite wrote it and DuckDB then summed it from disk."""
-
-    location: str
-    size: int  # bytes, as the writer closed it
-    rows: int  # DuckDB's count
-    checksum: int
-    stat: tuple[int, int, int]  # (size, mtime in ns, inode) of the file DuckDB read
-
-    def unchanged(self) -> bool:
-        """Whether the file on disk is still the one summed (a file rewritten or replaced
-        since has another mtime or inode)."""
-        path = local_path(self.location)
-        try:
-            return path is not None and _stat(path) == self.stat
-        except OSError:
-            return False
-
-
-def _stat(path: str) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def hash_written(location: str, size: int, columns: list[str]) -> Written:
-    """The closed output file at `location` summed by DuckDB on this thread (`sums`)."""
-    path = local_path(location)
-    assert path is not None  # inputs() checked the group's files are local
-    stat = _stat(path)
-    rows, checksum = sums([path], columns, threads=1)
-    if _stat(path) != stat:  # written to while read: its sums are of no one file
-        raise RuntimeError(f"{location} changed while it was summed")
-    return Written(location, size, rows, checksum, stat)
-
-
-# DuckDB's in-memory databases, one per `threads` setting, each query on a cursor of its own:
-# a new database costs ~14 ms of CPU (B16's 30 groups opened 60), a cursor ~0.2 ms.
-_DATABASES: dict[int | None, Any] = {}
-_OPENING = threading.Lock()
-
-
-def _cursor(threads: int | None) -> Any:
-    import duckdb
-
-    with _OPENING:
-        database = _DATABASES.get(threads)
-        if database is None:
-            database = duckdb.connect(config={"threads": threads} if threads else {})
-            _DATABASES[threads] = database
-    return database.cursor()  # a connection of its own: one per thread, as DuckDB asks
-
-
-def _query(
-    paths: list[str], columns: list[str], per_file: bool, threads: int | None = None
-) -> list[tuple[Any, ...]]:
-    hashed = row_hash(columns)
-    con = _cursor(threads)
-    try:
-        if per_file:
-            sql = (
-                f"SELECT filename, count(*), sum({hashed}::HUGEINT) "
-                "FROM read_parquet(?, filename = true) GROUP BY filename"
-            )
-        else:
-            sql = f"SELECT count(*), sum({hashed}::HUGEINT) FROM read_parquet(?)"
-        return con.execute(sql, [list(paths)]).fetchall()
-    finally:
-        con.close()
-
-
-class _Output:
-    """The output file being written: rolled by `rewrite` at the group's max size."""
-
-    def __init__(self, jvm: Any, table: Any, spec: Any, partition: Any, shape: Layout) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        name = f"00000-0-lakewarden-{uuid.uuid4()}.parquet"
-        self.location = str(table.locationProvider().newDataLocation(spec, partition, name))
-        path = local_path(self.location)
-        assert path is not None  # inputs() checked the group's files are local
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.sink = pa.OSFile(path, "wb")
-        self.writer = pq.ParquetWriter(
-            self.sink,
-            shape.schema,
-            compression=shape.compression,
-            compression_level=shape.level,
-            store_schema=False,
-        )
-        self.estimate = 0  # bytes, from the inputs' compressed size per row
-
-    def close(self) -> int:
-        self.writer.close()
-        size = int(self.sink.tell())
-        self.sink.close()
-        return size
-
-
 @dataclass(frozen=True)
 class Rewritten:
-    """What `rewrite` wrote, and the CPU its two threads spent (`time.thread_time()`: this
-    process's driver CPU, which no Spark task metric counts)."""
+    """What `rewrite` wrote, and the CPU the copy's threads spent (`time.thread_time()`:
+    this process's driver CPU, which no Spark task metric counts)."""
 
     locations: list[str]
-    read_cpu_s: float  # the calling thread: reading, slicing, Iceberg's metrics over py4j
+    read_cpu_s: float  # reading, slicing (the calling and read-ahead threads), Iceberg's metrics
     write_cpu_s: float  # the writer thread: encoding and compressing
 
 
@@ -347,120 +221,45 @@ def rewrite(
     files: list[Input],
     closed: Callable[[str, int], None] | None = None,
 ) -> Rewritten:
-    """Copy the group's files into new files of at most its max output size (estimated from
-    the inputs' bytes per row), registered on the group (`setOutputFiles`) with Iceberg's
+    """Copy the group's files into new files of at most its max output size
+    (`parquet_copy.copy`), registered on the group (`setOutputFiles`) with Iceberg's
     metrics. `closed(location, size)` is called on the writer thread as each file is
     closed (before the next is written). A failure removes the files written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    reading = time.thread_time()
-    write_cpu = [0.0]  # the writer thread's, added up by that one thread
     iceberg = jvm.org.apache.iceberg
     spec = table.specs().get(group.outputSpecId())
     partition = group.fileScanTasks().get(0).file().partition()
-    limit = max(1, int(group.maxOutputFileSize()))
-    written: list[tuple[str, int]] = []
-    out: _Output | None = None
-    buffered: list[Any] = []
-    buffered_bytes = 0  # in memory (Arrow's)
-    buffered_estimate = 0  # in the file (the inputs' bytes per row)
-    # One thread writes (encodes and compresses) a row group while this one reads the next:
-    # at most one row group waits, so memory holds about three (MAX_BUFFER_BYTES each).
-    writing = ThreadPoolExecutor(max_workers=1)
-    pending: Future[Any] | None = None
 
-    def timed(work: Callable[[], Any]) -> None:
-        started = time.thread_time()
-        try:
-            work()
-        finally:
-            write_cpu[0] += time.thread_time() - started
+    def new_location() -> str:
+        name = f"00000-0-lakewarden-{uuid.uuid4()}.parquet"
+        return str(table.locationProvider().newDataLocation(spec, partition, name))
 
-    def later(work: Callable[[], Any]) -> None:
-        nonlocal pending
-        if pending is not None:
-            pending.result()
-        pending = writing.submit(timed, work)
-
-    def flush() -> None:
-        nonlocal buffered, buffered_bytes, buffered_estimate
-        if buffered and out is not None:
-            rows, target = pa.concat_tables(buffered), out
-            later(lambda: target.writer.write_table(rows, row_group_size=rows.num_rows))
-        buffered, buffered_bytes, buffered_estimate = [], 0, 0
-
-    def roll() -> None:
-        nonlocal out
-        flush()
-        if out is not None:
-            done = out
-
-            def close() -> None:
-                size = done.close()
-                written.append((done.location, size))
-                if closed is not None:
-                    closed(done.location, size)
-
-            later(close)
-        out = None
-
+    copied = parquet_copy.copy(
+        [f.path for f in files], shape, int(group.maxOutputFileSize()), new_location, closed
+    )
+    written = copied.files
+    registering = time.thread_time()
     try:
-        for input_file in files:
-            source = pq.ParquetFile(input_file.path)
-            per_row = os.path.getsize(input_file.path) / max(1, source.metadata.num_rows)
-            for i in range(source.num_row_groups):
-                rows = source.read_row_group(i)
-                if rows.schema.equals(shape.schema):
-                    rows = pa.Table.from_arrays(rows.columns, schema=shape.schema)
-                else:  # large strings, a time zone's other name: cast (no value changes)
-                    rows = rows.cast(shape.schema)
-                while rows.num_rows:
-                    if out is None:
-                        out = _Output(jvm, table, spec, partition, shape)
-                    room = limit - out.estimate
-                    fit = min(rows.num_rows, max(1, int(room / per_row)))
-                    buffered.append(rows.slice(0, fit))
-                    buffered_bytes += buffered[-1].nbytes
-                    buffered_estimate += int(fit * per_row)
-                    out.estimate += int(fit * per_row)
-                    rows = rows.slice(fit)
-                    if (
-                        buffered_estimate >= shape.row_group_bytes
-                        or buffered_bytes >= MAX_BUFFER_BYTES
-                    ):
-                        flush()
-                    if out.estimate >= limit:
-                        roll()
-        roll()
-        later(lambda: None)  # the last write done (or its error raised)
+        config = iceberg.MetricsConfig.forTable(table)
+        added = jvm.java.util.HashSet()
+        for location, size in written:
+            metrics = iceberg.parquet.ParquetUtil.fileMetrics(
+                table.io().newInputFile(location), config
+            )
+            added.add(
+                iceberg.DataFiles.builder(spec)
+                .withPath(location)
+                .withFormat("PARQUET")
+                .withPartition(partition)
+                .withFileSizeInBytes(size)
+                .withMetrics(metrics)
+                .build()
+            )
+        group.setOutputFiles(added)
     except BaseException:
-        writing.shutdown(wait=True)
-        if out is not None:
-            written.append((out.location, 0))
-            with contextlib.suppress(Exception):
-                out.close()
-        for location, _ in written:
-            path = local_path(location)
-            if path is not None and os.path.exists(path):
-                os.remove(path)
+        parquet_copy.remove([location for location, _ in written])
         raise
-    finally:
-        writing.shutdown(wait=True)
-    config = iceberg.MetricsConfig.forTable(table)
-    added = jvm.java.util.HashSet()
-    for location, size in written:
-        metrics = iceberg.parquet.ParquetUtil.fileMetrics(table.io().newInputFile(location), config)
-        added.add(
-            iceberg.DataFiles.builder(spec)
-            .withPath(location)
-            .withFormat("PARQUET")
-            .withPartition(partition)
-            .withFileSizeInBytes(size)
-            .withMetrics(metrics)
-            .build()
-        )
-    group.setOutputFiles(added)
     return Rewritten(
-        [location for location, _ in written], time.thread_time() - reading, write_cpu[0]
+        [location for location, _ in written],
+        copied.read_cpu_s + time.thread_time() - registering,
+        copied.write_cpu_s,
     )

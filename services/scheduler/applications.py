@@ -215,7 +215,13 @@ class Applications:
             session.execute(
                 update(JobRun)
                 .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
-                .values(submission_id=app.submission_id, master=app.master, deploy_mode=deploy_mode)
+                .values(
+                    submission_id=app.submission_id,
+                    master=app.master,
+                    deploy_mode=deploy_mode,
+                    # an application's run, also one first tried without Spark (dispatch)
+                    mode=RunMode.APPLICATION,
+                )
             )
 
     def _on_host(self, job: Job, host: FamilyHost, timeout_s: float) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,6 +19,8 @@ from sqlalchemy import Row, select, text
 from lakewarden.catalogs.regions import in_region_sql
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
+from lakewarden.formats.delta.native_rewrite import Ineligible, plan_ineligible
+from lakewarden.jobs.delta import run_native
 from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, run_job
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
@@ -74,7 +77,8 @@ _NEXT_PLANNED = text(
                t.id = (SELECT min(f.id) FROM tasks f
                        WHERE f.table_id = t.table_id
                          AND {sql_in("f.state", TaskState.PLANNED)}) AS oldest_of_table,
-               -- a Hudi or Delta table's job is always an application (applications.mode_of)
+               -- a Hudi or Delta table's job is always an application (applications.mode_of;
+               -- a Delta compaction that is a plain copy runs without Spark: runs_natively)
                CASE WHEN {sql_in("m.format", sorted(OWN_FAMILY_FORMATS))}
                     THEN '{RunMode.APPLICATION}'
                     ELSE coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
@@ -152,15 +156,24 @@ def _dispatch_reason(pick: Row[Any], task: Task) -> str:
     )
 
 
+def runs_natively(job: Job) -> bool:
+    """Whether the job runs on the scheduler's own thread without Spark first: a Delta
+    compaction whose plan asks for nothing but a copy of files
+    (`formats.delta.native_rewrite`; it may still turn out Spark's when it runs)."""
+    return job.format == "delta" and job.kind == "compaction" and plan_ineligible(job.plan) is None
+
+
 @dataclass
 class Inflight:
-    """A job this scheduler runs: its future, Spark job group and deadline."""
+    """A job this scheduler runs: its future, Spark job group and deadline; `stop` is set
+    when it is cancelled or past its deadline (a job without Spark asks it)."""
 
     future: Future[Any]
     group: str
     timeout_s: float
     deadline: float = 0.0
     timed_out: bool = False
+    stop: threading.Event | None = None
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout_s
@@ -176,6 +189,9 @@ class DispatchRounds(LeaseRounds):
     applications: Applications
     capacity: Capacity  # elastic pools' limits now (services.scheduler.capacity)
     wake: threading.Event
+    # Jobs tried without Spark that turned out Spark's: launched as applications by the
+    # next dispatch round (on the loop's thread, as every launch)
+    fallbacks: queue.SimpleQueue[tuple[Fence, Job]]
     _spark: SparkSession | None
     _spark_lock: threading.Lock
 
@@ -203,6 +219,7 @@ class DispatchRounds(LeaseRounds):
         """One dispatch round: up to DISPATCH_BATCH planned tasks, as many as the modes
         have room for, moved to running in one transaction (one fence check, one pick, one
         guarded move for all), then their jobs started. Whether any task was picked."""
+        self.launch_fallbacks()
         fence = self.leading()
         rooms = {
             RunMode.SESSION: max(0, self.rt.settings.max_concurrent_jobs - len(self.inflight)),
@@ -276,7 +293,9 @@ class DispatchRounds(LeaseRounds):
                         scheduler_id=me,
                         leader_epoch=fence.epoch,
                         spark_job_group=job.group,
-                        mode=mode_of(self.rt.settings, job.pool, job.format),
+                        mode=RunMode.SESSION
+                        if runs_natively(job)
+                        else mode_of(self.rt.settings, job.pool, job.format),
                     )
                     for job in jobs
                 )
@@ -296,12 +315,52 @@ class DispatchRounds(LeaseRounds):
                 job.ref.dotted,
                 job.attempt,
             )
-            if mode_of(self.rt.settings, job.pool, job.format) == RunMode.APPLICATION:
+            native = runs_natively(job)
+            if (
+                not native
+                and mode_of(self.rt.settings, job.pool, job.format) == RunMode.APPLICATION
+            ):
                 self.applications.launch(fence, job, job.timeout_s)
                 return
-        future = self.pool.submit(self._run_job, fence, job)
-        self.inflight[job.task_id] = Inflight(future, job.group, job.timeout_s)
+        stop = threading.Event() if native else None
+        run = functools.partial(self._run_native, stop) if stop is not None else self._run_job
+        future = self.pool.submit(run, fence, job)
+        self.inflight[job.task_id] = Inflight(future, job.group, job.timeout_s, stop=stop)
         future.add_done_callback(functools.partial(self._forget, job.task_id))
+
+    def _run_native(self, stop: threading.Event, fence: Fence, job: Job) -> str | None:
+        """The job without Spark (`jobs.delta.run_native`); one that turns out Spark's
+        is queued for its application (`fallbacks`), whose run says why."""
+        with log_context(**job.log_fields):
+
+            def stopped() -> str | None:
+                entry = self.inflight.get(job.task_id)
+                if not stop.is_set() or entry is None:
+                    return None
+                if entry.timed_out:
+                    return f"job exceeded its timeout of {entry.timeout_s:.0f}s and was cancelled"
+                return "the job was cancelled"
+
+            try:
+                return run_native(self.rt, lambda: fence, job, stopped)
+            except Ineligible as exc:
+                log.info("task %d: not without Spark (%s): its own application", job.task_id, exc)
+                self.fallbacks.put((fence, job))
+                self.wake.set()
+                return None
+            except Exception as exc:  # recording the outcome failed: say so on the run
+                log.exception("task %d: its run without Spark failed", job.task_id)
+                return finish_run(self.rt, fence, job.task_id, job.attempt, error=exc)
+
+    def launch_fallbacks(self) -> None:
+        """Launch the applications of the jobs that turned out Spark's (`_run_native`)."""
+        while True:
+            try:
+                fence, job = self.fallbacks.get_nowait()
+            except queue.Empty:
+                return
+            with log_context(**job.log_fields):
+                self.applications.launch(fence, job, job.timeout_s)
 
     def _forget(self, task_id: int, _future: Future[Any]) -> None:
         self.inflight.pop(task_id, None)
@@ -336,7 +395,7 @@ class DispatchRounds(LeaseRounds):
 
     def cancel_requested_jobs(self) -> None:
         """Cancel the Spark job groups of tasks cancelled through the API or past their timeout."""
-        if not self.inflight or self._spark is None:
+        if not self.inflight:
             return
         with round_transaction(self.rt.engine) as s:
             cancelled = set(
@@ -364,4 +423,7 @@ class DispatchRounds(LeaseRounds):
                 # would otherwise run on unbounded.
             else:
                 continue
-            self._spark.sparkContext.cancelJobGroup(entry.group)
+            if entry.stop is not None:  # a job without Spark: it asks before committing
+                entry.stop.set()
+            elif self._spark is not None:
+                self._spark.sparkContext.cancelJobGroup(entry.group)

@@ -18,6 +18,7 @@ commits once, at its end: a commit inside it raises
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import threading
 import time
@@ -70,6 +71,7 @@ class Scheduler(PeriodicRounds):
         # Set when there may be something to dispatch: a task was planned (NOTIFY, see
         # lakewarden.tasks.wakeup) or a job ended (a slot is free). The loop sleeps on it.
         self.wake = threading.Event()
+        self.fallbacks = queue.SimpleQueue()  # jobs tried without Spark that are Spark's
         # Elastic pools' capacity (pool_capacity): decided by its own ticker, read by dispatch.
         self.capacity = Capacity(rt, self.wake)
         self.warmed = threading.Event()  # the warm-up job ran (or failed, or is off)

@@ -220,8 +220,10 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
         json={"name": "dlake", "type": "delta", "properties": {"warehouse": str(warehouse)}},
     )
     assert got.status_code == 201, got.text
+    # Spark's OPTIMIZE (a plain copy is pyarrow's by default: test_delta_native.py)
+    spark_compaction = {"min_input_files": 3, "min_small_files": 3, "native_rewrite": False}
     policy = {
-        "compaction": {"min_input_files": 3, "min_small_files": 3},
+        "compaction": spark_compaction,
         "zorder": {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0},
         "clean": {"max_snapshot_age_hours": 1},
     }
@@ -273,6 +275,7 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert run.spark_app_id
     metrics = run.metrics or {}
     assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4
+    assert metrics["engine"] == {"engine": "spark", "reason": "compaction.native_rewrite is off"}
     compacted = int(metrics["committed_version"])
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
     assert metrics["validation"]["rows"] == 70 and metrics["validation"]["after_version"] == 7
@@ -375,8 +378,8 @@ def _a_failed_validation_is_restored(
     so of a rewrite that kept its rows) is undone by RESTORE to the version before it:
     the task fails for good, the run says what was restored, and delta-rs reads the
     table's files as before."""
-    compaction = {"compaction": {"min_input_files": 3, "min_small_files": 3}}
-    assert client.put(f"{TABLE}/policy", json=compaction).status_code == 200
+    spark = {"min_input_files": 3, "min_small_files": 3, "native_rewrite": False}
+    assert client.put(f"{TABLE}/policy", json={"compaction": spark}).status_code == 200
     for i in range(3):  # d2: three more small files, so compaction is due there
         write_deltalake(path, _batch(300 + 10 * i, "d2"), partition_by=["day"], mode="append")
     before = DeltaTimeline(path).versions()[-1]
@@ -835,7 +838,8 @@ def test_a_writer_deleting_and_updating_during_optimize_loses_nothing(
     for i in range(6):  # d1: six small files of ten rows
         write_deltalake(path, _batch(10 * i, "d1"), partition_by=["day"], mode="append")
     _catalog(client, warehouse)
-    _register(client, "events", {"compaction": {"min_input_files": 3, "min_small_files": 3}})
+    spark = {"min_input_files": 3, "min_small_files": 3, "native_rewrite": False}  # OPTIMIZE's
+    _register(client, "events", {"compaction": spark})
     before = {r[0]: r for r in _rows(path)}
     for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
         client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
