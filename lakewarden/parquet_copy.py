@@ -195,9 +195,10 @@ class Copied:
     files: list[tuple[str, int]]  # (location, size) of each file written
     read_cpu_s: float  # the calling thread's and the read-ahead threads'
     write_cpu_s: float  # the writer's: encoding and compressing
+    elsewhere_cpu_s: float  # what of both ran on threads other than the caller's
 
 
-class _Cpu:
+class ThreadCpu:
     """CPU seconds added up from several threads."""
 
     def __init__(self) -> None:
@@ -230,7 +231,7 @@ def copy(
     import pyarrow as pa
 
     started = time.thread_time()
-    read_ahead, write = _Cpu(), _Cpu()
+    read_ahead, write = ThreadCpu(), ThreadCpu()
 
     limit = max(1, int(limit))
     names = list(shape.schema.names)
@@ -309,13 +310,14 @@ def copy(
         reading.shutdown(wait=True, cancel_futures=True)
         writing.shutdown(wait=True)
     caller = time.thread_time() - started
+    elsewhere = read_ahead.seconds + write.seconds
     if small:  # the read-ahead and the writes ran on this thread: counted in `caller` too
-        caller -= read_ahead.seconds + write.seconds
-    return Copied(written, caller + read_ahead.seconds, write.seconds)
+        caller, elsewhere = caller - elsewhere, 0.0
+    return Copied(written, caller + read_ahead.seconds, write.seconds, elsewhere)
 
 
 def _row_groups(
-    paths: list[str], names: list[str], reading: Executor, cpu: _Cpu
+    paths: list[str], names: list[str], reading: Executor, cpu: ThreadCpu
 ) -> Iterator[tuple[Any, float]]:
     """Each input's row groups (only `names`) with its file's bytes per row, in order. A
     file under MAX_BUFFER_BYTES is read whole by `reading`, READ_AHEAD files ahead (small

@@ -55,6 +55,7 @@ from lakewarden.leader import Fence
 from lakewarden.object_store import hadoop_s3a, s3a_path
 from lakewarden.outcomes import PlanRejected, RewriteMismatch, VerificationFailed
 from lakewarden.runtime import Runtime
+from lakewarden.spark.cost import with_driver_cpu
 from lakewarden.spark.session import set_secrets
 from lakewarden.tasks.runs import finish_run
 
@@ -363,6 +364,8 @@ def run_native(
             metrics["conflict"] = str(exc)
         return finish_raised(rt, fence(), job, exc, metrics)
     metrics["seconds"] = round(time.monotonic() - started, 3)
+    # no Spark task ran: its cost is the CPU this process spent (`engine.driver_cpu_s`)
+    metrics["cost"] = with_driver_cpu({"executor_cpu_s": 0.0, "tasks": 0, "stages": 0}, metrics)
     state = finish_run(rt, fence(), job.task_id, job.attempt, metrics=metrics)
     log.info("task %d: %s without Spark %s", job.task_id, state, metrics)
     return state

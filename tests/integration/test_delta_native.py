@@ -352,10 +352,10 @@ def test_a_delta_compaction_runs_on_the_schedulers_thread_with_no_application(
     client: TestClient, scheduler: Scheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Dispatched, the compaction runs on the scheduler's pool thread: no application
-    launched, no Spark session, the run in session mode with the arrow engine and its
-    check; a rerun of a task whose commit is in the log finishes from it (never twice). A
-    table it turns out not to copy (a writer feature delta-rs is not trusted with) is
-    handed to its application, launched by the next dispatch round."""
+    launched, no Spark session, the run in session mode with the arrow engine, its check
+    and its CPU as its cost; a rerun of a task whose commit is in the log finishes from it
+    (never twice). A table it turns out not to copy (a writer feature delta-rs is not
+    trusted with) is handed to its application, launched by the next dispatch round."""
     launched: list[int] = []
     monkeypatch.setattr(
         scheduler.applications, "launch", lambda fence, job, timeout: launched.append(job.task_id)
@@ -373,6 +373,9 @@ def test_a_delta_compaction_runs_on_the_schedulers_thread_with_no_application(
     metrics = run.metrics or {}
     assert metrics["engine"]["engine"] == "arrow" and metrics["validation"]["status"] == "passed"
     assert metrics["files_removed"] == 8 and _files(path) == {"d1": 1, "d2": 1}
+    # its cost is the CPU this process spent (no Spark task counts it): on the costs page
+    cost = metrics["cost"]
+    assert cost["executor_cpu_s"] == cost["driver_cpu_s"] > 0 and cost["spark_task_cpu_s"] == 0
     assert _digest(path) == before
     commit = DeltaTimeline(path).find_job_commits(task_id)
     assert commit is not None and int(commit.id) == metrics["committed_version"]

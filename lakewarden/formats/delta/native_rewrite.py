@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
+from functools import partial
 from typing import Any
 
 from lakewarden import parquet_copy
@@ -297,7 +298,7 @@ def stats_of(local: str, columns: list[str]) -> str:
     )
 
 
-def _copy(selection: Selection, part: Part, base: str, target: int) -> list[tuple[str, int]]:
+def _copy(selection: Selection, part: Part, base: str, target: int) -> parquet_copy.Copied:
     """The partition's inputs copied into new files at the table's root (Delta's paths
     are the log's: a file need not sit in a partition's folder)."""
     shape = parquet_copy.Layout(selection.schema, CODEC, None, ROW_GROUP_BYTES)
@@ -305,7 +306,7 @@ def _copy(selection: Selection, part: Part, base: str, target: int) -> list[tupl
     def new_location() -> str:
         return f"{base}/part-00000-lakewarden-{uuid.uuid4()}-c000.snappy.parquet"
 
-    return parquet_copy.copy([s.local for s in part.inputs], shape, target, new_location).files
+    return parquet_copy.copy([s.local for s in part.inputs], shape, target, new_location)
 
 
 def _mismatches(selection: Selection, sums_in: dict[str, tuple[int, int]]) -> list[str]:
@@ -313,7 +314,7 @@ def _mismatches(selection: Selection, sums_in: dict[str, tuple[int, int]]) -> li
     columns = list(selection.schema.names)
     out = []
     for part in selection.parts:
-        got = parquet_copy.sums([loc for loc, _ in part.outputs], columns)
+        got = parquet_copy.sums([loc for loc, _ in part.outputs], columns, threads=1)
         if got != sums_in[part.key]:
             out.append(
                 f"partition {part.key or '(table)'}: {sums_in[part.key][0]} rows (checksum "
@@ -345,6 +346,9 @@ def compact(
 
     seconds: dict[str, float] = {}
     started = time.perf_counter()
+    # Its CPU (the run's cost: no Spark task counts it): this thread's, DuckDB's on it
+    # (threads=1), and the copy's and input sums' threads
+    cpu_started, elsewhere = time.thread_time(), parquet_copy.ThreadCpu()
     chosen = selection if selection is not None else select(path, plan, storage)
     seconds["plan"] = time.perf_counter() - started
     engine: dict[str, Any] = {"engine": "arrow", "partitions": len(chosen.parts)}
@@ -367,12 +371,17 @@ def compact(
         # tiny inputs one after the other (a thread costs more than it saves)
         small = sum(s.size for p in chosen.parts for s in p.inputs) <= parquet_copy.INLINE_BYTES
         with parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=1) as hashing:
+            hash_inputs = parquet_copy.sums
+            if not small:  # on the hashing thread: its CPU counted there
+                hash_inputs = partial(elsewhere.timed, parquet_copy.sums)
             summed = {
-                p.key: hashing.submit(parquet_copy.sums, [s.local for s in p.inputs], columns)
+                p.key: hashing.submit(hash_inputs, [s.local for s in p.inputs], columns, 1)
                 for p in chosen.parts
             }
             for part in chosen.parts:
-                part.outputs = _copy(chosen, part, base, target)
+                copied = _copy(chosen, part, base, target)
+                part.outputs = copied.files
+                elsewhere.seconds += copied.elsewhere_cpu_s
             if corrupt:
                 _drop_a_row(chosen.parts[0].outputs[0][0])
             seconds["copy"] = time.perf_counter() - copying
@@ -441,6 +450,7 @@ def compact(
         _forget_unless_committed(path, storage, mark, chosen)
         raise
     engine["seconds"] = _rounded(seconds)
+    engine["driver_cpu_s"] = round(time.thread_time() - cpu_started + elsewhere.seconds, 3)
     commit = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]))
     assert commit is not None  # delta-rs returned: it committed
     metrics.update(
