@@ -69,3 +69,27 @@ def digest(path: str, version: int | None = None) -> Digest:
     """Rows and checksum at `version` as DuckDB reads them (`formats.digest`, as validation
     computes them from delta-rs)."""
     return digest_rows(read(path, version))
+
+
+def agreed_digest(path: str, version: int | None = None) -> Digest:
+    """Rows and checksum at `version` (None: the latest; deletion vectors applied) as
+    delta-rs' scan reads them (as validation does), checked against DuckDB's Delta
+    extension."""
+    from deltalake import DeltaTable
+
+    from lakewarden.formats.delta.validation import digest as validation_digest
+
+    version = DeltaTable(path, version=version).version()
+    ours = validation_digest(path, version)
+    assert ours == digest(path, version), "delta-rs and DuckDB disagree"
+    return ours
+
+
+def files_per_day(path: str) -> dict[str, int]:
+    """Live files per `day` partition, read by delta-rs."""
+    from deltalake import DeltaTable
+
+    found: dict[str, int] = {}
+    for row in pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist():
+        found[row["partition.day"]] = found.get(row["partition.day"], 0) + 1
+    return found

@@ -28,6 +28,8 @@ import duckdb_delta
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from duckdb_delta import agreed_digest as _digest
+from duckdb_delta import files_per_day as _files
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
 from spark_writer import SparkWriters
@@ -38,8 +40,7 @@ from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.timeline import DeltaTimeline
-from lakewarden.formats.delta.validation import digest
-from lakewarden.formats.digest import Digest, digest_rows
+from lakewarden.formats.digest import digest_rows
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -77,23 +78,6 @@ def _rows(path: str, version: int | None = None) -> list[tuple[Any, ...]]:
         got.append(sorted(zip(*columns, strict=True)))
     assert got[0] == got[1], "delta-rs and DuckDB read different rows"
     return got[0]
-
-
-def _digest(path: str, version: int | None = None) -> Digest:
-    """Rows and checksum at `version` (deletion vectors applied) as delta-rs' scan reads
-    them (as validation does), checked against DuckDB's Delta extension."""
-    table = DeltaTable(path, version=version)
-    ours = digest(path, table.version())
-    assert ours == duckdb_delta.digest(path, table.version()), "delta-rs and DuckDB disagree"
-    return ours
-
-
-def _files(path: str) -> dict[str, int]:
-    """Live files per day partition, read by delta-rs."""
-    found: dict[str, int] = {}
-    for row in pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist():
-        found[row["partition.day"]] = found.get(row["partition.day"], 0) + 1
-    return found
 
 
 def _live_paths(path: str) -> list[str]:

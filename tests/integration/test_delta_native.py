@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import duckdb_delta
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from duckdb_delta import agreed_digest as _digest
+from duckdb_delta import files_per_day as _files
 from fastapi.testclient import TestClient
 from helpers import task_of, wait_for
 from spark_writer import SparkWriters
@@ -27,8 +28,6 @@ from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta import native_rewrite
 from lakewarden.formats.delta.native_rewrite import Conflict, Ineligible, Part, Selection
 from lakewarden.formats.delta.timeline import DeltaTimeline
-from lakewarden.formats.delta.validation import digest
-from lakewarden.formats.digest import Digest
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
@@ -73,21 +72,6 @@ def _table(path: Path, files: int = 4, conf: dict[str, str] | None = None) -> st
                 configuration=conf,
             )
     return str(path)
-
-
-def _digest(path: str, version: int | None = None) -> Digest:
-    """delta-rs' rows and checksum at `version`, which DuckDB's Delta extension agrees with."""
-    version = DeltaTable(path, version=version).version()
-    ours = digest(path, version)
-    assert ours == duckdb_delta.digest(path, version), "delta-rs and DuckDB disagree"
-    return ours
-
-
-def _files(path: str) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for row in pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist():
-        found[row["partition.day"]] = found.get(row["partition.day"], 0) + 1
-    return found
 
 
 def _on_disk(path: str) -> set[str]:
