@@ -29,6 +29,7 @@ from lakewarden.formats.delta import native_rewrite
 from lakewarden.formats.delta.native_rewrite import Conflict, Ineligible, Part, Selection
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.outcomes import RewriteMismatch
+from lakewarden.parquet_copy import Copied
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.settings import Settings
@@ -159,7 +160,7 @@ def _null_moved(t: pa.Table) -> pa.Table:
 
 # Issue 30's mutations of a rewrite (those that apply: the native path takes no deletion
 # vector): each wraps the partition copy (`native_rewrite._copy`) to corrupt what it writes.
-MUTATIONS: dict[str, Callable[[Any, Selection, Part, str, int], list[tuple[str, int]]]] = {
+MUTATIONS: dict[str, Callable[[Any, Selection, Part, str, int], Copied]] = {
     "a file dropped": lambda copy, s, p, b, t: copy(s, Part(p.key, p.values, p.inputs[1:]), b, t),
     "a file doubled": lambda copy, s, p, b, t: copy(
         s, Part(p.key, p.values, [*p.inputs, p.inputs[0]]), b, t
@@ -176,9 +177,9 @@ MUTATIONS: dict[str, Callable[[Any, Selection, Part, str, int], list[tuple[str, 
 }
 
 
-def _then(written: list[tuple[str, int]], change: Callable[[pa.Table], pa.Table]) -> Any:
-    _rewrite_output(written[0][0], change)
-    return written
+def _then(copied: Copied, change: Callable[[pa.Table], pa.Table]) -> Copied:
+    _rewrite_output(copied.files[0][0], change)
+    return copied
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
@@ -434,7 +435,7 @@ def test_a_reader_never_sees_a_corrupted_rewrite(
     copy = native_rewrite._copy
     writing = threading.Event()
 
-    def dropped(s: Selection, p: Part, b: str, t: int) -> list[tuple[str, int]]:
+    def dropped(s: Selection, p: Part, b: str, t: int) -> Copied:
         writing.set()
         return MUTATIONS["a file dropped"](copy, s, p, b, t)
 
