@@ -52,6 +52,7 @@ from lakewarden.formats.delta import incremental
 from lakewarden.formats.delta.catalog import open_timeline
 from lakewarden.formats.delta.facts import DeltaFacts, read_facts
 from lakewarden.formats.delta.log_files import EXPIRED_LOG_CLEANUP, interval_hours
+from lakewarden.formats.delta.native_rewrite import plan_ineligible
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import delta_pins, delta_stats, delta_ttl
@@ -533,16 +534,18 @@ def plan(
     if not found.needed:
         return PlanOutcome(None, reason)
     partitioned = bool(facts.partition_columns) and kind != "clean"
-    return PlanOutcome(
-        {
-            "format": "delta",
-            "path": facts.path,
-            "version": facts.version,
-            # null: the whole table (unpartitioned, or clean)
-            "partitions": [facts.partition_values[k] for k in due] if partitioned else None,
-            "files_before": facts.files,
-            **extra,
-            "metrics": found.metrics,
-        },
-        reason,
-    )
+    plan = {
+        "format": "delta",
+        "path": facts.path,
+        "version": facts.version,
+        # null: the whole table (unpartitioned, or clean)
+        "partitions": [facts.partition_values[k] for k in due] if partitioned else None,
+        "files_before": facts.files,
+        **extra,
+        "metrics": found.metrics,
+    }
+    if kind == "compaction":
+        # run on the scheduler's thread with no JVM, so dispatched into its session room,
+        # not an application's (it may still turn out Spark's when it runs)
+        plan["without_spark"] = plan_ineligible(plan) is None
+    return PlanOutcome(plan, reason)

@@ -77,9 +77,13 @@ _NEXT_PLANNED = text(
                t.id = (SELECT min(f.id) FROM tasks f
                        WHERE f.table_id = t.table_id
                          AND {sql_in("f.state", TaskState.PLANNED)}) AS oldest_of_table,
-               -- a Hudi or Delta table's job is always an application (applications.mode_of;
-               -- a Delta compaction that is a plain copy runs without Spark: runs_natively)
-               CASE WHEN {sql_in("m.format", sorted(OWN_FAMILY_FORMATS))}
+               -- a Hudi or Delta table's job is always an application (applications.mode_of)
+               -- but a Delta compaction that is a plain copy, which runs on this
+               -- scheduler's thread without Spark (runs_natively)
+               CASE WHEN m.format = 'delta' AND t.kind = 'compaction'
+                         AND coalesce((t.plan->>'without_spark')::boolean, false)
+                    THEN '{RunMode.SESSION}'
+                    WHEN {sql_in("m.format", sorted(OWN_FAMILY_FORMATS))}
                     THEN '{RunMode.APPLICATION}'
                     ELSE coalesce(CAST(:pool_modes AS jsonb) ->> t.pool, '{RunMode.SESSION}')
                END AS mode
@@ -158,9 +162,15 @@ def _dispatch_reason(pick: Row[Any], task: Task) -> str:
 
 def runs_natively(job: Job) -> bool:
     """Whether the job runs on the scheduler's own thread without Spark first: a Delta
-    compaction whose plan asks for nothing but a copy of files
-    (`formats.delta.native_rewrite`; it may still turn out Spark's when it runs)."""
-    return job.format == "delta" and job.kind == "compaction" and plan_ineligible(job.plan) is None
+    compaction whose plan asks for nothing but a copy of files (`without_spark`, which its
+    planner set from `formats.delta.native_rewrite.plan_ineligible`; the dispatch query
+    reads the same key; it may still turn out Spark's when it runs)."""
+    return (
+        job.format == "delta"
+        and job.kind == "compaction"
+        and bool(job.plan.get("without_spark"))
+        and plan_ineligible(job.plan) is None
+    )
 
 
 @dataclass

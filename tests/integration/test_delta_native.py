@@ -340,11 +340,14 @@ def test_a_delta_compaction_runs_on_the_schedulers_thread_with_no_application(
     launched, no Spark session, the run in session mode with the arrow engine, its check
     and its CPU as its cost; a rerun of a task whose commit is in the log finishes from it
     (never twice). A table it turns out not to copy (a writer feature delta-rs is not
-    trusted with) is handed to its application, launched by the next dispatch round."""
+    trusted with) is handed to its application, launched by the next dispatch round. It
+    is dispatched into the scheduler's session room, with no application slot free."""
     launched: list[int] = []
     monkeypatch.setattr(
         scheduler.applications, "launch", lambda fence, job, timeout: launched.append(job.task_id)
     )
+    # every application slot taken: a job without Spark takes a session slot, not one
+    monkeypatch.setattr(scheduler.applications, "room", lambda: 0)
     warehouse = tmp_path / "wh"
     path = _table(warehouse / "lake" / "events")
     before = _digest(path)
