@@ -363,8 +363,9 @@ class DispatchRounds(LeaseRounds):
                 return finish_run(self.rt, fence, job.task_id, job.attempt, error=exc)
 
     def launch_fallbacks(self) -> None:
-        """Launch the applications of the jobs that turned out Spark's (`_run_native`)."""
-        while True:
+        """Launch the applications of the jobs that turned out Spark's (`_run_native`), as
+        many as max_concurrent_applications has room for (the rest wait for a later round)."""
+        while self.applications.room() > 0:
             try:
                 fence, job = self.fallbacks.get_nowait()
             except queue.Empty:

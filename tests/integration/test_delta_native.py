@@ -340,8 +340,9 @@ def test_a_delta_compaction_runs_on_the_schedulers_thread_with_no_application(
     launched, no Spark session, the run in session mode with the arrow engine, its check
     and its CPU as its cost; a rerun of a task whose commit is in the log finishes from it
     (never twice). A table it turns out not to copy (a writer feature delta-rs is not
-    trusted with) is handed to its application, launched by the next dispatch round. It
-    is dispatched into the scheduler's session room, with no application slot free."""
+    trusted with) is handed to its application, launched by the next dispatch round with an
+    application slot free. It is dispatched into the scheduler's session room, with no
+    application slot free."""
     launched: list[int] = []
     monkeypatch.setattr(
         scheduler.applications, "launch", lambda fence, job, timeout: launched.append(job.task_id)
@@ -392,6 +393,9 @@ def test_a_delta_compaction_runs_on_the_schedulers_thread_with_no_application(
     task_id = _compaction(client, scheduler, "nested")
     assert scheduler.dispatch_once()
     wait_for(lambda: scheduler.fallbacks.qsize() or None, 60, "handed to Spark")
+    scheduler.dispatch_once()
+    assert launched == []  # no application slot free: it waits for one
+    monkeypatch.setattr(scheduler.applications, "room", lambda: 1)
     scheduler.dispatch_once()
     assert launched == [task_id]
     assert task_of(scheduler.rt, task_id).state == "running"  # its application's now
