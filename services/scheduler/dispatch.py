@@ -229,13 +229,15 @@ class DispatchRounds(LeaseRounds):
         """One dispatch round: up to DISPATCH_BATCH planned tasks, as many as the modes
         have room for, moved to running in one transaction (one fence check, one pick, one
         guarded move for all), then their jobs started. Whether any task was picked."""
-        self.launch_fallbacks()
         fence = self.leading()
+        if fence is None:  # a deposed leader launches nothing, not even what it tried
+            return False
+        self.launch_fallbacks()
         rooms = {
             RunMode.SESSION: max(0, self.rt.settings.max_concurrent_jobs - len(self.inflight)),
             RunMode.APPLICATION: self.applications.room(),
         }
-        if fence is None or not any(rooms.values()):
+        if not any(rooms.values()):
             return False
         me = self.rt.process_id
         try:
