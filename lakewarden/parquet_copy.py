@@ -24,7 +24,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from lakewarden.formats.digest import row_hash
+from lakewarden.formats.digest import cursor, row_hash
 
 # The checksum both sides of an Arrow rewrite's validation use.
 HASHER = "duckdb"
@@ -125,28 +125,11 @@ def hash_written(location: str, size: int, columns: list[str]) -> Written:
     return Written(location, size, rows, checksum, stat)
 
 
-# DuckDB's in-memory databases, one per `threads` setting, each query on a cursor of its own:
-# a new database costs ~14-20 ms of CPU (B16's 30 groups opened 60), a cursor ~0.2 ms.
-_DATABASES: dict[int | None, Any] = {}
-_OPENING = threading.Lock()
-
-
-def _cursor(threads: int | None) -> Any:
-    import duckdb
-
-    with _OPENING:
-        database = _DATABASES.get(threads)
-        if database is None:
-            database = duckdb.connect(config={"threads": threads} if threads else {})
-            _DATABASES[threads] = database
-    return database.cursor()  # a connection of its own: one per thread, as DuckDB asks
-
-
 def _query(
     paths: list[str], columns: list[str], per_file: bool, threads: int | None = None
 ) -> list[tuple[Any, ...]]:
     hashed = row_hash(columns)
-    con = _cursor(threads)
+    con = cursor(threads)
     try:
         if per_file:
             sql = (
