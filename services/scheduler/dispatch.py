@@ -19,7 +19,7 @@ from sqlalchemy import Row, select, text
 from lakewarden.catalogs.regions import in_region_sql
 from lakewarden.db.models import JobRun, ManagedTable, Task
 from lakewarden.db.session import round_transaction
-from lakewarden.formats.delta.native_rewrite import Ineligible, plan_ineligible
+from lakewarden.formats.delta.native_rewrite import Ineligible
 from lakewarden.jobs.delta import run_native
 from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, run_job
 from lakewarden.leader import Fence, FencedOut, check_fence
@@ -165,12 +165,8 @@ def runs_natively(job: Job) -> bool:
     compaction whose plan asks for nothing but a copy of files (`without_spark`, which its
     planner set from `formats.delta.native_rewrite.plan_ineligible`; the dispatch query
     reads the same key; it may still turn out Spark's when it runs)."""
-    return (
-        job.format == "delta"
-        and job.kind == "compaction"
-        and bool(job.plan.get("without_spark"))
-        and plan_ineligible(job.plan) is None
-    )
+    native = bool(job.plan.get("without_spark"))
+    return job.format == "delta" and job.kind == "compaction" and native
 
 
 @dataclass
