@@ -226,6 +226,8 @@ class TimelineEvent(Base):
     # What policy evaluation made of this event: "task:<id>", "no-action", ...
     decision: Mapped[str | None] = mapped_column(String(32))
     decision_detail: Mapped[dict[str, Any] | None]
+    # Commits before this one that were never read (lakewarden.events.ingest.gap_before).
+    gap_before: Mapped[dict[str, Any] | None]
 
     @property
     def commit(self) -> str:

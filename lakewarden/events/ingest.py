@@ -8,6 +8,7 @@ and only the inserter evaluates it, so each commit is evaluated once.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
@@ -28,6 +29,8 @@ MAX_WALK = 1000
 # commit), then twice as many each round, up to MAX_CHUNK.
 FIRST_CHUNK = 8
 MAX_CHUNK = 256
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -133,9 +136,10 @@ def unseen_of(session: Session, walks: list[tuple[int, TableRead, int]]) -> list
 _INSERT_EVENTS = text(
     """
     INSERT INTO timeline_events (table_id, snapshot_id, parent_snapshot_id, sequence_number,
-        operation, summary, metadata_location, source, committed_at)
+        operation, summary, metadata_location, source, committed_at, gap_before)
     SELECT (u.e->>0)::bigint, (u.e->>1)::bigint, (u.e->>2)::bigint, (u.e->>3)::bigint,
-        u.e->>4, (u.e->5)::jsonb, u.e->>6, :source, (u.e->>7)::timestamptz
+        u.e->>4, (u.e->5)::jsonb, u.e->>6, :source, (u.e->>7)::timestamptz,
+        CASE WHEN json_typeof(u.e->8) = 'object' THEN (u.e->8)::jsonb END
     FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS u(e, n)
     ORDER BY u.n
     ON CONFLICT (table_id, snapshot_id) DO NOTHING
@@ -145,11 +149,16 @@ _INSERT_EVENTS = text(
 
 
 def insert_events(
-    session: Session, events: list[tuple[int, Snapshot, str | None]], *, source: str
+    session: Session,
+    events: list[tuple[int, Snapshot, str | None]],
+    *,
+    source: str,
+    gaps: dict[tuple[int, int], dict[str, Any]] | None = None,
 ) -> dict[int, list[int]]:
     """Insert one event per (table id, snapshot, metadata location) in one statement (of
     one text, whatever the count), in the order given (ids follow it); the ids inserted,
-    by table (a (table, snapshot) already known is skipped)."""
+    by table (a (table, snapshot) already known is skipped). `gaps`: the `gap_before` of
+    an event, by (table id, snapshot id)."""
     if not events:
         return {}
     rows = []
@@ -165,6 +174,7 @@ def insert_events(
                 f["summary"],
                 location,
                 f["committed_at"].isoformat(),
+                (gaps or {}).get((table_id, snap.snapshot_id)),
             ]
         )
     out: dict[int, list[int]] = {}
@@ -184,6 +194,85 @@ _MOVE_ROWS = text(
     WHERE m.id = u.id
     """
 )
+
+
+_RECORDED_SEQUENCES = text(
+    """
+    SELECT e.table_id, e.snapshot_id, e.sequence_number FROM timeline_events e
+    JOIN unnest(CAST(:table_ids AS bigint[]), CAST(:snapshot_ids AS bigint[])) AS u(t, s)
+      ON e.table_id = u.t AND e.snapshot_id = u.s
+    """
+)
+
+
+def gaps_before(
+    session: Session, syncs: list[Sync], unseen: list[list[Snapshot]]
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """The gap before each sync's oldest unseen commit, by (table id, snapshot id): commits
+    between it and the last one recorded that can never be read again (they expired from
+    the table's metadata before lakewarden read it, or lie past the walk's bound). The
+    event says so (`gap_before`) rather than let the timeline look whole.
+
+    Only a walk that ran out of history without reaching a recorded commit is looked at
+    (rare: a listener behind by more than the table's snapshot expiry), in one statement
+    for every such table. A gap is certain when the oldest unseen commit names a parent
+    never recorded (Java's expiry keeps parent ids); when it names none (pyiceberg's expiry
+    drops them, as does a replaced table's history), the sequence numbers tell: the
+    commits between the last recorded one and it, less the other branches' still in the
+    metadata (a format-1 table has none: no gap is claimed)."""
+    candidates: list[tuple[Sync, list[Snapshot]]] = []
+    for s, snaps in zip(syncs, unseen, strict=True):
+        if not snaps or s.max_walk <= 1 or s.row.current_snapshot_id is None:
+            continue  # nothing new, a first read (history not replayed), or nothing before
+        parent = snaps[-1].parent_snapshot_id
+        if len(snaps) < s.max_walk and parent is not None and s.table.snapshot_by_id(parent):
+            continue  # the walk stopped at a recorded commit (the common case: no query)
+        candidates.append((s, snaps))
+    if not candidates:
+        return {}
+    pairs = [
+        (s.row.id, i)
+        for s, snaps in candidates
+        for i in (s.row.current_snapshot_id, snaps[-1].parent_snapshot_id)
+        if i is not None
+    ]
+    recorded = {
+        (t, snap): seq
+        for t, snap, seq in session.execute(
+            _RECORDED_SEQUENCES,
+            {"table_ids": [t for t, _ in pairs], "snapshot_ids": [i for _, i in pairs]},
+        )
+    }
+    gaps: dict[tuple[int, int], dict[str, Any]] = {}
+    for s, snaps in candidates:
+        oldest, table_id = snaps[-1], s.row.id
+        gap: dict[str, Any] = {"last_recorded_snapshot_id": s.row.current_snapshot_id}
+        parent = oldest.parent_snapshot_id
+        if parent is not None:
+            if (table_id, parent) in recorded:
+                continue  # recorded, then expired: the timeline is whole
+            gap["missing_parent_snapshot_id"] = parent
+            gap["why"] = (
+                f"more than {s.max_walk} new commits: older ones are past the walk's bound"
+                if len(snaps) >= s.max_walk
+                else "its parent had expired from the table's metadata before it was read"
+            )
+        else:
+            last = recorded.get((table_id, s.row.current_snapshot_id))
+            if not last or not oldest.sequence_number:
+                continue  # format 1: no sequence numbers to tell by
+            between = range(last + 1, oldest.sequence_number)
+            elsewhere = sum(1 for x in s.table.metadata.snapshots if x.sequence_number in between)
+            missing = len(between) - elsewhere
+            if missing <= 0:
+                continue  # a history that starts anew (a replaced table), or branches'
+            gap["missing_commits_at_most"] = missing
+            gap["why"] = (
+                f"sequence numbers {last + 1} to {oldest.sequence_number - 1} were never "
+                "read: expired from the table's metadata before it was read"
+            )
+        gaps[(table_id, oldest.snapshot_id)] = gap
+    return gaps
 
 
 def sync_table(
@@ -212,6 +301,7 @@ def sync_tables(session: Session, syncs: list[Sync], *, source: str) -> list[Ing
         if s.row.metadata_location is None or s.table.metadata_location != s.row.metadata_location
     ]
     unseen = unseen_of(session, [(s.row.id, s.table, s.max_walk) for s in moved])
+    gaps = gaps_before(session, moved, unseen)
     events: list[tuple[int, Snapshot, str | None]] = []
     for s, snaps in zip(moved, unseen, strict=True):
         current = s.table.current_snapshot()
@@ -219,7 +309,14 @@ def sync_tables(session: Session, syncs: list[Sync], *, source: str) -> list[Ing
             is_current = current is not None and snap.snapshot_id == current.snapshot_id
             location = s.table.metadata_location if is_current else None
             events.append((s.row.id, snap, location))
-    new_ids = insert_events(session, events, source=source)
+    new_ids = insert_events(session, events, source=source, gaps=gaps)
+    for (table_id, snap_id), gap in gaps.items():
+        log.warning(
+            "table %d: commits before snapshot %d were never read (%s)",
+            table_id,
+            snap_id,
+            gap["why"],
+        )
     if moved:
         currents = [s.table.current_snapshot() for s in moved]
         session.execute(

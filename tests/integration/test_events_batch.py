@@ -295,6 +295,55 @@ def test_the_walk_is_bounded_by_max_walk(rt: Runtime) -> None:
     assert [x.snapshot_id for x in got] == _commits(table)[::-1][:10]
 
 
+def test_commits_expired_before_they_were_read_leave_a_gap_marker(
+    client: TestClient, rt: Runtime
+) -> None:
+    """A listener that falls behind by more than the table's snapshot expiry: the commits
+    that expired unread can never be recorded, and the first one recorded after them says
+    so (it looked whole before); commits expired after they were recorded leave no gap."""
+    table = make_table(rt)
+    _register(client)
+    table = append_batches(table, 2, rows=2)
+    assert len(_sync(rt, table)) == 2
+    seen = current(table).snapshot_id
+    table = append_batches(table, 3, rows=2, start=100)  # nobody hears these three
+    table.maintenance.expire_snapshots().by_ids(_commits(table)[:4]).commit()
+    table = table.refresh()
+    new = _sync(rt, table)
+    assert len(new) == 1
+    with transaction(rt.engine) as s:
+        events = {e.snapshot_id: e for e in s.scalars(select(TimelineEvent))}
+    (after,) = [e for e in events.values() if e.id in new]
+    # pyiceberg's expiry drops the survivor's parent id: the sequence numbers tell.
+    assert after.gap_before == {
+        "last_recorded_snapshot_id": seen,
+        "missing_commits_at_most": 2,
+        "why": "sequence numbers 3 to 4 were never read: expired from the table's metadata "
+        "before it was read",
+    }
+    assert [e.gap_before for e in events.values() if e.id not in new] == [None, None]
+    page = client.get("/api/v1/tables/sales/orders/events").json()
+    assert page["items"][0]["gap_before"]["missing_commits_at_most"] == 2
+    # The next commit follows a recorded one, expired before the read too: no gap.
+    table = append_batches(table, 1, rows=2, start=1000)
+    table.maintenance.expire_snapshots().by_id(after.snapshot_id).commit()
+    (latest,) = _sync(rt, table.refresh())
+    latest_snapshot = current(table).snapshot_id
+    with transaction(rt.engine) as s:
+        assert s.get(TimelineEvent, latest).gap_before is None  # type: ignore[union-attr]
+    # More new commits than the walk's bound: the older ones are past it, and named.
+    table = append_batches(table.refresh(), 5, rows=2, start=2000)
+    with transaction(rt.engine) as s:
+        row = s.scalars(select(ManagedTable)).one()
+        bounded = sync_table(s, row, table, source="test", max_walk=3).new_event_ids
+        first = s.get(TimelineEvent, bounded[0])
+        assert first is not None and first.gap_before == {
+            "last_recorded_snapshot_id": latest_snapshot,
+            "missing_parent_snapshot_id": _commits(table)[-4],
+            "why": "more than 3 new commits: older ones are past the walk's bound",
+        }
+
+
 # Every commit of these tables calls for compaction (each writes 2 small files).
 EAGER = {"compaction": {"min_small_files": 2, "min_input_files": 2}}
 

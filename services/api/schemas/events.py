@@ -136,6 +136,12 @@ class EventOut(ResponseModel):
     received_at: datetime
     decision: str | None
     decision_detail: dict[str, Any] | None
+    gap_before: dict[str, Any] | None = Field(
+        default=None,
+        description="set when commits between this one and the last recorded were never "
+        "read (expired from the table's metadata before lakewarden read it, or past the "
+        "walk's bound): the last recorded snapshot, the missing parent, and why",
+    )
 
 
 class EventAccepted(ResponseModel):
