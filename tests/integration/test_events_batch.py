@@ -324,6 +324,8 @@ def test_commits_expired_before_they_were_read_leave_a_gap_marker(
     assert [e.gap_before for e in events.values() if e.id not in new] == [None, None]
     page = client.get("/api/v1/tables/sales/orders/events").json()
     assert page["items"][0]["gap_before"]["missing_commits_at_most"] == 2
+    ui = client.get(f"/ui/t/{rt.settings.catalog_name}/sales/orders")
+    assert ui.status_code == 200 and "commits never read before this one" in ui.text
     # The next commit follows a recorded one, expired before the read too: no gap.
     table = append_batches(table, 1, rows=2, start=1000)
     table.maintenance.expire_snapshots().by_id(after.snapshot_id).commit()
