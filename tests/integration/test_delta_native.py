@@ -466,11 +466,28 @@ def test_a_reader_never_sees_a_corrupted_rewrite(
     assert writing.is_set() and seen and set(seen) == {rows}, set(seen)
 
 
-def _spark_sums(spark_writers: SparkWriters, path: str) -> tuple[int, int]:
-    """Spark's own read of the table: rows and the sum of its hash of every column."""
+def _newest_adds(path: str) -> list[dict[str, Any]]:
+    """The add actions of the table's newest commit."""
+    newest = max((Path(path) / "_delta_log").glob("*.json"))
+    return [a["add"] for a in map(json.loads, newest.read_text().splitlines()) if "add" in a]
+
+
+def _spark_sums(spark_writers: SparkWriters, path: str) -> tuple[int, ...]:
+    """Spark's own read of the table: rows and the sum of its hash of every column; then
+    the rows at the ends of `ts` and `amount`, found by filters Spark skips files by (a
+    file whose statistics' bounds were wrong would be skipped, its rows missed)."""
     sql = f"SELECT count(*) AS n, sum(hash(id, day, ts, v, amount)) AS h FROM delta.`{path}`"
-    (row,) = spark_writers.run("delta", [{"sql": sql}])[0]
-    return int(row["n"]), int(row["h"])
+    edges = [
+        "ts = timestamp_seconds(1700000000)",
+        "ts = timestamp_seconds(1700000000 + 39 * 3600)",
+        "amount = CAST(0 AS DECIMAL(10, 2))",
+        "amount = CAST(5.57 AS DECIMAL(10, 2))",
+    ]
+    steps = [{"sql": sql}] + [
+        {"sql": f"SELECT count(*) AS n FROM delta.`{path}` WHERE {e}"} for e in edges
+    ]
+    (row,), *counts = spark_writers.run("delta", steps)
+    return int(row["n"]), int(row["h"]), *(int(c[0]["n"]) for c in counts)
 
 
 @pytest.mark.spark
@@ -513,6 +530,11 @@ def test_sparks_tables_are_compacted_without_spark_and_the_rest_by_its_applicati
     assert metrics["engine"]["engine"] == "arrow", metrics
     assert _files(path) == {"d1": 1, "d2": 1}
     assert _digest(path) == before and _spark_sums(spark_writers, path) == spark_before
+    assert spark_before[2:] == (1, 1, 1, 1)  # each edge found, before and after
+    (stats,) = [
+        json.loads(a["stats"]) for a in _newest_adds(path) if a["partitionValues"]["day"] == "d2"
+    ]
+    assert "ts" in stats["maxValues"] and "amount" in stats["maxValues"]  # bounds kept
 
     # Not a plain copy: handed to its application, which runs Spark's OPTIMIZE
     rt = scheduler.rt

@@ -33,7 +33,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -237,17 +238,32 @@ def select(
     return Selection(version, table, schema, columns, _stats_columns(config, schema.names), parts)
 
 
-def _json_value(value: Any) -> Any:
-    """A footer's min or max as Delta's statistics spell it; None: not kept (timestamps'
-    millisecond rounding, decimals, bytes, booleans, NaN, long strings)."""
-    if isinstance(value, bool) or value is None:
+def _json_value(value: Any, upper: bool) -> Any:
+    """A footer's min (`upper` False) or max as Delta's statistics spell it (as delta-rs
+    writes them); None: no bound kept (bytes, NaN, long strings, a decimal without an exact
+    JSON number). A timestamp is kept to the millisecond, rounded outwards (a min down, a
+    max up), so a reader skipping files by it never skips a file holding the value."""
+    if value is None:
         return None
+    if isinstance(value, bool):
+        return value
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
         return value if len(value) <= STRING_STATS_CHARS else None
+    if isinstance(value, Decimal):
+        number = float(value)
+        return number if math.isfinite(number) and Decimal(repr(number)) == value else None
+    if isinstance(value, datetime):
+        millis = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if upper and millis != value:
+            millis += timedelta(milliseconds=1)
+        if value.tzinfo is None:  # timestamp_ntz
+            return millis.strftime("%Y-%m-%d %H:%M:%S.") + f"{millis.microsecond // 1000:03d}"
+        utc = millis.astimezone(UTC)
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
     if type(value) is date:
         return value.isoformat()
     return None
@@ -279,7 +295,10 @@ def stats_of(local: str, columns: list[str]) -> str:
             if not bounded:
                 continue
             if s.has_min_max:
-                a, b = _json_value(s.min), _json_value(s.max)
+                try:
+                    a, b = _json_value(s.min, False), _json_value(s.max, True)
+                except ValueError:  # a value Python cannot hold (nanoseconds): no bounds
+                    a = b = None
                 if a is None or b is None:
                     bounded = False  # no exact JSON form: no bounds, the nulls still count
                     continue
