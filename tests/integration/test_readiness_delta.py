@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
-from helpers import Receiver, lead, readiness_rows
+from helpers import Receiver, lead, past_quiet, readiness_rows
 from sqlalchemy import update
 
 from lakewarden.db.models import ManagedTable, PartitionReadiness, Task
@@ -36,12 +36,6 @@ D1, D2 = date(2026, 11, 23), date(2026, 11, 24)
 
 def _rows(ids: range, day: date) -> pa.Table:
     return pa.table({"id": list(ids), "day": [day] * len(ids), "v": [i * 10 for i in ids]})
-
-
-def _soon() -> datetime:
-    """A round's now just past the quiet time (delta-rs commits and the round read the log
-    within the same few milliseconds)."""
-    return datetime.now(UTC) + timedelta(seconds=1)
 
 
 def _ids_at(path: Path, version: int, day: date) -> list[int]:
@@ -74,7 +68,7 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
     _register(client, rt, tmp_path / "wh")
     fence = lead(rt)
 
-    assert readiness_round(rt, fence, _soon()) == 2
+    assert readiness_round(rt, fence, past_quiet()) == 2
     states = readiness_rows(rt)
     assert {p: (r.ready, r.snapshot_id, r.last_commit_snapshot_id) for p, r in states.items()} == {
         "2026-11-23": (True, 2, 1),
@@ -86,16 +80,16 @@ def test_a_ready_partition_records_its_version_and_reads_back_as_it_was(
     DeltaTable(str(path)).optimize.compact()
     assert DeltaTable(str(path)).version() == 3
     assert poll_once(rt) == 1  # the poller ingests version 3: the round reads the log again
-    assert readiness_round(rt, fence, _soon()) == 0
+    assert readiness_round(rt, fence, past_quiet()) == 0
     # A late write into 2026-11-23: un-readied, and ready again at the new version.
     write_deltalake(str(path), _rows(range(100, 105), D1), mode="append")  # 4
     # Until the poller ingests it the table is idle: nothing new at the head it knows.
     assert (
-        readiness_round(rt, fence, _soon()) == 0
+        readiness_round(rt, fence, past_quiet()) == 0
         and readiness_rows(rt)["2026-11-23"].snapshot_id == 2
     )
     assert poll_once(rt) == 1
-    changed = readiness_round(rt, fence, _soon())
+    changed = readiness_round(rt, fence, past_quiet())
     states = readiness_rows(rt)
     assert changed == 2, {p: r.reason for p, r in states.items()}
     late = states["2026-11-23"]
@@ -190,7 +184,7 @@ def test_vacuum_keeps_what_a_pinned_version_reads_while_its_pin_is_kept(
     clean = {"max_snapshot_age_hours": 0.0001, "allow_below_safety_floors": True}
     with transaction(rt.engine) as s:
         s.execute(update(ManagedTable).values(policy={**POLICY, "clean": clean}))
-    assert readiness_round(rt, lead(rt), _soon()) == 2  # both pinned at version 1
+    assert readiness_round(rt, lead(rt), past_quiet()) == 2  # both pinned at version 1
     DeltaTable(str(path)).delete("id >= 5")  # 2: rewrites both partitions' files
 
     def ask_clean() -> Task:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
+from helpers import past_quiet
 from pyiceberg.table import Table
 from pyiceberg.transforms import HourTransform
 from sqlalchemy import select
@@ -78,8 +79,7 @@ def fence(rt: Runtime) -> Fence:
 
 
 def _round(rt: Runtime, fence: Fence) -> int:
-    # a second on: a commit made within QUIET's 6 ms of now (a fast machine) is quiet too
-    return readiness_round(rt, fence, datetime.now(UTC) + timedelta(seconds=1))
+    return readiness_round(rt, fence, past_quiet())
 
 
 def _rows(rt: Runtime) -> dict[str, PartitionReadiness]:

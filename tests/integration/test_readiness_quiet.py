@@ -4,10 +4,16 @@ same round makes them ready again on the new snapshot: every change is notified,
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
-from helpers import Receiver, append_batches, current, lead, make_table, readiness_rows
+from helpers import (
+    Receiver,
+    append_batches,
+    current,
+    lead,
+    make_table,
+    past_quiet,
+    readiness_rows,
+)
 from sqlalchemy import select
 
 from lakewarden.db.models import ManagedTable
@@ -27,12 +33,6 @@ POLICY = {
 }
 
 
-def _past_quiet() -> datetime:
-    """A round's clock past the quiet time of every commit made so far: a commit that landed
-    within 6 ms of `datetime.now()` (a fast machine) is not quiet yet, and CI saw that."""
-    return datetime.now(UTC) + timedelta(seconds=1)
-
-
 def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_snapshot(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -47,7 +47,7 @@ def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_
         )
     fence = lead(rt)
 
-    assert readiness_round(rt, fence, _past_quiet()) == 2
+    assert readiness_round(rt, fence, past_quiet()) == 2
     first = table.refresh().current_snapshot()
     assert first is not None
     states = readiness_rows(rt)
@@ -58,12 +58,12 @@ def test_a_late_write_unreadies_and_a_quiet_partition_is_ready_again_on_the_new_
     assert states["a"].reason is not None and states["a"].reason.startswith(
         "complete: no commit touched it for 0.0001 min after its last commit"
     )
-    assert readiness_round(rt, fence, _past_quiet()) == 0  # nothing new: nothing moves
+    assert readiness_round(rt, fence, past_quiet()) == 0  # nothing new: nothing moves
 
     table = append_batches(table, 1, start=100, regions=("a",))  # a late write into a only
     late = table.current_snapshot()
     assert late is not None
-    assert readiness_round(rt, fence, _past_quiet()) == 2  # a: un-ready, then ready
+    assert readiness_round(rt, fence, past_quiet()) == 2  # a: un-ready, then ready
     states = readiness_rows(rt)
     assert states["a"].ready and states["a"].snapshot_id == late.snapshot_id
     assert states["a"].unready_reason is not None
@@ -102,7 +102,7 @@ def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_parti
             )
         )
     fence = lead(rt)
-    assert readiness_round(rt, fence, _past_quiet()) == 0
+    assert readiness_round(rt, fence, past_quiet()) == 0
     waiting = readiness_rows(rt)["a"]
     assert not waiting.ready and waiting.reason is not None
     assert waiting.reason.startswith("waiting for compaction to run on it since its last commit")
@@ -114,7 +114,7 @@ def test_a_compaction_that_finds_nothing_to_do_counts_as_having_run_on_the_parti
             TaskState.SKIPPED,
             "readiness",
         )
-    assert readiness_round(rt, fence, _past_quiet()) == 2
+    assert readiness_round(rt, fence, past_quiet()) == 2
     ready = readiness_rows(rt)["a"]
     assert ready.ready and ready.tag is None
     assert ready.reason is not None and ready.reason.endswith("; compaction ran on it since")
@@ -152,7 +152,7 @@ def test_a_task_readiness_opens_says_the_policy_version_it_was_born_under(rt: Ru
                 policy_version=3,
             )
         )
-    readiness_round(rt, lead(rt), _past_quiet())
+    readiness_round(rt, lead(rt), past_quiet())
     with transaction(rt.engine) as s:
         (task,) = s.scalars(select(Task)).all()
         assert (task.trigger["source"], task.trigger.get("policy_version")) == ("readiness", 3)
