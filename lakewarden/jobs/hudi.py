@@ -10,16 +10,21 @@ metrics): a retry of the task executes that instant (done already: the run succe
 without running again), never a new schedule. A clean runs Hudi's cleaner, then its
 timeline archival; a retry runs them again (each does only what is left).
 
-Validation: the table's rows and their order-independent checksum read by hudi-rs
+A compaction is checked before its commit is visible (`formats.hudi.precommit`): Hudi's
+write client executes the instant without completing it, hudi-rs reads the base files it
+wrote and the file slices its plan replaces, and only equal rows and checksums per
+partition are committed (`_compact_checked`). A mismatch is never committed: the inflight
+instant is rolled back (Hudi's own rollback), the task fails for good with the run's
+`validation` and `undo` metrics, and the critical `rewrite_mismatch` alert is raised, as
+an Iceberg mismatch does.
+
+A clustering still commits as it ends (Hudi 1.2.0's commit step for it is private), so it
+is validated after: the table's rows and their order-independent checksum read by hudi-rs
 (`lakewarden.formats.hudi.validation.digest`) right before the execution and after it
-must be equal. Hudi's procedure commits as it ends (no staging branch to publish from), so
-a mismatch cannot be kept from readers: it fails the task for good with the run's
-`validation` metrics, which holds the kind and raises the critical `rewrite_mismatch`
-alert, as an Iceberg mismatch does; and it is undone: before a compaction or
-clustering executes, the table's newest write commit is savepointed (`create_savepoint`),
-and a mismatch restores the table to it (`rollback_to_savepoint`, which rolls the rewrite
-back), the run's `validation` and `undo` metrics saying so. The savepoint is dropped
-after either way.
+must be equal, and a mismatch is undone: before it executes, the table's newest write
+commit is savepointed (`create_savepoint`), and a mismatch restores the table to it
+(`rollback_to_savepoint`, which rolls the rewrite back), the run's `validation` and
+`undo` metrics saying so. The savepoint is dropped after either way.
 """
 
 from __future__ import annotations
@@ -106,8 +111,9 @@ def _rewrite(
     metrics: dict[str, Any],
 ) -> str | None:
     """A compaction or clustering: plan the instant once (recorded on the run before it
-    runs), execute it, validate. A state when the run finished early (an earlier attempt
-    finished it, or nothing to plan); None when `metrics` hold the outcome."""
+    runs), execute it, validate (a compaction before its commit: `_compact_checked`). A
+    state when the run finished early (an earlier attempt finished it, or nothing to
+    plan); None when `metrics` hold the outcome."""
     base_path = str(job.plan["base_path"])
     metadata = bool(job.plan.get("metadata_table"))
     if job.kind == hudi_compaction.KIND:
@@ -116,8 +122,8 @@ def _rewrite(
         def schedule() -> str | None:
             return hudi_jobs.schedule_compaction(spark, base_path)
 
-        def execute(instant: str) -> None:
-            hudi_jobs.run_compaction(spark, base_path, instant)
+        def execute(instant: str) -> None:  # never: a compaction is `_compact_checked`
+            raise AssertionError(instant)
     else:
         label = "clustering"
         columns = [str(c) for c in job.plan.get("columns") or []]
