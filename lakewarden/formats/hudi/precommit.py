@@ -3,12 +3,13 @@ Hudi's Spark write client without completing, checked, and only then committed.
 
 Hudi 1.2.0's `SparkRDDWriteClient.compact(instant)` (what the `run_compaction` procedure
 calls, `shouldComplete=false`) returns the compaction's write DAG with the instant
-inflight; collecting its write statuses writes the merged base files (Hudi persists them:
-the commit reuses them, nothing is written twice). An inflight compaction's files are no
-completed instant's: no reader reads them. lakewarden then reads each written base file
-back with hudi-rs (`written_digests`) and the file slices the plan replaces, base file
-merged with its log files, with hudi-rs too (`input_digests`, read before the execution):
-per partition, the rows and their order-independent checksum must be equal. Then
+inflight; collecting its write statuses writes the merged base files, and the commit is
+given those statuses (never the DAG again), so it commits exactly the files checked. An
+inflight compaction's files are no completed instant's: no reader reads them. lakewarden
+then reads each written base file back with hudi-rs (`written_digests`) and the file
+slices the plan replaces, base file merged with its log files, with hudi-rs too
+(`input_digests`, read before the execution): per partition, the rows and their
+order-independent checksum must be equal. Then
 `commitCompaction` completes it, as the procedure does right after `compact`. A mismatch
 never commits: Hudi's own rollback of an inflight compaction (`rollbackInflightCompaction`,
 which `compact` runs itself before executing an inflight instant again) deletes what it
@@ -171,6 +172,7 @@ class Execution:
     instant: str
     client: Any = None
     metadata: Any = None
+    statuses: Any = None  # the write statuses collected: what the commit commits
     written: list[Written] = field(default_factory=list)
 
     def run(self) -> list[Written]:
@@ -188,7 +190,7 @@ class Execution:
             jvm.scala.Option.apply(None),
         )
         self.metadata = self.client.compact(self.instant)
-        statuses = self.metadata.getWriteStatuses().collect()  # the write itself
+        statuses = self.statuses = self.metadata.getWriteStatuses().collect()  # the write
         errors = sum(int(s.getTotalErrorRecords()) for s in statuses if s.hasErrors())
         if errors:
             raise RuntimeError(f"compaction {self.instant} failed to write {errors} records")
@@ -210,6 +212,10 @@ class Execution:
         """Complete the compaction: its commit on the timeline (readers see it now)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
+        # The statuses collected, not the write's DAG: Hudi persists that, but a cached
+        # block lost (an executor gone) would be computed again, writing files no check read.
+        jsc = self.spark.sparkContext._jsc
+        self.metadata.setWriteStatuses(jsc.parallelize(self.statuses, max(1, len(self.statuses))))
         empty = jvm.org.apache.hudi.common.util.Option.empty()
         self.client.commitCompaction(self.instant, self.metadata, empty)
 
