@@ -9,7 +9,7 @@ a log file per file group (the backlog), written by Hudi 1.2's Spark datasource 
 `hoodie.write.table.version=6`; copied once per run. lakewarden's side is what its
 compaction task's job does (`lakewarden.jobs.hudi`, on a warm Hudi-family session): the
 table's version kept, the plan (`run_compaction(op => 'schedule')`) and its execution
-(`formats.hudi.jobs.compact`), and the validation's digests before and after (hudi-rs:
+(`formats.hudi.precommit`: executed, checked, then committed), and the check's digests (hudi-rs:
 rows and checksum); not the control plane's bookkeeping (B12). The peer is
 `HoodieFlinkCompactor --schedule` (plan and execute) in a JVM of its own on its copy, as it
 is run: a standalone tool, its start included. The two alternate in one process (a child,
@@ -78,6 +78,14 @@ def _measure(fig: Figure, work: Path, rows: int, repeats: int) -> None:
             "validation_s": Stat.of(got["validation_s"]),
             "first_run_s": got["first_s"],
         },
+        # The flow before (committed, then validated by whole-table digests), alternated.
+        validated_after_commit={
+            "task_s": Stat.of(got["after_s"]),
+            "validation_s": Stat.of(got["after_validation_s"]),
+        },
+        validation_before_over_after_commit=Stat.of(
+            [a / b for a, b in zip(got["validation_s"], got["after_validation_s"], strict=True)]
+        ),
         hudi_flink_compactor={"version": "0.14.0", "run_s": Stat.of(got["peer_s"])},
         rows_and_checksums_equal=True,
     )
@@ -127,7 +135,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """The template, then both sides alternated, in one Hudi-family process."""
     from hudi import HudiTable
 
-    from lakewarden.formats.hudi import jobs
+    from lakewarden.formats.hudi import jobs, precommit
     from lakewarden.formats.hudi.timeline import HudiTimeline
     from lakewarden.formats.hudi.validation import digest
     from lakewarden.settings import Settings
@@ -142,7 +150,8 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     slices = HudiTable(str(template)).get_file_slices()
     log_files = sum(len(s.log_file_sizes or []) for s in slices)
     size = sum(f.stat().st_size for f in template.rglob("*") if f.is_file())
-    names = ["warm", *(f"{side}_{i}" for i in range(repeats) for side in ("lw", "peer"))]
+    sides = ("lw", "after", "peer")
+    names = ["warm", *(f"{side}_{i}" for i in range(repeats) for side in sides)]
     for name in names:
         shutil.copytree(template, work / name)
     expected = digest(str(template))
@@ -153,16 +162,45 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         jobs.with_concurrency(session, path)
         jobs.with_metadata(session, False)
         jobs.with_table_version(session, path)
+        # As the task's job does (`jobs.hudi._compact_checked`): the plan, the slices it
+        # replaces read, the execution without its commit, the files it wrote read, the
+        # commit.
+        plan_s, instant = timed(partial(jobs.schedule_compaction, session, path))
+        assert instant is not None, name
+        before_s, before = timed(
+            lambda: precommit.input_digests(path, precommit.plan_slices(path, instant))
+        )
+        execution = precommit.Execution(session, path, instant)
+        try:
+            run_s, written = timed(execution.run)
+            after_s, (after, missing) = timed(partial(precommit.written_digests, path, written))
+            found = precommit.compare(before, after)
+            if missing or found["partitions_differing"]:
+                raise AssertionError(f"{name}: {found}, missing {missing}")
+            commit_s, _ = timed(execution.commit)
+        finally:
+            execution.close()
+        compact_s = plan_s + run_s + commit_s
+        return {
+            "s": compact_s + before_s + after_s,
+            "compact_s": compact_s,
+            "v_s": before_s + after_s,
+        }
+
+    def validated_after(name: str) -> dict[str, float]:
+        """The flow before issue 30's goal 5 (2026-11-27): the procedure commits, then the
+        whole table is digested before and after; side by side for the check's cost."""
+        path = str(work / name)
+        session = spark.newSession()
+        jobs.with_concurrency(session, path)
+        jobs.with_metadata(session, False)
+        jobs.with_table_version(session, path)
         before_s, before = timed(partial(digest, path))
         compact_s, run = timed(partial(jobs.compact, session, path))
         after_s, after = timed(partial(digest, path))
         if not run.completed or before != after:
             raise AssertionError(f"{name}: {run}, digest {before} -> {after}")
-        return {
-            "s": before_s + compact_s + after_s,
-            "compact_s": compact_s,
-            "v_s": before_s + after_s,
-        }
+        return {"s": before_s + compact_s + after_s, "v_s": before_s + after_s}
 
     def peer(name: str) -> float:
         command = local_flink.java_command(
@@ -176,12 +214,16 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         return float(seconds)
 
     first = lakewarden("warm")
-    out: dict[str, Any] = {k: [] for k in ("lw_s", "compact_s", "validation_s", "peer_s")}
+    keys = ("lw_s", "compact_s", "validation_s", "after_s", "after_validation_s", "peer_s")
+    out: dict[str, Any] = {k: [] for k in keys}
     for i in range(repeats):
         done = lakewarden(f"lw_{i}")
         out["lw_s"].append(done["s"])
         out["compact_s"].append(done["compact_s"])
         out["validation_s"].append(done["v_s"])
+        before = validated_after(f"after_{i}")
+        out["after_s"].append(before["s"])
+        out["after_validation_s"].append(before["v_s"])
         out["peer_s"].append(peer(f"peer_{i}"))
     spark.stop()
     for name in names:

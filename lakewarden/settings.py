@@ -274,7 +274,8 @@ class Settings(BaseSettings):
     # validation): "corrupt-rewrite" drops one output file under the task's commit tags;
     # "corrupt-rewrite-then-write" also appends a writer's row after it (a Delta rewrite:
     # "corrupt-rewrite" fails its validation, which its RESTORE then undoes; a Hudi one:
-    # another writer's commit after it, which its undo must not roll back);
+    # another writer's commit after it, which its undo must not roll back). A Hudi
+    # compaction is corrupted before its commit instead (a written file loses a row);
     # "ttl-miscount-row" makes a Hudi or Delta row-level TTL miscount what its commit
     # deleted (its guard must undo it); "renumber-rewrite" writes an Iceberg rewrite's rows
     # again as new rows (the same values, new v3 row ids). Honoured only with

@@ -10,16 +10,21 @@ metrics): a retry of the task executes that instant (done already: the run succe
 without running again), never a new schedule. A clean runs Hudi's cleaner, then its
 timeline archival; a retry runs them again (each does only what is left).
 
-Validation: the table's rows and their order-independent checksum read by hudi-rs
+A compaction is checked before its commit is visible (`formats.hudi.precommit`): Hudi's
+write client executes the instant without completing it, hudi-rs reads the base files it
+wrote and the file slices its plan replaces, and only equal rows and checksums per
+partition are committed (`_compact_checked`). A mismatch is never committed: the inflight
+instant is rolled back (Hudi's own rollback), the task fails for good with the run's
+`validation` and `undo` metrics, and the critical `rewrite_mismatch` alert is raised, as
+an Iceberg mismatch does.
+
+A clustering still commits as it ends (Hudi 1.2.0's commit step for it is private), so it
+is validated after: the table's rows and their order-independent checksum read by hudi-rs
 (`lakewarden.formats.hudi.validation.digest`) right before the execution and after it
-must be equal. Hudi's procedure commits as it ends (no staging branch to publish from), so
-a mismatch cannot be kept from readers: it fails the task for good with the run's
-`validation` metrics, which holds the kind and raises the critical `rewrite_mismatch`
-alert, as an Iceberg mismatch does; and it is undone: before a compaction or
-clustering executes, the table's newest write commit is savepointed (`create_savepoint`),
-and a mismatch restores the table to it (`rollback_to_savepoint`, which rolls the rewrite
-back), the run's `validation` and `undo` metrics saying so. The savepoint is dropped
-after either way.
+must be equal, and a mismatch is undone: before it executes, the table's newest write
+commit is savepointed (`create_savepoint`), and a mismatch restores the table to it
+(`rollback_to_savepoint`, which rolls the rewrite back), the run's `validation` and
+`undo` metrics saying so. The savepoint is dropped after either way.
 """
 
 from __future__ import annotations
@@ -35,10 +40,10 @@ from sqlalchemy import select, update
 from lakewarden import object_store
 from lakewarden.db.models import JobRun, PartitionReadiness, Task
 from lakewarden.db.session import transaction
-from lakewarden.formats.hudi import column_stats
+from lakewarden.formats.hudi import column_stats, precommit
 from lakewarden.formats.hudi import jobs as hudi_jobs
 from lakewarden.formats.hudi import lock as hudi_lock
-from lakewarden.formats.hudi.facts import read_facts
+from lakewarden.formats.hudi.facts import HudiFacts, read_facts
 from lakewarden.formats.hudi.file_versions import instants_read_by_latest_slices
 from lakewarden.formats.hudi.storage import table_storage
 from lakewarden.formats.hudi.timeline import WRITE_ACTIONS, HudiTimeline
@@ -106,8 +111,9 @@ def _rewrite(
     metrics: dict[str, Any],
 ) -> str | None:
     """A compaction or clustering: plan the instant once (recorded on the run before it
-    runs), execute it, validate. A state when the run finished early (an earlier attempt
-    finished it, or nothing to plan); None when `metrics` hold the outcome."""
+    runs), execute it, validate (a compaction before its commit: `_compact_checked`). A
+    state when the run finished early (an earlier attempt finished it, or nothing to
+    plan); None when `metrics` hold the outcome."""
     base_path = str(job.plan["base_path"])
     metadata = bool(job.plan.get("metadata_table"))
     if job.kind == hudi_compaction.KIND:
@@ -116,7 +122,7 @@ def _rewrite(
         def schedule() -> str | None:
             return hudi_jobs.schedule_compaction(spark, base_path)
 
-        def execute(instant: str) -> None:
+        def execute(instant: str) -> None:  # a plan `_compact_checked` cannot check
             hudi_jobs.run_compaction(spark, base_path, instant)
     else:
         label = "clustering"
@@ -170,6 +176,16 @@ def _rewrite(
             metrics["heartbeat_wait_s"] = round(wait_s, 1)
     metrics[hudi_compaction.PLANNED] = instant
     before_facts = read_facts(base_path)
+    if job.kind == hudi_compaction.KIND:
+        slices = precommit.plan_slices(base_path, instant)
+        if all(s.base for s in slices):
+            hudi_jobs.with_metadata(spark, metadata)
+            _compact_checked(rt, spark, job, base_path, instant, slices, metrics)
+            _file_metrics(before_facts, read_facts(base_path), metrics)
+            return None
+        # hudi-rs reads no file slice without a base file (a bucket index's log-only file
+        # groups): such a plan is executed by the procedure and validated after its commit.
+        metrics["before_commit"] = "not checked: the plan has log-only file groups"
     started = time.monotonic()
     before = _before(base_path) if job.validation.enabled else None
     checked_s = time.monotonic() - started
@@ -189,14 +205,7 @@ def _rewrite(
         _corrupt(base_path, instant)
     if _failpoint(rt) == "corrupt-rewrite-then-write":
         hudi_jobs.rewrite_one_row(spark, base_path, "failpoint-writer", metadata)
-    after_facts = read_facts(base_path)
-    metrics.update(
-        log_files_before=before_facts.log_files,
-        log_files_after=after_facts.log_files,
-        log_bytes_before=before_facts.log_bytes,
-        base_files_before=len(before_facts.base_file_sizes),
-        base_files_after=len(after_facts.base_file_sizes),
-    )
+    _file_metrics(before_facts, read_facts(base_path), metrics)
     try:
         _validate(job, base_path, before, checked_s, f"{label} {instant}", metrics, {instant})
     except RewriteMismatch as exc:
@@ -236,6 +245,110 @@ def _rewrite(
     return None
 
 
+def _file_metrics(before: HudiFacts, after: HudiFacts, metrics: dict[str, Any]) -> None:
+    metrics.update(
+        log_files_before=before.log_files,
+        log_files_after=after.log_files,
+        log_bytes_before=before.log_bytes,
+        base_files_before=len(before.base_file_sizes),
+        base_files_after=len(after.base_file_sizes),
+    )
+
+
+def _compact_checked(
+    rt: Runtime,
+    spark: SparkSession,
+    job: Job,
+    base_path: str,
+    instant: str,
+    slices: list[precommit.Slice],
+    metrics: dict[str, Any],
+) -> None:
+    """Execute the planned compaction without completing it, check the base files it
+    wrote against the file slices its plan replaces (`formats.hudi.precommit`), and
+    commit it only if they hold the same rows; else roll the inflight instant back (no
+    reader ever saw it) and raise RewriteMismatch."""
+    inputs = None
+    started = time.monotonic()
+    if job.validation.enabled:
+        inputs = precommit.input_digests(base_path, slices)
+    checked_s = time.monotonic() - started
+    execution = precommit.Execution(spark, base_path, instant)
+    try:
+        started = time.monotonic()
+        written = execution.run()
+        metrics["compaction_seconds"] = round(time.monotonic() - started, 3)
+        # The failpoints act where a real fault would: on the written, uncommitted files.
+        if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
+            _drop_a_row(base_path, instant)
+        if _failpoint(rt) == "corrupt-rewrite-then-write":
+            hudi_jobs.rewrite_one_row(
+                spark, base_path, "failpoint-writer", bool(job.plan.get("metadata_table"))
+            )
+        if inputs is None:
+            metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
+        else:
+            started = time.monotonic()
+            after, missing = precommit.written_digests(base_path, written)
+            found = precommit.compare(inputs, after)
+            checked_s += time.monotonic() - started
+            before_d, after_d = found["before"], found["after"]
+            differ = found["partitions_differing"]
+            bad = bool(missing or differ)
+            metrics["validation"] = {
+                **_validation(before_d, after_d, instant, checked_s),
+                "status": "failed" if bad else "passed",
+                "mode": "before commit",
+                "partitions": found["partitions"],
+                "files_written": len(written),
+                **({"files_missing": missing} if missing else {}),
+                **({"partitions_differing": dict(list(differ.items())[:20])} if differ else {}),
+            }
+            if bad:
+                raise _not_committed(
+                    execution, instant, before_d, after_d, missing, differ, metrics
+                )
+        started = time.monotonic()
+        execution.commit()
+        metrics["commit_seconds"] = round(time.monotonic() - started, 3)
+    finally:
+        execution.close()
+    done = {i.requested for i in HudiTimeline(base_path).completed()}
+    if instant not in done:
+        raise RuntimeError(f"compaction {instant} did not complete on {base_path}")
+
+
+def _not_committed(
+    execution: precommit.Execution,
+    instant: str,
+    before: Digest,
+    after: Digest,
+    missing: list[str],
+    differ: dict[str, Any],
+    metrics: dict[str, Any],
+) -> RewriteMismatch:
+    """The mismatch of a compaction never committed, its inflight instant rolled back."""
+    started = time.monotonic()
+    try:
+        execution.abort()
+        metrics["undo"] = {"committed": False, "rolled_back_inflight": instant}
+        undone = "not committed: its inflight instant was rolled back, readers never saw it"
+    except Exception as exc:  # the instant stays inflight: never completed, Hudi rolls it back
+        log.exception("compaction %s: rolling back the inflight instant failed", instant)
+        metrics["undo"] = {"committed": False, "rolled_back_inflight": None, "error": str(exc)}
+        undone = "not committed (its inflight instant is left for Hudi to roll back)"
+    metrics["undo"]["seconds"] = round(time.monotonic() - started, 3)
+    where = f"{len(missing)} written file(s) missing" if missing else ""
+    if differ:
+        where += ("; " if where else "") + f"{len(differ)} partition(s) differ"
+    return RewriteMismatch(
+        f"compaction {instant} wrote {after.rows} rows (checksum {after.checksum}) from file "
+        f"slices of {before.rows} rows (checksum {before.checksum}), read by hudi-rs: "
+        f"{where}; {undone}",
+        metrics,
+    )
+
+
 def commits_after(base_path: str, instant: str, ours: set[str]) -> list[str]:
     """Write commits on the timeline after `instant` that are not `ours`: another
     writer's, which a restore to `instant` would roll back."""
@@ -255,21 +368,43 @@ def _failpoint(rt: Runtime) -> str | None:
     return rt.settings.failpoint if rt.settings.failpoints_enabled else None
 
 
-def _corrupt(base_path: str, instant: str) -> None:
-    """Test-only (the `corrupt-rewrite` failpoint): delete one base file the rewrite wrote,
-    so that validation sees rows missing."""
+def _written_by(base_path: str, instant: str) -> list[str]:
+    """The base files `instant` wrote (committed or not), by name."""
     from pyarrow import fs as pafs
 
     timeline = HudiTimeline(base_path)
     infos = timeline.fs.get_file_info(pafs.FileSelector(timeline.base, recursive=True))
-    written = sorted(
+    return sorted(
         i.path
         for i in infos
         if i.base_name.endswith(f"_{instant}.parquet") and "/.hoodie" not in i.path
     )
+
+
+def _corrupt(base_path: str, instant: str) -> None:
+    """Test-only (the `corrupt-rewrite` failpoint on a clustering): delete one base file
+    the rewrite wrote, so that validation sees rows missing."""
+    written = _written_by(base_path, instant)
     if written:
         log.warning("failpoint: deleting %s written by %s", written[0], instant)
-        timeline.fs.delete_file(written[0])
+        HudiTimeline(base_path).fs.delete_file(written[0])
+
+
+def _drop_a_row(base_path: str, instant: str) -> None:
+    """Test-only (the `corrupt-rewrite` failpoint on a compaction): one base file the
+    compaction wrote loses its last row, as a writer's bug would lose it. (Deleting the
+    file would not do: a reader's file-system view falls back to the slice it replaced.)"""
+    import pyarrow.parquet as pq
+
+    written = _written_by(base_path, instant)
+    if not written:
+        return
+    fs = HudiTimeline(base_path).fs
+    with fs.open_input_file(written[0]) as f:
+        rows = pq.read_table(f)
+    log.warning("failpoint: dropping a row of %s written by %s", written[0], instant)
+    with fs.open_output_stream(written[0]) as out:
+        pq.write_table(rows.slice(0, max(0, rows.num_rows - 1)), out)
 
 
 # What a validation reads before a rewrite: the completed instants, then the records.

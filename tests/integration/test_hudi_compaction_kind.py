@@ -8,15 +8,19 @@ compacts and validates. Checked with hudi-rs: no log files left, the same rows a
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from conftest import HudiTables
 from fastapi.testclient import TestClient
 from helpers import run_hudi_pass
+from spark_writer import SparkWriters
 
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.formats.hudi.validation import digest
+from lakewarden.formats.hudi.validation import Digest, digest
 from lakewarden.kinds import hudi_compaction
 from lakewarden.policy.model import CompactionPolicy
 
@@ -32,15 +36,7 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     assert max(before.log_files_per_slice) == 2
     rows_before = digest(str(table))
 
-    got = client.post(
-        "/api/v1/catalogs",
-        json={"name": "hlake", "type": "hudi", "properties": {"warehouse": str(tmp_path / "wh")}},
-    )
-    assert got.status_code == 201, got.text
-    policy = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
-    got = client.post(TABLES, json={"namespace": "lake", "name": "orders", "policy": policy})
-    assert got.status_code == 201, got.text
-    event = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
+    event = _register(client, tmp_path)
     assert event["decision"] == "task-created", event
     compaction = event["decision_detail"]["compaction"]
     assert "2 log files >= min_input_files 2" in compaction["reason"]
@@ -75,6 +71,88 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     )
     theirs = hudi_compaction.verdict(section, after, timeline, set())
     assert not theirs.needed and "not planned by lakewarden" in theirs.reason
+
+
+def _register(client: TestClient, tmp_path: Path) -> dict[str, Any]:
+    """The catalog over `tmp_path / "wh"` and its table `lake.orders` under a policy that
+    makes a compaction due: the table's first event."""
+    got = client.post(
+        "/api/v1/catalogs",
+        json={"name": "hlake", "type": "hudi", "properties": {"warehouse": str(tmp_path / "wh")}},
+    )
+    assert got.status_code == 201, got.text
+    policy = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
+    got = client.post(TABLES, json={"namespace": "lake", "name": "orders", "policy": policy})
+    assert got.status_code == 201, got.text
+    event: dict[str, Any] = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
+    return event
+
+
+def test_a_corrupted_compaction_is_never_seen_by_a_reader(
+    client: TestClient,
+    db_url: str,
+    hudi_tables: HudiTables,
+    spark_writers: SparkWriters,
+    tmp_path: Path,
+) -> None:
+    """The test-only failpoint drops a row from a base file the compaction wrote, before
+    its commit (issue 30, goal 5): the check against the file slices it replaces finds the
+    row missing, the compaction is never committed (its inflight instant rolled back) and
+    the task fails for good. A reader polling the table all along (hudi-rs, the latest
+    snapshot) never sees a row missing or extra. (The old flow, which validated after the
+    commit and then restored a savepoint, fails here: the reader saw 59 of 60 rows.)"""
+    table = tmp_path / "wh" / "lake" / "orders"
+    shutil.copytree(hudi_tables.mor_logs, table)
+    path = str(table)
+    rows_before = digest(path)
+    task_id = _register(client, tmp_path)["decision_detail"]["compaction"]["task_id"]
+
+    seen: list[Digest] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(digest(path))
+            except Exception as exc:  # a reader's failure is a reader seeing a bad table
+                errors.append(repr(exc))
+            time.sleep(0.02)
+
+    reader = threading.Thread(target=poll, name="reader", daemon=True)
+    reader.start()
+    try:
+        _, states, runs = run_hudi_pass(
+            db_url,
+            tmp_path,
+            {"compaction": task_id},
+            warm=spark_writers,
+            failpoint="corrupt-rewrite",
+            failpoints_enabled=True,
+        )
+    finally:
+        stop.set()
+        reader.join(60)
+    run = runs["compaction"]
+    assert len(seen) > 10 and errors == [], (len(seen), errors[:3])
+    assert [d for d in seen if d != rows_before] == [], f"{len(seen)} reads"
+    assert states["compaction"] == "failed", (run.error, run.log_tail)
+    metrics = run.metrics or {}
+    found = metrics["validation"]
+    assert found["status"] == "failed" and found["mode"] == "before commit", found
+    assert (found["rows"], found["rows_after"]) == (60, 59), found
+    assert len(found["partitions_differing"]) == 1, found
+    assert metrics["undo"]["committed"] is False, metrics["undo"]
+    assert metrics["undo"]["rolled_back_inflight"] == metrics[hudi_compaction.PLANNED]
+    assert "readers never saw it" in (run.error or ""), run.error
+    timeline = HudiTimeline(path)
+    instant = metrics[hudi_compaction.PLANNED]
+    assert instant not in {i.requested for i in timeline.completed()}
+    # Hudi's rollback of an inflight compaction: the plan requested again, nothing written.
+    assert [(i.requested, i.state) for i in timeline.pending()] == [(instant, "requested")]
+    assert "savepoint" not in {i.action for i in timeline.instants()}
+    assert not list(table.rglob(f"*_{instant}.parquet"))
+    assert digest(path) == rows_before
 
 
 def test_why_not_copy_on_write_a_foreign_plan_or_a_writer_that_compacts(

@@ -1,0 +1,238 @@
+"""A Hudi compaction checked before its commit is visible (issue 30, goal 5): executed by
+Hudi's Spark write client without completing, checked, and only then committed.
+
+Hudi 1.2.0's `SparkRDDWriteClient.compact(instant)` (what the `run_compaction` procedure
+calls, `shouldComplete=false`) returns the compaction's write DAG with the instant
+inflight; collecting its write statuses writes the merged base files, and the commit is
+given those statuses (never the DAG again), so it commits exactly the files checked. An
+inflight compaction's files are no completed instant's: no reader reads them. lakewarden
+then reads each written base file back with hudi-rs (`written_digests`) and the file
+slices the plan replaces, base file merged with its log files, with hudi-rs too
+(`input_digests`, read before the execution): per partition, the rows and their
+order-independent checksum must be equal. Then
+`commitCompaction` completes it, as the procedure does right after `compact`. A mismatch
+never commits: Hudi's own rollback of an inflight compaction (`rollbackInflightCompaction`,
+which `compact` runs itself before executing an inflight instant again) deletes what it
+wrote and leaves the plan requested, as after any failed compaction.
+
+A plan with a log-only file group (a bucket index's) is not checked so: hudi-rs 0.5
+reads no file slice without a base file (its `FileSlice.base_file` is not optional).
+
+Only compaction: a clustering's commit step is private in 1.2.0
+(`BaseHoodieTableServiceClient.commitClustering`), so a clustering still commits as it
+ends and is validated after (`lakewarden.jobs.hudi`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakewarden.formats.digest import Digest, digest_rows
+from lakewarden.formats.hudi.storage import storage_for
+from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.object_store import reader_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_MOD = 1 << 64
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One file slice a compaction plan replaces: paths relative to the table's base."""
+
+    partition: str
+    file_id: str
+    base: str | None
+    logs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Written:
+    """One base file the compaction wrote: its path relative to the table's base."""
+
+    partition: str
+    file_id: str
+    path: str
+    records: int  # Hudi's own count (its write stat)
+
+
+def _relative(partition: str, name: str) -> str:
+    return f"{partition}/{name}" if partition else name
+
+
+def plan_slices(base_path: str, instant: str) -> list[Slice]:
+    """The file slices the requested compaction `instant` replaces, from its plan."""
+    timeline = HudiTimeline(base_path)
+    found = [
+        i
+        for i in timeline.instants()
+        if i.requested == instant and i.action == "compaction" and i.state == "requested"
+    ]
+    if not found:
+        raise RuntimeError(f"no compaction plan {instant} on {base_path}")
+    plan = timeline.read_instant(found[0])
+    out = []
+    for op in plan.get("operations") or []:
+        partition = str(op.get("partitionPath") or "")
+        base = op.get("dataFilePath")
+        out.append(
+            Slice(
+                partition,
+                str(op.get("fileId")),
+                _relative(partition, str(base)) if base else None,
+                tuple(_relative(partition, str(p)) for p in op.get("deltaFilePaths") or []),
+            )
+        )
+    return out
+
+
+def _add(a: Digest, b: Digest) -> Digest:
+    return Digest(a.rows + b.rows, (a.checksum + b.checksum) % _MOD)
+
+
+def _reader(base_path: str) -> Any:
+    from hudi import HudiTable
+
+    table = HudiTable(base_path, reader_options(storage_for(base_path), base_path))
+    return table.create_file_group_reader_with_options()
+
+
+def _digest(batch: Any) -> Digest:
+    import pyarrow as pa
+
+    table = pa.Table.from_batches([batch])
+    return digest_rows(table, [c for c in table.column_names if c.startswith("_hoodie_")])
+
+
+def input_digests(base_path: str, slices: Iterable[Slice]) -> dict[str, Digest]:
+    """Per partition, the rows of `slices` as hudi-rs reads them (base file merged with
+    its log files: what a snapshot read returns for them)."""
+    reader = _reader(base_path)
+    out: dict[str, Digest] = {}
+    for s in slices:
+        if s.base is None:  # hudi-rs 0.5 reads no file slice without a base file
+            raise ValueError(f"a compaction input without a base file: {s}")
+        got = _digest(reader.read_file_slice_from_paths(s.base, list(s.logs)))
+        out[s.partition] = _add(out.get(s.partition, Digest(0, 0)), got)
+    return out
+
+
+def written_digests(
+    base_path: str, written: Iterable[Written]
+) -> tuple[dict[str, Digest], list[str]]:
+    """Per partition, the rows of the base files the compaction wrote, read back by
+    hudi-rs (plain Parquet, no log files); and the written files that are missing."""
+    from pyarrow import fs as pafs
+
+    timeline = HudiTimeline(base_path)
+    reader = _reader(base_path)
+    out: dict[str, Digest] = {}
+    missing = []
+    for w in written:
+        info = timeline.fs.get_file_info(f"{timeline.base}/{w.path}")
+        if info.type != pafs.FileType.File:
+            missing.append(w.path)
+            continue
+        got = _digest(reader.read_file_slice_from_paths(w.path, []))
+        out[w.partition] = _add(out.get(w.partition, Digest(0, 0)), got)
+    return out, missing
+
+
+def compare(before: dict[str, Digest], after: dict[str, Digest]) -> dict[str, Any]:
+    """The partitions whose rows or checksum differ, and the totals."""
+    differ = {
+        p: {"rows_before": b.rows, "rows_after": a.rows}
+        for p in sorted(set(before) | set(after))
+        for b, a in [(before.get(p, Digest(0, 0)), after.get(p, Digest(0, 0)))]
+        if b != a
+    }
+    total_before = total_after = Digest(0, 0)
+    for d in before.values():
+        total_before = _add(total_before, d)
+    for d in after.values():
+        total_after = _add(total_after, d)
+    return {
+        "partitions": len(set(before) | set(after)),
+        "partitions_differing": differ,
+        "before": total_before,
+        "after": total_after,
+    }
+
+
+@dataclass
+class Execution:
+    """A compaction executed by Hudi's write client, not yet committed (`run`); then
+    `commit` or `abort`; `close` always."""
+
+    spark: SparkSession
+    base_path: str
+    instant: str
+    client: Any = None
+    metadata: Any = None
+    statuses: Any = None  # the write statuses collected: what the commit commits
+    written: list[Written] = field(default_factory=list)
+
+    def run(self) -> list[Written]:
+        """Execute the compaction (its base files written, the instant inflight) and
+        return the files it wrote."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        cli = jvm.org.apache.hudi.HoodieCLIUtils
+        # As the run_compaction procedure makes its client: the session's hoodie.* conf
+        # (metadata table, concurrency, table version: `jobs.with_*`) apply.
+        self.client = cli.createHoodieWriteClient(
+            self.spark._jsparkSession,
+            self.base_path,
+            cli.extractOptions(""),
+            jvm.scala.Option.apply(None),
+        )
+        self.metadata = self.client.compact(self.instant)
+        statuses = self.statuses = self.metadata.getWriteStatuses().collect()  # the write
+        errors = sum(int(s.getTotalErrorRecords()) for s in statuses if s.hasErrors())
+        if errors:
+            raise RuntimeError(f"compaction {self.instant} failed to write {errors} records")
+        for status in statuses:
+            if status.isMetadataTable():
+                continue
+            stat = status.getStat()
+            self.written.append(
+                Written(
+                    str(stat.getPartitionPath() or ""),
+                    str(stat.getFileId()),
+                    str(stat.getPath()),
+                    int(stat.getNumWrites()),
+                )
+            )
+        return self.written
+
+    def commit(self) -> None:
+        """Complete the compaction: its commit on the timeline (readers see it now)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        # The statuses collected, not the write's DAG: Hudi persists that, but a cached
+        # block lost (an executor gone) would be computed again, writing files no check read.
+        jsc = self.spark.sparkContext._jsc
+        self.metadata.setWriteStatuses(jsc.parallelize(self.statuses, max(1, len(self.statuses))))
+        empty = jvm.org.apache.hudi.common.util.Option.empty()
+        self.client.commitCompaction(self.instant, self.metadata, empty)
+
+    def abort(self) -> None:
+        """Roll the inflight compaction back (Hudi's rollback: the files it wrote deleted,
+        the plan requested again); it never completes."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        table = jvm.org.apache.hudi.table.HoodieSparkTable.create(
+            self.client.getConfig(), self.client.getEngineContext()
+        )
+        inflight = (
+            table.getMetaClient().getInstantGenerator().getCompactionInflightInstant(self.instant)
+        )
+        table.rollbackInflightCompaction(inflight, self.client.getTransactionManager())
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
