@@ -194,6 +194,21 @@ class DeltaTimeline:
                 return commit
         return None
 
+    def find_job_commit_after(self, task_id: int, version: int) -> Commit | None:
+        """The first version after `version` stamped with task `task_id`, read forward
+        commit file by commit file up to the head (no listing of the log: a job that just
+        committed at the version it read finds its commit in one read)."""
+        after = version + 1
+        while True:
+            try:
+                commit = self.commit(after, after - 1)
+            except FileNotFoundError:
+                return None
+            marker = marker_of(commit.summary)
+            if marker is not None and marker.task_id == task_id:
+                return commit
+            after += 1
+
 
 # commitInfo keys that are its structure, not a writer's custom metadata.
 _INFO_KEYS = frozenset(
