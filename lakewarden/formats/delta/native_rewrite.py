@@ -362,13 +362,15 @@ def _halves(location: str) -> list[tuple[str, tuple[int, int] | None]]:
 
 def _mismatches(
     selection: Selection,
-    sums_in: dict[str, tuple[int, int]],
+    summed_in: Mapping[str, Future[tuple[int, int]]],
     pool: Executor,
     hash_outputs: Callable[..., tuple[int, int]],
     split: bool,
-) -> list[str]:
-    """The partitions whose written files, read back by DuckDB, are not their inputs:
-    `hash_outputs` (`parquet_copy.sums`) on `pool`, each file in halves if `split`."""
+) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    """The partitions whose written files, read back by DuckDB, are not their inputs
+    (`summed_in`, maybe still being summed: the outputs' sums start first), and the
+    inputs' sums: `hash_outputs` (`parquet_copy.sums`) on `pool`, each file in halves if
+    `split`."""
     columns = list(selection.schema.names)
     summed: dict[str, list[Future[tuple[int, int]]]] = {}
     for part in selection.parts:
@@ -379,6 +381,7 @@ def _mismatches(
             if pieces is not None
             else [pool.submit(hash_outputs, locations, columns, 1)]
         )
+    sums_in = {key: future.result() for key, future in summed_in.items()}
     out = []
     for part in selection.parts:
         found = [future.result() for future in summed[part.key]]
@@ -388,7 +391,7 @@ def _mismatches(
                 f"partition {part.key or '(table)'}: {sums_in[part.key][0]} rows (checksum "
                 f"{sums_in[part.key][1]}) in, {got[0]} ({got[1]}) written"
             )
-    return out
+    return out, sums_in
 
 
 def compact(
@@ -440,7 +443,10 @@ def compact(
         # while pyarrow writes (C++, off the GIL: the write is one thread, the reads took
         # both cores); tiny inputs one after the other (a thread costs more than it saves)
         small = sum(s.size for p in chosen.parts for s in p.inputs) <= parquet_copy.INLINE_BYTES
-        with parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=1) as hashing:
+        with (
+            parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=1) as hashing,
+            parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=2) as pool,
+        ):
             hash_inputs = parquet_copy.sums
             if not small:  # on the hashing thread: its CPU counted there
                 hash_inputs = partial(elsewhere.timed, parquet_copy.sums)
@@ -459,14 +465,11 @@ def compact(
             if corrupt:
                 _drop_a_row(chosen.parts[0].outputs[0][0])
             seconds["copy"] = time.perf_counter() - copying
-            waiting = time.perf_counter()
-            sums_in = {key: future.result() for key, future in summed.items()}
-            seconds["hash_wait"] = time.perf_counter() - waiting
-        checking = time.perf_counter()
-        # the written files read back by DuckDB, big ones in halves on two threads
-        with parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=2) as pool:
-            wrong = _mismatches(chosen, sums_in, pool, hash_inputs, split=not small)
-        seconds["validate"] = time.perf_counter() - checking
+            checking = time.perf_counter()
+            # the written files read back by DuckDB (big ones in halves, two threads), beside
+            # the inputs' sums if they are still going
+            wrong, sums_in = _mismatches(chosen, summed, pool, hash_inputs, split=not small)
+            seconds["validate"] = time.perf_counter() - checking
         rows = sum(n for n, _ in sums_in.values())
         checksum = sum(h for _, h in sums_in.values())
         metrics["validation"] = {
@@ -476,7 +479,7 @@ def compact(
             "rows": rows,
             "checksum_before": str(checksum),
             "partitions": len(chosen.parts),
-            "seconds": round(seconds["validate"] + seconds["hash_wait"], 3),
+            "seconds": round(seconds["validate"], 3),
         }
         if wrong:
             metrics["validation"]["mismatches"] = wrong
