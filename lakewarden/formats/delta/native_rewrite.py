@@ -218,7 +218,7 @@ def select(
     )
     small = int(plan.get("min_file_size_bytes") or plan["target_file_size_bytes"])
     by_key: dict[str, Part] = {}
-    for row in file_rows(table):
+    for row in file_rows(table, bounds=False):
         if (keys is not None and row.key not in keys) or row.size >= small:
             continue
         if row.has_vector:
@@ -532,11 +532,11 @@ def compact(
     engine["driver_cpu_s"] = round(time.thread_time() - cpu_started + elsewhere.seconds, 3)
     # read forward from the version read (delta-rs does not say which version it wrote:
     # the next one, unless other writers committed in between)
-    commit = chosen.timeline.find_job_commit_after(int(mark[TASK_KEY]), chosen.version)
-    assert commit is not None  # delta-rs returned: it committed
+    committed = chosen.timeline.job_version_after(int(mark[TASK_KEY]), chosen.version)
+    assert committed is not None  # delta-rs returned: it committed
     metrics.update(
-        committed_version=int(commit.id),
-        operation=commit.operation,
+        committed_version=committed[0],
+        operation=committed[1],
         files_removed=sum(len(p.inputs) for p in chosen.parts),
         files_added=sum(len(p.outputs) for p in chosen.parts),
         bytes_removed=sum(s.size for p in chosen.parts for s in p.inputs),
