@@ -65,18 +65,27 @@ class Layout:
     compression: str
     level: int | None
     row_group_bytes: int
+    # at most this many rows in a row group (None: only row_group_bytes caps it)
+    row_group_rows: int | None = None
 
 
-def sums(paths: list[str], columns: list[str], threads: int | None = None) -> tuple[int, int]:
+def sums(
+    paths: list[str],
+    columns: list[str],
+    threads: int | None = None,
+    rows: tuple[int, int] | None = None,
+) -> tuple[int, int]:
     """(rows, checksum) of the Parquet files at `paths` read by DuckDB: the sum of DuckDB's
     `hash()` over each row's `columns`, each with its NULL flag (`formats.digest.row_hash`:
     a NULL moved to its neighbour column changes the row's hash), as an exact integer.
     `threads`: DuckDB's (1: all its work on the calling thread, whose `time.thread_time()`
-    then counts it)."""
+    then counts it). `rows` (start, stop): only the rows at those positions in the file
+    (DuckDB's `file_row_number`; the row groups outside are skipped): pieces of a file
+    that cover its positions sum to the file's sums."""
     if not paths:
         return 0, 0
-    ((rows, total),) = _query(paths, columns, per_file=False, threads=threads)
-    return int(rows), int(total or 0)
+    ((count, total),) = _query(paths, columns, per_file=False, threads=threads, rows=rows)
+    return int(count), int(total or 0)
 
 
 def file_sums(
@@ -126,19 +135,31 @@ def hash_written(location: str, size: int, columns: list[str]) -> Written:
 
 
 def _query(
-    paths: list[str], columns: list[str], per_file: bool, threads: int | None = None
+    paths: list[str],
+    columns: list[str],
+    per_file: bool,
+    threads: int | None = None,
+    rows: tuple[int, int] | None = None,
 ) -> list[tuple[Any, ...]]:
     hashed = row_hash(columns)
     con = cursor(threads)
+    params: list[Any] = [list(paths)]
     try:
         if per_file:
             sql = (
                 f"SELECT filename, count(*), sum({hashed}::HUGEINT) "
                 "FROM read_parquet(?, filename = true) GROUP BY filename"
             )
+        elif rows is not None:
+            sql = (
+                f"SELECT count(*), sum({hashed}::HUGEINT) "
+                "FROM read_parquet(?, file_row_number = true) "
+                "WHERE file_row_number >= ? AND file_row_number < ?"
+            )
+            params += list(rows)
         else:
             sql = f"SELECT count(*), sum({hashed}::HUGEINT) FROM read_parquet(?)"
-        return con.execute(sql, [list(paths)]).fetchall()
+        return con.execute(sql, params).fetchall()
     finally:
         con.close()
 
@@ -204,13 +225,19 @@ def copy(
     limit: int,
     new_location: Callable[[], str],
     closed: Callable[[str, int], None] | None = None,
+    read_all: Callable[[], None] | None = None,
+    checked: Callable[[str, Any], None] | None = None,
 ) -> Copied:
     """Copy the Parquet files at `paths` (local) into new files at `new_location()` of at
     most `limit` bytes each (estimated from the inputs' bytes per row), their rows cast to
     `shape.schema` (by name: an input may hold more columns, e.g. a Delta writer's
     partition columns, and they are left out). `closed(location, size)` is called on the
-    writer thread as each file is closed (before the next is written). A failure removes
-    the files written and raises."""
+    writer thread as each file is closed (before the next is written); `read_all()` on
+    this thread once every input has been read, while the last rows are being written
+    (work handed to another thread there takes the core the reads no longer need; its
+    CPU is not counted in `read_cpu_s`). `checked(path, schema)` is given each input's
+    Arrow schema as it is opened, before its rows are copied (on a reading thread: it
+    raises to refuse the file). A failure removes the files written and raises."""
     import pyarrow as pa
 
     started = time.thread_time()
@@ -223,6 +250,9 @@ def copy(
     buffered: list[Any] = []
     buffered_bytes = 0  # in memory (Arrow's)
     buffered_estimate = 0  # in the file (the inputs' bytes per row)
+    buffered_rows = 0
+    group_rows = shape.row_group_rows or (1 << 62)
+    callbacks_cpu = 0.0  # read_all's, on this thread
     # One thread writes (encodes and compresses) a row group while this one reads the next:
     # at most one row group waits, so memory holds about three (MAX_BUFFER_BYTES each).
     small = sum(os.path.getsize(p) for p in paths) <= INLINE_BYTES
@@ -236,11 +266,11 @@ def copy(
         pending = writing.submit(write.timed, work)
 
     def flush() -> None:
-        nonlocal buffered, buffered_bytes, buffered_estimate
+        nonlocal buffered, buffered_bytes, buffered_estimate, buffered_rows
         if buffered and out is not None:
             rows, target = pa.concat_tables(buffered), out
             later(lambda: target.writer.write_table(rows, row_group_size=rows.num_rows))
-        buffered, buffered_bytes, buffered_estimate = [], 0, 0
+        buffered, buffered_bytes, buffered_estimate, buffered_rows = [], 0, 0, 0
 
     def roll() -> None:
         nonlocal out
@@ -259,7 +289,7 @@ def copy(
 
     reading: Executor = Inline() if small else ThreadPoolExecutor(max_workers=READ_AHEAD)
     try:
-        for rows, per_row in _row_groups(paths, names, reading, read_ahead):
+        for rows, per_row in _row_groups(paths, names, reading, read_ahead, checked):
             if rows.schema.equals(shape.schema):
                 rows = pa.Table.from_arrays(rows.columns, schema=shape.schema)
             else:  # large strings, a time zone's other name, a column's order: cast
@@ -268,16 +298,25 @@ def copy(
                 if out is None:
                     out = _Output(new_location(), shape)
                 room = limit - out.estimate
-                fit = min(rows.num_rows, max(1, int(room / per_row)))
+                fit = min(rows.num_rows, max(1, int(room / per_row)), group_rows - buffered_rows)
                 buffered.append(rows.slice(0, fit))
                 buffered_bytes += buffered[-1].nbytes
                 buffered_estimate += int(fit * per_row)
+                buffered_rows += fit
                 out.estimate += int(fit * per_row)
                 rows = rows.slice(fit)
-                if buffered_estimate >= shape.row_group_bytes or buffered_bytes >= MAX_BUFFER_BYTES:
+                if (
+                    buffered_estimate >= shape.row_group_bytes
+                    or buffered_bytes >= MAX_BUFFER_BYTES
+                    or buffered_rows >= group_rows
+                ):
                     flush()
                 if out.estimate >= limit:
                     roll()
+        if read_all is not None:
+            called = time.thread_time()
+            read_all()
+            callbacks_cpu = time.thread_time() - called
         roll()
         later(lambda: None)  # the last write done (or its error raised)
     except BaseException:
@@ -292,7 +331,7 @@ def copy(
     finally:
         reading.shutdown(wait=True, cancel_futures=True)
         writing.shutdown(wait=True)
-    caller = time.thread_time() - started
+    caller = time.thread_time() - started - callbacks_cpu
     elsewhere = read_ahead.seconds + write.seconds
     if small:  # the read-ahead and the writes ran on this thread: counted in `caller` too
         caller, elsewhere = caller - elsewhere, 0.0
@@ -300,22 +339,35 @@ def copy(
 
 
 def _row_groups(
-    paths: list[str], names: list[str], reading: Executor, cpu: ThreadCpu
+    paths: list[str],
+    names: list[str],
+    reading: Executor,
+    cpu: ThreadCpu,
+    checked: Callable[[str, Any], None] | None = None,
 ) -> Iterator[tuple[Any, float]]:
     """Each input's row groups (only `names`) with its file's bytes per row, in order. A
     file under MAX_BUFFER_BYTES is read whole by `reading`, READ_AHEAD files ahead (small
-    files are most of a compaction's inputs, and one at a time leaves a core idle); a
-    bigger one row group by row group here (memory bounded by one)."""
+    files are most of a compaction's inputs, and one at a time leaves a core idle), each
+    on its reading thread alone (Arrow's pool per column of a small file costs more in
+    hand-offs than it gains); a bigger one row group by row group here (memory bounded by
+    one, its columns decoded by Arrow's pool)."""
     import pyarrow.parquet as pq
+
+    def opened(path: str) -> Any:
+        source = pq.ParquetFile(path)
+        if checked is not None:
+            checked(path, source.schema_arrow)
+        return source
 
     def whole(path: str) -> list[tuple[Any, float]] | None:
         size = os.path.getsize(path)
         if size > MAX_BUFFER_BYTES:
             return None
-        source = pq.ParquetFile(path)
+        source = opened(path)
         per_row = size / max(1, source.metadata.num_rows)
         return [
-            (source.read_row_group(i, columns=names), per_row) for i in range(source.num_row_groups)
+            (source.read_row_group(i, columns=names, use_threads=False), per_row)
+            for i in range(source.num_row_groups)
         ]
 
     ahead: deque[tuple[str, Future[list[tuple[Any, float]] | None]]] = deque()
@@ -331,7 +383,7 @@ def _row_groups(
         if groups is not None:
             yield from groups
             continue
-        source = pq.ParquetFile(path)
+        source = opened(path)
         per_row = os.path.getsize(path) / max(1, source.metadata.num_rows)
         for i in range(source.num_row_groups):
             yield source.read_row_group(i, columns=names), per_row

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from helpers import task_of, wait_for
 from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
+from lakewarden import parquet_copy
 from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.base import JobMarker, marker_of
@@ -79,11 +81,33 @@ def _on_disk(path: str) -> set[str]:
     return {p.name for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts}
 
 
-def test_a_plain_copy_is_rewritten_checked_and_committed(tmp_path: Path) -> None:
+def _threaded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Big inputs' path (past parquet_copy.INLINE_BYTES): the inputs summed on a thread of
+    their own once read, each written file (40 rows in 6 row groups) summed in halves on
+    two threads. The pieces each written file was summed in, as they are."""
+    monkeypatch.setattr(parquet_copy, "INLINE_BYTES", 0)
+    monkeypatch.setattr(native_rewrite, "ROW_GROUP_ROWS", 7)
+    pieces: list[int] = []
+    split = native_rewrite._halves
+
+    def halves(location: str) -> Any:
+        found = split(location)
+        pieces.append(len(found))
+        return found
+
+    monkeypatch.setattr(native_rewrite, "_halves", halves)
+    return pieces
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_a_plain_copy_is_rewritten_checked_and_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threaded: bool
+) -> None:
     """Both partitions' four small files become one each, in one delta-rs commit at the
     version read, marked with the job (never twice), `dataChange` false, each added file
     with statistics; the rows and checksum as before (delta-rs and DuckDB), the table's
     checkpoint interval kept."""
+    pieces = _threaded(monkeypatch) if threaded else []
     path = _table(tmp_path / "t", conf={"delta.checkpointInterval": "3"})
     before, version = _digest(path), DeltaTable(path).version()
     plan = {**PLAN, "path": path, "partitions": [{"day": "d1"}, {"day": "d2"}]}
@@ -117,6 +141,7 @@ def test_a_plain_copy_is_rewritten_checked_and_committed(tmp_path: Path) -> None
     assert (Path(path) / "_delta_log" / "_last_checkpoint").exists()
     # a reader pruning on the new statistics finds exactly its rows
     assert DeltaTable(path).to_pyarrow_table(filters=[("id", "=", 1005)]).num_rows == 1
+    assert pieces == ([2, 2] if threaded else [])
 
 
 def test_only_the_planned_partitions_and_small_files_are_copied(tmp_path: Path) -> None:
@@ -132,8 +157,10 @@ def test_only_the_planned_partitions_and_small_files_are_copied(tmp_path: Path) 
 
 
 def _rewrite_output(location: str, change: Callable[[pa.Table], pa.Table]) -> None:
+    """The written file changed and written again in row groups of its first's rows."""
     local = location.removeprefix("file://")
-    pq.write_table(change(pq.read_table(local)), local)
+    group = pq.ParquetFile(local).metadata.row_group(0).num_rows
+    pq.write_table(change(pq.read_table(local)), local, row_group_size=group)
 
 
 def _set(table: pa.Table, column: str, values: list[Any]) -> pa.Table:
@@ -182,17 +209,27 @@ def _then(copied: Copied, change: Callable[[pa.Table], pa.Table]) -> Copied:
     return copied
 
 
-@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+# Mutations also tried on big inputs' path (`_threaded`).
+THREADED = ["a file doubled", "a value changed", "a NULL moved to its neighbour column"]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "threaded"),
+    [(m, False) for m in sorted(MUTATIONS)] + [(m, True) for m in THREADED],
+)
 def test_every_mutation_is_caught_before_anything_commits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mutation: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mutation: str, threaded: bool
 ) -> None:
     """A corrupted rewrite raises RewriteMismatch naming the partition, its written files
     are deleted, and the table is as it was: no version, the same files and rows."""
+    pieces = _threaded(monkeypatch) if threaded else []
     path = _table(tmp_path / "t")
     before, version, files = _digest(path), DeltaTable(path).version(), _on_disk(path)
     copy = native_rewrite._copy
     monkeypatch.setattr(
-        native_rewrite, "_copy", lambda s, p, b, t: MUTATIONS[mutation](copy, s, p, b, t)
+        native_rewrite,
+        "_copy",
+        lambda s, p, b, t, then=None: MUTATIONS[mutation](partial(copy, read_all=then), s, p, b, t),
     )
     plan = {**PLAN, "path": path, "partitions": [{"day": "d1"}, {"day": "d2"}]}
     with pytest.raises(RewriteMismatch) as caught:
@@ -203,6 +240,7 @@ def test_every_mutation_is_caught_before_anything_commits(
     assert DeltaTable(path).version() == version and DeltaTimeline(path).find_job_commits(7) is None
     assert _on_disk(path) == files  # the written files deleted
     assert _digest(path) == before
+    assert not threaded or 2 in pieces  # a written file was summed in halves
 
 
 def test_a_writer_removing_an_input_meanwhile_is_a_conflict_an_append_is_kept(
@@ -258,6 +296,21 @@ def test_what_is_not_a_plain_copy_says_why(tmp_path: Path) -> None:
     nested = _nested(tmp_path / "nested")
     with pytest.raises(Ineligible, match="column 's' of nested type"):
         native_rewrite.select(nested, {**plan, "path": nested})
+
+
+def test_a_file_whose_parquet_schema_is_not_the_tables_is_left_to_spark(tmp_path: Path) -> None:
+    """A data file whose own Parquet column type is not the table's (here `x` as strings)
+    is found as the copy opens it: Ineligible naming it, nothing committed, no file left."""
+    path = _table(tmp_path / "t", files=2)
+    version, files = DeltaTable(path).version(), _on_disk(path)
+    victim = next(Path(path).glob("day=d1/*.parquet"))
+    rows = pq.read_table(victim)
+    at = rows.schema.get_field_index("x")
+    pq.write_table(rows.set_column(at, "x", rows["x"].cast(pa.string())), victim)
+    plan = {**PLAN, "path": path, "partitions": [{"day": "d2"}, {"day": "d1"}]}
+    with pytest.raises(Ineligible, match=r"Parquet schema is not the table's \(x\)"):
+        native_rewrite.compact(path, plan, MARK, lambda: None)
+    assert DeltaTable(path).version() == version and _on_disk(path) == files
 
 
 def _nested(path: Path) -> str:
@@ -442,9 +495,9 @@ def test_a_reader_never_sees_a_corrupted_rewrite(
     copy = native_rewrite._copy
     writing = threading.Event()
 
-    def dropped(s: Selection, p: Part, b: str, t: int) -> Copied:
+    def dropped(s: Selection, p: Part, b: str, t: int, then: Any = None) -> Copied:
         writing.set()
-        return MUTATIONS["a file dropped"](copy, s, p, b, t)
+        return MUTATIONS["a file dropped"](partial(copy, read_all=then), s, p, b, t)
 
     monkeypatch.setattr(native_rewrite, "_copy", dropped)
     seen: list[int] = []

@@ -199,13 +199,18 @@ class FileRow:
     has_stats: bool = True  # its add action carries statistics (numRecords at least)
 
 
-def file_rows(table: Any) -> list[FileRow]:
+def file_rows(table: Any, bounds: bool = True) -> list[FileRow]:
     """Every live file of `table` (delta-rs' add actions), with the rows each deletion
-    vector hides."""
+    vector hides; without its columns' statistics unless `bounds` (a rewrite's selection
+    reads none: three Python objects fewer per column and file)."""
     columns = list(table.metadata().partition_columns or [])
     has_vectors = "deletionVectors" in (table.protocol().reader_features or [])
     hidden = hidden_rows(table) if has_vectors else {}
-    rows = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if not bounds:
+        stats = ("min.", "max.", "null_count.")
+        actions = actions.select([c for c in actions.column_names if not c.startswith(stats)])
+    rows = actions.to_pylist()
     return [file_row(columns, row, hidden) for row in rows]
 
 

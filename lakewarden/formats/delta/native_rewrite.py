@@ -10,10 +10,13 @@ delta-rs commits (`WRITER_FEATURES`), no purge to run, `compaction.native_rewrit
 
 As Delta's OPTIMIZE does: in each planned partition, the files under the plan's minimum
 size, when there are two or more, are copied (`parquet_copy.copy`: row group by row group,
-cast to the table's schema, which Delta's files hold without the partition columns) into
-files of the target size. Then, before anything is visible: DuckDB reads the written files
-back from disk and their rows and checksum must be the inputs' (`parquet_copy.sums`),
-partition by partition (a partition's rows moved to another changes two partitions' sums).
+cast to the table's schema, which Delta's files hold without the partition columns; each
+file's own schema checked as it is opened) into files of the target size, in row groups of
+at most delta-rs' 1 Mi rows. DuckDB sums the inputs on a thread of its own once pyarrow has
+read them (beside the write). Then, before anything is visible: DuckDB reads the written
+files back from disk (big ones in two halves at once) and their rows and checksum must be
+the inputs' (`parquet_copy.sums`), partition by partition (a partition's rows moved to
+another changes two partitions' sums).
 A mismatch deletes the written files, commits nothing and raises `RewriteMismatch`. A
 match commits one delta-rs transaction at the version read: the inputs removed and the
 outputs added (`dataChange` false, each with its statistics from its Parquet footer), the
@@ -25,13 +28,14 @@ checkpoint when `delta.checkpointInterval` asks.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -53,6 +57,10 @@ MAX_LEGACY_WRITER = 4  # writer versions 5 and 6 imply column mapping and identi
 PARTITION_TYPES = frozenset({"string", "byte", "short", "integer", "long", "date", "boolean"})
 CODEC = "snappy"  # Delta's writers' default (Spark's and delta-rs')
 ROW_GROUP_BYTES = 128 << 20
+# delta-rs' most rows in a row group (its WriterProperties' default). A partition of more
+# is written in row groups of equal rows (the log's numRecords): the first is written
+# while the rest is read, and the written file is read back by two threads.
+ROW_GROUP_ROWS = 1 << 20
 STRING_STATS_CHARS = 32  # Delta's own prefix length for string min/max
 # delta.dataSkippingNumIndexedCols' default: statistics for the first 32 columns
 INDEXED_COLUMNS_DEFAULT = 32
@@ -93,6 +101,7 @@ class Selection:
 
     version: int
     table: Any  # delta-rs' DeltaTable at `version`
+    timeline: DeltaTimeline
     schema: Any  # pa.Schema of the data files (no partition columns)
     partition_columns: list[str]
     stats_columns: list[str]
@@ -168,14 +177,14 @@ def select(
     """The table read at its newest version and the files the plan's compaction copies;
     Ineligible saying why this path does not take it."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from lakewarden.formats.delta.facts import file_rows
 
     why = plan_ineligible(plan)
     if why is not None:
         raise Ineligible(why)
-    table = DeltaTimeline(path, storage).open_table()
+    timeline = DeltaTimeline(path, storage)
+    table = timeline.open_table()
     version = table.version()
     protocol, metadata = table.protocol(), table.metadata()
     config = dict(metadata.configuration or {})
@@ -210,7 +219,7 @@ def select(
     )
     small = int(plan.get("min_file_size_bytes") or plan["target_file_size_bytes"])
     by_key: dict[str, Part] = {}
-    for row in file_rows(table):
+    for row in file_rows(table, bounds=False):
         if (keys is not None and row.key not in keys) or row.size >= small:
             continue
         if row.has_vector:
@@ -223,19 +232,24 @@ def select(
         )
         part.inputs.append(Source(row.file.path, local, row.size, row.records))
     parts = [p for _, p in sorted(by_key.items()) if len(p.inputs) >= 2]
-    for part in parts:
-        for source in part.inputs:
-            try:
-                found = pq.read_schema(source.local)
-            except (OSError, ValueError) as exc:
-                raise Ineligible(f"{source.path} could not be read as Parquet: {exc}") from exc
-            for want in schema:
-                at = found.get_field_index(want.name)
-                if at < 0 or not _castable(found.field(at).type, want.type):
-                    raise Ineligible(
-                        f"{source.path}'s Parquet schema is not the table's ({want.name})"
-                    )
-    return Selection(version, table, schema, columns, _stats_columns(config, schema.names), parts)
+    # each file's own schema is checked as the copy opens it (`_check_schema`): a footer
+    # read here too would be each file's second
+    return Selection(
+        version, table, timeline, schema, columns, _stats_columns(config, schema.names), parts
+    )
+
+
+def _check_schema(want: Any, seen: set[Any], path: str, found: Any) -> None:
+    """Ineligible unless the Parquet file at `path`, whose Arrow schema is `found`, holds
+    each column of `want` in a type that reads as the table's (`_castable`); `seen`: the
+    schemas already found good (most of a table's files have one)."""
+    if found in seen:
+        return
+    for column in want:
+        at = found.get_field_index(column.name)
+        if at < 0 or not _castable(found.field(at).type, column.type):
+            raise Ineligible(f"{path}'s Parquet schema is not the table's ({column.name})")
+    seen.add(found)
 
 
 def _json_value(value: Any, upper: bool) -> Any:
@@ -317,29 +331,86 @@ def stats_of(local: str, columns: list[str]) -> str:
     )
 
 
-def _copy(selection: Selection, part: Part, base: str, target: int) -> parquet_copy.Copied:
+def _copy(
+    selection: Selection,
+    part: Part,
+    base: str,
+    target: int,
+    read_all: Callable[[], None] | None = None,
+) -> parquet_copy.Copied:
     """The partition's inputs copied into new files at the table's root (Delta's paths
-    are the log's: a file need not sit in a partition's folder)."""
-    shape = parquet_copy.Layout(selection.schema, CODEC, None, ROW_GROUP_BYTES)
+    are the log's: a file need not sit in a partition's folder); `read_all()` once they
+    have all been read."""
+    shape = parquet_copy.Layout(
+        selection.schema, CODEC, None, ROW_GROUP_BYTES, _group_rows(part.inputs)
+    )
 
     def new_location() -> str:
         return f"{base}/part-00000-lakewarden-{uuid.uuid4()}-c000.snappy.parquet"
 
-    return parquet_copy.copy([s.local for s in part.inputs], shape, target, new_location)
+    inputs = [s.local for s in part.inputs]
+    check = partial(_check_schema, selection.schema, set())
+    return parquet_copy.copy(inputs, shape, target, new_location, read_all=read_all, checked=check)
 
 
-def _mismatches(selection: Selection, sums_in: dict[str, tuple[int, int]]) -> list[str]:
-    """The partitions whose written files, read back by DuckDB, are not their inputs."""
+def _group_rows(inputs: list[Source]) -> int:
+    """Rows in each row group: the inputs' rows in as few groups of at most ROW_GROUP_ROWS
+    as hold them, each as big (ROW_GROUP_ROWS when a file's count is not in the log)."""
+    total = sum(s.records for s in inputs)
+    if total <= 0 or any(s.records <= 0 for s in inputs):
+        return ROW_GROUP_ROWS
+    return -(-total // -(-total // ROW_GROUP_ROWS))
+
+
+def _halves(location: str) -> list[tuple[str, tuple[int, int] | None]]:
+    """A written file as the pieces DuckDB sums it in, two threads at once: its rows before
+    and from the row group boundary nearest its middle (the footer only places the cut:
+    the pieces cover every position whatever it says), or whole (one row group)."""
+    import pyarrow.parquet as pq
+
+    local = parquet_copy.local_path(location)
+    assert local is not None
+    meta = pq.ParquetFile(local).metadata
+    counts = (meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+    ends = list(itertools.accumulate(counts))
+    if len(ends) < 2:
+        return [(local, None)]
+    cut = min(ends[:-1], key=lambda end: abs(2 * end - ends[-1]))
+    return [(local, (0, cut)), (local, (cut, 1 << 62))]
+
+
+def _mismatches(
+    selection: Selection,
+    summed_in: Mapping[str, Future[tuple[int, int]]],
+    pool: Executor,
+    hash_outputs: Callable[..., tuple[int, int]],
+    split: bool,
+) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    """The partitions whose written files, read back by DuckDB, are not their inputs
+    (`summed_in`, maybe still being summed: the outputs' sums start first), and the
+    inputs' sums: `hash_outputs` (`parquet_copy.sums`) on `pool`, each file in halves if
+    `split`."""
     columns = list(selection.schema.names)
+    summed: dict[str, list[Future[tuple[int, int]]]] = {}
+    for part in selection.parts:
+        locations = [loc for loc, _ in part.outputs]
+        pieces = [h for loc in locations for h in _halves(loc)] if split else None
+        summed[part.key] = (
+            [pool.submit(hash_outputs, [path], columns, 1, rows) for path, rows in pieces]
+            if pieces is not None
+            else [pool.submit(hash_outputs, locations, columns, 1)]
+        )
+    sums_in = {key: future.result() for key, future in summed_in.items()}
     out = []
     for part in selection.parts:
-        got = parquet_copy.sums([loc for loc, _ in part.outputs], columns, threads=1)
+        found = [future.result() for future in summed[part.key]]
+        got = (sum(n for n, _ in found), sum(h for _, h in found))
         if got != sums_in[part.key]:
             out.append(
                 f"partition {part.key or '(table)'}: {sums_in[part.key][0]} rows (checksum "
                 f"{sums_in[part.key][1]}) in, {got[0]} ({got[1]}) written"
             )
-    return out
+    return out, sums_in
 
 
 def compact(
@@ -357,7 +428,8 @@ def compact(
     `TASK_KEY`, `ATTEMPT_KEY`) in the commitInfo; `before_commit` is asked right before
     (the policy's last look, a cancel). The run's metrics: what the Spark path reports
     (committed version, files and bytes, validation) and `engine`. Nothing committed when it
-    raises; a mismatch raises `RewriteMismatch` with the metrics. `corrupt`: test-only
+    raises; a mismatch raises `RewriteMismatch` with the metrics, an input whose Parquet
+    schema is not the table's `Ineligible`. `corrupt`: test-only
     (the `corrupt-rewrite` failpoint), the first written file loses a row, for the check
     to catch."""
     from deltalake.exceptions import CommitFailedError
@@ -386,30 +458,37 @@ def compact(
     columns = list(chosen.schema.names)
     copying = time.perf_counter()
     try:
-        # DuckDB sums each partition's inputs while pyarrow copies them (C++, off the GIL);
-        # tiny inputs one after the other (a thread costs more than it saves)
+        # DuckDB sums each partition's inputs once pyarrow has read them, on another thread
+        # while pyarrow writes (C++, off the GIL: the write is one thread, the reads took
+        # both cores); tiny inputs one after the other (a thread costs more than it saves)
         small = sum(s.size for p in chosen.parts for s in p.inputs) <= parquet_copy.INLINE_BYTES
-        with parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=1) as hashing:
+        with (
+            parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=1) as hashing,
+            parquet_copy.Inline() if small else ThreadPoolExecutor(max_workers=2) as pool,
+        ):
             hash_inputs = parquet_copy.sums
             if not small:  # on the hashing thread: its CPU counted there
                 hash_inputs = partial(elsewhere.timed, parquet_copy.sums)
-            summed = {
-                p.key: hashing.submit(hash_inputs, [s.local for s in p.inputs], columns, 1)
-                for p in chosen.parts
-            }
+            summed: dict[str, Future[tuple[int, int]]] = {}
+
+            def sum_inputs(part: Part) -> None:
+                if part.key not in summed:  # the plan's inputs, whatever the copy read
+                    paths = [s.local for s in part.inputs]
+                    summed[part.key] = hashing.submit(hash_inputs, paths, columns, 1)
+
             for part in chosen.parts:
-                copied = _copy(chosen, part, base, target)
+                copied = _copy(chosen, part, base, target, partial(sum_inputs, part))
+                sum_inputs(part)  # unless the copy asked for it
                 part.outputs = copied.files
                 elsewhere.seconds += copied.elsewhere_cpu_s
             if corrupt:
                 _drop_a_row(chosen.parts[0].outputs[0][0])
             seconds["copy"] = time.perf_counter() - copying
-            waiting = time.perf_counter()
-            sums_in = {key: future.result() for key, future in summed.items()}
-            seconds["hash_wait"] = time.perf_counter() - waiting
-        checking = time.perf_counter()
-        wrong = _mismatches(chosen, sums_in)
-        seconds["validate"] = time.perf_counter() - checking
+            checking = time.perf_counter()
+            # the written files read back by DuckDB (big ones in halves, two threads), beside
+            # the inputs' sums if they are still going
+            wrong, sums_in = _mismatches(chosen, summed, pool, hash_inputs, split=not small)
+            seconds["validate"] = time.perf_counter() - checking
         rows = sum(n for n, _ in sums_in.values())
         checksum = sum(h for _, h in sums_in.values())
         metrics["validation"] = {
@@ -419,7 +498,7 @@ def compact(
             "rows": rows,
             "checksum_before": str(checksum),
             "partitions": len(chosen.parts),
-            "seconds": round(seconds["validate"] + seconds["hash_wait"], 3),
+            "seconds": round(seconds["validate"], 3),
         }
         if wrong:
             metrics["validation"]["mismatches"] = wrong
@@ -470,11 +549,13 @@ def compact(
         raise
     engine["seconds"] = _rounded(seconds)
     engine["driver_cpu_s"] = round(time.thread_time() - cpu_started + elsewhere.seconds, 3)
-    commit = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]))
-    assert commit is not None  # delta-rs returned: it committed
+    # read forward from the version read (delta-rs does not say which version it wrote:
+    # the next one, unless other writers committed in between)
+    committed = chosen.timeline.job_version_after(int(mark[TASK_KEY]), chosen.version)
+    assert committed is not None  # delta-rs returned: it committed
     metrics.update(
-        committed_version=int(commit.id),
-        operation=commit.operation,
+        committed_version=committed[0],
+        operation=committed[1],
         files_removed=sum(len(p.inputs) for p in chosen.parts),
         files_added=sum(len(p.outputs) for p in chosen.parts),
         bytes_removed=sum(s.size for p in chosen.parts for s in p.inputs),

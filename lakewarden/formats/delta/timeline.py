@@ -194,6 +194,27 @@ class DeltaTimeline:
                 return commit
         return None
 
+    def job_version_after(self, task_id: int, version: int) -> tuple[int, str | None] | None:
+        """The first version after `version` stamped with task `task_id`, and its
+        operation: read forward commit file by commit file up to the head, each one's
+        commitInfo line only (no listing of the log, no parse of a rewrite's thousands of
+        actions: a job that just committed at the version it read finds its commit in one
+        short read)."""
+        after = version + 1
+        while True:
+            try:
+                with self.fs.open_input_stream(f"{self.log}/{commit_file(after)}") as f:
+                    raw = f.read().decode()
+            except FileNotFoundError:
+                return None
+            lines = [line for line in raw.splitlines() if line.startswith('{"commitInfo"')]
+            actions = [json.loads(line) for line in lines or raw.splitlines() if line.strip()]
+            info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            marker = marker_of(summarize(info, []))
+            if marker is not None and marker.task_id == task_id:
+                return after, info.get("operation")
+            after += 1
+
 
 # commitInfo keys that are its structure, not a writer's custom metadata.
 _INFO_KEYS = frozenset(
