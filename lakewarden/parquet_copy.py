@@ -69,6 +69,23 @@ class Layout:
     row_group_rows: int | None = None
 
 
+# The most rows in a row group written (delta-rs' WriterProperties' default). A copy of
+# more is written in row groups of equal rows (`group_rows`): the first is written while
+# the rest is read (one group of everything would wait for every read), and the written
+# file can be read back by two threads.
+ROW_GROUP_ROWS = 1 << 20
+
+
+def group_rows(records: list[int]) -> int:
+    """Rows in each row group of a copy of files of `records` rows: as few groups of at
+    most ROW_GROUP_ROWS as hold them, each as big (ROW_GROUP_ROWS when a count is unknown,
+    0 or less)."""
+    total = sum(records)
+    if total <= 0 or any(r <= 0 for r in records):
+        return ROW_GROUP_ROWS
+    return -(-total // -(-total // ROW_GROUP_ROWS))
+
+
 def sums(
     paths: list[str],
     columns: list[str],

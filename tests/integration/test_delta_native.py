@@ -86,7 +86,7 @@ def _threaded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     their own once read, each written file (40 rows in 6 row groups) summed in halves on
     two threads. The pieces each written file was summed in, as they are."""
     monkeypatch.setattr(parquet_copy, "INLINE_BYTES", 0)
-    monkeypatch.setattr(native_rewrite, "ROW_GROUP_ROWS", 7)
+    monkeypatch.setattr(parquet_copy, "ROW_GROUP_ROWS", 7)
     pieces: list[int] = []
     split = native_rewrite._halves
 

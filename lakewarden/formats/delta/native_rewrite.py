@@ -57,10 +57,6 @@ MAX_LEGACY_WRITER = 4  # writer versions 5 and 6 imply column mapping and identi
 PARTITION_TYPES = frozenset({"string", "byte", "short", "integer", "long", "date", "boolean"})
 CODEC = "snappy"  # Delta's writers' default (Spark's and delta-rs')
 ROW_GROUP_BYTES = 128 << 20
-# delta-rs' most rows in a row group (its WriterProperties' default). A partition of more
-# is written in row groups of equal rows (the log's numRecords): the first is written
-# while the rest is read, and the written file is read back by two threads.
-ROW_GROUP_ROWS = 1 << 20
 STRING_STATS_CHARS = 32  # Delta's own prefix length for string min/max
 # delta.dataSkippingNumIndexedCols' default: statistics for the first 32 columns
 INDEXED_COLUMNS_DEFAULT = 32
@@ -342,7 +338,11 @@ def _copy(
     are the log's: a file need not sit in a partition's folder); `read_all()` once they
     have all been read."""
     shape = parquet_copy.Layout(
-        selection.schema, CODEC, None, ROW_GROUP_BYTES, _group_rows(part.inputs)
+        selection.schema,
+        CODEC,
+        None,
+        ROW_GROUP_BYTES,
+        parquet_copy.group_rows([s.records for s in part.inputs]),
     )
 
     def new_location() -> str:
@@ -351,15 +351,6 @@ def _copy(
     inputs = [s.local for s in part.inputs]
     check = partial(_check_schema, selection.schema, set())
     return parquet_copy.copy(inputs, shape, target, new_location, read_all=read_all, checked=check)
-
-
-def _group_rows(inputs: list[Source]) -> int:
-    """Rows in each row group: the inputs' rows in as few groups of at most ROW_GROUP_ROWS
-    as hold them, each as big (ROW_GROUP_ROWS when a file's count is not in the log)."""
-    total = sum(s.records for s in inputs)
-    if total <= 0 or any(s.records <= 0 for s in inputs):
-        return ROW_GROUP_ROWS
-    return -(-total // -(-total // ROW_GROUP_ROWS))
 
 
 def _halves(location: str) -> list[tuple[str, tuple[int, int] | None]]:
