@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY, Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
+from lakewarden.formats.delta import staged_rewrite
 from lakewarden.formats.delta.facts import read_facts
 from lakewarden.formats.delta.log_files import clean_log
 from lakewarden.formats.delta.native_rewrite import Conflict, Ineligible, compact
@@ -371,6 +372,38 @@ def run_native(
     return state
 
 
+def run_staged(
+    rt: Runtime,
+    spark: SparkSession,
+    job: Job,
+    path: str,
+    storage: Mapping[str, str],
+    metrics: dict[str, Any],
+) -> bool:
+    """Run the compaction as Spark's rewrite checked before its commit
+    (`staged_rewrite.compact`), its metrics into `metrics`; False (nothing written, the
+    reason in `metrics["engine"]`) when that path does not take it: OPTIMIZE runs it."""
+    session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
+    engine = metrics.setdefault("engine", {"engine": "spark"})
+    try:
+        done = staged_rewrite.compact(
+            session,
+            s3a_path(path),
+            job.plan,
+            policy_check(rt, job.task_id),  # the last look, right before the commit
+            storage=storage,
+            corrupt=failpoint(rt) == "corrupt-rewrite",
+        )
+    except Ineligible as exc:
+        engine["optimize"] = f"OPTIMIZE, checked after its commit: {exc}"
+        return False
+    except RewriteMismatch as exc:
+        exc.metrics["engine"] = engine
+        raise
+    metrics.update(done)
+    return True
+
+
 def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
     """Run the job's Delta command on its table (`job.plan["path"]`) and record the outcome."""
     path = str(job.plan.get("path") or "")
@@ -395,6 +428,8 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         if job.kind == "ttl":  # its metrics filled as it goes: a failed check keeps them
             run_ttl(spark, job, path, metrics, failpoint(rt) == "ttl-miscount-row", storage)
             metrics["seconds"] = round(time.monotonic() - started, 3)
+        elif job.kind == "compaction" and run_staged(rt, spark, job, path, storage, metrics):
+            metrics["seconds"] = round(time.monotonic() - started, 3)  # checked, committed
         else:
             newest_before = DeltaTimeline(path, storage).versions()[-1]
             delta_metrics = _execute(spark, job, path, storage)
@@ -403,7 +438,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
                 metrics["delta"] = delta_metrics
             commit = DeltaTimeline(path, storage).find_job_commits(job.task_id)
             metrics.update(_commit_metrics(commit))
-        if job.kind in REWRITES:
+        if job.kind in REWRITES and "staged" not in metrics:
             first = first_job_version(path, job.task_id, newest_before, storage)
             metrics["validation"] = checked = _validation(job, path, commit, first, storage)
             if failpoint(rt) == "corrupt-rewrite" and checked["status"] == "passed":
