@@ -4,7 +4,10 @@ Delta-family session and record its outcome: in a Spark application of its own
 (`lakewarden.jobs.application_entry`), as every format with its own family. A compaction
 that is a plain copy of files (`formats.delta.native_rewrite`) runs without Spark
 (`run_native`): on the scheduler's own thread, checked before it commits; one that is not
-is Spark's, and its run's `engine` says why.
+is Spark's, and its run's `engine` says why: Spark's rewrite checked by DuckDB before
+Delta's transaction commits it (`run_staged`, `formats.delta.staged_rewrite`: deletion
+vectors, column mapping, nested columns), else (a table off the local file system, a purge,
+row tracking, clustering; `engine.optimize` says why) Delta's OPTIMIZE, checked after.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task
@@ -16,15 +19,16 @@ to a file the command rewrote, after it read the table) fails the command before
 commits anything; the attempt fails, its run naming the conflict (`conflict`), and is
 retried as any failed attempt: re-planned from the table as it is then.
 
-Validation (compaction, zorder, clustering): the rows and their order-independent checksum read by
-delta-rs at the version before the job's commit and at that commit must be equal. A TTL's
-exact-count guard: the rows its DELETE removed (the commit's `numDeletedRows`) must be
-the rows it counted with Spark right before, give or take what other writers committed
-in between. Delta commits as the command ends (no staging branch to publish from), so a
-failed check is undone by `RESTORE TABLE … TO VERSION AS OF` the version before the
-job's commit (`undo`), only if no other writer committed after it (else the alert says
-which version to restore to); the task fails for good either way (critical alert). A
-table delta-rs cannot read (deletion vectors) is not validated, and the run says so.
+Validation after the commit (zorder, clustering, a compaction OPTIMIZE runs): the rows
+and their order-independent checksum read by delta-rs at the version before the job's
+commit and at that commit must be equal. A TTL's exact-count guard: the rows its DELETE
+removed (the commit's `numDeletedRows`) must be the rows it counted with Spark right
+before, give or take what other writers committed in between. Delta commits as the
+command ends (no staging branch to publish from), so a failed check is undone by `RESTORE
+TABLE … TO VERSION AS OF` the version before the job's commit (`undo`), only if no other
+writer committed after it (else the alert says which version to restore to); the task
+fails for good either way (critical alert). A table delta-rs cannot read (deletion
+vectors) is not validated, and the run says so.
 """
 
 from __future__ import annotations

@@ -267,10 +267,11 @@ class _Delta:
     """Delta's classes in the session's JVM (py4j)."""
 
     def __init__(self, session: SparkSession) -> None:
-        self.jvm: Any = session._jvm
+        jvm: Any = session._jvm
+        self.jvm = jvm
         self.jsession: Any = session._jsparkSession
-        self.delta = self.jvm.org.apache.spark.sql.delta
-        self.utils = self.jvm.org.apache.spark.api.python.PythonUtils
+        self.delta: Any = jvm.org.apache.spark.sql.delta
+        self.utils: Any = jvm.org.apache.spark.api.python.PythonUtils
 
     def seq(self, items: list[Any]) -> Any:
         return self.utils.toSeq(items)
