@@ -392,7 +392,7 @@ def run_staged(
     try:
         done = staged_rewrite.compact(
             session,
-            s3a_path(path),
+            path,
             job.plan,
             policy_check(rt, job.task_id),  # the last look, right before the commit
             storage=storage,

@@ -35,6 +35,7 @@ clustering, a purge (REORG) and a table with row tracking (OPTIMIZE keeps its ro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -49,6 +50,7 @@ from lakewarden.formats.delta.jobs import conflict_of
 from lakewarden.formats.delta.native_rewrite import PARTITION_TYPES, Conflict, Ineligible
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.digest import cursor, quoted, row_hash
+from lakewarden.object_store import filesystem, on_s3, reader_options, s3a_path
 from lakewarden.outcomes import RewriteMismatch
 from lakewarden.spark.sql import partition_predicate
 
@@ -93,8 +95,8 @@ def ineligible(plan: Mapping[str, Any], path: str) -> str | None:
         return "files with deletion vectors to purge (REORG … APPLY (PURGE))"
     if not plan.get("optimize", True):
         return "the plan has no bin-pack"
-    if parquet_copy.local_path(path) is None:
-        return f"{path} is not on a local file system (the check reads local files)"
+    if parquet_copy.local_path(path) is None and not on_s3(path):
+        return f"{path} is neither on a local file system nor on S3 (the check reads those)"
     return None
 
 
@@ -122,10 +124,10 @@ def _columns(metadata: Mapping[str, Any]) -> list[Column]:
     ]
 
 
-def _hash_sql(columns: list[Column], present: set[str]) -> str:
-    """DuckDB's (rows, checksum) over `read_parquet(?, file_row_number)` with the rows of
-    `deleted` left out; a column the file lacks (added to the table after it was written)
-    is NULL, as Delta reads it."""
+def _hash_sql(columns: list[Column], present: set[str], source: str) -> str:
+    """DuckDB's (rows, checksum) over `source` (a file's rows with their `file_row_number`)
+    with the rows of `deleted` left out; a column the file lacks (added to the table after
+    it was written) is NULL, as Delta reads it."""
     projected = []
     for c in columns:
         name = quoted(c.physical)
@@ -136,15 +138,17 @@ def _hash_sql(columns: list[Column], present: set[str]) -> str:
         else:
             projected.append(name)
     inner = (
-        f"SELECT {', '.join(projected)} FROM read_parquet(?, file_row_number = true) "
+        f"SELECT {', '.join(projected)} FROM {source} "
         "WHERE file_row_number NOT IN (SELECT pos FROM deleted)"
     )
     hashed = row_hash([c.physical for c in columns])
     return f"SELECT count(*), sum({hashed}::HUGEINT) FROM ({inner})"
 
 
-def sums(files: list[ParquetInput], columns: list[Column]) -> tuple[int, int]:
-    """(rows, checksum) of `files` read by DuckDB, each without its deleted rows."""
+def sums(files: list[ParquetInput], columns: list[Column], fs: Any = None) -> tuple[int, int]:
+    """(rows, checksum) of `files`, each without its deleted rows: local files read by
+    DuckDB's Parquet reader; `fs` (pyarrow's file system: an object store's), by pyarrow
+    and hashed by DuckDB over the Arrow table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -152,10 +156,20 @@ def sums(files: list[ParquetInput], columns: list[Column]) -> tuple[int, int]:
     con = cursor(1)
     try:
         for f in files:
-            present = set(pq.read_schema(f.local).names)
-            deleted = pa.table({"pos": pa.array(f.deleted, pa.int64())})
-            con.register("deleted", deleted)
-            ((n, h),) = con.execute(_hash_sql(columns, present), [f.local]).fetchall()
+            con.register("deleted", pa.table({"pos": pa.array(f.deleted, pa.int64())}))
+            if fs is None:
+                present = set(pq.read_schema(f.local).names)
+                sql = _hash_sql(columns, present, "read_parquet(?, file_row_number = true)")
+                ((n, h),) = con.execute(sql, [f.local]).fetchall()
+            else:
+                table = pq.read_table(f.local, filesystem=fs)
+                numbered = table.append_column(
+                    "file_row_number", pa.array(range(table.num_rows), pa.int64())
+                )
+                con.register("source", numbered)
+                sql = _hash_sql(columns, set(table.column_names), "source")
+                ((n, h),) = con.execute(sql).fetchall()
+                con.unregister("source")
             con.unregister("deleted")
             rows, total = rows + int(n), total + int(h or 0)
     finally:
@@ -164,13 +178,15 @@ def sums(files: list[ParquetInput], columns: list[Column]) -> tuple[int, int]:
 
 
 def check(
-    parts: Mapping[Any, tuple[list[ParquetInput], list[ParquetInput]]], columns: list[Column]
+    parts: Mapping[Any, tuple[list[ParquetInput], list[ParquetInput]]],
+    columns: list[Column],
+    fs: Any = None,
 ) -> tuple[list[str], int, int]:
     """Each partition's written files (its second list) against its inputs (its first):
-    the partitions that differ, said; and the inputs' rows and checksum."""
+    the partitions that differ, said; and the inputs' rows and checksum (`fs`: `sums`')."""
     wrong, rows, total = [], 0, 0
     for key, (inputs, outputs) in parts.items():
-        want, got = sums(inputs, columns), sums(outputs, columns)
+        want, got = sums(inputs, columns, fs), sums(outputs, columns, fs)
         rows, total = rows + want[0], total + want[1]
         if got != want:
             wrong.append(
@@ -229,22 +245,60 @@ def choose(
     return [b for b in bins if len(b.adds) >= 2]
 
 
-def _local(root: str, add: Mapping[str, Any]) -> str:
-    """An add action's file on this machine (the log's path is a URI-encoded relative path,
-    or an absolute URI)."""
-    path = unquote(str(add["path"]))
-    local = parquet_copy.local_path(path) if "://" in path or path.startswith("file:") else None
-    return local or f"{root.rstrip('/')}/{path}"
+class _Files:
+    """Where the table's files are, as the check reads them: local paths, or paths in
+    pyarrow's file system for the table's object store (`fs`)."""
+
+    def __init__(self, path: str, storage: Mapping[str, str] | None) -> None:
+        local = parquet_copy.local_path(path.rstrip("/"))
+        self.fs: Any = None
+        if local is not None:
+            self.root = local
+        else:
+            self.fs, self.root = filesystem(dict(storage or {}), path.rstrip("/"))
+
+    def of(self, add: Mapping[str, Any]) -> str:
+        """An add action's file (the log's path: URI-encoded, relative, or an absolute
+        URI)."""
+        return self.at(str(add["path"]))
+
+    def at(self, uri: str) -> str:
+        path = unquote(uri)
+        if "://" not in path and not path.startswith("file:"):
+            return f"{self.root}/{path}"
+        local = parquet_copy.local_path(path)
+        return local if local is not None else path.split("://", 1)[1]
+
+    def remove(self, locations: list[str]) -> None:
+        """The written files deleted, and the checksum files Hadoop's local file system
+        wrote beside them (`.<name>.crc`)."""
+        if self.fs is None:
+            crc = [
+                os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.crc") for p in locations
+            ]
+            parquet_copy.remove([*locations, *crc])
+            return
+        for location in locations:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(location)
+
+    def drop_a_row(self, location: str) -> None:
+        """Write the file again without its first row (the failpoint's damage; pyarrow
+        keeps the columns' field ids)."""
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(location, filesystem=self.fs)
+        pq.write_table(table.slice(1), location, filesystem=self.fs)
 
 
-def _deleted_rows(path: str, version: int, storage: Mapping[str, str] | None) -> dict[str, Any]:
-    """{file's local path: the row positions its deletion vector deletes}, read by delta-rs
-    at `version` (delta-kernel's decoding, not Spark's)."""
+def _deleted_rows(
+    path: str, version: int, storage: Mapping[str, str] | None, files: _Files
+) -> dict[str, Any]:
+    """{file's location (`files`): the row positions its deletion vector deletes}, read by
+    delta-rs at `version` (delta-kernel's decoding, not Spark's)."""
     import pyarrow as pa
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
-
-    from lakewarden.object_store import reader_options
 
     options = reader_options(storage or {}, path) or None
     try:
@@ -256,10 +310,8 @@ def _deleted_rows(path: str, version: int, storage: Mapping[str, str] | None) ->
         raise Ineligible(why) from exc
     out = {}
     for row in vectors.to_pylist():
-        local = parquet_copy.local_path(unquote(row["filepath"]))
-        if local is not None:
-            keep = row["selection_vector"]
-            out[local] = tuple(i for i, kept in enumerate(keep) if not kept)
+        keep = row["selection_vector"]
+        out[files.at(row["filepath"])] = tuple(i for i, kept in enumerate(keep) if not kept)
     return out
 
 
@@ -303,13 +355,12 @@ def compact(
     why = ineligible(plan, path)
     if why is not None:
         raise Ineligible(why)
-    root = parquet_copy.local_path(path.rstrip("/"))
-    assert root is not None
+    files = _Files(path, storage)
     d = _Delta(session)
     none = d.option(None)
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    delta_log = d.delta.DeltaLog.forTable(d.jsession, path)
+    delta_log = d.delta.DeltaLog.forTable(d.jsession, s3a_path(path))
     snapshot = delta_log.update(False, none, none)
     version = int(snapshot.version())
     metadata = json.loads(snapshot.metadata().json())["metaData"]
@@ -338,7 +389,7 @@ def compact(
         )
         return metrics
     with_vectors = any(a.get("deletionVector") for b in bins for a in b.adds)
-    deleted = _deleted_rows(path, version, storage) if with_vectors else {}
+    deleted = _deleted_rows(path, version, storage, files) if with_vectors else {}
     columns = _columns(metadata)
 
     txn = delta_log.startTransaction(none, d.option(snapshot))
@@ -360,16 +411,16 @@ def compact(
             b.written = [w["add"] for w in b.written]
         seconds["write"] = time.perf_counter() - writing
         if corrupt:
-            _drop_a_row(_local(root, bins[0].written[0]))
+            files.drop_a_row(files.of(bins[0].written[0]))
         checking = time.perf_counter()
         parts: dict[Any, tuple[list[ParquetInput], list[ParquetInput]]] = {}
         for b in bins:
             ins, outs = parts.setdefault(b.key, ([], []))
             for a in b.adds:
-                local = _local(root, a)
-                ins.append(ParquetInput(local, deleted.get(local, ())))
-            outs.extend(ParquetInput(_local(root, w)) for w in b.written)
-        wrong, rows, checksum = check(parts, columns)
+                location = files.of(a)
+                ins.append(ParquetInput(location, deleted.get(location, ())))
+            outs.extend(ParquetInput(files.of(w)) for w in b.written)
+        wrong, rows, checksum = check(parts, columns, files.fs)
         seconds["validate"] = time.perf_counter() - checking
         metrics["validation"] = {
             "status": "failed" if wrong else "passed",
@@ -413,7 +464,7 @@ def compact(
         seconds["commit"] = time.perf_counter() - committing
     except BaseException:
         if not committed or not _landed(path, storage, session):
-            _remove([_local(root, w) for b in bins for w in b.written])
+            files.remove([files.of(w) for b in bins for w in b.written])
         raise
     finally:
         if active.isDefined():
@@ -451,23 +502,6 @@ def _landed(path: str, storage: Mapping[str, str] | None, session: SparkSession)
     except Exception:
         return True
     return found is not None and found.summary.get(ATTEMPT_KEY) == mark.get(ATTEMPT_KEY)
-
-
-def _remove(locals_: list[str]) -> None:
-    """The written files deleted, and the checksum files Hadoop's local file system wrote
-    beside them (`.<name>.crc`)."""
-    parquet_copy.remove(locals_)
-    parquet_copy.remove(
-        [os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.crc") for p in locals_]
-    )
-
-
-def _drop_a_row(local: str) -> None:
-    """Write the file again without its first row (the failpoint's damage; pyarrow keeps
-    the columns' field ids)."""
-    import pyarrow.parquet as pq
-
-    pq.write_table(pq.read_table(local).slice(1), local)
 
 
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:
