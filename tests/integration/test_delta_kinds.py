@@ -405,7 +405,18 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        state = services.attempt(task_id)
+        # tried without Spark first: the arrow path refuses the deletion vector, and hands
+        # the job to Spark's application, launched by the next dispatch
+        assert services.sched.dispatch_once()
+        wait_for(lambda: services.sched.fallbacks.qsize() or None, 60, "handed to Spark")
+        services.sched.dispatch_once()  # launches it
+
+        def ended() -> str | None:
+            services.sched.applications.poll(services.sched.leading())
+            state = task_of(services.rt, task_id).state
+            return state if state in ("succeeded", "failed", "pending") else None
+
+        state = wait_for(ended, 900, f"task {task_id}")
     finally:
         done.set()
         reader.join(60)
