@@ -6,8 +6,9 @@ that is a plain copy of files (`formats.delta.native_rewrite`) runs without Spar
 (`run_native`): on the scheduler's own thread, checked before it commits; one that is not
 is Spark's, and its run's `engine` says why: Spark's rewrite checked by DuckDB before
 Delta's transaction commits it (`run_staged`, `formats.delta.staged_rewrite`: deletion
-vectors, column mapping, nested columns), else (a table off the local file system, a purge,
-row tracking, clustering; `engine.optimize` says why) Delta's OPTIMIZE, checked after.
+vectors, column mapping, nested columns; local or S3 tables), else (a table on HDFS, a
+purge, row tracking, clustering; `engine.optimize` says why) Delta's OPTIMIZE, checked
+after.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task

@@ -28,9 +28,10 @@ in its steps, with the check between the write and the commit:
    another writer removed one since (`Conflict`), on any storage's LogStore. Its
    commitInfo's `userMetadata` is the job's mark (the marked session is the active one).
 
-Local tables only for now (the check's DuckDB reads local files; an object store's or
-HDFS's table runs OPTIMIZE, checked after its commit and undone by RESTORE), as are Z-order,
-clustering, a purge (REORG) and a table with row tracking (OPTIMIZE keeps its row ids).
+Tables on the local file system (DuckDB reads the files) and on S3 (pyarrow's file system
+reads them, DuckDB hashes the Arrow tables). Delta's OPTIMIZE, checked after its commit and
+undone by RESTORE, still runs a table on HDFS, a purge (REORG), a table with row tracking
+(OPTIMIZE keeps its row ids), a clustered table, and Z-order and clustering.
 """
 
 from __future__ import annotations
