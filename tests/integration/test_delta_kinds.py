@@ -420,6 +420,8 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
     finally:
         done.set()
         reader.join(60)
+    # what the reader saw: the version before, its rows, every time
+    assert len(seen) >= 3 and set(seen) == {(version, before)}, set(seen)
     [run] = services.runs(task_id)
     metrics = run.metrics or {}
     assert state == "failed", (state, run.error)
@@ -427,7 +429,6 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
     assert metrics["engine"]["engine"] == "spark" and "deletion" in str(metrics["engine"]).lower()
     assert metrics["validation"]["status"] == "failed"
     assert metrics["validation"]["when"] == "before the commit"
-    assert len(seen) >= 3 and set(seen) == {(version, before)}, set(seen)
     assert DeltaTable(path).version() == version
     assert DeltaTimeline(path).find_job_commits(task_id) is None
 
