@@ -321,6 +321,10 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert all(marker_of(c.summary) == JobMarker(task_id, 1) for c in vacuums)
 
     _ttl_drops_whole_partitions(client, services, str(warehouse / "lake" / "clicks"))
+    # d2: three more small files, so a bin-pack is due beside the purge
+    assert client.put(f"{TABLE}/policy", json={"compaction": spark_compaction}).status_code == 200
+    for i in range(3):
+        write_deltalake(path, _batch(300 + 10 * i, "d2"), partition_by=["day"], mode="append")
     _deletion_vectors_are_purged(client, services, spark_writers, path)
 
 
