@@ -35,6 +35,8 @@ application would (`application_entry.run_application`: load, heartbeat, recover
 record), in this process's warm session (a JVM of the family, started once) instead of a
 JVM of its own; `env` is the `LAKEWARDEN_*` environment the leader gives an application.
 It answers the application's exit code. (`warm_applications` in the Delta kinds' tests.)
+{"staged": {"path", "plan", "task_id", "corrupt"?, "meanwhile"?}} runs lakewarden's Delta
+compaction checked before its commit (`staged`) and answers its metrics or what it raised.
 
 Any step may hold `hadoop`: settings for the session's Hadoop configuration, set before the
 step runs (the writer's own S3A settings, for a table on S3).
@@ -216,6 +218,29 @@ def run_job(spark: Any, job: dict[str, Any]) -> int:
         rt.engine.dispose()
 
 
+def staged(spark: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """lakewarden's staged Delta compaction (`formats.delta.staged_rewrite.compact`) of
+    `path` by `plan` in a session marked for `task_id`, `corrupt` as the failpoint asks;
+    `meanwhile`: SQL another writer commits right before the compaction's commit. Its
+    metrics, or {"raised": the exception's class, "error", "metrics"?}."""
+    from lakewarden.formats.delta import jobs as delta_jobs
+    from lakewarden.formats.delta import staged_rewrite
+
+    session = delta_jobs.marked_session(spark, int(step["task_id"]), 1)
+
+    def before_commit() -> None:
+        if step.get("meanwhile"):
+            spark.sql(step["meanwhile"]).collect()
+
+    try:
+        return staged_rewrite.compact(
+            session, step["path"], step["plan"], before_commit, corrupt=bool(step.get("corrupt"))
+        )
+    except Exception as exc:
+        metrics = getattr(exc, "metrics", None)
+        return {"raised": type(exc).__name__, "error": str(exc), "metrics": metrics}
+
+
 def run_step(spark: Any, step: dict[str, Any]) -> Any:
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in step.get("hadoop", {}).items():  # the writer's own S3A settings
@@ -241,6 +266,8 @@ def run_step(spark: Any, step: dict[str, Any]) -> Any:
     if "read" in step:  # Spark's own read of the table (its metadata table's listing)
         rows = spark.read.format("hudi").load(step["read"]).select("id", "v").collect()
         return sorted([int(r["id"]), int(r["v"])] for r in rows)
+    if "staged" in step:
+        return staged(spark, step["staged"])
     if step.get("compact"):
         return vars(compact(spark, step["path"]))
     write_hudi(spark, step)

@@ -4,7 +4,11 @@ Delta-family session and record its outcome: in a Spark application of its own
 (`lakewarden.jobs.application_entry`), as every format with its own family. A compaction
 that is a plain copy of files (`formats.delta.native_rewrite`) runs without Spark
 (`run_native`): on the scheduler's own thread, checked before it commits; one that is not
-is Spark's, and its run's `engine` says why.
+is Spark's, and its run's `engine` says why: Spark's rewrite checked by DuckDB before
+Delta's transaction commits it (`run_staged`, `formats.delta.staged_rewrite`: deletion
+vectors, column mapping, nested columns; local or S3 tables), else (a table on HDFS, a
+purge, row tracking, clustering; `engine.optimize` says why) Delta's OPTIMIZE, checked
+after.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task
@@ -16,15 +20,16 @@ to a file the command rewrote, after it read the table) fails the command before
 commits anything; the attempt fails, its run naming the conflict (`conflict`), and is
 retried as any failed attempt: re-planned from the table as it is then.
 
-Validation (compaction, zorder, clustering): the rows and their order-independent checksum read by
-delta-rs at the version before the job's commit and at that commit must be equal. A TTL's
-exact-count guard: the rows its DELETE removed (the commit's `numDeletedRows`) must be
-the rows it counted with Spark right before, give or take what other writers committed
-in between. Delta commits as the command ends (no staging branch to publish from), so a
-failed check is undone by `RESTORE TABLE … TO VERSION AS OF` the version before the
-job's commit (`undo`), only if no other writer committed after it (else the alert says
-which version to restore to); the task fails for good either way (critical alert). A
-table delta-rs cannot read (deletion vectors) is not validated, and the run says so.
+Validation after the commit (zorder, clustering, a compaction OPTIMIZE runs): the rows
+and their order-independent checksum read by delta-rs at the version before the job's
+commit and at that commit must be equal. A TTL's exact-count guard: the rows its DELETE
+removed (the commit's `numDeletedRows`) must be the rows it counted with Spark right
+before, give or take what other writers committed in between. Delta commits as the
+command ends (no staging branch to publish from), so a failed check is undone by `RESTORE
+TABLE … TO VERSION AS OF` the version before the job's commit (`undo`), only if no other
+writer committed after it (else the alert says which version to restore to); the task
+fails for good either way (critical alert). A table delta-rs cannot read (deletion
+vectors) is not validated, and the run says so.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY, Commit, marker_of
 from lakewarden.formats.delta import jobs as delta_jobs
+from lakewarden.formats.delta import staged_rewrite
 from lakewarden.formats.delta.facts import read_facts
 from lakewarden.formats.delta.log_files import clean_log
 from lakewarden.formats.delta.native_rewrite import Conflict, Ineligible, compact
@@ -371,6 +377,38 @@ def run_native(
     return state
 
 
+def run_staged(
+    rt: Runtime,
+    spark: SparkSession,
+    job: Job,
+    path: str,
+    storage: Mapping[str, str],
+    metrics: dict[str, Any],
+) -> bool:
+    """Run the compaction as Spark's rewrite checked before its commit
+    (`staged_rewrite.compact`), its metrics into `metrics`; False (nothing written, the
+    reason in `metrics["engine"]`) when that path does not take it: OPTIMIZE runs it."""
+    session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
+    engine = metrics.setdefault("engine", {"engine": "spark"})
+    try:
+        done = staged_rewrite.compact(
+            session,
+            path,
+            job.plan,
+            policy_check(rt, job.task_id),  # the last look, right before the commit
+            storage=storage,
+            corrupt=failpoint(rt) == "corrupt-rewrite",
+        )
+    except Ineligible as exc:
+        engine["optimize"] = f"OPTIMIZE, checked after its commit: {exc}"
+        return False
+    except RewriteMismatch as exc:
+        exc.metrics["engine"] = engine
+        raise
+    metrics.update(done)
+    return True
+
+
 def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], job: Job) -> str:
     """Run the job's Delta command on its table (`job.plan["path"]`) and record the outcome."""
     path = str(job.plan.get("path") or "")
@@ -395,6 +433,8 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         if job.kind == "ttl":  # its metrics filled as it goes: a failed check keeps them
             run_ttl(spark, job, path, metrics, failpoint(rt) == "ttl-miscount-row", storage)
             metrics["seconds"] = round(time.monotonic() - started, 3)
+        elif job.kind == "compaction" and run_staged(rt, spark, job, path, storage, metrics):
+            metrics["seconds"] = round(time.monotonic() - started, 3)  # checked, committed
         else:
             newest_before = DeltaTimeline(path, storage).versions()[-1]
             delta_metrics = _execute(spark, job, path, storage)
@@ -403,7 +443,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
                 metrics["delta"] = delta_metrics
             commit = DeltaTimeline(path, storage).find_job_commits(job.task_id)
             metrics.update(_commit_metrics(commit))
-        if job.kind in REWRITES:
+        if job.kind in REWRITES and "staged" not in metrics:
             first = first_job_version(path, job.task_id, newest_before, storage)
             metrics["validation"] = checked = _validation(job, path, commit, first, storage)
             if failpoint(rt) == "corrupt-rewrite" and checked["status"] == "passed":

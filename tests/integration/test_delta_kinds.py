@@ -40,6 +40,7 @@ from lakewarden.db.models import JobRun
 from lakewarden.db.session import transaction
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.formats.delta.validation import digest as validation_digest
 from lakewarden.formats.digest import digest_rows
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
@@ -261,8 +262,11 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4
     assert metrics["engine"] == {"engine": "spark", "reason": "compaction.native_rewrite is off"}
     compacted = int(metrics["committed_version"])
+    # Spark rewrote, DuckDB checked the files, then Delta's transaction committed
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
-    assert metrics["validation"]["rows"] == 70 and metrics["validation"]["after_version"] == 7
+    assert metrics["validation"]["when"] == "before the commit"
+    # the rows of the files it rewrote: d1's forty
+    assert metrics["validation"]["rows"] == 40 and metrics["read_version"] == 6
     commit = DeltaTimeline(path).find_job_commits(task_id)
     assert commit is not None and int(commit.id) == compacted == 7
     assert marker_of(commit.summary) == JobMarker(task_id, 1)
@@ -317,8 +321,10 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert all(marker_of(c.summary) == JobMarker(task_id, 1) for c in vacuums)
 
     _ttl_drops_whole_partitions(client, services, str(warehouse / "lake" / "clicks"))
-    _a_failed_validation_is_restored(client, services, monkeypatch, path)
-    monkeypatch.setattr(services.rt.settings, "failpoints_enabled", False)
+    # d2: three more small files, so a bin-pack is due beside the purge
+    assert client.put(f"{TABLE}/policy", json={"compaction": spark_compaction}).status_code == 200
+    for i in range(3):
+        write_deltalake(path, _batch(300 + 10 * i, "d2"), partition_by=["day"], mode="append")
     _deletion_vectors_are_purged(client, services, spark_writers, path)
 
 
@@ -355,42 +361,81 @@ def _ttl_drops_whole_partitions(client: TestClient, services: Services, path: st
     assert min(left.column("day").to_pylist()) == today - timedelta(days=7)
 
 
-def _a_failed_validation_is_restored(
-    client: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch, path: str
+@pytest.mark.spark
+@pytest.mark.timeout(1200)
+def test_a_reader_never_sees_a_corrupted_spark_compaction(
+    client: TestClient,
+    services: Services,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_writers: SparkWriters,
 ) -> None:
-    """A rewrite whose validation fails after it committed (the test-only failpoint says
-    so of a rewrite that kept its rows) is undone by RESTORE to the version before it:
-    the task fails for good, the run says what was restored, and delta-rs reads the
-    table's files as before."""
-    spark = {"min_input_files": 3, "min_small_files": 3, "native_rewrite": False}
-    assert client.put(f"{TABLE}/policy", json={"compaction": spark}).status_code == 200
-    for i in range(3):  # d2: three more small files, so compaction is due there
-        write_deltalake(path, _batch(300 + 10 * i, "d2"), partition_by=["day"], mode="append")
-    before = DeltaTimeline(path).versions()[-1]
-    files = _live_paths(path)
+    """Issue 30 goal 5 on Spark's path: a compaction of a table with deletion vectors (the
+    arrow path refuses it) whose rewrite loses a row (the test-only failpoint corrupts a
+    written file before the check) is refused before it commits; a reader reading the
+    newest version over and over all along (delta-rs' scan, deletion vectors applied) sees
+    the same version and rows every time, and the task fails for good."""
+    services.warm_applications(spark_writers, monkeypatch)
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "lake" / "events")
+    for i in range(6):  # d1: six small files of ten rows
+        write_deltalake(path, _batch(10 * i, "d1"), partition_by=["day"], mode="append")
+    table = f"delta.`{path}`"
+    spark_writers.run(
+        "delta",
+        [
+            {"sql": f"ALTER TABLE {table} SET TBLPROPERTIES ({DV_ON})"},
+            {"sql": f"DELETE FROM {table} WHERE id = 11"},  # a deletion vector, no purge
+        ],
+    )
+    _catalog(client, warehouse)
+    _register(client, "events", {"compaction": {"min_input_files": 3, "min_small_files": 3}})
+    for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
+        client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
+    version = DeltaTable(path).version()
+    before = validation_digest(path, version)
+    assert before.rows == 59
     monkeypatch.setattr(services.rt.settings, "failpoint", "corrupt-rewrite")
     monkeypatch.setattr(services.rt.settings, "failpoints_enabled", True)
     task_id = _ask(client, "compaction")
-    assert services.plan(task_id)["partitions"] == [{"day": "d2"}]
-    with pytest.raises(AssertionError) as failed:
-        services.run(task_id)
-    assert "RESTOREd to version" in str(failed.value), failed.value
-    with transaction(services.rt.engine) as s:
-        run = s.scalars(select(JobRun).where(JobRun.task_id == task_id)).one()
-        metrics = dict(run.metrics or {})
-    assert task_of(services.rt, task_id).state == "failed"
-    assert metrics["validation"]["failpoint"] == "corrupt-rewrite"
-    assert metrics["undo"]["restored"] is True and metrics["undo"]["to_version"] == before
-    restored = DeltaTimeline(path).since(str(before), 10).commits
-    assert [c.operation for c in restored] == ["OPTIMIZE", "RESTORE"]
-    assert marker_of(restored[1].summary) is None  # the undo is not the task's commit
-    assert _live_paths(path) == files
-    assert _digest(path) == _digest(path, before)  # both readers: the rows before it
-    # The failed validation holds compaction on the table (critical alert) until resumed.
-    refused = client.post(f"{TABLE}/tasks", json={"kind": "compaction"})
-    assert refused.status_code == 409, refused.text
-    resumed = client.post(f"{TABLE}/kinds/compaction/resume")
-    assert resumed.status_code == 200, resumed.text
+    assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
+    seen: list[tuple[int, Any]] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.wait(0.05) or len(seen) < 3:
+            newest = DeltaTable(path).version()
+            seen.append((newest, validation_digest(path, newest)))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        # tried without Spark first: the arrow path refuses the deletion vector, and hands
+        # the job to Spark's application, launched by the next dispatch
+        assert services.sched.dispatch_once()
+        wait_for(lambda: services.sched.fallbacks.qsize() or None, 60, "handed to Spark")
+        services.sched.dispatch_once()  # launches it
+
+        def ended() -> str | None:
+            services.sched.applications.poll(services.sched.leading())
+            state = task_of(services.rt, task_id).state
+            return state if state in ("succeeded", "failed", "pending") else None
+
+        state = wait_for(ended, 900, f"task {task_id}")
+    finally:
+        done.set()
+        reader.join(60)
+    # what the reader saw: the version before, its rows, every time
+    assert len(seen) >= 3 and set(seen) == {(version, before)}, set(seen)
+    [run] = services.runs(task_id)
+    metrics = run.metrics or {}
+    assert state == "failed", (state, run.error)
+    assert "nothing was committed" in (run.error or ""), run.error
+    assert metrics["engine"]["engine"] == "spark" and "deletion" in str(metrics["engine"]).lower()
+    assert metrics["validation"]["status"] == "failed"
+    assert metrics["validation"]["when"] == "before the commit"
+    assert DeltaTable(path).version() == version
+    assert DeltaTimeline(path).find_job_commits(task_id) is None
 
 
 def _deletion_vectors_are_purged(
@@ -933,6 +978,8 @@ def test_optimize_and_vacuum_on_s3_through_s3a(
     metrics = services.run(task_id).metrics or {}
     assert metrics["operation"] == "OPTIMIZE" and metrics["files_removed"] == 4, metrics
     assert metrics["validation"]["status"] == "passed" and metrics["validation"]["rows"] == 40
+    # Spark's rewrite on S3, checked by pyarrow's reads of the bucket before the commit
+    assert metrics["validation"]["when"] == "before the commit", metrics
 
     task_id = _ask(client, "clean")
     plan = services.plan(task_id)

@@ -1,0 +1,509 @@
+"""A Delta compaction the arrow path refuses (deletion vectors, column mapping, nested
+columns, writer features delta-rs does not commit), rewritten by Spark with Delta's own
+reader and writer, checked by DuckDB before anything is visible, and committed by Delta's
+own transaction (issue 30, goal 5: readers never see a bad rewrite).
+
+Delta's `OPTIMIZE` commits as it ends, so a check after it leaves the table wrong until
+its RESTORE lands. This module does what `OptimizeTableCommand` (delta-spark 3.3.3) does,
+in its steps, with the check between the write and the commit:
+
+1. `DeltaLog.forTable(...).update()` is the snapshot read; its add actions are chosen as
+   OPTIMIZE and `native_rewrite` choose them: in each planned partition the files under
+   the plan's minimum size, packed in order of size into bins of at most the target size,
+   a bin of two or more files rewritten.
+2. `startTransaction(None, Some(snapshot))`; each bin is read by
+   `deltaLog.createDataFrame(snapshot, bin, actionTypeOpt = Some("Optimize"))` (Delta's
+   file index over exactly those files: deletion vectors applied, physical column names
+   mapped) and written by `txn.writeFiles(df.coalesce(1), None, isOptimize = true, Nil)`,
+   which writes new Parquet files (physical column names, statistics) into the table's
+   directory and commits nothing.
+3. DuckDB reads the inputs (deletion vectors applied: the rows delta-rs'
+   `deletion_vectors()` at the read version keeps) and the written files, partition by
+   partition: rows and the checksum over the data columns' physical names (`check`).
+   A mismatch deletes the written files, commits nothing, raises `RewriteMismatch`.
+4. A match commits the transaction: each input's own `removeWithTimestamp(now, false)`
+   (its deletion vector kept in the remove), each written file's add with `dataChange`
+   false (`Action.fromJson`), `DeltaOperations.Optimize` as the operation, the inputs
+   tracked as read (`trackFilesRead`): Delta's conflict checker fails the commit when
+   another writer removed one since (`Conflict`), on any storage's LogStore. Its
+   commitInfo's `userMetadata` is the job's mark (the marked session is the active one).
+
+Tables on the local file system (DuckDB reads the files) and on S3 (pyarrow's file system
+reads them, DuckDB hashes the Arrow tables). Delta's OPTIMIZE, checked after its commit and
+undone by RESTORE, still runs a table on HDFS, a purge (REORG), a table with row tracking
+(OPTIMIZE keeps its row ids), a clustered table, and Z-order and clustering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from lakewarden import parquet_copy
+from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY
+from lakewarden.formats.delta.jobs import conflict_of
+from lakewarden.formats.delta.native_rewrite import PARTITION_TYPES, Conflict, Ineligible
+from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.formats.digest import cursor, quoted, row_hash
+from lakewarden.object_store import filesystem, on_s3, reader_options, s3a_path
+from lakewarden.outcomes import RewriteMismatch
+from lakewarden.spark.sql import partition_predicate
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PHYSICAL_NAME = "delta.columnMapping.physicalName"
+_TIMESTAMPS = frozenset({"timestamp", "timestamp_ntz"})
+
+
+@dataclass(frozen=True)
+class ParquetInput:
+    """A Parquet file as the check reads it: its rows but those its deletion vector
+    deletes (`deleted`: row positions)."""
+
+    local: str
+    deleted: tuple[int, ...] = ()
+
+
+@dataclass
+class Bin:
+    """Files of one partition rewritten into one: their add actions (the log's JSON), and
+    the written files' once written."""
+
+    key: tuple[tuple[str, str | None], ...]
+    adds: list[dict[str, Any]]
+    written: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A data column as the Parquet files name it, and whether it is a timestamp (hashed
+    as its microseconds: INT96 and TIMESTAMP_MICROS files alike)."""
+
+    physical: str
+    timestamp: bool = False
+
+
+def ineligible(plan: Mapping[str, Any], path: str) -> str | None:
+    """Why the plan alone rules this path out (OPTIMIZE then runs it), else None."""
+    if plan.get("purge_partitions") is not None:
+        return "files with deletion vectors to purge (REORG … APPLY (PURGE))"
+    if not plan.get("optimize", True):
+        return "the plan has no bin-pack"
+    if parquet_copy.local_path(path) is None and not on_s3(path):
+        return f"{path} is neither on a local file system nor on S3 (the check reads those)"
+    return None
+
+
+def _physical(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """{column: its name in the files and the log's partitionValues} (column mapping's
+    physical names; a column's own name without it)."""
+    mapped = (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none")
+    out = {}
+    for f in json.loads(metadata["schemaString"])["fields"]:
+        name = (f.get("metadata") or {}).get(PHYSICAL_NAME) if mapped != "none" else None
+        out[f["name"]] = str(name or f["name"])
+    return out
+
+
+def _columns(metadata: Mapping[str, Any]) -> list[Column]:
+    """The table's data columns (no partition columns) as the files name them."""
+    parts = set(metadata.get("partitionColumns") or [])
+    physical = _physical(metadata)
+    return [
+        Column(
+            physical[f["name"]], f["type"] in _TIMESTAMPS if isinstance(f["type"], str) else False
+        )
+        for f in json.loads(metadata["schemaString"])["fields"]
+        if f["name"] not in parts
+    ]
+
+
+def _hash_sql(columns: list[Column], present: set[str], source: str) -> str:
+    """DuckDB's (rows, checksum) over `source` (a file's rows with their `file_row_number`)
+    with the rows of `deleted` left out; a column the file lacks (added to the table after
+    it was written) is NULL, as Delta reads it."""
+    projected = []
+    for c in columns:
+        name = quoted(c.physical)
+        if c.physical not in present:
+            projected.append(f"NULL AS {name}")
+        elif c.timestamp:
+            projected.append(f"epoch_us({name}) AS {name}")
+        else:
+            projected.append(name)
+    inner = (
+        f"SELECT {', '.join(projected)} FROM {source} "
+        "WHERE file_row_number NOT IN (SELECT pos FROM deleted)"
+    )
+    hashed = row_hash([c.physical for c in columns])
+    return f"SELECT count(*), sum({hashed}::HUGEINT) FROM ({inner})"
+
+
+def sums(files: list[ParquetInput], columns: list[Column], fs: Any = None) -> tuple[int, int]:
+    """(rows, checksum) of `files`, each without its deleted rows: local files read by
+    DuckDB's Parquet reader; `fs` (pyarrow's file system: an object store's), by pyarrow
+    and hashed by DuckDB over the Arrow table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = total = 0
+    con = cursor(1)
+    try:
+        for f in files:
+            con.register("deleted", pa.table({"pos": pa.array(f.deleted, pa.int64())}))
+            if fs is None:
+                present = set(pq.read_schema(f.local).names)
+                sql = _hash_sql(columns, present, "read_parquet(?, file_row_number = true)")
+                ((n, h),) = con.execute(sql, [f.local]).fetchall()
+            else:
+                table = pq.read_table(f.local, filesystem=fs)
+                numbered = table.append_column(
+                    "file_row_number", pa.array(range(table.num_rows), pa.int64())
+                )
+                con.register("source", numbered)
+                sql = _hash_sql(columns, set(table.column_names), "source")
+                ((n, h),) = con.execute(sql).fetchall()
+                con.unregister("source")
+            con.unregister("deleted")
+            rows, total = rows + int(n), total + int(h or 0)
+    finally:
+        con.close()
+    return rows, total
+
+
+def check(
+    parts: Mapping[Any, tuple[list[ParquetInput], list[ParquetInput]]],
+    columns: list[Column],
+    fs: Any = None,
+) -> tuple[list[str], int, int]:
+    """Each partition's written files (its second list) against its inputs (its first):
+    the partitions that differ, said; and the inputs' rows and checksum (`fs`: `sums`')."""
+    wrong, rows, total = [], 0, 0
+    for key, (inputs, outputs) in parts.items():
+        want, got = sums(inputs, columns, fs), sums(outputs, columns, fs)
+        rows, total = rows + want[0], total + want[1]
+        if got != want:
+            wrong.append(
+                f"partition {_said(key)}: {want[0]} rows (checksum {want[1]}) in, "
+                f"{got[0]} ({got[1]}) written"
+            )
+    return wrong, rows, total
+
+
+def _said(key: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in key) if key else "(table)"
+
+
+def _spelled(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def choose(
+    adds: list[dict[str, Any]],
+    partition_columns: list[str],
+    plan: Mapping[str, Any],
+    physical: Mapping[str, str] | None = None,
+) -> list[Bin]:
+    """The bins of the plan's partitions: files under the minimum size, smallest first,
+    packed up to the target size; a bin of two files or more. `physical`: a partition
+    column's name in the add actions' partitionValues (column mapping's), by its name."""
+    target = int(plan["target_file_size_bytes"])
+    small = int(plan.get("min_file_size_bytes") or target)
+    wanted = plan.get("partitions")
+    keys = (
+        {tuple((c, _spelled(v.get(c))) for c in partition_columns) for v in wanted}
+        if wanted
+        else None
+    )
+    by_key: dict[tuple[tuple[str, str | None], ...], list[dict[str, Any]]] = {}
+    for add in adds:
+        values = add.get("partitionValues") or {}
+        key = tuple((c, values.get((physical or {}).get(c, c))) for c in partition_columns)
+        if (keys is None or key in keys) and int(add["size"]) < small:
+            by_key.setdefault(key, []).append(add)
+    bins = []
+    for key, files in sorted(by_key.items(), key=lambda kv: str(kv[0])):
+        current: list[dict[str, Any]] = []
+        size = 0
+        for add in sorted(files, key=lambda a: (int(a["size"]), a["path"])):
+            if current and size + int(add["size"]) > target:
+                bins.append(Bin(key, current))
+                current, size = [], 0
+            current.append(add)
+            size += int(add["size"])
+        bins.append(Bin(key, current))
+    return [b for b in bins if len(b.adds) >= 2]
+
+
+class _Files:
+    """Where the table's files are, as the check reads them: local paths, or paths in
+    pyarrow's file system for the table's object store (`fs`)."""
+
+    def __init__(self, path: str, storage: Mapping[str, str] | None) -> None:
+        local = parquet_copy.local_path(path.rstrip("/"))
+        self.fs: Any = None
+        if local is not None:
+            self.root = local
+        else:
+            self.fs, self.root = filesystem(dict(storage or {}), path.rstrip("/"))
+
+    def of(self, add: Mapping[str, Any]) -> str:
+        """An add action's file (the log's path: URI-encoded, relative, or an absolute
+        URI)."""
+        return self.at(str(add["path"]))
+
+    def at(self, uri: str) -> str:
+        path = unquote(uri)
+        if "://" not in path and not path.startswith("file:"):
+            return f"{self.root}/{path}"
+        local = parquet_copy.local_path(path)
+        return local if local is not None else path.split("://", 1)[1]
+
+    def remove(self, locations: list[str]) -> None:
+        """The written files deleted, and the checksum files Hadoop's local file system
+        wrote beside them (`.<name>.crc`)."""
+        if self.fs is None:
+            crc = [
+                os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.crc") for p in locations
+            ]
+            parquet_copy.remove([*locations, *crc])
+            return
+        for location in locations:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(location)
+
+    def drop_a_row(self, location: str) -> None:
+        """Write the file again without its first row (the failpoint's damage; pyarrow
+        keeps the columns' field ids)."""
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(location, filesystem=self.fs)
+        pq.write_table(table.slice(1), location, filesystem=self.fs)
+
+
+def _deleted_rows(
+    path: str, version: int, storage: Mapping[str, str] | None, files: _Files
+) -> dict[str, Any]:
+    """{file's location (`files`): the row positions its deletion vector deletes}, read by
+    delta-rs at `version` (delta-kernel's decoding, not Spark's)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    options = reader_options(storage or {}, path) or None
+    try:
+        vectors = pa.table(
+            DeltaTable(path, version=version, storage_options=options).deletion_vectors()
+        )
+    except DeltaError as exc:
+        why = f"delta-rs cannot read version {version}'s deletion vectors: {exc}"
+        raise Ineligible(why) from exc
+    out = {}
+    for row in vectors.to_pylist():
+        keep = row["selection_vector"]
+        out[files.at(row["filepath"])] = tuple(i for i, kept in enumerate(keep) if not kept)
+    return out
+
+
+class _Delta:
+    """Delta's classes in the session's JVM (py4j)."""
+
+    def __init__(self, session: SparkSession) -> None:
+        jvm: Any = session._jvm
+        self.jvm = jvm
+        self.jsession: Any = session._jsparkSession
+        self.delta: Any = jvm.org.apache.spark.sql.delta
+        self.utils: Any = jvm.org.apache.spark.api.python.PythonUtils
+
+    def seq(self, items: list[Any]) -> Any:
+        return self.utils.toSeq(items)
+
+    def option(self, value: Any) -> Any:
+        return self.jvm.scala.Option.apply(value)
+
+    def action(self, kind: str, body: Mapping[str, Any]) -> Any:
+        return self.delta.actions.Action.fromJson(json.dumps({kind: body}))
+
+
+def compact(
+    session: SparkSession,
+    path: str,
+    plan: Mapping[str, Any],
+    before_commit: Callable[[], None],
+    *,
+    storage: Mapping[str, str] | None = None,
+    corrupt: bool = False,
+) -> dict[str, Any]:
+    """Rewrite the plan's bins with Spark, check them, commit them in one Delta transaction
+    at the version read, in `session` (a `jobs.marked_session`: its userMetadata is the
+    job's mark). `before_commit` is asked right before the commit (the policy's last look,
+    a cancel, a timeout). The run's metrics; nothing committed when it raises (a mismatch:
+    `RewriteMismatch` with the metrics; another writer's removal of an input: `Conflict`;
+    a table this path does not take, before anything is written: `Ineligible`).
+    `corrupt`: test-only (the `corrupt-rewrite` failpoint), the first written file loses a
+    row before the check."""
+    why = ineligible(plan, path)
+    if why is not None:
+        raise Ineligible(why)
+    files = _Files(path, storage)
+    d = _Delta(session)
+    none = d.option(None)
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    delta_log = d.delta.DeltaLog.forTable(d.jsession, s3a_path(path))
+    snapshot = delta_log.update(False, none, none)
+    version = int(snapshot.version())
+    metadata = json.loads(snapshot.metadata().json())["metaData"]
+    protocol = json.loads(snapshot.protocol().json())["protocol"]
+    config = metadata.get("configuration") or {}
+    if str(config.get("delta.enableRowTracking", "")).lower() == "true":
+        raise Ineligible("row tracking (OPTIMIZE keeps the rows' ids)")
+    if "clustering" in (protocol.get("writerFeatures") or []):
+        raise Ineligible("a clustered table (OPTIMIZE clusters it)")
+    partition_columns = list(metadata.get("partitionColumns") or [])
+    types = {f["name"]: f["type"] for f in json.loads(metadata["schemaString"])["fields"]}
+    for c in partition_columns:
+        if types.get(c) not in PARTITION_TYPES:
+            raise Ineligible(f"partition column {c!r} of type {types.get(c)}")
+    adds = [json.loads(j) for j in snapshot.allFiles().toJSON().collectAsList()]
+    bins = choose(adds, partition_columns, plan, _physical(metadata))
+    seconds["plan"] = time.perf_counter() - started
+    engine: dict[str, Any] = {"checked": "before the commit", "bins": len(bins)}
+    metrics: dict[str, Any] = {"staged": engine, "read_version": version}
+    if not bins:
+        engine["seconds"] = _rounded(seconds)
+        metrics.update(
+            committed_version=None,
+            validation={"status": "skipped", "reason": "nothing was committed"},
+            note="no partition has two or more files under the minimum size",
+        )
+        return metrics
+    with_vectors = any(a.get("deletionVector") for b in bins for a in b.adds)
+    deleted = _deleted_rows(path, version, storage, files) if with_vectors else {}
+    columns = _columns(metadata)
+
+    txn = delta_log.startTransaction(none, d.option(snapshot))
+    chosen = {id(a): d.action("add", a) for b in bins for a in b.adds}
+    committed = False
+    active = d.jvm.org.apache.spark.sql.SparkSession.getActiveSession()
+    # the transaction reads its userMetadata (the job's mark) from the active session
+    d.jvm.org.apache.spark.sql.SparkSession.setActiveSession(d.jsession)
+    try:
+        writing = time.perf_counter()
+        for b in bins:
+            frame = delta_log.createDataFrame(
+                snapshot, d.seq([chosen[id(a)] for a in b.adds]), False, d.option("Optimize")
+            )
+            written = txn.writeFiles(frame.coalesce(1), none, True, d.seq([]))
+            b.written = [json.loads(written.apply(i).json()) for i in range(written.size())]
+            if any("add" not in w for w in b.written):  # OPTIMIZE refuses it too
+                raise RuntimeError(f"Delta's write gave other actions than adds: {b.written}")
+            b.written = [w["add"] for w in b.written]
+        seconds["write"] = time.perf_counter() - writing
+        if corrupt:
+            files.drop_a_row(files.of(bins[0].written[0]))
+        checking = time.perf_counter()
+        parts: dict[Any, tuple[list[ParquetInput], list[ParquetInput]]] = {}
+        for b in bins:
+            ins, outs = parts.setdefault(b.key, ([], []))
+            for a in b.adds:
+                location = files.of(a)
+                ins.append(ParquetInput(location, deleted.get(location, ())))
+            outs.extend(ParquetInput(files.of(w)) for w in b.written)
+        wrong, rows, checksum = check(parts, columns, files.fs)
+        seconds["validate"] = time.perf_counter() - checking
+        metrics["validation"] = {
+            "status": "failed" if wrong else "passed",
+            "reader": "duckdb",
+            "when": "before the commit",
+            "rows": rows,
+            "checksum_before": str(checksum),
+            "partitions": len(parts),
+            "seconds": round(seconds["validate"], 3),
+        }
+        if wrong:
+            metrics["validation"]["mismatches"] = wrong
+            raise RewriteMismatch(
+                "the compaction's written files are not its inputs (read back by DuckDB; "
+                "nothing was committed, the files were deleted): " + "; ".join(wrong),
+                metrics,
+            )
+        metrics["validation"].update(rows_after=rows, checksum_after=str(checksum))
+        now = int(time.time() * 1000)
+        actions = [chosen[id(a)].removeWithTimestamp(now, False) for b in bins for a in b.adds]
+        actions += [d.action("add", {**w, "dataChange": False}) for b in bins for w in b.written]
+        txn.trackFilesRead(d.seq(list(chosen.values())))
+        predicate = []
+        if plan.get("partitions"):
+            where = partition_predicate(list(plan["partitions"]))
+            predicate = [d.jvm.org.apache.spark.sql.functions.expr(where).expr()]
+        operation = getattr(d.delta, "DeltaOperations$Optimize")(
+            d.seq(predicate), d.seq([]), False, none, False
+        )
+        before_commit()
+        committing = time.perf_counter()
+        committed = True  # from here on, the commit may have landed
+        try:
+            txn.commit(d.seq(actions), operation)
+        except Exception as exc:
+            conflict = conflict_of(exc)
+            if conflict is not None:
+                said = next((ln for ln in str(exc).splitlines() if conflict in ln), conflict)
+                raise Conflict(said.strip()[:500]) from exc
+            raise
+        seconds["commit"] = time.perf_counter() - committing
+    except BaseException:
+        if not committed or not _landed(path, storage, session):
+            files.remove([files.of(w) for b in bins for w in b.written])
+        raise
+    finally:
+        if active.isDefined():
+            d.jvm.org.apache.spark.sql.SparkSession.setActiveSession(active.get())
+        else:
+            d.jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+    engine["seconds"] = _rounded(seconds)
+    mark = _mark(session)
+    commit = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]))
+    assert commit is not None  # the transaction returned: it committed
+    metrics.update(
+        committed_version=int(commit.id),
+        operation=commit.operation,
+        files_removed=sum(len(b.adds) for b in bins),
+        files_added=sum(len(b.written) for b in bins),
+        bytes_removed=sum(int(a["size"]) for b in bins for a in b.adds),
+        bytes_added=sum(int(w["size"]) for b in bins for w in b.written),
+    )
+    return metrics
+
+
+def _mark(session: SparkSession) -> dict[str, str]:
+    from lakewarden.formats.delta.jobs import USER_METADATA
+
+    return dict(json.loads(session.conf.get(USER_METADATA) or "{}"))
+
+
+def _landed(path: str, storage: Mapping[str, str] | None, session: SparkSession) -> bool:
+    """Whether the commit landed after all (a failure after Delta wrote the version, e.g.
+    in a post-commit hook): then the table references the written files. Unknown: as if
+    it landed (a file left behind is VACUUM's, a deleted live file is a loss)."""
+    try:
+        mark = _mark(session)
+        found = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]))
+    except Exception:
+        return True
+    return found is not None and found.summary.get(ATTEMPT_KEY) == mark.get(ATTEMPT_KEY)
+
+
+def _rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in seconds.items()}

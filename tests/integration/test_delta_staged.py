@@ -1,0 +1,248 @@
+"""Delta compactions the arrow path refuses, rewritten by Spark and checked before they
+commit (`formats.delta.staged_rewrite`, issue 30 goal 5).
+
+The check's power (`staged_rewrite.check`, DuckDB over the Parquet files, deletion vectors
+applied) is shown without a JVM: issue 30's mutations of a rewrite, each caught. The rest
+runs in the shared Delta-family writer's JVM (`spark_writers`, the `staged` step): a table
+with deletion vectors and column mapping (a renamed column, a struct, a timestamp)
+compacted and read back by delta-rs and DuckDB's Delta extension; a corrupted rewrite
+refused with nothing committed and its files deleted; another writer's DELETE of an input
+between the write and the commit failing Delta's conflict check."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from duckdb_delta import digest as duckdb_digest
+from spark_writer import SparkWriters
+
+from lakewarden.formats.base import JobMarker, marker_of
+from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, check
+from lakewarden.formats.delta.timeline import DeltaTimeline
+from lakewarden.formats.delta.validation import digest as delta_rs_digest
+from lakewarden.formats.digest import Digest
+
+COLUMNS = [Column("col-id"), Column("col-v"), Column("col-w"), Column("col-ts", timestamp=True)]
+
+
+def _rows(start: int, n: int = 10) -> pa.Table:
+    """Rows as a column-mapped file names them: `col-w` NULL on odd ids."""
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "col-id": pa.array(ids, pa.int64()),
+            "col-v": [f"v{i}" for i in ids],
+            "col-w": [None if i % 2 else f"w{i}" for i in ids],
+            "col-ts": pa.array([i * 1_000_000 for i in ids], pa.timestamp("us", "UTC")),
+        }
+    )
+
+
+def _write(path: Path, table: pa.Table) -> str:
+    pq.write_table(table, path)
+    return str(path)
+
+
+def _set(table: pa.Table, column: str, values: list[Any]) -> pa.Table:
+    at = table.schema.get_field_index(column)
+    return table.set_column(at, table.schema.field(at), pa.array(values, table[column].type))
+
+
+def _value_moved(t: pa.Table) -> pa.Table:
+    v = t["col-v"].to_pylist()
+    return _set(t, "col-v", [v[1], v[0], *v[2:]])
+
+
+def _null_moved(t: pa.Table) -> pa.Table:
+    v, w = t["col-v"].to_pylist(), t["col-w"].to_pylist()
+    assert w[1] is None
+    v[1], w[1] = None, v[1]
+    return _set(_set(t, "col-v", v), "col-w", w)
+
+
+# Issue 30's mutations of a rewrite: each turns the correct outputs of partitions d1 (three
+# inputs, the second with a deletion vector hiding rows 0 and 5) and d2 (two inputs) into
+# what a broken rewrite writes. d1's correct output holds the inputs' live rows.
+MUTATIONS: dict[str, Callable[[dict[str, list[pa.Table]]], dict[str, list[pa.Table]]]] = {
+    "a file dropped": lambda o: {**o, "d1": [o["d1"][0].slice(0, 10)]},
+    "a file doubled": lambda o: {**o, "d1": [o["d1"][0], o["d1"][0].slice(0, 10)]},
+    "a row dropped in a partition with deletes": lambda o: {**o, "d1": [o["d1"][0].slice(1)]},
+    "a deleted row written back": lambda o: {**o, "d1": [o["d1"][0], _rows(100, 1)]},
+    "a value changed": lambda o: {
+        **o,
+        "d1": [_set(o["d1"][0], "col-v", ["changed", *o["d1"][0]["col-v"].to_pylist()[1:]])],
+    },
+    "a value moved between rows": lambda o: {**o, "d1": [_value_moved(o["d1"][0])]},
+    "a NULL moved to its neighbour column": lambda o: {**o, "d1": [_null_moved(o["d1"][0])]},
+    "a partition's rows moved to another": lambda o: {"d1": [], "d2": [*o["d2"], *o["d1"]]},
+}
+
+
+def _partitions(tmp: Path, change: Callable[[Any], Any]) -> dict[Any, Any]:
+    inputs = {
+        "d1": [_rows(0), _rows(100), _rows(200)],
+        "d2": [_rows(1000), _rows(1010)],
+    }
+    deleted = {("d1", 1): (0, 5)}  # a deletion vector on d1's second file
+    live = {
+        day: pa.concat_tables(
+            t.filter(pa.array([i not in deleted.get((day, n), ()) for i in range(t.num_rows)]))
+            for n, t in enumerate(tables)
+        )
+        for day, tables in inputs.items()
+    }
+    outputs = change({day: [t] for day, t in live.items()})
+    parts: dict[Any, Any] = {}
+    for day, tables in inputs.items():
+        ins = [
+            ParquetInput(_write(tmp / f"{day}-in{n}.parquet", t), deleted.get((day, n), ()))
+            for n, t in enumerate(tables)
+        ]
+        outs = [
+            ParquetInput(_write(tmp / f"{day}-out{n}.parquet", t))
+            for n, t in enumerate(outputs[day])
+        ]
+        parts[(("day", day),)] = (ins, outs)
+    return parts
+
+
+def test_a_correct_rewrite_passes_with_deletion_vectors_applied(tmp_path: Path) -> None:
+    wrong, rows, _ = check(_partitions(tmp_path, lambda o: o), COLUMNS)
+    assert wrong == [] and rows == 28 + 20
+
+
+def test_an_output_without_a_column_added_later_reads_it_as_null(tmp_path: Path) -> None:
+    """A file written before a column was added lacks it: Delta reads NULLs there."""
+    old = _write(tmp_path / "old.parquet", _rows(0).drop(["col-w"]))
+    new = _write(tmp_path / "new.parquet", _set(_rows(0), "col-w", [None] * 10))
+    key = (("day", "d1"),)
+    assert check({key: ([ParquetInput(old)], [ParquetInput(new)])}, COLUMNS)[0] == []
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_every_mutation_is_caught(tmp_path: Path, mutation: str) -> None:
+    wrong, _, _ = check(_partitions(tmp_path, MUTATIONS[mutation]), COLUMNS)
+    assert wrong and all(w.startswith("partition day=d") for w in wrong), wrong
+
+
+def _create(spark_writers: SparkWriters, path: str) -> None:
+    """d1: four inserts of ten rows (Spark writes each as files of its own), a DELETE's
+    deletion vectors on them, a column renamed (column mapping); d2: one insert."""
+    table = f"delta.`{path}`"
+    props = (
+        "'delta.enableDeletionVectors' = true, 'delta.columnMapping.mode' = 'name', "
+        "'delta.minReaderVersion' = '3', 'delta.minWriterVersion' = '7'"
+    )
+    rows = (
+        "SELECT id, CAST(id AS STRING), TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, "
+        "0, 0, 0, 0, id), named_struct('a', CAST(id AS INT), 'b', IF(id % 2 = 0, 'q', NULL))"
+    )
+    steps: list[dict[str, Any]] = [
+        {
+            "sql": f"CREATE TABLE {table} (id BIGINT, x STRING, ts TIMESTAMP, "
+            f"s STRUCT<a: INT, b: STRING>, day STRING) USING delta PARTITIONED BY (day) "
+            f"TBLPROPERTIES ({props})"
+        },
+        *(
+            {"sql": f"INSERT INTO {table} {rows}, 'd1' FROM range({10 * i}, {10 * i + 10})"}
+            for i in range(4)
+        ),
+        {"sql": f"INSERT INTO {table} {rows}, 'd2' FROM range(100, 110)"},
+        {"sql": f"DELETE FROM {table} WHERE day = 'd1' AND id % 7 = 0"},
+        {"sql": f"ALTER TABLE {table} RENAME COLUMN x TO label"},
+    ]
+    spark_writers.run("delta", steps)
+
+
+PLAN = {"target_file_size_bytes": 1 << 20, "partitions": [{"day": "d1"}]}
+
+
+def _digest(path: str) -> tuple[Digest, Digest]:
+    """The newest version's rows as delta-rs and DuckDB's Delta extension read them, each
+    compared with itself only (on the struct column their hashes differ: DuckDB reads
+    delta-rs' string views inside a struct otherwise)."""
+    version = DeltaTable(path).version()
+    return delta_rs_digest(path, version), duckdb_digest(path, version)
+
+
+def _on_disk(path: str) -> set[str]:
+    return {os.path.join(d, f) for d, _, files in os.walk(path) for f in files}
+
+
+@pytest.mark.spark
+def test_deletion_vectors_and_column_mapping_are_compacted_checked_then_committed(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    path = str(tmp_path / "t")
+    _create(spark_writers, path)
+    version = DeltaTable(path).version()
+    before = _digest(path)
+    assert before[0].rows == before[1].rows == 50 - 6  # ids 0, 7, .., 35 deleted
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": PLAN, "task_id": 7}}])
+    assert "raised" not in done, done
+    assert done["validation"]["status"] == "passed", done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["rows"] == 34 and done["read_version"] == version
+    assert done["committed_version"] == version + 1 and done["operation"] == "OPTIMIZE"
+    # delta-rs and DuckDB's Delta extension read the same rows before and after
+    assert _digest(path) == before
+    actions = DeltaTimeline(path).read_actions(version + 1)
+    removed = [a["remove"] for a in actions if "remove" in a]
+    added = [a["add"] for a in actions if "add" in a]
+    assert len(removed) == done["files_removed"] >= 4 and len(added) == 1
+    assert all(not a["dataChange"] for a in [*removed, *added])
+    assert any(r.get("deletionVector") for r in removed)  # the removes keep their vectors
+    assert not added[0].get("deletionVector") and json.loads(added[0]["stats"])["numRecords"] == 34
+    commit = DeltaTimeline(path).find_job_commits(7)
+    assert commit is not None and marker_of(commit.summary) == JobMarker(7, 1)
+    # d1's deletion vectors are gone with its files; d2's file is as it was
+    vectors = pa.table(DeltaTable(path).deletion_vectors()).to_pylist()
+    assert vectors == []
+
+
+@pytest.mark.spark
+def test_a_corrupted_rewrite_commits_nothing_and_leaves_no_file(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    path = str(tmp_path / "t")
+    _create(spark_writers, path)
+    version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
+    step = {"path": path, "plan": PLAN, "task_id": 8, "corrupt": True}
+    [done] = spark_writers.run("delta", [{"staged": step}])
+    assert done["raised"] == "RewriteMismatch", done
+    assert "nothing was committed" in done["error"] and "day=d1" in done["error"]
+    assert done["metrics"]["validation"]["status"] == "failed"
+    assert DeltaTable(path).version() == version
+    assert DeltaTimeline(path).find_job_commits(8) is None
+    assert _on_disk(path) == files  # the written files (and Hadoop's .crc files) deleted
+    assert _digest(path) == before
+
+
+@pytest.mark.spark
+def test_a_delete_of_an_input_before_the_commit_is_deltas_conflict(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """Another writer deletes a row of d1 (a deletion vector on one of the inputs) after
+    the rewrite wrote its files and before it commits: Delta's conflict checker fails the
+    commit, the written files are deleted, and the table holds the writer's delete."""
+    path = str(tmp_path / "t")
+    _create(spark_writers, path)
+    version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
+    delete = f"DELETE FROM delta.`{path}` WHERE day = 'd1' AND id = 1"
+    step = {"path": path, "plan": PLAN, "task_id": 9, "meanwhile": delete}
+    [done] = spark_writers.run("delta", [{"staged": step}])
+    assert done["raised"] == "Conflict", done
+    assert "ConcurrentDeleteReadException" in done["error"], done["error"]
+    assert DeltaTable(path).version() == version + 1  # the DELETE's, not ours
+    assert DeltaTimeline(path).find_job_commits(9) is None
+    written = {f for f in _on_disk(path) - files if "/_delta_log/" not in f}
+    assert all("deletion_vector_" in os.path.basename(f) for f in written), written
+    assert _digest(path)[0].rows == before[0].rows - 1
