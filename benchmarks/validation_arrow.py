@@ -1,10 +1,12 @@
 """Issue 30 goal 3 on the Arrow path: a validated compaction task against the same task
 unvalidated, on issue 30's 300 small files (1.92 M rows -> 1 file), with a third arm, the
-validated task with its output read by DuckDB after the commit as before
-(`binpack.HASH_OUTPUTS` off) instead of summed as soon as it was closed. The arms rotate
-each repeat in one process, each task from the small-file snapshot (a rollback), after an
-unmeasured round; wall time and CPU (this driver's process, where the Arrow path works,
-plus the Spark JVM's). Prints each task and the per-repeat ratios' medians.
+validated task as before 2026-11-27's second change: its inputs summed from the copy's
+start (`binpack.SUMS_ONCE_READ` off) and one row group for the whole output (no
+`parquet_copy.ROW_GROUP_ROWS` cap), not summed once read beside row groups of 1 Mi rows.
+The arms rotate each repeat in one process, each task from the small-file snapshot (a
+rollback), after an unmeasured round; wall time and CPU (this driver's process, where the
+Arrow path works, plus the Spark JVM's). Prints each task and the per-repeat ratios'
+medians.
 
     LAKEWARDEN_BENCH_DATABASE_URL=... LAKEWARDEN_DATA_DIR=... HC_N=10 \\
         python -m benchmarks.validation_arrow
@@ -22,23 +24,23 @@ from unittest import mock
 from benchmarks import rewrite
 from benchmarks.__main__ import _context
 from benchmarks.harness import Context, Stat, jvm_cpu_seconds, timed
+from lakewarden import parquet_copy
 from lakewarden.catalogs.catalog import TableRef
 from lakewarden.policy.model import ValidationPolicy
 from lakewarden.spark import binpack
 from lakewarden.spark.commits import committing_as
 from lakewarden.spark.validation import validating
 
-ARMS = ("on", "after", "off")  # validated; validated, outputs read after the commit; not
+ARMS = ("on", "before", "off")  # validated; validated as before; not
 _task_ids = itertools.count(50_000)
 
 
 def _task(ctx: Context, ref: TableRef, arm: str) -> tuple[float, float, dict[str, Any]]:
     """One task: its wall seconds, CPU seconds and metrics."""
-    before = (
-        contextlib.nullcontext()
-        if arm != "after"
-        else mock.patch.object(binpack, "HASH_OUTPUTS", False)
-    )
+    before = contextlib.ExitStack()
+    if arm == "before":
+        before.enter_context(mock.patch.object(binpack, "SUMS_ONCE_READ", False))
+        before.enter_context(mock.patch.object(parquet_copy, "ROW_GROUP_ROWS", 1 << 62))
     used = jvm_cpu_seconds(ctx.spark) + time.process_time()
     with (
         committing_as(next(_task_ids), 1),
@@ -74,7 +76,7 @@ def main() -> None:
                     f"load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
-        for arm in ("on", "after"):
+        for arm in ("on", "before"):
             w = Stat.of([a / b for a, b in zip(wall[arm], wall["off"], strict=True)])
             c = Stat.of([a / b for a, b in zip(cpu[arm], cpu["off"], strict=True)])
             print(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lakewarden import parquet_copy
@@ -220,11 +220,13 @@ def rewrite(
     shape: Layout,
     files: list[Input],
     closed: Callable[[str, int], None] | None = None,
+    read_all: Callable[[], None] | None = None,
 ) -> Rewritten:
     """Copy the group's files into new files of at most its max output size
-    (`parquet_copy.copy`), registered on the group (`setOutputFiles`) with Iceberg's
-    metrics. `closed(location, size)` is called on the writer thread as each file is
-    closed (before the next is written). A failure removes the files written."""
+    (`parquet_copy.copy`, row groups of `parquet_copy.group_rows`), registered on the group
+    (`setOutputFiles`) with Iceberg's metrics. `closed(location, size)` is called on the
+    writer thread as each file is closed (before the next is written), `read_all()` once
+    every input has been read. A failure removes the files written."""
     iceberg = jvm.org.apache.iceberg
     spec = table.specs().get(group.outputSpecId())
     partition = group.fileScanTasks().get(0).file().partition()
@@ -233,8 +235,14 @@ def rewrite(
         name = f"00000-0-lakewarden-{uuid.uuid4()}.parquet"
         return str(table.locationProvider().newDataLocation(spec, partition, name))
 
+    shape = replace(shape, row_group_rows=parquet_copy.group_rows([f.records for f in files]))
     copied = parquet_copy.copy(
-        [f.path for f in files], shape, int(group.maxOutputFileSize()), new_location, closed
+        [f.path for f in files],
+        shape,
+        int(group.maxOutputFileSize()),
+        new_location,
+        closed,
+        read_all=read_all,
     )
     written = copied.files
     registering = time.thread_time()
