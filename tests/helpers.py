@@ -473,3 +473,20 @@ def past_quiet() -> datetime:
     commit made so far (a commit within its milliseconds of `datetime.now()`, on a fast
     machine, is not quiet yet: CI saw that)."""
     return datetime.now(UTC) + timedelta(seconds=1)
+
+
+def register_hudi_orders(client: Any, warehouse: Path) -> dict[str, Any]:
+    """A `hudi` catalog `hlake` over `warehouse` and its table `lake.orders` under a policy
+    that makes a compaction due: the table's first event (its compaction task's id in
+    `decision_detail`)."""
+    got = client.post(
+        "/api/v1/catalogs",
+        json={"name": "hlake", "type": "hudi", "properties": {"warehouse": str(warehouse)}},
+    )
+    assert got.status_code == 201, got.text
+    tables = "/api/v1/catalogs/hlake/tables"
+    policy = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
+    got = client.post(tables, json={"namespace": "lake", "name": "orders", "policy": policy})
+    assert got.status_code == 201, got.text
+    event: dict[str, Any] = client.get(f"{tables}/lake/orders/events").json()["items"][0]
+    return event

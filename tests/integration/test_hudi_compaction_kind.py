@@ -11,11 +11,10 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from conftest import HudiTables
 from fastapi.testclient import TestClient
-from helpers import run_hudi_pass
+from helpers import register_hudi_orders, run_hudi_pass
 from spark_writer import SparkWriters
 
 from lakewarden.formats.hudi.facts import read_facts
@@ -23,8 +22,6 @@ from lakewarden.formats.hudi.timeline import HudiTimeline
 from lakewarden.formats.hudi.validation import Digest, digest
 from lakewarden.kinds import hudi_compaction
 from lakewarden.policy.model import CompactionPolicy
-
-TABLES = "/api/v1/catalogs/hlake/tables"
 
 
 def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
@@ -36,7 +33,7 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     assert max(before.log_files_per_slice) == 2
     rows_before = digest(str(table))
 
-    event = _register(client, tmp_path)
+    event = register_hudi_orders(client, tmp_path / "wh")
     assert event["decision"] == "task-created", event
     compaction = event["decision_detail"]["compaction"]
     assert "2 log files >= min_input_files 2" in compaction["reason"]
@@ -73,21 +70,6 @@ def test_a_merge_on_read_table_is_compacted_by_a_submitted_hudi_application(
     assert not theirs.needed and "not planned by lakewarden" in theirs.reason
 
 
-def _register(client: TestClient, tmp_path: Path) -> dict[str, Any]:
-    """The catalog over `tmp_path / "wh"` and its table `lake.orders` under a policy that
-    makes a compaction due: the table's first event."""
-    got = client.post(
-        "/api/v1/catalogs",
-        json={"name": "hlake", "type": "hudi", "properties": {"warehouse": str(tmp_path / "wh")}},
-    )
-    assert got.status_code == 201, got.text
-    policy = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
-    got = client.post(TABLES, json={"namespace": "lake", "name": "orders", "policy": policy})
-    assert got.status_code == 201, got.text
-    event: dict[str, Any] = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
-    return event
-
-
 def test_a_corrupted_compaction_is_never_seen_by_a_reader(
     client: TestClient,
     db_url: str,
@@ -105,7 +87,9 @@ def test_a_corrupted_compaction_is_never_seen_by_a_reader(
     shutil.copytree(hudi_tables.mor_logs, table)
     path = str(table)
     rows_before = digest(path)
-    task_id = _register(client, tmp_path)["decision_detail"]["compaction"]["task_id"]
+    task_id = register_hudi_orders(client, tmp_path / "wh")["decision_detail"]["compaction"][
+        "task_id"
+    ]
 
     seen: list[Digest] = []
     errors: list[str] = []

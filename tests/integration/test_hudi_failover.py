@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
-from helpers import job_runs, process_logs, task_of, wait_for
+from helpers import job_runs, process_logs, register_hudi_orders, task_of, wait_for
 from hudi import HudiReadOptions, HudiTable
 from spark_writer import SparkWriters
 
@@ -41,7 +41,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 # Longer than the other failover tests' 3 s: on a loaded 2-core box (load 40+) a 3 s lease
 # moved between the two schedulers before the kill.
 TTL_S = 10.0
-TABLES = "/api/v1/catalogs/hlake/tables"
 TERMINAL = {s.value for s in TERMINAL_TASK_STATES}
 # Enough file groups that the compaction's Spark tasks (one per slice, on local[1]) run for
 # seconds: the kill lands while it is inflight.
@@ -123,15 +122,7 @@ def test_kill_the_leader_and_its_application_mid_compaction_and_the_next_attempt
     assert max(before.log_files_per_slice) == 2
     rows_before = digest(base_path)
 
-    got = client.post(
-        "/api/v1/catalogs",
-        json={"name": "hlake", "type": "hudi", "properties": {"warehouse": str(tmp_path / "wh")}},
-    )
-    assert got.status_code == 201, got.text
-    policy = {"compaction": {"min_input_files": 2, "min_small_files": 2}}
-    got = client.post(TABLES, json={"namespace": "lake", "name": "orders", "policy": policy})
-    assert got.status_code == 201, got.text
-    event = client.get(f"{TABLES}/lake/orders/events").json()["items"][0]
+    event = register_hudi_orders(client, tmp_path / "wh")
     task_id = event["decision_detail"]["compaction"]["task_id"]
     assert Worker(rt).run_once() and task_of(rt, task_id).state == "planned"
 

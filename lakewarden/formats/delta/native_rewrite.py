@@ -404,6 +404,36 @@ def _mismatches(
     return out, sums_in
 
 
+def record_check(
+    metrics: dict[str, Any],
+    wrong: list[str],
+    rows: int,
+    checksum: int,
+    partitions: int,
+    seconds: float,
+) -> None:
+    """A compaction's check before its commit, as the run's `validation` metrics (the
+    inputs' `rows` and `checksum`); `RewriteMismatch` with them when partitions are `wrong`
+    (the caller has deleted the written files: nothing was committed)."""
+    metrics["validation"] = {
+        "status": "failed" if wrong else "passed",
+        "reader": "duckdb",
+        "when": "before the commit",
+        "rows": rows,
+        "checksum_before": str(checksum),
+        "partitions": partitions,
+        "seconds": round(seconds, 3),
+    }
+    if wrong:
+        metrics["validation"]["mismatches"] = wrong
+        raise RewriteMismatch(
+            "the compaction's written files are not its inputs (read back by DuckDB; "
+            "nothing was committed, the files were deleted): " + "; ".join(wrong),
+            metrics,
+        )
+    metrics["validation"].update(rows_after=rows, checksum_after=str(checksum))
+
+
 def compact(
     path: str,
     plan: Mapping[str, Any],
@@ -482,23 +512,7 @@ def compact(
             seconds["validate"] = time.perf_counter() - checking
         rows = sum(n for n, _ in sums_in.values())
         checksum = sum(h for _, h in sums_in.values())
-        metrics["validation"] = {
-            "status": "failed" if wrong else "passed",
-            "reader": "duckdb",
-            "when": "before the commit",
-            "rows": rows,
-            "checksum_before": str(checksum),
-            "partitions": len(chosen.parts),
-            "seconds": round(seconds["validate"], 3),
-        }
-        if wrong:
-            metrics["validation"]["mismatches"] = wrong
-            raise RewriteMismatch(
-                "the compaction's written files are not its inputs (read back by DuckDB; "
-                "nothing was committed, the files were deleted): " + "; ".join(wrong),
-                metrics,
-            )
-        metrics["validation"].update(rows_after=rows, checksum_after=str(checksum))
+        record_check(metrics, wrong, rows, checksum, len(chosen.parts), seconds["validate"])
         now = int(time.time() * 1000)
         actions: list[Any] = []
         for part in chosen.parts:

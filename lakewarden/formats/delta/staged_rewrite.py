@@ -48,11 +48,15 @@ from urllib.parse import unquote
 from lakewarden import parquet_copy
 from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY
 from lakewarden.formats.delta.jobs import conflict_of
-from lakewarden.formats.delta.native_rewrite import PARTITION_TYPES, Conflict, Ineligible
+from lakewarden.formats.delta.native_rewrite import (
+    PARTITION_TYPES,
+    Conflict,
+    Ineligible,
+    record_check,
+)
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.digest import cursor, quoted, row_hash
 from lakewarden.object_store import filesystem, on_s3, reader_options, s3a_path
-from lakewarden.outcomes import RewriteMismatch
 from lakewarden.spark.sql import partition_predicate
 
 if TYPE_CHECKING:
@@ -423,23 +427,7 @@ def compact(
             outs.extend(ParquetInput(files.of(w)) for w in b.written)
         wrong, rows, checksum = check(parts, columns, files.fs)
         seconds["validate"] = time.perf_counter() - checking
-        metrics["validation"] = {
-            "status": "failed" if wrong else "passed",
-            "reader": "duckdb",
-            "when": "before the commit",
-            "rows": rows,
-            "checksum_before": str(checksum),
-            "partitions": len(parts),
-            "seconds": round(seconds["validate"], 3),
-        }
-        if wrong:
-            metrics["validation"]["mismatches"] = wrong
-            raise RewriteMismatch(
-                "the compaction's written files are not its inputs (read back by DuckDB; "
-                "nothing was committed, the files were deleted): " + "; ".join(wrong),
-                metrics,
-            )
-        metrics["validation"].update(rows_after=rows, checksum_after=str(checksum))
+        record_check(metrics, wrong, rows, checksum, len(parts), seconds["validate"])
         now = int(time.time() * 1000)
         actions = [chosen[id(a)].removeWithTimestamp(now, False) for b in bins for a in b.adds]
         actions += [d.action("add", {**w, "dataChange": False}) for b in bins for w in b.written]
