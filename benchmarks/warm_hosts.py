@@ -4,7 +4,9 @@ application (spark-submit, a JVM per attempt), alternated in one run; for Delta 
 task as it runs by default, without a JVM on the scheduler's thread
 (`formats.delta.native_rewrite`), against deltalake's own `optimize.compact()` on an
 identical copy (B38's peer, issue 30 goal 2). The Spark sides' policy turns the native
-rewrite off (`native_rewrite: false`).
+rewrite off (`native_rewrite: false`): since 2026-11-27 they run the Spark rewrite checked
+before its commit (`formats.delta.staged_rewrite`), not OPTIMIZE, so their figures from
+before that day measured a different path.
 
 End to end as the leader runs it: an in-process scheduler holding the lease dispatches the
 planned task and polls its applications (`Applications.poll`) until the run's outcome is
