@@ -466,13 +466,7 @@ def compact(
     engine: dict[str, Any] = {"engine": "arrow", "partitions": len(chosen.parts)}
     metrics: dict[str, Any] = {"engine": engine, "read_version": chosen.version}
     if not chosen.parts:
-        engine["seconds"] = _rounded(seconds)
-        metrics.update(
-            committed_version=None,
-            validation={"status": "skipped", "reason": "nothing was committed"},
-            note="no partition has two or more files under the minimum size",
-        )
-        return metrics
+        return nothing_to_compact(metrics, engine, seconds)
     base = parquet_copy.local_path(path.rstrip("/"))
     assert base is not None  # select() checked
     target = int(plan["target_file_size_bytes"])
@@ -552,7 +546,7 @@ def compact(
     except BaseException:
         _forget_unless_committed(path, storage, mark, chosen)
         raise
-    engine["seconds"] = _rounded(seconds)
+    engine["seconds"] = rounded(seconds)
     engine["driver_cpu_s"] = round(time.thread_time() - cpu_started + elsewhere.seconds, 3)
     # read forward from the version read (delta-rs does not say which version it wrote:
     # the next one, unless other writers committed in between)
@@ -592,5 +586,18 @@ def _drop_a_row(location: str) -> None:
     pq.write_table(pq.read_table(local).slice(1), local)
 
 
-def _rounded(seconds: dict[str, float]) -> dict[str, float]:
+def rounded(seconds: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in seconds.items()}
+
+
+def nothing_to_compact(
+    metrics: dict[str, Any], engine: dict[str, Any], seconds: dict[str, float]
+) -> dict[str, Any]:
+    """A compaction's metrics when no partition has two or more small files to merge."""
+    engine["seconds"] = rounded(seconds)
+    metrics.update(
+        committed_version=None,
+        validation={"status": "skipped", "reason": "nothing was committed"},
+        note="no partition has two or more files under the minimum size",
+    )
+    return metrics

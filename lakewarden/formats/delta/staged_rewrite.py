@@ -52,7 +52,9 @@ from lakewarden.formats.delta.native_rewrite import (
     PARTITION_TYPES,
     Conflict,
     Ineligible,
+    nothing_to_compact,
     record_check,
+    rounded,
 )
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.digest import cursor, quoted, row_hash
@@ -386,13 +388,7 @@ def compact(
     engine: dict[str, Any] = {"checked": "before the commit", "bins": len(bins)}
     metrics: dict[str, Any] = {"staged": engine, "read_version": version}
     if not bins:
-        engine["seconds"] = _rounded(seconds)
-        metrics.update(
-            committed_version=None,
-            validation={"status": "skipped", "reason": "nothing was committed"},
-            note="no partition has two or more files under the minimum size",
-        )
-        return metrics
+        return nothing_to_compact(metrics, engine, seconds)
     with_vectors = any(a.get("deletionVector") for b in bins for a in b.adds)
     deleted = _deleted_rows(path, version, storage, files) if with_vectors else {}
     columns = _columns(metadata)
@@ -460,7 +456,7 @@ def compact(
             d.jvm.org.apache.spark.sql.SparkSession.setActiveSession(active.get())
         else:
             d.jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
-    engine["seconds"] = _rounded(seconds)
+    engine["seconds"] = rounded(seconds)
     mark = _mark(session)
     commit = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]))
     assert commit is not None  # the transaction returned: it committed
@@ -491,7 +487,3 @@ def _landed(path: str, storage: Mapping[str, str] | None, session: SparkSession)
     except Exception:
         return True
     return found is not None and found.summary.get(ATTEMPT_KEY) == mark.get(ATTEMPT_KEY)
-
-
-def _rounded(seconds: dict[str, float]) -> dict[str, float]:
-    return {k: round(v, 3) for k, v in seconds.items()}
