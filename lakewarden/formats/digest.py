@@ -26,6 +26,10 @@ class Digest:
     rows: int
     checksum: int  # sum of the rows' 64-bit hashes, mod 2**64
 
+    def __add__(self, other: Digest) -> Digest:
+        """The digest of both sets of rows (order-independent sums add)."""
+        return Digest(self.rows + other.rows, (self.checksum + other.checksum) % _MOD)
+
 
 def quoted(column: str) -> str:
     """`column` as a DuckDB identifier."""

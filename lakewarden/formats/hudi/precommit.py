@@ -36,8 +36,6 @@ from lakewarden.object_store import reader_options
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_MOD = 1 << 64
-
 
 @dataclass(frozen=True)
 class Slice:
@@ -89,10 +87,6 @@ def plan_slices(base_path: str, instant: str) -> list[Slice]:
     return out
 
 
-def _add(a: Digest, b: Digest) -> Digest:
-    return Digest(a.rows + b.rows, (a.checksum + b.checksum) % _MOD)
-
-
 def _reader(base_path: str) -> Any:
     from hudi import HudiTable
 
@@ -116,7 +110,7 @@ def input_digests(base_path: str, slices: Iterable[Slice]) -> dict[str, Digest]:
         if s.base is None:  # hudi-rs 0.5 reads no file slice without a base file
             raise ValueError(f"a compaction input without a base file: {s}")
         got = _digest(reader.read_file_slice_from_paths(s.base, list(s.logs)))
-        out[s.partition] = _add(out.get(s.partition, Digest(0, 0)), got)
+        out[s.partition] = out.get(s.partition, Digest(0, 0)) + got
     return out
 
 
@@ -137,7 +131,7 @@ def written_digests(
             missing.append(w.path)
             continue
         got = _digest(reader.read_file_slice_from_paths(w.path, []))
-        out[w.partition] = _add(out.get(w.partition, Digest(0, 0)), got)
+        out[w.partition] = out.get(w.partition, Digest(0, 0)) + got
     return out, missing
 
 
@@ -151,9 +145,9 @@ def compare(before: dict[str, Digest], after: dict[str, Digest]) -> dict[str, An
     }
     total_before = total_after = Digest(0, 0)
     for d in before.values():
-        total_before = _add(total_before, d)
+        total_before += d
     for d in after.values():
-        total_after = _add(total_after, d)
+        total_after += d
     return {
         "partitions": len(set(before) | set(after)),
         "partitions_differing": differ,
