@@ -98,7 +98,9 @@ def recover_committed(rt: Runtime, fence: Callable[[], Fence], job: Job) -> str 
     path = str(job.plan.get("path") or "")
     if not path:
         return None
-    done = DeltaTimeline(path, storage_of(rt, job)).find_job_commits(job.task_id)
+    planned = job.plan.get("version")  # the task's commits come after the version it planned at
+    after = int(planned) if planned is not None else None
+    done = DeltaTimeline(path, storage_of(rt, job)).find_job_commits(job.task_id, after)
     if done is None:
         return None
     return finish_run(rt, fence(), job.task_id, job.attempt, metrics=recovered_metrics(done))
@@ -441,7 +443,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
             metrics["seconds"] = round(time.monotonic() - started, 3)
             if delta_metrics:
                 metrics["delta"] = delta_metrics
-            commit = DeltaTimeline(path, storage).find_job_commits(job.task_id)
+            commit = DeltaTimeline(path, storage).find_job_commits(job.task_id, newest_before)
             metrics.update(_commit_metrics(commit))
         if job.kind in REWRITES and "staged" not in metrics:
             first = first_job_version(path, job.task_id, newest_before, storage)

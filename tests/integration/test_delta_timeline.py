@@ -45,7 +45,13 @@ def test_each_version_is_one_commit_in_order(tmp_path: Path) -> None:
     assert timeline.head_token() == f"{2:020d}.json" and timeline.head_id() == "2"
     found = timeline.find_job_commits(41)
     assert found is not None and found.id == "1"
+    assert found.summary == append  # the whole commit, though only commitInfo was searched
     assert timeline.find_job_commits(42) is None
+    # planned at version 0: its commit is after; planned at 1: none after it
+    assert getattr(timeline.find_job_commits(41, after=0), "id", None) == "1"
+    assert timeline.find_job_commits(41, after=1) is None
+    # planned at 7 but the head is 2: the table was written anew at its path, all is looked at
+    assert getattr(timeline.find_job_commits(41, after=7), "id", None) == "1"
 
 
 def test_since_pages_from_the_cursor_and_a_cursor_past_the_head_is_off_history(
