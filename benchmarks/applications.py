@@ -33,6 +33,7 @@ from lakewarden.db.session import transaction
 from lakewarden.process import Ticker
 from lakewarden.runtime import Runtime
 from lakewarden.spark.commits import TASK_KEY
+from lakewarden.states import RunMode
 from lakewarden.tasks import repo
 from services.scheduler.applications import local_pid
 from services.scheduler.main import Scheduler
@@ -46,7 +47,7 @@ POLICY: dict[str, Any] = {
     "clean": {"enabled": False},
 }
 APPLICATION = {
-    "pool_modes": {"big": "application"},
+    "pool_modes": {"big": RunMode.APPLICATION},  # model_copy does not validate: the enum itself
     "application_master": "local[1]",
     "application_driver_memory": "512m",
     "heartbeat_interval_s": 1.0,
