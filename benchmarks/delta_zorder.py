@@ -7,7 +7,11 @@ actions' min/max stats, as Delta's data skipping reads them; goal <= 0.1x) and S
 lookup time before and after. Then compaction: Delta's bin-pack `OPTIMIZE` (lakewarden's)
 against delta-rs' own `optimize.compact()`, each on an identical copy of the small-file
 table in the same run, wall time of the command alone (Spark's JVM is warm); the rows and
-their checksum read back by delta-rs must be equal on every copy.
+their checksum read back by delta-rs must be equal on every copy. And issue 30's goal 3 for
+Delta's Spark path: the compaction checked before its commit (`formats.delta.staged_rewrite`,
+what a compaction task runs) against the bin-pack OPTIMIZE unchecked, and against OPTIMIZE
+then validated after its commit (`jobs.delta.validate`, as before), the three alternated per
+repeat in the one JVM, each on a copy of its own.
 
 The Spark side runs in a child process (`python -m benchmarks.delta_zorder SPEC`): the
 benchmark's own session is Iceberg's, and a process holds one SparkContext.
@@ -103,8 +107,11 @@ def _measure(fig: Figure, work: Path, rows: int, files: int, repeats: int) -> No
     total = sum(r["size_bytes"] for r in _add_actions(template))
     target = max(1 << 20, total // 16)  # ~16 files after, as a daily partition of ~2 GB
     copies = {"zorder": work / "zorder"}
-    copies.update({f"spark_{i}": work / f"spark_{i}" for i in range(repeats)})
+    warm = repeats + 1  # the Spark side's first copies: an unmeasured round
+    copies.update({f"spark_{i}": work / f"spark_{i}" for i in range(warm)})
     copies.update({f"rs_{i}": work / f"rs_{i}" for i in range(repeats)})
+    copies.update({f"staged_{i}": work / f"staged_{i}" for i in range(warm)})
+    copies.update({f"after_{i}": work / f"after_{i}" for i in range(warm)})
     for path in copies.values():
         shutil.copytree(template, path)
     rng = random.Random(SEED + 1)
@@ -113,7 +120,10 @@ def _measure(fig: Figure, work: Path, rows: int, files: int, repeats: int) -> No
 
     spec = {
         "zorder": str(copies["zorder"]),
-        "compact": [str(copies[f"spark_{i}"]) for i in range(repeats)],
+        "compact": [
+            {arm: str(copies[f"{arm}_{i}"]) for arm in ("spark", "staged", "after")}
+            for i in range(warm)
+        ],
         "target": target,
         "probes": probes,
         "data_dir": str(work / "spark"),
@@ -136,7 +146,7 @@ def _measure(fig: Figure, work: Path, rows: int, files: int, repeats: int) -> No
         rs_s.append(seconds)
     # Every copy holds the template's rows, however laid out.
     expected = _digest(template)
-    for name in ("zorder", "spark_0", "rs_0"):
+    for name in ("zorder", "spark_0", "rs_0", "staged_0", "after_0"):
         got = _digest(copies[name])
         if got != expected:
             raise AssertionError(f"{name}: rows/checksum {got} != the template's {expected}")
@@ -162,6 +172,16 @@ def _measure(fig: Figure, work: Path, rows: int, files: int, repeats: int) -> No
             [s / r for s, r in zip(spark["compact_s"], rs_s, strict=True)]
         ),
         rows_and_checksums_equal=True,
+        files_after_checked_compaction=len(_add_actions(copies["staged_0"])),
+        checked_compaction_s=Stat.of(spark["staged_s"]),
+        optimize_then_validated_s=Stat.of(spark["after_s"]),
+        # issue 30 goal 3 (<= 1.15): the check's cost over the unchecked rewrite
+        checked_over_unchecked=Stat.of(
+            [c / o for c, o in zip(spark["staged_s"], spark["compact_s"], strict=True)]
+        ),
+        checked_over_validated_after=Stat.of(
+            [c / a for c, a in zip(spark["staged_s"], spark["after_s"], strict=True)]
+        ),
     )
     fig.ratio = Stat.of([a / b for a, b in zip(after, before, strict=True)])
     fig.ratio_label = "files opened after/before"
@@ -175,7 +195,9 @@ def _measure(fig: Figure, work: Path, rows: int, files: int, repeats: int) -> No
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """The Delta-family Spark side: the lookups before and after the Z-order, and each
     copy's bin-pack, timed; lakewarden's own statements (`formats.delta.jobs`)."""
-    from lakewarden.formats.delta import jobs
+    from lakewarden.formats.delta import jobs, staged_rewrite
+    from lakewarden.formats.delta.timeline import DeltaTimeline
+    from lakewarden.jobs.delta import validate
     from lakewarden.settings import Settings
     from lakewarden.spark.session import build_session
 
@@ -201,13 +223,32 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     zorder_s, _ = timed(lambda: jobs.optimize(session, path, None, zorder=["x", "y"]))
     lookups()
     after = lookups()
-    compact = [timed(partial(jobs.optimize, session, p, None))[0] for p in spec["compact"]]
+    plan = {"target_file_size_bytes": int(target), "min_file_size_bytes": int(target)}
+
+    def validated_after(p: str) -> None:
+        jobs.optimize(session, p, None)
+        checked = validate(p, DeltaTimeline(p).versions()[-1])
+        if checked["status"] != "passed":
+            raise AssertionError(f"{p}: {checked}")
+
+    arms = {  # by copy: unchecked, checked before its commit, validated after it
+        "spark": lambda p: jobs.optimize(session, p, None),
+        "staged": lambda p: staged_rewrite.compact(session, p, plan, lambda: None),
+        "after": validated_after,
+    }
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    for i, copies in enumerate(spec["compact"]):
+        for arm in list(arms)[i % 3 :] + list(arms)[: i % 3]:
+            seconds[arm].append(timed(partial(arms[arm], copies[arm]))[0])
+    seconds = {arm: took[1:] for arm, took in seconds.items()}  # the first round warms
     spark.stop()
     return {
         "lookup_before_s": before,
         "lookup_after_s": after,
         "zorder_s": zorder_s,
-        "compact_s": compact,
+        "compact_s": seconds["spark"],
+        "staged_s": seconds["staged"],
+        "after_s": seconds["after"],
     }
 
 
