@@ -145,7 +145,8 @@ def _rewrite(
 
     instant = planned_before(rt, job)
     if instant is not None:
-        done = {i.requested for i in HudiTimeline(base_path).completed()}
+        timeline = HudiTimeline(base_path)
+        done = {i.requested for i in timeline.completed()}
         if instant in done:  # an earlier attempt finished it: never run again
             return finish_run(
                 rt,
@@ -154,7 +155,12 @@ def _rewrite(
                 job.attempt,
                 metrics={hudi_compaction.PLANNED: instant, "recovered": True},
             )
-    # The last look at the policy: Hudi's procedure commits inside itself.
+        if instant not in {i.requested for i in timeline.pending()}:
+            # Its plan is gone (a clustering's is purged when its commit was refused):
+            # planned again.
+            instant = None
+    # A first look at the policy before planning; the last is right before the commit
+    # (`_checked`; the procedure, for a plan `_checked` cannot check, commits inside).
     policy_check(rt, job.task_id)()
     spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
     if instant is None:
@@ -179,7 +185,8 @@ def _rewrite(
     slices = precommit.plan_slices(base_path, instant, label)
     if all(s.base for s in slices):
         hudi_jobs.with_metadata(spark, metadata)
-        _checked(rt, spark, job, base_path, instant, label, slices, options, metrics)
+        last_look = policy_check(rt, job.task_id)
+        _checked(rt, spark, job, base_path, instant, label, slices, options, last_look, metrics)
         _file_metrics(before_facts, read_facts(base_path), metrics)
         return None
     # hudi-rs reads no file slice without a base file (a bucket index's log-only file
@@ -263,12 +270,15 @@ def _checked(
     label: str,
     slices: list[precommit.Slice],
     options: dict[str, str],
+    last_look: Callable[[], None],
     metrics: dict[str, Any],
 ) -> None:
     """Execute the planned compaction or clustering (`label`) without completing it, check
     the base files it wrote against the file slices its plan replaces
     (`formats.hudi.precommit`), and commit it only if they hold the same rows; else roll
-    the inflight instant back (no reader ever saw it) and raise RewriteMismatch."""
+    the inflight instant back (no reader ever saw it) and raise RewriteMismatch.
+    `last_look`: the policy's, right before the commit; what it raises (PolicyChanged)
+    rolls the instant back too."""
     inputs = None
     started = time.monotonic()
     if job.validation.enabled:
@@ -313,6 +323,11 @@ def _checked(
                 raise _not_committed(
                     execution, label, instant, before_d, after_d, missing, differ, metrics
                 )
+        try:
+            last_look()
+        except Exception:
+            _roll_back(execution, label, instant, metrics)
+            raise
         started = time.monotonic()
         execution.commit()
         metrics["commit_seconds"] = round(time.monotonic() - started, 3)
@@ -321,6 +336,27 @@ def _checked(
     done = {i.requested for i in HudiTimeline(base_path).completed()}
     if instant not in done:
         raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
+
+
+def _roll_back(
+    execution: precommit.Execution, label: str, instant: str, metrics: dict[str, Any]
+) -> str:
+    """Roll the rewrite's inflight instant back (a clustering's plan purged with it), the
+    run's `undo` metrics saying so; what was done."""
+    started = time.monotonic()
+    try:
+        execution.abort()
+        metrics["undo"] = {"committed": False, "rolled_back_inflight": instant}
+        undone = "not committed: its inflight instant was rolled back, readers never saw it"
+        if label == "clustering":
+            metrics["undo"]["plan_purged"] = True
+            undone += "; its plan was purged"
+    except Exception as exc:  # the instant stays inflight: never completed, Hudi rolls it back
+        log.exception("%s %s: rolling back the inflight instant failed", label, instant)
+        metrics["undo"] = {"committed": False, "rolled_back_inflight": None, "error": str(exc)}
+        undone = "not committed (its inflight instant is left for Hudi to roll back)"
+    metrics["undo"]["seconds"] = round(time.monotonic() - started, 3)
+    return undone
 
 
 def _not_committed(
@@ -335,19 +371,7 @@ def _not_committed(
 ) -> RewriteMismatch:
     """The mismatch of a rewrite never committed, its inflight instant rolled back (a
     clustering's plan purged with it)."""
-    started = time.monotonic()
-    try:
-        execution.abort()
-        metrics["undo"] = {"committed": False, "rolled_back_inflight": instant}
-        undone = "not committed: its inflight instant was rolled back, readers never saw it"
-        if label == "clustering":
-            metrics["undo"]["plan_purged"] = True
-            undone += "; its plan was purged"
-    except Exception as exc:  # the instant stays inflight: never completed, Hudi rolls it back
-        log.exception("%s %s: rolling back the inflight instant failed", label, instant)
-        metrics["undo"] = {"committed": False, "rolled_back_inflight": None, "error": str(exc)}
-        undone = "not committed (its inflight instant is left for Hudi to roll back)"
-    metrics["undo"]["seconds"] = round(time.monotonic() - started, 3)
+    undone = _roll_back(execution, label, instant, metrics)
     where = f"{len(missing)} written file(s) missing" if missing else ""
     if differ:
         where += ("; " if where else "") + f"{len(differ)} partition(s) differ"
