@@ -162,7 +162,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         jobs.with_concurrency(session, path)
         jobs.with_metadata(session, False)
         jobs.with_table_version(session, path)
-        # As the task's job does (`jobs.hudi._compact_checked`): the plan, the slices it
+        # As the task's job does (`jobs.hudi._checked`): the plan, the slices it
         # replaces read, the execution without its commit, the files it wrote read, the
         # commit.
         plan_s, instant = timed(partial(jobs.schedule_compaction, session, path))

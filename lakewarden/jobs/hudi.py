@@ -10,16 +10,17 @@ metrics): a retry of the task executes that instant (done already: the run succe
 without running again), never a new schedule. A clean runs Hudi's cleaner, then its
 timeline archival; a retry runs them again (each does only what is left).
 
-A compaction is checked before its commit is visible (`formats.hudi.precommit`): Hudi's
-write client executes the instant without completing it, hudi-rs reads the base files it
-wrote and the file slices its plan replaces, and only equal rows and checksums per
-partition are committed (`_compact_checked`). A mismatch is never committed: the inflight
-instant is rolled back (Hudi's own rollback), the task fails for good with the run's
-`validation` and `undo` metrics, and the critical `rewrite_mismatch` alert is raised, as
-an Iceberg mismatch does.
+A compaction or clustering is checked before its commit is visible
+(`formats.hudi.precommit`): Hudi's write client executes the instant without completing
+it, hudi-rs reads the base files it wrote and the file slices its plan replaces, and only
+equal rows and checksums per partition are committed (`_checked`). A mismatch is never
+committed: the inflight instant is rolled back (Hudi's own rollback; a clustering's plan
+purged with it), the task fails for good with the run's `validation` and `undo` metrics,
+and the critical `rewrite_mismatch` alert is raised, as an Iceberg mismatch does.
 
-A clustering still commits as it ends (Hudi 1.2.0's commit step for it is private), so it
-is validated after: the table's rows and their order-independent checksum read by hudi-rs
+A plan hudi-rs cannot read (a log-only file group) is executed by Hudi's procedure, which
+commits as it ends (the run's `before_commit` says so), and is validated after: the
+table's rows and their order-independent checksum read by hudi-rs
 (`lakewarden.formats.hudi.validation.digest`) right before the execution and after it
 must be equal, and a mismatch is undone: before it executes, the table's newest write
 commit is savepointed (`create_savepoint`), and a mismatch restores the table to it
@@ -111,41 +112,41 @@ def _rewrite(
     metrics: dict[str, Any],
 ) -> str | None:
     """A compaction or clustering: plan the instant once (recorded on the run before it
-    runs), execute it, validate (a compaction before its commit: `_compact_checked`). A
+    runs), execute it, check it before its commit (`_checked`; else validate after). A
     state when the run finished early (an earlier attempt finished it, or nothing to
     plan); None when `metrics` hold the outcome."""
     base_path = str(job.plan["base_path"])
     metadata = bool(job.plan.get("metadata_table"))
+    options: dict[str, str] = {}  # the executing write client's (`_checked`)
     if job.kind == hudi_compaction.KIND:
         label = "compaction"
 
         def schedule() -> str | None:
             return hudi_jobs.schedule_compaction(spark, base_path)
 
-        def execute(instant: str) -> None:  # a plan `_compact_checked` cannot check
+        def execute(instant: str) -> None:  # a plan `_checked` cannot check
             hudi_jobs.run_compaction(spark, base_path, instant)
     else:
         label = "clustering"
         columns = [str(c) for c in job.plan.get("columns") or []]
         if not columns:
             raise PlanRejected(f"a clustering plan without columns: {sorted(job.plan)}")
+        strategy = str(job.plan.get("strategy"))
+        target = int(job.plan.get("target_file_size_bytes") or 128 << 20)
+        options = hudi_jobs.clustering_options(columns, strategy, target, metadata)
 
         def schedule() -> str | None:
             return hudi_jobs.schedule_clustering(
-                spark,
-                base_path,
-                columns,
-                str(job.plan.get("strategy")),
-                int(job.plan.get("target_file_size_bytes") or 128 << 20),
-                metadata,
+                spark, base_path, columns, strategy, target, metadata
             )
 
-        def execute(instant: str) -> None:
+        def execute(instant: str) -> None:  # a plan `_checked` cannot check
             hudi_jobs.run_clustering(spark, base_path, instant, metadata)
 
     instant = planned_before(rt, job)
     if instant is not None:
-        done = {i.requested for i in HudiTimeline(base_path).completed()}
+        timeline = HudiTimeline(base_path)
+        done = {i.requested for i in timeline.completed()}
         if instant in done:  # an earlier attempt finished it: never run again
             return finish_run(
                 rt,
@@ -154,7 +155,12 @@ def _rewrite(
                 job.attempt,
                 metrics={hudi_compaction.PLANNED: instant, "recovered": True},
             )
-    # The last look at the policy: Hudi's procedure commits inside itself.
+        if instant not in {i.requested for i in timeline.pending()}:
+            # Its plan is gone (a clustering's is purged when its commit was refused):
+            # planned again.
+            instant = None
+    # A first look at the policy before planning; the last is right before the commit
+    # (`_checked`; the procedure, for a plan `_checked` cannot check, commits inside).
     policy_check(rt, job.task_id)()
     spark.sparkContext.setJobGroup(job.group, f"lakewarden task {job.task_id}", True)
     if instant is None:
@@ -176,16 +182,16 @@ def _rewrite(
             metrics["heartbeat_wait_s"] = round(wait_s, 1)
     metrics[hudi_compaction.PLANNED] = instant
     before_facts = read_facts(base_path)
-    if job.kind == hudi_compaction.KIND:
-        slices = precommit.plan_slices(base_path, instant)
-        if all(s.base for s in slices):
-            hudi_jobs.with_metadata(spark, metadata)
-            _compact_checked(rt, spark, job, base_path, instant, slices, metrics)
-            _file_metrics(before_facts, read_facts(base_path), metrics)
-            return None
-        # hudi-rs reads no file slice without a base file (a bucket index's log-only file
-        # groups): such a plan is executed by the procedure and validated after its commit.
-        metrics["before_commit"] = "not checked: the plan has log-only file groups"
+    slices = precommit.plan_slices(base_path, instant, label)
+    if all(s.base for s in slices):
+        hudi_jobs.with_metadata(spark, metadata)
+        last_look = policy_check(rt, job.task_id)
+        _checked(rt, spark, job, base_path, instant, label, slices, options, last_look, metrics)
+        _file_metrics(before_facts, read_facts(base_path), metrics)
+        return None
+    # hudi-rs reads no file slice without a base file (a bucket index's log-only file
+    # groups): such a plan is executed by the procedure and validated after its commit.
+    metrics["before_commit"] = "not checked: the plan has log-only file groups"
     started = time.monotonic()
     before = _before(base_path) if job.validation.enabled else None
     checked_s = time.monotonic() - started
@@ -255,35 +261,44 @@ def _file_metrics(before: HudiFacts, after: HudiFacts, metrics: dict[str, Any]) 
     )
 
 
-def _compact_checked(
+def _checked(
     rt: Runtime,
     spark: SparkSession,
     job: Job,
     base_path: str,
     instant: str,
+    label: str,
     slices: list[precommit.Slice],
+    options: dict[str, str],
+    last_look: Callable[[], None],
     metrics: dict[str, Any],
 ) -> None:
-    """Execute the planned compaction without completing it, check the base files it
-    wrote against the file slices its plan replaces (`formats.hudi.precommit`), and
-    commit it only if they hold the same rows; else roll the inflight instant back (no
-    reader ever saw it) and raise RewriteMismatch."""
+    """Execute the planned compaction or clustering (`label`) without completing it, check
+    the base files it wrote against the file slices its plan replaces
+    (`formats.hudi.precommit`), and commit it only if they hold the same rows; else roll
+    the inflight instant back (no reader ever saw it) and raise RewriteMismatch.
+    `last_look`: the policy's, right before the commit; what it raises (PolicyChanged)
+    rolls the instant back too."""
     inputs = None
     started = time.monotonic()
     if job.validation.enabled:
         inputs = precommit.input_digests(base_path, slices)
     checked_s = time.monotonic() - started
-    execution = precommit.Execution(spark, base_path, instant)
+    execution = precommit.Execution(spark, base_path, instant, label, options)
     try:
         started = time.monotonic()
         written = execution.run()
-        metrics["compaction_seconds"] = round(time.monotonic() - started, 3)
+        metrics[f"{label}_seconds"] = round(time.monotonic() - started, 3)
         # The failpoints act where a real fault would: on the written, uncommitted files.
         if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
             _drop_a_row(base_path, instant)
         if _failpoint(rt) == "corrupt-rewrite-then-write":
             hudi_jobs.rewrite_one_row(
-                spark, base_path, "failpoint-writer", bool(job.plan.get("metadata_table"))
+                spark,
+                base_path,
+                "failpoint-writer",
+                bool(job.plan.get("metadata_table")),
+                new_key=label == "clustering",
             )
         if inputs is None:
             metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
@@ -306,8 +321,13 @@ def _compact_checked(
             }
             if bad:
                 raise _not_committed(
-                    execution, instant, before_d, after_d, missing, differ, metrics
+                    execution, label, instant, before_d, after_d, missing, differ, metrics
                 )
+        try:
+            last_look()
+        except Exception:
+            _roll_back(execution, label, instant, metrics)
+            raise
         started = time.monotonic()
         execution.commit()
         metrics["commit_seconds"] = round(time.monotonic() - started, 3)
@@ -315,11 +335,33 @@ def _compact_checked(
         execution.close()
     done = {i.requested for i in HudiTimeline(base_path).completed()}
     if instant not in done:
-        raise RuntimeError(f"compaction {instant} did not complete on {base_path}")
+        raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
+
+
+def _roll_back(
+    execution: precommit.Execution, label: str, instant: str, metrics: dict[str, Any]
+) -> str:
+    """Roll the rewrite's inflight instant back (a clustering's plan purged with it), the
+    run's `undo` metrics saying so; what was done."""
+    started = time.monotonic()
+    try:
+        execution.abort()
+        metrics["undo"] = {"committed": False, "rolled_back_inflight": instant}
+        undone = "not committed: its inflight instant was rolled back, readers never saw it"
+        if label == "clustering":
+            metrics["undo"]["plan_purged"] = True
+            undone += "; its plan was purged"
+    except Exception as exc:  # the instant stays inflight: never completed, Hudi rolls it back
+        log.exception("%s %s: rolling back the inflight instant failed", label, instant)
+        metrics["undo"] = {"committed": False, "rolled_back_inflight": None, "error": str(exc)}
+        undone = "not committed (its inflight instant is left for Hudi to roll back)"
+    metrics["undo"]["seconds"] = round(time.monotonic() - started, 3)
+    return undone
 
 
 def _not_committed(
     execution: precommit.Execution,
+    label: str,
     instant: str,
     before: Digest,
     after: Digest,
@@ -327,22 +369,14 @@ def _not_committed(
     differ: dict[str, Any],
     metrics: dict[str, Any],
 ) -> RewriteMismatch:
-    """The mismatch of a compaction never committed, its inflight instant rolled back."""
-    started = time.monotonic()
-    try:
-        execution.abort()
-        metrics["undo"] = {"committed": False, "rolled_back_inflight": instant}
-        undone = "not committed: its inflight instant was rolled back, readers never saw it"
-    except Exception as exc:  # the instant stays inflight: never completed, Hudi rolls it back
-        log.exception("compaction %s: rolling back the inflight instant failed", instant)
-        metrics["undo"] = {"committed": False, "rolled_back_inflight": None, "error": str(exc)}
-        undone = "not committed (its inflight instant is left for Hudi to roll back)"
-    metrics["undo"]["seconds"] = round(time.monotonic() - started, 3)
+    """The mismatch of a rewrite never committed, its inflight instant rolled back (a
+    clustering's plan purged with it)."""
+    undone = _roll_back(execution, label, instant, metrics)
     where = f"{len(missing)} written file(s) missing" if missing else ""
     if differ:
         where += ("; " if where else "") + f"{len(differ)} partition(s) differ"
     return RewriteMismatch(
-        f"compaction {instant} wrote {after.rows} rows (checksum {after.checksum}) from file "
+        f"{label} {instant} wrote {after.rows} rows (checksum {after.checksum}) from file "
         f"slices of {before.rows} rows (checksum {before.checksum}), read by hudi-rs: "
         f"{where}; {undone}",
         metrics,
@@ -382,8 +416,8 @@ def _written_by(base_path: str, instant: str) -> list[str]:
 
 
 def _corrupt(base_path: str, instant: str) -> None:
-    """Test-only (the `corrupt-rewrite` failpoint on a clustering): delete one base file
-    the rewrite wrote, so that validation sees rows missing."""
+    """Test-only (the `corrupt-rewrite` failpoint on a rewrite validated after its commit):
+    delete one base file the rewrite wrote, so that validation sees rows missing."""
     written = _written_by(base_path, instant)
     if written:
         log.warning("failpoint: deleting %s written by %s", written[0], instant)
@@ -391,9 +425,10 @@ def _corrupt(base_path: str, instant: str) -> None:
 
 
 def _drop_a_row(base_path: str, instant: str) -> None:
-    """Test-only (the `corrupt-rewrite` failpoint on a compaction): one base file the
-    compaction wrote loses its last row, as a writer's bug would lose it. (Deleting the
-    file would not do: a reader's file-system view falls back to the slice it replaced.)"""
+    """Test-only (the `corrupt-rewrite` failpoint on a rewrite checked before its commit):
+    one base file the compaction or clustering wrote loses its last row, as a writer's bug
+    would lose it. (Deleting a compaction's file would not do: a reader's file-system view
+    falls back to the slice it replaced.)"""
     import pyarrow.parquet as pq
 
     written = _written_by(base_path, instant)

@@ -139,6 +139,62 @@ def test_a_corrupted_compaction_is_never_seen_by_a_reader(
     assert digest(path) == rows_before
 
 
+def test_a_policy_changed_during_a_compaction_leaves_nothing_committed(
+    client: TestClient,
+    db_url: str,
+    hudi_tables: HudiTables,
+    spark_writers: SparkWriters,
+    tmp_path: Path,
+) -> None:
+    """The table's compaction policy changes while its compaction executes (its instant
+    inflight): the policy's last look, right before the commit (after the execution and
+    the check), stops it, the inflight instant is rolled back (its plan requested again,
+    for the re-planned task's next attempt) and the task goes back to be planned under the
+    new policy. Nothing is committed. (The last look before the execution let it commit.)"""
+    table = tmp_path / "wh" / "lake" / "orders"
+    shutil.copytree(hudi_tables.mor_logs, table)
+    path = str(table)
+    rows_before = digest(path)
+    task_id = register_hudi_orders(client, tmp_path / "wh")["decision_detail"]["compaction"][
+        "task_id"
+    ]
+    changed: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def change_once_inflight() -> None:
+        while not stop.is_set():
+            instants = HudiTimeline(path).instants()
+            if any(i.action == "compaction" and i.state == "inflight" for i in instants):
+                got = client.put(
+                    "/api/v1/catalogs/hlake/tables/lake/orders/policy",
+                    json={"compaction": {"min_input_files": 2, "min_small_files": 3}},
+                )
+                changed.append((got.status_code, got.text[:300]))
+                return
+            time.sleep(0.01)
+
+    changer = threading.Thread(target=change_once_inflight, name="changer", daemon=True)
+    changer.start()
+    try:
+        _, states, runs = run_hudi_pass(
+            db_url, tmp_path, {"compaction": task_id}, warm=spark_writers
+        )
+    finally:
+        stop.set()
+        changer.join(60)
+    run = runs["compaction"]
+    assert [code for code, _ in changed] == [200], changed
+    timeline = HudiTimeline(path)
+    instant = (run.metrics or {})[hudi_compaction.PLANNED]
+    assert instant not in {i.requested for i in timeline.completed()}, run.metrics
+    assert states["compaction"] == "pending", (states, run.error, run.log_tail)
+    assert "stopped before committing" in (run.error or ""), run.error
+    assert "policy changed since this task was planned" in (run.error or ""), run.error
+    assert [(i.requested, i.state) for i in timeline.pending()] == [(instant, "requested")]
+    assert not list(table.rglob(f"*_{instant}.parquet"))
+    assert digest(path) == rows_before
+
+
 def test_why_not_copy_on_write_a_foreign_plan_or_a_writer_that_compacts(
     hudi_tables: HudiTables, tmp_path: Path
 ) -> None:

@@ -1,9 +1,11 @@
-"""The power of a Hudi compaction's check before its commit (`formats.hudi.precommit`;
-issue 30, goals 3 and 5): on a real merge-on-read table (`hudi_tables.mor_logs`: three
-partitions, a base file and two log files per slice), every file slice is compacted as
-Hudi would (hudi-rs' merged read of it written as one Parquet base file), then the output
-is corrupted in one way; the check reads the written files and the slices with hudi-rs and
-compares them per partition. Every corruption is caught; the faithful output passes. (A
+"""The power of a Hudi compaction's or clustering's check before its commit
+(`formats.hudi.precommit`; issue 30, goals 3 and 5): on a real merge-on-read table
+(`hudi_tables.mor_logs`: three partitions, a base file and two log files per slice), the
+file slices are rewritten as Hudi would (hudi-rs' merged read of them written as Parquet
+base files: a compaction's one per slice; a clustering's one per partition, its slices'
+rows sorted), then the output is corrupted in one way; the check reads the written files
+and the slices with hudi-rs and compares them per partition. Every corruption is caught;
+the faithful output passes. (A
 NULL moved to its neighbour column is `tests/unit/test_digest.py`'s: this table has no
 NULL.) No JVM of its own: the table is the session's."""
 
@@ -21,7 +23,8 @@ from conftest import HudiTables
 
 from lakewarden.formats.hudi import precommit
 
-Outputs = dict[precommit.Slice, pa.Table]
+# Per output file: its partition and file id, its rows.
+Outputs = dict[tuple[str, str], pa.Table]
 
 
 def _swap_v(out: Outputs) -> None:
@@ -63,9 +66,10 @@ MUTATIONS: dict[str, Callable[[Outputs], None] | None] = {
 }
 
 
+@pytest.mark.parametrize("shape", ["compaction", "clustering"])
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
-def test_every_corruption_of_a_compactions_output_is_caught_before_the_commit(
-    hudi_tables: HudiTables, tmp_path: Path, mutation: str
+def test_every_corruption_of_a_rewrites_output_is_caught_before_the_commit(
+    hudi_tables: HudiTables, tmp_path: Path, mutation: str, shape: str
 ) -> None:
     from hudi import HudiTable
 
@@ -85,19 +89,29 @@ def test_every_corruption_of_a_compactions_output_is_caught_before_the_commit(
     before = precommit.input_digests(path, slices)
     reader = HudiTable(path).create_file_group_reader_with_options()
     out: Outputs = {
-        s: pa.Table.from_batches([reader.read_file_slice_from_paths(str(s.base), list(s.logs))])
+        (s.partition, s.file_id): pa.Table.from_batches(
+            [reader.read_file_slice_from_paths(str(s.base), list(s.logs))]
+        )
         for s in slices
     }
+    if shape == "clustering":  # one new file group per partition, sorted
+        parts = sorted({p for p, _ in out})
+        out = {
+            (p, f"cluster-{p}"): pa.concat_tables(
+                [t for (q, _), t in out.items() if q == p]
+            ).sort_by("v")
+            for p in parts
+        }
     assert sum(t.num_rows for t in out.values()) == 60
     assert all(pc.all(pc.is_valid(t.column("v"))).as_py() for t in out.values())
     change = MUTATIONS[mutation]
     if change is not None:
         change(out)
     written = []
-    for s, rows in out.items():
-        name = f"{s.partition}/{s.file_id}_0-1-0_20991231000000000.parquet"
+    for (partition, file_id), rows in out.items():
+        name = f"{partition}/{file_id}_0-1-0_20991231000000000.parquet"
         pq.write_table(rows, table / name)
-        written.append(precommit.Written(s.partition, s.file_id, name, rows.num_rows))
+        written.append(precommit.Written(partition, file_id, name, rows.num_rows))
     if mutation == "a file dropped":
         (table / written[0].path).unlink()
     if mutation == "a file doubled":

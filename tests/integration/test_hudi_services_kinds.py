@@ -5,12 +5,15 @@ file group rewritten twice by upserts (an old version no retained commit reads).
 registration's baseline event opens both tasks; the worker plans them from the timeline
 and a listing (no JVM); the leader submits each as a Hudi-family application of its own,
 one after the other (one running task per table): Hudi's `run_clean` + `archive_commits`,
-and `run_clustering` (planned, recorded on the run, executed). Checked with hudi-rs: the
+and `run_clustering` (planned, recorded on the run, executed by Hudi's write client and
+checked before its commit: `formats.hudi.precommit`). Checked with hudi-rs: the
 same rows and checksum, the old version gone, a lookup on `region` opening one file."""
 
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.file_versions import list_file_groups, table_cleanable
 from lakewarden.formats.hudi.layout import base_files
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.formats.hudi.validation import digest
+from lakewarden.formats.hudi.validation import Digest, digest
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction
 from lakewarden.policy.model import ClusteringPolicy, Policy
@@ -128,6 +131,7 @@ def test_clean_and_clustering_run_as_hudi_applications_in_one_pass(
     assert completed[instant].action == "replacecommit"
     assert hudi_clustering.is_clustering(timeline, instant)
     assert clustering["validation"]["status"] == "passed"
+    assert clustering["validation"]["mode"] == "before commit", clustering["validation"]
     assert timeline.pending() == []
     # hudi-rs, independently: same rows and checksum; a lookup on region opens one file;
     # the oldest version of the file group the upserts rewrote is no longer on storage.
@@ -162,18 +166,21 @@ def test_clean_and_clustering_run_as_hudi_applications_in_one_pass(
     assert not why.needed and "planned by someone else and is pending" in why.reason
 
 
-def test_a_corrupted_clustering_is_undone_by_restoring_its_savepoint(
+def test_a_corrupted_clustering_is_never_seen_by_a_reader(
     client: TestClient, db_url: str, spark_writers: SparkWriters, tmp_path: Path
 ) -> None:
-    """A Hilbert clustering (the zorder section's `curve`) whose result the test-only
-    failpoint corrupts (one new base file deleted): validation sees rows missing, the job
-    restores the table to the savepoint it made before rewriting, and the task fails for
-    good saying so. hudi-rs reads the rows as before, the clustering rolled back."""
+    """A Hilbert clustering (the zorder section's `curve`) whose output the test-only
+    failpoint corrupts before its commit (a base file it wrote loses a row; issue 30,
+    goal 5): the check against the file slices its plan replaces finds the row missing,
+    the clustering is never committed (its inflight instant rolled back and its plan
+    purged, Hudi's `purgePendingClustering`) and the task fails for good. A reader polling
+    the table all along (hudi-rs, the latest snapshot) never sees a row missing or extra.
+    (The old flow, which committed, validated after and then restored a savepoint, fails
+    here: the reader saw the table without the rows of the file the failpoint deleted.)"""
     table = tmp_path / "wh" / "lake" / "curved"
     spark_writers.run("hudi", [{**step, "path": table.as_uri()} for step in STEPS[:2]])
     path = str(table)
     rows_before = digest(path)
-    head = HudiTimeline(path).completed()[-1].requested
     policy = {
         "zorder": {"enabled": True, "columns": ["region", "ts"], "curve": "hilbert"},
     }
@@ -181,23 +188,51 @@ def test_a_corrupted_clustering_is_undone_by_restoring_its_savepoint(
     assert detail["zorder"]["decision"] == "task-created", detail
     assert "hilbert layout" in detail["zorder"]["reason"]
     task_ids = {"zorder": detail["zorder"]["task_id"]}
-    plans, states, runs = run_hudi_pass(
-        db_url, tmp_path, task_ids, failpoint="corrupt-rewrite", failpoints_enabled=True
-    )
+
+    seen: list[Digest] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(digest(path))
+            except Exception as exc:  # a reader's failure is a reader seeing a bad table
+                errors.append(repr(exc))
+            time.sleep(0.02)
+
+    reader = threading.Thread(target=poll, name="reader", daemon=True)
+    reader.start()
+    try:
+        plans, states, runs = run_hudi_pass(
+            db_url,
+            tmp_path,
+            task_ids,
+            warm=spark_writers,
+            failpoint="corrupt-rewrite",
+            failpoints_enabled=True,
+        )
+    finally:
+        stop.set()
+        reader.join(60)
     run = runs["zorder"]
+    assert len(seen) > 10 and errors == [], (len(seen), errors[:3])
+    assert [d for d in seen if d != rows_before] == [], f"{len(seen)} reads"
     assert (plans["zorder"].plan or {})["strategy"] == "hilbert"
     assert states == {"zorder": "failed"}, (run.error, run.log_tail)
     metrics = run.metrics or {}
-    assert metrics["validation"]["status"] == "failed", metrics
-    assert metrics["undo"] == {
-        **metrics["undo"],
-        "restored_to_savepoint": head,
-        "rows_as_before": True,
-    }
-    assert "restored to savepoint" in (run.error or "")
-    timeline = HudiTimeline(path)
+    found = metrics["validation"]
+    assert found["status"] == "failed" and found["mode"] == "before commit", found
+    assert (found["rows"], found["rows_after"]) == (120, 119), found
+    assert len(found["partitions_differing"]) == 1, found
     instant = metrics[hudi_compaction.PLANNED]
-    assert instant not in {i.requested for i in timeline.completed()}  # rolled back
-    assert "restore" in {i.action for i in timeline.completed()}
-    assert "savepoint" not in {i.action for i in timeline.instants()}  # dropped after
+    assert metrics["undo"] == {**metrics["undo"], "committed": False, "plan_purged": True}
+    assert metrics["undo"]["rolled_back_inflight"] == instant
+    assert "readers never saw it" in (run.error or ""), run.error
+    timeline = HudiTimeline(path)
+    # Hudi's purge of a pending clustering: rolled back, the plan gone, nothing written.
+    assert instant not in {i.requested for i in timeline.instants() if i.action != "rollback"}
+    assert timeline.pending() == [] and "rollback" in {i.action for i in timeline.completed()}
+    assert "savepoint" not in {i.action for i in timeline.instants()}
+    assert not list(table.rglob(f"*_{instant}.parquet"))
     assert digest(path) == rows_before

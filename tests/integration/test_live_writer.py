@@ -38,6 +38,7 @@ from soak import Soak, run_beside, soak_seconds, stop_by
 from spark_writer import FLINK, SparkWriters
 
 from lakewarden.formats.hudi.timeline import HudiTimeline
+from lakewarden.formats.hudi.validation import digest
 from lakewarden.kinds import hudi_clean, hudi_compaction
 
 KEYS, BATCH = 3000, 400
@@ -269,11 +270,12 @@ def test_a_flink_writer_that_compacts_itself_is_left_alone(
 def test_a_bad_rewrite_is_not_restored_over_another_writers_commit(
     client: TestClient, db_url: str, spark_writers: SparkWriters, tmp_path: Path
 ) -> None:
-    """The test-only failpoint deletes a base file a Hilbert clustering wrote (its rows
-    gone: the file group it replaced is no longer read), then another writer commits: the
-    validation (by record: a writer committed) finds records lost, and the undo does not
-    restore the savepoint, which would roll the writer's commit back; the savepoint is
-    kept and the failure says how to restore it."""
+    """The test-only failpoint drops a row from a base file a Hilbert clustering wrote
+    before its commit, then another writer commits (a row under a new key: an update of a
+    file group the pending clustering replaces conflicts with it, and Hudi fails the
+    write): the check before the commit finds the row missing, the clustering is never
+    committed (rolled back, its plan purged), and the writer's commit is kept: nothing is
+    restored over it, no savepoint made."""
     table = tmp_path / "wh" / "lake" / "t"
     cow = {"type": "COPY_ON_WRITE", "partitioned": False, "path": table.as_uri()}
     spark_writers.run(
@@ -301,18 +303,19 @@ def test_a_bad_rewrite_is_not_restored_over_another_writers_commit(
     assert task.state == "failed", (task.state, run.error, run.metrics)
     metrics = run.metrics or {}
     found = metrics["validation"]
-    assert found["status"] == "failed" and found["mode"] == "by record", found
-    assert found["lost"] > 0 and found["other_writers_commits"] == 1, found
+    assert found["status"] == "failed" and found["mode"] == "before commit", found
+    assert (found["rows"], found["rows_after"]) == (120, 119), found
     undo = metrics["undo"]
-    assert undo["restored"] is False and len(undo["would_roll_back"]) == 1, undo
-    assert "not undone" in (run.error or ""), run.error
+    assert undo["committed"] is False and undo["plan_purged"] is True, undo
+    assert "readers never saw it" in (run.error or ""), run.error
     timeline = HudiTimeline(str(table))
+    instant = metrics[hudi_compaction.PLANNED]
     completed = {i.requested: i.action for i in timeline.completed()}
-    assert completed[undo["would_roll_back"][0]] == "commit"  # the writer's, kept
-    assert completed[metrics[hudi_compaction.PLANNED]] == "replacecommit"  # not rolled back
-    savepoints = {i.requested for i in timeline.completed() if i.action == "savepoint"}
-    assert undo["savepoint"] in savepoints
-    assert "restore" not in completed.values()
+    theirs = [i for i, action in completed.items() if action == "commit" and i > instant]
+    assert len(theirs) == 1, completed  # the writer's, kept
+    assert instant not in completed and timeline.pending() == []
+    assert not {"restore", "savepoint"} & set(completed.values())
+    assert digest(str(table)).rows == 121  # the writer's row beside the 120
 
 
 @pytest.mark.spark

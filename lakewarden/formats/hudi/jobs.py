@@ -171,6 +171,30 @@ def _metadata(enabled: bool) -> str:
     return f"hoodie.metadata.enable={'true' if enabled else 'false'}"
 
 
+# Hudi's layout strategies by the plan's name (`kinds.hudi_clustering`), as the
+# run_clustering procedure resolves its `order_strategy`.
+LAYOUTS = {"linear": "LINEAR", "z-order": "ZORDER", "hilbert": "HILBERT"}
+SORT_COLUMNS = "hoodie.clustering.plan.strategy.sort.columns"
+
+
+def clustering_options(
+    columns: list[str], strategy: str, target_bytes: int, metadata: bool
+) -> dict[str, str]:
+    """A clustering's write options, for its schedule and its execution alike: the
+    executing client reads the layout strategy, the sort columns (a curve's) and the
+    target file size from its own config, not from the plan."""
+    if strategy not in LAYOUTS:
+        raise PlanRejected(f"not a Hudi layout strategy: {strategy!r}")
+    size = str(int(target_bytes))
+    return {
+        SORT_COLUMNS: ",".join(column(c).strip("`") for c in columns),
+        "hoodie.layout.optimize.strategy": LAYOUTS[strategy],
+        "hoodie.clustering.plan.strategy.small.file.limit": size,
+        "hoodie.clustering.plan.strategy.target.file.max.bytes": size,
+        "hoodie.metadata.enable": "true" if metadata else "false",
+    }
+
+
 def schedule_clustering(
     spark: SparkSession,
     base_path: str,
@@ -183,17 +207,14 @@ def schedule_clustering(
     `columns` with Hudi's layout `strategy` (linear, z-order, hilbert); its instant, or
     None (nothing Hudi would cluster). Only an instant that was not pending before is
     ours (as for compaction)."""
-    if strategy not in ("linear", "z-order", "hilbert"):
-        raise PlanRejected(f"not a Hudi layout strategy: {strategy!r}")
-    order = ",".join(column(c).strip("`") for c in columns)
-    size = int(target_bytes)
+    options = clustering_options(columns, strategy, target_bytes, metadata)
+    # The procedure's options are `k=v,…`: the sort columns go as its `order`.
+    order = options.pop(SORT_COLUMNS)
     before = {i.requested for i in HudiTimeline(base_path).pending()}
     spark.sql(
         f"CALL run_clustering(op => 'schedule', path => {path_literal(base_path)}, "
         f"order => '{order}', order_strategy => '{strategy}', options => "
-        f"'hoodie.clustering.plan.strategy.small.file.limit={size},"
-        f"hoodie.clustering.plan.strategy.target.file.max.bytes={size},"
-        f"{_metadata(metadata)}')"
+        f"'{','.join(f'{k}={v}' for k, v in options.items())}')"
     ).collect()
     ours = sorted(
         i.requested for i in HudiTimeline(base_path).pending() if i.requested not in before
@@ -202,7 +223,9 @@ def schedule_clustering(
 
 
 def run_clustering(spark: SparkSession, base_path: str, instant: str, metadata: bool) -> None:
-    """Execute the planned clustering `instant` (and only it)."""
+    """Execute the planned clustering `instant` (and only it) with the procedure (what a
+    plan `formats.hudi.precommit` cannot check runs). Its options cannot carry more than
+    one sort column (they are `k=v,…`): Hudi's default layout (linear) executes it."""
     spark.sql(
         f"CALL run_clustering(op => 'execute', path => {path_literal(base_path)}, "
         f"instants => '{_instant(instant)}', options => '{_metadata(metadata)}')"
@@ -364,12 +387,26 @@ def delete_rows(
     rows.write.format("hudi").options(**options).mode("append").save(base_path)
 
 
-def rewrite_one_row(spark: SparkSession, base_path: str, mark: str, metadata: bool) -> None:
+def rewrite_one_row(
+    spark: SparkSession, base_path: str, mark: str, metadata: bool, new_key: bool = False
+) -> None:
     """Test-only (the `corrupt-rewrite-then-write` failpoint): another writer's commit, one
-    of the table's rows upserted as it is."""
+    of the table's rows upserted as it is; `new_key`: inserted under a new record key (a
+    writer's update of a file group a clustering not yet committed replaces conflicts with
+    the clustering: Hudi fails the write)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType, StringType
+
     options = _write_options(base_path, "upsert", mark, metadata)
     rows = spark.read.format("hudi").load(base_path).limit(1)
     rows = rows.drop(*[c for c in rows.columns if c.startswith("_hoodie_")])
+    if new_key:
+        for key in options["hoodie.datasource.write.recordkey.field"].split(","):
+            kind = rows.schema[key].dataType
+            if isinstance(kind, NumericType):
+                rows = rows.withColumn(key, F.col(key) + F.lit(10**12).cast(kind))
+            elif isinstance(kind, StringType):
+                rows = rows.withColumn(key, F.concat(F.col(key), F.lit("-failpoint")))
     rows.write.format("hudi").options(**options).mode("append").save(base_path)
 
 
