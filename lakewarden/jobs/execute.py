@@ -271,7 +271,10 @@ def finish_raised(
         )
     if isinstance(exc, PolicyChanged):
         to = TaskState.CANCELLED if exc.cancel else TaskState.PENDING
-        return finish_run(rt, fence, job.task_id, job.attempt, moved_to=(to, str(exc)))
+        # what the job did before it stopped (a Hudi instant rolled back: `undo`) stays said
+        return finish_run(
+            rt, fence, job.task_id, job.attempt, metrics=metrics or None, moved_to=(to, str(exc))
+        )
     log.exception("task %d attempt %d failed", job.task_id, job.attempt)
     return finish_run(rt, fence, job.task_id, job.attempt, metrics=metrics or None, error=exc)
 

@@ -191,6 +191,7 @@ def test_a_policy_changed_during_a_compaction_leaves_nothing_committed(
     assert "stopped before committing" in (run.error or ""), run.error
     assert "policy changed since this task was planned" in (run.error or ""), run.error
     assert [(i.requested, i.state) for i in timeline.pending()] == [(instant, "requested")]
+    assert (run.metrics or {})["undo"]["rolled_back_inflight"] == instant, run.metrics
     assert not list(table.rglob(f"*_{instant}.parquet"))
     assert digest(path) == rows_before
 
