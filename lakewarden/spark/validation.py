@@ -90,9 +90,7 @@ def validating(policy: ValidationPolicy, failpoint: str | None = None) -> Iterat
         _ACTIVE.reset(token)
 
 
-def observed_columns(
-    spark: SparkSession, catalog: str, ref: TableRef, table: Any, start_id: int
-) -> list[str] | None:
+def observed_columns(spark: SparkSession, table: Any, start_id: int) -> list[str] | None:
     """What a rewrite starting at snapshot `start_id` checksums as it reads, for validation
     to compare (`validate_rewrite`'s `observed`): the policy's columns, and on a v3 table
     whose rows have ids the lineage columns (as `lineage_columns` decides). None when the
@@ -173,7 +171,7 @@ def validate_rewrite(
         return _skipped("the rewrite committed nothing")
     started = time.monotonic()
     try:
-        result = _compare(spark, catalog, ref, table, spans, policy, observed)
+        result = _compare(spark, table, spans, policy, observed)
     except Exception as exc:  # the rewrite stands; that it was not checked is said
         log.warning("validation of %s could not run", ref.dotted, exc_info=True)
         result = _skipped(f"validation could not run: {type(exc).__name__}: {str(exc)[:300]}")
@@ -776,8 +774,6 @@ def _partitions(
 
 def _compare(
     spark: SparkSession,
-    catalog: str,
-    ref: TableRef,
     table: Any,
     spans: list[Span],
     policy: ValidationPolicy,
