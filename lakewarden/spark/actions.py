@@ -123,8 +123,6 @@ def rewrite_data_files(
             ran = (
                 _binpack(
                     spark,
-                    catalog,
-                    ref,
                     table,
                     stage.name if stage is not None else branch,
                     start_id,
@@ -196,8 +194,6 @@ def rewrite_data_files(
 
 def _binpack(
     spark: SparkSession,
-    catalog: str,
-    ref: TableRef,
     table: Any,
     branch: str,
     start_id: int,
@@ -209,7 +205,7 @@ def _binpack(
     a validated one's inputs checksummed during its read, and its groups rewritten by
     pyarrow where each qualifies (validated or not); None when that runner does not apply
     (Iceberg's action runs; `said` then holds the runner's reason, when it planned)."""
-    columns = observed_columns(spark, catalog, ref, table, start_id)
+    columns = observed_columns(spark, table, start_id)
     return run_binpack(
         spark,
         table,

@@ -60,9 +60,6 @@ MAX_COMMITS_DEFAULT = 10
 # the commit (off: validation reads the outputs after the commit, as before; benchmarks'
 # side-by-side arm).
 HASH_OUTPUTS = True
-# ...and sums the inputs once pyarrow has read them, beside its write (off: from the copy's
-# start, as before; benchmarks.validation_arrow's "before" arm compares the two).
-SUMS_ONCE_READ = True
 
 
 @dataclass(frozen=True)
@@ -231,8 +228,6 @@ def run_binpack(
                 if observe and not summing:
                     summing.append(hashing.submit(hashed, arrow_rewrite.sums, paths, columns, 1))
 
-            if not SUMS_ONCE_READ:
-                read_all()
             started = time.perf_counter()
             copy = arrow_rewrite.rewrite(jvm, table, group, shape, files, closed, read_all)
             copied = time.perf_counter()

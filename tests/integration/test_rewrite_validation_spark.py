@@ -256,7 +256,7 @@ def _compared(
         commits.insert(0, snapshot)
         snapshot = table.snapshot(snapshot.parentId())
     span = Span(before, commits)
-    columns = chosen_columns(spark, ref.spark_name("lake"), ValidationPolicy())
+    columns = chosen_columns(table, ValidationPolicy())
     files = span_files(spark._jvm, table, span)
     inputs = None
     if observed is not None:
@@ -272,7 +272,7 @@ def _observed(spark: SparkSession, ref: TableRef, snapshot_id: int) -> Observed:
     from pyspark.sql import functions as F
 
     name = ref.spark_name("lake")
-    columns = chosen_columns(spark, name, ValidationPolicy())
+    columns = chosen_columns(load_java_table(spark, "lake", ref), ValidationPolicy())
     frame = spark.read.option("snapshot-id", snapshot_id).table(name)
     per_file = {
         r["f"]: r["p"]
@@ -552,7 +552,7 @@ def test_every_mutation_is_caught_by_the_arrow_paths_checksum(
     jvm: Any = spark._jvm
     java = load_java_table(spark, catalog, ref)
     head = int(java.currentSnapshot().snapshotId())
-    columns = chosen_columns(spark, name, ValidationPolicy())
+    columns = chosen_columns(java, ValidationPolicy())
     by_partition: dict[str, list[str]] = {}
     for task in each_of(java.newScan().planFiles()):
         f = task.file()
