@@ -278,11 +278,17 @@ class Settings(BaseSettings):
     # compaction is corrupted before its commit instead (a written file loses a row);
     # "ttl-miscount-row" makes a Hudi or Delta row-level TTL miscount what its commit
     # deleted (its guard must undo it); "renumber-rewrite" writes an Iceberg rewrite's rows
-    # again as new rows (the same values, new v3 row ids). Honoured only with
-    # failpoints_enabled as well: one stray variable never corrupts a table.
+    # again as new rows (the same values, new v3 row ids); "fail-before-commit" fails a
+    # Hudi rewrite checked before its commit once it has written its files (as a lost
+    # executor or a cancelled job would). Honoured only with failpoints_enabled as well:
+    # one stray variable never corrupts a table.
     failpoint: (
         Literal[
-            "corrupt-rewrite", "corrupt-rewrite-then-write", "ttl-miscount-row", "renumber-rewrite"
+            "corrupt-rewrite",
+            "corrupt-rewrite-then-write",
+            "ttl-miscount-row",
+            "renumber-rewrite",
+            "fail-before-commit",
         ]
         | None
     ) = None

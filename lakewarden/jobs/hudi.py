@@ -55,7 +55,14 @@ from lakewarden.formats.hudi.validation import (
     digest,
     rows_by_key,
 )
-from lakewarden.jobs.execute import Job, finish_raised, job_cost, policy_check, record_app_id
+from lakewarden.jobs.execute import (
+    Job,
+    failpoint,
+    finish_raised,
+    job_cost,
+    policy_check,
+    record_app_id,
+)
 from lakewarden.kinds import hudi as hudi_kinds
 from lakewarden.kinds import hudi_clean, hudi_compaction, hudi_stats, hudi_ttl, ttl
 from lakewarden.leader import Fence
@@ -207,9 +214,9 @@ def _rewrite(
     done = {i.requested for i in HudiTimeline(base_path).completed()}
     if instant not in done:
         raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
-    if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
+    if failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
         _corrupt(base_path, instant)
-    if _failpoint(rt) == "corrupt-rewrite-then-write":
+    if failpoint(rt) == "corrupt-rewrite-then-write":
         hudi_jobs.rewrite_one_row(spark, base_path, "failpoint-writer", metadata)
     _file_metrics(before_facts, read_facts(base_path), metrics)
     try:
@@ -286,46 +293,18 @@ def _checked(
     checked_s = time.monotonic() - started
     execution = precommit.Execution(spark, base_path, instant, label, options)
     try:
-        started = time.monotonic()
-        written = execution.run()
-        metrics[f"{label}_seconds"] = round(time.monotonic() - started, 3)
-        # The failpoints act where a real fault would: on the written, uncommitted files.
-        if _failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
-            _drop_a_row(base_path, instant)
-        if _failpoint(rt) == "corrupt-rewrite-then-write":
-            hudi_jobs.rewrite_one_row(
-                spark,
-                base_path,
-                "failpoint-writer",
-                bool(job.plan.get("metadata_table")),
-                new_key=label == "clustering",
-            )
-        if inputs is None:
-            metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
-        else:
-            started = time.monotonic()
-            after, missing = precommit.written_digests(base_path, written)
-            found = precommit.compare(inputs, after)
-            checked_s += time.monotonic() - started
-            before_d, after_d = found["before"], found["after"]
-            differ = found["partitions_differing"]
-            bad = bool(missing or differ)
-            metrics["validation"] = {
-                **_validation(before_d, after_d, instant, checked_s),
-                "status": "failed" if bad else "passed",
-                "mode": "before commit",
-                "partitions": found["partitions"],
-                "files_written": len(written),
-                **({"files_missing": missing} if missing else {}),
-                **({"partitions_differing": dict(list(differ.items())[:20])} if differ else {}),
-            }
-            if bad:
-                raise _not_committed(
-                    execution, label, instant, before_d, after_d, missing, differ, metrics
-                )
         try:
+            _execute_and_check(
+                rt, spark, job, base_path, instant, label, execution, inputs, checked_s, metrics
+            )
             last_look()
+        except RewriteMismatch:  # rolled back already
+            raise
         except Exception:
+            # Whatever stopped it (a failed or cancelled execution, an unreadable file, the
+            # policy's last look): nothing pending is left behind. An inflight instant would
+            # keep its file groups from being compacted or clustered again, and a pending
+            # clustering refuses writers' updates to them.
             _roll_back(execution, label, instant, metrics)
             raise
         started = time.monotonic()
@@ -336,6 +315,62 @@ def _checked(
     done = {i.requested for i in HudiTimeline(base_path).completed()}
     if instant not in done:
         raise RuntimeError(f"{label} {instant} did not complete on {base_path}")
+
+
+def _execute_and_check(
+    rt: Runtime,
+    spark: SparkSession,
+    job: Job,
+    base_path: str,
+    instant: str,
+    label: str,
+    execution: precommit.Execution,
+    inputs: dict[str, Digest] | None,
+    checked_s: float,
+    metrics: dict[str, Any],
+) -> None:
+    """Execute the instant without completing it and check what it wrote against `inputs`
+    (the replaced slices' digests; None: validation is off); RewriteMismatch (the instant
+    rolled back) when they differ."""
+    started = time.monotonic()
+    written = execution.run()
+    metrics[f"{label}_seconds"] = round(time.monotonic() - started, 3)
+    # The failpoints act where a real fault would: on the written, uncommitted files.
+    if failpoint(rt) in ("corrupt-rewrite", "corrupt-rewrite-then-write"):
+        _drop_a_row(base_path, instant)
+    if failpoint(rt) == "corrupt-rewrite-then-write":
+        hudi_jobs.rewrite_one_row(
+            spark,
+            base_path,
+            "failpoint-writer",
+            bool(job.plan.get("metadata_table")),
+            new_key=label == "clustering",
+        )
+    if failpoint(rt) == "fail-before-commit":
+        raise RuntimeError(f"failpoint: {label} {instant} failed after writing its files")
+    if inputs is None:
+        metrics["validation"] = {"status": "skipped", "reason": "validation is disabled"}
+    else:
+        started = time.monotonic()
+        after, missing = precommit.written_digests(base_path, written)
+        found = precommit.compare(inputs, after)
+        checked_s += time.monotonic() - started
+        before_d, after_d = found["before"], found["after"]
+        differ = found["partitions_differing"]
+        bad = bool(missing or differ)
+        metrics["validation"] = {
+            **_validation(before_d, after_d, instant, checked_s),
+            "status": "failed" if bad else "passed",
+            "mode": "before commit",
+            "partitions": found["partitions"],
+            "files_written": len(written),
+            **({"files_missing": missing} if missing else {}),
+            **({"partitions_differing": dict(list(differ.items())[:20])} if differ else {}),
+        }
+        if bad:
+            raise _not_committed(
+                execution, label, instant, before_d, after_d, missing, differ, metrics
+            )
 
 
 def _roll_back(
@@ -395,11 +430,6 @@ def commits_after(base_path: str, instant: str, ours: set[str]) -> list[str]:
 
 def _restore_call(base_path: str, savepoint: str) -> str:
     return f"CALL rollback_to_savepoint(path => '{base_path}', instant_time => '{savepoint}')"
-
-
-def _failpoint(rt: Runtime) -> str | None:
-    """The test-only failpoint, only when failpoints are enabled too (never by accident)."""
-    return rt.settings.failpoint if rt.settings.failpoints_enabled else None
 
 
 def _written_by(base_path: str, instant: str) -> list[str]:
@@ -754,7 +784,7 @@ def _ttl(
     # 4. The exact-count guard: what the commit deleted (its metadata) is what was counted.
     deleted = hudi_ttl.deleted_by_commit(timeline, instant, savepoint)
     after = hudi_ttl.read_rows(base_path, str(plan["column"])).num_rows
-    if _failpoint(rt) == "ttl-miscount-row" and level == "row":
+    if failpoint(rt) == "ttl-miscount-row" and level == "row":
         deleted += 1  # test-only: the guard must see a mismatch and undo it
     metrics.update(deleted_records=deleted, rows_after=after)
     # The rows read after count other writers' commits too: compared only without any.

@@ -196,6 +196,44 @@ def test_a_policy_changed_during_a_compaction_leaves_nothing_committed(
     assert digest(path) == rows_before
 
 
+def test_a_compaction_that_fails_after_writing_leaves_nothing_pending(
+    client: TestClient,
+    db_url: str,
+    hudi_tables: HudiTables,
+    spark_writers: SparkWriters,
+    tmp_path: Path,
+) -> None:
+    """The compaction fails once it has written its files, before its check and commit (the
+    `fail-before-commit` failpoint: as a lost executor or a cancelled job would): its
+    inflight instant is rolled back, its files deleted and its plan requested again (the
+    retry executes it), not left inflight, where it kept its file groups from being
+    compacted again."""
+    table = tmp_path / "wh" / "lake" / "orders"
+    shutil.copytree(hudi_tables.mor_logs, table)
+    path = str(table)
+    rows_before = digest(path)
+    task_id = register_hudi_orders(client, tmp_path / "wh")["decision_detail"]["compaction"][
+        "task_id"
+    ]
+    _, states, runs = run_hudi_pass(
+        db_url,
+        tmp_path,
+        {"compaction": task_id},
+        warm=spark_writers,
+        failpoint="fail-before-commit",
+        failpoints_enabled=True,
+    )
+    run = runs["compaction"]
+    assert states["compaction"] == "pending", (states, run.error)  # to be retried
+    assert "failed after writing its files" in (run.error or ""), run.error
+    instant = (run.metrics or {})[hudi_compaction.PLANNED]
+    assert (run.metrics or {})["undo"]["rolled_back_inflight"] == instant, run.metrics
+    timeline = HudiTimeline(path)
+    assert [(i.requested, i.state) for i in timeline.pending()] == [(instant, "requested")]
+    assert not list(table.rglob(f"*_{instant}.parquet"))
+    assert digest(path) == rows_before
+
+
 def test_why_not_copy_on_write_a_foreign_plan_or_a_writer_that_compacts(
     hudi_tables: HudiTables, tmp_path: Path
 ) -> None:
