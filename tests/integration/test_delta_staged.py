@@ -7,7 +7,8 @@ runs in the shared Delta-family writer's JVM (`spark_writers`, the `staged` step
 with deletion vectors and column mapping (a renamed column, a struct, a timestamp)
 compacted and read back by delta-rs and DuckDB's Delta extension; a corrupted rewrite
 refused with nothing committed and its files deleted; another writer's DELETE of an input
-between the write and the commit failing Delta's conflict check."""
+between the write and the commit failing Delta's conflict check; a Z-order (Delta's curve,
+its history's `zOrderBy`) checked the same way (a corrupted one: `test_delta_kinds.py`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, check
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import digest as delta_rs_digest
 from lakewarden.formats.digest import Digest
+from lakewarden.health.files_per_lookup import files_per_lookup
+from lakewarden.metadata import DataFile
 
 COLUMNS = [Column("col-id"), Column("col-v"), Column("col-w"), Column("col-ts", timestamp=True)]
 
@@ -246,3 +249,102 @@ def test_a_delete_of_an_input_before_the_commit_is_deltas_conflict(
     written = {f for f in _on_disk(path) - files if "/_delta_log/" not in f}
     assert all("deletion_vector_" in os.path.basename(f) for f in written), written
     assert _digest(path)[0].rows == before[0].rows - 1
+
+
+def _create_scattered(spark_writers: SparkWriters, path: str) -> None:
+    """d1: four inserts of 25 rows (a file each) whose x and y each span most of 0..99 (every file
+    overlaps every other), a DELETE's deletion vectors, y renamed to `why` (column
+    mapping); d2: one insert."""
+    table = f"delta.`{path}`"
+    props = (
+        "'delta.enableDeletionVectors' = true, 'delta.columnMapping.mode' = 'name', "
+        "'delta.minReaderVersion' = '3', 'delta.minWriterVersion' = '7'"
+    )
+    rows = "SELECT id, (id * 37) % 100, (id * 53) % 100"
+    steps: list[dict[str, Any]] = [
+        {
+            "sql": f"CREATE TABLE {table} (id BIGINT, x BIGINT, y BIGINT, day STRING) "
+            f"USING delta PARTITIONED BY (day) TBLPROPERTIES ({props})"
+        },
+        *(
+            {"sql": f"INSERT INTO {table} {rows}, 'd1' FROM range({25 * i}, {25 * i + 25}, 1, 1)"}
+            for i in range(4)
+        ),
+        {"sql": f"INSERT INTO {table} {rows}, 'd2' FROM range(100, 110)"},
+        {"sql": f"DELETE FROM {table} WHERE day = 'd1' AND id % 7 = 0"},
+        {"sql": f"ALTER TABLE {table} RENAME COLUMN y TO why"},
+    ]
+    spark_writers.run("delta", steps)
+
+
+def _layout(path: str) -> tuple[int, float, float | None]:
+    """d1's files, the summed area of their (x, why) boxes, and how many of them a lookup
+    on (x, why) opens: their min/max stats as delta-rs reads them from the log (under the
+    columns' physical names)."""
+    table = DeltaTable(path)
+    physical = {
+        f["name"]: f["metadata"]["delta.columnMapping.physicalName"]
+        for f in json.loads(table.schema().to_json())["fields"]
+    }
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    files = [
+        DataFile(
+            a["path"],
+            a["size_bytes"],
+            a["num_records"],
+            0,
+            (("day", "d1"),),
+            {c: (a[f"min.{physical[c]}"], a[f"max.{physical[c]}"]) for c in ("x", "why")},
+        )
+        for a in adds
+        if a["partition.day"] == "d1"
+    ]
+    area = sum(
+        (f.bounds["x"][1] - f.bounds["x"][0]) * (f.bounds["why"][1] - f.bounds["why"][0])
+        for f in files
+    )
+    return len(files), area, files_per_lookup(files, ["x", "why"])
+
+
+def _zorder_plan(path: str) -> dict[str, Any]:
+    """Z-order d1 by (x, why) into files of about a quarter of its bytes (Delta writes
+    bytes / target files: four)."""
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    d1 = sum(a["size_bytes"] for a in adds if a["partition.day"] == "d1")
+    return {
+        "target_file_size_bytes": d1 // 4,
+        "partitions": [{"day": "d1"}],
+        "zorder": ["x", "why"],
+    }
+
+
+@pytest.mark.spark
+def test_a_zorder_with_deletion_vectors_is_checked_then_committed_clustered(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """All of d1's files (OPTIMIZE ZORDER BY takes every file of the partition, not only
+    small ones) rewritten along Delta's Z-order curve on a renamed column, checked, and
+    committed as OPTIMIZE with its zOrderBy; the same rows read by delta-rs and DuckDB, in
+    files of smaller (x, why) boxes, fewer of them opened by a lookup."""
+    path = str(tmp_path / "t")
+    _create_scattered(spark_writers, path)
+    version, before = DeltaTable(path).version(), _digest(path)
+    inputs, area_before, opened_before = _layout(path)
+    assert inputs == 4 and opened_before is not None
+    plan = _zorder_plan(path)
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": plan, "task_id": 10}}])
+    assert "raised" not in done, done
+    assert done["validation"]["status"] == "passed", done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["rows"] == 100 - 15  # ids 0, 7, .., 98 deleted
+    assert done["committed_version"] == version + 1 and done["files_removed"] == inputs
+    assert _digest(path) == before
+    commit = DeltaTimeline(path).find_job_commits(10)
+    assert commit is not None and commit.operation == "OPTIMIZE"
+    assert json.loads(commit.summary["param.zOrderBy"]) == ["x", "why"]
+    assert marker_of(commit.summary) == JobMarker(10, 1)
+    # Z-ordered: smaller boxes over (x, why), and a lookup opens fewer files
+    outputs, area_after, opened_after = _layout(path)
+    assert outputs == done["files_added"] >= 2
+    assert area_after < area_before / 2, (area_before, area_after)
+    assert opened_after is not None and opened_after < opened_before, (opened_before, opened_after)
