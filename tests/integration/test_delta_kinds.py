@@ -524,8 +524,9 @@ def test_a_clustered_table_is_optimized_never_zordered(
     """A table with liquid clustering (`CLUSTER BY (x, y)`, Delta 3.3.3 on Spark 3.5):
     its writer features (clustering, domainMetadata) are ones delta-rs reads past but
     cannot write; the zorder kind refuses it (Delta refuses ZORDER BY there), the
-    clustering kind runs OPTIMIZE, which clusters it; delta-rs reads the same rows in fewer
-    files; a rollback by delta-rs is refused, naming Spark's RESTORE."""
+    clustering kind runs OPTIMIZE's clustering steps, checked before their commit;
+    delta-rs reads the same rows in fewer files; a rollback by delta-rs is refused, naming
+    Spark's RESTORE."""
     services.warm_applications(spark_writers, monkeypatch)
     warehouse = tmp_path / "wh"
     path = str(warehouse / "lake" / "clustered")
@@ -583,9 +584,15 @@ def test_a_clustered_table_is_optimized_never_zordered(
     assert metrics["operation"] == "OPTIMIZE", metrics
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
     assert metrics["files_removed"] == len(before) > metrics["files_added"]
-    assert metrics["delta"]["clusteringStats"]["mergedFiles"]["numFiles"] == len(before)
+    # Spark clustered (Delta's ClusteringStrategy), DuckDB checked, then Delta committed
+    assert metrics["validation"]["when"] == "before the commit", metrics
     commit = DeltaTimeline(path).find_job_commits(task_id)
     assert commit is not None and commit.summary.get("param.zOrderBy", "[]") == "[]"
+    assert json.loads(commit.summary["param.clusterBy"]) == ["x", "y"]
+    added = [a["add"] for a in DeltaTimeline(path).read_actions(int(commit.id)) if "add" in a]
+    # one new ZCUBE, its files tagged as Delta's OPTIMIZE tags them
+    assert len({a["tags"]["ZCUBE_ID"] for a in added}) == 1, added
+    assert all(a["clusteringProvider"] == "liquid" and not a["dataChange"] for a in added)
     after = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
     assert after == rows and len(_live_paths(path)) == metrics["files_added"]
     assert _digest(path) == seen  # DuckDB too: the same rows

@@ -8,12 +8,14 @@ with deletion vectors and column mapping (a renamed column, a struct, a timestam
 compacted and read back by delta-rs and DuckDB's Delta extension; a corrupted rewrite
 refused with nothing committed and its files deleted; another writer's DELETE of an input
 between the write and the commit failing Delta's conflict check; a Z-order (Delta's curve,
-its history's `zOrderBy`) checked the same way (a corrupted one: `test_delta_kinds.py`)."""
+its history's `zOrderBy`) checked the same way (a corrupted one: `test_delta_kinds.py`); a
+liquid clustering (Delta's `ClusteringStrategy`), a corrupted one never seen by a reader."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -348,3 +350,64 @@ def test_a_zorder_with_deletion_vectors_is_checked_then_committed_clustered(
     assert outputs == done["files_added"] >= 2
     assert area_after < area_before / 2, (area_before, area_after)
     assert opened_after is not None and opened_after < opened_before, (opened_before, opened_after)
+
+
+@pytest.mark.spark
+def test_a_clustering_is_checked_before_its_commit_a_corrupted_one_never_seen(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """A table with liquid clustering and deletion vectors: a clustering whose written
+    file loses a row commits nothing (a reader polling delta-rs all along sees one version
+    and its rows; the written files are deleted); a correct one commits as OPTIMIZE with
+    its clusterBy, its files tagged with one new ZCUBE, the same rows read by delta-rs and
+    DuckDB."""
+    path = str(tmp_path / "t")
+    table = f"delta.`{path}`"
+    rows = "SELECT id, (id * 37) % 100, (id * 53) % 100"
+    spark_writers.run(
+        "delta",
+        [
+            {
+                "sql": f"CREATE TABLE {table} (id BIGINT, x BIGINT, y BIGINT) USING delta "
+                "CLUSTER BY (x, y) TBLPROPERTIES ('delta.enableDeletionVectors' = true)"
+            },
+            *(
+                {"sql": f"INSERT INTO {table} {rows} FROM range({25 * i}, {25 * i + 25}, 1, 1)"}
+                for i in range(4)
+            ),
+            {"sql": f"DELETE FROM {table} WHERE id % 7 = 0"},
+        ],
+    )
+    version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
+    plan = {"clustering": ["x", "y"], "target_file_size_bytes": 1 << 20, "partitions": None}
+    seen: list[tuple[int, int]] = []
+    reading = threading.Event()
+
+    def read() -> None:  # delta-rs' scan of the newest version, deletion vectors applied
+        while not reading.wait(0.05) or len(seen) < 3:
+            newest = DeltaTable(path).version()
+            seen.append((newest, delta_rs_digest(path, newest).rows))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        step = {"path": path, "plan": plan, "task_id": 12, "corrupt": True}
+        [corrupted] = spark_writers.run("delta", [{"staged": step}])
+    finally:
+        reading.set()
+        reader.join(60)
+    assert corrupted["raised"] == "RewriteMismatch", corrupted
+    assert len(seen) >= 3 and set(seen) == {(version, before[0].rows)}, set(seen)
+    assert DeltaTable(path).version() == version and _on_disk(path) == files
+
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": plan, "task_id": 13}}])
+    assert "raised" not in done, done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["rows"] == before[0].rows == 100 - 15
+    assert done["files_removed"] == 4 and done["committed_version"] == version + 1
+    assert _digest(path) == before
+    commit = DeltaTimeline(path).find_job_commits(13)
+    assert commit is not None and json.loads(commit.summary["param.clusterBy"]) == ["x", "y"]
+    added = [a["add"] for a in DeltaTimeline(path).read_actions(version + 1) if "add" in a]
+    assert len({a["tags"]["ZCUBE_ID"] for a in added}) == 1
+    assert all(a["clusteringProvider"] == "liquid" for a in added)
