@@ -8,7 +8,8 @@ is Spark's, and its run's `engine` says why: Spark's rewrite checked by DuckDB b
 Delta's transaction commits it (`run_staged`, `formats.delta.staged_rewrite`: deletion
 vectors, column mapping, nested columns; local or S3 tables), else (a table on HDFS, a
 purge, row tracking, clustering; `engine.optimize` says why) Delta's OPTIMIZE, checked
-after.
+after. A Z-order and a clustering run as that checked rewrite too (Delta's Z-order curve;
+Delta's `ClusteringStrategy`), else as OPTIMIZE, checked after.
 
 Never twice: the job's commits carry its mark (`formats.delta.jobs.marked_session`), and
 before its JVM starts, the table's log is read for a commit of the task
@@ -20,7 +21,7 @@ to a file the command rewrote, after it read the table) fails the command before
 commits anything; the attempt fails, its run naming the conflict (`conflict`), and is
 retried as any failed attempt: re-planned from the table as it is then.
 
-Validation after the commit (zorder, clustering, a compaction OPTIMIZE runs): the rows
+Validation after the commit (a compaction, Z-order or clustering OPTIMIZE runs): the rows
 and their order-independent checksum read by delta-rs at the version before the job's
 commit and at that commit must be equal. A TTL's exact-count guard: the rows its DELETE
 removed (the commit's `numDeletedRows`) must be the rows it counted with Spark right
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# each one Spark runs checked before its commit (`run_staged`) where that path takes it
 REWRITES = frozenset({"compaction", "zorder", "clustering"})
 
 
@@ -387,7 +389,7 @@ def run_staged(
     storage: Mapping[str, str],
     metrics: dict[str, Any],
 ) -> bool:
-    """Run the compaction as Spark's rewrite checked before its commit
+    """Run the compaction, Z-order or clustering as Spark's rewrite checked before its commit
     (`staged_rewrite.compact`), its metrics into `metrics`; False (nothing written, the
     reason in `metrics["engine"]`) when that path does not take it: OPTIMIZE runs it."""
     session = delta_jobs.marked_session(spark, job.task_id, job.attempt)
@@ -435,7 +437,7 @@ def run_delta_job(rt: Runtime, spark: SparkSession, fence: Callable[[], Fence], 
         if job.kind == "ttl":  # its metrics filled as it goes: a failed check keeps them
             run_ttl(spark, job, path, metrics, failpoint(rt) == "ttl-miscount-row", storage)
             metrics["seconds"] = round(time.monotonic() - started, 3)
-        elif job.kind == "compaction" and run_staged(rt, spark, job, path, storage, metrics):
+        elif job.kind in REWRITES and run_staged(rt, spark, job, path, storage, metrics):
             metrics["seconds"] = round(time.monotonic() - started, 3)  # checked, committed
         else:
             newest_before = DeltaTimeline(path, storage).versions()[-1]

@@ -1,7 +1,8 @@
 """Delta tables maintained end to end through the real services (issue 29): each kind asked
 for through the API, planned by the worker from delta-rs' view of the log, dispatched by
 the leader and run as Delta's own command: compaction (`OPTIMIZE … WHERE` the partitions
-with enough small files), Z-order (`OPTIMIZE … ZORDER BY`, where lookups open many files),
+with enough small files), Z-order (Delta's `OPTIMIZE … ZORDER BY` steps, checked before
+their commit, where lookups open many files),
 clean (`VACUUM`, only below Delta's retention check with the policy's consent; the log's
 files past its retention), liquid clustering (`OPTIMIZE` of a `CLUSTER BY` table, never
 ZORDER BY), TTL (a metadata-only `DELETE` of whole days; a row `DELETE` and its exact-count
@@ -282,6 +283,9 @@ def test_compaction_zorder_and_clean_run_as_deltas_own_commands(
     assert plan["partitions"] == [{"day": "d2"}] and plan["zorder"] == ["x", "y"]
     metrics = services.run(task_id).metrics or {}
     assert metrics["validation"]["status"] == "passed" and metrics["committed_version"] == 8
+    # Spark Z-ordered, DuckDB checked the files, then Delta's transaction committed
+    assert metrics["validation"]["when"] == "before the commit", metrics
+    assert metrics["files_removed"] == 2 and metrics["validation"]["rows"] == 20
     commit = DeltaTimeline(path).since("7", 10).commits[0]
     assert commit.operation == "OPTIMIZE" and marker_of(commit.summary) == JobMarker(task_id, 1)
     assert commit.summary["param.zOrderBy"].replace(" ", "") == '["x","y"]'
@@ -363,18 +367,21 @@ def _ttl_drops_whole_partitions(client: TestClient, services: Services, path: st
 
 @pytest.mark.spark
 @pytest.mark.timeout(1200)
-def test_a_reader_never_sees_a_corrupted_spark_compaction(
+@pytest.mark.parametrize("kind", ["compaction", "zorder"])
+def test_a_reader_never_sees_a_corrupted_spark_rewrite(
     client: TestClient,
     services: Services,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     spark_writers: SparkWriters,
+    kind: str,
 ) -> None:
     """Issue 30 goal 5 on Spark's path: a compaction of a table with deletion vectors (the
-    arrow path refuses it) whose rewrite loses a row (the test-only failpoint corrupts a
-    written file before the check) is refused before it commits; a reader reading the
-    newest version over and over all along (delta-rs' scan, deletion vectors applied) sees
-    the same version and rows every time, and the task fails for good."""
+    arrow path refuses it), or a Z-order of it, whose rewrite loses a row (the test-only
+    failpoint corrupts a written file before the check) is refused before it commits; a
+    reader reading the newest version over and over all along (delta-rs' scan, deletion
+    vectors applied) sees the same version and rows every time, and the task fails for
+    good."""
     services.warm_applications(spark_writers, monkeypatch)
     warehouse = tmp_path / "wh"
     path = str(warehouse / "lake" / "events")
@@ -389,7 +396,12 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
         ],
     )
     _catalog(client, warehouse)
-    _register(client, "events", {"compaction": {"min_input_files": 3, "min_small_files": 3}})
+    zorder = {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0}
+    policy = {
+        "compaction": {"compaction": {"min_input_files": 3, "min_small_files": 3}},
+        "zorder": {"compaction": {"enabled": False}, "zorder": zorder},
+    }[kind]
+    _register(client, "events", policy)
     for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
         client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
     version = DeltaTable(path).version()
@@ -397,7 +409,7 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
     assert before.rows == 59
     monkeypatch.setattr(services.rt.settings, "failpoint", "corrupt-rewrite")
     monkeypatch.setattr(services.rt.settings, "failpoints_enabled", True)
-    task_id = _ask(client, "compaction")
+    task_id = _ask(client, kind)
     assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
     seen: list[tuple[int, Any]] = []
     done = threading.Event()
@@ -410,11 +422,12 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        # tried without Spark first: the arrow path refuses the deletion vector, and hands
-        # the job to Spark's application, launched by the next dispatch
         assert services.sched.dispatch_once()
-        wait_for(lambda: services.sched.fallbacks.qsize() or None, 60, "handed to Spark")
-        services.sched.dispatch_once()  # launches it
+        if kind == "compaction":
+            # tried without Spark first: the arrow path refuses the deletion vector, and
+            # hands the job to Spark's application, launched by the next dispatch
+            wait_for(lambda: services.sched.fallbacks.qsize() or None, 60, "handed to Spark")
+            services.sched.dispatch_once()
 
         def ended() -> str | None:
             services.sched.applications.poll(services.sched.leading())
@@ -431,7 +444,9 @@ def test_a_reader_never_sees_a_corrupted_spark_compaction(
     metrics = run.metrics or {}
     assert state == "failed", (state, run.error)
     assert "nothing was committed" in (run.error or ""), run.error
-    assert metrics["engine"]["engine"] == "spark" and "deletion" in str(metrics["engine"]).lower()
+    assert metrics["engine"]["engine"] == "spark" and "optimize" not in metrics["engine"]
+    if kind == "compaction":
+        assert "deletion" in str(metrics["engine"]).lower()
     assert metrics["validation"]["status"] == "failed"
     assert metrics["validation"]["when"] == "before the commit"
     assert DeltaTable(path).version() == version
@@ -509,8 +524,9 @@ def test_a_clustered_table_is_optimized_never_zordered(
     """A table with liquid clustering (`CLUSTER BY (x, y)`, Delta 3.3.3 on Spark 3.5):
     its writer features (clustering, domainMetadata) are ones delta-rs reads past but
     cannot write; the zorder kind refuses it (Delta refuses ZORDER BY there), the
-    clustering kind runs OPTIMIZE, which clusters it; delta-rs reads the same rows in fewer
-    files; a rollback by delta-rs is refused, naming Spark's RESTORE."""
+    clustering kind runs OPTIMIZE's clustering steps, checked before their commit;
+    delta-rs reads the same rows in fewer files; a rollback by delta-rs is refused, naming
+    Spark's RESTORE."""
     services.warm_applications(spark_writers, monkeypatch)
     warehouse = tmp_path / "wh"
     path = str(warehouse / "lake" / "clustered")
@@ -568,9 +584,15 @@ def test_a_clustered_table_is_optimized_never_zordered(
     assert metrics["operation"] == "OPTIMIZE", metrics
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
     assert metrics["files_removed"] == len(before) > metrics["files_added"]
-    assert metrics["delta"]["clusteringStats"]["mergedFiles"]["numFiles"] == len(before)
+    # Spark clustered (Delta's ClusteringStrategy), DuckDB checked, then Delta committed
+    assert metrics["validation"]["when"] == "before the commit", metrics
     commit = DeltaTimeline(path).find_job_commits(task_id)
     assert commit is not None and commit.summary.get("param.zOrderBy", "[]") == "[]"
+    assert json.loads(commit.summary["param.clusterBy"]) == ["x", "y"]
+    added = [a["add"] for a in DeltaTimeline(path).read_actions(int(commit.id)) if "add" in a]
+    # one new ZCUBE, its files tagged as Delta's OPTIMIZE tags them
+    assert len({a["tags"]["ZCUBE_ID"] for a in added}) == 1, added
+    assert all(a["clusteringProvider"] == "liquid" and not a["dataChange"] for a in added)
     after = sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
     assert after == rows and len(_live_paths(path)) == metrics["files_added"]
     assert _digest(path) == seen  # DuckDB too: the same rows

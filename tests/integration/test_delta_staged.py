@@ -7,12 +7,15 @@ runs in the shared Delta-family writer's JVM (`spark_writers`, the `staged` step
 with deletion vectors and column mapping (a renamed column, a struct, a timestamp)
 compacted and read back by delta-rs and DuckDB's Delta extension; a corrupted rewrite
 refused with nothing committed and its files deleted; another writer's DELETE of an input
-between the write and the commit failing Delta's conflict check."""
+between the write and the commit failing Delta's conflict check; a Z-order (Delta's curve,
+its history's `zOrderBy`) checked the same way (a corrupted one: `test_delta_kinds.py`); a
+liquid clustering (Delta's `ClusteringStrategy`), a corrupted one never seen by a reader."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,8 @@ from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, check
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import digest as delta_rs_digest
 from lakewarden.formats.digest import Digest
+from lakewarden.health.files_per_lookup import files_per_lookup
+from lakewarden.metadata import DataFile
 
 COLUMNS = [Column("col-id"), Column("col-v"), Column("col-w"), Column("col-ts", timestamp=True)]
 
@@ -246,3 +251,163 @@ def test_a_delete_of_an_input_before_the_commit_is_deltas_conflict(
     written = {f for f in _on_disk(path) - files if "/_delta_log/" not in f}
     assert all("deletion_vector_" in os.path.basename(f) for f in written), written
     assert _digest(path)[0].rows == before[0].rows - 1
+
+
+def _create_scattered(spark_writers: SparkWriters, path: str) -> None:
+    """d1: four inserts of 25 rows (a file each) whose x and y each span most of 0..99 (every file
+    overlaps every other), a DELETE's deletion vectors, y renamed to `why` (column
+    mapping); d2: one insert."""
+    table = f"delta.`{path}`"
+    props = (
+        "'delta.enableDeletionVectors' = true, 'delta.columnMapping.mode' = 'name', "
+        "'delta.minReaderVersion' = '3', 'delta.minWriterVersion' = '7'"
+    )
+    rows = "SELECT id, (id * 37) % 100, (id * 53) % 100"
+    steps: list[dict[str, Any]] = [
+        {
+            "sql": f"CREATE TABLE {table} (id BIGINT, x BIGINT, y BIGINT, day STRING) "
+            f"USING delta PARTITIONED BY (day) TBLPROPERTIES ({props})"
+        },
+        *(
+            {"sql": f"INSERT INTO {table} {rows}, 'd1' FROM range({25 * i}, {25 * i + 25}, 1, 1)"}
+            for i in range(4)
+        ),
+        {"sql": f"INSERT INTO {table} {rows}, 'd2' FROM range(100, 110)"},
+        {"sql": f"DELETE FROM {table} WHERE day = 'd1' AND id % 7 = 0"},
+        {"sql": f"ALTER TABLE {table} RENAME COLUMN y TO why"},
+    ]
+    spark_writers.run("delta", steps)
+
+
+def _layout(path: str) -> tuple[int, float, float | None]:
+    """d1's files, the summed area of their (x, why) boxes, and how many of them a lookup
+    on (x, why) opens: their min/max stats as delta-rs reads them from the log (under the
+    columns' physical names)."""
+    table = DeltaTable(path)
+    physical = {
+        f["name"]: f["metadata"]["delta.columnMapping.physicalName"]
+        for f in json.loads(table.schema().to_json())["fields"]
+    }
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    files = [
+        DataFile(
+            a["path"],
+            a["size_bytes"],
+            a["num_records"],
+            0,
+            (("day", "d1"),),
+            {c: (a[f"min.{physical[c]}"], a[f"max.{physical[c]}"]) for c in ("x", "why")},
+        )
+        for a in adds
+        if a["partition.day"] == "d1"
+    ]
+    area = sum(
+        (f.bounds["x"][1] - f.bounds["x"][0]) * (f.bounds["why"][1] - f.bounds["why"][0])
+        for f in files
+    )
+    return len(files), area, files_per_lookup(files, ["x", "why"])
+
+
+def _zorder_plan(path: str) -> dict[str, Any]:
+    """Z-order d1 by (x, why) into files of about a quarter of its bytes (Delta writes
+    bytes / target files: four)."""
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    d1 = sum(a["size_bytes"] for a in adds if a["partition.day"] == "d1")
+    return {
+        "target_file_size_bytes": d1 // 4,
+        "partitions": [{"day": "d1"}],
+        "zorder": ["x", "why"],
+    }
+
+
+@pytest.mark.spark
+def test_a_zorder_with_deletion_vectors_is_checked_then_committed_clustered(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """All of d1's files (OPTIMIZE ZORDER BY takes every file of the partition, not only
+    small ones) rewritten along Delta's Z-order curve on a renamed column, checked, and
+    committed as OPTIMIZE with its zOrderBy; the same rows read by delta-rs and DuckDB, in
+    files of smaller (x, why) boxes, fewer of them opened by a lookup."""
+    path = str(tmp_path / "t")
+    _create_scattered(spark_writers, path)
+    version, before = DeltaTable(path).version(), _digest(path)
+    inputs, area_before, opened_before = _layout(path)
+    assert inputs == 4 and opened_before is not None
+    plan = _zorder_plan(path)
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": plan, "task_id": 10}}])
+    assert "raised" not in done, done
+    assert done["validation"]["status"] == "passed", done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["rows"] == 100 - 15  # ids 0, 7, .., 98 deleted
+    assert done["committed_version"] == version + 1 and done["files_removed"] == inputs
+    assert _digest(path) == before
+    commit = DeltaTimeline(path).find_job_commits(10)
+    assert commit is not None and commit.operation == "OPTIMIZE"
+    assert json.loads(commit.summary["param.zOrderBy"]) == ["x", "why"]
+    assert marker_of(commit.summary) == JobMarker(10, 1)
+    # Z-ordered: smaller boxes over (x, why), and a lookup opens fewer files
+    outputs, area_after, opened_after = _layout(path)
+    assert outputs == done["files_added"] >= 2
+    assert area_after < area_before / 2, (area_before, area_after)
+    assert opened_after is not None and opened_after < opened_before, (opened_before, opened_after)
+
+
+@pytest.mark.spark
+def test_a_clustering_is_checked_before_its_commit_a_corrupted_one_never_seen(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """A table with liquid clustering and deletion vectors: a clustering whose written
+    file loses a row commits nothing (a reader polling delta-rs all along sees one version
+    and its rows; the written files are deleted); a correct one commits as OPTIMIZE with
+    its clusterBy, its files tagged with one new ZCUBE, the same rows read by delta-rs and
+    DuckDB."""
+    path = str(tmp_path / "t")
+    table = f"delta.`{path}`"
+    rows = "SELECT id, (id * 37) % 100, (id * 53) % 100"
+    spark_writers.run(
+        "delta",
+        [
+            {
+                "sql": f"CREATE TABLE {table} (id BIGINT, x BIGINT, y BIGINT) USING delta "
+                "CLUSTER BY (x, y) TBLPROPERTIES ('delta.enableDeletionVectors' = true)"
+            },
+            *(
+                {"sql": f"INSERT INTO {table} {rows} FROM range({25 * i}, {25 * i + 25}, 1, 1)"}
+                for i in range(4)
+            ),
+            {"sql": f"DELETE FROM {table} WHERE id % 7 = 0"},
+        ],
+    )
+    version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
+    plan = {"clustering": ["x", "y"], "target_file_size_bytes": 1 << 20, "partitions": None}
+    seen: list[tuple[int, int]] = []
+    reading = threading.Event()
+
+    def read() -> None:  # delta-rs' scan of the newest version, deletion vectors applied
+        while not reading.wait(0.05) or len(seen) < 3:
+            newest = DeltaTable(path).version()
+            seen.append((newest, delta_rs_digest(path, newest).rows))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        step = {"path": path, "plan": plan, "task_id": 12, "corrupt": True}
+        [corrupted] = spark_writers.run("delta", [{"staged": step}])
+    finally:
+        reading.set()
+        reader.join(60)
+    assert corrupted["raised"] == "RewriteMismatch", corrupted
+    assert len(seen) >= 3 and set(seen) == {(version, before[0].rows)}, set(seen)
+    assert DeltaTable(path).version() == version and _on_disk(path) == files
+
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": plan, "task_id": 13}}])
+    assert "raised" not in done, done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["rows"] == before[0].rows == 100 - 15
+    assert done["files_removed"] == 4 and done["committed_version"] == version + 1
+    assert _digest(path) == before
+    commit = DeltaTimeline(path).find_job_commits(13)
+    assert commit is not None and json.loads(commit.summary["param.clusterBy"]) == ["x", "y"]
+    added = [a["add"] for a in DeltaTimeline(path).read_actions(version + 1) if "add" in a]
+    assert len({a["tags"]["ZCUBE_ID"] for a in added}) == 1
+    assert all(a["clusteringProvider"] == "liquid" for a in added)

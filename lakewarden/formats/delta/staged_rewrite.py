@@ -1,7 +1,8 @@
 """A Delta compaction the arrow path refuses (deletion vectors, column mapping, nested
-columns, writer features delta-rs does not commit), rewritten by Spark with Delta's own
-reader and writer, checked by DuckDB before anything is visible, and committed by Delta's
-own transaction (issue 30, goal 5: readers never see a bad rewrite).
+columns, writer features delta-rs does not commit), a Z-order, or a liquid clustering,
+rewritten by Spark with
+Delta's own reader and writer, checked by DuckDB before anything is visible, and committed
+by Delta's own transaction (issue 30, goal 5: readers never see a bad rewrite).
 
 Delta's `OPTIMIZE` commits as it ends, so a check after it leaves the table wrong until
 its RESTORE lands. This module does what `OptimizeTableCommand` (delta-spark 3.3.3) does,
@@ -10,20 +11,31 @@ in its steps, with the check between the write and the commit:
 1. `DeltaLog.forTable(...).update()` is the snapshot read; its add actions are chosen as
    OPTIMIZE and `native_rewrite` choose them: in each planned partition the files under
    the plan's minimum size, packed in order of size into bins of at most the target size,
-   a bin of two or more files rewritten.
+   a bin of two or more files rewritten. A Z-order (the plan's `zorder` columns) takes
+   every file of each planned partition as one bin, even a single file (Delta's
+   `ZOrderStrategy`: `maxBinSize` Long.MaxValue, every multi-dimensional bin kept). A
+   clustering plan (a table with liquid clustering) takes what Delta's own
+   `ClusteringStrategy` prepares (`_Clustering`: files not yet in a ZCUBE of the target
+   size), packed in its order into bins of at most its `maxBinSize`.
 2. `startTransaction(None, Some(snapshot))`; each bin is read by
    `deltaLog.createDataFrame(snapshot, bin, actionTypeOpt = Some("Optimize"))` (Delta's
    file index over exactly those files: deletion vectors applied, physical column names
    mapped) and written by `txn.writeFiles(df.coalesce(1), None, isOptimize = true, Nil)`,
    which writes new Parquet files (physical column names, statistics) into the table's
-   directory and commits nothing.
+   directory and commits nothing. A Z-order's bin is first range-partitioned on its
+   Z-order curve by Delta's own `MultiDimClustering.cluster(df, max(1, bin bytes / target
+   size), columns, "zorder")` and written as those partitions, without the coalesce; a
+   clustering's on the strategy's curve (Hilbert) by the table's clustering columns, its
+   written files tagged by the strategy (the bin's new ZCUBE id, the clustering provider).
 3. DuckDB reads the inputs (deletion vectors applied: the rows delta-rs'
    `deletion_vectors()` at the read version keeps) and the written files, partition by
    partition: rows and the checksum over the data columns' physical names (`check`).
    A mismatch deletes the written files, commits nothing, raises `RewriteMismatch`.
 4. A match commits the transaction: each input's own `removeWithTimestamp(now, false)`
    (its deletion vector kept in the remove), each written file's add with `dataChange`
-   false (`Action.fromJson`), `DeltaOperations.Optimize` as the operation, the inputs
+   false (`Action.fromJson`), `DeltaOperations.Optimize` as the operation (its `zOrderBy`
+   the Z-order's columns, as `DESCRIBE HISTORY` shows OPTIMIZE … ZORDER BY; its
+   `clusterBy` a clustered table's clustering columns), the inputs
    tracked as read (`trackFilesRead`): Delta's conflict checker fails the commit when
    another writer removed one since (`Conflict`), on any storage's LogStore. Its
    commitInfo's `userMetadata` is the job's mark (the marked session is the active one).
@@ -31,7 +43,9 @@ in its steps, with the check between the write and the commit:
 Tables on the local file system (DuckDB reads the files) and on S3 (pyarrow's file system
 reads them, DuckDB hashes the Arrow tables). Delta's OPTIMIZE, checked after its commit and
 undone by RESTORE, still runs a table on HDFS, a purge (REORG), a table with row tracking
-(OPTIMIZE keeps its row ids), a clustered table, and Z-order and clustering.
+(OPTIMIZE keeps its row ids), a Z-order on a column Delta refuses (no statistics), a
+compaction of a clustered table (OPTIMIZE clusters it), and a clustered table without
+clustering columns.
 """
 
 from __future__ import annotations
@@ -65,6 +79,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
+# Delta refuses ZORDER BY a column it collects no statistics on, unless this is off
+ZORDER_STATS_CHECK = "spark.databricks.delta.optimize.zorder.checkStatsCollection.enabled"
 _TIMESTAMPS = frozenset({"timestamp", "timestamp_ntz"})
 
 
@@ -222,8 +238,10 @@ def choose(
     physical: Mapping[str, str] | None = None,
 ) -> list[Bin]:
     """The bins of the plan's partitions: files under the minimum size, smallest first,
-    packed up to the target size; a bin of two files or more. `physical`: a partition
+    packed up to the target size; a bin of two files or more. A Z-order's (the plan has
+    `zorder` columns): every file of a partition, one bin each. `physical`: a partition
     column's name in the add actions' partitionValues (column mapping's), by its name."""
+    zorder = bool(plan.get("zorder"))
     target = int(plan["target_file_size_bytes"])
     small = int(plan.get("min_file_size_bytes") or target)
     wanted = plan.get("partitions")
@@ -236,10 +254,13 @@ def choose(
     for add in adds:
         values = add.get("partitionValues") or {}
         key = tuple((c, values.get((physical or {}).get(c, c))) for c in partition_columns)
-        if (keys is None or key in keys) and int(add["size"]) < small:
+        if (keys is None or key in keys) and (zorder or int(add["size"]) < small):
             by_key.setdefault(key, []).append(add)
+    ordered = sorted(by_key.items(), key=lambda kv: str(kv[0]))
+    if zorder:
+        return [Bin(k, sorted(fs, key=lambda a: (int(a["size"]), a["path"]))) for k, fs in ordered]
     bins = []
-    for key, files in sorted(by_key.items(), key=lambda kv: str(kv[0])):
+    for key, files in ordered:
         current: list[dict[str, Any]] = []
         size = 0
         for add in sorted(files, key=lambda a: (int(a["size"]), a["path"])):
@@ -358,7 +379,8 @@ def compact(
     `RewriteMismatch` with the metrics; another writer's removal of an input: `Conflict`;
     a table this path does not take, before anything is written: `Ineligible`).
     `corrupt`: test-only (the `corrupt-rewrite` failpoint), the first written file loses a
-    row before the check."""
+    row before the check. The plan's `zorder` columns make it a Z-order (`choose`)."""
+    zorder = [str(c) for c in plan.get("zorder") or []]
     why = ineligible(plan, path)
     if why is not None:
         raise Ineligible(why)
@@ -375,20 +397,40 @@ def compact(
     config = metadata.get("configuration") or {}
     if str(config.get("delta.enableRowTracking", "")).lower() == "true":
         raise Ineligible("row tracking (OPTIMIZE keeps the rows' ids)")
-    if "clustering" in (protocol.get("writerFeatures") or []):
-        raise Ineligible("a clustered table (OPTIMIZE clusters it)")
+    clustered = "clustering" in (protocol.get("writerFeatures") or [])
+    if clustered != bool(plan.get("clustering")):
+        raise Ineligible(
+            "a clustered table (OPTIMIZE clusters it)"
+            if clustered
+            else "a clustering plan on a table without liquid clustering"
+        )
+    clustering = _Clustering(d, snapshot) if clustered else None
+    if clustering is not None and not clustering.columns:
+        raise Ineligible("a clustered table without clustering columns (OPTIMIZE bin-packs it)")
     partition_columns = list(metadata.get("partitionColumns") or [])
     types = {f["name"]: f["type"] for f in json.loads(metadata["schemaString"])["fields"]}
     for c in partition_columns:
         if types.get(c) not in PARTITION_TYPES:
             raise Ineligible(f"partition column {c!r} of type {types.get(c)}")
+    if zorder:
+        why = _zorder_refused(session, snapshot, metadata, zorder)
+        if why is not None:
+            raise Ineligible(why)
     adds = [json.loads(j) for j in snapshot.allFiles().toJSON().collectAsList()]
-    bins = choose(adds, partition_columns, plan, _physical(metadata))
+    if clustering is not None:
+        bins = clustering.bins(d, adds)
+    else:
+        bins = choose(adds, partition_columns, plan, _physical(metadata))
     seconds["plan"] = time.perf_counter() - started
     engine: dict[str, Any] = {"checked": "before the commit", "bins": len(bins)}
     metrics: dict[str, Any] = {"staged": engine, "read_version": version}
     if not bins:
-        return nothing_to_compact(metrics, engine, seconds)
+        done = nothing_to_compact(metrics, engine, seconds)
+        if zorder:
+            done["note"] = "no file in the planned partitions"
+        elif clustering is not None:
+            done["note"] = "every file is in a ZCUBE of the target size already"
+        return done
     with_vectors = any(a.get("deletionVector") for b in bins for a in b.adds)
     deleted = _deleted_rows(path, version, storage, files) if with_vectors else {}
     columns = _columns(metadata)
@@ -405,11 +447,29 @@ def compact(
             frame = delta_log.createDataFrame(
                 snapshot, d.seq([chosen[id(a)] for a in b.adds]), False, d.option("Optimize")
             )
-            written = txn.writeFiles(frame.coalesce(1), none, True, d.seq([]))
-            b.written = [json.loads(written.apply(i).json()) for i in range(written.size())]
-            if any("add" not in w for w in b.written):  # OPTIMIZE refuses it too
-                raise RuntimeError(f"Delta's write gave other actions than adds: {b.written}")
-            b.written = [w["add"] for w in b.written]
+            if zorder or clustering is not None:
+                # OptimizeExecutor.runOptimizeBinJob's multi-dimensional clustering
+                size = sum(int(a["size"]) for a in b.adds)
+                approx = max(1, size // int(plan["target_file_size_bytes"]))
+                # a Scala object's companion of a trait: no static forwarder, its MODULE$
+                curves = getattr(getattr(d.delta.skipping, "MultiDimClustering$"), "MODULE$")
+                by, curve = (
+                    (clustering.columns, clustering.strategy.curve())
+                    if clustering is not None
+                    else (zorder, "zorder")
+                )
+                frame = curves.cluster(frame, approx, d.seq(by), curve)
+            else:
+                frame = frame.coalesce(1)
+            written = txn.writeFiles(frame, none, True, d.seq([]))
+            out = [written.apply(i) for i in range(written.size())]
+            kinds = [json.loads(w.json()) for w in out]
+            if any("add" not in w for w in kinds):  # OPTIMIZE refuses it too
+                raise RuntimeError(f"Delta's write gave other actions than adds: {kinds}")
+            if clustering is not None:  # the bin's new ZCUBE id, the clustering provider
+                info = clustering.strategy.initNewBin()
+                out = [clustering.strategy.tagAddFile(w, info) for w in out]
+            b.written = [json.loads(w.json())["add"] for w in out]
         seconds["write"] = time.perf_counter() - writing
         if corrupt:
             files.drop_a_row(files.of(bins[0].written[0]))
@@ -432,8 +492,9 @@ def compact(
         if plan.get("partitions"):
             where = partition_predicate(list(plan["partitions"]))
             predicate = [d.jvm.org.apache.spark.sql.functions.expr(where).expr()]
+        cluster_by = d.option(d.seq(clustering.columns)) if clustering is not None else none
         operation = getattr(d.delta, "DeltaOperations$Optimize")(
-            d.seq(predicate), d.seq([]), False, none, False
+            d.seq(predicate), d.seq(zorder), False, cluster_by, False
         )
         before_commit()
         committing = time.perf_counter()
@@ -469,6 +530,58 @@ def compact(
         bytes_added=sum(int(w["size"]) for b in bins for w in b.written),
     )
     return metrics
+
+
+class _Clustering:
+    """A clustered table's OPTIMIZE as Delta's own `ClusteringStrategy` (liquid clustering)
+    does it: the files (`prepareFilesPerPartition`: those not in a ZCUBE of the target
+    size yet, by ZCUBE), packed in that order into bins of at most `maxBinSize` (each bin a
+    new ZCUBE, kept whatever its files), the curve (Hilbert; Z-order on one column), and
+    the written files' tags (`tagAddFile`: the bin's ZCUBE id, the clustering provider)."""
+
+    def __init__(self, d: _Delta, snapshot: Any) -> None:
+        info = d.delta.skipping.clustering.ClusteringColumnInfo
+        names = info.extractLogicalNames(snapshot)
+        self.columns = [str(names.apply(i)) for i in range(names.size())]
+        none = d.option(None)
+        context = d.delta.commands.DeltaOptimizeContext(none, none, none, none, False)
+        self.strategy = d.delta.commands.ClusteringStrategy(
+            d.jsession, d.seq(self.columns), context
+        )
+
+    def bins(self, d: _Delta, adds: list[dict[str, Any]]) -> list[Bin]:
+        """`OptimizeExecutor.groupFilesIntoBins` on an unpartitioned table."""
+        chosen = self.strategy.prepareFilesPerPartition(d.seq([d.action("add", a) for a in adds]))
+        limit = int(self.strategy.maxBinSize())
+        bins: list[Bin] = []
+        current: list[dict[str, Any]] = []
+        size = 0
+        for i in range(chosen.size()):
+            add = json.loads(chosen.apply(i).json())["add"]
+            if current and size + int(add["size"]) > limit:
+                bins.append(Bin((), current))
+                current, size = [], 0
+            current.append(add)
+            size += int(add["size"])
+        return [*bins, Bin((), current)] if current else bins
+
+
+def _zorder_refused(
+    session: SparkSession, snapshot: Any, metadata: Mapping[str, Any], zorder: list[str]
+) -> str | None:
+    """Why Delta's ZORDER BY would refuse these columns (`validateZorderByColumns`: a
+    partition column, not a column, no statistics collected on it), else None: OPTIMIZE
+    then runs the job and fails with Delta's own error."""
+    parts = set(metadata.get("partitionColumns") or [])
+    names = {f["name"] for f in json.loads(metadata["schemaString"])["fields"]}
+    check = session.conf.get(ZORDER_STATS_CHECK, "true") or "true"
+    with_stats = set(snapshot.statCollectionLogicalSchema().fieldNames())
+    for c in zorder:
+        if c in parts or c not in names:
+            return f"Z-order column {c!r} is a partition column or no top-level column"
+        if check.lower() == "true" and c not in with_stats:
+            return f"Z-order column {c!r} has no statistics collected"
+    return None
 
 
 def _mark(session: SparkSession) -> dict[str, str]:
