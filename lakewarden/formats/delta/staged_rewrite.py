@@ -1,8 +1,8 @@
 """A Delta compaction the arrow path refuses (deletion vectors, column mapping, nested
 columns, writer features delta-rs does not commit), a Z-order, or a liquid clustering,
-rewritten by Spark with
-Delta's own reader and writer, checked by DuckDB before anything is visible, and committed
-by Delta's own transaction (issue 30, goal 5: readers never see a bad rewrite).
+rewritten by Spark with Delta's own reader and writer, checked by DuckDB before anything is
+visible, and committed by Delta's own transaction (issue 30, goal 5: readers never see a
+bad rewrite).
 
 Delta's `OPTIMIZE` commits as it ends, so a check after it leaves the table wrong until
 its RESTORE lands. This module does what `OptimizeTableCommand` (delta-spark 3.3.3) does,
