@@ -412,9 +412,10 @@ def record_check(
     partitions: int,
     seconds: float,
 ) -> None:
-    """A compaction's check before its commit, as the run's `validation` metrics (the
-    inputs' `rows` and `checksum`); `RewriteMismatch` with them when partitions are `wrong`
-    (the caller has deleted the written files: nothing was committed)."""
+    """A rewrite's check before its commit (a compaction; Spark's Z-order or clustering),
+    as the run's `validation` metrics (the inputs' `rows` and `checksum`); `RewriteMismatch`
+    with them when partitions are `wrong` (the caller has deleted the written files:
+    nothing was committed)."""
     metrics["validation"] = {
         "status": "failed" if wrong else "passed",
         "reader": "duckdb",
@@ -427,7 +428,7 @@ def record_check(
     if wrong:
         metrics["validation"]["mismatches"] = wrong
         raise RewriteMismatch(
-            "the compaction's written files are not its inputs (read back by DuckDB; "
+            "the rewrite's written files are not its inputs (read back by DuckDB; "
             "nothing was committed, the files were deleted): " + "; ".join(wrong),
             metrics,
         )
