@@ -1,17 +1,17 @@
 """B27: Zuoyebang's Z-order case on Delta (issue 29). A table of `delta_rows` rows in
-`delta_files` small files, written by delta-rs, whose columns x and y are random (every
-file spans both ranges, so a lookup `x = a AND y = b` opens every file); Delta's own
-`OPTIMIZE … ZORDER BY (x, y)` as lakewarden runs it (a Delta-family Spark session:
-`formats.delta.jobs`); files opened by the lookups before and after (from the add
-actions' min/max stats, as Delta's data skipping reads them; goal <= 0.1x) and Spark's
-lookup time before and after. Then compaction: Delta's bin-pack `OPTIMIZE` (lakewarden's)
-against delta-rs' own `optimize.compact()`, each on an identical copy of the small-file
-table in the same run, wall time of the command alone (Spark's JVM is warm); the rows and
-their checksum read back by delta-rs must be equal on every copy. And issue 30's goal 3 for
-Delta's Spark path: the compaction checked before its commit (`formats.delta.staged_rewrite`,
-what a compaction task runs) against the bin-pack OPTIMIZE unchecked, and against OPTIMIZE
-then validated after its commit (`jobs.delta.validate`, as before), the three alternated per
-repeat in the one JVM, each on a copy of its own.
+`delta_files` small files, written by delta-rs, whose columns x and y are random (every file
+spans both ranges, so a lookup `x = a AND y = b` opens every file); a Z-order by (x, y) as
+lakewarden runs it (a Delta-family Spark session: Delta's own Z-order curve, checked before
+its commit, `formats.delta.staged_rewrite`); files opened by the lookups before and after
+(from the add actions' min/max stats, as Delta's data skipping reads them; goal <= 0.1x) and
+Spark's lookup time before and after. Then compaction: Delta's bin-pack `OPTIMIZE`
+(lakewarden's) against delta-rs' own `optimize.compact()`, each on an identical copy of the
+small-file table in the same run, wall time of the command alone (Spark's JVM is warm); the
+rows and their checksum read back by delta-rs must be equal on every copy. And issue 30's
+goal 3 for Delta's Spark path: the compaction checked before its commit
+(`formats.delta.staged_rewrite`, what a compaction task runs) against the bin-pack OPTIMIZE
+unchecked, and against OPTIMIZE then validated after its commit (`jobs.delta.validate`, as
+before), the three alternated per repeat in the one JVM, each on a copy of its own.
 
 The Spark side runs in a child process (`python -m benchmarks.delta_zorder SPEC`): the
 benchmark's own session is Iceberg's, and a process holds one SparkContext.
@@ -220,7 +220,11 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
     lookups()  # warm: the log read, the code paths compiled
     before = lookups()
-    zorder_s, _ = timed(lambda: jobs.optimize(session, path, None, zorder=["x", "y"]))
+    # lakewarden's Z-order: Delta's curve, checked before its commit (`staged_rewrite`)
+    zplan = {"zorder": ["x", "y"], "target_file_size_bytes": int(target), "partitions": None}
+    zorder_s, zdone = timed(lambda: staged_rewrite.compact(session, path, zplan, lambda: None))
+    if zdone.get("validation", {}).get("status") != "passed":
+        raise AssertionError(f"the Z-order was not checked: {zdone}")
     lookups()
     after = lookups()
     plan = {"target_file_size_bytes": int(target), "min_file_size_bytes": int(target)}

@@ -457,10 +457,10 @@ def _deletion_vectors_are_purged(
     client: TestClient, services: Services, spark_writers: SparkWriters, path: str
 ) -> None:
     """A Spark writer's DELETE leaves deletion vectors hiding a quarter of d1's rows: the
-    compaction purges d1 (REORG … WHERE day = 'd1' APPLY (PURGE)) beside its OPTIMIZE of
-    d2's small files; delta-rs reads the log after: no deletion vector left, the rows the
-    files hold are the live rows; validation (delta-rs' scan, deletion vectors applied)
-    finds the same rows before and after."""
+    compaction purges d1 (what REORG … WHERE day = 'd1' APPLY (PURGE) rewrites) beside its
+    bin-pack of d2's small files, in one commit checked before it lands
+    (`staged_rewrite`); delta-rs reads the log after: no deletion vector left, the rows the
+    files hold are the live rows, the same rows as before (deletion vectors applied)."""
     table = f"delta.`{path}`"
     live = sum(r["num_records"] for r in pa.table(DeltaTable(path).get_add_actions()).to_pylist())
     spark_writers.run(
@@ -479,11 +479,13 @@ def _deletion_vectors_are_purged(
     assert plan["purge_partitions"] == [{"day": "d1"}] and plan["optimize"] is True
     assert "REORG … APPLY (PURGE)" in (task_of(services.rt, task_id).reason or "")
     metrics = services.run(task_id).metrics or {}
-    assert metrics["delta"]["purge"]["numFilesRemoved"] == 1, metrics
-    assert metrics["operation"] == "REORG", metrics
-    # delta-rs' scan reads the rows through the deletion vectors: the same rows after
+    assert metrics["staged"]["purged_files"] == 1, metrics
+    assert metrics["operation"] == "OPTIMIZE", metrics
+    # the inputs read through their deletion vectors: the same rows written
     assert metrics["validation"]["status"] == "passed", metrics["validation"]
-    assert metrics["validation"]["rows"] == live - 10
+    assert metrics["validation"]["when"] == "before the commit", metrics["validation"]
+    # what it rewrote: d1's hollowed file (30 live rows) and d2's small files, no more
+    assert 30 < metrics["validation"]["rows"] < live - 10, metrics["validation"]
     assert pa.table(DeltaTable(path).deletion_vectors()).num_rows == 0
     files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
     d1 = sum(r["num_records"] for r in files if r["partition.day"] == "d1")

@@ -11,10 +11,13 @@ in its steps, with the check between the write and the commit:
 1. `DeltaLog.forTable(...).update()` is the snapshot read; its add actions are chosen as
    OPTIMIZE and `native_rewrite` choose them: in each planned partition the files under
    the plan's minimum size, packed in order of size into bins of at most the target size,
-   a bin of two or more files rewritten. A Z-order (the plan's `zorder` columns) takes
-   every file of each planned partition as one bin, even a single file (Delta's
-   `ZOrderStrategy`: `maxBinSize` Long.MaxValue, every multi-dimensional bin kept). A
-   clustering plan (a table with liquid clustering) takes what Delta's own
+   a bin of two or more files rewritten. A purge (the plan's `purge_partitions`: what
+   REORG … APPLY (PURGE) rewrites) adds every file with a deletion vector there, a bin of
+   one kept: written without its deleted rows, in the same commit (an Optimize, as Delta's
+   own OPTIMIZE purges a file past its deleted-rows ratio). A Z-order (the plan's
+   `zorder` columns) takes every file of each planned partition as one bin, even a single
+   file (Delta's `ZOrderStrategy`: `maxBinSize` Long.MaxValue, every multi-dimensional bin
+   kept). A clustering plan (a table with liquid clustering) takes what Delta's own
    `ClusteringStrategy` prepares (`_Clustering`: files not yet in a ZCUBE of the target
    size), packed in its order into bins of at most its `maxBinSize`.
 2. `startTransaction(None, Some(snapshot))`; each bin is read by
@@ -42,7 +45,7 @@ in its steps, with the check between the write and the commit:
 
 Tables on the local file system (DuckDB reads the files) and on S3 (pyarrow's file system
 reads them, DuckDB hashes the Arrow tables). Delta's OPTIMIZE, checked after its commit and
-undone by RESTORE, still runs a table on HDFS, a purge (REORG), a table with row tracking
+undone by RESTORE, still runs a table on HDFS, a table with row tracking
 (OPTIMIZE keeps its row ids), a Z-order on a column Delta refuses (no statistics), a
 compaction of a clustered table (OPTIMIZE clusters it), and a clustered table without
 clustering columns.
@@ -114,10 +117,8 @@ class Column:
 
 def ineligible(plan: Mapping[str, Any], path: str) -> str | None:
     """Why the plan alone rules this path out (OPTIMIZE then runs it), else None."""
-    if plan.get("purge_partitions") is not None:
-        return "files with deletion vectors to purge (REORG … APPLY (PURGE))"
-    if not plan.get("optimize", True):
-        return "the plan has no bin-pack"
+    if not plan.get("optimize", True) and plan.get("purge_partitions") is None:
+        return "the plan has neither a bin-pack nor a purge"
     if parquet_copy.local_path(path) is None and not on_s3(path):
         return f"{path} is neither on a local file system nor on S3 (the check reads those)"
     return None
@@ -238,23 +239,36 @@ def choose(
     physical: Mapping[str, str] | None = None,
 ) -> list[Bin]:
     """The bins of the plan's partitions: files under the minimum size, smallest first,
-    packed up to the target size; a bin of two files or more. A Z-order's (the plan has
-    `zorder` columns): every file of a partition, one bin each. `physical`: a partition
-    column's name in the add actions' partitionValues (column mapping's), by its name."""
+    packed up to the target size; a bin of two files or more. A purge's (the plan's
+    `purge_partitions`; [] the whole table): every file with a deletion vector there too,
+    its bin kept even alone (REORG … APPLY (PURGE) rewrites each such file without its
+    deleted rows). A Z-order's (the plan has `zorder` columns): every file of a partition,
+    one bin each. `physical`: a partition column's name in the add actions'
+    partitionValues (column mapping's), by its name."""
     zorder = bool(plan.get("zorder"))
     target = int(plan["target_file_size_bytes"])
     small = int(plan.get("min_file_size_bytes") or target)
-    wanted = plan.get("partitions")
-    keys = (
-        {tuple((c, _spelled(v.get(c))) for c in partition_columns) for v in wanted}
-        if wanted
-        else None
-    )
+    optimize = zorder or bool(plan.get("optimize", True))
+
+    def keys_of(partitions: Any) -> set[tuple[tuple[str, str | None], ...]] | None:
+        return (
+            {tuple((c, _spelled(v.get(c))) for c in partition_columns) for v in partitions}
+            if partitions
+            else None  # every partition
+        )
+
+    keys = keys_of(plan.get("partitions"))
+    purge = plan.get("purge_partitions") if not zorder else None
+    purged = keys_of(purge)
     by_key: dict[tuple[tuple[str, str | None], ...], list[dict[str, Any]]] = {}
     for add in adds:
         values = add.get("partitionValues") or {}
         key = tuple((c, values.get((physical or {}).get(c, c))) for c in partition_columns)
-        if (keys is None or key in keys) and (zorder or int(add["size"]) < small):
+        packed = optimize and (keys is None or key in keys)
+        hollow = purge is not None and (purged is None or key in purged)
+        if (packed and (zorder or int(add["size"]) < small)) or (
+            hollow and add.get("deletionVector")
+        ):
             by_key.setdefault(key, []).append(add)
     ordered = sorted(by_key.items(), key=lambda kv: str(kv[0]))
     if zorder:
@@ -270,7 +284,16 @@ def choose(
             current.append(add)
             size += int(add["size"])
         bins.append(Bin(key, current))
-    return [b for b in bins if len(b.adds) >= 2]
+    return [
+        b
+        for b in bins
+        if len(b.adds) >= 2
+        or (
+            purge is not None
+            and (purged is None or b.key in purged)
+            and any(a.get("deletionVector") for a in b.adds)
+        )
+    ]
 
 
 class _Files:
@@ -423,6 +446,8 @@ def compact(
         bins = choose(adds, partition_columns, plan, _physical(metadata))
     seconds["plan"] = time.perf_counter() - started
     engine: dict[str, Any] = {"checked": "before the commit", "bins": len(bins)}
+    if plan.get("purge_partitions") is not None:  # rewritten without their deleted rows
+        engine["purged_files"] = sum(1 for b in bins for a in b.adds if a.get("deletionVector"))
     metrics: dict[str, Any] = {"staged": engine, "read_version": version}
     if not bins:
         done = nothing_to_compact(metrics, engine, seconds)
@@ -489,8 +514,9 @@ def compact(
         actions += [d.action("add", {**w, "dataChange": False}) for b in bins for w in b.written]
         txn.trackFilesRead(d.seq(list(chosen.values())))
         predicate = []
-        if plan.get("partitions"):
-            where = partition_predicate(list(plan["partitions"]))
+        named = _rewritten_partitions(plan)
+        if named:
+            where = partition_predicate(named)
             predicate = [d.jvm.org.apache.spark.sql.functions.expr(where).expr()]
         cluster_by = d.option(d.seq(clustering.columns)) if clustering is not None else none
         operation = getattr(d.delta, "DeltaOperations$Optimize")(
@@ -519,7 +545,7 @@ def compact(
             d.jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
     engine["seconds"] = rounded(seconds)
     mark = _mark(session)
-    commit = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]))
+    commit = DeltaTimeline(path, storage).find_job_commits(int(mark[TASK_KEY]), version)
     assert commit is not None  # the transaction returned: it committed
     metrics.update(
         committed_version=int(commit.id),
@@ -530,6 +556,17 @@ def compact(
         bytes_added=sum(int(w["size"]) for b in bins for w in b.written),
     )
     return metrics
+
+
+def _rewritten_partitions(plan: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The partitions the plan's bin-pack and purge rewrite (the commit's predicate, as
+    DESCRIBE HISTORY shows it), or None: the whole table."""
+    purge = plan.get("purge_partitions")
+    packed = plan.get("partitions") if plan.get("zorder") or plan.get("optimize", True) else []
+    if purge == [] or (packed is not None and not packed and purge is None):
+        return None
+    named = list(packed or []) + [p for p in purge or [] if p not in (packed or [])]
+    return named or None
 
 
 class _Clustering:
