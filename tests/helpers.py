@@ -163,6 +163,32 @@ def run_one(scheduler: Scheduler) -> str:
     return str(entry.future.result(timeout=300))
 
 
+@contextmanager
+def read_throughout(read: Callable[[], T], pause_s: float = 0.02) -> Iterator[list[T | str]]:
+    """`read` (a reader of the table under test) called over and over on a thread of its
+    own while the block runs, and at least 3 times: what each read returned, in order. A
+    read that raises is a reader seeing a bad table: its error (`error: ...`) is what it
+    saw."""
+    seen: list[T | str] = []
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set() or len(seen) < 3:
+            try:
+                seen.append(read())
+            except Exception as exc:
+                seen.append(f"error: {exc!r}")
+            time.sleep(pause_s)
+
+    reader = threading.Thread(target=loop, name="reader", daemon=True)
+    reader.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        reader.join(60)
+
+
 def wait_for(
     fn: Callable[[], T | None], timeout: float, what: str, on_timeout: Callable[[], str] = str
 ) -> T:

@@ -32,7 +32,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from duckdb_delta import agreed_digest as _digest
 from duckdb_delta import files_per_day as _files
 from fastapi.testclient import TestClient
-from helpers import task_of, wait_for
+from helpers import read_throughout, task_of, wait_for
 from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
@@ -397,11 +397,11 @@ def test_a_reader_never_sees_a_corrupted_spark_rewrite(
     )
     _catalog(client, warehouse)
     zorder = {"enabled": True, "columns": ["x", "y"], "max_files_per_lookup": 1.0}
-    policy = {
+    policies: dict[str, dict[str, Any]] = {
         "compaction": {"compaction": {"min_input_files": 3, "min_small_files": 3}},
         "zorder": {"compaction": {"enabled": False}, "zorder": zorder},
-    }[kind]
-    _register(client, "events", policy)
+    }
+    _register(client, "events", policies[kind])
     for opened in client.get("/api/v1/tasks", params={"catalog": "dlake"}).json()["items"]:
         client.post(f"/api/v1/tasks/{opened['id']}/cancel")  # the baseline's: asked below
     version = DeltaTable(path).version()
@@ -411,17 +411,12 @@ def test_a_reader_never_sees_a_corrupted_spark_rewrite(
     monkeypatch.setattr(services.rt.settings, "failpoints_enabled", True)
     task_id = _ask(client, kind)
     assert services.plan(task_id)["partitions"] == [{"day": "d1"}]
-    seen: list[tuple[int, Any]] = []
-    done = threading.Event()
 
-    def read() -> None:
-        while not done.wait(0.05) or len(seen) < 3:
-            newest = DeltaTable(path).version()
-            seen.append((newest, validation_digest(path, newest)))
+    def newest() -> tuple[int, Any]:
+        at = DeltaTable(path).version()
+        return at, validation_digest(path, at)
 
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
+    with read_throughout(newest, 0.05) as seen:
         assert services.sched.dispatch_once()
         if kind == "compaction":
             # tried without Spark first: the arrow path refuses the deletion vector, and
@@ -435,9 +430,6 @@ def test_a_reader_never_sees_a_corrupted_spark_rewrite(
             return state if state in ("succeeded", "failed", "pending") else None
 
         state = wait_for(ended, 900, f"task {task_id}")
-    finally:
-        done.set()
-        reader.join(60)
     # what the reader saw: the version before, its rows, every time
     assert len(seen) >= 3 and set(seen) == {(version, before)}, set(seen)
     [run] = services.runs(task_id)

@@ -19,7 +19,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from duckdb_delta import agreed_digest as _digest
 from duckdb_delta import files_per_day as _files
 from fastapi.testclient import TestClient
-from helpers import task_of, wait_for
+from helpers import read_throughout, task_of, wait_for
 from spark_writer import SparkWriters
 from sqlalchemy import create_engine, select
 
@@ -500,22 +500,10 @@ def test_a_reader_never_sees_a_corrupted_rewrite(
         return MUTATIONS["a file dropped"](partial(copy, read_all=then), s, p, b, t)
 
     monkeypatch.setattr(native_rewrite, "_copy", dropped)
-    seen: list[int] = []
-    done = threading.Event()
-
-    def read() -> None:
-        while not done.is_set() or len(seen) < 3:
-            seen.append(DeltaTable(path).to_pyarrow_table().num_rows)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
+    with read_throughout(lambda: DeltaTable(path).to_pyarrow_table().num_rows, 0) as seen:
         plan = {**PLAN, "path": path, "partitions": None}
         with pytest.raises(RewriteMismatch):
             native_rewrite.compact(path, plan, MARK, lambda: None)
-    finally:
-        done.set()
-        reader.join(60)
     assert writing.is_set() and seen and set(seen) == {rows}, set(seen)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from duckdb_delta import digest as duckdb_digest
+from helpers import read_throughout
 from spark_writer import SparkWriters
 
 from lakewarden.formats.base import JobMarker, marker_of
@@ -380,22 +380,14 @@ def test_a_clustering_is_checked_before_its_commit_a_corrupted_one_never_seen(
     )
     version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
     plan = {"clustering": ["x", "y"], "target_file_size_bytes": 1 << 20, "partitions": None}
-    seen: list[tuple[int, int]] = []
-    reading = threading.Event()
 
-    def read() -> None:  # delta-rs' scan of the newest version, deletion vectors applied
-        while not reading.wait(0.05) or len(seen) < 3:
-            newest = DeltaTable(path).version()
-            seen.append((newest, delta_rs_digest(path, newest).rows))
+    def newest() -> tuple[int, int]:  # delta-rs' scan of it, deletion vectors applied
+        at = DeltaTable(path).version()
+        return at, delta_rs_digest(path, at).rows
 
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
+    with read_throughout(newest, 0.05) as seen:
         step = {"path": path, "plan": plan, "task_id": 12, "corrupt": True}
         [corrupted] = spark_writers.run("delta", [{"staged": step}])
-    finally:
-        reading.set()
-        reader.join(60)
     assert corrupted["raised"] == "RewriteMismatch", corrupted
     assert len(seen) >= 3 and set(seen) == {(version, before[0].rows)}, set(seen)
     assert DeltaTable(path).version() == version and _on_disk(path) == files

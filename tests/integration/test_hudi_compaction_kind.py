@@ -10,16 +10,17 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from conftest import HudiTables
 from fastapi.testclient import TestClient
-from helpers import register_hudi_orders, run_hudi_pass
+from helpers import read_throughout, register_hudi_orders, run_hudi_pass
 from spark_writer import SparkWriters
 
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.formats.hudi.validation import Digest, digest
+from lakewarden.formats.hudi.validation import digest
 from lakewarden.kinds import hudi_compaction
 from lakewarden.policy.model import CompactionPolicy
 
@@ -91,21 +92,7 @@ def test_a_corrupted_compaction_is_never_seen_by_a_reader(
         "task_id"
     ]
 
-    seen: list[Digest] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            try:
-                seen.append(digest(path))
-            except Exception as exc:  # a reader's failure is a reader seeing a bad table
-                errors.append(repr(exc))
-            time.sleep(0.02)
-
-    reader = threading.Thread(target=poll, name="reader", daemon=True)
-    reader.start()
-    try:
+    with read_throughout(partial(digest, path)) as seen:
         _, states, runs = run_hudi_pass(
             db_url,
             tmp_path,
@@ -114,12 +101,9 @@ def test_a_corrupted_compaction_is_never_seen_by_a_reader(
             failpoint="corrupt-rewrite",
             failpoints_enabled=True,
         )
-    finally:
-        stop.set()
-        reader.join(60)
     run = runs["compaction"]
-    assert len(seen) > 10 and errors == [], (len(seen), errors[:3])
-    assert [d for d in seen if d != rows_before] == [], f"{len(seen)} reads"
+    wrong = [d for d in seen if d != rows_before]
+    assert len(seen) > 10 and wrong == [], f"{len(wrong)} of {len(seen)} reads: {wrong[:3]}"
     assert states["compaction"] == "failed", (run.error, run.log_tail)
     metrics = run.metrics or {}
     found = metrics["validation"]

@@ -12,20 +12,19 @@ same rows and checksum, the old version gone, a lookup on `region` opening one f
 from __future__ import annotations
 
 import shutil
-import threading
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
-from helpers import run_hudi_pass
+from helpers import read_throughout, run_hudi_pass
 from spark_writer import SparkWriters
 
 from lakewarden.formats.hudi.facts import read_facts
 from lakewarden.formats.hudi.file_versions import list_file_groups, table_cleanable
 from lakewarden.formats.hudi.layout import base_files
 from lakewarden.formats.hudi.timeline import HudiTimeline
-from lakewarden.formats.hudi.validation import Digest, digest
+from lakewarden.formats.hudi.validation import digest
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.kinds import hudi_clean, hudi_clustering, hudi_compaction
 from lakewarden.policy.model import ClusteringPolicy, Policy
@@ -189,21 +188,7 @@ def test_a_corrupted_clustering_is_never_seen_by_a_reader(
     assert "hilbert layout" in detail["zorder"]["reason"]
     task_ids = {"zorder": detail["zorder"]["task_id"]}
 
-    seen: list[Digest] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            try:
-                seen.append(digest(path))
-            except Exception as exc:  # a reader's failure is a reader seeing a bad table
-                errors.append(repr(exc))
-            time.sleep(0.02)
-
-    reader = threading.Thread(target=poll, name="reader", daemon=True)
-    reader.start()
-    try:
+    with read_throughout(partial(digest, path)) as seen:
         plans, states, runs = run_hudi_pass(
             db_url,
             tmp_path,
@@ -212,12 +197,9 @@ def test_a_corrupted_clustering_is_never_seen_by_a_reader(
             failpoint="corrupt-rewrite",
             failpoints_enabled=True,
         )
-    finally:
-        stop.set()
-        reader.join(60)
     run = runs["zorder"]
-    assert len(seen) > 10 and errors == [], (len(seen), errors[:3])
-    assert [d for d in seen if d != rows_before] == [], f"{len(seen)} reads"
+    wrong = [d for d in seen if d != rows_before]
+    assert len(seen) > 10 and wrong == [], f"{len(wrong)} of {len(seen)} reads: {wrong[:3]}"
     assert (plans["zorder"].plan or {})["strategy"] == "hilbert"
     assert states == {"zorder": "failed"}, (run.error, run.log_tail)
     metrics = run.metrics or {}

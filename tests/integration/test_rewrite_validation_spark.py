@@ -137,9 +137,14 @@ def test_a_rewrite_past_max_rows_does_not_sum_its_inputs(
     rewrites, and validation says why it skipped. Under the cap the runner sums them."""
     table = append_batches(make_table(spark_rt, name="capped_sums"), 6)  # 6 files in a, 6 in b
     task_id = manage(spark_rt, "capped_sums", POLICY)
-    ran: list[object] = []
+    ran: list[Any] = []
     real_run = actions.run_binpack
-    monkeypatch.setattr(actions, "run_binpack", lambda *a: ran.append(real_run(*a)) or ran[-1])
+
+    def recorded(*args: Any) -> Any:
+        ran.append(real_run(*args))
+        return ran[-1]
+
+    monkeypatch.setattr(actions, "run_binpack", recorded)
     assert _compact(scheduler, spark_rt, task_id) == TaskState.SUCCEEDED
     assert len(ran) == 1 and ran[0] is not None  # 60 rows <= 10 M: summed by its read
     table = append_batches(table, 6, start=1000, regions=("a",))
