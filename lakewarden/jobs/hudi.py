@@ -374,16 +374,21 @@ def _execute_and_check(
 
 
 def _roll_back(
-    execution: precommit.Execution, label: str, instant: str, metrics: dict[str, Any]
+    execution: precommit.Execution,
+    label: str,
+    instant: str,
+    metrics: dict[str, Any],
+    keep_plan: bool = True,
 ) -> str:
-    """Roll the rewrite's inflight instant back (a clustering's plan purged with it), the
+    """Roll the rewrite's inflight instant back (a clustering's plan purged with it; a
+    compaction's too, not `keep_plan`: one that wrote wrong rows is not run again), the
     run's `undo` metrics saying so; what was done."""
     started = time.monotonic()
     try:
-        execution.abort()
+        execution.abort(keep_plan)
         metrics["undo"] = {"committed": False, "rolled_back_inflight": instant}
         undone = "not committed: its inflight instant was rolled back, readers never saw it"
-        if label == "clustering":
+        if label == "clustering" or not keep_plan:
             metrics["undo"]["plan_purged"] = True
             undone += "; its plan was purged"
     except Exception as exc:  # the instant stays inflight: never completed, Hudi rolls it back
@@ -406,7 +411,8 @@ def _not_committed(
 ) -> RewriteMismatch:
     """The mismatch of a rewrite never committed, its inflight instant rolled back (a
     clustering's plan purged with it)."""
-    undone = _roll_back(execution, label, instant, metrics)
+    # Never run again: a plan left requested would keep its file groups out of later plans.
+    undone = _roll_back(execution, label, instant, metrics, keep_plan=False)
     where = f"{len(missing)} written file(s) missing" if missing else ""
     if differ:
         where += ("; " if where else "") + f"{len(differ)} partition(s) differ"

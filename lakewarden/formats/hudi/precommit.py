@@ -277,11 +277,13 @@ class Execution:
         args[0], args[1], args[2] = self.metadata, table, self.instant
         method.invoke(services, args)
 
-    def abort(self) -> None:
+    def abort(self, keep_plan: bool = True) -> None:
         """Roll the inflight instant back (Hudi's rollback: the files it wrote deleted); it
-        never completes. A compaction's plan is requested again; a clustering's is purged
-        (`purgePendingClustering`): a pending clustering keeps writers' updates off its
-        file groups."""
+        never completes. A compaction's plan is requested again (a retry executes it), or,
+        not `keep_plan`, unscheduled too (`CompactionAdminClient.unscheduleCompactionPlan`:
+        a plan left requested keeps its file groups out of every later plan); a
+        clustering's is purged (`purgePendingClustering`): a pending clustering keeps
+        writers' updates off its file groups."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         if self.kind == "clustering":
@@ -295,6 +297,14 @@ class Execution:
             table.getMetaClient().getInstantGenerator().getCompactionInflightInstant(self.instant)
         )
         table.rollbackInflightCompaction(inflight, self.client.getTransactionManager())
+        if not keep_plan:
+            admin = jvm.org.apache.hudi.client.CompactionAdminClient(
+                self.client.getEngineContext(), self.base_path
+            )
+            try:  # validated (skip: false), one at a time, for real (dry run: false)
+                admin.unscheduleCompactionPlan(self.instant, False, 1, False)
+            finally:
+                admin.close()
 
     def close(self) -> None:
         if self.client is not None:
