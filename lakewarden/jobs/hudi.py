@@ -294,9 +294,7 @@ def _checked(
     execution = precommit.Execution(spark, base_path, instant, label, options)
     try:
         try:
-            _execute_and_check(
-                rt, spark, job, base_path, instant, label, execution, inputs, checked_s, metrics
-            )
+            _execute_and_check(rt, spark, job, execution, inputs, checked_s, metrics)
             last_look()
         except RewriteMismatch:  # rolled back already
             raise
@@ -305,7 +303,7 @@ def _checked(
             # policy's last look): nothing pending is left behind. An inflight instant would
             # keep its file groups from being compacted or clustered again, and a pending
             # clustering refuses writers' updates to them.
-            _roll_back(execution, label, instant, metrics)
+            _roll_back(execution, metrics)
             raise
         started = time.monotonic()
         execution.commit()
@@ -321,9 +319,6 @@ def _execute_and_check(
     rt: Runtime,
     spark: SparkSession,
     job: Job,
-    base_path: str,
-    instant: str,
-    label: str,
     execution: precommit.Execution,
     inputs: dict[str, Digest] | None,
     checked_s: float,
@@ -332,6 +327,7 @@ def _execute_and_check(
     """Execute the instant without completing it and check what it wrote against `inputs`
     (the replaced slices' digests; None: validation is off); RewriteMismatch (the instant
     rolled back) when they differ."""
+    base_path, instant, label = execution.base_path, execution.instant, execution.kind
     started = time.monotonic()
     written = execution.run()
     metrics[f"{label}_seconds"] = round(time.monotonic() - started, 3)
@@ -368,21 +364,16 @@ def _execute_and_check(
             **({"partitions_differing": dict(list(differ.items())[:20])} if differ else {}),
         }
         if bad:
-            raise _not_committed(
-                execution, label, instant, before_d, after_d, missing, differ, metrics
-            )
+            raise _not_committed(execution, before_d, after_d, missing, differ, metrics)
 
 
 def _roll_back(
-    execution: precommit.Execution,
-    label: str,
-    instant: str,
-    metrics: dict[str, Any],
-    keep_plan: bool = True,
+    execution: precommit.Execution, metrics: dict[str, Any], keep_plan: bool = True
 ) -> str:
     """Roll the rewrite's inflight instant back (a clustering's plan purged with it; a
     compaction's too, not `keep_plan`: one that wrote wrong rows is not run again), the
     run's `undo` metrics saying so; what was done."""
+    label, instant = execution.kind, execution.instant
     started = time.monotonic()
     try:
         execution.abort(keep_plan)
@@ -401,8 +392,6 @@ def _roll_back(
 
 def _not_committed(
     execution: precommit.Execution,
-    label: str,
-    instant: str,
     before: Digest,
     after: Digest,
     missing: list[str],
@@ -412,14 +401,14 @@ def _not_committed(
     """The mismatch of a rewrite never committed, its inflight instant rolled back (a
     clustering's plan purged with it)."""
     # Never run again: a plan left requested would keep its file groups out of later plans.
-    undone = _roll_back(execution, label, instant, metrics, keep_plan=False)
+    undone = _roll_back(execution, metrics, keep_plan=False)
     where = f"{len(missing)} written file(s) missing" if missing else ""
     if differ:
         where += ("; " if where else "") + f"{len(differ)} partition(s) differ"
     return RewriteMismatch(
-        f"{label} {instant} wrote {after.rows} rows (checksum {after.checksum}) from file "
-        f"slices of {before.rows} rows (checksum {before.checksum}), read by hudi-rs: "
-        f"{where}; {undone}",
+        f"{execution.kind} {execution.instant} wrote {after.rows} rows (checksum "
+        f"{after.checksum}) from file slices of {before.rows} rows (checksum "
+        f"{before.checksum}), read by hudi-rs: {where}; {undone}",
         metrics,
     )
 

@@ -160,11 +160,8 @@ def compare(before: dict[str, Digest], after: dict[str, Digest]) -> dict[str, An
         for b, a in [(before.get(p, Digest(0, 0)), after.get(p, Digest(0, 0)))]
         if b != a
     }
-    total_before = total_after = Digest(0, 0)
-    for d in before.values():
-        total_before += d
-    for d in after.values():
-        total_after += d
+    total_before = sum(before.values(), Digest(0, 0))
+    total_after = sum(after.values(), Digest(0, 0))
     return {
         "partitions": len(set(before) | set(after)),
         "partitions_differing": differ,
