@@ -281,14 +281,17 @@ def choose(
     keys = keys_of(plan.get("partitions"))
     purge = plan.get("purge_partitions") if not zorder else None
     purged = keys_of(purge)
+
+    def purging(key: tuple[tuple[str, str | None], ...]) -> bool:
+        return purge is not None and (purged is None or key in purged)
+
     by_key: dict[tuple[tuple[str, str | None], ...], list[dict[str, Any]]] = {}
     for add in adds:
         values = add.get("partitionValues") or {}
         key = tuple((c, values.get((physical or {}).get(c, c))) for c in partition_columns)
         packed = optimize and (keys is None or key in keys)
-        hollow = purge is not None and (purged is None or key in purged)
         if (packed and (zorder or int(add["size"]) < small)) or (
-            hollow and add.get("deletionVector")
+            purging(key) and add.get("deletionVector")
         ):
             by_key.setdefault(key, []).append(add)
     ordered = sorted(by_key.items(), key=lambda kv: str(kv[0]))
@@ -308,12 +311,7 @@ def choose(
     return [
         b
         for b in bins
-        if len(b.adds) >= 2
-        or (
-            purge is not None
-            and (purged is None or b.key in purged)
-            and any(a.get("deletionVector") for a in b.adds)
-        )
+        if len(b.adds) >= 2 or (purging(b.key) and any(a.get("deletionVector") for a in b.adds))
     ]
 
 
