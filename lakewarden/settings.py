@@ -270,6 +270,8 @@ class Settings(BaseSettings):
 
     # Failpoint for fault tests: a worker sleeps this long after claiming, before planning.
     fault_plan_delay_s: float = 0.0
+    # ...and a job sleeps this long once its application id is recorded, before its work.
+    fault_job_delay_s: float = 0.0
     # Test-only failpoint that corrupts a rewrite after it commits (lakewarden.spark.
     # validation): "corrupt-rewrite" drops one output file under the task's commit tags;
     # "corrupt-rewrite-then-write" also appends a writer's row after it (a Delta rewrite:

@@ -5,6 +5,8 @@ whether in the scheduler's warm session or as a submitted application
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -108,7 +110,7 @@ class Job:
     @property
     def group(self) -> str:
         """The Spark job group (and application name) of this attempt: cancellable by it."""
-        return f"lakewarden-task-{self.task_id}-{self.attempt}"
+        return job_group(self.task_id, self.attempt)
 
     @property
     def log_fields(self) -> dict[str, Any]:
@@ -120,6 +122,14 @@ class Job:
         }
 
 
+GROUP = re.compile(r"lakewarden-task-(\d+)-(\d+)")
+
+
+def job_group(task_id: int, attempt: int) -> str:
+    """An attempt's Spark job group, application name and file stem (`GROUP`)."""
+    return f"lakewarden-task-{task_id}-{attempt}"
+
+
 def record_app_id(rt: Runtime, job: Job, app_id: str, live_ui: str | None) -> None:
     """Store the Spark application id on the run as soon as it is known, and its UI link
     (`run_ui_url`: the live UI at `live_ui`, or the history server's page)."""
@@ -129,6 +139,8 @@ def record_app_id(rt: Runtime, job: Job, app_id: str, live_ui: str | None) -> No
             .where(JobRun.task_id == job.task_id, JobRun.attempt == job.attempt)
             .values(spark_app_id=app_id, ui_url=run_ui_url(rt.settings, app_id, live_ui, False))
         )
+    if rt.settings.fault_job_delay_s:  # failpoint: the job outlives a leader killed now
+        time.sleep(rt.settings.fault_job_delay_s)
 
 
 def run_job(

@@ -46,7 +46,13 @@ from lakewarden.formats.delta import catalog as delta_catalog
 from lakewarden.formats.hudi.catalog import open_timeline
 from lakewarden.jobs import application_entry as entry
 from lakewarden.jobs.delta import recovered_metrics
-from lakewarden.jobs.execute import OWN_FAMILY_FORMATS, Job, finish_if_committed
+from lakewarden.jobs.execute import (
+    GROUP,
+    OWN_FAMILY_FORMATS,
+    Job,
+    finish_if_committed,
+    job_group,
+)
 from lakewarden.kinds import hudi_compaction
 from lakewarden.leader import Fence, FencedOut, check_fence
 from lakewarden.logs import log_context
@@ -81,6 +87,7 @@ log = logging.getLogger(__name__)
 WARM_HOST = "warm-host"
 KILL_GRACE_S = 10.0  # SIGTERM, then SIGKILL this much later
 CLUSTER_STATUS_EVERY_S = 10.0  # a Kubernetes --status spawns a JVM: not every loop
+SETTINGS_SWEEP_EVERY_S = 10.0  # how often a scheduler looks for settings files left over
 
 
 def mode_of(settings: Settings, pool: str, table_format: str = "iceberg") -> RunMode:
@@ -128,6 +135,7 @@ class Applications:
         self.lock = threading.Lock()  # the main loop polls, the reaper adopts
         self.log_dir = rt.settings.data_dir / "applications"
         self.hosts = FamilyHosts(rt, self.log_dir)  # warm_families' hosts
+        self.settings_swept_at = -math.inf
 
     def task_ids(self) -> set[int]:
         with self.lock:
@@ -250,7 +258,7 @@ class Applications:
         app = Application(
             run.task_id,
             run.attempt,
-            run.spark_job_group or f"lakewarden-task-{run.task_id}-{run.attempt}",
+            run.spark_job_group or job_group(run.task_id, run.attempt),
             run.master or "",
             run.submission_id,
             timeout_s,
@@ -263,6 +271,9 @@ class Applications:
     def poll(self, fence: Fence | None) -> None:
         """Cancel, time out, and judge the applications that ended without reporting."""
         self.hosts.close_idle()
+        if time.monotonic() - self.settings_swept_at >= SETTINGS_SWEEP_EVERY_S:
+            self.settings_swept_at = time.monotonic()
+            self.sweep_settings_files()
         if fence is None or not self.running:
             return
         with self.lock:
@@ -418,6 +429,30 @@ class Applications:
     def _drop_properties(self, app: Application) -> None:
         """A YARN cluster-mode submission's settings file (its secrets), once read."""
         (self.log_dir / f"{app.group}.properties").unlink(missing_ok=True)
+
+    def sweep_settings_files(self) -> None:
+        """Every scheduler, leader or not, deletes the settings files (secrets) in its data
+        directory whose run is no longer running. A leader drops its own as it watches its
+        applications end, but one killed meanwhile cannot: the next leader re-attaches its
+        live applications (on its own host) and may never see one that reported first."""
+        files = {}
+        for path in self.log_dir.glob("*.properties"):
+            if match := GROUP.fullmatch(path.stem):
+                files[(int(match[1]), int(match[2]))] = path
+        if not files:
+            return
+        with transaction(self.rt.engine) as s:
+            rows = s.execute(
+                select(JobRun.task_id, JobRun.attempt).where(
+                    JobRun.state == RunState.RUNNING,
+                    JobRun.task_id.in_({task_id for task_id, _ in files}),
+                )
+            ).all()
+        running = {(task_id, attempt) for task_id, attempt in rows}
+        for run, path in files.items():
+            if run not in running:
+                log.info("deleting %s: its run is over", path.name)
+                path.unlink(missing_ok=True)
 
     def _secrets(self) -> list[str]:
         return secrets_of(self.rt.settings, self.rt.db_url)
@@ -673,7 +708,7 @@ def yarn_alive(rt: Runtime, run: JobRun, *, default: bool) -> bool:
     """After a failover: whether the run's YARN application still runs (the
     ResourceManager's word; `default`, the pid's or heartbeat's, when it has none)."""
     web = rt.settings.yarn_resourcemanager_url
-    group = run.spark_job_group or f"lakewarden-task-{run.task_id}-{run.attempt}"
+    group = run.spark_job_group or job_group(run.task_id, run.attempt)
     try:
         if not web:
             return default

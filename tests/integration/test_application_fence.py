@@ -137,6 +137,26 @@ def test_a_dead_application_that_committed_is_finished_never_re_run(rt: Runtime)
     assert run.metrics is not None and run.metrics["recovered_commit_of_attempt"] == "1"
 
 
+def test_a_killed_leaders_settings_file_goes_once_its_run_is_over(rt: Runtime) -> None:
+    # A leader killed after spark-submit read its settings file (secrets) cannot drop it,
+    # and the next leader never adopts an application that reported before its reaper ran.
+    old = _lead(rt, "scheduler-old")
+    over = _running_application(rt, "t5", old, "pid:another-host:1")
+    live = _running_application(rt, "t6", old, "pid:another-host:2")
+    assert finish_run(rt, old, over, 1, metrics={"x": 1}) == "succeeded"
+    apps = Applications(rt)  # any scheduler on the host: it leads nothing
+    apps.log_dir.mkdir(parents=True)
+    files = {t: apps.log_dir / f"lakewarden-task-{t}-1.properties" for t in (over, live)}
+    for path in files.values():
+        path.write_text("spark.yarn.appMasterEnv.LAKEWARDEN_DATABASE_URL=secret\n")
+    other = apps.log_dir / "lakewarden-task-1-1.log"  # not a settings file: kept
+    other.write_text("log\n")
+
+    apps.poll(None)
+    assert not files[over].exists()
+    assert files[live].exists() and other.exists()  # its application may not have read it
+
+
 def test_a_dead_application_without_a_commit_is_re_planned(rt: Runtime) -> None:
     old = _lead(rt, "scheduler-old")
     make_table(rt, name="t3", partitioned=False)

@@ -104,7 +104,10 @@ def check_compacted(
     # A cluster-mode submission's settings file (secrets) does not outlive it: gone once
     # the scheduler saw spark-submit exit.
     wait_for(
-        lambda: not list((data_dir / "applications").glob("*.properties")), 30, "no secrets file"
+        lambda: not list((data_dir / "applications").glob("*.properties")),
+        30,
+        "no secrets file",
+        lambda: logs(data_dir),
     )
 
 
@@ -172,8 +175,16 @@ def test_cluster_mode_and_kill_9_of_the_leader_the_standby_reattaches_the_applic
     rt: Runtime, yarn: LocalYarn, started: list[subprocess.Popen[bytes]]
 ) -> None:
     data_dir = rt.settings.data_dir
+    # The job waits 15 s before its work: still running when the standby's reaper (every
+    # 5 s, once its lease is taken 3 s after the kill) looks, however fast the compaction.
     env = scheduler_env(
-        rt, yarn, "cluster", lease_ttl_s="3", lease_renew_interval_s="0.5", stale_after_s="15"
+        rt,
+        yarn,
+        "cluster",
+        lease_ttl_s="3",
+        lease_renew_interval_s="0.5",
+        stale_after_s="15",
+        fault_job_delay_s="15",
     )
     for i in range(2):
         started.append(processes.start(["scheduler"], env, data_dir / f"scheduler-{i}.log"))
