@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ import pytest
 from deltalake import DeltaTable
 from duckdb_delta import digest as duckdb_digest
 from helpers import read_throughout
+from pyarrow import fs as pafs
 from spark_writer import SparkWriters
 
+from lakewarden.formats import warehouse
 from lakewarden.formats.base import JobMarker, marker_of
 from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, check
 from lakewarden.formats.delta.timeline import DeltaTimeline
@@ -34,6 +37,7 @@ from lakewarden.formats.delta.validation import digest as delta_rs_digest
 from lakewarden.formats.digest import Digest
 from lakewarden.health.files_per_lookup import files_per_lookup
 from lakewarden.metadata import DataFile
+from lakewarden.spark.local_hdfs import LocalHdfs
 
 COLUMNS = [Column("col-id"), Column("col-v"), Column("col-w"), Column("col-ts", timestamp=True)]
 
@@ -229,6 +233,39 @@ def test_a_corrupted_rewrite_commits_nothing_and_leaves_no_file(
     assert DeltaTimeline(path).find_job_commits(8) is None
     assert _on_disk(path) == files  # the written files (and Hadoop's .crc files) deleted
     assert _digest(path) == before
+
+
+def _on_hdfs(path: str) -> set[str]:
+    fs, root = warehouse.filesystem(path)
+    found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    return {i.path for i in found if i.type == pafs.FileType.File}
+
+
+@pytest.mark.spark
+def test_a_table_on_hdfs_is_checked_before_its_commit_and_a_corrupted_rewrite_never_lands(
+    hdfs: LocalHdfs, spark_writers: SparkWriters
+) -> None:
+    """The seeds' Delta lake lives on HDFS: Spark rewrites there, hdfs-native and pyarrow
+    read the files for DuckDB's check, delta-rs the deletion vectors."""
+    path = f"{hdfs.url}/staged-{uuid.uuid4().hex[:8]}/t"
+    _create(spark_writers, path)
+    version, files = DeltaTable(path).version(), _on_hdfs(path)
+    before = delta_rs_digest(path, version)
+    assert before.rows == 50 - 6
+
+    step = {"path": path, "plan": PLAN, "task_id": 8, "corrupt": True}
+    [bad] = spark_writers.run("delta", [{"staged": step}])
+    assert bad["raised"] == "RewriteMismatch", bad
+    assert DeltaTable(path).version() == version and _on_hdfs(path) == files
+
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": PLAN, "task_id": 7}}])
+    assert "raised" not in done, done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["status"] == "passed" and done["validation"]["rows"] == 34
+    assert done["committed_version"] == version + 1 and done["operation"] == "OPTIMIZE"
+    assert delta_rs_digest(path, version + 1) == before
+    removed = [a["remove"] for a in DeltaTimeline(path).read_actions(version + 1) if "remove" in a]
+    assert any(r.get("deletionVector") for r in removed)  # d1's files with vectors went too
 
 
 @pytest.mark.spark

@@ -43,9 +43,9 @@ in its steps, with the check between the write and the commit:
    another writer removed one since (`Conflict`), on any storage's LogStore. Its
    commitInfo's `userMetadata` is the job's mark (the marked session is the active one).
 
-Tables on the local file system (DuckDB reads the files) and on S3 (pyarrow's file system
-reads them, DuckDB hashes the Arrow tables). Delta's OPTIMIZE, checked after its commit and
-undone by RESTORE, still runs a table on HDFS, a table with row tracking
+Tables on the local file system (DuckDB reads the files), on S3 and on HDFS (pyarrow's
+file system reads them, hdfs-native's for HDFS; DuckDB hashes the Arrow tables). Delta's
+OPTIMIZE, checked after its commit and undone by RESTORE, still runs a table with row tracking
 (OPTIMIZE keeps its row ids), a Z-order on a column Delta refuses (no statistics), a
 compaction of a clustered table (OPTIMIZE clusters it), and a clustered table without
 clustering columns.
@@ -60,9 +60,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from lakewarden import parquet_copy
+from lakewarden.formats import warehouse
 from lakewarden.formats.base import ATTEMPT_KEY, TASK_KEY
 from lakewarden.formats.delta.jobs import conflict_of
 from lakewarden.formats.delta.native_rewrite import (
@@ -75,6 +76,7 @@ from lakewarden.formats.delta.native_rewrite import (
 )
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.digest import cursor, quoted, row_hash
+from lakewarden.hdfs import on_hdfs
 from lakewarden.object_store import filesystem, on_s3, reader_options, s3a_path
 from lakewarden.spark.sql import partition_predicate
 
@@ -119,8 +121,8 @@ def ineligible(plan: Mapping[str, Any], path: str) -> str | None:
     """Why the plan alone rules this path out (OPTIMIZE then runs it), else None."""
     if not plan.get("optimize", True) and plan.get("purge_partitions") is None:
         return "the plan has neither a bin-pack nor a purge"
-    if parquet_copy.local_path(path) is None and not on_s3(path):
-        return f"{path} is neither on a local file system nor on S3 (the check reads those)"
+    if parquet_copy.local_path(path) is None and not on_s3(path) and not on_hdfs(path):
+        return f"{path} is not on a local file system, S3 or HDFS (the check reads those)"
     return None
 
 
@@ -317,13 +319,17 @@ def choose(
 
 class _Files:
     """Where the table's files are, as the check reads them: local paths, or paths in
-    pyarrow's file system for the table's object store (`fs`)."""
+    pyarrow's file system (`fs`) for the table's object store, or for HDFS (hdfs-native,
+    whose paths are without the NameNode's address)."""
 
     def __init__(self, path: str, storage: Mapping[str, str] | None) -> None:
         local = parquet_copy.local_path(path.rstrip("/"))
         self.fs: Any = None
+        self.hdfs = on_hdfs(path)
         if local is not None:
             self.root = local
+        elif self.hdfs:
+            self.fs, self.root = warehouse.filesystem(path, storage)
         else:
             self.fs, self.root = filesystem(dict(storage or {}), path.rstrip("/"))
 
@@ -337,7 +343,9 @@ class _Files:
         if "://" not in path and not path.startswith("file:"):
             return f"{self.root}/{path}"
         local = parquet_copy.local_path(path)
-        return local if local is not None else path.split("://", 1)[1]
+        if local is not None:
+            return local
+        return urlsplit(path).path if self.hdfs else path.split("://", 1)[1]
 
     def remove(self, locations: list[str]) -> None:
         """The written files deleted, and the checksum files Hadoop's local file system
