@@ -6,8 +6,8 @@ that is a plain copy of files (`formats.delta.native_rewrite`) runs without Spar
 (`run_native`): on the scheduler's own thread, checked before it commits; one that is not
 is Spark's, and its run's `engine` says why: Spark's rewrite checked by DuckDB before
 Delta's transaction commits it (`run_staged`, `formats.delta.staged_rewrite`: deletion
-vectors, column mapping, nested columns, a purge's files; local or S3 tables), else (a
-table on HDFS, row tracking; `engine.optimize` says why) Delta's OPTIMIZE (and REORG …
+vectors, column mapping, nested columns, a purge's files, row tracking; local, S3 or HDFS
+tables), else (`engine.optimize` says why) Delta's OPTIMIZE (and REORG …
 APPLY (PURGE)), checked after. A Z-order and a clustering run as that checked rewrite too
 (Delta's Z-order curve; Delta's `ClusteringStrategy`), else as OPTIMIZE, checked after.
 

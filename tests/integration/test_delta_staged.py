@@ -2,14 +2,16 @@
 commit (`formats.delta.staged_rewrite`, issue 30 goal 5).
 
 The check's power (`staged_rewrite.check`, DuckDB over the Parquet files, deletion vectors
-applied) is shown without a JVM: issue 30's mutations of a rewrite, each caught. The rest
+applied) is shown without a JVM: issue 30's mutations of a rewrite, each caught, and on a
+table with row tracking those and a rewrite that renumbers rows or drops their ids. The rest
 runs in the shared Delta-family writer's JVM (`spark_writers`, the `staged` step): a table
 with deletion vectors and column mapping (a renamed column, a struct, a timestamp)
 compacted and read back by delta-rs and DuckDB's Delta extension; a corrupted rewrite
 refused with nothing committed and its files deleted; another writer's DELETE of an input
 between the write and the commit failing Delta's conflict check; a Z-order (Delta's curve,
 its history's `zOrderBy`) checked the same way (a corrupted one: `test_delta_kinds.py`); a
-liquid clustering (Delta's `ClusteringStrategy`), a corrupted one never seen by a reader."""
+liquid clustering (Delta's `ClusteringStrategy`), a corrupted one never seen by a reader;
+a table with row tracking, its rows' ids and commit versions kept (Spark's `_metadata`)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from spark_writer import SparkWriters
 
 from lakewarden.formats import warehouse
 from lakewarden.formats.base import JobMarker, marker_of
-from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, check
+from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, RowTracking, check
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import digest as delta_rs_digest
 from lakewarden.formats.digest import Digest
@@ -95,24 +97,61 @@ MUTATIONS: dict[str, Callable[[dict[str, list[pa.Table]]], dict[str, list[pa.Tab
 }
 
 
-def _partitions(tmp: Path, change: Callable[[Any], Any]) -> dict[Any, Any]:
+TRACKING = RowTracking("_row-id-col-1", "_row-commit-version-col-1")
+# A table with row tracking: each input's add action's (baseRowId, defaultRowCommitVersion)
+LINEAGE = {("d1", 0): (0, 1), ("d1", 1): (10, 2), ("d1", 2): (20, 3), ("d2", 0): (30, 4)}
+LINEAGE[("d2", 1)] = (40, 5)
+
+
+def _updated(t: pa.Table) -> pa.Table:
+    """A file as an UPDATE writes it: its rows' ids materialized (even rows; NULL: the
+    file's baseRowId + position), their commit versions not (the file's default)."""
+    ids = [7000 + i if i % 2 == 0 else None for i in range(t.num_rows)]
+    return t.append_column(TRACKING.row_id, pa.array(ids, pa.int64())).append_column(
+        TRACKING.row_commit_version, pa.nulls(t.num_rows, pa.int64())
+    )
+
+
+def _materialized(t: pa.Table, base: int, version: int) -> pa.Table:
+    """`t` with every row's id and commit version materialized, as a rewrite writes them."""
+    n = t.num_rows
+    ids = t[TRACKING.row_id].to_pylist() if TRACKING.row_id in t.column_names else [None] * n
+    versions = [None] * n
+    if TRACKING.row_commit_version in t.column_names:
+        versions = t[TRACKING.row_commit_version].to_pylist()
+    t = t.drop([c for c in (TRACKING.row_id, TRACKING.row_commit_version) if c in t.column_names])
+    return t.append_column(
+        TRACKING.row_id, pa.array([base + i if m is None else m for i, m in enumerate(ids)])
+    ).append_column(
+        TRACKING.row_commit_version, pa.array([version if v is None else v for v in versions])
+    )
+
+
+def _partitions(tmp: Path, change: Callable[[Any], Any], tracking: bool = False) -> dict[Any, Any]:
     inputs = {
         "d1": [_rows(0), _rows(100), _rows(200)],
-        "d2": [_rows(1000), _rows(1010)],
+        "d2": [_rows(1000), _updated(_rows(1010)) if tracking else _rows(1010)],
     }
     deleted = {("d1", 1): (0, 5)}  # a deletion vector on d1's second file
+    lineage = LINEAGE if tracking else {}
+
+    def written(day: str, n: int, t: pa.Table) -> pa.Table:  # its rows in a rewrite's file
+        t = _materialized(t, *lineage[(day, n)]) if tracking else t
+        return t.filter(pa.array([i not in deleted.get((day, n), ()) for i in range(len(t))]))
+
     live = {
-        day: pa.concat_tables(
-            t.filter(pa.array([i not in deleted.get((day, n), ()) for i in range(t.num_rows)]))
-            for n, t in enumerate(tables)
-        )
+        day: pa.concat_tables(written(day, n, t) for n, t in enumerate(tables))
         for day, tables in inputs.items()
     }
     outputs = change({day: [t] for day, t in live.items()})
     parts: dict[Any, Any] = {}
     for day, tables in inputs.items():
         ins = [
-            ParquetInput(_write(tmp / f"{day}-in{n}.parquet", t), deleted.get((day, n), ()))
+            ParquetInput(
+                _write(tmp / f"{day}-in{n}.parquet", t),
+                deleted.get((day, n), ()),
+                *lineage.get((day, n), (None, None)),
+            )
             for n, t in enumerate(tables)
         ]
         outs = [
@@ -142,13 +181,72 @@ def test_every_mutation_is_caught(tmp_path: Path, mutation: str) -> None:
     assert wrong and all(w.startswith("partition day=d") for w in wrong), wrong
 
 
-def _create(spark_writers: SparkWriters, path: str) -> None:
+def _row_id_set(t: pa.Table, at: int, value: int | None) -> pa.Table:
+    ids = t[TRACKING.row_id].to_pylist()
+    ids[at] = value
+    return _set(t, TRACKING.row_id, ids)
+
+
+def _renumbered(t: pa.Table) -> pa.Table:
+    ids = t[TRACKING.row_id].to_pylist()
+    return _set(t, TRACKING.row_id, [ids[1], ids[0], *ids[2:]])
+
+
+def _version_dropped(t: pa.Table) -> pa.Table:
+    versions = t[TRACKING.row_commit_version].to_pylist()
+    return _set(t, TRACKING.row_commit_version, [None, *versions[1:]])
+
+
+# A table with row tracking: what a rewrite that loses the rows' ids writes (same values)
+LINEAGE_MUTATIONS: dict[str, Callable[[dict[str, list[pa.Table]]], dict[str, list[pa.Table]]]] = {
+    "rows renumbered": lambda o: {**o, "d1": [_renumbered(o["d1"][0])]},
+    "a materialized row id dropped (NULL)": lambda o: {
+        **o,
+        "d1": [_row_id_set(o["d1"][0], 0, None)],
+    },
+    "an updated row's id replaced by its position's": lambda o: {
+        **o,
+        "d2": [_row_id_set(o["d2"][0], 10, 40)],  # d2's second file's first row: 7000
+    },
+    "a row's commit version dropped (NULL)": lambda o: {
+        **o,
+        "d1": [_version_dropped(o["d1"][0])],
+    },
+}
+# The check's two ways of reading: local files in one scan, pyarrow's file system's by file
+READS = {"local": None, "file system": pafs.LocalFileSystem()}
+
+
+@pytest.mark.parametrize("reads", sorted(READS))
+def test_row_tracking_a_correct_rewrite_passes_its_ids_and_versions_from_the_adds(
+    tmp_path: Path, reads: str
+) -> None:
+    parts = _partitions(tmp_path, lambda o: o, tracking=True)
+    wrong, rows, _ = check(parts, COLUMNS, READS[reads], TRACKING)
+    assert wrong == [] and rows == 28 + 20
+
+
+@pytest.mark.parametrize("reads", sorted(READS))
+@pytest.mark.parametrize("mutation", sorted({**MUTATIONS, **LINEAGE_MUTATIONS}))
+def test_row_tracking_every_mutation_is_caught(tmp_path: Path, mutation: str, reads: str) -> None:
+    change = {**MUTATIONS, **LINEAGE_MUTATIONS}[mutation]
+    wrong, _, _ = check(_partitions(tmp_path, change, True), COLUMNS, READS[reads], TRACKING)
+    assert wrong and all(w.startswith("partition day=d") for w in wrong), wrong
+
+
+def _create(spark_writers: SparkWriters, path: str, row_tracking: bool = False) -> None:
     """d1: four inserts of ten rows (Spark writes each as files of its own), a DELETE's
-    deletion vectors on them, a column renamed (column mapping); d2: one insert."""
+    deletion vectors on them, a column renamed (column mapping); d2: one insert. With
+    `row_tracking`: enabled, and a MERGE's update of a row of d1 (its id materialized in
+    the MERGE's file) before the DELETE."""
     table = f"delta.`{path}`"
     props = (
         "'delta.enableDeletionVectors' = true, 'delta.columnMapping.mode' = 'name', "
         "'delta.minReaderVersion' = '3', 'delta.minWriterVersion' = '7'"
+    ) + (", 'delta.enableRowTracking' = true" if row_tracking else "")
+    update = (  # UPDATE … WHERE raises Delta's scala.MatchError on this table; MERGE does not
+        f"MERGE INTO {table} t USING (SELECT 12 AS id) u ON t.day = 'd1' AND t.id = u.id "
+        "WHEN MATCHED THEN UPDATE SET x = 'updated'"
     )
     rows = (
         "SELECT id, CAST(id AS STRING), TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, "
@@ -165,6 +263,7 @@ def _create(spark_writers: SparkWriters, path: str) -> None:
             for i in range(4)
         ),
         {"sql": f"INSERT INTO {table} {rows}, 'd2' FROM range(100, 110)"},
+        *([{"sql": update}] if row_tracking else []),
         {"sql": f"DELETE FROM {table} WHERE day = 'd1' AND id % 7 = 0"},
         {"sql": f"ALTER TABLE {table} RENAME COLUMN x TO label"},
     ]
@@ -233,6 +332,48 @@ def test_a_corrupted_rewrite_commits_nothing_and_leaves_no_file(
     assert DeltaTimeline(path).find_job_commits(8) is None
     assert _on_disk(path) == files  # the written files (and Hadoop's .crc files) deleted
     assert _digest(path) == before
+
+
+def _lineage(spark_writers: SparkWriters, path: str) -> set[tuple[int, int, int]]:
+    """Each row's (id, row id, row commit version) as Spark reads them (`_metadata`)."""
+    sql = f"SELECT id, _metadata.row_id, _metadata.row_commit_version FROM delta.`{path}`"
+    [rows] = spark_writers.run("delta", [{"sql": sql}])
+    return {(r["id"], r["row_id"], r["row_commit_version"]) for r in rows}
+
+
+@pytest.mark.spark
+def test_row_tracking_is_checked_before_the_commit_and_the_rows_keep_their_ids(
+    tmp_path: Path, spark_writers: SparkWriters
+) -> None:
+    """A table with row tracking (and deletion vectors, a MERGE's materialized row id):
+    a corrupted rewrite commits nothing; a correct one is checked over the rows' ids and
+    commit versions too and commits as OPTIMIZE (tagged as keeping row tracking), each row
+    keeping its `_metadata.row_id` and `row_commit_version` as Spark reads them."""
+    path = str(tmp_path / "t")
+    _create(spark_writers, path, row_tracking=True)
+    version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
+    lineage = _lineage(spark_writers, path)
+    assert len(lineage) == before[0].rows == 50 - 6
+    assert len({row_id for _, row_id, _ in lineage}) == len(lineage)
+
+    step = {"path": path, "plan": PLAN, "task_id": 14, "corrupt": True}
+    [bad] = spark_writers.run("delta", [{"staged": step}])
+    assert bad["raised"] == "RewriteMismatch", bad
+    assert DeltaTable(path).version() == version and _on_disk(path) == files
+
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": PLAN, "task_id": 15}}])
+    assert "raised" not in done, done
+    assert done["validation"]["when"] == "before the commit"
+    assert done["validation"]["status"] == "passed" and done["validation"]["rows"] == 34
+    assert done["staged"]["row_tracking"]
+    assert done["committed_version"] == version + 1 and done["operation"] == "OPTIMIZE"
+    assert _lineage(spark_writers, path) == lineage
+    assert _digest(path) == before
+    actions = DeltaTimeline(path).read_actions(version + 1)
+    [info] = [a["commitInfo"] for a in actions if "commitInfo" in a]
+    assert info["tags"]["delta.rowTracking.preserved"] == "true"
+    added = [a["add"] for a in actions if "add" in a]
+    assert len(added) == 1 and added[0]["baseRowId"] > max(r for _, r, _ in lineage)
 
 
 def _on_hdfs(path: str) -> set[str]:

@@ -23,17 +23,22 @@ in its steps, with the check between the write and the commit:
 2. `startTransaction(None, Some(snapshot))`; each bin is read by
    `deltaLog.createDataFrame(snapshot, bin, actionTypeOpt = Some("Optimize"))` (Delta's
    file index over exactly those files: deletion vectors applied, physical column names
-   mapped) and written by `txn.writeFiles(df.coalesce(1), None, isOptimize = true, Nil)`,
-   which writes new Parquet files (physical column names, statistics) into the table's
-   directory and commits nothing. A Z-order's bin is first range-partitioned on its
+   mapped), on a table with row tracking its rows' ids and commit versions added as the
+   materialized columns (`RowTracking.preserveRowTrackingColumns`), and written by
+   `txn.writeFiles(df.coalesce(1), None, isOptimize = true, Nil)`, which writes new
+   Parquet files (physical column names, statistics) into the table's directory and
+   commits nothing. A Z-order's bin is first range-partitioned on its
    Z-order curve by Delta's own `MultiDimClustering.cluster(df, max(1, bin bytes / target
    size), columns, "zorder")` and written as those partitions, without the coalesce; a
    clustering's on the strategy's curve (Hilbert) by the table's clustering columns, its
    written files tagged by the strategy (the bin's new ZCUBE id, the clustering provider).
 3. DuckDB reads the inputs (deletion vectors applied: the rows delta-rs'
    `deletion_vectors()` at the read version keeps) and the written files, partition by
-   partition: rows and the checksum over the data columns' physical names (`check`).
-   A mismatch deletes the written files, commits nothing, raises `RewriteMismatch`.
+   partition: rows and the checksum over the data columns' physical names (`check`), and
+   with row tracking over each row's id and commit version (`RowTracking`: the materialized
+   values, else the add's baseRowId + position and defaultRowCommitVersion; a written
+   file's add has none yet, so a row it does not materialize fails). A mismatch deletes
+   the written files, commits nothing, raises `RewriteMismatch`.
 4. A match commits the transaction: each input's own `removeWithTimestamp(now, false)`
    (its deletion vector kept in the remove), each written file's add with `dataChange`
    false (`Action.fromJson`), `DeltaOperations.Optimize` as the operation (its `zOrderBy`
@@ -41,14 +46,14 @@ in its steps, with the check between the write and the commit:
    `clusterBy` a clustered table's clustering columns), the inputs
    tracked as read (`trackFilesRead`): Delta's conflict checker fails the commit when
    another writer removed one since (`Conflict`), on any storage's LogStore. Its
-   commitInfo's `userMetadata` is the job's mark (the marked session is the active one).
+   commitInfo's `userMetadata` is the job's mark (the marked session is the active one),
+   its tags Delta's `RowTracking.addPreservedRowTrackingTagIfNotSet`'s.
 
 Tables on the local file system (DuckDB reads the files), on S3 and on HDFS (pyarrow's
 file system reads them, hdfs-native's for HDFS; DuckDB hashes the Arrow tables). Delta's
-OPTIMIZE, checked after its commit and undone by RESTORE, still runs a table with row tracking
-(OPTIMIZE keeps its row ids), a Z-order on a column Delta refuses (no statistics), a
-compaction of a clustered table (OPTIMIZE clusters it), and a clustered table without
-clustering columns.
+OPTIMIZE, checked after its commit and undone by RESTORE, still runs a Z-order on a column
+Delta refuses (no statistics), a compaction of a clustered table (OPTIMIZE clusters it),
+and a clustered table without clustering columns.
 """
 
 from __future__ import annotations
@@ -86,16 +91,34 @@ if TYPE_CHECKING:
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
 # Delta refuses ZORDER BY a column it collects no statistics on, unless this is off
 ZORDER_STATS_CHECK = "spark.databricks.delta.optimize.zorder.checkStatsCollection.enabled"
+# Delta's MaterializedRowId's and MaterializedRowCommitVersion's MATERIALIZED_COLUMN_NAME_PROP
+MATERIALIZED_ROW_ID = "delta.rowTracking.materializedRowIdColumnName"
+MATERIALIZED_COMMIT_VERSION = "delta.rowTracking.materializedRowCommitVersionColumnName"
 _TIMESTAMPS = frozenset({"timestamp", "timestamp_ntz"})
 
 
 @dataclass(frozen=True)
 class ParquetInput:
     """A Parquet file as the check reads it: its rows but those its deletion vector
-    deletes (`deleted`: row positions)."""
+    deletes (`deleted`: row positions); on a table with row tracking, its add action's
+    `baseRowId` and `defaultRowCommitVersion` (None: a written file's, not committed yet,
+    whose materialized columns must hold every row's)."""
 
     local: str
     deleted: tuple[int, ...] = ()
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+
+
+@dataclass(frozen=True)
+class RowTracking:
+    """A table with row tracking's materialized columns, as the files name them: a row's id
+    is its file's materialized row id, else its add's baseRowId plus its position in the
+    file; its commit version the materialized one, else the add's defaultRowCommitVersion
+    (Delta's `_metadata.row_id`, `_metadata.row_commit_version`). The check hashes both."""
+
+    row_id: str
+    row_commit_version: str
 
 
 @dataclass
@@ -150,35 +173,76 @@ def _columns(metadata: Mapping[str, Any]) -> list[Column]:
     ]
 
 
-def _hash_sql(columns: list[Column], present: set[str], source: str, by_file: bool) -> str:
+def _hash_sql(
+    columns: list[Column],
+    present: set[str],
+    source: str,
+    by_file: bool,
+    tracking: RowTracking | None = None,
+) -> str:
     """DuckDB's (rows, checksum) over `source` (rows with their `file_row_number`, and
     `filename` when `by_file`) with the rows in the registered `deleted` (`pos`, and
     `filename` when `by_file`) left out; a column the files lack (added to the table after
-    they were written) is NULL, as Delta reads it."""
+    they were written) is NULL, as Delta reads it. With `tracking`, each row's id and commit
+    version are hashed too, its file's `base_row_id` and `default_row_commit_version` from
+    the registered `tracked` (by `filename` when `by_file`, else its one row)."""
+
+    def read(physical: str) -> str:
+        return f"r.{quoted(physical)}" if physical in present else "NULL"
+
     projected = []
     for c in columns:
         name = quoted(c.physical)
-        if c.physical not in present:
-            projected.append(f"NULL AS {name}")
-        elif c.timestamp:
-            projected.append(f"epoch_us({name}) AS {name}")
+        if c.physical in present and c.timestamp:
+            projected.append(f"epoch_us(r.{name}) AS {name}")
         else:
-            projected.append(name)
+            projected.append(f"{read(c.physical)} AS {name}")
+    hashed = [c.physical for c in columns]
+    joined = ""
+    if tracking is not None:
+        row_id, version = tracking.row_id, tracking.row_commit_version
+        projected += [
+            f"coalesce({read(row_id)}, t.base_row_id + r.file_row_number) AS {quoted(row_id)}",
+            f"coalesce({read(version)}, t.default_row_commit_version) AS {quoted(version)}",
+        ]
+        hashed += [row_id, version]
+        joined = " JOIN tracked t ON t.filename = r.filename" if by_file else ", tracked t"
     same = "d.filename = r.filename AND " if by_file else ""
     inner = (
-        f"SELECT {', '.join(projected)} FROM {source} r WHERE NOT EXISTS "
+        f"SELECT {', '.join(projected)} FROM {source} r{joined} WHERE NOT EXISTS "
         f"(SELECT 1 FROM deleted d WHERE {same}d.pos = r.file_row_number)"
     )
-    hashed = row_hash([c.physical for c in columns])
-    return f"SELECT count(*), sum({hashed}::HUGEINT) FROM ({inner})"
+    return f"SELECT count(*), sum({row_hash(hashed)}::HUGEINT) FROM ({inner})"
 
 
-def sums(files: list[ParquetInput], columns: list[Column], fs: Any = None) -> tuple[int, int]:
+def _tracked(files: list[ParquetInput]) -> Any:
+    """The files' base row ids and default commit versions, by file (`_hash_sql`'s
+    `tracked`)."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "filename": pa.array([f.local for f in files], pa.string()),
+            "base_row_id": pa.array([f.base_row_id for f in files], pa.int64()),
+            "default_row_commit_version": pa.array(
+                [f.default_row_commit_version for f in files], pa.int64()
+            ),
+        }
+    )
+
+
+def sums(
+    files: list[ParquetInput],
+    columns: list[Column],
+    fs: Any = None,
+    tracking: RowTracking | None = None,
+) -> tuple[int, int]:
     """(rows, checksum) of `files`, each without its deleted rows: local files read by
     DuckDB's Parquet reader, all in one scan (a file lacking a column the others have reads
     it as NULL: `union_by_name`; 300 small files were read 5.8x faster so than one query
     each); `fs` (pyarrow's file system: an object store's), by pyarrow, file by file, and
-    hashed by DuckDB over the Arrow table."""
+    hashed by DuckDB over the Arrow table. `tracking`: the rows' ids and commit versions
+    are hashed too (`_hash_sql`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -195,6 +259,8 @@ def sums(files: list[ParquetInput], columns: list[Column], fs: Any = None) -> tu
                 }
             )
             con.register("deleted", deleted)
+            if tracking is not None:
+                con.register("tracked", _tracked(files))
             source = (
                 "read_parquet(?, filename = true, file_row_number = true, union_by_name = true)"
             )
@@ -204,17 +270,20 @@ def sums(files: list[ParquetInput], columns: list[Column], fs: Any = None) -> tu
                     "SELECT * FROM read_parquet(?, union_by_name = true) LIMIT 0", [paths]
                 ).description
             }
-            ((n, h),) = con.execute(_hash_sql(columns, present, source, True), [paths]).fetchall()
+            sql = _hash_sql(columns, present, source, True, tracking)
+            ((n, h),) = con.execute(sql, [paths]).fetchall()
             return int(n), int(h or 0)
         rows = total = 0
         for f in files:
             con.register("deleted", pa.table({"pos": pa.array(f.deleted, pa.int64())}))
+            if tracking is not None:
+                con.register("tracked", _tracked([f]))
             table = pq.read_table(f.local, filesystem=fs)
             numbered = table.append_column(
                 "file_row_number", pa.array(range(table.num_rows), pa.int64())
             )
             con.register("source", numbered)
-            sql = _hash_sql(columns, set(table.column_names), "source", False)
+            sql = _hash_sql(columns, set(table.column_names), "source", False, tracking)
             ((n, h),) = con.execute(sql).fetchall()
             con.unregister("source")
             con.unregister("deleted")
@@ -228,12 +297,14 @@ def check(
     parts: Mapping[Any, tuple[list[ParquetInput], list[ParquetInput]]],
     columns: list[Column],
     fs: Any = None,
+    tracking: RowTracking | None = None,
 ) -> tuple[list[str], int, int]:
     """Each partition's written files (its second list) against its inputs (its first):
-    the partitions that differ, said; and the inputs' rows and checksum (`fs`: `sums`')."""
+    the partitions that differ, said; and the inputs' rows and checksum (`fs`, `tracking`:
+    `sums`')."""
     wrong, rows, total = [], 0, 0
     for key, (inputs, outputs) in parts.items():
-        want, got = sums(inputs, columns, fs), sums(outputs, columns, fs)
+        want, got = sums(inputs, columns, fs, tracking), sums(outputs, columns, fs, tracking)
         rows, total = rows + want[0], total + want[1]
         if got != want:
             wrong.append(
@@ -406,6 +477,9 @@ class _Delta:
     def seq(self, items: list[Any]) -> Any:
         return self.utils.toSeq(items)
 
+    def map(self, items: Mapping[str, str]) -> Any:
+        return self.utils.toScalaMap(dict(items))
+
     def option(self, value: Any) -> Any:
         return self.jvm.scala.Option.apply(value)
 
@@ -445,8 +519,7 @@ def compact(
     metadata = json.loads(snapshot.metadata().json())["metaData"]
     protocol = json.loads(snapshot.protocol().json())["protocol"]
     config = metadata.get("configuration") or {}
-    if str(config.get("delta.enableRowTracking", "")).lower() == "true":
-        raise Ineligible("row tracking (OPTIMIZE keeps the rows' ids)")
+    tracking = _row_tracking(d, snapshot, config)
     clustered = "clustering" in (protocol.get("writerFeatures") or [])
     if clustered != bool(plan.get("clustering")):
         raise Ineligible(
@@ -467,12 +540,18 @@ def compact(
         if why is not None:
             raise Ineligible(why)
     adds = [json.loads(j) for j in snapshot.allFiles().toJSON().collectAsList()]
+    if tracking is not None and any(
+        a.get("baseRowId") is None or a.get("defaultRowCommitVersion") is None for a in adds
+    ):
+        raise Ineligible("row tracking with a file without its baseRowId or its commit version")
     if clustering is not None:
         bins = clustering.bins(d, adds)
     else:
         bins = choose(adds, partition_columns, plan, _physical(metadata))
     seconds["plan"] = time.perf_counter() - started
     engine: dict[str, Any] = {"checked": "before the commit", "bins": len(bins)}
+    if tracking is not None:
+        engine["row_tracking"] = "the rows' ids and commit versions kept, and checked"
     if plan.get("purge_partitions") is not None:  # rewritten without their deleted rows
         engine["purged_files"] = sum(1 for b in bins for a in b.adds if a.get("deletionVector"))
     metrics: dict[str, Any] = {"staged": engine, "read_version": version}
@@ -499,6 +578,9 @@ def compact(
             frame = delta_log.createDataFrame(
                 snapshot, d.seq([chosen[id(a)] for a in b.adds]), False, d.option("Optimize")
             )
+            # the rows' ids and commit versions written to the materialized columns (a
+            # table without row tracking: the frame as it was)
+            frame = d.delta.RowTracking.preserveRowTrackingColumns(frame, snapshot)
             if zorder or clustering is not None:
                 # OptimizeExecutor.runOptimizeBinJob's multi-dimensional clustering
                 size = sum(int(a["size"]) for a in b.adds)
@@ -531,9 +613,16 @@ def compact(
             ins, outs = parts.setdefault(b.key, ([], []))
             for a in b.adds:
                 location = files.of(a)
-                ins.append(ParquetInput(location, deleted.get(location, ())))
+                ins.append(
+                    ParquetInput(
+                        location,
+                        deleted.get(location, ()),
+                        a.get("baseRowId"),
+                        a.get("defaultRowCommitVersion"),
+                    )
+                )
             outs.extend(ParquetInput(files.of(w)) for w in b.written)
-        wrong, rows, checksum = check(parts, columns, files.fs)
+        wrong, rows, checksum = check(parts, columns, files.fs, tracking)
         seconds["validate"] = time.perf_counter() - checking
         record_check(metrics, wrong, rows, checksum, len(parts), seconds["validate"])
         now = int(time.time() * 1000)
@@ -549,11 +638,15 @@ def compact(
         operation = getattr(d.delta, "DeltaOperations$Optimize")(
             d.seq(predicate), d.seq(zorder), False, cluster_by, False
         )
+        # the commit's `delta.rowTracking.preserved` tag, on a table with row tracking
+        # (private[delta]: no static forwarder, its object's MODULE$)
+        row_tracking = getattr(getattr(d.delta, "RowTracking$"), "MODULE$")
+        tags = row_tracking.addPreservedRowTrackingTagIfNotSet(snapshot, d.map({}))
         before_commit()
         committing = time.perf_counter()
         committed = True  # from here on, the commit may have landed
         try:
-            txn.commit(d.seq(actions), operation)
+            txn.commit(d.seq(actions), operation, tags)
         except Exception as exc:
             conflict = conflict_of(exc)
             if conflict is not None:
@@ -583,6 +676,17 @@ def compact(
         bytes_added=sum(int(w["size"]) for b in bins for w in b.written),
     )
     return metrics
+
+
+def _row_tracking(d: _Delta, snapshot: Any, config: Mapping[str, str]) -> RowTracking | None:
+    """A table with row tracking enabled (Delta's `RowTracking.isEnabled`): its materialized
+    columns' names; else None."""
+    if not d.delta.RowTracking.isEnabled(snapshot.protocol(), snapshot.metadata()):
+        return None
+    row_id, version = config.get(MATERIALIZED_ROW_ID), config.get(MATERIALIZED_COMMIT_VERSION)
+    if not row_id or not version:
+        raise Ineligible("row tracking without its materialized columns' names")
+    return RowTracking(row_id, version)
 
 
 def _rewritten_partitions(plan: Mapping[str, Any]) -> list[dict[str, Any]] | None:
