@@ -33,7 +33,14 @@ from spark_writer import SparkWriters
 
 from lakewarden.formats import warehouse
 from lakewarden.formats.base import JobMarker, marker_of
-from lakewarden.formats.delta.staged_rewrite import Column, ParquetInput, RowTracking, check
+from lakewarden.formats.delta import staged_rewrite
+from lakewarden.formats.delta.staged_rewrite import (
+    Column,
+    ParquetInput,
+    RowTracking,
+    check,
+    sums,
+)
 from lakewarden.formats.delta.timeline import DeltaTimeline
 from lakewarden.formats.delta.validation import digest as delta_rs_digest
 from lakewarden.formats.digest import Digest
@@ -217,6 +224,24 @@ LINEAGE_MUTATIONS: dict[str, Callable[[dict[str, list[pa.Table]]], dict[str, lis
 READS = {"local": None, "file system": pafs.LocalFileSystem()}
 
 
+def test_a_file_systems_files_hash_alike_in_one_chunk_or_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read through pyarrow's file system, files are hashed in chunks of up to CHUNK_BYTES
+    (a file lacking a column the others have reads it as NULL): one chunk, a chunk per
+    file and DuckDB's own scan of the local files give the same sums."""
+    files = [
+        ParquetInput(_write(tmp_path / "old.parquet", _rows(0).drop(["col-w"])), (1, 4)),
+        ParquetInput(_write(tmp_path / "new.parquet", _rows(100)), (0,)),
+        ParquetInput(_write(tmp_path / "more.parquet", _rows(200))),
+    ]
+    local = sums(files, COLUMNS)
+    assert local[0] == 30 - 3
+    assert sums(files, COLUMNS, pafs.LocalFileSystem()) == local
+    monkeypatch.setattr(staged_rewrite, "CHUNK_BYTES", 1)
+    assert sums(files, COLUMNS, pafs.LocalFileSystem()) == local
+
+
 @pytest.mark.parametrize("reads", sorted(READS))
 def test_row_tracking_a_correct_rewrite_passes_its_ids_and_versions_from_the_adds(
     tmp_path: Path, reads: str
@@ -271,6 +296,19 @@ def _create(spark_writers: SparkWriters, path: str, row_tracking: bool = False) 
 
 
 PLAN = {"target_file_size_bytes": 1 << 20, "partitions": [{"day": "d1"}]}
+# Delta 3.3.3's DeltaOperationMetrics.OPTIMIZE: the metrics its OPTIMIZE commits record
+OPTIMIZE_METRICS = {
+    "numAddedFiles",
+    "numRemovedFiles",
+    "numAddedBytes",
+    "numRemovedBytes",
+    "minFileSize",
+    "p25FileSize",
+    "p50FileSize",
+    "p75FileSize",
+    "maxFileSize",
+    "numDeletionVectorsRemoved",
+}
 
 
 def _digest(path: str) -> tuple[Digest, Digest]:
@@ -309,6 +347,17 @@ def test_deletion_vectors_and_column_mapping_are_compacted_checked_then_committe
     assert all(not a["dataChange"] for a in [*removed, *added])
     assert any(r.get("deletionVector") for r in removed)  # the removes keep their vectors
     assert not added[0].get("deletionVector") and json.loads(added[0]["stats"])["numRecords"] == 34
+    # DESCRIBE HISTORY's metrics, as Delta's own OPTIMIZE records them (DeltaOperationMetrics)
+    (info,) = [a["commitInfo"] for a in actions if "commitInfo" in a]
+    assert set(info["operationMetrics"]) == OPTIMIZE_METRICS
+    assert {k: int(v) for k, v in info["operationMetrics"].items()} == {
+        **{k: int(added[0]["size"]) for k in OPTIMIZE_METRICS if k.endswith("FileSize")},
+        "numAddedFiles": 1,
+        "numRemovedFiles": len(removed),
+        "numAddedBytes": int(added[0]["size"]),
+        "numRemovedBytes": sum(int(r["size"]) for r in removed),
+        "numDeletionVectorsRemoved": sum(1 for r in removed if r.get("deletionVector")),
+    }
     commit = DeltaTimeline(path).find_job_commits(7)
     assert commit is not None and marker_of(commit.summary) == JobMarker(7, 1)
     # d1's deletion vectors are gone with its files; d2's file is as it was
