@@ -47,9 +47,12 @@ def main() -> None:
                     "v": [f"v{j}" for j in range(ROWS)],
                 }
             )
-            pq.write_table(rows, f"{base}/f{i}.parquet", filesystem=fs)
-            # every third file with two deleted rows, as deletion vectors leave them
-            files.append(ParquetInput(f"{base}/f{i}.parquet", (1, 2) if i % 3 == 0 else ()))
+            path = f"{base}/f{i}.parquet"
+            pq.write_table(rows, path, filesystem=fs)
+            # every third file with two deleted rows, as deletion vectors leave them; its
+            # size as its add action says
+            size = fs.get_file_info(path).size
+            files.append(ParquetInput(path, (1, 2) if i % 3 == 0 else (), size=size))
         columns = [Column("id"), Column("v")]
         batched, one_by_one = [], []
         defaults = staged_rewrite.READERS, staged_rewrite.CHUNK_BYTES

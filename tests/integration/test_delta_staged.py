@@ -230,10 +230,14 @@ def test_a_file_systems_files_hash_alike_in_one_chunk_or_one_by_one(
     """Read through pyarrow's file system, files are hashed in chunks of up to CHUNK_BYTES
     (a file lacking a column the others have reads it as NULL): one chunk, a chunk per
     file and DuckDB's own scan of the local files give the same sums."""
-    files = [
-        ParquetInput(_write(tmp_path / "old.parquet", _rows(0).drop(["col-w"])), (1, 4)),
-        ParquetInput(_write(tmp_path / "new.parquet", _rows(100)), (0,)),
-        ParquetInput(_write(tmp_path / "more.parquet", _rows(200))),
+    paths = [
+        _write(tmp_path / "old.parquet", _rows(0).drop(["col-w"])),
+        _write(tmp_path / "new.parquet", _rows(100)),
+        _write(tmp_path / "more.parquet", _rows(200)),
+    ]
+    deleted: list[tuple[int, ...]] = [(1, 4), (0,), ()]
+    files = [  # with their sizes: read at once
+        ParquetInput(p, d, size=os.path.getsize(p)) for p, d in zip(paths, deleted, strict=True)
     ]
     local = sums(files, COLUMNS)
     assert local[0] == 30 - 3

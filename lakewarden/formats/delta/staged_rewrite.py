@@ -60,7 +60,6 @@ and a clustered table without clustering columns.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import time
@@ -113,6 +112,7 @@ class ParquetInput:
     deleted: tuple[int, ...] = ()
     base_row_id: int | None = None
     default_row_commit_version: int | None = None
+    size: int | None = None  # bytes (its add's), bounding how many are read at once
 
 
 @dataclass(frozen=True)
@@ -289,6 +289,9 @@ def sums(
 # how much of them one query hashes (memory holds about this much, plus READERS files).
 READERS = 8
 CHUNK_BYTES = 256 << 20
+# ...as long as the files being read hold at most this many bytes (a file of unknown size
+# counts as this big: read alone)
+READ_AHEAD_BYTES = 64 << 20
 
 
 def _deleted(files: list[ParquetInput]) -> Any:
@@ -304,8 +307,10 @@ def _deleted(files: list[ParquetInput]) -> Any:
 
 
 def _chunks(files: list[ParquetInput], fs: Any) -> Iterator[tuple[list[ParquetInput], Any]]:
-    """`files` read by pyarrow through `fs`, READERS at once and in order, each with its
-    `filename` and `file_row_number` columns, yielded as one Arrow table per CHUNK_BYTES
+    """`files` read by pyarrow through `fs`, in order, up to READERS at once while they
+    hold at most READ_AHEAD_BYTES (a big file is read alone: memory stays bounded), each
+    with its `filename` and `file_row_number` columns, yielded as one Arrow table per
+    CHUNK_BYTES
     (a column a file lacks is NULL in its rows; files whose columns' types do not unify
     are yielded one by one)."""
     import pyarrow as pa
@@ -324,19 +329,31 @@ def _chunks(files: list[ParquetInput], fs: Any) -> Iterator[tuple[list[ParquetIn
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             yield from (([f], t) for f, t in zip(chunk, tables, strict=True))
 
+    def bytes_of(f: ParquetInput) -> int:
+        return READ_AHEAD_BYTES if f.size is None else f.size
+
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         ahead: deque[tuple[ParquetInput, Future[Any]]] = deque()
-        queued = iter(files)
-        for f in itertools.islice(queued, READERS):
-            ahead.append((f, pool.submit(read, f)))
+        queued = deque(files)
+        reading = 0  # bytes of the files in `ahead`
+
+        def read_ahead() -> None:
+            nonlocal reading
+            while queued and len(ahead) < READERS:
+                if ahead and reading + bytes_of(queued[0]) > READ_AHEAD_BYTES:
+                    return
+                f = queued.popleft()
+                reading += bytes_of(f)
+                ahead.append((f, pool.submit(read, f)))
+
         chunk: list[ParquetInput] = []
         tables: list[Any] = []
         size = 0
+        read_ahead()
         while ahead:
             f, future = ahead.popleft()
-            following = next(queued, None)
-            if following is not None:
-                ahead.append((following, pool.submit(read, following)))
+            reading -= bytes_of(f)
+            read_ahead()
             table = future.result()
             chunk.append(f)
             tables.append(table)
@@ -674,9 +691,10 @@ def compact(
                         deleted.get(location, ()),
                         a.get("baseRowId"),
                         a.get("defaultRowCommitVersion"),
+                        int(a["size"]),
                     )
                 )
-            outs.extend(ParquetInput(files.of(w)) for w in b.written)
+            outs.extend(ParquetInput(files.of(w), size=int(w["size"])) for w in b.written)
         wrong, rows, checksum = check(parts, columns, files.fs, tracking)
         seconds["validate"] = time.perf_counter() - checking
         record_check(metrics, wrong, rows, checksum, len(parts), seconds["validate"])
