@@ -273,7 +273,10 @@ class Applications:
         self.hosts.close_idle()
         if time.monotonic() - self.settings_swept_at >= SETTINGS_SWEEP_EVERY_S:
             self.settings_swept_at = time.monotonic()
-            self.sweep_settings_files()
+            try:
+                self.sweep_settings_files()
+            except Exception:  # the applications are still watched; the next sweep retries
+                log.exception("could not sweep the applications' settings files")
         if fence is None or not self.running:
             return
         with self.lock:
