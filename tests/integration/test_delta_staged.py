@@ -401,7 +401,8 @@ def test_row_tracking_is_checked_before_the_commit_and_the_rows_keep_their_ids(
     """A table with row tracking (and deletion vectors, a MERGE's materialized row id):
     a corrupted rewrite commits nothing; a correct one is checked over the rows' ids and
     commit versions too and commits as OPTIMIZE (tagged as keeping row tracking), each row
-    keeping its `_metadata.row_id` and `row_commit_version` as Spark reads them."""
+    keeping its `_metadata.row_id` and `row_commit_version` as Spark reads them; and so
+    does a Z-order of it after."""
     path = str(tmp_path / "t")
     _create(spark_writers, path, row_tracking=True)
     version, files, before = DeltaTable(path).version(), _on_disk(path), _digest(path)
@@ -427,6 +428,16 @@ def test_row_tracking_is_checked_before_the_commit_and_the_rows_keep_their_ids(
     assert info["tags"]["delta.rowTracking.preserved"] == "true"
     added = [a["add"] for a in actions if "add" in a]
     assert len(added) == 1 and added[0]["baseRowId"] > max(r for _, r, _ in lineage)
+
+    # A Z-order of the same partition (Delta's curve, after the ids are materialized): the
+    # rows keep their ids and commit versions too
+    zorder = {**PLAN, "zorder": ["id", "label"]}
+    [done] = spark_writers.run("delta", [{"staged": {"path": path, "plan": zorder, "task_id": 16}}])
+    assert "raised" not in done, done
+    assert done["validation"]["status"] == "passed" and done["validation"]["rows"] == 34
+    assert done["committed_version"] == version + 2 and done["staged"]["row_tracking"]
+    assert _lineage(spark_writers, path) == lineage
+    assert _digest(path) == before
 
 
 def _on_hdfs(path: str) -> set[str]:
