@@ -31,7 +31,10 @@ ROWS = 500  # per file
 
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    with serve_s3(Path(tempfile.mkdtemp(prefix="lw-s3-")), free_port()) as s3:
+    with (
+        tempfile.TemporaryDirectory(prefix="lw-s3-") as root,
+        serve_s3(Path(root), free_port()) as s3,
+    ):
         props = {
             "s3.endpoint": s3.endpoint,
             "s3.access-key-id": s3.access_key,
