@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -43,7 +44,10 @@ from lakewarden.spark.local_hdfs import JAR_GROUP, site_xml
 
 RM_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
 NM_CLASS = "org.apache.hadoop.yarn.server.nodemanager.NodeManager"
+log = logging.getLogger(__name__)
+
 START_TIMEOUT_S = 120.0
+START_ATTEMPTS = 3  # a daemon that exits while starting (a port taken meanwhile): again
 HEAP = "-Xmx256m"
 # Java 17: the daemons' web apps (Guice, Jersey 1) reflect into java.base.
 ADD_OPENS = [
@@ -214,33 +218,45 @@ def start_yarn(
     base_dir = base_dir.resolve()
     for sub in ("conf", "logs", "nm-local", "nm-logs"):
         (base_dir / sub).mkdir(parents=True, exist_ok=True)
-    names = ("rm", "rm_scheduler", "rm_tracker", "rm_admin", "rm_web", "nm", "nm_localizer")
-    ports = {name: free_port() for name in (*names, "nm_web")}
     conf = base_dir / "conf"
     (conf / "core-site.xml").write_text(
         site_xml({"fs.defaultFS": "file:///", "hadoop.tmp.dir": str(base_dir / "tmp")})
     )
-    (conf / "yarn-site.xml").write_text(yarn_site(base_dir, ports, memory_mb, vcores))
     (conf / "log4j2.properties").write_text(LOG4J2)
     # The daemons' web apps look for webapps/<name> on the classpath; the minicluster jar
     # has HDFS's but not YARN's (their pages are not needed: the REST API is).
     for app in ("cluster", "node", "yarn"):
         (conf / "webapps" / app).mkdir(parents=True, exist_ok=True)
     jars = [str(p) for group in (JAR_GROUP, YARN_JAR_GROUP) for p in server_jars(settings, group)]
-    cluster = LocalYarn(
-        web_url=f"http://{HOST}:{ports['rm_web']}",
-        base_dir=base_dir,
-        conf_dir=conf,
-        classpath=":".join([str(conf), *jars, str(spark_home() / "jars" / "*")]),
-    )
-    try:
-        cluster.processes["resourcemanager"] = cluster._daemon(RM_CLASS, "resourcemanager")
-        cluster.processes["nodemanager"] = cluster._daemon(NM_CLASS, "nodemanager")
-        _wait(cluster, timeout_s)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+    names = ("rm", "rm_scheduler", "rm_tracker", "rm_admin", "rm_web", "nm", "nm_localizer")
+    for attempt in range(1, START_ATTEMPTS + 1):
+        # Free when asked, but another process may take a port before the JVMs bind it (or
+        # the NodeManager, dialling the ResourceManager's port while it starts, meets
+        # something else there: "RPC response exceeds maximum data length"): a daemon that
+        # exits while starting is started again, on other ports.
+        ports = {name: free_port() for name in (*names, "nm_web")}
+        (conf / "yarn-site.xml").write_text(yarn_site(base_dir, ports, memory_mb, vcores))
+        cluster = LocalYarn(
+            web_url=f"http://{HOST}:{ports['rm_web']}",
+            base_dir=base_dir,
+            conf_dir=conf,
+            classpath=":".join([str(conf), *jars, str(spark_home() / "jars" / "*")]),
+        )
+        try:
+            cluster.processes["resourcemanager"] = cluster._daemon(RM_CLASS, "resourcemanager")
+            cluster.processes["nodemanager"] = cluster._daemon(NM_CLASS, "nodemanager")
+            _wait(cluster, timeout_s)
+        except YarnStartError as exc:
+            cluster.stop()
+            if attempt == START_ATTEMPTS or "exited with code" not in str(exc):
+                raise
+            log.warning("YARN did not start (attempt %d): %s", attempt, str(exc)[:300])
+            continue
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+    raise AssertionError("unreachable")  # the last attempt returned or raised
 
 
 def _wait(yarn: LocalYarn, timeout_s: float) -> None:
